@@ -1,0 +1,1 @@
+//! Benchmark harness of the nn framework (see `benches/`).

@@ -1,0 +1,200 @@
+//! Reverse-mode automatic differentiation on a dynamic graph.
+//!
+//! Every op whose inputs require grad records a [`Node`] holding the op's backward rule,
+//! the values it saved, and one edge per input (to the input's own node, or to the leaf
+//! tensor whose `.grad` receives the result). Nodes are identified by id, never by value.
+//! [`Tensor::backward`] counts each node's consumers, then runs nodes once all their
+//! consumers have contributed (a reverse topological order), accumulating into leaves.
+//! Unless `retain_graph` is asked for, each node's saved values and edges are freed as it
+//! runs, so the graph is released even while the loss tensor is still alive.
+
+mod engine;
+mod grad_mode;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use smallvec::SmallVec;
+
+pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard, NoGradGuard};
+
+use crate::shape::{Dims, Layout};
+use crate::storage::Storage;
+use crate::tensor::Tensor;
+
+/// Gradients returned by a backward rule, one per input, `None` where not needed.
+pub(crate) type Grads = SmallVec<[Option<Tensor>; 3]>;
+
+/// A backward rule: maps the gradient of an op's output to the gradients of its inputs.
+///
+/// `needs[i]` is false for inputs that do not require grad; rules may skip those. Rules
+/// run with graph recording disabled and may use any tensor op.
+pub(crate) trait Backward: Send + Sync + 'static {
+    fn backward(&self, grad: &Tensor, needs: &[bool]) -> Grads;
+}
+
+impl<F> Backward for F
+where
+    F: Fn(&Tensor, &[bool]) -> Grads + Send + Sync + 'static,
+{
+    fn backward(&self, grad: &Tensor, needs: &[bool]) -> Grads {
+        self(grad, needs)
+    }
+}
+
+/// Where a gradient flows: into a leaf's `.grad`, or into the node that produced the input.
+#[derive(Clone)]
+pub(crate) enum Edge {
+    Leaf(Tensor),
+    Node(Arc<Node>),
+}
+
+pub(crate) struct NodeState {
+    pub(crate) backward: Box<dyn Backward>,
+    pub(crate) inputs: SmallVec<[Option<Edge>; 3]>,
+}
+
+/// One recorded op in the graph.
+pub(crate) struct Node {
+    pub(crate) id: u64,
+    pub(crate) name: &'static str,
+    /// Shape of the output this node produced (checked against incoming gradients).
+    pub(crate) shape: Dims,
+    /// `None` once the node has run without `retain_graph`.
+    pub(crate) state: Mutex<Option<NodeState>>,
+}
+
+static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Node {
+    fn new(
+        name: &'static str,
+        shape: &[usize],
+        backward: Box<dyn Backward>,
+        inputs: SmallVec<[Option<Edge>; 3]>,
+    ) -> Self {
+        Node {
+            id: NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed),
+            name,
+            shape: shape.into(),
+            state: Mutex::new(Some(NodeState { backward, inputs })),
+        }
+    }
+}
+
+impl Drop for Node {
+    /// Frees long chains iteratively: a recursive drop of a 100,000-op graph (an RNN
+    /// unrolled over a long sequence) would overflow the stack.
+    fn drop(&mut self) {
+        let mut stack: Vec<Arc<Node>> = Vec::new();
+        let take = |n: &mut Node, stack: &mut Vec<Arc<Node>>| {
+            if let Some(st) = n.state.get_mut().ok().and_then(|s| s.take()) {
+                for e in st.inputs.into_iter().flatten() {
+                    if let Edge::Node(m) = e {
+                        stack.push(m);
+                    }
+                }
+            }
+        };
+        take(self, &mut stack);
+        while let Some(arc) = stack.pop() {
+            if let Ok(mut node) = Arc::try_unwrap(arc) {
+                take(&mut node, &mut stack);
+            }
+        }
+    }
+}
+
+impl Tensor {
+    /// The edge a gradient for `self` should follow, if `self` requires grad.
+    pub(crate) fn edge(&self) -> Option<Edge> {
+        if let Some(n) = &self.0.grad_fn {
+            Some(Edge::Node(n.clone()))
+        } else if self.requires_grad() {
+            Some(Edge::Leaf(self.clone()))
+        } else {
+            None
+        }
+    }
+}
+
+/// Builds an op's output tensor, recording a graph node when grad mode is on and any
+/// input requires grad. `make_backward` only runs in that case, so ops save nothing for
+/// backward in inference.
+pub(crate) fn op_result<B: Backward>(
+    name: &'static str,
+    storage: Arc<Storage>,
+    layout: Layout,
+    inputs: &[&Tensor],
+    make_backward: impl FnOnce() -> B,
+) -> Tensor {
+    let grad_fn = if is_grad_enabled() && inputs.iter().any(|t| t.requires_grad()) {
+        let edges = inputs.iter().map(|t| t.edge()).collect();
+        Some(Arc::new(Node::new(
+            name,
+            layout.shape(),
+            Box::new(make_backward()),
+            edges,
+        )))
+    } else {
+        None
+    };
+    Tensor::from_parts(storage, layout, grad_fn)
+}
+
+/// Records a user-defined differentiable function, like `torch.autograd.Function`.
+///
+/// `output` is the forward result computed by any means (it is detached first);
+/// `backward` receives the gradient of `output` and returns one optional gradient per
+/// input, each of that input's shape. The result requires grad when grad mode is on and
+/// any input does.
+///
+/// ```
+/// use nn_core::{autograd::custom_op, Tensor};
+/// // A straight-through estimator: round in forward, identity in backward.
+/// let x = Tensor::from_vec(vec![0.2, 0.7], &[2]).requires_grad_(true);
+/// let rounded = Tensor::from_vec(x.to_vec().iter().map(|v| v.round()).collect(), &[2]);
+/// let y = custom_op("round_ste", &[&x], &rounded, |g| vec![Some(g.clone())]);
+/// (&y * 3.0).sum().backward();
+/// assert_eq!(y.to_vec(), vec![0.0, 1.0]);
+/// assert_eq!(x.grad().unwrap().to_vec(), vec![3.0, 3.0]);
+/// ```
+pub fn custom_op(
+    name: &'static str,
+    inputs: &[&Tensor],
+    output: &Tensor,
+    backward: impl Fn(&Tensor) -> Vec<Option<Tensor>> + Send + Sync + 'static,
+) -> Tensor {
+    let shapes: Vec<Dims> = inputs.iter().map(|t| Dims::from(t.shape())).collect();
+    let out = output.detach();
+    op_result(
+        name,
+        out.storage_arc(),
+        out.layout().clone(),
+        inputs,
+        move || {
+            move |g: &Tensor, _needs: &[bool]| -> Grads {
+                let grads = backward(g);
+                assert_eq!(
+                    grads.len(),
+                    shapes.len(),
+                    "custom_op `{name}`: backward returned {} gradients for {} inputs",
+                    grads.len(),
+                    shapes.len()
+                );
+                for (g, s) in grads.iter().zip(&shapes) {
+                    if let Some(g) = g {
+                        assert_eq!(
+                            g.shape(),
+                            s.as_slice(),
+                            "custom_op `{name}`: gradient of shape {:?} for an input of shape {:?}",
+                            g.shape(),
+                            s.as_slice()
+                        );
+                    }
+                }
+                grads.into_iter().collect()
+            }
+        },
+    )
+}

@@ -1,0 +1,238 @@
+//! Element types: the [`DType`] tag and the sealed [`Element`] / [`FloatElement`] traits
+//! that tie each Rust element type to its tag.
+
+use std::fmt;
+
+use half::{bf16, f16};
+
+use crate::storage::CpuStorage;
+
+/// The element type of a tensor.
+///
+/// `F32` and `F64` are compute types (every op supports them; gradient checks run in
+/// `F64`). `I64` holds indices and labels (and PyTorch's `num_batches_tracked`). `F16` and
+/// `BF16` are storage types: they load, save and convert, and compute ops ask for a
+/// conversion to `F32` first. `Bool` is produced by comparisons and used as a mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit IEEE float, the default.
+    F32,
+    /// 64-bit IEEE float.
+    F64,
+    /// 64-bit signed integer.
+    I64,
+    /// 16-bit IEEE half-precision float (storage and conversion).
+    F16,
+    /// bfloat16 (storage and conversion).
+    BF16,
+    /// Boolean, one byte per element.
+    Bool,
+}
+
+impl DType {
+    /// Bytes per element.
+    ///
+    /// ```
+    /// use nn_core::DType;
+    /// assert_eq!(DType::BF16.size_in_bytes(), 2);
+    /// assert_eq!(DType::I64.size_in_bytes(), 8);
+    /// ```
+    pub const fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::F16 | DType::BF16 => 2,
+            DType::Bool => 1,
+        }
+    }
+
+    /// True for the floating-point types (`F32`, `F64`, `F16`, `BF16`), the ones that
+    /// `to_dtype` on a module converts and that may require gradients.
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    /// True for the types arithmetic kernels run in (`F32`, `F64`).
+    pub const fn is_compute_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// The short name used in messages and printouts (`"f32"`, `"i64"`, ...).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A Rust type that can be stored in a tensor. Sealed: implemented for `f32`, `f64`,
+/// `i64`, `half::f16`, `half::bf16` and `bool`.
+pub trait Element: Copy + Send + Sync + fmt::Debug + PartialOrd + 'static + sealed::Sealed {
+    /// The dtype tag of this element type.
+    const DTYPE: DType;
+    /// Converts to `f64` (lossless for every type but `i64` above 2^53).
+    fn as_f64(self) -> f64;
+    /// Converts from `f64` with the usual `as` rounding (saturating for integers).
+    fn from_f64(v: f64) -> Self;
+    /// Wraps a vector of this type into CPU storage.
+    #[doc(hidden)]
+    fn into_storage(v: Vec<Self>) -> CpuStorage;
+    /// Borrows the values when `s` holds this type.
+    #[doc(hidden)]
+    fn slice(s: &CpuStorage) -> Option<&[Self]>;
+    /// Mutably borrows the values when `s` holds this type.
+    #[doc(hidden)]
+    fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
+}
+
+/// An element type arithmetic kernels run in: `f32` and `f64`.
+pub trait FloatElement:
+    Element + num_traits::Float + num_traits::FloatConst + std::iter::Sum + fmt::Display
+{
+    /// `libm`'s error function at this precision (for exact GELU).
+    fn erf(self) -> Self;
+    /// Converts from `f32` (exact for both types).
+    fn from_f32(v: f32) -> Self;
+    /// The general matrix multiply for this type (`C = alpha * A B + beta * C`),
+    /// strides in elements, as `matrixmultiply` takes them.
+    ///
+    /// # Safety
+    /// The pointers and strides must describe valid, non-aliasing (for `c`) matrices.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    );
+}
+
+macro_rules! impl_element {
+    ($t:ty, $variant:ident, $to:expr, $from:expr) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            #[inline(always)]
+            fn as_f64(self) -> f64 {
+                ($to)(self)
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                ($from)(v)
+            }
+            fn into_storage(v: Vec<Self>) -> CpuStorage {
+                CpuStorage::$variant(v)
+            }
+            fn slice(s: &CpuStorage) -> Option<&[Self]> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+impl_element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
+impl_element!(f64, F64, |x: f64| x, |v: f64| v);
+impl_element!(i64, I64, |x: i64| x as f64, |v: f64| v as i64);
+impl_element!(f16, F16, |x: f16| x.to_f64(), f16::from_f64);
+impl_element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);
+impl_element!(bool, Bool, |x: bool| if x { 1.0 } else { 0.0 }, |v: f64| v
+    != 0.0);
+
+impl FloatElement for f32 {
+    #[inline(always)]
+    fn erf(self) -> Self {
+        libm::erff(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded contract of this function.
+        unsafe {
+            matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+        }
+    }
+}
+
+impl FloatElement for f64 {
+    #[inline(always)]
+    fn erf(self) -> Self {
+        libm::erf(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v as f64
+    }
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: Self,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded contract of this function.
+        unsafe {
+            matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
+        }
+    }
+}

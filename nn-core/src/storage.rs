@@ -1,0 +1,232 @@
+//! Storage: the buffers behind tensors, one enum variant per backend.
+//!
+//! `Storage::Cpu` owns a typed `Vec`; `Storage::Meta` records only dtype and length. A GPU
+//! backend would add a variant here; modules and the autograd engine never look inside.
+
+use half::{bf16, f16};
+
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::shape::{for_each_offset, Layout};
+
+/// Typed host buffers.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum CpuStorage {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    Bool(Vec<bool>),
+}
+
+/// Runs `$body` with `$v` bound to the typed vector of any [`CpuStorage`] variant and
+/// `$T` aliased to its element type.
+macro_rules! with_cpu {
+    ($s:expr, $T:ident, $v:ident => $body:expr) => {
+        match $s {
+            $crate::storage::CpuStorage::F32($v) => {
+                #[allow(dead_code)]
+                type $T = f32;
+                $body
+            }
+            $crate::storage::CpuStorage::F64($v) => {
+                #[allow(dead_code)]
+                type $T = f64;
+                $body
+            }
+            $crate::storage::CpuStorage::I64($v) => {
+                #[allow(dead_code)]
+                type $T = i64;
+                $body
+            }
+            $crate::storage::CpuStorage::F16($v) => {
+                #[allow(dead_code)]
+                type $T = half::f16;
+                $body
+            }
+            $crate::storage::CpuStorage::BF16($v) => {
+                #[allow(dead_code)]
+                type $T = half::bf16;
+                $body
+            }
+            $crate::storage::CpuStorage::Bool($v) => {
+                #[allow(dead_code)]
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_cpu;
+
+/// Like [`with_cpu`] for the compute types `F32`/`F64`; other dtypes panic with a message
+/// naming `$op`.
+macro_rules! with_float {
+    ($s:expr, $op:expr, $T:ident, $v:ident => $body:expr) => {
+        match $s {
+            $crate::storage::CpuStorage::F32($v) => {
+                #[allow(dead_code)]
+                type $T = f32;
+                $body
+            }
+            $crate::storage::CpuStorage::F64($v) => {
+                #[allow(dead_code)]
+                type $T = f64;
+                $body
+            }
+            other => panic!(
+                "{}: expected a floating-point tensor (f32 or f64), got {}{}",
+                $op,
+                other.dtype(),
+                if other.dtype().is_float() {
+                    "; convert with `.to_dtype(DType::F32)` first"
+                } else {
+                    ""
+                }
+            ),
+        }
+    };
+}
+pub(crate) use with_float;
+
+impl CpuStorage {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        with_cpu!(self, T, _v => T::DTYPE)
+    }
+
+    /// Number of elements in the buffer.
+    pub fn len(&self) -> usize {
+        with_cpu!(self, T, v => v.len())
+    }
+
+    /// True when the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A zero-filled buffer.
+    pub fn zeros(dtype: DType, len: usize) -> CpuStorage {
+        match dtype {
+            DType::F32 => CpuStorage::F32(vec![0.0; len]),
+            DType::F64 => CpuStorage::F64(vec![0.0; len]),
+            DType::I64 => CpuStorage::I64(vec![0; len]),
+            DType::F16 => CpuStorage::F16(vec![f16::ZERO; len]),
+            DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; len]),
+            DType::Bool => CpuStorage::Bool(vec![false; len]),
+        }
+    }
+
+    /// A buffer filled with `value` converted to `dtype`.
+    pub fn full(dtype: DType, len: usize, value: f64) -> CpuStorage {
+        match dtype {
+            DType::F32 => CpuStorage::F32(vec![value as f32; len]),
+            DType::F64 => CpuStorage::F64(vec![value; len]),
+            DType::I64 => CpuStorage::I64(vec![value as i64; len]),
+            DType::F16 => CpuStorage::F16(vec![f16::from_f64(value); len]),
+            DType::BF16 => CpuStorage::BF16(vec![bf16::from_f64(value); len]),
+            DType::Bool => CpuStorage::Bool(vec![value != 0.0; len]),
+        }
+    }
+
+    /// The elements selected by `layout`, in row-major order, as a new buffer.
+    pub fn gather_layout(&self, layout: &Layout) -> CpuStorage {
+        with_cpu!(self, T, v => T::into_storage(strided_to_vec(v, layout)))
+    }
+
+    /// The elements selected by `layout`, converted to `dtype`.
+    pub fn convert_layout(&self, layout: &Layout, dtype: DType) -> CpuStorage {
+        fn conv<S: Element, D: Element>(src: &[S], layout: &Layout) -> Vec<D> {
+            let mut out = Vec::with_capacity(layout.numel());
+            if let Some(r) = layout.contiguous_range() {
+                out.extend(src[r].iter().map(|&x| convert::<S, D>(x)));
+            } else {
+                for_each_offset(
+                    layout.shape(),
+                    [layout.strides()],
+                    [layout.offset()],
+                    |[o]| out.push(convert::<S, D>(src[o])),
+                );
+            }
+            out
+        }
+        with_cpu!(self, S, v => match dtype {
+            DType::F32 => CpuStorage::F32(conv::<S, f32>(v, layout)),
+            DType::F64 => CpuStorage::F64(conv::<S, f64>(v, layout)),
+            DType::I64 => CpuStorage::I64(conv::<S, i64>(v, layout)),
+            DType::F16 => CpuStorage::F16(conv::<S, f16>(v, layout)),
+            DType::BF16 => CpuStorage::BF16(conv::<S, bf16>(v, layout)),
+            DType::Bool => CpuStorage::Bool(conv::<S, bool>(v, layout)),
+        })
+    }
+}
+
+/// Converts one element between types through `f64`. Every source value except `i64`
+/// above 2^53 is exact in `f64`, so the single rounding to the target (round-to-nearest-even
+/// for floats, truncation toward zero for integers, as PyTorch) is correct.
+#[inline(always)]
+fn convert<S: Element, D: Element>(x: S) -> D {
+    D::from_f64(x.as_f64())
+}
+
+/// Copies the elements selected by `layout` out of `v`, row-major.
+pub(crate) fn strided_to_vec<T: Copy>(v: &[T], layout: &Layout) -> Vec<T> {
+    if let Some(r) = layout.contiguous_range() {
+        return v[r].to_vec();
+    }
+    let mut out = Vec::with_capacity(layout.numel());
+    for_each_offset(
+        layout.shape(),
+        [layout.strides()],
+        [layout.offset()],
+        |[o]| out.push(v[o]),
+    );
+    out
+}
+
+/// A tensor's buffer on some device.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Storage {
+    /// Values in host memory.
+    Cpu(CpuStorage),
+    /// No values: only the dtype and the element count.
+    Meta {
+        /// Element type.
+        dtype: DType,
+        /// Number of elements the buffer would hold.
+        len: usize,
+    },
+}
+
+impl Storage {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(c) => c.dtype(),
+            Storage::Meta { dtype, .. } => *dtype,
+        }
+    }
+
+    /// The device the buffer lives on.
+    pub fn device(&self) -> Device {
+        match self {
+            Storage::Cpu(_) => Device::Cpu,
+            Storage::Meta { .. } => Device::Meta,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::Cpu(c) => c.len(),
+            Storage::Meta { len, .. } => *len,
+        }
+    }
+
+    /// True when the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,1 @@
+//! `#[derive(Module)]` for the `nn` framework (see `nn_core::Module`).

@@ -1,0 +1,1 @@
+//! Layers and containers for the `nn` framework, with PyTorch's names and numerics.

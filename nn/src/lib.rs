@@ -1,0 +1,12 @@
+//! # nn
+//!
+//! Facade crate: everything of [`nn_core`] at the root, layers under [`layers`].
+//!
+//! ```
+//! use nn::Tensor;
+//! let x = Tensor::ones(&[2, 2]);
+//! assert_eq!(x.sum().item(), 4.0);
+//! ```
+
+pub use nn_core::*;
+pub use nn_layers as layers;
