@@ -101,9 +101,7 @@ pub trait Element: Copy + Send + Sync + fmt::Debug + PartialOrd + 'static + seal
 }
 
 /// An element type arithmetic kernels run in: `f32` and `f64`.
-pub trait FloatElement:
-    Element + num_traits::Float + num_traits::FloatConst + std::iter::Sum + fmt::Display
-{
+pub trait FloatElement: Element + num_traits::Float + num_traits::FloatConst + std::iter::Sum + fmt::Display {
     /// `libm`'s error function at this precision (for exact GELU).
     fn erf(self) -> Self;
     /// Converts from `f32` (exact for both types).
@@ -170,8 +168,7 @@ impl_element!(f64, F64, |x: f64| x, |v: f64| v);
 impl_element!(i64, I64, |x: i64| x as f64, |v: f64| v as i64);
 impl_element!(f16, F16, |x: f16| x.to_f64(), f16::from_f64);
 impl_element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);
-impl_element!(bool, Bool, |x: bool| if x { 1.0 } else { 0.0 }, |v: f64| v
-    != 0.0);
+impl_element!(bool, Bool, |x: bool| if x { 1.0 } else { 0.0 }, |v: f64| v != 0.0);
 
 impl FloatElement for f32 {
     #[inline(always)]
@@ -199,9 +196,7 @@ impl FloatElement for f32 {
         csc: isize,
     ) {
         // SAFETY: forwarded contract of this function.
-        unsafe {
-            matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
-        }
+        unsafe { matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
     }
 }
 
@@ -231,8 +226,6 @@ impl FloatElement for f64 {
         csc: isize,
     ) {
         // SAFETY: forwarded contract of this function.
-        unsafe {
-            matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
-        }
+        unsafe { matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
     }
 }

@@ -47,12 +47,7 @@ pub fn log_softmax<D: Dim>(x: &Tensor, dim: D) -> Tensor {
 
 /// See [`Tensor::conv2d`].
 #[track_caller]
-pub fn conv2d(
-    x: &Tensor,
-    weight: &Tensor,
-    bias: Option<&Tensor>,
-    options: Conv2dOptions,
-) -> Tensor {
+pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dOptions) -> Tensor {
     x.conv2d(weight, bias, options)
 }
 
@@ -100,11 +95,6 @@ pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
 
 /// See [`Tensor::scaled_dot_product_attention`].
 #[track_caller]
-pub fn scaled_dot_product_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    options: &AttentionOptions<'_>,
-) -> Tensor {
+pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionOptions<'_>) -> Tensor {
     q.scaled_dot_product_attention(k, v, options)
 }

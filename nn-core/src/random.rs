@@ -13,8 +13,7 @@ use rand_chacha::ChaCha8Rng;
 /// PyTorch's default seed, used until [`manual_seed`] is called.
 const DEFAULT_SEED: u64 = 67280421310721;
 
-static RNG: LazyLock<Mutex<ChaCha8Rng>> =
-    LazyLock::new(|| Mutex::new(ChaCha8Rng::seed_from_u64(DEFAULT_SEED)));
+static RNG: LazyLock<Mutex<ChaCha8Rng>> = LazyLock::new(|| Mutex::new(ChaCha8Rng::seed_from_u64(DEFAULT_SEED)));
 
 /// Seeds the global generator.
 ///
@@ -52,11 +51,7 @@ pub struct RngState {
 /// The current state of the global generator.
 pub fn rng_state() -> RngState {
     let r = lock();
-    RngState {
-        seed: r.get_seed(),
-        stream: r.get_stream(),
-        word_pos: r.get_word_pos(),
-    }
+    RngState { seed: r.get_seed(), stream: r.get_stream(), word_pos: r.get_word_pos() }
 }
 
 /// Restores a state captured by [`rng_state`].

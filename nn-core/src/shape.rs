@@ -31,21 +31,13 @@ pub fn contiguous_strides(shape: &[usize]) -> Dims {
 impl Layout {
     /// The row-major layout of `shape` starting at offset 0.
     pub fn contiguous(shape: &[usize]) -> Self {
-        Layout {
-            shape: shape.into(),
-            strides: contiguous_strides(shape),
-            offset: 0,
-        }
+        Layout { shape: shape.into(), strides: contiguous_strides(shape), offset: 0 }
     }
 
     /// A layout from explicit parts (the caller guarantees they fit its storage).
     pub fn new(shape: Dims, strides: Dims, offset: usize) -> Self {
         debug_assert_eq!(shape.len(), strides.len());
-        Layout {
-            shape,
-            strides,
-            offset,
-        }
+        Layout { shape, strides, offset }
     }
 
     /// The sizes of the dimensions.
@@ -87,8 +79,7 @@ impl Layout {
 
     /// The contiguous range of storage this layout covers, when it is contiguous.
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
-        self.is_contiguous()
-            .then(|| self.offset..self.offset + self.numel())
+        self.is_contiguous().then(|| self.offset..self.offset + self.numel())
     }
 
     /// One past the largest storage index this layout can touch (0 for an empty tensor).
@@ -96,14 +87,7 @@ impl Layout {
         if self.numel() == 0 {
             return 0;
         }
-        self.offset
-            + self
-                .shape
-                .iter()
-                .zip(&self.strides)
-                .map(|(&d, &s)| (d - 1) * s)
-                .sum::<usize>()
-            + 1
+        self.offset + self.shape.iter().zip(&self.strides).map(|(&d, &s)| (d - 1) * s).sum::<usize>() + 1
     }
 
     /// Reorders the dimensions: output dim `i` is input dim `perm[i]`.
@@ -143,31 +127,18 @@ impl Layout {
                 return None;
             };
         }
-        Some(Layout {
-            shape: shape.into(),
-            strides,
-            offset: self.offset,
-        })
+        Some(Layout { shape: shape.into(), strides, offset: self.offset })
     }
 
     /// A view with a new shape over the same elements, when the strides allow it without
     /// copying (always for contiguous layouts). Mirrors PyTorch's `view` rules.
     pub(crate) fn reshape_view(&self, shape: &[usize]) -> Option<Layout> {
         if self.is_contiguous() || self.numel() == 0 {
-            return Some(Layout {
-                shape: shape.into(),
-                strides: contiguous_strides(shape),
-                offset: self.offset,
-            });
+            return Some(Layout { shape: shape.into(), strides: contiguous_strides(shape), offset: self.offset });
         }
         // Merge runs of old dims that are mutually contiguous, then split them into new dims.
-        let old: Vec<(usize, usize)> = self
-            .shape
-            .iter()
-            .zip(&self.strides)
-            .filter(|(&d, _)| d != 1)
-            .map(|(&d, &s)| (d, s))
-            .collect();
+        let old: Vec<(usize, usize)> =
+            self.shape.iter().zip(&self.strides).filter(|(&d, _)| d != 1).map(|(&d, &s)| (d, s)).collect();
         let mut strides: Dims = smallvec::smallvec![0; shape.len()];
         let mut oi = 0usize;
         let mut ni = 0usize;
@@ -195,9 +166,7 @@ impl Layout {
                     break;
                 }
                 chunk_end += 1;
-                if chunk_end >= old.len()
-                    || old[chunk_end - 1].1 != old[chunk_end].0 * old[chunk_end].1
-                {
+                if chunk_end >= old.len() || old[chunk_end - 1].1 != old[chunk_end].0 * old[chunk_end].1 {
                     return None;
                 }
                 chunk_size *= old[chunk_end].0;
@@ -214,11 +183,7 @@ impl Layout {
         if oi != old.len() {
             return None;
         }
-        Some(Layout {
-            shape: shape.into(),
-            strides,
-            offset: self.offset,
-        })
+        Some(Layout { shape: shape.into(), strides, offset: self.offset })
     }
 }
 
@@ -227,16 +192,8 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Dims> {
     let rank = a.len().max(b.len());
     let mut out: Dims = smallvec::smallvec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank {
-            a[i + a.len() - rank]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= rank {
-            b[i + b.len() - rank]
-        } else {
-            1
-        };
+        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -260,9 +217,7 @@ fn resolve_signed(d: i64, rank: usize, op: &str) -> usize {
     let lo = if rank == 0 { -1 } else { -r };
     let hi = if rank == 0 { 0 } else { r - 1 };
     if d < lo || d > hi {
-        panic!(
-            "{op}: dimension {d} out of range for a tensor of rank {rank} (expected {lo}..={hi})"
-        );
+        panic!("{op}: dimension {d} out of range for a tensor of rank {rank} (expected {lo}..={hi})");
     }
     if d < 0 {
         (d + r.max(1)) as usize
@@ -351,10 +306,7 @@ mod tests {
     fn broadcast_rules() {
         assert_eq!(broadcast_shapes(&[3, 1], &[4]).unwrap().as_slice(), &[3, 4]);
         assert_eq!(broadcast_shapes(&[], &[2, 2]).unwrap().as_slice(), &[2, 2]);
-        assert_eq!(
-            broadcast_shapes(&[0, 1], &[1, 5]).unwrap().as_slice(),
-            &[0, 5]
-        );
+        assert_eq!(broadcast_shapes(&[0, 1], &[1, 5]).unwrap().as_slice(), &[0, 5]);
         assert!(broadcast_shapes(&[3], &[4]).is_none());
     }
 
@@ -368,10 +320,7 @@ mod tests {
         assert!(l.reshape_view(&[12]).is_none());
         let l = Layout::contiguous(&[2, 3, 4]).permute(&[1, 0, 2]); // [3,2,4] strides [4,12,1]
         assert!(l.reshape_view(&[3, 8]).is_none());
-        assert_eq!(
-            l.reshape_view(&[3, 2, 2, 2]).unwrap().strides(),
-            &[4, 12, 2, 1]
-        );
+        assert_eq!(l.reshape_view(&[3, 2, 2, 2]).unwrap().strides(), &[4, 12, 2, 1]);
     }
 
     #[test]

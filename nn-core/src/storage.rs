@@ -80,11 +80,7 @@ macro_rules! with_float {
                 "{}: expected a floating-point tensor (f32 or f64), got {}{}",
                 $op,
                 other.dtype(),
-                if other.dtype().is_float() {
-                    "; convert with `.to_dtype(DType::F32)` first"
-                } else {
-                    ""
-                }
+                if other.dtype().is_float() { "; convert with `.to_dtype(DType::F32)` first" } else { "" }
             ),
         }
     };
@@ -143,12 +139,9 @@ impl CpuStorage {
             if let Some(r) = layout.contiguous_range() {
                 out.extend(src[r].iter().map(|&x| convert::<S, D>(x)));
             } else {
-                for_each_offset(
-                    layout.shape(),
-                    [layout.strides()],
-                    [layout.offset()],
-                    |[o]| out.push(convert::<S, D>(src[o])),
-                );
+                for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| {
+                    out.push(convert::<S, D>(src[o]))
+                });
             }
             out
         }
@@ -177,12 +170,7 @@ pub(crate) fn strided_to_vec<T: Copy>(v: &[T], layout: &Layout) -> Vec<T> {
         return v[r].to_vec();
     }
     let mut out = Vec::with_capacity(layout.numel());
-    for_each_offset(
-        layout.shape(),
-        [layout.strides()],
-        [layout.offset()],
-        |[o]| out.push(v[o]),
-    );
+    for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| out.push(v[o]));
     out
 }
 

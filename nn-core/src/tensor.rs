@@ -67,15 +67,8 @@ pub(crate) struct TensorImpl {
 // ---------------------------------------------------------------------------------------
 
 impl Tensor {
-    pub(crate) fn from_parts(
-        storage: Arc<Storage>,
-        layout: Layout,
-        grad_fn: Option<Arc<Node>>,
-    ) -> Tensor {
-        debug_assert!(
-            layout.storage_span() <= storage.len(),
-            "layout exceeds storage"
-        );
+    pub(crate) fn from_parts(storage: Arc<Storage>, layout: Layout, grad_fn: Option<Arc<Node>>) -> Tensor {
+        debug_assert!(layout.storage_span() <= storage.len(), "layout exceeds storage");
         Tensor(Arc::new(TensorImpl {
             id: TensorId::next(),
             layout,
@@ -132,8 +125,7 @@ impl Tensor {
     /// A tensor of booleans (masks).
     #[track_caller]
     pub fn from_vec_bool(data: Vec<bool>, shape: &[usize]) -> Tensor {
-        Tensor::try_from_data(data, shape, "Tensor::from_vec_bool")
-            .unwrap_or_else(|e| panic!("{e}"))
+        Tensor::try_from_data(data, shape, "Tensor::from_vec_bool").unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// A tensor of any element type, checking the length.
@@ -141,19 +133,10 @@ impl Tensor {
         Tensor::try_from_data(data, shape, "Tensor::from_data")
     }
 
-    fn try_from_data<T: Element>(
-        data: Vec<T>,
-        shape: &[usize],
-        op: &'static str,
-    ) -> Result<Tensor> {
+    fn try_from_data<T: Element>(data: Vec<T>, shape: &[usize], op: &'static str) -> Result<Tensor> {
         let expected: usize = shape.iter().product();
         if expected != data.len() {
-            return Err(Error::ElementCount {
-                op,
-                shape: shape.to_vec(),
-                expected,
-                got: data.len(),
-            });
+            return Err(Error::ElementCount { op, shape: shape.to_vec(), expected, got: data.len() });
         }
         Ok(Tensor::from_cpu(T::into_storage(data), shape))
     }
@@ -221,10 +204,7 @@ impl Tensor {
             panic!("arange: step {step} cannot go from {start} to {end}");
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
-        Tensor::from_vec(
-            (0..n).map(|i| (start + i as f64 * step) as f32).collect(),
-            &[n],
-        )
+        Tensor::from_vec((0..n).map(|i| (start + i as f64 * step) as f32).collect(), &[n])
     }
 
     /// Standard normal `f32` samples from the global generator ([`crate::manual_seed`]).
@@ -242,11 +222,7 @@ impl Tensor {
     /// Uniform `f32` samples in `[low, high)` from the global generator.
     pub fn uniform(shape: &[usize], low: f64, high: f64) -> Tensor {
         let n = shape.iter().product();
-        let v: Vec<f32> = with_rng(|r| {
-            (0..n)
-                .map(|_| (low + (high - low) * r.random::<f64>()) as f32)
-                .collect()
-        });
+        let v: Vec<f32> = with_rng(|r| (0..n).map(|_| (low + (high - low) * r.random::<f64>()) as f32).collect());
         Tensor::from_vec(v, shape)
     }
 
@@ -329,11 +305,7 @@ impl Tensor {
 
     /// The storage buffer (shared with views).
     pub fn storage_arc(&self) -> Arc<Storage> {
-        self.0
-            .storage
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.0.storage.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The CPU buffer, or a panic naming `op` when the tensor is on the meta device.
@@ -341,13 +313,7 @@ impl Tensor {
     pub(crate) fn cpu_storage(&self, op: &str) -> Arc<Storage> {
         let s = self.storage_arc();
         if let Storage::Meta { .. } = &*s {
-            panic!(
-                "{}",
-                Error::MetaHasNoValues {
-                    op: leak(op),
-                    shape: self.shape().to_vec()
-                }
-            );
+            panic!("{}", Error::MetaHasNoValues { op: leak(op), shape: self.shape().to_vec() });
         }
         s
     }
@@ -456,11 +422,7 @@ impl Tensor {
 
     /// The accumulated gradient of a leaf, if a backward pass has reached it.
     pub fn grad(&self) -> Option<Tensor> {
-        self.0
-            .grad
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.0.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Replaces the accumulated gradient (`None` clears it, like `zero_grad(set_to_none=True)`).
@@ -504,26 +466,16 @@ impl Tensor {
 impl Tensor {
     /// This tensor if already contiguous, otherwise a contiguous copy (differentiable).
     pub fn contiguous(&self) -> Tensor {
-        if self.is_contiguous()
-            && self.0.layout.offset() == 0
-            && self.storage_arc().len() == self.numel()
-        {
+        if self.is_contiguous() && self.0.layout.offset() == 0 && self.storage_arc().len() == self.numel() {
             return self.clone();
         }
         let storage = match &*self.storage_arc() {
             Storage::Cpu(c) => Storage::Cpu(c.gather_layout(self.layout())),
-            Storage::Meta { dtype, .. } => Storage::Meta {
-                dtype: *dtype,
-                len: self.numel(),
-            },
+            Storage::Meta { dtype, .. } => Storage::Meta { dtype: *dtype, len: self.numel() },
         };
-        op_result(
-            "contiguous",
-            Arc::new(storage),
-            Layout::contiguous(self.shape()),
-            &[self],
-            || |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.clone())] },
-        )
+        op_result("contiguous", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {
+            |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.clone())] }
+        })
     }
 
     /// Converts to another dtype (differentiable between floating types; gradients are
@@ -543,23 +495,12 @@ impl Tensor {
         }
         let storage = match &*self.storage_arc() {
             Storage::Cpu(c) => Storage::Cpu(c.convert_layout(self.layout(), dtype)),
-            Storage::Meta { .. } => Storage::Meta {
-                dtype,
-                len: self.numel(),
-            },
+            Storage::Meta { .. } => Storage::Meta { dtype, len: self.numel() },
         };
         let inputs: &[&Tensor] = if dtype.is_float() { &[self] } else { &[] };
-        op_result(
-            "to_dtype",
-            Arc::new(storage),
-            Layout::contiguous(self.shape()),
-            inputs,
-            || {
-                move |g: &Tensor, _: &[bool]| -> Grads {
-                    smallvec::smallvec![Some(g.to_dtype(src))]
-                }
-            },
-        )
+        op_result("to_dtype", Arc::new(storage), Layout::contiguous(self.shape()), inputs, || {
+            move |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.to_dtype(src))] }
+        })
     }
 
     /// Moves to another device. Moving to `Meta` drops the values; moving a meta tensor to
@@ -571,23 +512,12 @@ impl Tensor {
         }
         let dtype = self.dtype();
         let storage = match device {
-            Device::Meta => Storage::Meta {
-                dtype,
-                len: self.numel(),
-            },
+            Device::Meta => Storage::Meta { dtype, len: self.numel() },
             Device::Cpu => Storage::Cpu(CpuStorage::zeros(dtype, self.numel())),
         };
-        op_result(
-            "to_device",
-            Arc::new(storage),
-            Layout::contiguous(self.shape()),
-            &[self],
-            || {
-                move |g: &Tensor, _: &[bool]| -> Grads {
-                    smallvec::smallvec![Some(g.to_device(Device::Cpu))]
-                }
-            },
-        )
+        op_result("to_device", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {
+            move |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.to_device(Device::Cpu))] }
+        })
     }
 
     #[track_caller]
@@ -609,11 +539,7 @@ impl Tensor {
     #[track_caller]
     pub fn set_data(&self, src: &Tensor) {
         if src.shape() != self.shape() {
-            panic!(
-                "set_data: source of shape {:?} for a tensor of shape {:?}",
-                src.shape(),
-                self.shape()
-            );
+            panic!("set_data: source of shape {:?} for a tensor of shape {:?}", src.shape(), self.shape());
         }
         let new = if src.layout() == self.layout() {
             src.storage_arc()
@@ -623,10 +549,7 @@ impl Tensor {
             // A strided leaf: rebuild a buffer in this tensor's own layout.
             let span = self.layout().storage_span();
             match &*src.storage_arc() {
-                Storage::Meta { dtype, .. } => Arc::new(Storage::Meta {
-                    dtype: *dtype,
-                    len: span,
-                }),
+                Storage::Meta { dtype, .. } => Arc::new(Storage::Meta { dtype: *dtype, len: span }),
                 Storage::Cpu(c) => {
                     let vals = c.gather_layout(src.layout());
                     let mut out = CpuStorage::zeros(vals.dtype(), span);
@@ -640,11 +563,7 @@ impl Tensor {
 
     /// Runs `f` on this tensor's buffer for writing, copying the buffer first if any other
     /// handle shares it (copy-on-write).
-    pub(crate) fn modify_storage<R>(
-        &self,
-        op: &str,
-        f: impl FnOnce(&mut CpuStorage, &Layout) -> R,
-    ) -> R {
+    pub(crate) fn modify_storage<R>(&self, op: &str, f: impl FnOnce(&mut CpuStorage, &Layout) -> R) -> R {
         let mut guard = self.0.storage.write().unwrap_or_else(|e| e.into_inner());
         match Arc::make_mut(&mut guard) {
             Storage::Cpu(c) => f(c, &self.0.layout),
@@ -670,11 +589,7 @@ impl Tensor {
             return self;
         }
         let Some(b) = src.layout().broadcast_to(self.shape()) else {
-            panic!(
-                "copy_: source of shape {:?} cannot be broadcast to {:?}",
-                src.shape(),
-                self.shape()
-            );
+            panic!("copy_: source of shape {:?} cannot be broadcast to {:?}", src.shape(), self.shape());
         };
         let dtype = self.dtype();
         let s = src.cpu_storage("copy_");
@@ -721,15 +636,10 @@ pub(crate) fn scatter_into(dst: &mut CpuStorage, layout: &Layout, vals: &CpuStor
             return;
         }
         let mut i = 0;
-        for_each_offset(
-            layout.shape(),
-            [layout.strides()],
-            [layout.offset()],
-            |[o]| {
-                dst[o] = vals[i];
-                i += 1;
-            },
-        );
+        for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| {
+            dst[o] = vals[i];
+            i += 1;
+        });
     }
     let dtype = dst.dtype();
     let vals = if vals.dtype() == dtype {
@@ -786,11 +696,7 @@ impl fmt::Display for Tensor {
                 let n = shape[0];
                 let elide = n > 6 && vals.len() > 1000;
                 let idx: Vec<Option<usize>> = if elide {
-                    (0..3)
-                        .map(Some)
-                        .chain([None])
-                        .chain((n - 3..n).map(Some))
-                        .collect()
+                    (0..3).map(Some).chain([None]).chain((n - 3..n).map(Some)).collect()
                 } else {
                     (0..n).map(Some).collect()
                 };
@@ -803,15 +709,7 @@ impl fmt::Display for Tensor {
                         }
                     }
                     match i {
-                        Some(i) => rec(
-                            f,
-                            vals,
-                            &shape[1..],
-                            &strides[1..],
-                            base + i * strides[0],
-                            depth + 1,
-                            fmt_v,
-                        )?,
+                        Some(i) => rec(f, vals, &shape[1..], &strides[1..], base + i * strides[0], depth + 1, fmt_v)?,
                         None => f.write_str("...")?,
                     }
                 }

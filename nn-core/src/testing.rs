@@ -19,11 +19,7 @@ pub struct GradcheckOptions {
 
 impl Default for GradcheckOptions {
     fn default() -> Self {
-        GradcheckOptions {
-            eps: 1e-6,
-            atol: 1e-5,
-            rtol: 1e-3,
-        }
+        GradcheckOptions { eps: 1e-6, atol: 1e-5, rtol: 1e-3 }
     }
 }
 
@@ -44,38 +40,17 @@ pub fn gradcheck(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) -> Result<(
 }
 
 /// [`gradcheck`] with explicit tolerances.
-pub fn gradcheck_with(
-    f: impl Fn(&[Tensor]) -> Tensor,
-    inputs: &[Tensor],
-    opt: GradcheckOptions,
-) -> Result<(), String> {
+pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: GradcheckOptions) -> Result<(), String> {
     let is_float = |t: &Tensor| t.dtype().is_float();
     let base: Vec<Tensor> = inputs
         .iter()
-        .map(|t| {
-            if is_float(t) {
-                Tensor::from_vec_f64(t.to_vec_f64(), t.shape())
-            } else {
-                t.clone()
-            }
-        })
+        .map(|t| if is_float(t) { Tensor::from_vec_f64(t.to_vec_f64(), t.shape()) } else { t.clone() })
         .collect();
-    let leaves: Vec<Tensor> = base
-        .iter()
-        .map(|t| {
-            if is_float(t) {
-                t.detach().requires_grad_(true)
-            } else {
-                t.clone()
-            }
-        })
-        .collect();
+    let leaves: Vec<Tensor> =
+        base.iter().map(|t| if is_float(t) { t.detach().requires_grad_(true) } else { t.clone() }).collect();
     let out = f(&leaves);
     if out.dtype() != DType::F64 {
-        return Err(format!(
-            "gradcheck: f returned dtype {} for f64 inputs",
-            out.dtype()
-        ));
+        return Err(format!("gradcheck: f returned dtype {} for f64 inputs", out.dtype()));
     }
     let weights = projection(out.shape());
     let loss = (&out * &weights).sum();
@@ -88,10 +63,7 @@ pub fn gradcheck_with(
         if !is_float(leaf) {
             continue;
         }
-        let analytic = leaf
-            .grad()
-            .map(|g| g.to_vec_f64())
-            .unwrap_or_else(|| vec![0.0; leaf.numel()]);
+        let analytic = leaf.grad().map(|g| g.to_vec_f64()).unwrap_or_else(|| vec![0.0; leaf.numel()]);
         let values = base[i].to_vec_f64();
         for j in 0..values.len() {
             let probe = |delta: f64| {
@@ -136,9 +108,6 @@ pub fn assert_close(actual: &[f32], expected: &[f32], atol: f32, rtol: f32) {
     assert_eq!(actual.len(), expected.len(), "assert_close: lengths differ");
     for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
         let ok = (a - e).abs() <= atol + rtol * e.abs() || (a.is_nan() && e.is_nan());
-        assert!(
-            ok,
-            "assert_close: element {i}: {a} vs expected {e} (atol {atol}, rtol {rtol})"
-        );
+        assert!(ok, "assert_close: element {i}: {a} vs expected {e} (atol {atol}, rtol {rtol})");
     }
 }

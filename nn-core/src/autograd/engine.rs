@@ -44,18 +44,10 @@ impl Tensor {
     /// the graph for another backward.
     pub fn backward_with(&self, grad: &Tensor, retain_graph: bool) {
         if grad.shape() != self.shape() {
-            panic!(
-                "backward: gradient has shape {:?} but the tensor has shape {:?}",
-                grad.shape(),
-                self.shape()
-            );
+            panic!("backward: gradient has shape {:?} but the tensor has shape {:?}", grad.shape(), self.shape());
         }
         if grad.dtype() != self.dtype() {
-            panic!(
-                "backward: gradient has dtype {} but the tensor has dtype {}",
-                grad.dtype(),
-                self.dtype()
-            );
+            panic!("backward: gradient has dtype {} but the tensor has dtype {}", grad.dtype(), self.dtype());
         }
         let _no_grad = GradModeGuard::set(false);
         match &self.0.grad_fn {
@@ -76,9 +68,7 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
     let mut seen = std::collections::HashSet::from([root.id]);
     while let Some(n) = stack.pop() {
         let guard = n.state.lock().unwrap_or_else(|e| e.into_inner());
-        let st = guard
-            .as_ref()
-            .unwrap_or_else(|| panic!("{SECOND_BACKWARD}"));
+        let st = guard.as_ref().unwrap_or_else(|| panic!("{SECOND_BACKWARD}"));
         for e in st.inputs.iter().flatten() {
             if let Edge::Node(m) = e {
                 *deps.entry(m.id).or_insert(0) += 1;
@@ -94,26 +84,13 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
     while let Some(n) = ready.pop() {
         let g = grads.remove(&n.id);
         let mut guard = n.state.lock().unwrap_or_else(|e| e.into_inner());
-        let st = guard
-            .as_ref()
-            .unwrap_or_else(|| panic!("{SECOND_BACKWARD}"));
+        let st = guard.as_ref().unwrap_or_else(|| panic!("{SECOND_BACKWARD}"));
         let input_grads = match &g {
             Some(g) => {
-                debug_assert_eq!(
-                    g.shape(),
-                    n.shape.as_slice(),
-                    "gradient shape for `{}`",
-                    n.name
-                );
-                let needs: smallvec::SmallVec<[bool; 3]> =
-                    st.inputs.iter().map(Option::is_some).collect();
+                debug_assert_eq!(g.shape(), n.shape.as_slice(), "gradient shape for `{}`", n.name);
+                let needs: smallvec::SmallVec<[bool; 3]> = st.inputs.iter().map(Option::is_some).collect();
                 let out = st.backward.backward(g, &needs);
-                assert_eq!(
-                    out.len(),
-                    st.inputs.len(),
-                    "internal: `{}` returned the wrong number of gradients",
-                    n.name
-                );
+                assert_eq!(out.len(), st.inputs.len(), "internal: `{}` returned the wrong number of gradients", n.name);
                 out
             }
             None => st.inputs.iter().map(|_| None).collect(),

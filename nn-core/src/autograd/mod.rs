@@ -130,12 +130,7 @@ pub(crate) fn op_result<B: Backward>(
 ) -> Tensor {
     let grad_fn = if is_grad_enabled() && inputs.iter().any(|t| t.requires_grad()) {
         let edges = inputs.iter().map(|t| t.edge()).collect();
-        Some(Arc::new(Node::new(
-            name,
-            layout.shape(),
-            Box::new(make_backward()),
-            edges,
-        )))
+        Some(Arc::new(Node::new(name, layout.shape(), Box::new(make_backward()), edges)))
     } else {
         None
     };
@@ -167,34 +162,28 @@ pub fn custom_op(
 ) -> Tensor {
     let shapes: Vec<Dims> = inputs.iter().map(|t| Dims::from(t.shape())).collect();
     let out = output.detach();
-    op_result(
-        name,
-        out.storage_arc(),
-        out.layout().clone(),
-        inputs,
-        move || {
-            move |g: &Tensor, _needs: &[bool]| -> Grads {
-                let grads = backward(g);
-                assert_eq!(
-                    grads.len(),
-                    shapes.len(),
-                    "custom_op `{name}`: backward returned {} gradients for {} inputs",
-                    grads.len(),
-                    shapes.len()
-                );
-                for (g, s) in grads.iter().zip(&shapes) {
-                    if let Some(g) = g {
-                        assert_eq!(
-                            g.shape(),
-                            s.as_slice(),
-                            "custom_op `{name}`: gradient of shape {:?} for an input of shape {:?}",
-                            g.shape(),
-                            s.as_slice()
-                        );
-                    }
+    op_result(name, out.storage_arc(), out.layout().clone(), inputs, move || {
+        move |g: &Tensor, _needs: &[bool]| -> Grads {
+            let grads = backward(g);
+            assert_eq!(
+                grads.len(),
+                shapes.len(),
+                "custom_op `{name}`: backward returned {} gradients for {} inputs",
+                grads.len(),
+                shapes.len()
+            );
+            for (g, s) in grads.iter().zip(&shapes) {
+                if let Some(g) = g {
+                    assert_eq!(
+                        g.shape(),
+                        s.as_slice(),
+                        "custom_op `{name}`: gradient of shape {:?} for an input of shape {:?}",
+                        g.shape(),
+                        s.as_slice()
+                    );
                 }
-                grads.into_iter().collect()
             }
-        },
-    )
+            grads.into_iter().collect()
+        }
+    })
 }

@@ -4,12 +4,11 @@ use super::unary::{c, unary, unary_op, UnaryOp};
 use crate::dtype::FloatElement;
 use crate::tensor::Tensor;
 
-unary_op!(
-    Relu,
-    "relu",
-    |s, x| if x > T::zero() { x } else { T::zero() },
-    |s, x, y| if x > T::zero() { T::one() } else { T::zero() }
-);
+unary_op!(Relu, "relu", |s, x| if x > T::zero() { x } else { T::zero() }, |s, x, y| if x > T::zero() {
+    T::one()
+} else {
+    T::zero()
+});
 
 #[inline(always)]
 fn sigmoid<T: FloatElement>(x: T) -> T {
@@ -22,8 +21,7 @@ fn sigmoid<T: FloatElement>(x: T) -> T {
     }
 }
 
-unary_op!(Sigmoid, "sigmoid", |s, x| sigmoid(x), |s, x, y| y
-    * (T::one() - y));
+unary_op!(Sigmoid, "sigmoid", |s, x| sigmoid(x), |s, x, y| y * (T::one() - y));
 unary_op!(Tanh, "tanh", |s, x| x.tanh(), |s, x, y| T::one() - y * y);
 unary_op!(Silu, "silu", |s, x| x * sigmoid(x), |s, x, y| {
     let sg = sigmoid(x);

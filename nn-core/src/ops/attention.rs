@@ -34,14 +34,8 @@ impl Tensor {
     /// assert_eq!(y.to_vec(), vec![1.0, 2.0, 2.0, 3.0]);
     /// ```
     #[track_caller]
-    pub fn scaled_dot_product_attention(
-        &self,
-        key: &Tensor,
-        value: &Tensor,
-        options: &AttentionOptions<'_>,
-    ) -> Tensor {
-        self.scaled_dot_product_attention_with_weights(key, value, options)
-            .0
+    pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, options: &AttentionOptions<'_>) -> Tensor {
+        self.scaled_dot_product_attention_with_weights(key, value, options).0
     }
 
     /// Like [`scaled_dot_product_attention`](Tensor::scaled_dot_product_attention), also
@@ -67,18 +61,10 @@ impl Tensor {
         let (e, ek) = (q.shape()[q.rank() - 1], k.shape()[k.rank() - 1]);
         let (s, sv) = (k.shape()[k.rank() - 2], v.shape()[v.rank() - 2]);
         if e != ek {
-            panic!(
-                "{OP}: query {:?} and key {:?} have different embedding sizes {e} and {ek}",
-                q.shape(),
-                k.shape()
-            );
+            panic!("{OP}: query {:?} and key {:?} have different embedding sizes {e} and {ek}", q.shape(), k.shape());
         }
         if s != sv {
-            panic!(
-                "{OP}: key {:?} and value {:?} have different sequence lengths {s} and {sv}",
-                k.shape(),
-                v.shape()
-            );
+            panic!("{OP}: key {:?} and value {:?} have different sequence lengths {s} and {sv}", k.shape(), v.shape());
         }
         if options.is_causal && options.attn_mask.is_some() {
             panic!("{OP}: explicit attn_mask should not be set when is_causal=true");
@@ -90,17 +76,12 @@ impl Tensor {
         let mask = if options.is_causal {
             let m: Vec<bool> = (0..l).flat_map(|i| (0..s).map(move |j| j <= i)).collect();
             causal = Tensor::from_cpu(CpuStorage::Bool(m), &[l, s]);
-            Some(if q.device() == Device::Meta {
-                causal.to_device(Device::Meta)
-            } else {
-                causal
-            })
+            Some(if q.device() == Device::Meta { causal.to_device(Device::Meta) } else { causal })
         } else {
             options.attn_mask.cloned()
         };
         if let Some(m) = mask {
-            if crate::shape::broadcast_shapes(m.shape(), scores.shape())
-                .is_none_or(|b| b.as_slice() != scores.shape())
+            if crate::shape::broadcast_shapes(m.shape(), scores.shape()).is_none_or(|b| b.as_slice() != scores.shape())
             {
                 panic!(
                     "{OP}: attn_mask of shape {:?} cannot be broadcast to the scores' shape {:?}",

@@ -50,43 +50,18 @@ macro_rules! binary_op {
     };
 }
 
-binary_op!(
-    AddOp,
-    "add",
-    Some((1.0, 1.0)),
-    |a, b| a + b,
-    T::one(),
-    T::one()
-);
-binary_op!(
-    SubOp,
-    "sub",
-    Some((1.0, -1.0)),
-    |a, b| a - b,
-    T::one(),
-    -T::one()
-);
+binary_op!(AddOp, "add", Some((1.0, 1.0)), |a, b| a + b, T::one(), T::one());
+binary_op!(SubOp, "sub", Some((1.0, -1.0)), |a, b| a - b, T::one(), -T::one());
 binary_op!(MulOp, "mul", None, |a, b| a * b, b, a);
 binary_op!(DivOp, "div", None, |a, b| a / b, b.recip(), -a / (b * b));
-binary_op!(
-    PowOp,
-    "pow",
-    None,
-    |a, b| a.powf(b),
-    if b == T::zero() {
+binary_op!(PowOp, "pow", None, |a, b| a.powf(b), if b == T::zero() { T::zero() } else { b * a.powf(b - T::one()) }, {
+    // d/db a^b = a^b ln a; PyTorch defines it as 0 where a == 0 and b >= 0.
+    if a == T::zero() && b >= T::zero() {
         T::zero()
     } else {
-        b * a.powf(b - T::one())
-    },
-    {
-        // d/db a^b = a^b ln a; PyTorch defines it as 0 where a == 0 and b >= 0.
-        if a == T::zero() && b >= T::zero() {
-            T::zero()
-        } else {
-            a.powf(b) * a.ln()
-        }
+        a.powf(b) * a.ln()
     }
-);
+});
 binary_op!(
     MaxOp,
     "maximum",
@@ -144,11 +119,7 @@ binary_op!(
 #[track_caller]
 pub(crate) fn broadcast_pair(op: &str, a: &Tensor, b: &Tensor) -> (Layout, Layout, Layout) {
     let Some(shape) = broadcast_shapes(a.shape(), b.shape()) else {
-        panic!(
-            "{op}: shapes {:?} and {:?} cannot be broadcast together",
-            a.shape(),
-            b.shape()
-        );
+        panic!("{op}: shapes {:?} and {:?} cannot be broadcast together", a.shape(), b.shape());
     };
     let la = a.layout().broadcast_to(&shape).expect("broadcastable");
     let lb = b.layout().broadcast_to(&shape).expect("broadcastable");
@@ -162,10 +133,7 @@ pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
     super::check_float(O::NAME, a);
     let (la, lb, lo) = broadcast_pair(O::NAME, a, b);
     let storage = if device == Device::Meta {
-        Storage::Meta {
-            dtype,
-            len: lo.numel(),
-        }
+        Storage::Meta { dtype, len: lo.numel() }
     } else {
         let (sa, sb) = (a.storage_arc(), b.storage_arc());
         Storage::Cpu(with_float!(cpu(&sa), O::NAME, T, va => {
@@ -301,10 +269,7 @@ impl Tensor {
     #[track_caller]
     pub fn ne(&self, other: &Tensor) -> Tensor {
         let e = self.eq(other);
-        Tensor::from_cpu(
-            CpuStorage::Bool(e.to_vec_bool().into_iter().map(|v| !v).collect()),
-            e.shape(),
-        )
+        Tensor::from_cpu(CpuStorage::Bool(e.to_vec_bool().into_iter().map(|v| !v).collect()), e.shape())
     }
 
     /// `self < other` elementwise.
@@ -349,38 +314,21 @@ impl Tensor {
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
         const OP: &str = "where";
         if cond.dtype() != DType::Bool {
-            panic!(
-                "{OP}: condition must be a bool tensor, got {}",
-                cond.dtype()
-            );
+            panic!("{OP}: condition must be a bool tensor, got {}", cond.dtype());
         }
         let (device, dtype) = check_same(OP, &[a, b]);
         if cond.device() != device {
-            panic!(
-                "{OP}: condition on {} but values on {device}",
-                cond.device()
-            );
+            panic!("{OP}: condition on {} but values on {device}", cond.device());
         }
         let Some(s1) = broadcast_shapes(a.shape(), b.shape()) else {
-            panic!(
-                "{OP}: shapes {:?} and {:?} cannot be broadcast together",
-                a.shape(),
-                b.shape()
-            );
+            panic!("{OP}: shapes {:?} and {:?} cannot be broadcast together", a.shape(), b.shape());
         };
         let Some(shape) = broadcast_shapes(&s1, cond.shape()) else {
-            panic!(
-                "{OP}: condition of shape {:?} cannot be broadcast to {:?}",
-                cond.shape(),
-                s1.as_slice()
-            );
+            panic!("{OP}: condition of shape {:?} cannot be broadcast to {:?}", cond.shape(), s1.as_slice());
         };
         let lo = Layout::contiguous(&shape);
         let storage = if device == Device::Meta {
-            Storage::Meta {
-                dtype,
-                len: lo.numel(),
-            }
+            Storage::Meta { dtype, len: lo.numel() }
         } else {
             let lc = cond.layout().broadcast_to(&shape).expect("broadcastable");
             let la = a.layout().broadcast_to(&shape).expect("broadcastable");
@@ -401,8 +349,7 @@ impl Tensor {
         };
         op_result(OP, Arc::new(storage), lo, &[a, b], || {
             let cond = cond.detach();
-            let (sa, sb): (crate::shape::Dims, crate::shape::Dims) =
-                (a.shape().into(), b.shape().into());
+            let (sa, sb): (crate::shape::Dims, crate::shape::Dims) = (a.shape().into(), b.shape().into());
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 let zero = g.scalar_like(0.0);
                 smallvec![
@@ -428,10 +375,7 @@ impl Tensor {
         if self.device() == Device::Meta {
             return self.detach();
         }
-        Tensor::from_cpu(
-            CpuStorage::Bool(self.to_vec_bool().into_iter().map(|v| !v).collect()),
-            self.shape(),
-        )
+        Tensor::from_cpu(CpuStorage::Bool(self.to_vec_bool().into_iter().map(|v| !v).collect()), self.shape())
     }
 }
 
@@ -498,14 +442,10 @@ macro_rules! impl_binary_operator {
     };
 }
 
-impl_binary_operator!(Add, add, add, |t, s| t.affine(1.0, s), |s, t| t
-    .affine(1.0, s));
-impl_binary_operator!(Sub, sub, sub, |t, s| t.affine(1.0, -s), |s, t| t
-    .affine(-1.0, s));
-impl_binary_operator!(Mul, mul, mul, |t, s| t.affine(s, 0.0), |s, t| t
-    .affine(s, 0.0));
-impl_binary_operator!(Div, div, div, |t, s| t.div_scalar(s), |s, t| t
-    .scalar_div(s));
+impl_binary_operator!(Add, add, add, |t, s| t.affine(1.0, s), |s, t| t.affine(1.0, s));
+impl_binary_operator!(Sub, sub, sub, |t, s| t.affine(1.0, -s), |s, t| t.affine(-1.0, s));
+impl_binary_operator!(Mul, mul, mul, |t, s| t.affine(s, 0.0), |s, t| t.affine(s, 0.0));
+impl_binary_operator!(Div, div, div, |t, s| t.div_scalar(s), |s, t| t.scalar_div(s));
 
 impl Neg for &Tensor {
     type Output = Tensor;

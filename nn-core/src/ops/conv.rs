@@ -30,12 +30,7 @@ pub struct Conv2dOptions {
 
 impl Default for Conv2dOptions {
     fn default() -> Self {
-        Conv2dOptions {
-            stride: (1, 1),
-            padding: (0, 0),
-            dilation: (1, 1),
-            groups: 1,
-        }
+        Conv2dOptions { stride: (1, 1), padding: (0, 0), dilation: (1, 1), groups: 1 }
     }
 }
 
@@ -71,13 +66,7 @@ impl Geometry {
 }
 
 /// Output size of one spatial dim, or `None` when the kernel does not fit.
-pub(crate) fn out_size(
-    input: usize,
-    kernel: usize,
-    stride: usize,
-    pad: usize,
-    dilation: usize,
-) -> Option<usize> {
+pub(crate) fn out_size(input: usize, kernel: usize, stride: usize, pad: usize, dilation: usize) -> Option<usize> {
     let eff = dilation * (kernel - 1) + 1;
     let padded = input + 2 * pad;
     (padded >= eff).then(|| (padded - eff) / stride + 1)
@@ -87,10 +76,7 @@ pub(crate) fn out_size(
 fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dOptions) -> Geometry {
     const OP: &str = "conv2d";
     if x.rank() != 4 {
-        panic!(
-            "{OP}: expected a 4-D input [N, C, H, W], got shape {:?}",
-            x.shape()
-        );
+        panic!("{OP}: expected a 4-D input [N, C, H, W], got shape {:?}", x.shape());
     }
     if w.rank() != 4 {
         panic!("{OP}: expected a 4-D weight [out_channels, in_channels / groups, kH, kW], got shape {:?}", w.shape());
@@ -103,10 +89,7 @@ fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dOptions) -> Geometry {
     let (n, c, h, wd) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
     let (o, ci, kh, kw) = (w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]);
     if c % opt.groups != 0 || o % opt.groups != 0 {
-        panic!(
-            "{OP}: in_channels {c} and out_channels {o} must both be divisible by groups {}",
-            opt.groups
-        );
+        panic!("{OP}: in_channels {c} and out_channels {o} must both be divisible by groups {}", opt.groups);
     }
     if ci * opt.groups != c {
         panic!(
@@ -118,15 +101,10 @@ fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dOptions) -> Geometry {
         );
     }
     if kh == 0 || kw == 0 {
-        panic!(
-            "{OP}: kernel size must be positive, got weight shape {:?}",
-            w.shape()
-        );
+        panic!("{OP}: kernel size must be positive, got weight shape {:?}", w.shape());
     }
-    let (Some(ho), Some(wo)) = (
-        out_size(h, kh, s.0, opt.padding.0, d.0),
-        out_size(wd, kw, s.1, opt.padding.1, d.1),
-    ) else {
+    let (Some(ho), Some(wo)) = (out_size(h, kh, s.0, opt.padding.0, d.0), out_size(wd, kw, s.1, opt.padding.1, d.1))
+    else {
         panic!(
             "{OP}: input {:?} (padded by {:?}) is smaller than the dilated kernel {:?} (dilation {:?})",
             x.shape(),
@@ -135,18 +113,7 @@ fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dOptions) -> Geometry {
             d
         );
     };
-    Geometry {
-        n,
-        c,
-        h,
-        w: wd,
-        o,
-        kh,
-        kw,
-        ho,
-        wo,
-        opt,
-    }
+    Geometry { n, c, h, w: wd, o, kh, kw, ho, wo, opt }
 }
 
 /// Fills `cols` (`[C/g * kh * kw, Ho * Wo]`) from one group of one sample, `x`
@@ -172,11 +139,7 @@ fn im2col<T: FloatElement>(x: &[T], g: &Geometry, cols: &mut [T]) {
                     let src = &plane[ih as usize * g.w..(ih as usize + 1) * g.w];
                     for (ow, v) in line.iter_mut().enumerate() {
                         let iw = (ow * sw + kj * dw) as isize - pw as isize;
-                        *v = if iw < 0 || iw >= g.w as isize {
-                            T::zero()
-                        } else {
-                            src[iw as usize]
-                        };
+                        *v = if iw < 0 || iw >= g.w as isize { T::zero() } else { src[iw as usize] };
                     }
                 }
             }
@@ -257,34 +220,22 @@ fn conv_forward<T: FloatElement>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geome
     let in_sample = g.c * g.h * g.w;
     let out_sample = g.o * hw;
     let mut out = vec![T::zero(); g.n * out_sample];
-    out.par_chunks_mut(out_sample.max(1))
-        .enumerate()
-        .for_each_init(
-            || vec![T::zero(); ckk * hw],
-            |cols, (n, y)| {
-                let xs = &x[n * in_sample..(n + 1) * in_sample];
-                for gi in 0..g.opt.groups {
-                    im2col(&xs[gi * cg * g.h * g.w..(gi + 1) * cg * g.h * g.w], g, cols);
-                    let wg = &w[gi * og * ckk..(gi + 1) * og * ckk];
-                    gemm(
-                        og,
-                        ckk,
-                        hw,
-                        wg,
-                        false,
-                        cols,
-                        false,
-                        &mut y[gi * og * hw..(gi + 1) * og * hw],
-                        false,
-                    );
+    out.par_chunks_mut(out_sample.max(1)).enumerate().for_each_init(
+        || vec![T::zero(); ckk * hw],
+        |cols, (n, y)| {
+            let xs = &x[n * in_sample..(n + 1) * in_sample];
+            for gi in 0..g.opt.groups {
+                im2col(&xs[gi * cg * g.h * g.w..(gi + 1) * cg * g.h * g.w], g, cols);
+                let wg = &w[gi * og * ckk..(gi + 1) * og * ckk];
+                gemm(og, ckk, hw, wg, false, cols, false, &mut y[gi * og * hw..(gi + 1) * og * hw], false);
+            }
+            if let Some(b) = bias {
+                for (o, row) in y.chunks_mut(hw.max(1)).enumerate() {
+                    row.iter_mut().for_each(|v| *v = *v + b[o]);
                 }
-                if let Some(b) = bias {
-                    for (o, row) in y.chunks_mut(hw.max(1)).enumerate() {
-                        row.iter_mut().for_each(|v| *v = *v + b[o]);
-                    }
-                }
-            },
-        );
+            }
+        },
+    );
     out
 }
 
@@ -308,33 +259,15 @@ fn conv_backward<T: FloatElement>(
         for gi in 0..geo.opt.groups {
             let gyg = &gys[gi * og * hw..(gi + 1) * og * hw];
             if need_dw {
-                im2col(
-                    &xs[gi * cg * geo.h * geo.w..(gi + 1) * cg * geo.h * geo.w],
-                    geo,
-                    cols,
-                );
+                im2col(&xs[gi * cg * geo.h * geo.w..(gi + 1) * cg * geo.h * geo.w], geo, cols);
                 // dW_g += gy_g (og x hw) * cols^T (hw x ckk)
-                gemm(
-                    og,
-                    hw,
-                    ckk,
-                    gyg,
-                    false,
-                    cols,
-                    true,
-                    &mut dw[gi * og * ckk..(gi + 1) * og * ckk],
-                    true,
-                );
+                gemm(og, hw, ckk, gyg, false, cols, true, &mut dw[gi * og * ckk..(gi + 1) * og * ckk], true);
             }
             if need_dx {
                 // dcols = W_g^T (ckk x og) * gy_g (og x hw)
                 let wg = &w[gi * og * ckk..(gi + 1) * og * ckk];
                 gemm(ckk, og, hw, wg, true, gyg, false, cols, false);
-                col2im(
-                    cols,
-                    geo,
-                    &mut dxs[gi * cg * geo.h * geo.w..(gi + 1) * cg * geo.h * geo.w],
-                );
+                col2im(cols, geo, &mut dxs[gi * cg * geo.h * geo.w..(gi + 1) * cg * geo.h * geo.w]);
             }
         }
     };
@@ -342,12 +275,7 @@ fn conv_backward<T: FloatElement>(
         dx.par_chunks_mut(in_sample.max(1))
             .enumerate()
             .fold(
-                || {
-                    (
-                        vec![T::zero(); if need_dw { wlen } else { 0 }],
-                        vec![T::zero(); ckk * hw],
-                    )
-                },
+                || (vec![T::zero(); if need_dw { wlen } else { 0 }], vec![T::zero(); ckk * hw]),
                 |(mut dw, mut cols), (n, dxs)| {
                     per_sample(n, dxs, &mut dw, &mut cols);
                     (dw, cols)
@@ -404,22 +332,14 @@ impl Tensor {
         let geo = geometry(self, weight, options);
         if let Some(b) = bias {
             if b.shape() != [geo.o] {
-                panic!(
-                    "{OP}: bias of shape {:?} for {} output channels (expected [{}])",
-                    b.shape(),
-                    geo.o,
-                    geo.o
-                );
+                panic!("{OP}: bias of shape {:?} for {} output channels (expected [{}])", b.shape(), geo.o, geo.o);
             }
         }
         let shape = [geo.n, geo.o, geo.ho, geo.wo];
         let x = self.contiguous();
         let w = weight.contiguous();
         let storage = if device == Device::Meta {
-            Storage::Meta {
-                dtype,
-                len: shape.iter().product(),
-            }
+            Storage::Meta { dtype, len: shape.iter().product() }
         } else {
             let (sx, sw) = (x.storage_arc(), w.storage_arc());
             let sb = bias.map(|b| b.contiguous().storage_arc());
@@ -429,41 +349,32 @@ impl Tensor {
                 T::into_storage(conv_forward(xv, wv, bv, &geo))
             }))
         };
-        op_result(
-            OP,
-            Arc::new(storage),
-            Layout::contiguous(&shape),
-            &operands,
-            || {
-                let (x, w) = (x.detach(), w.detach());
-                move |g: &Tensor, needs: &[bool]| -> Grads {
-                    let g = g.contiguous();
-                    let need_dx = needs[0];
-                    let need_dw = needs[1];
-                    let need_db = needs.get(2).copied().unwrap_or(false);
-                    let (dx, dw) = if g.device() == Device::Meta {
-                        (Tensor::zeros_like(&x), Tensor::zeros_like(&w))
-                    } else {
-                        let (sx, sw, sg) = (x.storage_arc(), w.storage_arc(), g.storage_arc());
-                        let (dx, dw) = with_float!(cpu(&sx), OP, T, xv => {
-                            let wv = T::slice(cpu(&sw)).expect("same dtype");
-                            let gv = T::slice(cpu(&sg)).expect("same dtype");
-                            let (dx, dw) = conv_backward(xv, wv, gv, &geo, need_dx, need_dw);
-                            (T::into_storage(dx), T::into_storage(dw))
-                        });
-                        (
-                            Tensor::from_cpu(dx, x.shape()),
-                            Tensor::from_cpu(dw, w.shape()),
-                        )
-                    };
-                    let mut out: Grads = smallvec![need_dx.then_some(dx), need_dw.then_some(dw)];
-                    if needs.len() > 2 {
-                        out.push(need_db.then(|| g.sum_dims(&[0usize, 2, 3], false)));
-                    }
-                    out
+        op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &operands, || {
+            let (x, w) = (x.detach(), w.detach());
+            move |g: &Tensor, needs: &[bool]| -> Grads {
+                let g = g.contiguous();
+                let need_dx = needs[0];
+                let need_dw = needs[1];
+                let need_db = needs.get(2).copied().unwrap_or(false);
+                let (dx, dw) = if g.device() == Device::Meta {
+                    (Tensor::zeros_like(&x), Tensor::zeros_like(&w))
+                } else {
+                    let (sx, sw, sg) = (x.storage_arc(), w.storage_arc(), g.storage_arc());
+                    let (dx, dw) = with_float!(cpu(&sx), OP, T, xv => {
+                        let wv = T::slice(cpu(&sw)).expect("same dtype");
+                        let gv = T::slice(cpu(&sg)).expect("same dtype");
+                        let (dx, dw) = conv_backward(xv, wv, gv, &geo, need_dx, need_dw);
+                        (T::into_storage(dx), T::into_storage(dw))
+                    });
+                    (Tensor::from_cpu(dx, x.shape()), Tensor::from_cpu(dw, w.shape()))
+                };
+                let mut out: Grads = smallvec![need_dx.then_some(dx), need_dw.then_some(dw)];
+                if needs.len() > 2 {
+                    out.push(need_db.then(|| g.sum_dims(&[0usize, 2, 3], false)));
                 }
-            },
-        )
+                out
+            }
+        })
     }
 
     /// 1-D convolution of `self` (`[N, C, L]`) with `weight` (`[O, C / groups, k]`),
@@ -485,14 +396,7 @@ impl Tensor {
                 weight.shape()
             );
         }
-        let opt = Conv2dOptions {
-            stride: (1, stride),
-            padding: (0, padding),
-            dilation: (1, dilation),
-            groups,
-        };
-        self.unsqueeze(2)
-            .conv2d(&weight.unsqueeze(2), bias, opt)
-            .squeeze_dim(2)
+        let opt = Conv2dOptions { stride: (1, stride), padding: (0, padding), dilation: (1, dilation), groups };
+        self.unsqueeze(2).conv2d(&weight.unsqueeze(2), bias, opt).squeeze_dim(2)
     }
 }

@@ -40,11 +40,7 @@ impl Tensor {
         let keep = 1.0 - p;
         let scale = 1.0 / keep;
         let n = self.numel();
-        let mask: Vec<f64> = with_rng(|r| {
-            (0..n)
-                .map(|_| if r.random::<f64>() < keep { scale } else { 0.0 })
-                .collect()
-        });
+        let mask: Vec<f64> = with_rng(|r| (0..n).map(|_| if r.random::<f64>() < keep { scale } else { 0.0 }).collect());
         let mask = Tensor::from_cpu(CpuStorage::F64(mask), self.shape()).to_dtype(self.dtype());
         self * &mask
     }

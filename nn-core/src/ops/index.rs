@@ -36,11 +36,7 @@ fn checked_indices(op: &str, index: &Tensor, size: usize, dim: usize) -> Vec<usi
 
 /// `(outer, size, inner)` for `shape` split around `dim`.
 fn split_at(shape: &[usize], dim: usize) -> (usize, usize, usize) {
-    (
-        shape[..dim].iter().product(),
-        shape[dim],
-        shape[dim + 1..].iter().product(),
-    )
+    (shape[..dim].iter().product(), shape[dim], shape[dim + 1..].iter().product())
 }
 
 impl Tensor {
@@ -58,26 +54,15 @@ impl Tensor {
         if index.rank() > 1 {
             panic!("{OP}: index must be 1-D, got shape {:?}", index.shape());
         }
-        let x = if self.rank() == 0 {
-            self.reshape(&[1])
-        } else {
-            self.clone()
-        };
+        let x = if self.rank() == 0 { self.reshape(&[1]) } else { self.clone() };
         let d = dim.resolve(x.rank(), OP);
         let mut shape: Dims = x.shape().into();
         shape[d] = index.numel();
         let storage = if self.device() == Device::Meta || index.device() == Device::Meta {
             if self.device() != index.device() {
-                panic!(
-                    "{OP}: input on {} but index on {}",
-                    self.device(),
-                    index.device()
-                );
+                panic!("{OP}: input on {} but index on {}", self.device(), index.device());
             }
-            Storage::Meta {
-                dtype: self.dtype(),
-                len: shape.iter().product(),
-            }
+            Storage::Meta { dtype: self.dtype(), len: shape.iter().product() }
         } else {
             let idx = checked_indices(OP, index, x.shape()[d], d);
             let (outer, n, inner) = split_at(x.shape(), d);
@@ -94,20 +79,14 @@ impl Tensor {
                 T::into_storage(out)
             }))
         };
-        op_result(
-            OP,
-            Arc::new(storage),
-            Layout::contiguous(&shape),
-            &[&x],
-            || {
-                let index = index.detach();
-                let in_shape: Dims = x.shape().into();
-                move |g: &Tensor, _: &[bool]| -> Grads {
-                    let z = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
-                    smallvec![Some(z.index_add(d, &index, g))]
-                }
-            },
-        )
+        op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[&x], || {
+            let index = index.detach();
+            let in_shape: Dims = x.shape().into();
+            move |g: &Tensor, _: &[bool]| -> Grads {
+                let z = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
+                smallvec![Some(z.index_add(d, &index, g))]
+            }
+        })
     }
 
     /// Returns `self` with `source` slices added at `index` along `dim` (functional
@@ -129,10 +108,7 @@ impl Tensor {
             );
         }
         let storage = if device == Device::Meta {
-            Storage::Meta {
-                dtype,
-                len: self.numel(),
-            }
+            Storage::Meta { dtype, len: self.numel() }
         } else {
             let idx = checked_indices(OP, index, self.shape()[d], d);
             let (outer, n, inner) = split_at(self.shape(), d);
@@ -153,21 +129,12 @@ impl Tensor {
                 T::into_storage(out)
             }))
         };
-        op_result(
-            OP,
-            Arc::new(storage),
-            Layout::contiguous(self.shape()),
-            &[self, source],
-            || {
-                let index = index.detach();
-                move |g: &Tensor, needs: &[bool]| -> Grads {
-                    smallvec![
-                        needs[0].then(|| g.clone()),
-                        needs[1].then(|| g.index_select(d, &index))
-                    ]
-                }
-            },
-        )
+        op_result(OP, Arc::new(storage), Layout::contiguous(self.shape()), &[self, source], || {
+            let index = index.detach();
+            move |g: &Tensor, needs: &[bool]| -> Grads {
+                smallvec![needs[0].then(|| g.clone()), needs[1].then(|| g.index_select(d, &index))]
+            }
+        })
     }
 
     /// `out[i][j][k] = self[i][index[i][j][k]][k]` for `dim = 1` (and likewise for other
@@ -185,10 +152,7 @@ impl Tensor {
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
         let storage = if self.device() == Device::Meta {
-            Storage::Meta {
-                dtype: self.dtype(),
-                len: index.numel(),
-            }
+            Storage::Meta { dtype: self.dtype(), len: index.numel() }
         } else {
             let idx = checked_indices(OP, index, self.shape().get(d).copied().unwrap_or(1), d);
             let mut strides: Dims = self.strides().into();
@@ -208,20 +172,14 @@ impl Tensor {
                 T::into_storage(out)
             }))
         };
-        op_result(
-            OP,
-            Arc::new(storage),
-            Layout::contiguous(index.shape()),
-            &[self],
-            || {
-                let index = index.detach();
-                let in_shape: Dims = self.shape().into();
-                move |g: &Tensor, _: &[bool]| -> Grads {
-                    let z = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
-                    smallvec![Some(z.scatter_add(d, &index, g))]
-                }
-            },
-        )
+        op_result(OP, Arc::new(storage), Layout::contiguous(index.shape()), &[self], || {
+            let index = index.detach();
+            let in_shape: Dims = self.shape().into();
+            move |g: &Tensor, _: &[bool]| -> Grads {
+                let z = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
+                smallvec![Some(z.scatter_add(d, &index, g))]
+            }
+        })
     }
 
     /// Returns `self` with `src[p]` added at position `p` with dim `dim` replaced by
@@ -233,17 +191,10 @@ impl Tensor {
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
         if src.shape() != index.shape() {
-            panic!(
-                "{OP}: src of shape {:?} must match index of shape {:?}",
-                src.shape(),
-                index.shape()
-            );
+            panic!("{OP}: src of shape {:?} must match index of shape {:?}", src.shape(), index.shape());
         }
         let storage = if device == Device::Meta {
-            Storage::Meta {
-                dtype,
-                len: self.numel(),
-            }
+            Storage::Meta { dtype, len: self.numel() }
         } else {
             let idx = checked_indices(OP, index, self.shape().get(d).copied().unwrap_or(1), d);
             let mut ostrides = crate::shape::contiguous_strides(self.shape());
@@ -264,21 +215,12 @@ impl Tensor {
                 T::into_storage(out)
             }))
         };
-        op_result(
-            OP,
-            Arc::new(storage),
-            Layout::contiguous(self.shape()),
-            &[self, src],
-            || {
-                let index = index.detach();
-                move |g: &Tensor, needs: &[bool]| -> Grads {
-                    smallvec![
-                        needs[0].then(|| g.clone()),
-                        needs[1].then(|| g.gather(d, &index))
-                    ]
-                }
-            },
-        )
+        op_result(OP, Arc::new(storage), Layout::contiguous(self.shape()), &[self, src], || {
+            let index = index.detach();
+            move |g: &Tensor, needs: &[bool]| -> Grads {
+                smallvec![needs[0].then(|| g.clone()), needs[1].then(|| g.gather(d, &index))]
+            }
+        })
     }
 
     /// Embedding lookup: rows of `weight` (`[num_embeddings, dim]`) picked by `indices`
@@ -295,16 +237,10 @@ impl Tensor {
     #[track_caller]
     pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
         if weight.rank() != 2 {
-            panic!(
-                "embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape {:?}",
-                weight.shape()
-            );
+            panic!("embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape {:?}", weight.shape());
         }
         if indices.dtype() != DType::I64 {
-            panic!(
-                "embedding: indices must be an i64 tensor, got {}",
-                indices.dtype()
-            );
+            panic!("embedding: indices must be an i64 tensor, got {}", indices.dtype());
         }
         if indices.device() != Device::Meta {
             let n = weight.shape()[0] as i64;
@@ -325,12 +261,7 @@ fn check_index_shape(op: &str, x: &Tensor, index: &Tensor, d: usize) {
         panic!("{op}: index must be an i64 tensor, got {}", index.dtype());
     }
     let ok = index.rank() == x.rank()
-        && index
-            .shape()
-            .iter()
-            .zip(x.shape())
-            .enumerate()
-            .all(|(k, (&i, &s))| k == d || i <= s);
+        && index.shape().iter().zip(x.shape()).enumerate().all(|(k, (&i, &s))| k == d || i <= s);
     if !ok {
         panic!(
             "{op}: index of shape {:?} does not fit input of shape {:?} (same rank, and no larger outside dim {d})",
@@ -339,10 +270,6 @@ fn check_index_shape(op: &str, x: &Tensor, index: &Tensor, d: usize) {
         );
     }
     if index.device() != x.device() {
-        panic!(
-            "{op}: input on {} but index on {}",
-            x.device(),
-            index.device()
-        );
+        panic!("{op}: input on {} but index on {}", x.device(), index.device());
     }
 }

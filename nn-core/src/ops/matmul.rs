@@ -36,9 +36,7 @@ fn bmm_kernel<T: FloatElement>(
     let ba = la.broadcast_batch(batch);
     let bb = lb.broadcast_batch(batch);
     let mut offsets = Vec::with_capacity(batch.iter().product());
-    for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| {
-        offsets.push((oa, ob))
-    });
+    for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| offsets.push((oa, ob)));
     let mut out = vec![T::zero(); offsets.len() * m * n];
     if m == 0 || n == 0 || k == 0 {
         return out;
@@ -66,9 +64,7 @@ fn bmm_kernel<T: FloatElement>(
         }
     };
     if offsets.len() > 1 && m * n * k < SMALL_GEMM {
-        out.par_chunks_mut(m * n)
-            .zip(offsets.par_iter())
-            .for_each(|(c, &o)| run(o, c));
+        out.par_chunks_mut(m * n).zip(offsets.par_iter()).for_each(|(c, &o)| run(o, c));
     } else {
         for (c, &o) in out.chunks_mut(m * n).zip(&offsets) {
             run(o, c);
@@ -83,13 +79,7 @@ impl Layout {
         let r = self.rank() - 2;
         let lead = batch.len() - r;
         (0..batch.len())
-            .map(|i| {
-                if i < lead || self.shape()[i - lead] == 1 {
-                    0
-                } else {
-                    self.strides()[i - lead]
-                }
-            })
+            .map(|i| if i < lead || self.shape()[i - lead] == 1 { 0 } else { self.strides()[i - lead] })
             .collect()
     }
 }
@@ -122,22 +112,10 @@ impl Tensor {
         let inner_a = self.shape()[ra - 1];
         let inner_b = other.shape()[if rb == 1 { 0 } else { rb - 2 }];
         if inner_a != inner_b {
-            panic!(
-                "matmul: {:?} x {:?}: inner dimensions {inner_a} and {inner_b} differ",
-                self.shape(),
-                other.shape()
-            );
+            panic!("matmul: {:?} x {:?}: inner dimensions {inner_a} and {inner_b} differ", self.shape(), other.shape());
         }
-        let a = if ra == 1 {
-            self.unsqueeze(0)
-        } else {
-            self.clone()
-        };
-        let b = if rb == 1 {
-            other.unsqueeze(1)
-        } else {
-            other.clone()
-        };
+        let a = if ra == 1 { self.unsqueeze(0) } else { self.clone() };
+        let b = if rb == 1 { other.unsqueeze(1) } else { other.clone() };
         let mut out = bmm(&a, &b);
         if rb == 1 {
             out = out.squeeze_dim(-1);
@@ -158,19 +136,12 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     let (ra, rb) = (a.rank(), b.rank());
     let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
     let Some(batch) = broadcast_shapes(&a.shape()[..ra - 2], &b.shape()[..rb - 2]) else {
-        panic!(
-            "matmul: {:?} x {:?}: batch dimensions cannot be broadcast together",
-            a.shape(),
-            b.shape()
-        );
+        panic!("matmul: {:?} x {:?}: batch dimensions cannot be broadcast together", a.shape(), b.shape());
     };
     let mut shape = batch.clone();
     shape.extend_from_slice(&[m, n]);
     let storage = if device == Device::Meta {
-        Storage::Meta {
-            dtype,
-            len: shape.iter().product(),
-        }
+        Storage::Meta { dtype, len: shape.iter().product() }
     } else {
         let (sa, sb) = (a.storage_arc(), b.storage_arc());
         Storage::Cpu(with_float!(cpu(&sa), OP, T, va => {
@@ -178,19 +149,13 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
             T::into_storage(bmm_kernel(va, a.layout(), vb, b.layout(), &batch, m, k, n))
         }))
     };
-    op_result(
-        OP,
-        Arc::new(storage),
-        Layout::contiguous(&shape),
-        &[a, b],
-        || {
-            let (a, b) = (a.detach(), b.detach());
-            move |g: &Tensor, needs: &[bool]| -> Grads {
-                smallvec![
-                    needs[0].then(|| bmm(g, &b.transpose(-1, -2)).sum_to_shape(a.shape())),
-                    needs[1].then(|| bmm(&a.transpose(-1, -2), g).sum_to_shape(b.shape())),
-                ]
-            }
-        },
-    )
+    op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[a, b], || {
+        let (a, b) = (a.detach(), b.detach());
+        move |g: &Tensor, needs: &[bool]| -> Grads {
+            smallvec![
+                needs[0].then(|| bmm(g, &b.transpose(-1, -2)).sum_to_shape(a.shape())),
+                needs[1].then(|| bmm(&a.transpose(-1, -2), g).sum_to_shape(b.shape())),
+            ]
+        }
+    })
 }

@@ -76,21 +76,13 @@ pub(crate) fn check_float(op: &str, t: &Tensor) {
     if !d.is_compute_float() {
         panic!(
             "{op}: expected a floating-point tensor (f32 or f64), got {d}{}",
-            if d.is_float() {
-                "; convert with `.to_dtype(DType::F32)` first"
-            } else {
-                ""
-            }
+            if d.is_float() { "; convert with `.to_dtype(DType::F32)` first" } else { "" }
         );
     }
 }
 
 /// Elementwise map of one strided input to a contiguous vector.
-pub(crate) fn map1<T: Copy + Send + Sync, U: Send>(
-    a: &[T],
-    la: &Layout,
-    f: impl Fn(T) -> U + Sync + Send,
-) -> Vec<U> {
+pub(crate) fn map1<T: Copy + Send + Sync, U: Send>(a: &[T], la: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
     if let Some(r) = la.contiguous_range() {
         let src = &a[r];
         if src.len() >= PAR_THRESHOLD {
@@ -101,9 +93,7 @@ pub(crate) fn map1<T: Copy + Send + Sync, U: Send>(
         return src.iter().map(|&x| f(x)).collect();
     }
     let mut out = Vec::with_capacity(la.numel());
-    for_each_offset(la.shape(), [la.strides()], [la.offset()], |[o]| {
-        out.push(f(a[o]))
-    });
+    for_each_offset(la.shape(), [la.strides()], [la.offset()], |[o]| out.push(f(a[o])));
     out
 }
 
@@ -120,21 +110,15 @@ pub(crate) fn map2<T: Copy + Send + Sync, U: Send>(
         let (sa, sb) = (&a[ra], &b[rb]);
         if sa.len() >= PAR_THRESHOLD {
             let mut out = Vec::with_capacity(sa.len());
-            sa.par_iter()
-                .zip(sb.par_iter())
-                .map(|(&x, &y)| f(x, y))
-                .collect_into_vec(&mut out);
+            sa.par_iter().zip(sb.par_iter()).map(|(&x, &y)| f(x, y)).collect_into_vec(&mut out);
             return out;
         }
         return sa.iter().zip(sb).map(|(&x, &y)| f(x, y)).collect();
     }
     let mut out = Vec::with_capacity(la.numel());
-    for_each_offset(
-        la.shape(),
-        [la.strides(), lb.strides()],
-        [la.offset(), lb.offset()],
-        |[i, j]| out.push(f(a[i], b[j])),
-    );
+    for_each_offset(la.shape(), [la.strides(), lb.strides()], [la.offset(), lb.offset()], |[i, j]| {
+        out.push(f(a[i], b[j]))
+    });
     out
 }
 
@@ -149,11 +133,7 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: Send>(
     lc: &Layout,
     f: impl Fn(T, T, T) -> U + Sync + Send,
 ) -> Vec<U> {
-    if let (Some(ra), Some(rb), Some(rc)) = (
-        la.contiguous_range(),
-        lb.contiguous_range(),
-        lc.contiguous_range(),
-    ) {
+    if let (Some(ra), Some(rb), Some(rc)) = (la.contiguous_range(), lb.contiguous_range(), lc.contiguous_range()) {
         let (sa, sb, sc) = (&a[ra], &b[rb], &c[rc]);
         if sa.len() >= PAR_THRESHOLD {
             let mut out = Vec::with_capacity(sa.len());
@@ -164,12 +144,7 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: Send>(
                 .collect_into_vec(&mut out);
             return out;
         }
-        return sa
-            .iter()
-            .zip(sb)
-            .zip(sc)
-            .map(|((&x, &y), &z)| f(x, y, z))
-            .collect();
+        return sa.iter().zip(sb).zip(sc).map(|((&x, &y), &z)| f(x, y, z)).collect();
     }
     let mut out = Vec::with_capacity(la.numel());
     for_each_offset(

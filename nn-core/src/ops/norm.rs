@@ -34,11 +34,7 @@ impl Tensor {
         for (name, p) in [("weight", weight), ("bias", bias)] {
             if let Some(p) = p {
                 if p.shape() != normalized_shape {
-                    panic!(
-                        "layer_norm: {name} of shape {:?} for normalized_shape {:?}",
-                        p.shape(),
-                        normalized_shape
-                    );
+                    panic!("layer_norm: {name} of shape {:?} for normalized_shape {:?}", p.shape(), normalized_shape);
                 }
             }
         }
@@ -86,18 +82,12 @@ impl Tensor {
     ) -> Tensor {
         const OP: &str = "batch_norm";
         if self.rank() < 2 {
-            panic!(
-                "{OP}: expected an input of at least 2 dims [N, C, ...], got shape {:?}",
-                self.shape()
-            );
+            panic!("{OP}: expected an input of at least 2 dims [N, C, ...], got shape {:?}", self.shape());
         }
         let c = self.shape()[1];
-        for (name, t) in [
-            ("running_mean", running_mean),
-            ("running_var", running_var),
-            ("weight", weight),
-            ("bias", bias),
-        ] {
+        for (name, t) in
+            [("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)]
+        {
             if let Some(t) = t {
                 if t.shape() != [c] {
                     panic!(
@@ -121,7 +111,10 @@ impl Tensor {
         let use_batch = training || running_mean.is_none();
         let y = if use_batch {
             if training && per_channel <= 1 {
-                panic!("{OP}: expected more than 1 value per channel when training, got input of shape {:?}", self.shape());
+                panic!(
+                    "{OP}: expected more than 1 value per channel when training, got input of shape {:?}",
+                    self.shape()
+                );
             }
             let mean = self.mean_dims(&dims, true);
             let centered = self - &mean;

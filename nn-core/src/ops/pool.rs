@@ -46,11 +46,7 @@ impl Pool2dOptions {
 fn pooled(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> Option<usize> {
     let eff = d * (k - 1) + 1;
     let span = (input + 2 * p).checked_sub(eff)?;
-    let mut out = if ceil {
-        span.div_ceil(s) + 1
-    } else {
-        span / s + 1
-    };
+    let mut out = if ceil { span.div_ceil(s) + 1 } else { span / s + 1 };
     // The last window must start inside the input or the left padding (PyTorch).
     if ceil && (out - 1) * s >= input + p {
         out -= 1;
@@ -70,10 +66,7 @@ struct Planes {
 #[track_caller]
 fn planes(op: &str, x: &Tensor, o: &Pool2dOptions) -> (Planes, Vec<usize>) {
     if x.rank() != 3 && x.rank() != 4 {
-        panic!(
-            "{op}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {:?}",
-            x.shape()
-        );
+        panic!("{op}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {:?}", x.shape());
     }
     let (k, s, p, d) = (o.kernel, o.stride, o.padding, o.dilation);
     if k.0 == 0 || k.1 == 0 || s.0 == 0 || s.1 == 0 || d.0 == 0 || d.1 == 0 {
@@ -84,24 +77,13 @@ fn planes(op: &str, x: &Tensor, o: &Pool2dOptions) -> (Planes, Vec<usize>) {
     }
     let r = x.rank();
     let (h, w) = (x.shape()[r - 2], x.shape()[r - 1]);
-    let (Some(ho), Some(wo)) = (
-        pooled(h, k.0, s.0, p.0, d.0, o.ceil_mode),
-        pooled(w, k.1, s.1, p.1, d.1, o.ceil_mode),
-    ) else {
+    let (Some(ho), Some(wo)) = (pooled(h, k.0, s.0, p.0, d.0, o.ceil_mode), pooled(w, k.1, s.1, p.1, d.1, o.ceil_mode))
+    else {
         panic!("{op}: input of shape {:?} is smaller than the (dilated) window {k:?} with padding {p:?}", x.shape());
     };
     let mut shape = x.shape()[..r - 2].to_vec();
     shape.extend([ho, wo]);
-    (
-        Planes {
-            planes: x.shape()[..r - 2].iter().product(),
-            h,
-            w,
-            ho,
-            wo,
-        },
-        shape,
-    )
+    (Planes { planes: x.shape()[..r - 2].iter().product(), h, w, ho, wo }, shape)
 }
 
 impl Tensor {
@@ -127,19 +109,11 @@ impl Tensor {
         let numel: usize = shape.iter().product();
         if self.device() == Device::Meta {
             let v = Tensor::full_on(&shape, 0.0, self.dtype(), Device::Meta);
-            return (
-                v,
-                Tensor::full_on(&shape, 0.0, crate::DType::I64, Device::Meta),
-            );
+            return (v, Tensor::full_on(&shape, 0.0, crate::DType::I64, Device::Meta));
         }
         let x = self.contiguous();
         let s = x.storage_arc();
-        let (k, st, p, d) = (
-            options.kernel,
-            options.stride,
-            options.padding,
-            options.dilation,
-        );
+        let (k, st, p, d) = (options.kernel, options.stride, options.padding, options.dilation);
         let mut idx = vec![0i64; numel];
         let vals = with_float!(cpu(&s), OP, T, v => {
             let mut out = vec![T::zero(); numel];
@@ -180,30 +154,24 @@ impl Tensor {
         });
         let indices = Tensor::from_cpu(crate::storage::CpuStorage::I64(idx.clone()), &shape);
         let in_shape = self.shape().to_vec();
-        let out = op_result(
-            OP,
-            Arc::new(Storage::Cpu(vals)),
-            Layout::contiguous(&shape),
-            &[self],
-            || {
-                move |g: &Tensor, _: &[bool]| -> Grads {
-                    let g = g.contiguous();
-                    let sg = g.storage_arc();
-                    let dx = with_float!(cpu(&sg), OP, T, gv => {
-                        let mut dx = vec![T::zero(); pl.planes * pl.h * pl.w];
-                        let plane_out = pl.ho * pl.wo;
-                        dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| {
-                            for j in 0..plane_out {
-                                let t = idx[q * plane_out + j] as usize;
-                                dxp[t] = dxp[t] + gv[q * plane_out + j];
-                            }
-                        });
-                        T::into_storage(dx)
+        let out = op_result(OP, Arc::new(Storage::Cpu(vals)), Layout::contiguous(&shape), &[self], || {
+            move |g: &Tensor, _: &[bool]| -> Grads {
+                let g = g.contiguous();
+                let sg = g.storage_arc();
+                let dx = with_float!(cpu(&sg), OP, T, gv => {
+                    let mut dx = vec![T::zero(); pl.planes * pl.h * pl.w];
+                    let plane_out = pl.ho * pl.wo;
+                    dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| {
+                        for j in 0..plane_out {
+                            let t = idx[q * plane_out + j] as usize;
+                            dxp[t] = dxp[t] + gv[q * plane_out + j];
+                        }
                     });
-                    smallvec![Some(Tensor::from_cpu(dx, &in_shape))]
-                }
-            },
-        );
+                    T::into_storage(dx)
+                });
+                smallvec![Some(Tensor::from_cpu(dx, &in_shape))]
+            }
+        });
         (out, indices)
     }
 
@@ -220,10 +188,7 @@ impl Tensor {
         const OP: &str = "avg_pool2d";
         check_float(OP, self);
         if options.dilation != (1, 1) {
-            panic!(
-                "avg_pool2d: dilation is not supported (PyTorch's avg_pool2d has none), got {:?}",
-                options.dilation
-            );
+            panic!("avg_pool2d: dilation is not supported (PyTorch's avg_pool2d has none), got {:?}", options.dilation);
         }
         let (pl, shape) = planes(OP, self, &options);
         let (k, s, p) = (options.kernel, options.stride, options.padding);
@@ -235,15 +200,8 @@ impl Tensor {
             let we = (ws + k.1 as isize).min((pl.w + p.1) as isize);
             let pool = ((he - hs) * (we - ws)) as f64;
             let (hs, ws) = (hs.max(0) as usize, ws.max(0) as usize);
-            let (he, we) = (
-                he.min(pl.h as isize) as usize,
-                we.min(pl.w as isize) as usize,
-            );
-            let div = if count_include_pad {
-                pool
-            } else {
-                ((he - hs) * (we - ws)) as f64
-            };
+            let (he, we) = (he.min(pl.h as isize) as usize, we.min(pl.w as isize) as usize);
+            let div = if count_include_pad { pool } else { ((he - hs) * (we - ws)) as f64 };
             (hs, he, ws, we, div)
         };
         pool_generic(OP, self, pl, &shape, windows)
@@ -262,10 +220,7 @@ impl Tensor {
         const OP: &str = "adaptive_avg_pool2d";
         check_float(OP, self);
         if self.rank() != 3 && self.rank() != 4 {
-            panic!(
-                "{OP}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {:?}",
-                self.shape()
-            );
+            panic!("{OP}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {:?}", self.shape());
         }
         let (oh_n, ow_n) = output_size;
         if oh_n == 0 || ow_n == 0 {
@@ -275,13 +230,7 @@ impl Tensor {
         let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh_n, ow_n]);
-        let pl = Planes {
-            planes: self.shape()[..r - 2].iter().product(),
-            h,
-            w,
-            ho: oh_n,
-            wo: ow_n,
-        };
+        let pl = Planes { planes: self.shape()[..r - 2].iter().product(), h, w, ho: oh_n, wo: ow_n };
         let windows = move |oh: usize, ow: usize| -> (usize, usize, usize, usize, f64) {
             let (hs, he) = (oh * h / oh_n, ((oh + 1) * h).div_ceil(oh_n));
             let (ws, we) = (ow * w / ow_n, ((ow + 1) * w).div_ceil(ow_n));
@@ -301,10 +250,7 @@ fn pool_generic(
 ) -> Tensor {
     let numel: usize = shape.iter().product();
     let storage = if x.device() == Device::Meta {
-        Storage::Meta {
-            dtype: x.dtype(),
-            len: numel,
-        }
+        Storage::Meta { dtype: x.dtype(), len: numel }
     } else {
         let xc = x.contiguous();
         let s = xc.storage_arc();
@@ -329,42 +275,31 @@ fn pool_generic(
         }))
     };
     let in_shape = x.shape().to_vec();
-    op_result(
-        op,
-        Arc::new(storage),
-        Layout::contiguous(shape),
-        &[x],
-        || {
-            move |g: &Tensor, _: &[bool]| -> Grads {
-                if g.device() == Device::Meta {
-                    return smallvec![Some(Tensor::full_on(
-                        &in_shape,
-                        0.0,
-                        g.dtype(),
-                        Device::Meta
-                    ))];
-                }
-                let g = g.contiguous();
-                let sg = g.storage_arc();
-                let dx = with_float!(cpu(&sg), op, T, gv => {
-                    let mut dx = vec![T::zero(); pl.planes * pl.h * pl.w];
-                    dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| {
-                        for oh in 0..pl.ho {
-                            for ow in 0..pl.wo {
-                                let (h0, h1, w0, w1, div) = windows(oh, ow);
-                                let share = gv[q * pl.ho * pl.wo + oh * pl.wo + ow] / T::from_f64(div);
-                                for ih in h0..h1 {
-                                    for iw in w0..w1 {
-                                        dxp[ih * pl.w + iw] = dxp[ih * pl.w + iw] + share;
-                                    }
+    op_result(op, Arc::new(storage), Layout::contiguous(shape), &[x], || {
+        move |g: &Tensor, _: &[bool]| -> Grads {
+            if g.device() == Device::Meta {
+                return smallvec![Some(Tensor::full_on(&in_shape, 0.0, g.dtype(), Device::Meta))];
+            }
+            let g = g.contiguous();
+            let sg = g.storage_arc();
+            let dx = with_float!(cpu(&sg), op, T, gv => {
+                let mut dx = vec![T::zero(); pl.planes * pl.h * pl.w];
+                dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| {
+                    for oh in 0..pl.ho {
+                        for ow in 0..pl.wo {
+                            let (h0, h1, w0, w1, div) = windows(oh, ow);
+                            let share = gv[q * pl.ho * pl.wo + oh * pl.wo + ow] / T::from_f64(div);
+                            for ih in h0..h1 {
+                                for iw in w0..w1 {
+                                    dxp[ih * pl.w + iw] = dxp[ih * pl.w + iw] + share;
                                 }
                             }
                         }
-                    });
-                    T::into_storage(dx)
+                    }
                 });
-                smallvec![Some(Tensor::from_cpu(dx, &in_shape))]
-            }
-        },
-    )
+                T::into_storage(dx)
+            });
+            smallvec![Some(Tensor::from_cpu(dx, &in_shape))]
+        }
+    })
 }

@@ -30,23 +30,14 @@ fn resolve_dims<D: Dim>(op: &str, dims: &[D], rank: usize) -> Vec<bool> {
 }
 
 fn kept_shape(shape: &[usize], mask: &[bool]) -> Dims {
-    shape
-        .iter()
-        .zip(mask)
-        .map(|(&d, &m)| if m { 1 } else { d })
-        .collect()
+    shape.iter().zip(mask).map(|(&d, &m)| if m { 1 } else { d }).collect()
 }
 
 fn out_shape(shape: &[usize], mask: &[bool], keepdim: bool) -> Dims {
     if keepdim {
         kept_shape(shape, mask)
     } else {
-        shape
-            .iter()
-            .zip(mask)
-            .filter(|(_, &m)| !m)
-            .map(|(&d, _)| d)
-            .collect()
+        shape.iter().zip(mask).filter(|(_, &m)| !m).map(|(&d, _)| d).collect()
     }
 }
 
@@ -79,12 +70,7 @@ fn sum_kernel<T: FloatElement>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T
             *s = 0;
         }
     }
-    for_each_offset(
-        shape,
-        [layout.strides(), &ostrides],
-        [layout.offset(), 0],
-        |[i, o]| acc[o] += v[i].as_f64(),
-    );
+    for_each_offset(shape, [layout.strides(), &ostrides], [layout.offset(), 0], |[i, o]| acc[o] += v[i].as_f64());
     acc.into_iter().map(T::from_f64).collect()
 }
 
@@ -123,27 +109,16 @@ impl Tensor {
         let oshape = out_shape(self.shape(), &mask, keepdim);
         let numel: usize = oshape.iter().product();
         let storage = match &*self.storage_arc() {
-            Storage::Meta { dtype, .. } => Storage::Meta {
-                dtype: *dtype,
-                len: numel,
-            },
-            Storage::Cpu(c) => Storage::Cpu(
-                with_float!(c, OP, T, v => T::into_storage(sum_kernel(v, self.layout(), &mask))),
-            ),
+            Storage::Meta { dtype, .. } => Storage::Meta { dtype: *dtype, len: numel },
+            Storage::Cpu(c) => {
+                Storage::Cpu(with_float!(c, OP, T, v => T::into_storage(sum_kernel(v, self.layout(), &mask))))
+            }
         };
-        op_result(
-            OP,
-            Arc::new(storage),
-            Layout::contiguous(&oshape),
-            &[self],
-            || {
-                let in_shape: Dims = self.shape().into();
-                let kept = kept_shape(self.shape(), &mask);
-                move |g: &Tensor, _: &[bool]| -> Grads {
-                    smallvec![Some(g.reshape(&kept).expand(&in_shape))]
-                }
-            },
-        )
+        op_result(OP, Arc::new(storage), Layout::contiguous(&oshape), &[self], || {
+            let in_shape: Dims = self.shape().into();
+            let kept = kept_shape(self.shape(), &mask);
+            move |g: &Tensor, _: &[bool]| -> Grads { smallvec![Some(g.reshape(&kept).expand(&in_shape))] }
+        })
     }
 
     /// Mean of all elements, as a 0-d tensor.
@@ -161,13 +136,7 @@ impl Tensor {
     #[track_caller]
     pub fn mean_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Tensor {
         let mask = resolve_dims("mean", dims, self.rank());
-        let n: usize = self
-            .shape()
-            .iter()
-            .zip(&mask)
-            .filter(|(_, &m)| m)
-            .map(|(&d, _)| d)
-            .product();
+        let n: usize = self.shape().iter().zip(&mask).filter(|(_, &m)| m).map(|(&d, _)| d).product();
         self.sum_dims(dims, keepdim).div_scalar(n as f64)
     }
 
@@ -176,13 +145,7 @@ impl Tensor {
     #[track_caller]
     pub fn var_dims<D: Dim>(&self, dims: &[D], correction: usize, keepdim: bool) -> Tensor {
         let mask = resolve_dims("var", dims, self.rank());
-        let n: usize = self
-            .shape()
-            .iter()
-            .zip(&mask)
-            .filter(|(_, &m)| m)
-            .map(|(&d, _)| d)
-            .product();
+        let n: usize = self.shape().iter().zip(&mask).filter(|(_, &m)| m).map(|(&d, _)| d).product();
         let mean = self.mean_dims(dims, true);
         let sq = (self - &mean).square().sum_dims(dims, keepdim);
         sq.div_scalar(n.saturating_sub(correction) as f64)
@@ -194,14 +157,9 @@ impl Tensor {
             return self.clone();
         }
         let lead = self.rank() - shape.len();
-        let dims: Vec<usize> = (0..self.rank())
-            .filter(|&i| i < lead || (shape[i - lead] == 1 && self.shape()[i] != 1))
-            .collect();
-        let s = if dims.is_empty() {
-            self.clone()
-        } else {
-            self.sum_dims(&dims, true)
-        };
+        let dims: Vec<usize> =
+            (0..self.rank()).filter(|&i| i < lead || (shape[i - lead] == 1 && self.shape()[i] != 1)).collect();
+        let s = if dims.is_empty() { self.clone() } else { self.sum_dims(&dims, true) };
         s.reshape(shape)
     }
 
@@ -225,34 +183,17 @@ impl Tensor {
     }
 
     #[track_caller]
-    fn arg_extreme<D: Dim>(
-        &self,
-        op: &'static str,
-        dim: D,
-        keepdim: bool,
-        largest: bool,
-    ) -> Tensor {
+    fn arg_extreme<D: Dim>(&self, op: &'static str, dim: D, keepdim: bool, largest: bool) -> Tensor {
         let rank = self.rank();
         let d = dim.resolve(rank, op);
-        let x = if rank == 0 {
-            self.reshape(&[1])
-        } else {
-            self.clone()
-        };
+        let x = if rank == 0 { self.reshape(&[1]) } else { self.clone() };
         let n = x.shape()[d];
         if n == 0 {
-            panic!(
-                "{op}: expected a non-empty dimension {d}, got shape {:?}",
-                self.shape()
-            );
+            panic!("{op}: expected a non-empty dimension {d}, got shape {:?}", self.shape());
         }
         let mut mask = vec![false; x.rank()];
         mask[d] = true;
-        let oshape = if rank == 0 {
-            Dims::new()
-        } else {
-            out_shape(self.shape(), &mask, keepdim)
-        };
+        let oshape = if rank == 0 { Dims::new() } else { out_shape(self.shape(), &mask, keepdim) };
         if self.device() == Device::Meta {
             return Tensor::full_on(&oshape, 0.0, DType::I64, Device::Meta);
         }
@@ -311,10 +252,7 @@ impl Tensor {
         let op = if largest { "max" } else { "min" };
         check_float(op, self);
         if self.rank() == 0 {
-            return (
-                self.clone(),
-                Tensor::from_cpu(CpuStorage::I64(vec![0]), &[]),
-            );
+            return (self.clone(), Tensor::from_cpu(CpuStorage::I64(vec![0]), &[]));
         }
         let d = dim.resolve(self.rank(), op);
         let idx = self.arg_extreme(op, d, true, largest);

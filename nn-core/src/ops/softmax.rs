@@ -14,13 +14,7 @@ use crate::tensor::Tensor;
 
 /// Softmax (or log-softmax) of contiguous `x` viewed as `[outer, n, inner]` along `n`.
 /// Each line subtracts its maximum first, so no `exp` overflows.
-fn softmax_kernel<T: FloatElement>(
-    x: &[T],
-    outer: usize,
-    n: usize,
-    inner: usize,
-    log: bool,
-) -> Vec<T> {
+fn softmax_kernel<T: FloatElement>(x: &[T], outer: usize, n: usize, inner: usize, log: bool) -> Vec<T> {
     let mut out = vec![T::zero(); x.len()];
     if x.is_empty() {
         return out;
@@ -58,9 +52,7 @@ fn softmax_kernel<T: FloatElement>(
         }
     };
     if x.len() >= super::PAR_THRESHOLD && outer > 1 {
-        x.par_chunks(block)
-            .zip(out.par_chunks_mut(block))
-            .for_each(run);
+        x.par_chunks(block).zip(out.par_chunks_mut(block)).for_each(run);
     } else {
         x.chunks(block).zip(out.chunks_mut(block)).for_each(run);
     }
@@ -70,23 +62,12 @@ fn softmax_kernel<T: FloatElement>(
 fn softmax_impl<D: Dim>(x: &Tensor, dim: D, log: bool) -> Tensor {
     let op = if log { "log_softmax" } else { "softmax" };
     check_float(op, x);
-    let x0 = if x.rank() == 0 {
-        x.reshape(&[1])
-    } else {
-        x.clone()
-    };
+    let x0 = if x.rank() == 0 { x.reshape(&[1]) } else { x.clone() };
     let d = dim.resolve(x0.rank(), op);
     let shape = x0.shape();
-    let (outer, n, inner) = (
-        shape[..d].iter().product(),
-        shape[d],
-        shape[d + 1..].iter().product(),
-    );
+    let (outer, n, inner) = (shape[..d].iter().product(), shape[d], shape[d + 1..].iter().product());
     let storage = Arc::new(match &*x.storage_arc() {
-        Storage::Meta { dtype, .. } => Storage::Meta {
-            dtype: *dtype,
-            len: x.numel(),
-        },
+        Storage::Meta { dtype, .. } => Storage::Meta { dtype: *dtype, len: x.numel() },
         Storage::Cpu(c) => Storage::Cpu(with_float!(c, op, T, v => {
             let contiguous = crate::storage::strided_to_vec(v, x.layout());
             T::into_storage(softmax_kernel(&contiguous, outer, n, inner, log))
@@ -97,11 +78,7 @@ fn softmax_impl<D: Dim>(x: &Tensor, dim: D, log: bool) -> Tensor {
         let shape: crate::shape::Dims = x.shape().into();
         move |g: &Tensor, _: &[bool]| -> Grads {
             let y = Tensor::from_parts(y.clone(), Layout::contiguous(&shape), None);
-            let (g1, y1) = if shape.is_empty() {
-                (g.reshape(&[1]), y.reshape(&[1]))
-            } else {
-                (g.clone(), y)
-            };
+            let (g1, y1) = if shape.is_empty() { (g.reshape(&[1]), y.reshape(&[1])) } else { (g.clone(), y) };
             let gx = if log {
                 &g1 - &(y1.exp() * g1.sum_dim(d, true))
             } else {

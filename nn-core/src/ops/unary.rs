@@ -31,27 +31,16 @@ pub(crate) fn c<T: FloatElement>(v: f64) -> T {
 pub(crate) fn unary<O: UnaryOp>(x: &Tensor, op: O) -> Tensor {
     check_float(O::NAME, x);
     let storage = Arc::new(match &*x.storage_arc() {
-        Storage::Meta { dtype, .. } => Storage::Meta {
-            dtype: *dtype,
-            len: x.numel(),
-        },
+        Storage::Meta { dtype, .. } => Storage::Meta { dtype: *dtype, len: x.numel() },
         Storage::Cpu(cs) => Storage::Cpu(with_float!(cs, O::NAME, T, v => {
             crate::dtype::Element::into_storage(map1(v, x.layout(), |a: T| op.f(a)))
         })),
     });
     let y = storage.clone();
-    op_result(
-        O::NAME,
-        storage,
-        Layout::contiguous(x.shape()),
-        &[x],
-        || {
-            let x = x.detach();
-            move |g: &Tensor, _: &[bool]| -> Grads {
-                smallvec![Some(unary_backward(op, g, &x, &y))]
-            }
-        },
-    )
+    op_result(O::NAME, storage, Layout::contiguous(x.shape()), &[x], || {
+        let x = x.detach();
+        move |g: &Tensor, _: &[bool]| -> Grads { smallvec![Some(unary_backward(op, g, &x, &y))] }
+    })
 }
 
 /// `g * df(x, y)` elementwise.

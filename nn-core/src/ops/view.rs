@@ -53,10 +53,7 @@ impl Tensor {
             Some(l) => return self.reshape_as_view(l),
             None => self.contiguous(),
         };
-        let l = src
-            .layout()
-            .reshape_view(shape)
-            .expect("contiguous layouts always reshape");
+        let l = src.layout().reshape_view(shape).expect("contiguous layouts always reshape");
         src.reshape_as_view(l)
     }
 
@@ -101,10 +98,7 @@ impl Tensor {
         if self.rank() == 0 {
             return self.reshape(&[1]);
         }
-        let (s, e) = (
-            start.resolve(self.rank(), "flatten"),
-            end.resolve(self.rank(), "flatten"),
-        );
+        let (s, e) = (start.resolve(self.rank(), "flatten"), end.resolve(self.rank(), "flatten"));
         if s > e {
             panic!("flatten: start dim {s} comes after end dim {e}");
         }
@@ -123,15 +117,8 @@ impl Tensor {
     pub fn permute(&self, perm: &[usize]) -> Tensor {
         let r = self.rank();
         let mut seen = vec![false; r];
-        if perm.len() != r
-            || perm
-                .iter()
-                .any(|&p| p >= r || std::mem::replace(&mut seen[p], true))
-        {
-            panic!(
-                "permute: {perm:?} is not a permutation of the {r} dims of shape {:?}",
-                self.shape()
-            );
+        if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
+            panic!("permute: {perm:?} is not a permutation of the {r} dims of shape {:?}", self.shape());
         }
         let layout = self.layout().permute(perm);
         self.view_op("permute", layout, || {
@@ -146,10 +133,7 @@ impl Tensor {
     /// Swaps two dimensions (a view).
     #[track_caller]
     pub fn transpose<D1: Dim, D2: Dim>(&self, d0: D1, d1: D2) -> Tensor {
-        let (a, b) = (
-            d0.resolve(self.rank(), "transpose"),
-            d1.resolve(self.rank(), "transpose"),
-        );
+        let (a, b) = (d0.resolve(self.rank(), "transpose"), d1.resolve(self.rank(), "transpose"));
         let mut perm: Vec<usize> = (0..self.rank()).collect();
         perm.swap(a, b);
         self.permute(&perm)
@@ -164,7 +148,10 @@ impl Tensor {
         match self.rank() {
             0 | 1 => self.clone(),
             2 => self.transpose(0, 1),
-            r => panic!("t: expects a tensor with <= 2 dimensions, got {r} (shape {:?}); use `transpose(d0, d1)`", self.shape()),
+            r => panic!(
+                "t: expects a tensor with <= 2 dimensions, got {r} (shape {:?}); use `transpose(d0, d1)`",
+                self.shape()
+            ),
         }
     }
 
@@ -180,14 +167,15 @@ impl Tensor {
         let d = dim.resolve(self.rank(), "narrow");
         let size = self.shape()[d];
         if start.checked_add(len).is_none_or(|end| end > size) {
-            panic!("narrow: start {start} + length {len} exceeds size {size} of dimension {d} (shape {:?})", self.shape());
+            panic!(
+                "narrow: start {start} + length {len} exceeds size {size} of dimension {d} (shape {:?})",
+                self.shape()
+            );
         }
         let layout = self.layout().narrow(d, start, len);
         self.view_op("narrow", layout, || {
             let shape: Dims = self.shape().into();
-            move |g: &Tensor, _: &[bool]| -> Grads {
-                smallvec![Some(pad_narrow(g, &shape, d, start))]
-            }
+            move |g: &Tensor, _: &[bool]| -> Grads { smallvec![Some(pad_narrow(g, &shape, d, start))] }
         })
     }
 
@@ -199,10 +187,7 @@ impl Tensor {
             panic!("split: size must be positive");
         }
         let n = self.shape()[d];
-        (0..n)
-            .step_by(size)
-            .map(|s| self.narrow(d, s, size.min(n - s)))
-            .collect()
+        (0..n).step_by(size).map(|s| self.narrow(d, s, size.min(n - s))).collect()
     }
 
     /// Splits into `chunks` nearly equal pieces along `dim` (as `torch.chunk`).
@@ -230,11 +215,7 @@ impl Tensor {
             return self.clone();
         }
         let Some(layout) = self.layout().broadcast_to(shape) else {
-            panic!(
-                "expand: shape {:?} cannot be expanded to {:?}",
-                self.shape(),
-                shape
-            );
+            panic!("expand: shape {:?} cannot be expanded to {:?}", self.shape(), shape);
         };
         self.view_op("expand", layout, || {
             let shape: Dims = self.shape().into();
@@ -305,11 +286,7 @@ impl Tensor {
         shape[d] = 0;
         for (i, t) in tensors.iter().enumerate() {
             let ok = t.rank() == first.rank()
-                && t.shape()
-                    .iter()
-                    .zip(first.shape())
-                    .enumerate()
-                    .all(|(k, (a, b))| k == d || a == b);
+                && t.shape().iter().zip(first.shape()).enumerate().all(|(k, (a, b))| k == d || a == b);
             if !ok {
                 panic!(
                     "{OP}: sizes must match except in dimension {d}; tensor 0 has shape {:?}, tensor {i} has shape {:?}",
@@ -321,10 +298,7 @@ impl Tensor {
         }
         let out_layout = Layout::contiguous(&shape);
         let storage = if device == Device::Meta {
-            Storage::Meta {
-                dtype,
-                len: out_layout.numel(),
-            }
+            Storage::Meta { dtype, len: out_layout.numel() }
         } else {
             let mut out = CpuStorage::zeros(dtype, out_layout.numel());
             let mut start = 0;
@@ -332,11 +306,7 @@ impl Tensor {
                 let len = t.shape()[d];
                 let target = out_layout.narrow(d, start, len);
                 let s = t.storage_arc();
-                crate::tensor::scatter_into(
-                    &mut out,
-                    &target,
-                    &super::cpu(&s).gather_layout(t.layout()),
-                );
+                crate::tensor::scatter_into(&mut out, &target, &super::cpu(&s).gather_layout(t.layout()));
                 start += len;
             }
             Storage::Cpu(out)
@@ -373,7 +343,11 @@ impl Tensor {
         }
         for (i, t) in tensors.iter().enumerate() {
             if t.shape() != tensors[0].shape() {
-                panic!("stack: expects each tensor to be equal size, but got {:?} at entry 0 and {:?} at entry {i}", tensors[0].shape(), t.shape());
+                panic!(
+                    "stack: expects each tensor to be equal size, but got {:?} at entry 0 and {:?} at entry {i}",
+                    tensors[0].shape(),
+                    t.shape()
+                );
             }
         }
         let d = dim.resolve(tensors[0].rank() + 1, "stack");
@@ -391,8 +365,6 @@ fn pad_narrow(g: &Tensor, shape: &[usize], dim: usize, start: usize) -> Tensor {
     let target = Layout::contiguous(shape).narrow(dim, start, g.shape()[dim]);
     let s = g.storage_arc();
     let vals = super::cpu(&s).gather_layout(g.layout());
-    out.modify_storage("narrow backward", |dst, _| {
-        crate::tensor::scatter_into(dst, &target, &vals)
-    });
+    out.modify_storage("narrow backward", |dst, _| crate::tensor::scatter_into(dst, &target, &vals));
     out
 }
