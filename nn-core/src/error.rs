@@ -41,6 +41,24 @@ pub enum Error {
         /// The dtype it was given.
         dtype: DType,
     },
+    /// `get_submodule` met a path component that does not exist.
+    #[error("{parent_type} at `{parent}` has no submodule `{missing}` (looking up `{path}`); its children are: [{}]", children.join(", "))]
+    SubmoduleNotFound {
+        /// The full path asked for.
+        path: String,
+        /// The first component not found.
+        missing: String,
+        /// The path of the module searched (`<root>` for the top).
+        parent: String,
+        /// The type of the module searched.
+        parent_type: &'static str,
+        /// The names of its children.
+        children: Vec<String>,
+    },
+    /// `load_state_dict` found missing, unexpected or mismatched entries; the model is
+    /// unchanged.
+    #[error("{0}")]
+    StateDict(Box<StateDictError>),
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
     Io {
@@ -50,6 +68,63 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// A tensor whose shape or dtype does not fit the module entry it was loaded into.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mismatch {
+    /// The state-dict key.
+    pub key: String,
+    /// What the module holds under that key: shape and dtype.
+    pub expected: (Vec<usize>, DType),
+    /// What the state dict holds.
+    pub got: (Vec<usize>, DType),
+    /// Why the pair is rejected.
+    pub reason: &'static str,
+}
+
+/// Every problem found by one `load_state_dict` call, all reported together.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StateDictError {
+    /// Keys the module has and the state dict lacks (each with a "did you mean" guess
+    /// among the unexpected keys, when one is close).
+    pub missing_keys: Vec<(String, Option<String>)>,
+    /// Keys the state dict has and the module lacks.
+    pub unexpected_keys: Vec<String>,
+    /// Keys present in both with incompatible shapes or dtypes.
+    pub mismatched: Vec<Mismatch>,
+    /// The module's type name, for the message.
+    pub module: String,
+}
+
+impl std::fmt::Display for StateDictError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "error(s) in loading state dict for {}:", self.module)?;
+        if !self.missing_keys.is_empty() {
+            write!(f, "\n  missing key(s):")?;
+            for (k, guess) in &self.missing_keys {
+                write!(f, " \"{k}\"")?;
+                if let Some(g) = guess {
+                    write!(f, " (did you mean \"{g}\"?)")?;
+                }
+                f.write_str(",")?;
+            }
+        }
+        if !self.unexpected_keys.is_empty() {
+            write!(f, "\n  unexpected key(s):")?;
+            for k in &self.unexpected_keys {
+                write!(f, " \"{k}\",")?;
+            }
+        }
+        for m in &self.mismatched {
+            write!(
+                f,
+                "\n  {}: \"{}\" is {:?} {} in the state dict but {:?} {} in the module",
+                m.reason, m.key, m.got.0, m.got.1, m.expected.0, m.expected.1
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// `Result` with [`Error`] as the error type.

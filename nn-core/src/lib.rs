@@ -25,22 +25,37 @@
 //! its backward), [`functional`] (PyTorch-style free functions), [`random`] (the seeded
 //! generator) and [`testing`] (the shared gradient checker).
 
+// Lets `#[derive(Module)]` output (which names `::nn_core`) compile inside this crate.
+#[allow(unused_extern_crates)]
+extern crate self as nn_core;
+
 pub mod autograd;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod functional;
+pub mod module;
 pub mod ops;
 pub mod random;
 pub mod shape;
+pub mod state_dict;
 pub mod storage;
 pub mod tensor;
 pub mod testing;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 
 pub use autograd::{enable_grad, is_grad_enabled, no_grad, NoGradGuard};
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement};
 pub use error::{Error, Result};
+pub use module::{ExtraRepr, Forward, IncompatibleKeys, Item, Layer, Module, ModuleBase, Name, Parameter};
 pub use random::manual_seed;
 pub use shape::{Dim, Layout};
+pub use state_dict::StateDict;
 pub use tensor::{Tensor, TensorId};
+
+/// `#[derive(Module)]`: the trait and its derive share the name, as serde's do.
+pub use nn_derive::Module;

@@ -138,3 +138,144 @@ impl Tensor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::GeluApproximate;
+    use crate::testing::support::{check_noncontig, grad, leaf, t64, unary_suite};
+    use crate::{DType, Device, Tensor};
+
+    fn sigmoid(x: f64) -> f64 {
+        1.0 / (1.0 + (-x).exp())
+    }
+
+    /// The standard normal CDF and density, written out for the GELU derivatives.
+    fn phi_cdf(x: f64) -> f64 {
+        0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+    }
+    fn phi_pdf(x: f64) -> f64 {
+        (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt()
+    }
+
+    // Inputs stay away from the kinks of relu/leaky_relu at 0 (the derivative is
+    // discontinuous there; see `relu_has_zero_gradient_at_zero`).
+    unary_suite!(
+        relu: |x: &Tensor| x.relu(),
+        x = [-2.0, -0.5, 0.5, 3.0],
+        y = [0.0, 0.0, 0.5, 3.0],
+        dy = |x: f64| if x > 0.0 { 1.0 } else { 0.0 },
+    );
+    unary_suite!(
+        leaky_relu: |x: &Tensor| x.leaky_relu(0.1),
+        x = [-2.0, -0.5, 0.5, 3.0],
+        y = [-0.2, -0.05, 0.5, 3.0],
+        dy = |x: f64| if x > 0.0 { 1.0 } else { 0.1 },
+    );
+    unary_suite!(
+        sigmoid: |x: &Tensor| x.sigmoid(),
+        x = [-2.0, 0.0, 1.0, 3.0],
+        y = [0.11920292202211755, 0.5, 0.7310585786300049, 0.9525741268224334],
+        dy = |x: f64| sigmoid(x) * (1.0 - sigmoid(x)),
+    );
+    unary_suite!(
+        tanh: |x: &Tensor| x.tanh(),
+        x = [-2.0, 0.0, 0.5, 1.0],
+        y = [-0.9640275800758169, 0.0, 0.46211715726000974, 0.7615941559557649],
+        dy = |x: f64| 1.0 - x.tanh().powi(2),
+    );
+    unary_suite!(
+        silu: |x: &Tensor| x.silu(),
+        x = [-2.0, 0.0, 1.0, 3.0],
+        y = [-0.2384058440442351, 0.0, 0.7310585786300049, 2.8577223804673],
+        dy = |x: f64| sigmoid(x) + x * sigmoid(x) * (1.0 - sigmoid(x)),
+    );
+    unary_suite!(
+        gelu: |x: &Tensor| x.gelu(),
+        x = [-1.0, -0.5, 1.0, 2.0],
+        y = [-0.15865525393145707, -0.15426876936299344, 0.8413447460685429, 1.9544997361036416],
+        dy = |x: f64| phi_cdf(x) + x * phi_pdf(x),
+    );
+    unary_suite!(
+        gelu_tanh: |x: &Tensor| x.gelu_with(GeluApproximate::Tanh),
+        x = [-1.0, -0.5, 1.0, 2.0],
+        y = [-0.15880800939172324, -0.15428599017485606, 0.8411919906082768, 1.954597694087775],
+        dy = |x: f64| {
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            let t = (k * (x + 0.044715 * x.powi(3))).tanh();
+            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x)
+        },
+    );
+
+    #[test]
+    fn gelu_default_is_the_exact_formula() {
+        let x = t64(&[-1.3, 0.2, 2.7], &[3]);
+        assert_eq!(x.gelu().to_vec_f64(), x.gelu_with(GeluApproximate::None).to_vec_f64());
+        assert_ne!(x.gelu().to_vec_f64(), x.gelu_with(GeluApproximate::Tanh).to_vec_f64());
+        assert_eq!(GeluApproximate::default(), GeluApproximate::None);
+    }
+
+    #[test]
+    fn relu_has_zero_gradient_at_zero_and_leaky_relu_the_slope() {
+        // PyTorch: relu'(0) = 0, leaky_relu'(0) = negative_slope.
+        let x = leaf(&[0.0], &[1]);
+        x.relu().sum().backward();
+        assert_eq!(grad(&x), vec![0.0]);
+        let x = leaf(&[0.0], &[1]);
+        x.leaky_relu(0.2).sum().backward();
+        assert_eq!(grad(&x), vec![0.2]);
+    }
+
+    #[test]
+    fn sigmoid_silu_tanh_are_stable_at_large_magnitude() {
+        let x = leaf(&[-1000.0, 1000.0, -50.0], &[3]);
+        let s = x.sigmoid();
+        assert_eq!(s.to_vec_f64()[..2], [0.0, 1.0]);
+        assert!((s.to_vec_f64()[2] - (-50f64).exp()).abs() < 1e-30);
+        assert_eq!(x.silu().to_vec_f64()[..2], [-0.0, 1000.0]);
+        assert_eq!(x.tanh().to_vec_f64()[..2], [-1.0, 1.0]);
+        (s + x.silu() + x.tanh()).sum().backward();
+        // sigmoid' and tanh' vanish; silu' is 0 on the left tail and 1 on the right.
+        let g = grad(&x);
+        assert!(g.iter().all(|v| v.is_finite()), "{g:?}");
+        assert_eq!(g[..2], [0.0, 1.0]);
+    }
+
+    #[test]
+    fn activations_on_noncontiguous_inputs() {
+        type Op = fn(&Tensor) -> Tensor;
+        let ops: [Op; 7] = [
+            |x| x.relu(),
+            |x| x.leaky_relu(0.01),
+            |x| x.sigmoid(),
+            |x| x.tanh(),
+            |x| x.silu(),
+            |x| x.gelu(),
+            |x| x.gelu_with(GeluApproximate::Tanh),
+        ];
+        let base = t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4], &[3, 2]);
+        for op in ops {
+            check_noncontig(|t| op(&t[0]), std::slice::from_ref(&base));
+            assert_eq!(op(&base.t()).to_vec_f64(), op(&base.t().contiguous()).to_vec_f64());
+            let e = base.narrow(0, 2, 1).expand(&[2, 2]);
+            assert_eq!(op(&e).to_vec_f64(), op(&e.contiguous()).to_vec_f64());
+        }
+    }
+
+    #[test]
+    fn activations_on_rank0_and_meta() {
+        let s = Tensor::scalar(-2.0);
+        assert_eq!(s.relu().item(), 0.0);
+        assert_eq!(s.leaky_relu(0.5).item(), -1.0);
+        assert_eq!(s.relu().shape(), &[] as &[usize]);
+        let m = Tensor::full_on(&[3, 4], 0.0, DType::F32, Device::Meta);
+        for y in [m.relu(), m.sigmoid(), m.gelu(), m.silu(), m.tanh(), m.leaky_relu(0.1)] {
+            assert_eq!((y.shape(), y.dtype(), y.device()), (&[3, 4][..], DType::F32, Device::Meta));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "relu: expected a floating-point tensor (f32 or f64), got bool")]
+    fn activation_on_bool_names_the_op() {
+        Tensor::from_vec_bool(vec![true], &[1]).relu();
+    }
+}

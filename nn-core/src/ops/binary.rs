@@ -460,3 +460,407 @@ impl Neg for Tensor {
         Tensor::neg(&self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::gradcheck;
+    use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64};
+    use crate::{no_grad, DType, Device, Tensor};
+
+    type BinFn = fn(&Tensor, &Tensor) -> Tensor;
+
+    const A: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // [2, 3]
+    const W: [f64; 6] = [1.0, -1.0, 2.0, 0.5, 3.0, -2.0]; // [2, 3] weights of the loss
+
+    /// Forward `op(a [2, 3], b [3])`, backward of `(op(a, b) * w).sum()` (the gradient of
+    /// `b` sums over the broadcast rows), and finite differences on three broadcast
+    /// patterns: `[2, 3] x [3]`, `[3, 1] x [1, 4]` and `[2, 2] x 0-d`.
+    macro_rules! binary_suite {
+        ($name:ident: $op:expr, b = $b:expr, y = $y:expr, ga = $ga:expr, gb = $gb:expr) => {
+            mod $name {
+                use super::*;
+                const OP: BinFn = $op;
+                #[test]
+                fn forward() {
+                    let a = Tensor::from_vec(A.iter().map(|&v| v as f32).collect(), &[2, 3]);
+                    let b = Tensor::from_vec($b.iter().map(|&v| v as f32).collect(), &[3]);
+                    let y = OP(&a, &b);
+                    assert_eq!(y.shape(), &[2, 3]);
+                    let y32: Vec<f32> = $y.iter().map(|&v: &f64| v as f32).collect();
+                    crate::testing::assert_close(&y.to_vec(), &y32, 1e-6, 1e-6);
+                    assert_close64(&OP(&t64(&A, &[2, 3]), &t64(&$b, &[3])).to_vec_f64(), &$y, 1e-12);
+                }
+                #[test]
+                fn backward_with_broadcast_gradient() {
+                    let (a, b) = (leaf(&A, &[2, 3]), leaf(&$b, &[3]));
+                    (OP(&a, &b) * t64(&W, &[2, 3])).sum().backward();
+                    assert_close64(&grad(&a), &$ga, 1e-12);
+                    assert_eq!(b.grad().unwrap().shape(), &[3]);
+                    assert_close64(&grad(&b), &$gb, 1e-12);
+                }
+                #[test]
+                fn gradcheck_f64() {
+                    let f = |t: &[Tensor]| OP(&t[0], &t[1]);
+                    let a = t64(&[0.3, 1.2, 2.0, 0.7, 1.1, 0.4], &[2, 3]);
+                    gradcheck(f, &[a.clone(), t64(&[0.5, -0.9, 1.5], &[3])]).unwrap();
+                    let a3 = t64(&[0.3, 0.8, 1.9], &[3, 1]);
+                    gradcheck(f, &[a3.clone(), t64(&[0.45, 1.25, -0.6, 2.2], &[1, 4])]).unwrap();
+                    gradcheck(f, &[a.narrow(1, 0, 2).contiguous(), t64(&[0.65], &[])]).unwrap();
+                    gradcheck(f, &[t64(&[0.65], &[]), a3]).unwrap();
+                }
+            }
+        };
+    }
+
+    binary_suite!(add: |a, b| a + b, b = [0.5, -1.0, 2.0],
+        y = [1.5, 1.0, 5.0, 4.5, 4.0, 8.0], ga = W, gb = [1.5, 2.0, 0.0]);
+    binary_suite!(sub: |a, b| a - b, b = [0.5, -1.0, 2.0],
+        y = [0.5, 3.0, 1.0, 3.5, 6.0, 4.0], ga = W, gb = [-1.5, -2.0, 0.0]);
+    binary_suite!(mul: |a, b| a * b, b = [0.5, -1.0, 2.0],
+        y = [0.5, -2.0, 6.0, 2.0, -5.0, 12.0], ga = [0.5, 1.0, 4.0, 0.25, -3.0, -4.0], gb = [3.0, 13.0, -6.0]);
+    binary_suite!(div: |a, b| a / b, b = [0.5, -1.0, 2.0],
+        y = [2.0, -2.0, 1.5, 8.0, -5.0, 3.0], ga = [2.0, 1.0, 1.0, 1.0, -3.0, -1.0], gb = [-12.0, -13.0, 1.5]);
+    binary_suite!(pow: |a, b| a.pow(b), b = [0.5, -1.0, 2.0],
+        y = [1.0, 0.5, 9.0, 2.0, 0.2, 36.0],
+        ga = [0.5, 0.25, 12.0, 0.125, -0.12, -24.0],
+        gb = [1.3862943611198906, 0.6190891571804875, -109.23166058839398]);
+    binary_suite!(maximum: |a, b| a.maximum(b), b = [2.5, -1.0, 5.5],
+        y = [2.5, 2.0, 5.5, 4.0, 5.0, 6.0], ga = [0.0, -1.0, 0.0, 0.5, 3.0, -2.0], gb = [1.0, 0.0, 2.0]);
+    binary_suite!(minimum: |a, b| a.minimum(b), b = [2.5, -1.0, 5.5],
+        y = [1.0, -1.0, 3.0, 2.5, -1.0, 5.5], ga = [1.0, 0.0, 2.0, 0.0, 0.0, 0.0], gb = [0.5, 2.0, -2.0]);
+    binary_suite!(add_method: |a, b| a.add(b), b = [0.5, -1.0, 2.0],
+        y = [1.5, 1.0, 5.0, 4.5, 4.0, 8.0], ga = W, gb = [1.5, 2.0, 0.0]);
+    binary_suite!(sub_method: |a, b| a.sub(b), b = [0.5, -1.0, 2.0],
+        y = [0.5, 3.0, 1.0, 3.5, 6.0, 4.0], ga = W, gb = [-1.5, -2.0, 0.0]);
+    binary_suite!(mul_method: |a, b| a.mul(b), b = [0.5, -1.0, 2.0],
+        y = [0.5, -2.0, 6.0, 2.0, -5.0, 12.0], ga = [0.5, 1.0, 4.0, 0.25, -3.0, -4.0], gb = [3.0, 13.0, -6.0]);
+    binary_suite!(div_method: |a, b| a.div(b), b = [0.5, -1.0, 2.0],
+        y = [2.0, -2.0, 1.5, 8.0, -5.0, 3.0], ga = [2.0, 1.0, 1.0, 1.0, -3.0, -1.0], gb = [-12.0, -13.0, 1.5]);
+
+    #[test]
+    fn every_operator_form_computes_the_same() {
+        let a = Tensor::from_vec(vec![1.0, 2.0], &[2]);
+        let b = Tensor::from_vec(vec![4.0, 8.0], &[2]);
+        for (y, e) in [
+            (&a + &b, [5.0, 10.0]),
+            (a.clone() + &b, [5.0, 10.0]),
+            (&a + b.clone(), [5.0, 10.0]),
+            (a.clone() + b.clone(), [5.0, 10.0]),
+            (&a - &b, [-3.0, -6.0]),
+            (a.clone() - b.clone(), [-3.0, -6.0]),
+            (&a * &b, [4.0, 16.0]),
+            (a.clone() * b.clone(), [4.0, 16.0]),
+            (&a / &b, [0.25, 0.25]),
+            (a.clone() / b.clone(), [0.25, 0.25]),
+            (-&a, [-1.0, -2.0]),
+            (-a.clone(), [-1.0, -2.0]),
+        ] {
+            assert_eq!(y.to_vec(), e.to_vec());
+        }
+    }
+
+    #[test]
+    fn scalar_operators_on_both_sides_forward() {
+        let x = Tensor::from_vec(vec![1.0, -2.0, 4.0], &[3]);
+        let cases: [(Tensor, [f32; 3]); 12] = [
+            (&x + 1.5, [2.5, -0.5, 5.5]),
+            (x.clone() + 1.5, [2.5, -0.5, 5.5]),
+            (1.5 + &x, [2.5, -0.5, 5.5]),
+            (1.5 + x.clone(), [2.5, -0.5, 5.5]),
+            (&x - 1.5, [-0.5, -3.5, 2.5]),
+            (1.5 - &x, [0.5, 3.5, -2.5]),
+            (1.5 - x.clone(), [0.5, 3.5, -2.5]),
+            (&x * 3.0, [3.0, -6.0, 12.0]),
+            (3.0 * &x, [3.0, -6.0, 12.0]),
+            (&x / 4.0, [0.25, -0.5, 1.0]),
+            (x.clone() / 4.0, [0.25, -0.5, 1.0]),
+            (4.0 / &x, [4.0, -2.0, 1.0]),
+        ];
+        for (i, (y, e)) in cases.into_iter().enumerate() {
+            assert_eq!(y.to_vec(), e.to_vec(), "case {i}");
+            assert_eq!(y.dtype(), DType::F32);
+        }
+        assert_eq!((4.0 / x.clone()).to_vec(), vec![4.0, -2.0, 1.0]);
+        assert_eq!((x.clone() - 1.5).to_vec(), vec![-0.5, -3.5, 2.5]);
+        assert_eq!((x.clone() * 3.0).to_vec(), vec![3.0, -6.0, 12.0]);
+        assert_eq!((3.0 * x).to_vec(), vec![3.0, -6.0, 12.0]);
+    }
+
+    #[test]
+    fn scalar_operators_backward() {
+        // d/dx of each form, through `.exp().mean()` would hide the constant; use weights.
+        let xs = [1.0, -2.0, 4.0];
+        let w = t64(&[1.0, 2.0, -1.0], &[3]);
+        type F = fn(&Tensor) -> Tensor;
+        let cases: [(F, [f64; 3]); 8] = [
+            (|x| x + 1.5, [1.0, 2.0, -1.0]),
+            (|x| 1.5 + x, [1.0, 2.0, -1.0]),
+            (|x| x - 1.5, [1.0, 2.0, -1.0]),
+            (|x| 1.5 - x, [-1.0, -2.0, 1.0]),
+            (|x| x * 3.0, [3.0, 6.0, -3.0]),
+            (|x| 3.0 * x, [3.0, 6.0, -3.0]),
+            (|x| x / 4.0, [0.25, 0.5, -0.25]),
+            // d(4/x) = -4/x^2
+            (|x| 4.0 / x, [-4.0, -2.0, 0.25]),
+        ];
+        for (i, (f, e)) in cases.into_iter().enumerate() {
+            let x = leaf(&xs, &[3]);
+            (f(&x) * &w).sum().backward();
+            assert_close64(&grad(&x), &e, 1e-12);
+            gradcheck(|t| f(&t[0]), &[t64(&xs, &[3])]).unwrap_or_else(|e| panic!("case {i}: {e}"));
+        }
+    }
+
+    #[test]
+    fn broadcast_scalar_against_tensor_both_ways() {
+        let s = Tensor::from_vec_f64(vec![2.0], &[]).requires_grad_(true);
+        let x = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+        let y = &s * &x + &x / &s;
+        assert_eq!(y.shape(), &[2, 2]);
+        assert_eq!(y.to_vec_f64(), vec![2.5, 5.0, 7.5, 10.0]);
+        y.sum().backward();
+        // d/ds = sum(x) - sum(x) / s^2 = 10 - 2.5; d/dx = s + 1/s
+        let gs = s.grad().unwrap();
+        assert_eq!(gs.shape(), &[] as &[usize]);
+        assert_eq!(gs.item(), 7.5);
+        assert_eq!(grad(&x), vec![2.5; 4]);
+    }
+
+    #[test]
+    fn broadcast_column_against_row() {
+        let c = leaf(&[1.0, 2.0, 3.0], &[3, 1]);
+        let r = leaf(&[10.0, 20.0, 30.0, 40.0], &[1, 4]);
+        let y = &c * &r;
+        assert_eq!(y.shape(), &[3, 4]);
+        assert_eq!(y.to_vec_f64(), vec![10., 20., 30., 40., 20., 40., 60., 80., 30., 60., 90., 120.]);
+        y.sum().backward();
+        assert_eq!(c.grad().unwrap().shape(), &[3, 1]);
+        assert_eq!(grad(&c), vec![100.0; 3]);
+        assert_eq!(r.grad().unwrap().shape(), &[1, 4]);
+        assert_eq!(grad(&r), vec![6.0; 4]);
+    }
+
+    #[test]
+    fn broadcast_with_zero_size_dims() {
+        let a = leaf(&[], &[0, 1]);
+        let b = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0], &[1, 5]);
+        let y = &a + &b;
+        assert_eq!(y.shape(), &[0, 5]);
+        assert!(y.to_vec().is_empty());
+        y.sum().backward();
+        assert_eq!(a.grad().unwrap().shape(), &[0, 1]);
+        // b was broadcast along a dimension of size 0: its gradient is all zeros.
+        assert_eq!(grad(&b), vec![0.0; 5]);
+        let e = Tensor::zeros(&[2, 0]) * 3.0;
+        assert_eq!(e.shape(), &[2, 0]);
+    }
+
+    #[test]
+    fn rank0_with_rank0_stays_rank0() {
+        let a = Tensor::from_vec_f64(vec![3.0], &[]).requires_grad_(true);
+        let b = Tensor::from_vec_f64(vec![-2.0], &[]).requires_grad_(true);
+        let y = a.pow(&b.abs()) - &b;
+        assert_eq!(y.shape(), &[] as &[usize]);
+        assert_eq!(y.item(), 11.0);
+        y.backward();
+        assert_eq!(a.grad().unwrap().item(), 6.0);
+        // d/db (a^|b| - b) = a^|b| ln a * sign(b) - 1
+        assert!((b.grad().unwrap().item() - (-9.0 * 3f64.ln() - 1.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn leading_broadcast_dims_sum_back() {
+        let a = leaf(&[1.0, 2.0], &[2]);
+        let b = leaf(&[1.0; 12], &[2, 3, 2]);
+        (&a * &b).sum().backward();
+        assert_eq!(grad(&a), vec![6.0, 6.0]);
+        assert_eq!(grad(&b), [1.0, 2.0].repeat(6));
+    }
+
+    #[test]
+    fn maximum_and_minimum_split_ties_and_propagate_nan() {
+        let a = leaf(&[1.0, 2.0, 3.0], &[3]);
+        let b = leaf(&[1.0, 0.0, 5.0], &[3]);
+        (a.maximum(&b) + a.minimum(&b) * 10.0).sum().backward();
+        // Tie at 0: each side gets half of each incoming gradient (PyTorch).
+        assert_eq!(grad(&a), vec![5.5, 1.0, 10.0]);
+        assert_eq!(grad(&b), vec![5.5, 10.0, 1.0]);
+        let n = Tensor::from_vec(vec![f32::NAN, 1.0], &[2]);
+        let z = Tensor::from_vec(vec![0.0, f32::NAN], &[2]);
+        assert!(n.maximum(&z).to_vec().iter().all(|v| v.is_nan()));
+        assert!(z.minimum(&n).to_vec().iter().all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn pow_exponent_gradient_is_zero_at_zero_base() {
+        let a = leaf(&[0.0, 2.0], &[2]);
+        let b = leaf(&[2.0, 0.0], &[2]);
+        let y = a.pow(&b);
+        assert_eq!(y.to_vec_f64(), vec![0.0, 1.0]);
+        y.sum().backward();
+        assert_eq!(grad(&a), vec![0.0, 0.0]);
+        assert_eq!(grad(&b), vec![0.0, 2f64.ln()]);
+    }
+
+    #[test]
+    fn comparisons_broadcast_and_handle_nan() {
+        let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, f32::NAN], &[2, 2]);
+        let b = Tensor::from_vec(vec![2.0, 2.0], &[2]);
+        assert_eq!(a.eq(&b).to_vec_bool(), vec![false, true, false, false]);
+        assert_eq!(a.ne(&b).to_vec_bool(), vec![true, false, true, true]);
+        assert_eq!(a.lt(&b).to_vec_bool(), vec![true, false, false, false]);
+        assert_eq!(a.le(&b).to_vec_bool(), vec![true, true, false, false]);
+        assert_eq!(a.gt(&b).to_vec_bool(), vec![false, false, true, false]);
+        assert_eq!(a.ge(&b).to_vec_bool(), vec![false, true, true, false]);
+        assert_eq!(a.gt(&b).dtype(), DType::Bool);
+        assert!(!a.requires_grad_(true).gt(&b).requires_grad());
+        let i = Tensor::from_vec_i64(vec![1, 5, -3], &[3]);
+        let j = Tensor::from_vec_i64(vec![1], &[]);
+        assert_eq!(i.gt(&j).to_vec_bool(), vec![false, true, false]);
+        assert_eq!(i.t().le(&j).logical_not().to_vec_bool(), vec![false, true, false]);
+    }
+
+    #[test]
+    fn comparisons_on_meta_give_meta_bools() {
+        // Regression: `ne` read the values of its `eq` result, panicking on meta.
+        let a = Tensor::full_on(&[2, 3], 0.0, DType::F32, Device::Meta);
+        let b = Tensor::full_on(&[3], 0.0, DType::F32, Device::Meta);
+        for c in [a.eq(&b), a.ne(&b), a.lt(&b), a.le(&b), a.gt(&b), a.ge(&b), a.gt(&b).logical_not()] {
+            assert_eq!((c.shape(), c.dtype(), c.device()), (&[2, 3][..], DType::Bool, Device::Meta));
+        }
+    }
+
+    #[test]
+    fn where_cond_forward_backward_and_gradcheck() {
+        let c = Tensor::from_vec_bool(vec![true, false], &[2, 1]);
+        let a = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+        let b = Tensor::from_vec_f64(vec![-1.0], &[]).requires_grad_(true);
+        let y = Tensor::where_cond(&c, &a, &b);
+        assert_eq!(y.shape(), &[2, 3]);
+        assert_eq!(y.to_vec_f64(), vec![1.0, 2.0, 3.0, -1.0, -1.0, -1.0]);
+        (y * t64(&W, &[2, 3])).sum().backward();
+        assert_eq!(grad(&a), vec![1.0, -1.0, 2.0, 0.0, 0.0, 0.0]);
+        assert_eq!(b.grad().unwrap().shape(), &[] as &[usize]);
+        assert_eq!(grad(&b), vec![1.5]);
+        let cond = Tensor::from_vec_bool(vec![true, false, false, true, true, false], &[2, 3]);
+        gradcheck(
+            |t| Tensor::where_cond(&cond, &t[0], &t[1]).exp(),
+            &[t64(&[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[2, 3]), t64(&[-0.5, 0.5, 1.5], &[3])],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn where_cond_works_on_integers_and_noncontiguous_condition() {
+        let c = Tensor::from_vec_bool(vec![true, false, false, true], &[2, 2]).t();
+        let a = Tensor::from_vec_i64(vec![1, 2, 3, 4], &[2, 2]);
+        let b = Tensor::from_vec_i64(vec![0], &[1]);
+        assert_eq!(Tensor::where_cond(&c, &a, &b).to_vec_i64(), vec![1, 0, 0, 4]);
+        let c2 = Tensor::from_vec_bool(vec![true, false, true], &[3]).expand(&[2, 3]);
+        let x = t64(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]).t();
+        let z = Tensor::where_cond(&c2, &x, &x.neg());
+        assert_eq!(z.to_vec_f64(), vec![1.0, -3.0, 5.0, 2.0, -4.0, 6.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "where: condition must be a bool tensor, got f32")]
+    fn where_cond_needs_a_bool_condition() {
+        Tensor::where_cond(&Tensor::ones(&[2]), &Tensor::ones(&[2]), &Tensor::ones(&[2]));
+    }
+
+    #[test]
+    fn masked_fill_forward_backward_and_gradcheck() {
+        let x = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+        let m = Tensor::from_vec_bool(vec![false, true], &[2]);
+        let y = x.masked_fill(&m, -7.5);
+        assert_eq!(y.to_vec_f64(), vec![1.0, -7.5, 3.0, -7.5]);
+        y.exp().mean().backward();
+        let e = [1f64.exp() / 4.0, 0.0, 3f64.exp() / 4.0, 0.0];
+        assert_close64(&grad(&x), &e, 1e-12);
+        gradcheck(|t| t[0].masked_fill(&m, f64::NEG_INFINITY).softmax(-1), &[t64(&[0.1, 0.2, 0.3, 0.4], &[2, 2])])
+            .unwrap();
+        let f = Tensor::from_vec(vec![1.0, 2.0], &[2]).masked_fill(&Tensor::from_vec_bool(vec![true], &[]), 0.0);
+        assert_eq!(f.to_vec(), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn binary_ops_on_noncontiguous_inputs() {
+        let ops: [BinFn; 8] = [
+            |a, b| a + b,
+            |a, b| a - b,
+            |a, b| a * b,
+            |a, b| a / b,
+            |a, b| a.pow(b),
+            |a, b| a.maximum(b),
+            |a, b| a.minimum(b),
+            |a, b| Tensor::where_cond(&a.gt(b), a, b),
+        ];
+        let a = t64(&[0.3, 1.2, 2.0, 0.7, 1.1, 0.4], &[2, 3]);
+        let b = t64(&[0.5, -0.9, 1.5, 0.25, 0.8, -1.3], &[2, 3]);
+        let bc = t64(&[0.5, -0.9, 1.5], &[3]);
+        for (i, op) in ops.into_iter().enumerate() {
+            check_noncontig(|t| op(&t[0], &t[1]), &[a.clone(), b.clone()]);
+            check_noncontig(|t| op(&t[0], &t[1]), &[a.clone(), bc.clone()]);
+            let at = t64(&[0.3, 0.7, 1.2, 1.1, 2.0, 0.4], &[3, 2]).t(); // == a, stored transposed
+            let ex = bc.reshape(&[1, 3]).expand(&[2, 3]);
+            assert_eq!(op(&at, &ex).to_vec_f64(), op(&a, &bc).to_vec_f64(), "op {i}");
+            let big = t64(&[9.0, 0.3, 1.2, 2.0, 9.0, 0.7, 1.1, 0.4], &[2, 4]).narrow(1, 1, 3);
+            assert_eq!(op(&big, &b.permute(&[0, 1])).to_vec_f64(), op(&a, &b).to_vec_f64(), "op {i}");
+        }
+    }
+
+    #[test]
+    fn large_inputs_take_the_parallel_path() {
+        let n = super::super::PAR_THRESHOLD + 5;
+        let a = Tensor::arange(0.0, n as f64, 1.0);
+        let b = Tensor::full(&[n], 2.0);
+        let y = (&a * &b).to_vec();
+        assert!(y.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32));
+    }
+
+    #[test]
+    fn binary_ops_on_meta_broadcast_shapes() {
+        let a = Tensor::full_on(&[4, 1, 3], 0.0, DType::F64, Device::Meta).requires_grad_(true);
+        let b = Tensor::full_on(&[2, 1], 0.0, DType::F64, Device::Meta);
+        let y = (&a * &b + 1.0).pow(&b).maximum(&a);
+        assert_eq!((y.shape(), y.dtype(), y.device()), (&[4, 2, 3][..], DType::F64, Device::Meta));
+        y.sum().backward();
+        assert_eq!((a.grad().unwrap().shape(), a.grad().unwrap().device()), (&[4, 1, 3][..], Device::Meta));
+        let w = Tensor::where_cond(&a.gt(&b), &a, &b);
+        assert_eq!((w.shape(), w.device()), (&[4, 2, 3][..], Device::Meta));
+    }
+
+    #[test]
+    fn no_grad_results_of_binary_ops_do_not_require_grad() {
+        let a = leaf(&[1.0], &[1]);
+        let y = no_grad(|| &a + &a);
+        assert!(!y.requires_grad() && y.is_leaf());
+    }
+
+    #[test]
+    #[should_panic(expected = "add: shapes [2, 3] and [4] cannot be broadcast together")]
+    fn broadcast_failure_names_the_op_and_both_shapes() {
+        let _ = Tensor::zeros(&[2, 3]) + Tensor::zeros(&[4]);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "mul: expected all tensors of one dtype, got f32 (shape [2]) and f64 (shape [2]); convert with `to_dtype`"
+    )]
+    fn dtype_mix_names_the_op_and_both_shapes() {
+        let _ = Tensor::zeros(&[2]) * Tensor::from_vec_f64(vec![1.0, 2.0], &[2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "sub: expected all tensors on one device, got cpu (shape [3]) and meta (shape [1, 3])")]
+    fn device_mix_names_the_op_and_both_shapes() {
+        let _ = Tensor::zeros(&[3]) - Tensor::full_on(&[1, 3], 0.0, DType::F32, Device::Meta);
+    }
+
+    #[test]
+    #[should_panic(expected = "div: expected a floating-point tensor (f32 or f64), got i64")]
+    fn arithmetic_on_integers_names_the_op() {
+        let i = Tensor::from_vec_i64(vec![1, 2], &[2]);
+        let _ = &i / &i;
+    }
+}

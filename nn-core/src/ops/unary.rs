@@ -285,3 +285,264 @@ impl Tensor {
         unary(self, ScalarDiv(s))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::f64::consts::{E, FRAC_PI_2, FRAC_PI_3, FRAC_PI_6, PI};
+
+    use crate::testing::assert_close;
+    use crate::testing::support::{check_noncontig, grad, leaf, noncontig, t64, unary_suite};
+    use crate::{DType, Device, Tensor};
+
+    // One suite per op: forward values (hand-computed), backward through
+    // `op(x).exp().mean()` against the analytic derivative, and a finite-difference check.
+    unary_suite!(neg: |x: &Tensor| x.neg(), x = [-1.5, 0.0, 2.0, 3.25], y = [1.5, -0.0, -2.0, -3.25], dy = |_| -1.0);
+    unary_suite!(
+        exp: |x: &Tensor| x.exp(),
+        x = [-1.0, 0.0, 0.5, 2.0],
+        y = [0.36787944117144233, 1.0, 1.6487212707001282, 7.38905609893065],
+        dy = |x: f64| x.exp(),
+    );
+    unary_suite!(
+        log: |x: &Tensor| x.log(),
+        x = [0.5, 1.0, E, 4.0],
+        y = [-0.6931471805599453, 0.0, 1.0, 1.3862943611198906],
+        dy = |x: f64| 1.0 / x,
+    );
+    unary_suite!(
+        sqrt: |x: &Tensor| x.sqrt(),
+        x = [0.25, 1.0, 2.0, 9.0],
+        y = [0.5, 1.0, 1.4142135623730951, 3.0],
+        dy = |x: f64| 0.5 / x.sqrt(),
+    );
+    unary_suite!(
+        abs: |x: &Tensor| x.abs(),
+        x = [-2.0, -0.5, 0.75, 3.0],
+        y = [2.0, 0.5, 0.75, 3.0],
+        dy = |x: f64| x.signum(),
+    );
+    unary_suite!(
+        sin: |x: &Tensor| x.sin(),
+        x = [0.0, FRAC_PI_6, FRAC_PI_2, -1.0],
+        y = [0.0, 0.5, 1.0, -0.8414709848078965],
+        dy = |x: f64| x.cos(),
+    );
+    unary_suite!(
+        cos: |x: &Tensor| x.cos(),
+        x = [0.0, FRAC_PI_3, PI, 2.0],
+        y = [1.0, 0.5, -1.0, -0.4161468365471424],
+        dy = |x: f64| -x.sin(),
+    );
+    unary_suite!(
+        square: |x: &Tensor| x.square(),
+        x = [-3.0, -0.5, 1.5, 2.0],
+        y = [9.0, 0.25, 2.25, 4.0],
+        dy = |x: f64| 2.0 * x,
+    );
+    unary_suite!(
+        recip: |x: &Tensor| x.recip(),
+        x = [-2.0, 0.5, 1.0, 4.0],
+        y = [-0.5, 2.0, 1.0, 0.25],
+        dy = |x: f64| -1.0 / (x * x),
+    );
+    unary_suite!(
+        powf_cube: |x: &Tensor| x.powf(3.0),
+        x = [-1.5, 0.5, 1.0, 2.0],
+        y = [-3.375, 0.125, 1.0, 8.0],
+        dy = |x: f64| 3.0 * x * x,
+    );
+    unary_suite!(
+        powf_two: |x: &Tensor| x.powf(2.0),
+        x = [-3.0, -0.5, 1.5, 2.0],
+        y = [9.0, 0.25, 2.25, 4.0],
+        dy = |x: f64| 2.0 * x,
+    );
+    unary_suite!(
+        powf_half: |x: &Tensor| x.powf(0.5),
+        x = [0.25, 1.0, 4.0, 9.0],
+        y = [0.5, 1.0, 2.0, 3.0],
+        dy = |x: f64| 0.5 / x.sqrt(),
+    );
+    unary_suite!(
+        powf_negative: |x: &Tensor| x.powf(-2.0),
+        x = [-2.0, 0.5, 1.0, 4.0],
+        y = [0.25, 4.0, 1.0, 0.0625],
+        dy = |x: f64| -2.0 / (x * x * x),
+    );
+    unary_suite!(
+        clamp: |x: &Tensor| x.clamp(-1.0, 2.0),
+        x = [-3.0, -0.5, 1.5, 4.0],
+        y = [-1.0, -0.5, 1.5, 2.0],
+        dy = |x: f64| if (-1.0..=2.0).contains(&x) { 1.0 } else { 0.0 },
+    );
+    unary_suite!(
+        affine: |x: &Tensor| x.affine(2.0, -1.0),
+        x = [-1.0, 0.0, 0.5, 3.0],
+        y = [-3.0, -1.0, 0.0, 5.0],
+        dy = |_| 2.0,
+    );
+    unary_suite!(
+        affine_shift_only: |x: &Tensor| x.affine(1.0, 0.5),
+        x = [-1.0, 0.0, 0.5, 3.0],
+        y = [-0.5, 0.5, 1.0, 3.5],
+        dy = |_| 1.0,
+    );
+    unary_suite!(
+        affine_scale_only: |x: &Tensor| x.affine(-3.0, 0.0),
+        x = [-1.0, 0.0, 0.5, 3.0],
+        y = [3.0, -0.0, -1.5, -9.0],
+        dy = |_| -3.0,
+    );
+
+    #[test]
+    fn clamp_passes_the_gradient_at_the_bounds_like_pytorch() {
+        let x = leaf(&[-1.0, 2.0, 2.5], &[3]);
+        (x.clamp(-1.0, 2.0) * 3.0).sum().backward();
+        assert_eq!(grad(&x), vec![3.0, 3.0, 0.0]);
+    }
+
+    #[test]
+    fn clamp_keeps_nan_and_accepts_infinite_bounds() {
+        let x = Tensor::from_vec(vec![f32::NAN, -5.0, 5.0], &[3]);
+        let y = x.clamp(0.0, f64::INFINITY).to_vec();
+        assert!(y[0].is_nan());
+        assert_eq!(&y[1..], &[0.0, 5.0]);
+        assert_eq!(x.clamp(f64::NEG_INFINITY, 1.0).to_vec()[1..], [-5.0, 1.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "clamp: min 2 is greater than max 1")]
+    fn clamp_rejects_inverted_bounds() {
+        Tensor::ones(&[2]).clamp(2.0, 1.0);
+    }
+
+    #[test]
+    fn abs_has_zero_gradient_at_zero() {
+        let x = leaf(&[0.0, -0.0, 1.0], &[3]);
+        x.abs().sum().backward();
+        assert_eq!(grad(&x), vec![0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn powf_zero_is_one_with_zero_gradient() {
+        let x = leaf(&[-2.0, 0.0, 3.0], &[3]);
+        let y = x.powf(0.0);
+        assert_eq!(y.to_vec_f64(), vec![1.0, 1.0, 1.0]);
+        y.sum().backward();
+        assert_eq!(grad(&x), vec![0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn domain_errors_give_nan_and_inf_like_ieee() {
+        let x = Tensor::from_vec(vec![-1.0, 0.0], &[2]);
+        let l = x.log().to_vec();
+        assert!(l[0].is_nan());
+        assert_eq!(l[1], f32::NEG_INFINITY);
+        assert!(x.sqrt().to_vec()[0].is_nan());
+        assert_eq!(x.recip().to_vec()[1], f32::INFINITY);
+    }
+
+    #[test]
+    fn sqrt_of_rank0_tensor_and_its_gradient() {
+        let x = Tensor::from_vec_f64(vec![4.0], &[]).requires_grad_(true);
+        let y = x.sqrt();
+        assert_eq!(y.shape(), &[] as &[usize]);
+        assert_eq!(y.item(), 2.0);
+        y.exp().backward();
+        let g = x.grad().unwrap();
+        assert_eq!(g.shape(), &[] as &[usize]);
+        // d/dx exp(sqrt(x)) = exp(2) / (2 * 2)
+        assert!((g.item() - 2f64.exp() / 4.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn unary_on_empty_tensor_keeps_the_shape() {
+        let x = Tensor::zeros(&[0, 3]).requires_grad_(true);
+        let y = x.exp();
+        assert_eq!(y.shape(), &[0, 3]);
+        assert_eq!(y.to_vec(), Vec::<f32>::new());
+        y.sum().backward();
+        assert_eq!(x.grad().unwrap().shape(), &[0, 3]);
+    }
+
+    #[test]
+    fn unary_ops_on_noncontiguous_inputs() {
+        type Op = fn(&Tensor) -> Tensor;
+        let ops: [(&str, Op); 13] = [
+            ("neg", |x| x.neg()),
+            ("exp", |x| x.exp()),
+            ("log", |x| x.abs().log()),
+            ("sqrt", |x| x.abs().sqrt()),
+            ("abs", |x| x.abs()),
+            ("sin", |x| x.sin()),
+            ("cos", |x| x.cos()),
+            ("square", |x| x.square()),
+            ("recip", |x| x.recip()),
+            ("powf", |x| x.powf(3.0)),
+            ("clamp", |x| x.clamp(-0.5, 0.5)),
+            ("affine", |x| x.affine(2.0, 1.0)),
+            ("div", |x| x.div_scalar(4.0)),
+        ];
+        let base = t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4], &[2, 3]);
+        for (name, op) in ops {
+            // The shared helper: a strided copy with NaN in the gaps.
+            check_noncontig(|t| op(&t[0]), std::slice::from_ref(&base));
+            // Transposed, permuted, narrowed and expanded views against contiguous copies.
+            let views = [
+                base.t(),
+                base.reshape(&[1, 2, 3]).permute(&[2, 0, 1]),
+                base.narrow(1, 1, 2),
+                base.narrow(0, 1, 1).expand(&[4, 3]),
+            ];
+            for v in views {
+                assert_eq!(op(&v).to_vec_f64(), op(&v.contiguous()).to_vec_f64(), "{name} on a view");
+            }
+        }
+    }
+
+    #[test]
+    fn large_inputs_take_the_parallel_path_with_the_same_values() {
+        let n = super::super::PAR_THRESHOLD * 2 + 3;
+        let x = Tensor::arange(0.0, n as f64, 1.0) * 1e-4;
+        let y = x.sin().to_vec();
+        for i in [0, 1, n / 2, n - 1] {
+            assert_eq!(y[i], ((i as f32) * 1e-4).sin(), "element {i}");
+        }
+        let y2 = noncontig(&x).sin().to_vec();
+        assert_eq!(y, y2);
+    }
+
+    #[test]
+    fn unary_ops_on_meta_propagate_shape_and_dtype() {
+        let x = Tensor::full_on(&[2, 5], 0.0, DType::F64, Device::Meta).requires_grad_(true);
+        let y = x.exp().clamp(0.0, 1.0).powf(2.0).affine(2.0, 1.0);
+        assert_eq!((y.shape(), y.dtype(), y.device()), (&[2, 5][..], DType::F64, Device::Meta));
+        assert!(y.requires_grad());
+        // Backward on meta runs shape-only.
+        y.sum().backward();
+        let g = x.grad().unwrap();
+        assert_eq!((g.shape(), g.device()), (&[2, 5][..], Device::Meta));
+    }
+
+    #[test]
+    #[should_panic(expected = "exp: expected a floating-point tensor (f32 or f64), got i64")]
+    fn unary_op_on_integers_names_the_op() {
+        Tensor::from_vec_i64(vec![1, 2], &[2]).exp();
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "sqrt: expected a floating-point tensor (f32 or f64), got f16; convert with `.to_dtype(DType::F32)` first"
+    )]
+    fn unary_op_on_half_asks_for_a_conversion() {
+        Tensor::ones(&[2]).to_dtype(DType::F16).sqrt();
+    }
+
+    #[test]
+    fn f32_forward_rounds_like_f32() {
+        // 1/3 in f32 is not the f64 value rounded late: the op computes in f32.
+        let y = Tensor::from_vec(vec![3.0], &[1]).recip().to_vec()[0];
+        assert_eq!(y, 1.0f32 / 3.0);
+        assert_close(&Tensor::from_vec(vec![1.0], &[1]).exp().to_vec(), &[std::f32::consts::E], 0.0, 0.0);
+    }
+}

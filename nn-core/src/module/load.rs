@@ -1,0 +1,129 @@
+//! `load_state_dict`: validate every entry, then assign (never a half-loaded model).
+
+use crate::autograd::no_grad;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Mismatch, Result, StateDictError};
+use crate::state_dict::StateDict;
+use crate::tensor::Tensor;
+
+use super::{walk, Item, Module};
+
+/// Keys that did not line up in a non-strict `load_state_dict` (PyTorch's
+/// `_IncompatibleKeys`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IncompatibleKeys {
+    /// Module entries the state dict did not provide (left unchanged).
+    pub missing_keys: Vec<String>,
+    /// State-dict entries the module has no place for (ignored).
+    pub unexpected_keys: Vec<String>,
+}
+
+impl IncompatibleKeys {
+    /// True when every key matched.
+    pub fn is_empty(&self) -> bool {
+        self.missing_keys.is_empty() && self.unexpected_keys.is_empty()
+    }
+}
+
+impl std::fmt::Display for IncompatibleKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "missing_keys={:?}, unexpected_keys={:?}", self.missing_keys, self.unexpected_keys)
+    }
+}
+
+fn kind(d: DType) -> u8 {
+    match d {
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => 0,
+        DType::I64 => 1,
+        DType::Bool => 2,
+    }
+}
+
+/// Edit distance, for "did you mean" suggestions.
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The closest candidate to `key`, if it is close enough to be a plausible typo or a
+/// prefix mismatch (`module.fc.weight` vs `fc.weight`).
+pub(crate) fn suggest<'a>(key: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    candidates
+        .into_iter()
+        .map(|c| {
+            let suffix = c.ends_with(&format!(".{key}")) || key.ends_with(&format!(".{c}"));
+            (if suffix { 0 } else { levenshtein(key, c) }, c)
+        })
+        .filter(|&(d, _)| d <= (key.len() / 4).max(2))
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c.to_string())
+}
+
+pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
+    // 1. The module's entries, by name.
+    let mut targets: Vec<(String, Tensor)> = Vec::new();
+    walk(m, &mut String::new(), &mut |path, item| match item {
+        Item::Param(p) => targets.push((path.to_string(), p.tensor().clone())),
+        Item::Buffer { tensor, persistent: true } => targets.push((path.to_string(), tensor.clone())),
+        _ => {}
+    });
+    let expected: std::collections::HashSet<&str> = targets.iter().map(|(k, _)| k.as_str()).collect();
+
+    // 2. Validate everything before touching anything.
+    let mut err = StateDictError { module: m.type_name().to_string(), ..Default::default() };
+    let unexpected: Vec<String> = sd.keys().filter(|k| !expected.contains(k)).map(str::to_string).collect();
+    let mut plan: Vec<(&Tensor, &Tensor)> = Vec::new();
+    for (key, target) in &targets {
+        let Some(src) = sd.get(key) else {
+            err.missing_keys.push((key.clone(), suggest(key, unexpected.iter().map(String::as_str))));
+            continue;
+        };
+        let mismatch = |reason| Mismatch {
+            key: key.clone(),
+            expected: (target.shape().to_vec(), target.dtype()),
+            got: (src.shape().to_vec(), src.dtype()),
+            reason,
+        };
+        if src.shape() != target.shape() {
+            err.mismatched.push(mismatch("size mismatch"));
+        } else if kind(src.dtype()) != kind(target.dtype()) {
+            err.mismatched.push(mismatch("dtype mismatch"));
+        } else if src.device() == Device::Meta && target.device() != Device::Meta {
+            err.mismatched.push(mismatch("no values (meta tensor)"));
+        } else {
+            plan.push((target, src));
+        }
+    }
+    err.unexpected_keys = unexpected;
+    let fatal =
+        !err.mismatched.is_empty() || (strict && (!err.missing_keys.is_empty() || !err.unexpected_keys.is_empty()));
+    if fatal {
+        return Err(Error::StateDict(Box::new(err)));
+    }
+
+    // 3. Assign. Conversions happen first so a failure cannot leave a partial load.
+    let converted: Vec<(&Tensor, Tensor)> = no_grad(|| {
+        plan.into_iter()
+            .map(|(target, src)| {
+                let device = if target.device() == Device::Meta { src.device() } else { target.device() };
+                (target, src.detach().to_dtype(target.dtype()).to_device(device))
+            })
+            .collect()
+    });
+    for (target, value) in converted {
+        target.set_data(&value);
+    }
+    Ok(IncompatibleKeys {
+        missing_keys: err.missing_keys.into_iter().map(|(k, _)| k).collect(),
+        unexpected_keys: err.unexpected_keys,
+    })
+}

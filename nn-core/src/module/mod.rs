@@ -1,0 +1,545 @@
+//! The [`Module`] trait: registered state, traversed by one visitor.
+//!
+//! A module reports its direct state — parameters, buffers and sub-modules, in declaration
+//! order — through [`Module::visit`]. Everything PyTorch's `nn.Module` does with its
+//! `_parameters` / `_buffers` / `_modules` dictionaries is derived from that one walk:
+//! dotted names, `state_dict`, `load_state_dict`, device and dtype moves, freezing,
+//! `zero_grad`, parameter counts and the printed tree. `#[derive(Module)]` writes
+//! `visit` (and the rest of the required methods) from field annotations.
+
+mod display;
+mod load;
+
+use std::any::Any;
+use std::collections::HashSet;
+use std::fmt;
+
+pub use display::fmt_module;
+pub use load::IncompatibleKeys;
+pub use parameter::Parameter;
+
+pub(crate) mod parameter;
+
+use crate::autograd::no_grad;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::state_dict::StateDict;
+use crate::tensor::Tensor;
+
+/// The name of one registered entry: a field name, a list index, or a dictionary key.
+/// Dotted paths are only built when a caller asks for names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Name<'a> {
+    /// A struct field (or its `rename`).
+    Field(&'static str),
+    /// A position in a list-like container (`"0"`, `"1"`, ...).
+    Index(usize),
+    /// A key of a dictionary-like container, or a name chosen at run time.
+    Key(&'a str),
+}
+
+impl fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Name::Field(s) => f.write_str(s),
+            Name::Index(i) => write!(f, "{i}"),
+            Name::Key(k) => f.write_str(k),
+        }
+    }
+}
+
+impl Name<'_> {
+    fn matches(&self, s: &str) -> bool {
+        match self {
+            Name::Field(n) => *n == s,
+            Name::Key(k) => *k == s,
+            Name::Index(i) => s.parse::<usize>().ok() == Some(*i) && (s == "0" || !s.starts_with('0')),
+        }
+    }
+}
+
+/// One registered entry reported by [`Module::visit`].
+#[derive(Clone, Copy)]
+pub enum Item<'a> {
+    /// A trainable parameter.
+    Param(&'a Parameter),
+    /// A buffer; non-persistent buffers move with the module but are not in `state_dict`.
+    Buffer {
+        /// The buffer's tensor.
+        tensor: &'a Tensor,
+        /// Whether `state_dict` includes it.
+        persistent: bool,
+    },
+    /// A sub-module.
+    Module(&'a dyn Module),
+}
+
+/// Per-instance bookkeeping that PyTorch keeps in `nn.Module` itself: the training flag
+/// (and the hook lists). A module opts in with one field, `#[base] base: ModuleBase`;
+/// every built-in layer has one.
+#[derive(Debug)]
+pub struct ModuleBase {
+    training: bool,
+}
+
+impl Default for ModuleBase {
+    /// Modules start in training mode, as in PyTorch.
+    fn default() -> Self {
+        ModuleBase { training: true }
+    }
+}
+
+impl Clone for ModuleBase {
+    fn clone(&self) -> Self {
+        ModuleBase { training: self.training }
+    }
+}
+
+impl ModuleBase {
+    /// A base in training mode.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The training flag.
+    pub fn is_training(&self) -> bool {
+        self.training
+    }
+
+    /// Sets the training flag.
+    pub fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+}
+
+/// Marks types whose values hold module state (modules, tensors, parameters, and
+/// collections of them). `#[derive(Module)]` uses it to reject such fields when they are
+/// left unannotated; derived modules implement it automatically.
+pub trait HoldsState {}
+
+impl HoldsState for Tensor {}
+impl HoldsState for Parameter {}
+impl<T: HoldsState> HoldsState for Vec<T> {}
+impl<T: HoldsState> HoldsState for std::collections::VecDeque<T> {}
+impl<T: HoldsState, const N: usize> HoldsState for [T; N] {}
+impl<T: HoldsState> HoldsState for [T] {}
+impl<T: HoldsState> HoldsState for Option<T> {}
+impl<T: HoldsState + ?Sized> HoldsState for Box<T> {}
+impl<T: HoldsState + ?Sized> HoldsState for std::sync::Arc<T> {}
+impl<T: HoldsState + ?Sized> HoldsState for std::rc::Rc<T> {}
+impl<T: HoldsState + ?Sized> HoldsState for std::cell::RefCell<T> {}
+impl<T: HoldsState + ?Sized> HoldsState for std::sync::Mutex<T> {}
+impl<K, V: HoldsState, S> HoldsState for std::collections::HashMap<K, V, S> {}
+impl<K, V: HoldsState> HoldsState for std::collections::BTreeMap<K, V> {}
+macro_rules! tuple_state {
+    ($($t:ident),+) => { impl<$($t: HoldsState),+> HoldsState for ($($t,)+) {} };
+}
+tuple_state!(A);
+tuple_state!(A, B);
+tuple_state!(A, B, C);
+tuple_state!(A, B, C, D);
+tuple_state!(A, B, C, D, E);
+tuple_state!(A, B, C, D, E, F);
+
+/// The module's own line in its printout, used by `#[derive(Module)]` when the struct
+/// carries `#[module(extra_repr)]` (PyTorch's `extra_repr` override).
+pub trait ExtraRepr {
+    /// The text inside the parentheses, e.g. `in_features=784, out_features=256, bias=True`.
+    fn extra_repr(&self) -> String;
+}
+
+/// A computation from one tensor to one tensor: how a module is run.
+pub trait Forward {
+    /// Runs the module on `input`.
+    fn forward(&self, input: &Tensor) -> Tensor;
+}
+
+/// A module that can be run: what heterogeneous containers (`Sequential`) hold.
+pub trait Layer: Module + Forward + Send + Sync {}
+impl<T: Module + Forward + Send + Sync> Layer for T {}
+
+/// A neural-network module with registered state (PyTorch's `nn.Module`).
+///
+/// Implement it with `#[derive(Module)]`; the required methods are what the derive
+/// writes, the provided ones are the public API, all computed from [`visit`](Module::visit).
+pub trait Module: HoldsState + Any {
+    /// Calls `f` on each direct parameter, buffer and sub-module, in declaration order.
+    /// Unset optional entries (`None`) are skipped, like PyTorch's `None` registrations.
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>));
+
+    /// Calls `f` on each direct sub-module, mutably, in declaration order.
+    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module));
+
+    /// The type's name as printed (`"Linear"`).
+    fn type_name(&self) -> &'static str;
+
+    /// The module's own line in the printout (`in_features=784, out_features=256, ...`).
+    fn extra_repr(&self) -> String {
+        String::new()
+    }
+
+    /// The per-instance base (training flag, hooks), if the module has one.
+    fn base(&self) -> Option<&ModuleBase> {
+        None
+    }
+
+    /// Mutable access to the base, if any.
+    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
+        None
+    }
+
+    /// `self` as `Any`, for downcasting in [`apply`](Module::apply) callbacks.
+    fn as_any(&self) -> &dyn Any;
+
+    /// `self` as mutable `Any`.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+
+    // ------------------------------------------------------------------------------
+    // Traversal
+    // ------------------------------------------------------------------------------
+
+    /// `(dotted name, parameter)` for every parameter of this module and its
+    /// sub-modules, pre-order, declaration order; a parameter registered twice (weight
+    /// tying) is listed once, under its first name, as PyTorch does.
+    fn named_parameters(&self) -> Vec<(String, Parameter)> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        walk(self.as_dyn(), &mut String::new(), &mut |path, item| {
+            if let Item::Param(p) = item {
+                if seen.insert(p.id()) {
+                    out.push((path.to_string(), p.clone()));
+                }
+            }
+        });
+        out
+    }
+
+    /// Every parameter (deduplicated), in traversal order; no names are built.
+    fn parameters(&self) -> Vec<Parameter> {
+        let mut out: Vec<Parameter> = Vec::new();
+        let mut seen = HashSet::new();
+        walk_unnamed(self.as_dyn(), &mut |item| {
+            if let Item::Param(p) = item {
+                if seen.insert(p.id()) {
+                    out.push(p.clone());
+                }
+            }
+        });
+        out
+    }
+
+    /// `(dotted name, buffer)` for every buffer, persistent or not.
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        walk(self.as_dyn(), &mut String::new(), &mut |path, item| {
+            if let Item::Buffer { tensor, .. } = item {
+                out.push((path.to_string(), tensor.clone()));
+            }
+        });
+        out
+    }
+
+    /// Every buffer, persistent or not.
+    fn buffers(&self) -> Vec<Tensor> {
+        self.named_buffers().into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// `("", self)` first, then every sub-module with its dotted path, pre-order.
+    fn named_modules(&self) -> Vec<(String, &dyn Module)> {
+        let mut out = vec![(String::new(), self.as_dyn())];
+        collect_modules(self.as_dyn(), &mut String::new(), &mut out);
+        out
+    }
+
+    /// Direct sub-modules with their names.
+    fn named_children(&self) -> Vec<(String, &dyn Module)> {
+        let mut out = Vec::new();
+        self.visit(&mut |name, item| {
+            if let Item::Module(m) = item {
+                out.push((name.to_string(), m));
+            }
+        });
+        out
+    }
+
+    /// Direct sub-modules.
+    fn children(&self) -> Vec<&dyn Module> {
+        self.named_children().into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// The sub-module at a dotted `path` (`""` is `self`).
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`] naming the first missing part and what exists there.
+    fn get_submodule(&self, path: &str) -> Result<&dyn Module> {
+        let mut cur = self.as_dyn();
+        if path.is_empty() {
+            return Ok(cur);
+        }
+        let mut walked = String::new();
+        for part in path.split('.') {
+            let mut found = None;
+            let mut names = Vec::new();
+            cur.visit(&mut |name, item| {
+                if let Item::Module(m) = item {
+                    if found.is_none() && name.matches(part) {
+                        found = Some(m);
+                    }
+                    names.push(name.to_string());
+                }
+            });
+            match found {
+                Some(m) => cur = m,
+                None => {
+                    return Err(Error::SubmoduleNotFound {
+                        path: path.to_string(),
+                        missing: part.to_string(),
+                        parent: if walked.is_empty() { "<root>".into() } else { walked },
+                        parent_type: cur.type_name(),
+                        children: names,
+                    })
+                }
+            }
+            if !walked.is_empty() {
+                walked.push('.');
+            }
+            walked.push_str(part);
+        }
+        Ok(cur)
+    }
+
+    // ------------------------------------------------------------------------------
+    // State dicts
+    // ------------------------------------------------------------------------------
+
+    /// Parameters and persistent buffers under their dotted names, in traversal order
+    /// (tied parameters appear under every name, as PyTorch). The tensors are the
+    /// module's own handles (detached views sharing storage), not copies.
+    fn state_dict(&self) -> StateDict {
+        let mut sd = StateDict::default();
+        walk(self.as_dyn(), &mut String::new(), &mut |path, item| match item {
+            Item::Param(p) => {
+                sd.insert(path.to_string(), p.detach());
+            }
+            Item::Buffer { tensor, persistent: true } => {
+                sd.insert(path.to_string(), tensor.detach());
+            }
+            _ => {}
+        });
+        sd
+    }
+
+    /// Copies `state_dict` into this module's parameters and persistent buffers.
+    ///
+    /// Missing keys, unexpected keys and shape mismatches are all collected first and
+    /// reported together, by name. With `strict`, any of them is an error; without, the
+    /// missing and unexpected keys are returned and shape mismatches are still an error.
+    /// On error the module is left exactly as it was. Values are converted to each
+    /// entry's current dtype; a module on the meta device takes the loaded tensors as
+    /// they are (PyTorch's `assign=True`).
+    ///
+    /// # Errors
+    /// [`Error::StateDict`] listing every offending key.
+    fn load_state_dict(&mut self, state_dict: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
+        load::load_state_dict(self.as_dyn(), state_dict, strict)
+    }
+
+    // ------------------------------------------------------------------------------
+    // Modes, devices, gradients
+    // ------------------------------------------------------------------------------
+
+    /// Training mode for this module and every sub-module.
+    fn train(&mut self) {
+        self.set_training(true);
+    }
+
+    /// Evaluation mode for this module and every sub-module.
+    fn eval(&mut self) {
+        self.set_training(false);
+    }
+
+    /// Sets the mode recursively.
+    fn set_training(&mut self, training: bool) {
+        if let Some(b) = self.base_mut() {
+            b.set_training(training);
+        }
+        self.visit_modules_mut(&mut |_, m| m.set_training(training));
+    }
+
+    /// The mode: the module's own flag when it has a [`ModuleBase`], otherwise the mode
+    /// of its first sub-module that reports one (modes are set recursively, so they
+    /// agree), and `true` for a module with neither.
+    fn is_training(&self) -> bool {
+        if let Some(b) = self.base() {
+            return b.is_training();
+        }
+        let mut mode = None;
+        self.visit(&mut |_, item| {
+            if let (None, Item::Module(m)) = (mode, item) {
+                mode = Some(m.is_training());
+            }
+        });
+        mode.unwrap_or(true)
+    }
+
+    /// Moves every parameter and buffer to `device`, in place (handles held elsewhere,
+    /// such as an optimizer's, see the move).
+    fn to_device(&mut self, device: Device) {
+        for_each_tensor(self.as_dyn(), &mut |t| {
+            if t.device() != device {
+                no_grad(|| t.set_data(&t.to_device(device)));
+            }
+        });
+    }
+
+    /// Converts every floating-point parameter and buffer to `dtype` (integer and bool
+    /// buffers, such as `num_batches_tracked`, keep theirs, as PyTorch).
+    ///
+    /// # Panics
+    /// When `dtype` is not a floating-point type.
+    fn to_dtype(&mut self, dtype: DType) {
+        assert!(dtype.is_float(), "to_dtype: modules can only be converted to floating-point dtypes, got {dtype}");
+        for_each_tensor(self.as_dyn(), &mut |t| {
+            if t.dtype().is_float() && t.dtype() != dtype {
+                no_grad(|| t.set_data(&t.to_dtype(dtype)));
+                if let Some(g) = t.grad() {
+                    t.set_grad(Some(g.to_dtype(dtype)));
+                }
+            }
+        });
+    }
+
+    /// Clears the gradient of every parameter.
+    fn zero_grad(&self) {
+        for p in self.parameters() {
+            p.zero_grad();
+        }
+    }
+
+    /// Sets `requires_grad` on every parameter (freezing with `false`).
+    fn requires_grad_(&mut self, requires_grad: bool) {
+        for p in self.parameters() {
+            p.requires_grad_(requires_grad);
+        }
+    }
+
+    /// Total number of parameter elements (tied parameters counted once).
+    fn num_parameters(&self) -> usize {
+        self.parameters().iter().map(|p| p.numel()).sum()
+    }
+
+    /// Number of parameter elements that require grad.
+    fn num_trainable_parameters(&self) -> usize {
+        self.parameters().iter().filter(|p| p.requires_grad()).map(|p| p.numel()).sum()
+    }
+
+    /// Calls `f` on every sub-module (children first, then `self`, as PyTorch's `apply`).
+    fn apply(&mut self, f: &mut dyn FnMut(&mut dyn Module)) {
+        self.visit_modules_mut(&mut |_, m| m.apply(f));
+        f(self.as_dyn_mut());
+    }
+
+    /// `self` as a trait object.
+    #[doc(hidden)]
+    fn as_dyn(&self) -> &dyn Module;
+
+    /// `self` as a mutable trait object.
+    #[doc(hidden)]
+    fn as_dyn_mut(&mut self) -> &mut dyn Module;
+}
+
+/// Pre-order walk with dotted paths built in one reused buffer.
+pub(crate) fn walk<'a>(m: &'a dyn Module, prefix: &mut String, f: &mut dyn FnMut(&str, Item<'a>)) {
+    m.visit(&mut |name, item| {
+        let len = prefix.len();
+        if len > 0 {
+            prefix.push('.');
+        }
+        use fmt::Write;
+        let _ = write!(prefix, "{name}");
+        f(prefix, item);
+        if let Item::Module(child) = item {
+            walk(child, prefix, f);
+        }
+        prefix.truncate(len);
+    });
+}
+
+/// Pre-order walk without names.
+fn walk_unnamed<'a>(m: &'a dyn Module, f: &mut dyn FnMut(Item<'a>)) {
+    m.visit(&mut |_, item| {
+        f(item);
+        if let Item::Module(child) = item {
+            walk_unnamed(child, f);
+        }
+    });
+}
+
+fn collect_modules<'a>(m: &'a dyn Module, prefix: &mut String, out: &mut Vec<(String, &'a dyn Module)>) {
+    walk(m, prefix, &mut |path, item| {
+        if let Item::Module(child) = item {
+            out.push((path.to_string(), child));
+        }
+    });
+}
+
+/// Every parameter and buffer tensor, deduplicated by identity.
+fn for_each_tensor(m: &dyn Module, f: &mut dyn FnMut(&Tensor)) {
+    let mut seen = HashSet::new();
+    walk_unnamed(m, &mut |item| {
+        let t = match item {
+            Item::Param(p) => p.tensor(),
+            Item::Buffer { tensor, .. } => tensor,
+            Item::Module(_) => return,
+        };
+        if seen.insert(t.id()) {
+            f(t);
+        }
+    });
+}
+
+impl<M: Module + ?Sized> Module for Box<M> {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+        (**self).visit(f)
+    }
+    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+        (**self).visit_modules_mut(f)
+    }
+    fn type_name(&self) -> &'static str {
+        (**self).type_name()
+    }
+    fn extra_repr(&self) -> String {
+        (**self).extra_repr()
+    }
+    fn base(&self) -> Option<&ModuleBase> {
+        (**self).base()
+    }
+    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
+        (**self).base_mut()
+    }
+    fn as_any(&self) -> &dyn Any {
+        (**self).as_any()
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        (**self).as_any_mut()
+    }
+    fn as_dyn(&self) -> &dyn Module {
+        (**self).as_dyn()
+    }
+    fn as_dyn_mut(&mut self) -> &mut dyn Module {
+        (**self).as_dyn_mut()
+    }
+}
+
+impl<M: Forward + ?Sized> Forward for Box<M> {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        (**self).forward(input)
+    }
+}
+
+impl fmt::Display for dyn Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt_module(self, f)
+    }
+}

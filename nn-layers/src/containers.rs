@@ -1,0 +1,392 @@
+//! Containers: `Sequential`, `ModuleList<M>`, `ModuleDict<M>`. They implement
+//! [`Module`] through the same visitor the derive generates, with run-time names.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ops::{Index, IndexMut};
+
+use nn_core::module::HoldsState;
+use nn_core::{Forward, Item, Layer, Module, ModuleBase, Name, Tensor};
+
+/// A chain of layers run in order; children are named `"0"`, `"1"`, ... (or a name given
+/// with [`add_named`](Sequential::add_named)), parameterless ones included, so state-dict
+/// keys match PyTorch's `nn.Sequential` (`"0.weight"`, `"2.weight"`).
+///
+/// ```
+/// use nn_core::{Forward, Module, Tensor};
+/// use nn_layers::{Linear, ReLU, Sequential};
+/// let net = Sequential::new().add(Linear::new(4, 8)).add(ReLU::new()).add(Linear::new(8, 2));
+/// let keys: Vec<String> = net.state_dict().keys().map(String::from).collect();
+/// assert_eq!(keys, ["0.weight", "0.bias", "2.weight", "2.bias"]);
+/// assert_eq!(net.forward(&Tensor::ones(&[3, 4])).shape(), &[3, 2]);
+/// ```
+#[derive(Default)]
+pub struct Sequential {
+    layers: Vec<(Option<String>, Box<dyn Layer>)>,
+    base: ModuleBase,
+}
+
+impl Sequential {
+    /// An empty chain.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a layer (named by its position).
+    #[allow(clippy::should_implement_trait)]
+    pub fn add(mut self, layer: impl Layer + 'static) -> Self {
+        self.layers.push((None, Box::new(layer)));
+        self
+    }
+
+    /// Appends a layer under an explicit name (PyTorch's `OrderedDict` form).
+    ///
+    /// # Panics
+    /// When the name is empty, contains `.`, or is already used.
+    pub fn add_named(mut self, name: impl Into<String>, layer: impl Layer + 'static) -> Self {
+        let name = name.into();
+        assert!(!name.is_empty() && !name.contains('.'), "Sequential::add_named: invalid name {name:?}");
+        assert!(self.names().all(|n| n != name), "Sequential::add_named: name {name:?} is already used");
+        self.layers.push((Some(name), Box::new(layer)));
+        self
+    }
+
+    /// Appends a boxed layer.
+    pub fn push(&mut self, layer: Box<dyn Layer>) {
+        self.layers.push((None, layer));
+    }
+
+    fn names(&self) -> impl Iterator<Item = String> + '_ {
+        self.layers.iter().enumerate().map(|(i, (n, _))| n.clone().unwrap_or_else(|| i.to_string()))
+    }
+
+    /// Number of layers.
+    pub fn len(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// True when there is no layer.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// The layers in order.
+    pub fn iter(&self) -> impl Iterator<Item = &dyn Layer> {
+        self.layers.iter().map(|(_, l)| l.as_ref())
+    }
+}
+
+impl Index<usize> for Sequential {
+    type Output = dyn Layer;
+    fn index(&self, i: usize) -> &dyn Layer {
+        self.layers[i].1.as_ref()
+    }
+}
+
+impl Forward for Sequential {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        let mut x = input.clone();
+        for (_, l) in &self.layers {
+            x = l.forward(&x);
+        }
+        x
+    }
+}
+
+impl HoldsState for Sequential {}
+
+impl Module for Sequential {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+        for (i, (n, l)) in self.layers.iter().enumerate() {
+            let name = n.as_deref().map(Name::Key).unwrap_or(Name::Index(i));
+            f(name, Item::Module(l.as_dyn()));
+        }
+    }
+    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+        for (i, (n, l)) in self.layers.iter_mut().enumerate() {
+            let name = n.as_deref().map(Name::Key).unwrap_or(Name::Index(i));
+            f(name, l.as_dyn_mut());
+        }
+    }
+    fn type_name(&self) -> &'static str {
+        "Sequential"
+    }
+    fn base(&self) -> Option<&ModuleBase> {
+        Some(&self.base)
+    }
+    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
+        Some(&mut self.base)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn as_dyn(&self) -> &dyn Module {
+        self
+    }
+    fn as_dyn_mut(&mut self) -> &mut dyn Module {
+        self
+    }
+}
+
+impl std::fmt::Display for Sequential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        nn_core::module::fmt_module(self, f)
+    }
+}
+
+/// A list of modules of one type, registered as `"0"`, `"1"`, ... (PyTorch's
+/// `nn.ModuleList`). Use it where a plain `Vec` of layers would be invisible.
+///
+/// ```
+/// use nn_core::Module;
+/// use nn_layers::{Linear, ModuleList};
+/// let list = ModuleList::from(vec![Linear::new(3, 3), Linear::new(3, 3)]);
+/// assert_eq!(list.len(), 2);
+/// assert_eq!(list.named_parameters()[2].0, "1.weight");
+/// ```
+pub struct ModuleList<M> {
+    items: Vec<M>,
+    base: ModuleBase,
+}
+
+impl<M> Default for ModuleList<M> {
+    fn default() -> Self {
+        ModuleList { items: Vec::new(), base: ModuleBase::default() }
+    }
+}
+
+impl<M> From<Vec<M>> for ModuleList<M> {
+    fn from(items: Vec<M>) -> Self {
+        ModuleList { items, base: ModuleBase::default() }
+    }
+}
+
+impl<M> FromIterator<M> for ModuleList<M> {
+    fn from_iter<I: IntoIterator<Item = M>>(iter: I) -> Self {
+        Self::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl<M> ModuleList<M> {
+    /// An empty list.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Appends a module.
+    pub fn push(&mut self, m: M) {
+        self.items.push(m);
+    }
+    /// Number of modules.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// The modules in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, M> {
+        self.items.iter()
+    }
+    /// The modules in order, mutably.
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, M> {
+        self.items.iter_mut()
+    }
+    /// The module at `i`, if any.
+    pub fn get(&self, i: usize) -> Option<&M> {
+        self.items.get(i)
+    }
+}
+
+impl<M> Index<usize> for ModuleList<M> {
+    type Output = M;
+    fn index(&self, i: usize) -> &M {
+        &self.items[i]
+    }
+}
+
+impl<M> IndexMut<usize> for ModuleList<M> {
+    fn index_mut(&mut self, i: usize) -> &mut M {
+        &mut self.items[i]
+    }
+}
+
+impl<'a, M> IntoIterator for &'a ModuleList<M> {
+    type Item = &'a M;
+    type IntoIter = std::slice::Iter<'a, M>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
+    }
+}
+
+impl<M: Module> HoldsState for ModuleList<M> {}
+
+impl<M: Module> Module for ModuleList<M> {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+        for (i, m) in self.items.iter().enumerate() {
+            f(Name::Index(i), Item::Module(m.as_dyn()));
+        }
+    }
+    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+        for (i, m) in self.items.iter_mut().enumerate() {
+            f(Name::Index(i), m.as_dyn_mut());
+        }
+    }
+    fn type_name(&self) -> &'static str {
+        "ModuleList"
+    }
+    fn base(&self) -> Option<&ModuleBase> {
+        Some(&self.base)
+    }
+    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
+        Some(&mut self.base)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn as_dyn(&self) -> &dyn Module {
+        self
+    }
+    fn as_dyn_mut(&mut self) -> &mut dyn Module {
+        self
+    }
+}
+
+impl<M: Module> std::fmt::Display for ModuleList<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        nn_core::module::fmt_module(self, f)
+    }
+}
+
+/// Modules of one type under string keys, in insertion order (PyTorch's
+/// `nn.ModuleDict`).
+///
+/// ```
+/// use nn_core::Module;
+/// use nn_layers::{Linear, ModuleDict};
+/// let d: ModuleDict<Linear> = [("b".to_string(), Linear::new(2, 2)), ("a".to_string(), Linear::new(2, 2))]
+///     .into_iter()
+///     .collect();
+/// assert_eq!(d.keys().collect::<Vec<_>>(), ["b", "a"]);
+/// assert_eq!(d.state_dict().keys().next(), Some("b.weight"));
+/// ```
+pub struct ModuleDict<M> {
+    items: Vec<(String, M)>,
+    index: HashMap<String, usize>,
+    base: ModuleBase,
+}
+
+impl<M> Default for ModuleDict<M> {
+    fn default() -> Self {
+        ModuleDict { items: Vec::new(), index: HashMap::new(), base: ModuleBase::default() }
+    }
+}
+
+impl<M> ModuleDict<M> {
+    /// An empty dictionary.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Inserts or replaces `key` (a replaced entry keeps its position); returns the old
+    /// module.
+    ///
+    /// # Panics
+    /// When the key is empty or contains `.`.
+    pub fn insert(&mut self, key: String, m: M) -> Option<M> {
+        assert!(!key.is_empty() && !key.contains('.'), "ModuleDict::insert: invalid key {key:?} (non-empty, no `.`)");
+        match self.index.get(&key) {
+            Some(&i) => Some(std::mem::replace(&mut self.items[i].1, m)),
+            None => {
+                self.index.insert(key.clone(), self.items.len());
+                self.items.push((key, m));
+                None
+            }
+        }
+    }
+    /// The module under `key`.
+    pub fn get(&self, key: &str) -> Option<&M> {
+        self.index.get(key).map(|&i| &self.items[i].1)
+    }
+    /// The keys in insertion order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.items.iter().map(|(k, _)| k.as_str())
+    }
+    /// `(key, module)` pairs in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &M)> {
+        self.items.iter().map(|(k, m)| (k.as_str(), m))
+    }
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+impl<M> FromIterator<(String, M)> for ModuleDict<M> {
+    fn from_iter<I: IntoIterator<Item = (String, M)>>(iter: I) -> Self {
+        let mut d = ModuleDict::default();
+        for (k, m) in iter {
+            d.insert(k, m);
+        }
+        d
+    }
+}
+
+impl<M> Index<&str> for ModuleDict<M> {
+    type Output = M;
+    fn index(&self, key: &str) -> &M {
+        self.get(key).unwrap_or_else(|| panic!("ModuleDict: no key {key:?}"))
+    }
+}
+
+impl<M: Module> HoldsState for ModuleDict<M> {}
+
+impl<M: Module> Module for ModuleDict<M> {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+        for (k, m) in &self.items {
+            f(Name::Key(k), Item::Module(m.as_dyn()));
+        }
+    }
+    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+        for (k, m) in &mut self.items {
+            f(Name::Key(k), m.as_dyn_mut());
+        }
+    }
+    fn type_name(&self) -> &'static str {
+        "ModuleDict"
+    }
+    fn base(&self) -> Option<&ModuleBase> {
+        Some(&self.base)
+    }
+    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
+        Some(&mut self.base)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn as_dyn(&self) -> &dyn Module {
+        self
+    }
+    fn as_dyn_mut(&mut self) -> &mut dyn Module {
+        self
+    }
+}
+
+impl<M: Module> std::fmt::Display for ModuleDict<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        nn_core::module::fmt_module(self, f)
+    }
+}
