@@ -59,10 +59,10 @@ impl<T: ?Sized> ProbePlain for &Probe<T> {
 macro_rules! unregistered {
     ($trait:ident, $check:ident, $note:literal) => {
         #[diagnostic::on_unimplemented(
-                    message = "field of type `{T}` holds module state but is not registered",
-                    label = "invisible to parameters(), state_dict() and to_device()",
-                    note = $note
-                )]
+                            message = "field of type `{T}` holds module state but is not registered",
+                            label = "invisible to parameters(), state_dict() and to_device()",
+                            note = $note
+                        )]
         /// Only plain-data fields may stay unannotated.
         pub trait $trait<T: ?Sized> {}
         impl<T: ?Sized> $trait<T> for Plain {}

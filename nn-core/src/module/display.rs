@@ -17,6 +17,9 @@ pub fn fmt_module(module: &dyn Module, f: &mut fmt::Formatter<'_>) -> fmt::Resul
 }
 
 fn repr(module: &dyn Module) -> String {
+    if module.type_name() == "ModuleList" {
+        return list_repr(module);
+    }
     let extra = module.extra_repr();
     let extra_lines: Vec<&str> = if extra.is_empty() { vec![] } else { extra.split('\n').collect() };
     let mut child_lines = Vec::new();
@@ -36,6 +39,35 @@ fn repr(module: &dyn Module) -> String {
     }
     out.push(')');
     out
+}
+
+/// PyTorch's `ModuleList.__repr__`: runs of identical children print once, as
+/// `(0-3): 4 x Block(...)`.
+fn list_repr(module: &dyn Module) -> String {
+    let mut reprs = Vec::new();
+    module.visit(&mut |_, item| {
+        if let Item::Module(m) = item {
+            reprs.push(repr(m));
+        }
+    });
+    if reprs.is_empty() {
+        return "ModuleList()".into();
+    }
+    let mut runs: Vec<(usize, usize, &str)> = Vec::new();
+    for (i, r) in reprs.iter().enumerate() {
+        match runs.last_mut() {
+            Some(last) if last.2 == r => last.1 = i,
+            _ => runs.push((i, i, r)),
+        }
+    }
+    let lines: Vec<String> = runs
+        .iter()
+        .map(|&(a, b, r)| {
+            let line = if a == b { format!("({a}): {r}") } else { format!("({a}-{b}): {} x {r}", b - a + 1) };
+            indent(&line, 2)
+        })
+        .collect();
+    format!("ModuleList(\n  {}\n)", lines.join("\n  "))
 }
 
 /// Indents every line after the first by `n` spaces (PyTorch's `_addindent`).

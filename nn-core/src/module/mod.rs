@@ -200,8 +200,9 @@ pub trait Module: HoldsState + Any {
     // ------------------------------------------------------------------------------
 
     /// `(dotted name, parameter)` for every parameter of this module and its
-    /// sub-modules, pre-order, declaration order; a parameter registered twice (weight
-    /// tying) is listed once, under its first name, as PyTorch does.
+    /// sub-modules, in PyTorch's order (pre-order over modules; each module's own
+    /// parameters in declaration order before its children's); a parameter registered
+    /// twice (weight tying) is listed once, under its first name, as PyTorch does.
     fn named_parameters(&self) -> Vec<(String, Parameter)> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
@@ -313,8 +314,9 @@ pub trait Module: HoldsState + Any {
     // State dicts
     // ------------------------------------------------------------------------------
 
-    /// Parameters and persistent buffers under their dotted names, in traversal order
-    /// (tied parameters appear under every name, as PyTorch). The tensors are the
+    /// Parameters and persistent buffers under their dotted names, in PyTorch's order
+    /// (each module's own parameters, then its own buffers, then its children), tied
+    /// parameters under every name, as PyTorch. The tensors are the
     /// module's own handles (detached views sharing storage), not copies.
     fn state_dict(&self) -> StateDict {
         let mut sd = StateDict::default();
@@ -449,31 +451,51 @@ pub trait Module: HoldsState + Any {
     fn as_dyn_mut(&mut self) -> &mut dyn Module;
 }
 
-/// Pre-order walk with dotted paths built in one reused buffer.
+/// Pre-order walk in PyTorch's order: a module's own parameters, then its own buffers,
+/// then each child (reported, then walked). Dotted paths are built in one reused buffer.
 pub(crate) fn walk<'a>(m: &'a dyn Module, prefix: &mut String, f: &mut dyn FnMut(&str, Item<'a>)) {
-    m.visit(&mut |name, item| {
-        let len = prefix.len();
-        if len > 0 {
-            prefix.push('.');
-        }
-        use fmt::Write;
-        let _ = write!(prefix, "{name}");
-        f(prefix, item);
-        if let Item::Module(child) = item {
-            walk(child, prefix, f);
-        }
-        prefix.truncate(len);
-    });
+    use fmt::Write;
+    for pass in 0..3 {
+        m.visit(&mut |name, item| {
+            let this_pass = match item {
+                Item::Param(_) => 0,
+                Item::Buffer { .. } => 1,
+                Item::Module(_) => 2,
+            };
+            if this_pass != pass {
+                return;
+            }
+            let len = prefix.len();
+            if len > 0 {
+                prefix.push('.');
+            }
+            let _ = write!(prefix, "{name}");
+            f(prefix, item);
+            if let Item::Module(child) = item {
+                walk(child, prefix, f);
+            }
+            prefix.truncate(len);
+        });
+    }
 }
 
-/// Pre-order walk without names.
+/// The same order as [`walk`], without names.
 fn walk_unnamed<'a>(m: &'a dyn Module, f: &mut dyn FnMut(Item<'a>)) {
-    m.visit(&mut |_, item| {
-        f(item);
-        if let Item::Module(child) = item {
-            walk_unnamed(child, f);
-        }
-    });
+    for pass in 0..3 {
+        m.visit(&mut |_, item| {
+            let this_pass = match item {
+                Item::Param(_) => 0,
+                Item::Buffer { .. } => 1,
+                Item::Module(_) => 2,
+            };
+            if this_pass == pass {
+                f(item);
+                if let Item::Module(child) = item {
+                    walk_unnamed(child, f);
+                }
+            }
+        });
+    }
 }
 
 fn collect_modules<'a>(m: &'a dyn Module, prefix: &mut String, out: &mut Vec<(String, &'a dyn Module)>) {

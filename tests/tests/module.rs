@@ -1,0 +1,342 @@
+//! `#[derive(Module)]` and the `Module` trait: names, order, state dicts, printout, modes,
+//! dtype/device moves, freezing and counts, checked against what PyTorch gives for the
+//! equivalent `nn.Module` (expected values written from PyTorch 2.x behaviour).
+
+use nn_core::{DType, Device, Forward, Module, ModuleBase, Parameter, StateDict, Tensor};
+use nn_layers::{Linear, ModuleDict, ModuleList, ReLU, Sequential};
+
+/// PyTorch:
+/// ```python
+/// class Block(nn.Module):
+///     def __init__(self):
+///         super().__init__()
+///         self.fc = nn.Linear(4, 4)
+///         self.register_buffer("scale", torch.ones(4))
+///         self.register_buffer("cache", torch.zeros(2), persistent=False)
+/// ```
+#[derive(Module)]
+struct Block {
+    #[module]
+    fc: Linear,
+    #[buffer]
+    scale: Tensor,
+    #[buffer(persistent = false)]
+    cache: Tensor,
+    #[base]
+    base: ModuleBase,
+}
+
+impl Block {
+    fn new() -> Self {
+        Block { fc: Linear::new(4, 4), scale: Tensor::ones(&[4]), cache: Tensor::zeros(&[2]), base: ModuleBase::new() }
+    }
+}
+
+impl Forward for Block {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let y = self.fc.forward(x) * &self.scale;
+        if self.base.is_training() {
+            y
+        } else {
+            y * 2.0
+        }
+    }
+}
+
+/// PyTorch:
+/// ```python
+/// class Net(nn.Module):
+///     def __init__(self):
+///         super().__init__()
+///         self.embed = nn.Linear(3, 4)
+///         self.blocks = nn.ModuleList([Block(), Block()])
+///         self.heads = nn.ModuleDict({"cls": nn.Linear(4, 2), "reg": nn.Linear(4, 1, bias=False)})
+///         self.norm = None
+///         self.gain = nn.Parameter(torch.ones(1))
+///         self.register_parameter("extra", None)
+///         self.hidden = 4
+/// ```
+#[derive(Module)]
+struct Net {
+    #[module]
+    embed: Linear,
+    #[module]
+    blocks: ModuleList<Block>,
+    #[module]
+    heads: ModuleDict<Linear>,
+    #[module]
+    norm: Option<Linear>,
+    #[param]
+    gain: Parameter,
+    #[param]
+    extra: Option<Parameter>,
+    hidden: usize,
+}
+
+fn net() -> Net {
+    Net {
+        embed: Linear::new(3, 4),
+        blocks: ModuleList::from(vec![Block::new(), Block::new()]),
+        heads: [("cls".to_string(), Linear::new(4, 2)), ("reg".to_string(), Linear::with_bias(4, 1, false))]
+            .into_iter()
+            .collect(),
+        norm: None,
+        gain: Parameter::new(Tensor::ones(&[1])),
+        extra: None,
+        hidden: 4,
+    }
+}
+
+fn names<T>(v: Vec<(String, T)>) -> Vec<String> {
+    v.into_iter().map(|(n, _)| n).collect()
+}
+
+#[test]
+fn parameter_names_and_order_match_pytorch() {
+    let n = net();
+    assert_eq!(n.hidden, 4);
+    assert_eq!(
+        names(n.named_parameters()),
+        [
+            "gain",
+            "embed.weight",
+            "embed.bias",
+            "blocks.0.fc.weight",
+            "blocks.0.fc.bias",
+            "blocks.1.fc.weight",
+            "blocks.1.fc.bias",
+            "heads.cls.weight",
+            "heads.cls.bias",
+            "heads.reg.weight",
+        ]
+    );
+    assert_eq!(n.parameters().len(), 10);
+}
+
+#[test]
+fn buffers_and_state_dict_keys_match_pytorch() {
+    let n = net();
+    assert_eq!(names(n.named_buffers()), ["blocks.0.scale", "blocks.0.cache", "blocks.1.scale", "blocks.1.cache"]);
+    let sd = n.state_dict();
+    assert_eq!(
+        sd.keys().collect::<Vec<_>>(),
+        [
+            "gain",
+            "embed.weight",
+            "embed.bias",
+            "blocks.0.scale",
+            "blocks.0.fc.weight",
+            "blocks.0.fc.bias",
+            "blocks.1.scale",
+            "blocks.1.fc.weight",
+            "blocks.1.fc.bias",
+            "heads.cls.weight",
+            "heads.cls.bias",
+            "heads.reg.weight",
+        ]
+    );
+    assert_eq!(sd.get("heads.reg.weight").unwrap().shape(), &[1, 4]);
+}
+
+#[test]
+fn module_tree_matches_pytorch() {
+    let n = net();
+    let mods: Vec<(String, &str)> = n.named_modules().into_iter().map(|(p, m)| (p, m.type_name())).collect();
+    let expect = [
+        ("", "Net"),
+        ("embed", "Linear"),
+        ("blocks", "ModuleList"),
+        ("blocks.0", "Block"),
+        ("blocks.0.fc", "Linear"),
+        ("blocks.1", "Block"),
+        ("blocks.1.fc", "Linear"),
+        ("heads", "ModuleDict"),
+        ("heads.cls", "Linear"),
+        ("heads.reg", "Linear"),
+    ];
+    assert_eq!(mods, expect.map(|(a, b)| (a.to_string(), b)));
+    assert_eq!(names(n.named_children()), ["embed", "blocks", "heads"]);
+    assert_eq!(n.get_submodule("blocks.1.fc").unwrap().type_name(), "Linear");
+    assert_eq!(n.get_submodule("").unwrap().type_name(), "Net");
+    let err = n.get_submodule("blocks.7.fc").err().unwrap().to_string();
+    assert!(err.contains("no submodule `7`") && err.contains("`blocks`") && err.contains("[0, 1]"), "{err}");
+}
+
+#[test]
+fn printout_matches_pytorch() {
+    let expected = "\
+Net(
+  (embed): Linear(in_features=3, out_features=4, bias=True)
+  (blocks): ModuleList(
+    (0-1): 2 x Block(
+      (fc): Linear(in_features=4, out_features=4, bias=True)
+    )
+  )
+  (heads): ModuleDict(
+    (cls): Linear(in_features=4, out_features=2, bias=True)
+    (reg): Linear(in_features=4, out_features=1, bias=False)
+  )
+)";
+    assert_eq!(net().to_string(), expected);
+    let seq = Sequential::new().add(Linear::new(2, 3)).add(ReLU::new());
+    assert_eq!(
+        seq.to_string(),
+        "Sequential(\n  (0): Linear(in_features=2, out_features=3, bias=True)\n  (1): ReLU()\n)"
+    );
+}
+
+#[test]
+fn modes_propagate_and_are_readable_in_forward() {
+    let mut n = net();
+    assert!(n.is_training());
+    let x = Tensor::ones(&[1, 4]);
+    let train_out = n.blocks[0].forward(&x).to_vec();
+    n.eval();
+    assert!(!n.is_training());
+    for (_, m) in n.named_modules() {
+        assert!(!m.is_training(), "{} still training", m.type_name());
+    }
+    let eval_out = n.blocks[0].forward(&x).to_vec();
+    assert_eq!(eval_out, train_out.iter().map(|v| v * 2.0).collect::<Vec<_>>());
+    n.blocks[1].train();
+    assert!(n.blocks[1].is_training() && !n.blocks[0].is_training());
+    n.train();
+    assert!(n.named_modules().iter().all(|(_, m)| m.is_training()));
+}
+
+#[test]
+fn dtype_moves_keep_handles_and_convert_floats_only() {
+    let mut n = net();
+    let held = n.parameters(); // what an optimizer would hold
+    n.to_dtype(DType::F64);
+    assert!(held.iter().all(|p| p.dtype() == DType::F64));
+    assert!(n.buffers().iter().all(|b| b.dtype() == DType::F64));
+    let mut with_int = IntBuffer { count: Tensor::from_vec_i64(vec![3], &[]), w: Parameter::new(Tensor::ones(&[2])) };
+    with_int.to_dtype(DType::F16);
+    assert_eq!(with_int.count.dtype(), DType::I64, "integer buffers keep their dtype, as in PyTorch");
+    assert_eq!(with_int.w.dtype(), DType::F16);
+}
+
+#[derive(Module)]
+struct IntBuffer {
+    #[buffer]
+    count: Tensor,
+    #[param]
+    w: Parameter,
+}
+
+#[test]
+fn freezing_and_counts() {
+    let mut n = net();
+    let total = 1 + (3 * 4 + 4) + 2 * (4 * 4 + 4) + (4 * 2 + 2) + 4;
+    assert_eq!(n.num_parameters(), total);
+    assert_eq!(n.num_trainable_parameters(), total);
+    n.blocks.requires_grad_(false);
+    assert_eq!(n.num_trainable_parameters(), total - 2 * (4 * 4 + 4));
+    let frozen = n.blocks[0].fc.weight.clone();
+    assert!(!frozen.requires_grad());
+    // Gradients only reach trainable parameters.
+    let y = n.blocks[0].forward(&n.embed.forward(&Tensor::ones(&[2, 3]))).sum();
+    y.backward();
+    assert!(frozen.grad().is_none());
+    assert!(n.embed.weight.grad().is_some());
+    n.zero_grad();
+    assert!(n.embed.weight.grad().is_none());
+}
+
+#[test]
+fn meta_model_gives_schema_without_memory_and_materialises() {
+    let mut n = net();
+    n.to_device(Device::Meta);
+    let sd = n.state_dict();
+    assert!(sd.values().all(|t| t.device() == Device::Meta));
+    assert_eq!(sd.get("embed.weight").unwrap().shape(), &[4, 3]);
+    assert_eq!(n.num_parameters(), net().num_parameters());
+    // Load real values into the meta model (assign): no random init is computed.
+    let real = net();
+    n.load_state_dict(&real.state_dict(), true).unwrap();
+    assert_eq!(n.embed.weight.device(), Device::Cpu);
+    assert_eq!(n.embed.weight.to_vec(), real.embed.weight.to_vec());
+}
+
+#[test]
+fn load_state_dict_reports_everything_and_leaves_model_unchanged() {
+    let mut n = net();
+    let before = n.state_dict().iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect::<Vec<_>>();
+    let mut sd: StateDict = net().state_dict();
+    sd.remove("gain");
+    let w = sd.remove("embed.weight").unwrap();
+    sd.insert("embed.wieght".into(), w);
+    sd.insert("heads.cls.bias".into(), Tensor::zeros(&[3]));
+    let err = n.load_state_dict(&sd, true).unwrap_err().to_string();
+    for needle in [
+        "\"gain\"",
+        "\"embed.weight\" (did you mean \"embed.wieght\"?)",
+        "\"embed.wieght\"",
+        "heads.cls.bias",
+        "[3]",
+        "[2]",
+    ] {
+        assert!(err.contains(needle), "{needle} missing from: {err}");
+    }
+    let after = n.state_dict().iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect::<Vec<_>>();
+    assert_eq!(before, after, "a failed load must not change the model");
+    // Non-strict: missing/unexpected are reported, shapes still fatal.
+    sd.insert("heads.cls.bias".into(), Tensor::zeros(&[2]));
+    let r = n.load_state_dict(&sd, false).unwrap();
+    assert_eq!(r.missing_keys, ["gain", "embed.weight"]);
+    assert_eq!(r.unexpected_keys, ["embed.wieght"]);
+    assert_eq!(n.heads["cls"].bias.as_ref().unwrap().to_vec(), vec![0.0, 0.0]);
+}
+
+#[test]
+fn generic_and_tuple_structs() {
+    #[derive(Module)]
+    struct Residual<M: Module + Forward> {
+        #[module]
+        inner: M,
+    }
+    impl<M: Module + Forward> Forward for Residual<M> {
+        fn forward(&self, x: &Tensor) -> Tensor {
+            x + &self.inner.forward(x)
+        }
+    }
+    #[derive(Module)]
+    struct Pair(#[module] Linear, #[module(rename = "proj")] Linear, usize);
+    let r = Residual { inner: Linear::new(2, 2) };
+    assert_eq!(names(r.named_parameters()), ["inner.weight", "inner.bias"]);
+    assert_eq!(r.forward(&Tensor::ones(&[1, 2])).shape(), &[1, 2]);
+    let p = Pair(Linear::new(1, 1), Linear::new(1, 1), 0);
+    assert_eq!(names(p.named_parameters()), ["0.weight", "0.bias", "proj.weight", "proj.bias"]);
+    assert_eq!(p.2, 0);
+}
+
+#[test]
+fn apply_reaches_every_module_for_custom_init() {
+    let mut n = net();
+    let mut count = 0;
+    n.apply(&mut |m| {
+        if let Some(lin) = m.as_any().downcast_ref::<Linear>() {
+            nn_core::no_grad(|| lin.weight.fill_(0.5));
+            count += 1;
+        }
+    });
+    assert_eq!(count, 5);
+    assert!(n.heads["reg"].weight.to_vec().iter().all(|&v| v == 0.5));
+}
+
+#[test]
+fn weight_tying_is_listed_once_but_saved_under_both_names() {
+    #[derive(Module)]
+    struct Tied {
+        #[param]
+        a: Parameter,
+        #[param]
+        b: Parameter,
+    }
+    let p = Parameter::new(Tensor::ones(&[2]));
+    let t = Tied { a: p.clone(), b: p };
+    assert_eq!(names(t.named_parameters()), ["a"]);
+    assert_eq!(t.num_parameters(), 2);
+    assert_eq!(t.state_dict().keys().collect::<Vec<_>>(), ["a", "b"]);
+}
