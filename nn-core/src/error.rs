@@ -59,6 +59,33 @@ pub enum Error {
     /// unchanged.
     #[error("{0}")]
     StateDict(Box<StateDictError>),
+    /// A file that is not valid safetensors (truncated, corrupt or hostile).
+    #[error("`{}` is not a valid safetensors file: {reason}", path.display())]
+    InvalidFile {
+        /// The file (`<memory>` for bytes).
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A safetensors entry with an element type that has no counterpart here.
+    #[error("`{}`: tensor `{key}` has dtype {dtype}, which nn cannot represent (supported: F32, F64, F16, BF16, I64, BOOL, and integers that widen to I64)", path.display())]
+    UnsupportedFileDType {
+        /// The file.
+        path: PathBuf,
+        /// The entry.
+        key: String,
+        /// The file's dtype name.
+        dtype: String,
+    },
+    /// An error about one entry of a state dict.
+    #[error("state dict entry `{key}`: {source}")]
+    Entry {
+        /// The entry.
+        key: String,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
+    },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
     Io {
@@ -124,6 +151,13 @@ impl std::fmt::Display for StateDictError {
             )?;
         }
         Ok(())
+    }
+}
+
+impl Error {
+    /// Wraps the error with the state-dict key it concerns.
+    pub fn with_key(self, key: &str) -> Error {
+        Error::Entry { key: key.to_string(), source: Box::new(self) }
     }
 }
 

@@ -347,6 +347,30 @@ pub trait Module: HoldsState + Any {
         load::load_state_dict(self.as_dyn(), state_dict, strict)
     }
 
+    /// Saves [`state_dict`](Module::state_dict) to a safetensors file, atomically.
+    ///
+    /// # Errors
+    /// As [`StateDict::save`].
+    fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()>
+    where
+        Self: Sized,
+    {
+        self.state_dict().save(path)
+    }
+
+    /// Loads a safetensors file strictly (every key must match) into this module; on error
+    /// the module is unchanged.
+    ///
+    /// # Errors
+    /// As [`StateDict::load`] and [`load_state_dict`](Module::load_state_dict).
+    fn load(&mut self, path: impl AsRef<std::path::Path>) -> Result<IncompatibleKeys>
+    where
+        Self: Sized,
+    {
+        let sd = StateDict::load(path)?;
+        self.load_state_dict(&sd, true)
+    }
+
     // ------------------------------------------------------------------------------
     // Modes, devices, gradients
     // ------------------------------------------------------------------------------
