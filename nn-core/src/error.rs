@@ -86,6 +86,18 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// Hooks were registered on a module that has no `ModuleBase` to hold them.
+    #[error("`{module}` cannot hold hooks: it has no `#[base] base: ModuleBase` field (add one, and run its forward body through `self.base.run(input, |x| ...)`)")]
+    NoHooks {
+        /// The module's type name.
+        module: &'static str,
+    },
+    /// A lazy module was asked for its state before its first forward pass.
+    #[error("`{module}` has uninitialized parameters: run a forward pass first, which infers their shapes")]
+    Uninitialized {
+        /// The module's type name.
+        module: &'static str,
+    },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
     Io {

@@ -98,3 +98,53 @@ pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
 pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionOptions<'_>) -> Tensor {
     q.scaled_dot_product_attention(k, v, options)
 }
+
+/// Group normalisation over `[N, C, *]`: channels split into `num_groups` groups, each
+/// normalised over its channels and spatial positions, then an optional per-channel affine
+/// (`F.group_norm`).
+///
+/// # Panics
+/// When `C` is not divisible by `num_groups`, or the affine shapes are not `[C]`.
+#[track_caller]
+pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
+    if x.rank() < 2 || num_groups == 0 || x.shape()[1] % num_groups != 0 {
+        panic!("group_norm: expected input [N, C, *] with C divisible by num_groups={num_groups}, got shape {:?}", x.shape());
+    }
+    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let g = x.reshape(&[n, num_groups, x.numel() / (n * num_groups).max(1)]);
+    let mean = g.mean_dim(2, true);
+    let centered = &g - &mean;
+    let var = centered.square().mean_dim(2, true);
+    let y = (&centered * &(var + eps).sqrt().recip()).reshape(x.shape());
+    let mut bshape = vec![1; x.rank()];
+    bshape[1] = c;
+    let y = match weight {
+        Some(w) => y * w.reshape(&bshape),
+        None => y,
+    };
+    match bias {
+        Some(b) => y + b.reshape(&bshape),
+        None => y,
+    }
+}
+
+/// `x1^T A x2 + b` per output feature: `x1: [*, in1]`, `x2: [*, in2]`,
+/// `weight: [out, in1, in2]`, `bias: [out]` (`F.bilinear`).
+#[track_caller]
+pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let (o, i, j) = (weight.shape()[0], weight.shape()[1], weight.shape()[2]);
+    let lead = &x1.shape()[..x1.rank() - 1];
+    let n: usize = lead.iter().product();
+    let a = x1.reshape(&[n, i]);
+    let b = x2.reshape(&[n, j]);
+    // u[n, o, j] = sum_i a[n, i] W[o, i, j]
+    let u = a.matmul(&weight.permute(&[1, 0, 2]).reshape(&[i, o * j])).reshape(&[n, o, j]);
+    let y = (u * b.unsqueeze(1)).sum_dim(2, false);
+    let y = match bias {
+        Some(bb) => y + bb,
+        None => y,
+    };
+    let mut shape = lead.to_vec();
+    shape.push(o);
+    y.reshape(&shape)
+}

@@ -1,23 +1,170 @@
-//! Activation functions as modules (no state; registered so `Sequential` numbers them).
+//! Activation functions as modules (stateless, so `Sequential` numbers them like PyTorch).
 
-use nn_core::{Forward, Module, ModuleBase, Tensor};
+use nn_core::ops::GeluApproximate;
+use nn_core::{ExtraRepr, Forward, Module, ModuleBase, Tensor};
 
-/// `max(x, 0)` elementwise (PyTorch's `nn.ReLU`).
-#[derive(Module, Default)]
-pub struct ReLU {
-    #[base]
-    base: ModuleBase,
+use crate::repr::py_float;
+
+macro_rules! simple_activation {
+    ($(#[$doc:meta])* $name:ident, |$x:ident| $body:expr) => {
+        $(#[$doc])*
+        #[derive(Module, Default)]
+        pub struct $name {
+            #[base]
+            base: ModuleBase,
+        }
+
+        impl $name {
+            /// The activation.
+            pub fn new() -> Self {
+                Self::default()
+            }
+        }
+
+        impl Forward for $name {
+            fn forward(&self, input: &Tensor) -> Tensor {
+                self.base.run(input, |$x| $body)
+            }
+        }
+    };
 }
 
-impl ReLU {
-    /// The activation.
-    pub fn new() -> Self {
-        Self::default()
+simple_activation!(
+    /// `max(x, 0)` (PyTorch's `nn.ReLU`).
+    ReLU, |x| x.relu());
+simple_activation!(
+    /// `x * sigmoid(x)` (PyTorch's `nn.SiLU`).
+    SiLU, |x| x.silu());
+simple_activation!(
+    /// `1 / (1 + e^-x)` (PyTorch's `nn.Sigmoid`).
+    Sigmoid, |x| x.sigmoid());
+simple_activation!(
+    /// `tanh(x)` (PyTorch's `nn.Tanh`).
+    Tanh, |x| x.tanh());
+
+/// `x` where positive, `negative_slope * x` elsewhere (PyTorch's `nn.LeakyReLU`, default
+/// slope 0.01).
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct LeakyReLU {
+    #[base]
+    base: ModuleBase,
+    negative_slope: f64,
+}
+
+impl Default for LeakyReLU {
+    fn default() -> Self {
+        Self::new(0.01)
     }
 }
 
-impl Forward for ReLU {
+impl LeakyReLU {
+    /// With the given slope for negative inputs.
+    pub fn new(negative_slope: f64) -> Self {
+        LeakyReLU { base: ModuleBase::default(), negative_slope }
+    }
+}
+
+impl ExtraRepr for LeakyReLU {
+    fn extra_repr(&self) -> String {
+        format!("negative_slope={}", py_float(self.negative_slope))
+    }
+}
+
+impl Forward for LeakyReLU {
     fn forward(&self, input: &Tensor) -> Tensor {
-        input.relu()
+        self.base.run(input, |x| x.leaky_relu(self.negative_slope))
+    }
+}
+
+/// GELU, exact by default or with the tanh approximation (PyTorch's `nn.GELU`).
+#[derive(Module, Default)]
+#[module(extra_repr)]
+pub struct GELU {
+    #[base]
+    base: ModuleBase,
+    approximate: GeluApproximate,
+}
+
+impl GELU {
+    /// Exact GELU (`approximate='none'`).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// GELU with the chosen formula.
+    pub fn with_approximate(approximate: GeluApproximate) -> Self {
+        GELU { base: ModuleBase::default(), approximate }
+    }
+}
+
+impl ExtraRepr for GELU {
+    fn extra_repr(&self) -> String {
+        match self.approximate {
+            GeluApproximate::None => "approximate='none'".into(),
+            GeluApproximate::Tanh => "approximate='tanh'".into(),
+        }
+    }
+}
+
+impl Forward for GELU {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.base.run(input, |x| x.gelu_with(self.approximate))
+    }
+}
+
+/// Softmax along `dim` (PyTorch's `nn.Softmax`).
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct Softmax {
+    #[base]
+    base: ModuleBase,
+    dim: i64,
+}
+
+impl Softmax {
+    /// Softmax along `dim` (negative counts from the back).
+    pub fn new(dim: i64) -> Self {
+        Softmax { base: ModuleBase::default(), dim }
+    }
+}
+
+impl ExtraRepr for Softmax {
+    fn extra_repr(&self) -> String {
+        format!("dim={}", self.dim)
+    }
+}
+
+impl Forward for Softmax {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.base.run(input, |x| x.softmax(self.dim))
+    }
+}
+
+/// Log-softmax along `dim` (PyTorch's `nn.LogSoftmax`).
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct LogSoftmax {
+    #[base]
+    base: ModuleBase,
+    dim: i64,
+}
+
+impl LogSoftmax {
+    /// Log-softmax along `dim`.
+    pub fn new(dim: i64) -> Self {
+        LogSoftmax { base: ModuleBase::default(), dim }
+    }
+}
+
+impl ExtraRepr for LogSoftmax {
+    fn extra_repr(&self) -> String {
+        format!("dim={}", self.dim)
+    }
+}
+
+impl Forward for LogSoftmax {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.base.run(input, |x| x.log_softmax(self.dim))
     }
 }

@@ -1,5 +1,7 @@
-//! Layers and containers for the `nn` framework, with PyTorch's names, shapes, defaults,
-//! initialisation and printouts, each defined with `#[derive(Module)]`.
+//! Layers and containers for the `nn` framework, with PyTorch's parameter names, shapes,
+//! defaults, initialisation and printouts, each defined with `#[derive(Module)]`, so a
+//! PyTorch `state_dict` saved as safetensors loads unchanged and gives the same outputs.
+//! Every layer runs its `forward` through its `ModuleBase`, so hooks always fire.
 //!
 //! ```
 //! use nn_core::{Forward, Module, Tensor};
@@ -10,9 +12,26 @@
 //! ```
 
 mod activation;
+mod attention;
 mod containers;
+mod conv;
+mod dropout;
+mod embedding;
 mod linear;
+mod norm;
+mod pool;
+mod repr;
 
-pub use activation::ReLU;
+pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
+pub use attention::{
+    Activation, AttendOptions, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer,
+    TransformerEncoderLayerConfig,
+};
 pub use containers::{ModuleDict, ModuleList, Sequential};
-pub use linear::Linear;
+pub use conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, LazyConv2d};
+pub use dropout::Dropout;
+pub use embedding::Embedding;
+pub use linear::{Bilinear, Flatten, Identity, LazyLinear, Linear};
+pub use nn_core::ops::GeluApproximate;
+pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, GroupNorm, LayerNorm};
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};

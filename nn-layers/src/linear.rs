@@ -1,12 +1,18 @@
-//! `Linear`: `y = x W^T + b`.
+//! `Linear`, `Bilinear`, `LazyLinear`, `Identity`, `Flatten`.
 
-use nn_core::{functional, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+use std::sync::OnceLock;
+
+use nn_core::module::HoldsState;
+use nn_core::{functional, init, ExtraRepr, Forward, Item, Module, ModuleBase, Name, Parameter, Tensor};
+
+use crate::repr::py_bool;
 
 /// A fully connected layer, `y = x W^T + b` (PyTorch's `nn.Linear`).
 ///
 /// Parameters: `weight` `[out_features, in_features]`, `bias` `[out_features]` (optional).
-/// Init (PyTorch's `reset_parameters`): both uniform in `(-1/sqrt(in_features),
-/// 1/sqrt(in_features))`, i.e. `kaiming_uniform_(a = sqrt(5))` for the weight.
+/// Init (PyTorch's `reset_parameters`): `weight` by `kaiming_uniform_(a = sqrt(5))`, i.e.
+/// `U(-1/sqrt(in_features), 1/sqrt(in_features))`, `bias` uniform with the same bound.
+/// Input `[*, in_features]`, output `[*, out_features]`.
 ///
 /// ```
 /// use nn_core::{Forward, Module, Tensor};
@@ -38,10 +44,14 @@ impl Linear {
 
     /// A layer with or without bias.
     pub fn with_bias(in_features: usize, out_features: usize, bias: bool) -> Self {
-        let bound = if in_features > 0 { 1.0 / (in_features as f64).sqrt() } else { 0.0 };
-        let weight = Parameter::new(Tensor::uniform(&[out_features, in_features], -bound, bound));
-        let bias = bias.then(|| Parameter::new(Tensor::uniform(&[out_features], -bound, bound)));
-        Linear { weight, bias, base: ModuleBase::default(), in_features, out_features }
+        let weight = Tensor::zeros(&[out_features, in_features]);
+        init::default_weight_(&weight);
+        let bias = bias.then(|| {
+            let b = Tensor::zeros(&[out_features]);
+            init::default_bias_(&b, in_features);
+            Parameter::new(b)
+        });
+        Linear { weight: Parameter::new(weight), bias, base: ModuleBase::default(), in_features, out_features }
     }
 
     /// Input features.
@@ -57,23 +67,218 @@ impl Linear {
 
 impl ExtraRepr for Linear {
     fn extra_repr(&self) -> String {
-        let bias = if self.bias.is_some() { "True" } else { "False" };
-        format!("in_features={}, out_features={}, bias={bias}", self.in_features, self.out_features)
+        format!(
+            "in_features={}, out_features={}, bias={}",
+            self.in_features,
+            self.out_features,
+            py_bool(self.bias.is_some())
+        )
     }
 }
 
 impl Forward for Linear {
     fn forward(&self, input: &Tensor) -> Tensor {
-        let last = input.shape().last().copied();
-        if last != Some(self.in_features) {
-            panic!(
-                "Linear(in_features={}, out_features={}) expects input [..., {}], got {:?}",
-                self.in_features,
-                self.out_features,
-                self.in_features,
-                input.shape()
-            );
+        self.base.run(input, |x| {
+            if x.shape().last() != Some(&self.in_features) {
+                panic!("{} expects input [..., {}], got {:?}", self, self.in_features, x.shape());
+            }
+            functional::linear(x, &self.weight, self.bias.as_deref())
+        })
+    }
+}
+
+/// `y = x1^T A x2 + b` (PyTorch's `nn.Bilinear`).
+///
+/// Parameters: `weight` `[out, in1, in2]`, `bias` `[out]`; both `U(-1/sqrt(in1),
+/// 1/sqrt(in1))`. Run with [`forward2`](Bilinear::forward2).
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct Bilinear {
+    /// `[out_features, in1_features, in2_features]`.
+    #[param]
+    pub weight: Parameter,
+    /// `[out_features]`.
+    #[param]
+    pub bias: Option<Parameter>,
+    #[base]
+    base: ModuleBase,
+    dims: (usize, usize, usize),
+}
+
+impl Bilinear {
+    /// A bilinear layer with bias.
+    pub fn new(in1_features: usize, in2_features: usize, out_features: usize) -> Self {
+        Self::with_bias(in1_features, in2_features, out_features, true)
+    }
+
+    /// A bilinear layer with or without bias.
+    pub fn with_bias(in1: usize, in2: usize, out: usize, bias: bool) -> Self {
+        let bound = 1.0 / (in1 as f64).sqrt();
+        Bilinear {
+            weight: Parameter::new(Tensor::uniform(&[out, in1, in2], -bound, bound)),
+            bias: bias.then(|| Parameter::new(Tensor::uniform(&[out], -bound, bound))),
+            base: ModuleBase::default(),
+            dims: (in1, in2, out),
         }
-        functional::linear(input, &self.weight, self.bias.as_deref())
+    }
+
+    /// Runs the layer on its two inputs `[*, in1]` and `[*, in2]`.
+    pub fn forward2(&self, x1: &Tensor, x2: &Tensor) -> Tensor {
+        let (i, j, _) = self.dims;
+        if x1.shape().last() != Some(&i) || x2.shape().last() != Some(&j) || x1.shape()[..x1.rank() - 1] != x2.shape()[..x2.rank().max(1) - 1] {
+            panic!("{} expects inputs [..., {i}] and [..., {j}] with equal leading dims, got {:?} and {:?}", self, x1.shape(), x2.shape());
+        }
+        self.base.run(x1, |x1| functional::bilinear(x1, x2, &self.weight, self.bias.as_deref()))
+    }
+}
+
+impl ExtraRepr for Bilinear {
+    fn extra_repr(&self) -> String {
+        let (a, b, c) = self.dims;
+        format!("in1_features={a}, in2_features={b}, out_features={c}, bias={}", py_bool(self.bias.is_some()))
+    }
+}
+
+/// A `Linear` whose `in_features` is taken from the first input (PyTorch's
+/// `nn.LazyLinear`). Until then it has no parameters: [`Module::state_dict`] panics with a
+/// message saying so, and [`Module::try_state_dict`] is an error.
+///
+/// ```
+/// use nn_core::{Forward, Module, Tensor};
+/// use nn_layers::LazyLinear;
+/// let lazy = LazyLinear::new(4);
+/// assert!(lazy.try_state_dict().is_err());
+/// lazy.forward(&Tensor::ones(&[2, 7]));
+/// assert_eq!(lazy.state_dict().get("weight").unwrap().shape(), &[4, 7]);
+/// ```
+pub struct LazyLinear {
+    inner: OnceLock<Linear>,
+    out_features: usize,
+    bias: bool,
+    base: ModuleBase,
+}
+
+impl LazyLinear {
+    /// A lazy layer with bias.
+    pub fn new(out_features: usize) -> Self {
+        LazyLinear { inner: OnceLock::new(), out_features, bias: true, base: ModuleBase::default() }
+    }
+
+    /// The materialised layer, once a forward pass has run.
+    pub fn materialized(&self) -> Option<&Linear> {
+        self.inner.get()
+    }
+
+}
+
+impl Forward for LazyLinear {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.base.run(input, |x| {
+            let in_features = *x.shape().last().unwrap_or_else(|| panic!("LazyLinear expects input [..., in_features], got a scalar"));
+            let lin = self.inner.get_or_init(|| Linear::with_bias(in_features, self.out_features, self.bias));
+            lin.forward(x)
+        })
+    }
+}
+
+impl HoldsState for LazyLinear {}
+
+impl Module for LazyLinear {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+        match self.inner.get() {
+            Some(l) => l.visit(f),
+            None => {}
+        }
+    }
+    fn visit_modules_mut(&mut self, _f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {}
+    fn type_name(&self) -> &'static str {
+        "LazyLinear"
+    }
+    fn is_uninitialized(&self) -> bool {
+        self.inner.get().is_none()
+    }
+    fn extra_repr(&self) -> String {
+        match self.inner.get() {
+            Some(l) => Module::extra_repr(l),
+            None => format!("in_features=0, out_features={}, bias={}", self.out_features, py_bool(self.bias)),
+        }
+    }
+    fn base(&self) -> Option<&ModuleBase> {
+        Some(&self.base)
+    }
+    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
+        Some(&mut self.base)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+    fn as_dyn(&self) -> &dyn Module {
+        self
+    }
+    fn as_dyn_mut(&mut self) -> &mut dyn Module {
+        self
+    }
+}
+
+/// Returns its input (PyTorch's `nn.Identity`).
+#[derive(Module, Default)]
+pub struct Identity {
+    #[base]
+    base: ModuleBase,
+}
+
+impl Identity {
+    /// The identity layer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Forward for Identity {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.base.run(input, |x| x.clone())
+    }
+}
+
+/// Flattens dims `start_dim..=end_dim` (PyTorch's `nn.Flatten`, default `1..=-1`).
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct Flatten {
+    #[base]
+    base: ModuleBase,
+    start_dim: i64,
+    end_dim: i64,
+}
+
+impl Default for Flatten {
+    fn default() -> Self {
+        Flatten { base: ModuleBase::default(), start_dim: 1, end_dim: -1 }
+    }
+}
+
+impl Flatten {
+    /// Flattens everything but the batch dim.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Flattens `start_dim..=end_dim` (negative dims count from the back).
+    pub fn with_dims(start_dim: i64, end_dim: i64) -> Self {
+        Flatten { base: ModuleBase::default(), start_dim, end_dim }
+    }
+}
+
+impl ExtraRepr for Flatten {
+    fn extra_repr(&self) -> String {
+        format!("start_dim={}, end_dim={}", self.start_dim, self.end_dim)
+    }
+}
+
+impl Forward for Flatten {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.base.run(input, |x| x.flatten(self.start_dim, self.end_dim))
     }
 }

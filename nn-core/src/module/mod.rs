@@ -8,6 +8,7 @@
 //! `visit` (and the rest of the required methods) from field annotations.
 
 mod display;
+pub mod hooks;
 mod load;
 
 use std::any::Any;
@@ -15,6 +16,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 pub use display::fmt_module;
+pub use hooks::{HookHandle, ModuleBase};
 pub use load::IncompatibleKeys;
 pub use parameter::Parameter;
 
@@ -73,44 +75,6 @@ pub enum Item<'a> {
     },
     /// A sub-module.
     Module(&'a dyn Module),
-}
-
-/// Per-instance bookkeeping that PyTorch keeps in `nn.Module` itself: the training flag
-/// (and the hook lists). A module opts in with one field, `#[base] base: ModuleBase`;
-/// every built-in layer has one.
-#[derive(Debug)]
-pub struct ModuleBase {
-    training: bool,
-}
-
-impl Default for ModuleBase {
-    /// Modules start in training mode, as in PyTorch.
-    fn default() -> Self {
-        ModuleBase { training: true }
-    }
-}
-
-impl Clone for ModuleBase {
-    fn clone(&self) -> Self {
-        ModuleBase { training: self.training }
-    }
-}
-
-impl ModuleBase {
-    /// A base in training mode.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The training flag.
-    pub fn is_training(&self) -> bool {
-        self.training
-    }
-
-    /// Sets the training flag.
-    pub fn set_training(&mut self, training: bool) {
-        self.training = training;
-    }
 }
 
 /// Marks types whose values hold module state (modules, tensors, parameters, and
@@ -187,6 +151,11 @@ pub trait Module: HoldsState + Any {
     /// Mutable access to the base, if any.
     fn base_mut(&mut self) -> Option<&mut ModuleBase> {
         None
+    }
+
+    /// True for a lazy module whose parameters do not exist yet (before its first forward).
+    fn is_uninitialized(&self) -> bool {
+        false
     }
 
     /// `self` as `Any`, for downcasting in [`apply`](Module::apply) callbacks.
@@ -318,7 +287,24 @@ pub trait Module: HoldsState + Any {
     /// (each module's own parameters, then its own buffers, then its children), tied
     /// parameters under every name, as PyTorch. The tensors are the
     /// module's own handles (detached views sharing storage), not copies.
+    ///
+    /// # Panics
+    /// When a lazy sub-module has not run yet (its parameters do not exist); use
+    /// [`try_state_dict`](Module::try_state_dict) for a `Result`.
+    #[track_caller]
     fn state_dict(&self) -> StateDict {
+        self.try_state_dict().unwrap_or_else(|e| panic!("state_dict: {e}"))
+    }
+
+    /// [`state_dict`](Module::state_dict), or an error naming the first uninitialised lazy
+    /// sub-module.
+    ///
+    /// # Errors
+    /// [`Error::Uninitialized`].
+    fn try_state_dict(&self) -> Result<StateDict> {
+        if let Some((_, m)) = self.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+            return Err(Error::Uninitialized { module: m.type_name() });
+        }
         let mut sd = StateDict::default();
         walk(self.as_dyn(), &mut String::new(), &mut |path, item| match item {
             Item::Param(p) => {
@@ -329,7 +315,7 @@ pub trait Module: HoldsState + Any {
             }
             _ => {}
         });
-        sd
+        Ok(sd)
     }
 
     /// Copies `state_dict` into this module's parameters and persistent buffers.
@@ -466,6 +452,52 @@ pub trait Module: HoldsState + Any {
         f(self.as_dyn_mut());
     }
 
+    // ------------------------------------------------------------------------------
+    // Hooks
+    // ------------------------------------------------------------------------------
+
+    /// Registers a forward pre-hook on this module (see [`hooks`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module has no [`ModuleBase`] to hold hooks.
+    fn register_forward_pre_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle>
+    where
+        Self: Sized,
+    {
+        self.as_dyn().hook_base().map(|b| b.register_forward_pre_hook(hook))
+    }
+
+    /// Registers a forward hook on this module (see [`hooks`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module has no [`ModuleBase`] to hold hooks.
+    fn register_forward_hook(
+        &self,
+        hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle>
+    where
+        Self: Sized,
+    {
+        self.as_dyn().hook_base().map(|b| b.register_forward_hook(hook))
+    }
+
+    /// Registers a full backward hook on this module (see [`hooks`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module has no [`ModuleBase`] to hold hooks.
+    fn register_full_backward_hook(
+        &self,
+        hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle>
+    where
+        Self: Sized,
+    {
+        self.as_dyn().hook_base().map(|b| b.register_full_backward_hook(hook))
+    }
+
     /// `self` as a trait object.
     #[doc(hidden)]
     fn as_dyn(&self) -> &dyn Module;
@@ -581,6 +613,89 @@ impl<M: Module + ?Sized> Module for Box<M> {
 impl<M: Forward + ?Sized> Forward for Box<M> {
     fn forward(&self, input: &Tensor) -> Tensor {
         (**self).forward(input)
+    }
+}
+
+impl dyn Module {
+    /// The base that holds this module's hooks.
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] naming the module type when it has no [`ModuleBase`].
+    pub fn hook_base(&self) -> Result<&ModuleBase> {
+        self.base().ok_or(Error::NoHooks { module: self.type_name() })
+    }
+
+    /// Registers a forward hook on every module of the tree (the root included) for which
+    /// `make(path, module)` returns one, e.g. to capture every named activation.
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] for a module that was given a hook but cannot hold one; hooks
+    /// registered before the error are removed again (their handles are dropped).
+    pub fn register_forward_hooks_all(
+        &self,
+        mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::ForwardHook>,
+    ) -> Result<Vec<HookHandle>> {
+        let mut handles = Vec::new();
+        for (path, m) in self.named_modules() {
+            if let Some(h) = make(&path, m) {
+                handles.push(m.hook_base()?.register_forward_hook(move |x, y| h(x, y)));
+            }
+        }
+        Ok(handles)
+    }
+
+    /// Registers a full backward hook on every module for which `make` returns one (a
+    /// per-layer NaN detector or gradient clipper).
+    ///
+    /// # Errors
+    /// As [`register_forward_hooks_all`](Self::register_forward_hooks_all).
+    pub fn register_full_backward_hooks_all(
+        &self,
+        mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::BackwardHook>,
+    ) -> Result<Vec<HookHandle>> {
+        let mut handles = Vec::new();
+        for (path, m) in self.named_modules() {
+            if let Some(h) = make(&path, m) {
+                handles.push(m.hook_base()?.register_full_backward_hook(move |gi, go| h(gi, go)));
+            }
+        }
+        Ok(handles)
+    }
+
+    /// Registers a forward hook on the sub-module at `path` (`"encoder.layers.0"`).
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`] or [`Error::NoHooks`].
+    pub fn register_forward_hook_at(
+        &self,
+        path: &str,
+        hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.get_submodule(path)?.hook_base()?.register_forward_hook(hook))
+    }
+
+    /// Registers a forward pre-hook on the sub-module at `path`.
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`] or [`Error::NoHooks`].
+    pub fn register_forward_pre_hook_at(
+        &self,
+        path: &str,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.get_submodule(path)?.hook_base()?.register_forward_pre_hook(hook))
+    }
+
+    /// Registers a full backward hook on the sub-module at `path`.
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`] or [`Error::NoHooks`].
+    pub fn register_full_backward_hook_at(
+        &self,
+        path: &str,
+        hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.get_submodule(path)?.hook_base()?.register_full_backward_hook(hook))
     }
 }
 

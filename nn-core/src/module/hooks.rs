@@ -1,0 +1,257 @@
+//! Module hooks: forward pre-hooks, forward hooks and full backward hooks, as PyTorch's
+//! `register_forward_pre_hook` / `register_forward_hook` / `register_full_backward_hook`.
+//!
+//! Hooks live in the module's [`ModuleBase`] and fire inside [`ModuleBase::run`], which
+//! every built-in layer's `forward` goes through, so calling a layer the usual way never
+//! bypasses them. With no hook registered, `run` costs one atomic load.
+//!
+//! Backward hooks are wired through the autograd graph as PyTorch does: an identity node
+//! after the module's output records `grad_output`, an identity node before its input
+//! hands `grad_input` (and that `grad_output`) to the hooks, which may replace it. Each
+//! call of the module gets its own pair of nodes, so a module used twice fires twice.
+//!
+//! Registration returns a [`HookHandle`]. The hook is removed by `handle.remove()` or
+//! when the handle is dropped; `handle.keep()` makes it permanent. Dropping removes so
+//! that a forgotten handle cannot leak hooks across training runs (a common PyTorch
+//! mistake), and `#[must_use]` flags an ignored handle at compile time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::autograd::{custom_op, is_grad_enabled};
+use crate::tensor::Tensor;
+
+/// A forward pre-hook: sees the input, may return a replacement.
+pub type ForwardPreHook = Arc<dyn Fn(&Tensor) -> Option<Tensor> + Send + Sync>;
+/// A forward hook: sees the input and the output, may return a replacement output.
+pub type ForwardHook = Arc<dyn Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync>;
+/// A full backward hook: sees `grad_input` (`None` when the input does not require grad)
+/// and `grad_output`, may return a replacement `grad_input`.
+pub type BackwardHook = Arc<dyn Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync>;
+
+#[derive(Default)]
+struct Lists {
+    next: u64,
+    pre: Vec<(u64, ForwardPreHook)>,
+    fwd: Vec<(u64, ForwardHook)>,
+    bwd: Vec<(u64, BackwardHook)>,
+}
+
+#[derive(Default)]
+pub(crate) struct HookStore {
+    any: AtomicBool,
+    lists: Mutex<Lists>,
+}
+
+impl HookStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lists> {
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn refresh(&self, l: &Lists) {
+        self.any.store(!(l.pre.is_empty() && l.fwd.is_empty() && l.bwd.is_empty()), Ordering::Release);
+    }
+
+    fn remove(&self, kind: Kind, id: u64) {
+        let mut l = self.lock();
+        match kind {
+            Kind::Pre => l.pre.retain(|(i, _)| *i != id),
+            Kind::Forward => l.fwd.retain(|(i, _)| *i != id),
+            Kind::Backward => l.bwd.retain(|(i, _)| *i != id),
+        }
+        self.refresh(&l);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Pre,
+    Forward,
+    Backward,
+}
+
+/// Unregisters its hook on [`remove`](HookHandle::remove) or when dropped.
+#[must_use = "the hook is removed as soon as its handle is dropped; bind it, or call `.keep()`"]
+pub struct HookHandle {
+    store: Weak<HookStore>,
+    kind: Kind,
+    id: u64,
+    keep: bool,
+}
+
+impl HookHandle {
+    /// Removes the hook now.
+    pub fn remove(mut self) {
+        self.detach();
+    }
+
+    /// Keeps the hook registered for the module's lifetime.
+    pub fn keep(mut self) {
+        self.keep = true;
+    }
+
+    fn detach(&mut self) {
+        if let Some(s) = self.store.upgrade() {
+            s.remove(self.kind, self.id);
+        }
+        self.store = Weak::new();
+    }
+}
+
+impl Drop for HookHandle {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.detach();
+        }
+    }
+}
+
+impl std::fmt::Debug for HookHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookHandle").field("kind", &self.kind).field("id", &self.id).finish()
+    }
+}
+
+/// Per-instance bookkeeping that PyTorch keeps in `nn.Module` itself: the training flag
+/// and the hook lists. A derived module opts in with one field, `#[base] base:
+/// ModuleBase`, and runs its `forward` body through [`run`](ModuleBase::run); every
+/// built-in layer does.
+pub struct ModuleBase {
+    training: bool,
+    hooks: Arc<HookStore>,
+}
+
+impl Default for ModuleBase {
+    /// Training mode, no hooks (PyTorch's initial state).
+    fn default() -> Self {
+        ModuleBase { training: true, hooks: Arc::default() }
+    }
+}
+
+impl Clone for ModuleBase {
+    /// Copies the training flag; hooks belong to the original instance and are not copied.
+    fn clone(&self) -> Self {
+        ModuleBase { training: self.training, hooks: Arc::default() }
+    }
+}
+
+impl std::fmt::Debug for ModuleBase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let l = self.hooks.lock();
+        f.debug_struct("ModuleBase")
+            .field("training", &self.training)
+            .field("forward_pre_hooks", &l.pre.len())
+            .field("forward_hooks", &l.fwd.len())
+            .field("backward_hooks", &l.bwd.len())
+            .finish()
+    }
+}
+
+impl ModuleBase {
+    /// A base in training mode without hooks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The training flag.
+    pub fn is_training(&self) -> bool {
+        self.training
+    }
+
+    /// Sets the training flag.
+    pub fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+
+    fn register(&self, kind: Kind, add: impl FnOnce(&mut Lists, u64)) -> HookHandle {
+        let mut l = self.hooks.lock();
+        l.next += 1;
+        let id = l.next;
+        add(&mut l, id);
+        self.hooks.refresh(&l);
+        HookHandle { store: Arc::downgrade(&self.hooks), kind, id, keep: false }
+    }
+
+    /// Registers a forward pre-hook (fired in registration order before `forward`).
+    pub fn register_forward_pre_hook(&self, hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static) -> HookHandle {
+        self.register(Kind::Pre, |l, id| l.pre.push((id, Arc::new(hook))))
+    }
+
+    /// Registers a forward hook (fired in registration order after `forward`).
+    pub fn register_forward_hook(
+        &self,
+        hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register(Kind::Forward, |l, id| l.fwd.push((id, Arc::new(hook))))
+    }
+
+    /// Registers a full backward hook (fired in registration order when the gradient with
+    /// respect to the module's input is computed).
+    pub fn register_full_backward_hook(
+        &self,
+        hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register(Kind::Backward, |l, id| l.bwd.push((id, Arc::new(hook))))
+    }
+
+    /// Runs a module's computation `f` on `input` with this base's hooks around it. Every
+    /// built-in layer's `forward` is `self.base.run(input, |x| ...)`.
+    pub fn run(&self, input: &Tensor, f: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+        if !self.hooks.any.load(Ordering::Acquire) {
+            return f(input);
+        }
+        let (pre, fwd, bwd) = {
+            let l = self.hooks.lock();
+            (
+                l.pre.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
+                l.fwd.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
+                l.bwd.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
+            )
+        };
+        let mut x = input.clone();
+        for h in &pre {
+            if let Some(new) = h(&x) {
+                x = new;
+            }
+        }
+        let with_bwd = !bwd.is_empty() && is_grad_enabled();
+        let grad_output: Arc<Mutex<Option<Tensor>>> = Arc::default();
+        let input_needs_grad = x.requires_grad();
+        if with_bwd && input_needs_grad {
+            let (bwd, go) = (bwd.clone(), grad_output.clone());
+            x = custom_op("BackwardHookFunctionBackward", &[&x], &x, move |g_in| {
+                let g_out = go.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let mut g = g_in.clone();
+                if let Some(g_out) = g_out {
+                    for h in &bwd {
+                        if let Some(new) = h(Some(&g), &g_out) {
+                            assert_eq!(new.shape(), g.shape(), "backward hook returned grad_input of the wrong shape");
+                            g = new;
+                        }
+                    }
+                }
+                vec![Some(g)]
+            });
+        }
+        let mut y = f(&x);
+        for h in &fwd {
+            if let Some(new) = h(&x, &y) {
+                y = new;
+            }
+        }
+        if with_bwd && y.requires_grad() {
+            y = custom_op("BackwardHookFunctionBackward", &[&y], &y, move |g_out| {
+                if input_needs_grad {
+                    *grad_output.lock().unwrap_or_else(|e| e.into_inner()) = Some(g_out.clone());
+                } else {
+                    // No gradient flows to the input: fire now with grad_input = None.
+                    for h in &bwd {
+                        let _ = h(None, g_out);
+                    }
+                }
+                vec![Some(g_out.clone())]
+            });
+        }
+        y
+    }
+}

@@ -1,0 +1,289 @@
+//! `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `GroupNorm`.
+
+use nn_core::{functional, no_grad, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+
+use crate::repr::{py_bool, py_float, py_tuple};
+
+/// Options of the batch-norm layers, with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNormConfig {
+    /// Added to the variance (default `1e-5`).
+    pub eps: f64,
+    /// Running-statistics update factor (default `Some(0.1)`); `None` is a cumulative
+    /// moving average over `num_batches_tracked` batches.
+    pub momentum: Option<f64>,
+    /// Learnable per-channel `weight` and `bias` (default `true`).
+    pub affine: bool,
+    /// Keep running statistics for evaluation (default `true`).
+    pub track_running_stats: bool,
+}
+
+impl Default for BatchNormConfig {
+    fn default() -> Self {
+        BatchNormConfig { eps: 1e-5, momentum: Some(0.1), affine: true, track_running_stats: true }
+    }
+}
+
+macro_rules! batch_norm_layer {
+    ($(#[$doc:meta])* $name:ident, $ranks:expr, $dims:literal) => {
+        $(#[$doc])*
+        ///
+        /// Parameters `weight`, `bias` (`[C]`, ones and zeros); buffers `running_mean`,
+        /// `running_var` (`[C]`, zeros and ones) and `num_batches_tracked` (0-d `i64`), as
+        /// PyTorch. Training mode normalises with batch statistics and updates the running
+        /// ones (with the unbiased variance); evaluation mode uses the running ones.
+        #[derive(Module)]
+        #[module(extra_repr)]
+        pub struct $name {
+            /// `[C]`, ones at init.
+            #[param]
+            pub weight: Option<Parameter>,
+            /// `[C]`, zeros at init.
+            #[param]
+            pub bias: Option<Parameter>,
+            /// `[C]`, zeros at init.
+            #[buffer]
+            pub running_mean: Option<Tensor>,
+            /// `[C]`, ones at init.
+            #[buffer]
+            pub running_var: Option<Tensor>,
+            /// 0-d `i64`, the number of training batches seen.
+            #[buffer]
+            pub num_batches_tracked: Option<Tensor>,
+            #[base]
+            base: ModuleBase,
+            num_features: usize,
+            config: BatchNormConfig,
+        }
+
+        impl $name {
+            /// With PyTorch's default options.
+            pub fn new(num_features: usize) -> Self {
+                Self::with_config(num_features, BatchNormConfig::default())
+            }
+
+            /// With explicit options.
+            pub fn with_config(num_features: usize, config: BatchNormConfig) -> Self {
+                let c = num_features;
+                $name {
+                    weight: config.affine.then(|| Parameter::new(Tensor::ones(&[c]))),
+                    bias: config.affine.then(|| Parameter::new(Tensor::zeros(&[c]))),
+                    running_mean: config.track_running_stats.then(|| Tensor::zeros(&[c])),
+                    running_var: config.track_running_stats.then(|| Tensor::ones(&[c])),
+                    num_batches_tracked: config.track_running_stats.then(|| Tensor::from_vec_i64(vec![0], &[])),
+                    base: ModuleBase::default(),
+                    num_features,
+                    config,
+                }
+            }
+        }
+
+        impl ExtraRepr for $name {
+            fn extra_repr(&self) -> String {
+                bn_repr(self.num_features, &self.config)
+            }
+        }
+
+        impl Forward for $name {
+            fn forward(&self, input: &Tensor) -> Tensor {
+                self.base.run(input, |x| {
+                    if !$ranks.contains(&x.rank()) || x.shape()[1] != self.num_features {
+                        panic!("{} expects input {} with C = {}, got {:?}", self, $dims, self.num_features, x.shape());
+                    }
+                    bn_forward(
+                        x,
+                        BnState {
+                            weight: self.weight.as_deref(),
+                            bias: self.bias.as_deref(),
+                            running_mean: self.running_mean.as_ref(),
+                            running_var: self.running_var.as_ref(),
+                            num_batches_tracked: self.num_batches_tracked.as_ref(),
+                        },
+                        self.base.is_training(),
+                        &self.config,
+                    )
+                })
+            }
+        }
+    };
+}
+
+struct BnState<'a> {
+    weight: Option<&'a Tensor>,
+    bias: Option<&'a Tensor>,
+    running_mean: Option<&'a Tensor>,
+    running_var: Option<&'a Tensor>,
+    num_batches_tracked: Option<&'a Tensor>,
+}
+
+/// PyTorch's `_BatchNorm.forward`.
+fn bn_forward(x: &Tensor, s: BnState<'_>, training: bool, config: &BatchNormConfig) -> Tensor {
+    let mut factor = config.momentum.unwrap_or(0.0);
+    if training {
+        if let Some(n) = s.num_batches_tracked {
+            let seen = n.to_vec_i64()[0] + 1;
+            no_grad(|| n.copy_(&Tensor::from_vec_i64(vec![seen], &[])));
+            if config.momentum.is_none() {
+                factor = 1.0 / seen as f64;
+            }
+        }
+    }
+    let use_batch_stats = training || s.running_mean.is_none();
+    let (rm, rv) =
+        if !training || config.track_running_stats { (s.running_mean, s.running_var) } else { (None, None) };
+    x.batch_norm(rm, rv, s.weight, s.bias, use_batch_stats, factor, config.eps)
+}
+
+fn bn_repr(num_features: usize, c: &BatchNormConfig) -> String {
+    let m = c.momentum.map(py_float).unwrap_or_else(|| "None".into());
+    format!(
+        "{num_features}, eps={}, momentum={m}, affine={}, track_running_stats={}",
+        py_float(c.eps),
+        py_bool(c.affine),
+        py_bool(c.track_running_stats)
+    )
+}
+
+batch_norm_layer!(
+    /// Batch normalisation over `[N, C]` or `[N, C, L]` (PyTorch's `nn.BatchNorm1d`).
+    BatchNorm1d, [2usize, 3], "[N, C] or [N, C, L]");
+batch_norm_layer!(
+    /// Batch normalisation over `[N, C, H, W]` (PyTorch's `nn.BatchNorm2d`).
+    ///
+    /// ```
+    /// use nn_core::{Forward, Module, Tensor};
+    /// use nn_layers::BatchNorm2d;
+    /// let bn = BatchNorm2d::new(8);
+    /// assert_eq!(bn.to_string(), "BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)");
+    /// assert_eq!(bn.state_dict().keys().collect::<Vec<_>>(), ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]);
+    /// ```
+    BatchNorm2d, [4usize], "[N, C, H, W]");
+
+/// Layer normalisation over the trailing `normalized_shape` dims (PyTorch's
+/// `nn.LayerNorm`). Parameters `weight` (ones) and `bias` (zeros) of that shape.
+///
+/// ```
+/// use nn_core::{Forward, Module, Tensor};
+/// use nn_layers::LayerNorm;
+/// let ln = LayerNorm::new(7);
+/// assert_eq!(ln.to_string(), "LayerNorm((7,), eps=1e-05, elementwise_affine=True)");
+/// let y = ln.forward(&Tensor::arange(0.0, 14.0, 1.0).reshape(&[2, 7]));
+/// assert!(y.mean_dim(1, false).to_vec().iter().all(|m| m.abs() < 1e-6));
+/// ```
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct LayerNorm {
+    /// Ones at init.
+    #[param]
+    pub weight: Option<Parameter>,
+    /// Zeros at init.
+    #[param]
+    pub bias: Option<Parameter>,
+    #[base]
+    base: ModuleBase,
+    normalized_shape: Vec<usize>,
+    eps: f64,
+}
+
+impl LayerNorm {
+    /// Normalises over the last dim, of size `dim`, with `eps = 1e-5` and an affine.
+    pub fn new(dim: usize) -> Self {
+        Self::with_options(&[dim], 1e-5, true, true)
+    }
+
+    /// All options.
+    pub fn with_options(normalized_shape: &[usize], eps: f64, elementwise_affine: bool, bias: bool) -> Self {
+        LayerNorm {
+            weight: elementwise_affine.then(|| Parameter::new(Tensor::ones(normalized_shape))),
+            bias: (elementwise_affine && bias).then(|| Parameter::new(Tensor::zeros(normalized_shape))),
+            base: ModuleBase::default(),
+            normalized_shape: normalized_shape.to_vec(),
+            eps,
+        }
+    }
+}
+
+impl ExtraRepr for LayerNorm {
+    fn extra_repr(&self) -> String {
+        format!(
+            "{}, eps={}, elementwise_affine={}",
+            py_tuple(&self.normalized_shape),
+            py_float(self.eps),
+            py_bool(self.weight.is_some())
+        )
+    }
+}
+
+impl Forward for LayerNorm {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.base.run(input, |x| {
+            let k = self.normalized_shape.len();
+            if x.rank() < k || x.shape()[x.rank() - k..] != self.normalized_shape[..] {
+                panic!("{} expects input [..., {:?}], got {:?}", self, self.normalized_shape, x.shape());
+            }
+            x.layer_norm(&self.normalized_shape, self.weight.as_deref(), self.bias.as_deref(), self.eps)
+        })
+    }
+}
+
+/// Group normalisation (PyTorch's `nn.GroupNorm`): channels split into groups normalised
+/// over their channels and positions; per-channel `weight` (ones) and `bias` (zeros).
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct GroupNorm {
+    /// `[C]`, ones at init.
+    #[param]
+    pub weight: Option<Parameter>,
+    /// `[C]`, zeros at init.
+    #[param]
+    pub bias: Option<Parameter>,
+    #[base]
+    base: ModuleBase,
+    num_groups: usize,
+    num_channels: usize,
+    eps: f64,
+}
+
+impl GroupNorm {
+    /// `num_groups` groups over `num_channels` channels, `eps = 1e-5`, affine.
+    ///
+    /// # Panics
+    /// When `num_channels` is not divisible by `num_groups`.
+    #[track_caller]
+    pub fn new(num_groups: usize, num_channels: usize) -> Self {
+        Self::with_options(num_groups, num_channels, 1e-5, true)
+    }
+
+    /// All options.
+    #[track_caller]
+    pub fn with_options(num_groups: usize, num_channels: usize, eps: f64, affine: bool) -> Self {
+        if num_groups == 0 || num_channels % num_groups != 0 {
+            panic!("GroupNorm: num_channels {num_channels} must be divisible by num_groups {num_groups}");
+        }
+        GroupNorm {
+            weight: affine.then(|| Parameter::new(Tensor::ones(&[num_channels]))),
+            bias: affine.then(|| Parameter::new(Tensor::zeros(&[num_channels]))),
+            base: ModuleBase::default(),
+            num_groups,
+            num_channels,
+            eps,
+        }
+    }
+}
+
+impl ExtraRepr for GroupNorm {
+    fn extra_repr(&self) -> String {
+        format!("{}, {}, eps={}, affine={}", self.num_groups, self.num_channels, py_float(self.eps), py_bool(self.weight.is_some()))
+    }
+}
+
+impl Forward for GroupNorm {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.base.run(input, |x| {
+            if x.rank() < 2 || x.shape()[1] != self.num_channels {
+                panic!("{} expects input [N, {}, *], got {:?}", self, self.num_channels, x.shape());
+            }
+            functional::group_norm(x, self.num_groups, self.weight.as_deref(), self.bias.as_deref(), self.eps)
+        })
+    }
+}

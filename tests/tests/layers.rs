@@ -1,0 +1,181 @@
+//! Layer parity with PyTorch: for every layer, output, input gradient, parameter
+//! gradients and buffers (running statistics) after a forward, in training and in
+//! evaluation mode, against `tests/fixtures/pytorch/layers.py`'s committed outputs.
+//! Tolerance: 1e-5 relative (1e-4 for convolutions, attention and whole models).
+
+use std::path::Path;
+
+use nn_core::{Forward, Module, StateDict, Tensor};
+use nn_layers::*;
+
+fn load(name: &str) -> StateDict {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/layers").join(format!("{name}.safetensors"));
+    StateDict::load(&p).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs one fixture case: builds the module, loads `state.*` strictly, and compares
+/// everything PyTorch recorded in both modes.
+fn check<M: Module>(name: &str, build: impl Fn() -> M, call: impl Fn(&M, &StateDict, &Tensor) -> Tensor, tol: f32) {
+    let f = load(name);
+    let state: StateDict =
+        f.iter().filter_map(|(k, v)| k.strip_prefix("state.").map(|k| (k.to_string(), v.clone()))).collect();
+    let first_input = ["x", "x1"].iter().find_map(|k| f.get(k)).cloned();
+    for mode in ["train", "eval"] {
+        let mut m = build();
+        m.load_state_dict(&state, true).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if mode == "train" {
+            m.train()
+        } else {
+            m.eval()
+        }
+        let x = first_input.as_ref().map(|x| x.detach().requires_grad_(true)).unwrap_or_else(|| Tensor::zeros(&[0]));
+        let y = call(&m, &f, &x);
+        let ctx = |what: &str| format!("{name} [{mode}] {what}");
+        let expect = |k: &str| f.get(&format!("{mode}.{k}")).unwrap_or_else(|| panic!("{}: missing", ctx(k))).to_vec();
+        assert_eq!(y.shape(), f.get(&format!("{mode}.y")).unwrap().shape(), "{}", ctx("output shape"));
+        assert_close_ctx(&y.to_vec(), &expect("y"), tol, &ctx("output"));
+        (&y * f.get("w").unwrap()).sum().backward();
+        if f.get(&format!("{mode}.gx")).is_some() {
+            assert_close_ctx(&x.grad().expect("input grad").to_vec(), &expect("gx"), tol, &ctx("input grad"));
+        }
+        let mut seen = 0;
+        for (k, p) in m.named_parameters() {
+            if let Some(g) = f.get(&format!("{mode}.grad.{k}")) {
+                let mine = p.grad().unwrap_or_else(|| panic!("{}: no gradient", ctx(&k)));
+                assert_close_ctx(&mine.to_vec(), &g.to_vec(), tol, &ctx(&format!("grad of {k}")));
+                seen += 1;
+            }
+        }
+        let expected_grads = f.keys().filter(|k| k.starts_with(&format!("{mode}.grad."))).count();
+        assert_eq!(seen, expected_grads, "{}", ctx("parameter gradients compared"));
+        let sd = m.state_dict();
+        for (k, v) in f.iter() {
+            if let Some(buf) = k.strip_prefix(&format!("{mode}.after.")) {
+                let mine = sd.get(buf).unwrap_or_else(|| panic!("{}: no buffer", ctx(buf)));
+                assert_close_ctx(&mine.to_vec(), &v.to_vec(), tol, &ctx(&format!("buffer {buf}")));
+            }
+        }
+    }
+}
+
+/// `|a - e| <= tol / 10 + tol * |e|` elementwise, with the case named on failure.
+fn assert_close_ctx(a: &[f32], e: &[f32], tol: f32, ctx: &str) {
+    assert_eq!(a.len(), e.len(), "{ctx}: lengths differ");
+    for (i, (x, y)) in a.iter().zip(e).enumerate() {
+        assert!((x - y).abs() <= tol * 0.1 + tol * y.abs(), "{ctx}: element {i}: {x} vs PyTorch {y} (rtol {tol})");
+    }
+}
+
+fn fwd<M: Forward>(m: &M, _: &StateDict, x: &Tensor) -> Tensor {
+    m.forward(x)
+}
+
+const TIGHT: f32 = 1e-5;
+const LOOSE: f32 = 1e-4;
+
+#[test]
+fn linear_and_bilinear() {
+    check("linear", || Linear::new(5, 4), fwd, TIGHT);
+    check("linear_nobias", || Linear::with_bias(5, 4, false), fwd, TIGHT);
+    check("bilinear", || Bilinear::new(3, 4, 2), |m, f, x| m.forward2(x, f.get("x2").unwrap()), TIGHT);
+}
+
+#[test]
+fn convolutions() {
+    check("conv1d", || Conv1d::with_config(3, 4, 3, Conv1dConfig { stride: 2, padding: 1, ..Default::default() }), fwd, LOOSE);
+    check("conv2d", || Conv2d::with_config(3, 6, 3, Conv2dConfig { stride: 2, padding: 1, ..Default::default() }), fwd, LOOSE);
+    let cfg = Conv2dConfig { padding: 2, dilation: 2, groups: 2, bias: false, ..Default::default() };
+    check("conv2d_groups", || Conv2d::with_config(4, 6, 3, cfg), fwd, LOOSE);
+}
+
+#[test]
+fn pooling() {
+    check("maxpool2d", || MaxPool2d::with_options(3, 2, 1, 1, false), fwd, TIGHT);
+    check("maxpool2d_ceil", || MaxPool2d::with_options(2, 2, 0, 1, true), fwd, TIGHT);
+    check("avgpool2d", || AvgPool2d::with_options(3, 2, 1, false, true), fwd, TIGHT);
+    check("avgpool2d_nopad", || AvgPool2d::with_options(3, 2, 1, true, false), fwd, TIGHT);
+    check("adaptiveavgpool2d", || AdaptiveAvgPool2d::new((3, 2)), fwd, TIGHT);
+}
+
+#[test]
+fn normalisation() {
+    check("batchnorm1d", || BatchNorm1d::new(4), fwd, TIGHT);
+    let cma = BatchNormConfig { momentum: None, ..Default::default() };
+    check("batchnorm1d_cma", || BatchNorm1d::with_config(3, cma), fwd, TIGHT);
+    check("batchnorm2d", || BatchNorm2d::new(3), fwd, TIGHT);
+    check("layernorm", || LayerNorm::new(6), fwd, TIGHT);
+    check("layernorm_2d", || LayerNorm::with_options(&[3, 4], 1e-5, true, true), fwd, TIGHT);
+    check("groupnorm", || GroupNorm::new(2, 6), fwd, TIGHT);
+}
+
+#[test]
+fn embedding_with_padding_idx() {
+    check("embedding", || Embedding::with_padding_idx(10, 4, 1), |m, f, _| m.forward(f.get("idx").unwrap()), TIGHT);
+}
+
+#[test]
+fn activations_and_shape_layers() {
+    check("relu", ReLU::new, fwd, TIGHT);
+    check("leakyrelu", || LeakyReLU::new(0.2), fwd, TIGHT);
+    check("gelu", GELU::new, fwd, TIGHT);
+    check("gelu_tanh", || GELU::with_approximate(GeluApproximate::Tanh), fwd, TIGHT);
+    check("silu", SiLU::new, fwd, TIGHT);
+    check("sigmoid", Sigmoid::new, fwd, TIGHT);
+    check("tanh", Tanh::new, fwd, TIGHT);
+    check("softmax", || Softmax::new(1), fwd, TIGHT);
+    check("logsoftmax", || LogSoftmax::new(-1), fwd, TIGHT);
+    check("flatten", Flatten::new, fwd, TIGHT);
+    check("identity", Identity::new, fwd, TIGHT);
+    check("dropout", || Dropout::new(0.0), fwd, TIGHT);
+}
+
+#[test]
+fn attention() {
+    check("mha", || MultiheadAttention::new(8, 2), fwd, LOOSE);
+    check(
+        "mha_masked",
+        || MultiheadAttention::with_options(8, 2, 0.0, true, true),
+        |m, f, x| {
+            let opt = AttendOptions {
+                attn_mask: f.get("attn_mask"),
+                key_padding_mask: f.get("key_padding_mask"),
+                ..Default::default()
+            };
+            let (y, w) = m.attend(x, x, x, opt);
+            Tensor::cat(&[&y.reshape(&[y.numel()]), &w.unwrap().reshape(&[2 * 4 * 4])], 0)
+        },
+        LOOSE,
+    );
+    let cfg = TransformerEncoderLayerConfig { dim_feedforward: 16, dropout: 0.0, ..Default::default() };
+    check("transformer_layer", || TransformerEncoderLayer::with_config(8, 2, cfg), fwd, LOOSE);
+    let pre = TransformerEncoderLayerConfig {
+        dim_feedforward: 16,
+        dropout: 0.0,
+        activation: Activation::Gelu,
+        batch_first: true,
+        norm_first: true,
+        ..Default::default()
+    };
+    check("transformer_layer_prenorm", || TransformerEncoderLayer::with_config(8, 2, pre), fwd, LOOSE);
+}
+
+#[test]
+fn whole_models_load_pytorch_state_dicts_strictly() {
+    let cnn = || {
+        Sequential::new()
+            .add(Conv2d::with_config(1, 4, 3, Conv2dConfig { padding: 1, ..Default::default() }))
+            .add(BatchNorm2d::new(4))
+            .add(ReLU::new())
+            .add(MaxPool2d::new(2))
+            .add(Conv2d::new(4, 8, 3))
+            .add(ReLU::new())
+            .add(AdaptiveAvgPool2d::new((1, 1)))
+            .add(Flatten::new())
+            .add(Linear::new(8, 10))
+    };
+    let keys: Vec<String> = cnn().state_dict().keys().map(String::from).collect();
+    assert_eq!(&keys[..7], ["0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"]);
+    check("model_cnn", cnn, fwd, LOOSE);
+    let cfg = TransformerEncoderLayerConfig { dim_feedforward: 16, dropout: 0.0, batch_first: true, ..Default::default() };
+    check("model_transformer", || TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(8, 2, cfg), None), fwd, LOOSE);
+}
