@@ -1,6 +1,7 @@
 //! `MultiheadAttention`, `TransformerEncoderLayer`, `TransformerEncoder`.
 
-use nn_core::{init, DType, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+use nn_core::module::HoldsState;
+use nn_core::{init, DType, ExtraRepr, Forward, Item, Module, ModuleBase, Name, Parameter, Tensor};
 
 use crate::{Dropout, LayerNorm, Linear, ModuleList};
 
@@ -20,7 +21,7 @@ pub struct MultiheadAttention {
     pub in_proj_bias: Option<Parameter>,
     /// The output projection.
     #[module]
-    pub out_proj: Linear,
+    pub out_proj: NonDynamicallyQuantizableLinear,
     #[base]
     base: ModuleBase,
     embed_dim: usize,
@@ -78,7 +79,7 @@ impl MultiheadAttention {
         }
         let w = Tensor::zeros(&[3 * embed_dim, embed_dim]);
         init::xavier_uniform_(&w, 1.0);
-        let out_proj = Linear::with_bias(embed_dim, embed_dim, bias);
+        let out_proj = NonDynamicallyQuantizableLinear(Linear::with_bias(embed_dim, embed_dim, bias));
         if let Some(b) = &out_proj.bias {
             init::zeros_(b);
         }
@@ -336,5 +337,63 @@ impl TransformerEncoder {
 impl Forward for TransformerEncoder {
     fn forward(&self, input: &Tensor) -> Tensor {
         self.forward_masked(input, None, None)
+    }
+}
+
+/// A [`Linear`] under the name PyTorch gives `MultiheadAttention.out_proj`, so printouts
+/// match; everything else (keys, init, forward) is `Linear`'s.
+pub struct NonDynamicallyQuantizableLinear(pub Linear);
+
+impl std::ops::Deref for NonDynamicallyQuantizableLinear {
+    type Target = Linear;
+    fn deref(&self) -> &Linear {
+        &self.0
+    }
+}
+
+impl Forward for NonDynamicallyQuantizableLinear {
+    fn forward(&self, input: &Tensor) -> Tensor {
+        self.0.forward(input)
+    }
+}
+
+impl HoldsState for NonDynamicallyQuantizableLinear {}
+
+impl Module for NonDynamicallyQuantizableLinear {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+        self.0.visit(f)
+    }
+    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+        self.0.visit_modules_mut(f)
+    }
+    fn type_name(&self) -> &'static str {
+        "NonDynamicallyQuantizableLinear"
+    }
+    fn extra_repr(&self) -> String {
+        Module::extra_repr(&self.0)
+    }
+    fn base(&self) -> Option<&ModuleBase> {
+        self.0.base()
+    }
+    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
+        self.0.base_mut()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+    fn as_dyn(&self) -> &dyn Module {
+        self
+    }
+    fn as_dyn_mut(&mut self) -> &mut dyn Module {
+        self
+    }
+}
+
+impl std::fmt::Display for NonDynamicallyQuantizableLinear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        nn_core::module::fmt_module(self, f)
     }
 }

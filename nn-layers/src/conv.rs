@@ -290,3 +290,9 @@ impl Module for LazyConv2d {
         self
     }
 }
+
+impl std::fmt::Display for LazyConv2d {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        nn_core::module::fmt_module(self, f)
+    }
+}

@@ -24,7 +24,7 @@ mod repr;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use attention::{
-    Activation, AttendOptions, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer,
+    Activation, AttendOptions, MultiheadAttention, NonDynamicallyQuantizableLinear, TransformerEncoder, TransformerEncoderLayer,
     TransformerEncoderLayerConfig,
 };
 pub use containers::{ModuleDict, ModuleList, Sequential};

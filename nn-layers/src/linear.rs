@@ -282,3 +282,9 @@ impl Forward for Flatten {
         self.base.run(input, |x| x.flatten(self.start_dim, self.end_dim))
     }
 }
+
+impl std::fmt::Display for LazyLinear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        nn_core::module::fmt_module(self, f)
+    }
+}

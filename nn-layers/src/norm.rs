@@ -16,11 +16,13 @@ pub struct BatchNormConfig {
     pub affine: bool,
     /// Keep running statistics for evaluation (default `true`).
     pub track_running_stats: bool,
+    /// Learnable `bias` when `affine` (default `true`; PyTorch 2.15's `bias` option).
+    pub bias: bool,
 }
 
 impl Default for BatchNormConfig {
     fn default() -> Self {
-        BatchNormConfig { eps: 1e-5, momentum: Some(0.1), affine: true, track_running_stats: true }
+        BatchNormConfig { eps: 1e-5, momentum: Some(0.1), affine: true, track_running_stats: true, bias: true }
     }
 }
 
@@ -67,7 +69,7 @@ macro_rules! batch_norm_layer {
                 let c = num_features;
                 $name {
                     weight: config.affine.then(|| Parameter::new(Tensor::ones(&[c]))),
-                    bias: config.affine.then(|| Parameter::new(Tensor::zeros(&[c]))),
+                    bias: (config.affine && config.bias).then(|| Parameter::new(Tensor::zeros(&[c]))),
                     running_mean: config.track_running_stats.then(|| Tensor::zeros(&[c])),
                     running_var: config.track_running_stats.then(|| Tensor::ones(&[c])),
                     num_batches_tracked: config.track_running_stats.then(|| Tensor::from_vec_i64(vec![0], &[])),
@@ -137,9 +139,10 @@ fn bn_forward(x: &Tensor, s: BnState<'_>, training: bool, config: &BatchNormConf
 fn bn_repr(num_features: usize, c: &BatchNormConfig) -> String {
     let m = c.momentum.map(py_float).unwrap_or_else(|| "None".into());
     format!(
-        "{num_features}, eps={}, momentum={m}, affine={}, track_running_stats={}",
+        "{num_features}, eps={}, momentum={m}, affine={}, bias={}, track_running_stats={}",
         py_float(c.eps),
         py_bool(c.affine),
+        py_bool(c.affine && c.bias),
         py_bool(c.track_running_stats)
     )
 }
@@ -154,7 +157,7 @@ batch_norm_layer!(
     /// use nn_core::{Forward, Module, Tensor};
     /// use nn_layers::BatchNorm2d;
     /// let bn = BatchNorm2d::new(8);
-    /// assert_eq!(bn.to_string(), "BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)");
+    /// assert_eq!(bn.to_string(), "BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True)");
     /// assert_eq!(bn.state_dict().keys().collect::<Vec<_>>(), ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]);
     /// ```
     BatchNorm2d, [4usize], "[N, C, H, W]");
@@ -166,7 +169,7 @@ batch_norm_layer!(
 /// use nn_core::{Forward, Module, Tensor};
 /// use nn_layers::LayerNorm;
 /// let ln = LayerNorm::new(7);
-/// assert_eq!(ln.to_string(), "LayerNorm((7,), eps=1e-05, elementwise_affine=True)");
+/// assert_eq!(ln.to_string(), "LayerNorm((7,), eps=1e-05, elementwise_affine=True, bias=True)");
 /// let y = ln.forward(&Tensor::arange(0.0, 14.0, 1.0).reshape(&[2, 7]));
 /// assert!(y.mean_dim(1, false).to_vec().iter().all(|m| m.abs() < 1e-6));
 /// ```
@@ -206,10 +209,11 @@ impl LayerNorm {
 impl ExtraRepr for LayerNorm {
     fn extra_repr(&self) -> String {
         format!(
-            "{}, eps={}, elementwise_affine={}",
+            "{}, eps={}, elementwise_affine={}, bias={}",
             py_tuple(&self.normalized_shape),
             py_float(self.eps),
-            py_bool(self.weight.is_some())
+            py_bool(self.weight.is_some()),
+            py_bool(self.bias.is_some())
         )
     }
 }
@@ -273,7 +277,14 @@ impl GroupNorm {
 
 impl ExtraRepr for GroupNorm {
     fn extra_repr(&self) -> String {
-        format!("{}, {}, eps={}, affine={}", self.num_groups, self.num_channels, py_float(self.eps), py_bool(self.weight.is_some()))
+        format!(
+            "{}, {}, eps={}, affine={}, bias={}",
+            self.num_groups,
+            self.num_channels,
+            py_float(self.eps),
+            py_bool(self.weight.is_some()),
+            py_bool(self.bias.is_some())
+        )
     }
 }
 

@@ -1,0 +1,6 @@
+//! Workspace integration tests, one binary (one link) with a module per topic.
+
+mod checkpoint;
+mod init_stats;
+mod layers;
+mod module;
