@@ -1,6 +1,7 @@
 //! Workspace integration tests, one binary (one link) with a module per topic.
 
 mod checkpoint;
+mod hooks;
 mod init_stats;
 mod layers;
 mod module;

@@ -1,0 +1,226 @@
+//! Module hooks: the recipes PyTorch users rely on (activation capture, NaN-gradient
+//! detection per layer, per-layer gradient clipping, input normalisation), removal,
+//! ordering, several uses of one module, registration by path and on a whole tree.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use nn_core::{manual_seed, Error, Forward, Module, ModuleBase, Tensor};
+use nn_layers::{Linear, ReLU, Sequential};
+
+/// A user module that opts into hooks with its `#[base]` field.
+#[derive(Module)]
+struct Mlp {
+    #[module]
+    fc1: Linear,
+    #[module]
+    act: ReLU,
+    #[module]
+    fc2: Linear,
+    #[base]
+    base: ModuleBase,
+}
+
+impl Mlp {
+    fn new() -> Self {
+        Mlp { fc1: Linear::new(4, 8), act: ReLU::new(), fc2: Linear::new(8, 3), base: ModuleBase::new() }
+    }
+}
+
+impl Forward for Mlp {
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.base.run(x, |x| self.fc2.forward(&self.act.forward(&self.fc1.forward(x))))
+    }
+}
+
+#[test]
+fn capture_every_named_activation() {
+    manual_seed(0);
+    let model = Mlp::new();
+    let acts: Arc<Mutex<BTreeMap<String, Vec<usize>>>> = Arc::default();
+    let handles = model
+        .as_dyn()
+        .register_forward_hooks_all(|name, _| {
+            let acts = acts.clone();
+            let name = if name.is_empty() { "<root>".to_string() } else { name.to_string() };
+            Some(Arc::new(move |_x: &Tensor, y: &Tensor| {
+                acts.lock().unwrap().insert(name.clone(), y.shape().to_vec());
+                None
+            }))
+        })
+        .unwrap();
+    model.forward(&Tensor::ones(&[2, 4]));
+    let got = acts.lock().unwrap().clone();
+    let want: BTreeMap<String, Vec<usize>> =
+        [("<root>", vec![2, 3]), ("fc1", vec![2, 8]), ("act", vec![2, 8]), ("fc2", vec![2, 3])]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+    assert_eq!(got, want);
+    // Dropping the handles removes every hook.
+    drop(handles);
+    acts.lock().unwrap().clear();
+    model.forward(&Tensor::ones(&[2, 4]));
+    assert!(acts.lock().unwrap().is_empty());
+}
+
+#[test]
+fn nan_gradient_detector_names_the_layer() {
+    manual_seed(0);
+    let model = Mlp::new();
+    // Poison fc2's weight so that gradients below it become NaN.
+    nn_core::no_grad(|| model.fc2.weight.fill_(f64::NAN));
+    let first_nan: Arc<Mutex<Vec<String>>> = Arc::default();
+    let _handles = model
+        .as_dyn()
+        .register_full_backward_hooks_all(|name, _| {
+            let log = first_nan.clone();
+            let name = name.to_string();
+            Some(Arc::new(move |gi: Option<&Tensor>, _go: &Tensor| {
+                if let Some(g) = gi {
+                    if g.to_vec().iter().any(|v| v.is_nan()) {
+                        log.lock().unwrap().push(name.clone());
+                    }
+                }
+                None
+            }))
+        })
+        .unwrap();
+    let x = Tensor::ones(&[2, 4]).requires_grad_(true);
+    model.forward(&x).sum().backward();
+    // Backward order: fc2 is the first layer whose input gradient is NaN.
+    let log = first_nan.lock().unwrap().clone();
+    assert_eq!(log.first().map(String::as_str), Some("fc2"), "{log:?}");
+    assert!(log.contains(&"fc1".to_string()));
+}
+
+#[test]
+fn per_layer_gradient_clipping_through_a_backward_hook() {
+    manual_seed(0);
+    let model = Mlp::new();
+    let x = Tensor::ones(&[2, 4]).requires_grad_(true);
+    let unclipped = {
+        model.forward(&x).sum().backward();
+        x.grad().unwrap().to_vec()
+    };
+    x.zero_grad();
+    model.zero_grad();
+    let h = model.fc1.register_full_backward_hook(|gi, _| gi.map(|g| g.clamp(-0.01, 0.01))).unwrap();
+    model.forward(&x).sum().backward();
+    let clipped = x.grad().unwrap().to_vec();
+    assert!(clipped.iter().all(|v| v.abs() <= 0.01 + 1e-9));
+    assert!(unclipped.iter().any(|v| v.abs() > 0.01), "the test needs gradients that get clipped");
+    let expect: Vec<f32> = unclipped.iter().map(|v| v.clamp(-0.01, 0.01)).collect();
+    assert_eq!(clipped, expect);
+    h.remove();
+    x.zero_grad();
+    model.forward(&x).sum().backward();
+    assert_eq!(x.grad().unwrap().to_vec(), unclipped, "removing the hook stops it");
+}
+
+#[test]
+fn pre_hook_normalises_input_and_hooks_fire_in_order() {
+    let model = Mlp::new();
+    let order: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let (o1, o2, o3) = (order.clone(), order.clone(), order.clone());
+    let _a = model
+        .register_forward_pre_hook(move |x| {
+            o1.lock().unwrap().push("pre");
+            let mean = x.mean_dim(-1, true);
+            let std = x.var_dims(&[-1], 0, true).sqrt() + 1e-5;
+            Some((x - &mean) / std)
+        })
+        .unwrap();
+    let _b = model
+        .register_forward_hook(move |_, _| {
+            o2.lock().unwrap().push("fwd1");
+            None
+        })
+        .unwrap();
+    let _c = model
+        .register_forward_hook(move |_, y| {
+            o3.lock().unwrap().push("fwd2");
+            Some(y * 0.0)
+        })
+        .unwrap();
+    let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 4]);
+    let y = model.forward(&x);
+    assert_eq!(*order.lock().unwrap(), ["pre", "fwd1", "fwd2"]);
+    assert_eq!(y.to_vec(), vec![0.0; 3], "a forward hook may replace the output");
+    // The normalised input is what fc1 saw: scaling the input does not change the output.
+    drop(_c);
+    let y1 = model.forward(&x).to_vec();
+    let y2 = model.forward(&(&x * 10.0)).to_vec();
+    nn_core::testing::assert_close(&y1, &y2, 1e-5, 1e-4);
+}
+
+#[test]
+fn a_module_used_twice_fires_twice() {
+    let shared = Linear::new(3, 3);
+    let fwd = Arc::new(Mutex::new(0));
+    let bwd = Arc::new(Mutex::new(0));
+    let (f, b) = (fwd.clone(), bwd.clone());
+    let _h1 = shared
+        .register_forward_hook(move |_, _| {
+            *f.lock().unwrap() += 1;
+            None
+        })
+        .unwrap();
+    let _h2 = shared
+        .register_full_backward_hook(move |gi, go| {
+            assert_eq!(go.shape(), &[2, 3]);
+            assert_eq!(gi.unwrap().shape(), &[2, 3]);
+            *b.lock().unwrap() += 1;
+            None
+        })
+        .unwrap();
+    let x = Tensor::ones(&[2, 3]).requires_grad_(true);
+    let y = shared.forward(&shared.forward(&x));
+    y.sum().backward();
+    assert_eq!((*fwd.lock().unwrap(), *bwd.lock().unwrap()), (2, 2));
+}
+
+#[test]
+fn backward_hook_on_a_first_layer_sees_no_input_gradient() {
+    let lin = Linear::new(3, 2);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let _h = lin
+        .register_full_backward_hook(move |gi, go| {
+            s.lock().unwrap().push((gi.is_some(), go.shape().to_vec()));
+            None
+        })
+        .unwrap();
+    lin.forward(&Tensor::ones(&[4, 3])).sum().backward(); // data input: no grad
+    assert_eq!(*seen.lock().unwrap(), vec![(false, vec![4, 2])]);
+}
+
+#[test]
+fn registration_by_path_keep_and_errors() {
+    let net = Sequential::new().add(Linear::new(2, 2)).add(ReLU::new()).add(Linear::new(2, 1));
+    let count = Arc::new(Mutex::new(0));
+    let c = count.clone();
+    net.as_dyn()
+        .register_forward_hook_at("2", move |_, _| {
+            *c.lock().unwrap() += 1;
+            None
+        })
+        .unwrap()
+        .keep();
+    net.forward(&Tensor::ones(&[1, 2]));
+    net.forward(&Tensor::ones(&[1, 2]));
+    assert_eq!(*count.lock().unwrap(), 2, "a kept hook stays registered");
+    let e = net.as_dyn().register_forward_hook_at("5", |_, _| None).unwrap_err();
+    assert!(matches!(e, Error::SubmoduleNotFound { .. }), "{e}");
+
+    #[derive(Module)]
+    struct NoBase {
+        #[module]
+        fc: Linear,
+    }
+    let m = NoBase { fc: Linear::new(1, 1) };
+    let e = m.register_forward_hook(|_, _| None).unwrap_err().to_string();
+    assert!(e.contains("`NoBase` cannot hold hooks") && e.contains("#[base] base: ModuleBase"), "{e}");
+    // Its sub-modules still can.
+    m.fc.register_forward_hook(|_, _| None).unwrap().remove();
+}
