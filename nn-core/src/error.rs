@@ -98,6 +98,17 @@ pub enum Error {
         /// The module's type name.
         module: &'static str,
     },
+    /// An optimizer state that does not fit the optimizer.
+    #[error("optimizer state: {0}")]
+    OptimizerState(String),
+    /// A checkpoint whose metadata is missing or malformed.
+    #[error("checkpoint `{}`: {reason}", path.display())]
+    Checkpoint {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
     Io {

@@ -1,6 +1,10 @@
 //! Free functions mirroring `torch.nn.functional`, for code ported from PyTorch. Each
 //! forwards to the [`Tensor`] method of the same name.
 
+pub use crate::loss::{
+    binary_cross_entropy_with_logits, cross_entropy, cross_entropy_with, l1_loss, mse_loss, nll_loss, nll_loss_with,
+    ClassLossOptions, Reduction,
+};
 use crate::ops::{AttentionOptions, Conv2dOptions, Pool2dOptions};
 use crate::shape::Dim;
 use crate::tensor::Tensor;

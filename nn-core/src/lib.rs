@@ -30,12 +30,15 @@
 extern crate self as nn_core;
 
 pub mod autograd;
+pub mod checkpoint;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod functional;
 pub mod init;
 pub mod io;
+mod loss;
+pub mod optim;
 pub mod module;
 pub mod ops;
 pub mod random;

@@ -5,3 +5,4 @@ mod hooks;
 mod init_stats;
 mod layers;
 mod module;
+mod training;

@@ -1,0 +1,182 @@
+//! Loss functions with PyTorch's semantics and reductions (`torch.nn.functional`).
+
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+
+/// How a loss reduces its per-element values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// The mean (over non-ignored targets, for the classification losses). The default.
+    #[default]
+    Mean,
+    /// The sum.
+    Sum,
+    /// No reduction: one value per element (per sample for the classification losses).
+    None,
+}
+
+fn reduce(per: Tensor, reduction: Reduction) -> Tensor {
+    match reduction {
+        Reduction::Mean => per.mean(),
+        Reduction::Sum => per.sum(),
+        Reduction::None => per,
+    }
+}
+
+/// Options of [`cross_entropy_with`] and [`nll_loss_with`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClassLossOptions {
+    /// Reduction (default mean over the non-ignored samples).
+    pub reduction: Reduction,
+    /// Target value whose samples contribute nothing (PyTorch's default is -100).
+    pub ignore_index: i64,
+    /// Label smoothing in `[0, 1]` (cross-entropy only; default 0).
+    pub label_smoothing: f64,
+}
+
+impl Default for ClassLossOptions {
+    fn default() -> Self {
+        ClassLossOptions { reduction: Reduction::Mean, ignore_index: -100, label_smoothing: 0.0 }
+    }
+}
+
+/// Validates `[N, C]` (or `[N, C, d...]`) scores against `[N]` (or `[N, d...]`) targets
+/// and returns them flattened to `[M, C]` and `[M]`.
+#[track_caller]
+fn flatten_class(op: &str, input: &Tensor, target: &Tensor) -> (Tensor, Tensor, usize) {
+    if target.dtype() != DType::I64 {
+        panic!("{op}: target must hold class indices as i64, got {} (shape {:?})", target.dtype(), target.shape());
+    }
+    let ok_rank = input.rank() >= 1 && (input.rank() == target.rank() + 1 || (input.rank() == 1 && target.rank() == 0));
+    let mut expect: Vec<usize> = input.shape().to_vec();
+    if input.rank() >= 2 {
+        expect.remove(1);
+    } else {
+        expect.clear();
+    }
+    if !ok_rank || target.shape() != expect.as_slice() {
+        panic!("{op}: input {:?} and target {:?} do not match (expected a target of shape {expect:?})", input.shape(), target.shape());
+    }
+    let c = if input.rank() == 1 { input.shape()[0] } else { input.shape()[1] };
+    let x = match input.rank() {
+        1 => input.unsqueeze(0),
+        2 => input.clone(),
+        r => {
+            let mut perm: Vec<usize> = vec![0];
+            perm.extend(2..r);
+            perm.push(1);
+            input.permute(&perm).reshape(&[input.numel() / c, c])
+        }
+    };
+    (x, target.reshape(&[target.numel()]), c)
+}
+
+/// Negative log-likelihood of log-probabilities `input` (`[N, C]`) at class indices
+/// `target` (`[N]`, `i64`), mean over the batch.
+#[track_caller]
+pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
+    nll_loss_with(input, target, ClassLossOptions::default())
+}
+
+/// [`nll_loss`] with options (label smoothing is ignored here, as in PyTorch).
+#[track_caller]
+pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossOptions) -> Tensor {
+    let (x, t, c) = flatten_class("nll_loss", input, target);
+    let tv = t.to_vec_i64();
+    let keep: Vec<bool> = tv.iter().map(|&v| v != opt.ignore_index).collect();
+    if let Some(bad) = tv.iter().zip(&keep).find(|(&v, &k)| k && (v < 0 || v >= c as i64)) {
+        panic!("nll_loss: target {} is out of bounds for {c} classes", bad.0);
+    }
+    let safe: Vec<i64> = tv.iter().zip(&keep).map(|(&v, &k)| if k { v } else { 0 }).collect();
+    let idx = Tensor::from_vec_i64(safe, &[tv.len(), 1]);
+    let mask = Tensor::from_vec_bool(keep.clone(), &[tv.len()]).to_dtype(x.dtype());
+    let per = -x.gather(1, &idx).reshape(&[tv.len()]) * &mask;
+    finish_class(per, &mask, input, target, opt.reduction)
+}
+
+fn finish_class(per: Tensor, mask: &Tensor, input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
+    match reduction {
+        Reduction::Mean => per.sum() / mask.sum(),
+        Reduction::Sum => per.sum(),
+        Reduction::None => {
+            let _ = input;
+            per.reshape(target.shape())
+        }
+    }
+}
+
+/// Cross-entropy between `logits` (`[N, C]` or `[N, C, d...]`) and class indices
+/// (`[N]` / `[N, d...]`, `i64`), mean over the batch: `nll_loss(log_softmax(logits))`.
+///
+/// ```
+/// use nn_core::{functional::cross_entropy, Tensor};
+/// let logits = Tensor::from_vec(vec![2.0, 0.0, 0.0, 0.0, 0.0, 2.0], &[2, 3]);
+/// let t = Tensor::from_vec_i64(vec![0, 2], &[2]);
+/// let expect = -(2f64.exp() / (2f64.exp() + 2.0)).ln();
+/// assert!((cross_entropy(&logits, &t).item() - expect).abs() < 1e-6);
+/// ```
+#[track_caller]
+pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Tensor {
+    cross_entropy_with(logits, target, ClassLossOptions::default())
+}
+
+/// [`cross_entropy`] with a reduction, `ignore_index` and label smoothing (PyTorch's
+/// formula: `(1 - s) * nll + s * mean over classes of -log p`).
+#[track_caller]
+pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossOptions) -> Tensor {
+    if !(0.0..=1.0).contains(&opt.label_smoothing) {
+        panic!("cross_entropy: label_smoothing must be in [0, 1], got {}", opt.label_smoothing);
+    }
+    let (x, t, c) = flatten_class("cross_entropy", logits, target);
+    let logp = x.log_softmax(1);
+    let nll = nll_loss_with(&logp, &t, ClassLossOptions { reduction: Reduction::None, ..opt });
+    if opt.label_smoothing == 0.0 {
+        return match opt.reduction {
+            Reduction::None => nll.reshape(target.shape()),
+            _ => nll_loss_with(&logp, &t, opt),
+        };
+    }
+    let tv = t.to_vec_i64();
+    let mask = Tensor::from_vec_bool(tv.iter().map(|&v| v != opt.ignore_index).collect(), &[tv.len()]).to_dtype(x.dtype());
+    let smooth = -logp.sum_dim(1, false) * &mask * (1.0 / c as f64);
+    let per = nll * (1.0 - opt.label_smoothing) + smooth * opt.label_smoothing;
+    finish_class(per, &mask, logits, target, opt.reduction)
+}
+
+#[track_caller]
+fn check_same_shape(op: &str, a: &Tensor, b: &Tensor) {
+    if a.shape() != b.shape() {
+        panic!("{op}: input {:?} and target {:?} must have the same shape", a.shape(), b.shape());
+    }
+}
+
+/// Mean squared error.
+#[track_caller]
+pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
+    check_same_shape("mse_loss", input, target);
+    reduce((input - target).square(), reduction)
+}
+
+/// Mean absolute error.
+#[track_caller]
+pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
+    check_same_shape("l1_loss", input, target);
+    reduce((input - target).abs(), reduction)
+}
+
+/// Binary cross-entropy on logits, computed stably as
+/// `max(x, 0) - x * t + log(1 + exp(-|x|))` (with `pos_weight`, PyTorch's weighted form).
+#[track_caller]
+pub fn binary_cross_entropy_with_logits(input: &Tensor, target: &Tensor, pos_weight: Option<&Tensor>, reduction: Reduction) -> Tensor {
+    check_same_shape("binary_cross_entropy_with_logits", input, target);
+    // softplus(-x) = log(1 + exp(-x)), stably.
+    let softplus_neg = (-input).relu() + (-input.abs()).exp().affine(1.0, 1.0).log();
+    let per = match pos_weight {
+        None => (1.0 - target) * input + &softplus_neg,
+        Some(pw) => {
+            let lw = (pw - 1.0) * target + 1.0;
+            (1.0 - target) * input + lw * &softplus_neg
+        }
+    };
+    reduce(per, reduction)
+}

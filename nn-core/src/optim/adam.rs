@@ -1,0 +1,242 @@
+//! Adam and AdamW.
+
+use super::{
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, update_param, Bufs, Group,
+    IntoParamGroups, Optimizer, OptimizerState,
+};
+use crate::dtype::FloatElement;
+use crate::error::{Error, Result};
+use crate::state_dict::StateDict;
+use crate::tensor::Tensor;
+
+/// Adam hyper-parameters (PyTorch's defaults).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamConfig {
+    /// Learning rate (default 1e-3).
+    pub lr: f64,
+    /// Decay rates of the first and second moment estimates (default (0.9, 0.999)).
+    pub betas: (f64, f64),
+    /// Added to the denominator (default 1e-8).
+    pub eps: f64,
+    /// L2 penalty added to the gradient (default 0).
+    pub weight_decay: f64,
+    /// Use the maximum of past second moments (default false).
+    pub amsgrad: bool,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        AdamConfig { lr: 1e-3, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.0, amsgrad: false }
+    }
+}
+
+/// AdamW hyper-parameters (PyTorch's defaults: weight decay 0.01, decoupled).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWConfig {
+    /// Learning rate (default 1e-3).
+    pub lr: f64,
+    /// Moment decay rates (default (0.9, 0.999)).
+    pub betas: (f64, f64),
+    /// Added to the denominator (default 1e-8).
+    pub eps: f64,
+    /// Decoupled weight decay (default 0.01).
+    pub weight_decay: f64,
+    /// Use the maximum of past second moments (default false).
+    pub amsgrad: bool,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        AdamWConfig { lr: 1e-3, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.01, amsgrad: false }
+    }
+}
+
+/// Shared implementation of Adam (coupled L2) and AdamW (decoupled decay).
+struct AdamCore {
+    groups: Vec<Group>,
+    betas: (f64, f64),
+    eps: f64,
+    amsgrad: bool,
+    decoupled: bool,
+    state: Vec<Vec<(Option<Bufs>, u64)>>,
+}
+
+const BUFS: [&str; 3] = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
+
+#[allow(clippy::too_many_arguments)]
+fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [Vec<T>], step: u64, lr: f64, wd: f64, c: &AdamCore) {
+    let (b1, b2) = c.betas;
+    let bc1 = 1.0 - b1.powi(step as i32);
+    let bc2_sqrt = T::from_f64((1.0 - b2.powi(step as i32)).sqrt());
+    let step_size = T::from_f64(lr / bc1);
+    let (w1, w2, eps) = (T::from_f64(1.0 - b1), T::from_f64(1.0 - b2), T::from_f64(c.eps));
+    let b2t = T::from_f64(b2);
+    let decay = T::from_f64(1.0 - lr * wd);
+    let l2 = T::from_f64(wd);
+    let (m, rest) = bufs.split_at_mut(1);
+    let (v, vmax) = rest.split_at_mut(1);
+    let (m, v, vmax) = (&mut m[0], &mut v[0], &mut vmax[0]);
+    for i in 0..p.len() {
+        let mut gi = g[i];
+        if c.decoupled {
+            if wd != 0.0 {
+                p[i] = p[i] * decay;
+            }
+        } else if wd != 0.0 {
+            gi = gi + l2 * p[i];
+        }
+        m[i] = m[i] + w1 * (gi - m[i]);
+        v[i] = v[i] * b2t + w2 * gi * gi;
+        let vv = if c.amsgrad {
+            if v[i] > vmax[i] {
+                vmax[i] = v[i];
+            }
+            vmax[i]
+        } else {
+            v[i]
+        };
+        let denom = vv.sqrt() / bc2_sqrt + eps;
+        p[i] = p[i] - step_size * (m[i] / denom);
+    }
+}
+
+impl AdamCore {
+    fn step(&mut self) {
+        for gi in 0..self.groups.len() {
+            let (lr, wd) = (self.groups[gi].lr, self.groups[gi].weight_decay);
+            for pi in 0..self.groups[gi].params.len() {
+                let p = self.groups[gi].params[pi].1.clone();
+                if !p.requires_grad() || p.grad().is_none() {
+                    continue;
+                }
+                let mut slot = self.state[gi][pi].0.take();
+                let step = self.state[gi][pi].1 + 1;
+                let this = &*self;
+                update_param(
+                    &p,
+                    &mut slot,
+                    3,
+                    &mut |pv, gv, b, _| kernel(pv, gv, b, step, lr, wd, this),
+                    &mut |pv, gv, b, _| kernel(pv, gv, b, step, lr, wd, this),
+                );
+                self.state[gi][pi] = (slot, step);
+            }
+        }
+    }
+
+    fn state_dict(&self) -> OptimizerState {
+        let mut tensors = StateDict::default();
+        let names: &[&str] = if self.amsgrad { &BUFS } else { &BUFS[..2] };
+        for (g, st) in self.groups.iter().zip(&self.state) {
+            for ((name, p), (b, step)) in g.params.iter().zip(st) {
+                if let Some(b) = b {
+                    tensors.insert(format!("{name}.step"), Tensor::scalar(*step as f32));
+                    bufs_to_tensors(name, names, b, p.shape(), &mut tensors);
+                }
+            }
+        }
+        OptimizerState { tensors, lrs: self.groups.iter().map(|g| g.lr).collect() }
+    }
+
+    fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
+        let names: &[&str] = if self.amsgrad { &BUFS } else { &BUFS[..2] };
+        let mut suffixes = names.to_vec();
+        suffixes.push("step");
+        check_state_paths(&self.groups, state, &suffixes)?;
+        let mut new_state = Vec::new();
+        for g in &self.groups {
+            let mut st = Vec::new();
+            for (name, p) in &g.params {
+                let b = bufs_from_tensors(name, names, p, &state.tensors)?;
+                let step = match (&b, state.tensors.get(&format!("{name}.step"))) {
+                    (None, _) => 0,
+                    (Some(_), Some(t)) if t.numel() == 1 => t.item() as u64,
+                    (Some(_), _) => return Err(Error::OptimizerState(format!("missing `{name}.step`"))),
+                };
+                let b = b.map(|b| pad_bufs(b, p.numel()));
+                st.push((b, step));
+            }
+            new_state.push(st);
+        }
+        self.state = new_state;
+        for (g, &lr) in self.groups.iter_mut().zip(&state.lrs) {
+            g.lr = lr;
+        }
+        Ok(())
+    }
+}
+
+/// Adds the unused `max_exp_avg_sq` slot when loading a non-amsgrad state.
+fn pad_bufs(b: Bufs, n: usize) -> Bufs {
+    match b {
+        Bufs::F32(mut v) => {
+            v.resize(3, vec![0.0; n]);
+            Bufs::F32(v)
+        }
+        Bufs::F64(mut v) => {
+            v.resize(3, vec![0.0; n]);
+            Bufs::F64(v)
+        }
+    }
+}
+
+macro_rules! adam_optimizer {
+    ($(#[$doc:meta])* $name:ident, $config:ident, $decoupled:expr) => {
+        $(#[$doc])*
+        pub struct $name(AdamCore);
+
+        impl $name {
+            /// An optimizer over `params` (`Vec<Parameter>`, `named_parameters()`, or groups).
+            ///
+            /// # Panics
+            /// On invalid hyper-parameters, as PyTorch raises.
+            #[track_caller]
+            pub fn new(params: impl IntoParamGroups, config: $config) -> Self {
+                let (b1, b2) = config.betas;
+                assert!(config.lr >= 0.0, "{}: invalid learning rate {}", stringify!($name), config.lr);
+                assert!(config.eps >= 0.0, "{}: invalid epsilon {}", stringify!($name), config.eps);
+                assert!((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2), "{}: invalid betas {:?}", stringify!($name), config.betas);
+                assert!(config.weight_decay >= 0.0, "{}: invalid weight_decay {}", stringify!($name), config.weight_decay);
+                let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay);
+                let state = groups.iter().map(|g| vec![(None, 0); g.params.len()]).collect();
+                $name(AdamCore { groups, betas: config.betas, eps: config.eps, amsgrad: config.amsgrad, decoupled: $decoupled, state })
+            }
+        }
+
+        impl Optimizer for $name {
+            fn step(&mut self) {
+                self.0.step()
+            }
+            fn zero_grad(&self) {
+                self.0.groups.iter().flat_map(|g| &g.params).for_each(|(_, p)| p.zero_grad());
+            }
+            fn num_groups(&self) -> usize {
+                self.0.groups.len()
+            }
+            fn group_lr(&self, i: usize) -> f64 {
+                self.0.groups[i].lr
+            }
+            fn set_group_lr(&mut self, i: usize, lr: f64) {
+                self.0.groups[i].lr = lr;
+            }
+            fn state_dict(&self) -> OptimizerState {
+                self.0.state_dict()
+            }
+            fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
+                self.0.load_state_dict(state)
+            }
+        }
+    };
+}
+
+adam_optimizer!(
+    /// Adam (PyTorch's `torch.optim.Adam`): `m = b1 m + (1 - b1) g`,
+    /// `v = b2 v + (1 - b2) g^2`, `p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`,
+    /// with weight decay added to the gradient.
+    Adam, AdamConfig, false
+);
+adam_optimizer!(
+    /// AdamW (PyTorch's `torch.optim.AdamW`): Adam with decoupled weight decay,
+    /// `p *= 1 - lr * weight_decay` before the Adam update.
+    AdamW, AdamWConfig, true
+);

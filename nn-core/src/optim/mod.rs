@@ -1,0 +1,263 @@
+//! Optimizers (SGD, Adam, AdamW) with parameter groups, gradient clipping and learning-rate
+//! schedulers, with PyTorch's update rules step for step.
+//!
+//! Optimizers hold [`Parameter`] handles — the same tensors the model reads — and update
+//! them in place. Frozen parameters (`requires_grad == false`) and parameters without a
+//! gradient are skipped. State is keyed by parameter *path* (`"encoder.fc.weight"`) when the
+//! optimizer is built from `named_parameters()`, so a checkpoint survives reordering.
+
+mod adam;
+mod clip;
+mod scheduler;
+mod sgd;
+
+use std::collections::HashMap;
+
+pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
+pub use clip::clip_grad_norm_;
+pub use scheduler::{CosineAnnealingLR, LinearLR, LrScheduler, SchedulerState, StepLR};
+pub use sgd::{Sgd, SgdConfig};
+
+use crate::error::{Error, Result};
+use crate::module::Parameter;
+use crate::state_dict::StateDict;
+use crate::storage::{CpuStorage, Storage};
+use crate::tensor::Tensor;
+
+/// A set of parameters with its own hyper-parameters (PyTorch's param groups), e.g. a
+/// smaller learning rate for a pretrained backbone.
+///
+/// ```
+/// use nn_core::optim::{ParamGroup, Sgd, SgdConfig, Optimizer};
+/// use nn_core::{Parameter, Tensor};
+/// let backbone = vec![("fc1.weight".to_string(), Parameter::new(Tensor::ones(&[2])))];
+/// let head = vec![("head.weight".to_string(), Parameter::new(Tensor::ones(&[2])))];
+/// let opt = Sgd::new(
+///     vec![ParamGroup::new(backbone).lr(1e-4), ParamGroup::new(head)],
+///     SgdConfig { lr: 1e-2, ..Default::default() },
+/// );
+/// assert_eq!((opt.group_lr(0), opt.group_lr(1)), (1e-4, 1e-2));
+/// ```
+#[derive(Clone)]
+pub struct ParamGroup {
+    /// `(path, parameter)` pairs.
+    pub params: Vec<(String, Parameter)>,
+    /// Learning rate for this group (the optimizer's default when `None`).
+    pub lr: Option<f64>,
+    /// Weight decay for this group (the optimizer's default when `None`).
+    pub weight_decay: Option<f64>,
+}
+
+impl ParamGroup {
+    /// A group with the optimizer's default hyper-parameters.
+    pub fn new(params: Vec<(String, Parameter)>) -> Self {
+        ParamGroup { params, lr: None, weight_decay: None }
+    }
+
+    /// Sets the group's learning rate.
+    pub fn lr(mut self, lr: f64) -> Self {
+        self.lr = Some(lr);
+        self
+    }
+
+    /// Sets the group's weight decay.
+    pub fn weight_decay(mut self, wd: f64) -> Self {
+        self.weight_decay = Some(wd);
+        self
+    }
+}
+
+/// What an optimizer can be built from: plain parameters (named by position, `"0"`,
+/// `"1"`, ...), named parameters (named by path), or explicit groups.
+pub trait IntoParamGroups {
+    /// The groups.
+    fn into_param_groups(self) -> Vec<ParamGroup>;
+}
+
+impl IntoParamGroups for Vec<Parameter> {
+    fn into_param_groups(self) -> Vec<ParamGroup> {
+        vec![ParamGroup::new(self.into_iter().enumerate().map(|(i, p)| (i.to_string(), p)).collect())]
+    }
+}
+
+impl IntoParamGroups for Vec<(String, Parameter)> {
+    fn into_param_groups(self) -> Vec<ParamGroup> {
+        vec![ParamGroup::new(self)]
+    }
+}
+
+impl IntoParamGroups for Vec<ParamGroup> {
+    fn into_param_groups(self) -> Vec<ParamGroup> {
+        self
+    }
+}
+
+/// A group as the optimizer holds it.
+pub(crate) struct Group {
+    pub(crate) params: Vec<(String, Parameter)>,
+    pub(crate) lr: f64,
+    pub(crate) weight_decay: f64,
+}
+
+pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) -> Vec<Group> {
+    let mut seen = std::collections::HashSet::new();
+    groups
+        .into_iter()
+        .map(|g| {
+            for (name, p) in &g.params {
+                assert!(seen.insert(p.id()), "optimizer: parameter `{name}` appears in more than one group");
+            }
+            Group { params: g.params, lr: g.lr.unwrap_or(lr), weight_decay: g.weight_decay.unwrap_or(weight_decay) }
+        })
+        .collect()
+}
+
+/// An optimizer: `step` updates the parameters from their gradients.
+pub trait Optimizer {
+    /// One update of every parameter that has a gradient and requires grad.
+    fn step(&mut self);
+
+    /// Clears the gradients of every parameter.
+    fn zero_grad(&self);
+
+    /// Number of parameter groups.
+    fn num_groups(&self) -> usize;
+
+    /// The learning rate of group `i`.
+    fn group_lr(&self, i: usize) -> f64;
+
+    /// Sets the learning rate of group `i` (what schedulers do).
+    fn set_group_lr(&mut self, i: usize, lr: f64);
+
+    /// The optimizer's state: per-parameter buffers keyed `"<path>.<buffer>"`, and the
+    /// hyper-parameters that schedulers change.
+    fn state_dict(&self) -> OptimizerState;
+
+    /// Restores a state saved by [`state_dict`](Optimizer::state_dict), matching
+    /// parameters by path.
+    ///
+    /// # Errors
+    /// [`Error::OptimizerState`] when the state names parameters this optimizer does not
+    /// have, has a different number of groups, or has buffers of the wrong shape; the
+    /// optimizer is unchanged then.
+    fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()>;
+}
+
+/// A serialisable optimizer state.
+#[derive(Clone, Debug, Default)]
+pub struct OptimizerState {
+    /// Per-parameter buffers, keyed `"<path>.<buffer>"` (`momentum_buffer`, `exp_avg`,
+    /// `exp_avg_sq`, `step`).
+    pub tensors: StateDict,
+    /// Learning rate of each group.
+    pub lrs: Vec<f64>,
+}
+
+/// Per-parameter optimizer buffers of one dtype.
+#[derive(Clone, Debug)]
+pub(crate) enum Bufs {
+    F32(Vec<Vec<f32>>),
+    F64(Vec<Vec<f64>>),
+}
+
+/// Runs `f(param values, grad values, buffers)` in place for one parameter, if it requires
+/// grad and has a gradient. Buffers are created (zeros) on first use and reset if the
+/// parameter changed dtype.
+pub(crate) fn update_param(
+    p: &Parameter,
+    bufs: &mut Option<Bufs>,
+    n_bufs: usize,
+    f32_fn: &mut dyn FnMut(&mut [f32], &[f32], &mut [Vec<f32>], bool),
+    f64_fn: &mut dyn FnMut(&mut [f64], &[f64], &mut [Vec<f64>], bool),
+) {
+    if !p.requires_grad() {
+        return;
+    }
+    let Some(g) = p.grad() else { return };
+    let g = g.contiguous();
+    let gs = g.storage_arc();
+    let Storage::Cpu(gc) = &*gs else { panic!("optimizer: gradient of a meta parameter has no values") };
+    let fresh = match (&bufs, gc) {
+        (None, _) | (Some(Bufs::F64(_)), CpuStorage::F32(_)) | (Some(Bufs::F32(_)), CpuStorage::F64(_)) => true,
+        _ => false,
+    };
+    let n = p.numel();
+    if fresh {
+        *bufs = Some(match gc {
+            CpuStorage::F32(_) => Bufs::F32(vec![vec![0.0; n]; n_bufs]),
+            CpuStorage::F64(_) => Bufs::F64(vec![vec![0.0; n]; n_bufs]),
+            other => panic!("optimizer: parameters must be f32 or f64, got {}", other.dtype()),
+        });
+    }
+    let b = bufs.as_mut().expect("created above");
+    if !p.is_contiguous() {
+        // Rare (a strided leaf): update a contiguous copy and write it back.
+        let tmp = p.detach().contiguous();
+        let q = Parameter::with_requires_grad(tmp.clone(), true);
+        q.set_grad(Some(g.clone()));
+        let mut bb = Some(b.clone());
+        update_param(&q, &mut bb, n_bufs, f32_fn, f64_fn);
+        *b = bb.expect("kept");
+        crate::no_grad(|| p.copy_(&tmp));
+        return;
+    }
+    p.modify_storage("optimizer step", |pc, layout| {
+        let r = layout.contiguous_range().expect("checked contiguous");
+        match (pc, gc, b) {
+            (CpuStorage::F32(pv), CpuStorage::F32(gv), Bufs::F32(bv)) => f32_fn(&mut pv[r], gv, bv, fresh),
+            (CpuStorage::F64(pv), CpuStorage::F64(gv), Bufs::F64(bv)) => f64_fn(&mut pv[r], gv, bv, fresh),
+            (pc, gc, _) => panic!("optimizer: parameter is {} but its gradient is {}", pc.dtype(), gc.dtype()),
+        }
+    });
+}
+
+/// Buffers as tensors for a state dict.
+pub(crate) fn bufs_to_tensors(prefix: &str, names: &[&str], b: &Bufs, shape: &[usize], out: &mut StateDict) {
+    for (i, name) in names.iter().enumerate() {
+        let t = match b {
+            Bufs::F32(v) => Tensor::from_vec(v[i].clone(), shape),
+            Bufs::F64(v) => Tensor::from_vec_f64(v[i].clone(), shape),
+        };
+        out.insert(format!("{prefix}.{name}"), t);
+    }
+}
+
+/// Buffers back from a state dict; `None` when absent, an error when malformed.
+pub(crate) fn bufs_from_tensors(prefix: &str, names: &[&str], p: &Parameter, sd: &StateDict) -> Result<Option<Bufs>> {
+    if !names.iter().any(|n| sd.contains_key(&format!("{prefix}.{n}"))) {
+        return Ok(None);
+    }
+    let mut f32s = Vec::new();
+    let mut f64s = Vec::new();
+    for n in names {
+        let key = format!("{prefix}.{n}");
+        let t = sd.get(&key).ok_or_else(|| Error::OptimizerState(format!("missing `{key}`")))?;
+        if t.shape() != p.shape() {
+            return Err(Error::OptimizerState(format!("`{key}` has shape {:?}, the parameter {:?}", t.shape(), p.shape())));
+        }
+        match p.dtype() {
+            crate::DType::F64 => f64s.push(t.to_vec_f64()),
+            _ => f32s.push(t.to_vec()),
+        }
+    }
+    Ok(Some(if p.dtype() == crate::DType::F64 { Bufs::F64(f64s) } else { Bufs::F32(f32s) }))
+}
+
+/// Checks that every parameter path in `state` exists and the group count matches.
+pub(crate) fn check_state_paths(groups: &[Group], state: &OptimizerState, suffixes: &[&str]) -> Result<()> {
+    if state.lrs.len() != groups.len() {
+        return Err(Error::OptimizerState(format!(
+            "the state has {} parameter groups, this optimizer {}",
+            state.lrs.len(),
+            groups.len()
+        )));
+    }
+    let known: HashMap<&str, ()> = groups.iter().flat_map(|g| g.params.iter().map(|(n, _)| (n.as_str(), ()))).collect();
+    for key in state.tensors.keys() {
+        let path = suffixes.iter().find_map(|s| key.strip_suffix(&format!(".{s}"))).unwrap_or(key);
+        if !known.contains_key(path) {
+            return Err(Error::OptimizerState(format!("the state has buffers for `{path}`, which this optimizer does not hold")));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! Losses, optimizers and schedulers against PyTorch (committed fixtures of
+//! `tests/fixtures/pytorch/training.py`), optimizer state by path, gradient clipping, and a
+//! bit-exact resume from a training checkpoint.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use nn_core::checkpoint::Checkpoint;
+use nn_core::functional::{self as F, ClassLossOptions, Reduction};
+use nn_core::optim::{
+    clip_grad_norm_, Adam, AdamConfig, AdamW, AdamWConfig, CosineAnnealingLR, LinearLR, LrScheduler, Optimizer,
+    ParamGroup, Sgd, SgdConfig, StepLR,
+};
+use nn_core::testing::assert_close;
+use nn_core::{manual_seed, Forward, Module, StateDict, Tensor};
+use nn_layers::{Dropout, Linear, ReLU, Sequential, Tanh};
+
+fn fixture(name: &str) -> StateDict {
+    StateDict::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/training").join(name)).unwrap()
+}
+
+fn small_model() -> Sequential {
+    Sequential::new().add(Linear::new(4, 8)).add(Tanh::new()).add(Linear::new(8, 3))
+}
+
+fn prefixed(sd: &StateDict, prefix: &str) -> StateDict {
+    sd.iter().filter_map(|(k, v)| k.strip_prefix(prefix).map(|k| (k.to_string(), v.clone()))).collect()
+}
+
+/// Group 0: the first layer with lr 0.05; group 1: the second layer with the default lr.
+fn groups(m: &Sequential) -> Vec<ParamGroup> {
+    let named = m.named_parameters();
+    let (a, b): (Vec<_>, Vec<_>) = named.into_iter().partition(|(k, _)| k.starts_with("0."));
+    vec![ParamGroup::new(a).lr(0.05), ParamGroup::new(b)]
+}
+
+fn run_parity(name: &str, make: impl Fn(Vec<ParamGroup>) -> Box<dyn Optimizer>) {
+    let f = fixture(&format!("optim_{name}.safetensors"));
+    let mut m = small_model();
+    m.load_state_dict(&prefixed(&f, "init."), true).unwrap();
+    let mut opt = make(groups(&m));
+    let (x, y) = (f.get("x").unwrap(), f.get("y").unwrap());
+    let mut losses = Vec::new();
+    for _ in 0..20 {
+        opt.zero_grad();
+        let loss = F::cross_entropy(&m.forward(x), y);
+        losses.push(loss.item() as f32);
+        loss.backward();
+        opt.step();
+    }
+    assert_close(&losses, &f.get("losses").unwrap().to_vec(), 1e-5, 1e-4);
+    let fin = prefixed(&f, "final.");
+    for (k, v) in m.state_dict().iter() {
+        let want = fin.get(k).unwrap().to_vec();
+        let got = v.to_vec();
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= 1e-4, "{name}: {k}[{i}] = {a}, PyTorch {b}");
+        }
+    }
+}
+
+#[test]
+fn optimizers_match_pytorch_for_20_steps() {
+    run_parity("sgd", |g| Box::new(Sgd::new(g, SgdConfig { lr: 0.1, ..Default::default() })));
+    run_parity("sgd_momentum", |g| {
+        Box::new(Sgd::new(g, SgdConfig { lr: 0.1, momentum: 0.5, dampening: 0.3, weight_decay: 1e-3, nesterov: false }))
+    });
+    run_parity("sgd_nesterov", |g| {
+        Box::new(Sgd::new(g, SgdConfig { lr: 0.1, momentum: 0.9, weight_decay: 1e-3, nesterov: true, ..Default::default() }))
+    });
+    run_parity("adam", |g| Box::new(Adam::new(g, AdamConfig { lr: 1e-2, weight_decay: 1e-3, ..Default::default() })));
+    run_parity("adam_amsgrad", |g| {
+        Box::new(Adam::new(g, AdamConfig { lr: 1e-2, betas: (0.8, 0.99), amsgrad: true, ..Default::default() }))
+    });
+    run_parity("adamw", |g| Box::new(AdamW::new(g, AdamWConfig { lr: 1e-2, weight_decay: 0.1, ..Default::default() })));
+}
+
+#[test]
+fn losses_match_pytorch() {
+    let f = fixture("losses.safetensors");
+    let g = |k: &str| f.get(k).unwrap().clone();
+    let (target, target3) = (g("target"), g("target3"));
+    let smooth = |s: f64, r: Reduction| ClassLossOptions { label_smoothing: s, reduction: r, ..Default::default() };
+    let cases: Vec<(&str, Tensor, Box<dyn Fn(&Tensor) -> Tensor>)> = vec![
+        ("ce", g("logits"), Box::new(|z| F::cross_entropy(z, &target))),
+        ("ce_smooth_sum", g("logits"), Box::new(|z| F::cross_entropy_with(z, &target, smooth(0.2, Reduction::Sum)))),
+        ("ce_none", g("logits"), Box::new(|z| F::cross_entropy_with(z, &target, smooth(0.1, Reduction::None)))),
+        ("ce_spatial", g("logits3"), Box::new(|z| F::cross_entropy(z, &target3))),
+        ("nll", g("logits"), Box::new(|z| F::nll_loss(&z.log_softmax(1), &target))),
+        ("mse", g("reg_x"), Box::new(|z| F::mse_loss(z, &g("reg_t"), Reduction::Mean))),
+        ("l1_sum", g("reg_x"), Box::new(|z| F::l1_loss(z, &g("reg_t"), Reduction::Sum))),
+        ("bce", g("bce_x"), Box::new(|z| F::binary_cross_entropy_with_logits(z, &g("bce_t"), None, Reduction::Mean))),
+        (
+            "bce_pos_weight",
+            g("bce_x"),
+            Box::new(|z| F::binary_cross_entropy_with_logits(z, &g("bce_t"), Some(&g("pos_weight")), Reduction::Mean)),
+        ),
+    ];
+    for (name, input, loss) in cases {
+        let z = input.detach().requires_grad_(true);
+        let v = loss(&z);
+        let n = v.numel();
+        let w: Vec<f32> =
+            (0..n).map(|i| if n == 1 { 0.5 } else { 0.5 + i as f32 / (n - 1) as f32 }).collect::<Vec<_>>();
+        (&v * &Tensor::from_vec(w, v.shape())).sum().backward();
+        assert_close(&v.to_vec(), &g(&format!("{name}.value")).to_vec(), 1e-6, 1e-5);
+        assert_close(&z.grad().unwrap().to_vec(), &g(&format!("{name}.grad")).to_vec(), 1e-6, 1e-5);
+    }
+}
+
+#[test]
+fn schedulers_match_pytorch() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/training/schedulers.json");
+    let want: HashMap<String, Vec<f64>> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let run = |make: &dyn Fn(&mut Sgd) -> Box<dyn LrScheduler>| {
+        let mut opt = Sgd::new(vec![nn_core::Parameter::new(Tensor::zeros(&[1]))], SgdConfig { lr: 0.1, ..Default::default() });
+        let mut s = make(&mut opt);
+        let mut got = vec![opt.group_lr(0)];
+        for _ in 0..12 {
+            opt.step();
+            s.step(&mut opt);
+            got.push(opt.group_lr(0));
+        }
+        got
+    };
+    let cases: [(&str, &dyn Fn(&mut Sgd) -> Box<dyn LrScheduler>); 3] = [
+        ("step", &|o| Box::new(StepLR::new(o, 3, 0.5))),
+        ("cosine", &|o| Box::new(CosineAnnealingLR::new(o, 10, 0.001))),
+        ("linear", &|o| Box::new(LinearLR::new(o, 0.25, 1.0, 4))),
+    ];
+    for (name, make) in cases {
+        let got = run(make);
+        for (i, (a, b)) in got.iter().zip(&want[name]).enumerate() {
+            assert!((a - b).abs() < 1e-12, "{name} step {i}: {a} vs PyTorch {b}");
+        }
+    }
+}
+
+#[test]
+fn frozen_parameters_are_skipped_and_clipping_scales() {
+    manual_seed(0);
+    let mut m = small_model();
+    m.get_submodule("0").unwrap();
+    let first = m.named_parameters()[0].1.clone();
+    let before = first.to_vec();
+    let mut opt = Sgd::new(m.named_parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+    first.requires_grad_(false);
+    let x = Tensor::randn(&[4, 4]);
+    F::cross_entropy(&m.forward(&x), &Tensor::from_vec_i64(vec![0, 1, 2, 0], &[4])).backward();
+    opt.step();
+    assert_eq!(first.to_vec(), before, "a frozen parameter does not move");
+    m.requires_grad_(true);
+    m.zero_grad();
+    F::cross_entropy(&m.forward(&x), &Tensor::from_vec_i64(vec![0, 1, 2, 0], &[4])).backward();
+    let params = m.parameters();
+    let norm = clip_grad_norm_(&params, 0.01);
+    let after: f64 = params.iter().map(|p| p.grad().unwrap().to_vec_f64().iter().map(|v| v * v).sum::<f64>()).sum::<f64>().sqrt();
+    assert!(norm > 0.01 && (after - 0.01).abs() < 1e-6, "norm {norm} -> {after}");
+}
+
+#[test]
+fn optimizer_state_is_keyed_by_path() {
+    manual_seed(0);
+    let m = small_model();
+    let mut opt = Adam::new(m.named_parameters(), AdamConfig::default());
+    F::cross_entropy(&m.forward(&Tensor::randn(&[2, 4])), &Tensor::from_vec_i64(vec![0, 1], &[2])).backward();
+    opt.step();
+    let st = opt.state_dict();
+    assert!(st.tensors.contains_key("0.weight.exp_avg") && st.tensors.contains_key("2.bias.step"));
+    // A new optimizer over the parameters in another order restores by name.
+    let mut rev = m.named_parameters();
+    rev.reverse();
+    let mut opt2 = Adam::new(rev, AdamConfig::default());
+    opt2.load_state_dict(&st).unwrap();
+    let st2 = opt2.state_dict();
+    for (k, v) in st.tensors.iter() {
+        assert_eq!(st2.tensors.get(k).unwrap().to_vec(), v.to_vec(), "{k}");
+    }
+    // An optimizer over other parameters refuses the state, naming the stranger.
+    let other = Sequential::new().add(Linear::new(4, 8));
+    let mut opt3 = Adam::new(other.named_parameters(), AdamConfig::default());
+    let e = opt3.load_state_dict(&st).unwrap_err().to_string();
+    assert!(e.contains("2.weight") || e.contains("2.bias"), "{e}");
+}
+
+/// A run with everything that can break a resume: dropout (RNG), shuffling (RNG), Adam
+/// state and a scheduler.
+struct Run {
+    model: Sequential,
+    opt: Adam,
+    sched: StepLR,
+    step: u64,
+}
+
+fn data() -> (Tensor, Tensor) {
+    manual_seed(99);
+    let x = Tensor::randn(&[64, 6]);
+    let y = Tensor::from_vec_i64((0..64).map(|i| i % 3).collect(), &[64]);
+    (x, y)
+}
+
+impl Run {
+    fn new(seed: u64) -> Run {
+        manual_seed(seed);
+        let model =
+            Sequential::new().add(Linear::new(6, 16)).add(ReLU::new()).add(Dropout::new(0.2)).add(Linear::new(16, 3));
+        let mut opt = Adam::new(model.named_parameters(), AdamConfig { lr: 1e-2, ..Default::default() });
+        let sched = StepLR::new(&mut opt, 5, 0.5);
+        Run { model, opt, sched, step: 0 }
+    }
+
+    fn epoch(&mut self, x: &Tensor, y: &Tensor) -> Vec<f32> {
+        let order = Tensor::randperm(64);
+        let mut losses = vec![];
+        for b in 0..4 {
+            let idx = order.narrow(0, b * 16, 16);
+            self.opt.zero_grad();
+            let loss = F::cross_entropy(&self.model.forward(&x.index_select(0, &idx)), &y.index_select(0, &idx));
+            losses.push(loss.item() as f32);
+            loss.backward();
+            self.opt.step();
+            self.step += 1;
+        }
+        self.sched.step(&mut self.opt);
+        losses
+    }
+}
+
+#[test]
+fn resumed_training_is_bit_identical() {
+    let (x, y) = data();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ckpt.safetensors");
+
+    let mut full = Run::new(7);
+    let mut full_losses = vec![];
+    for epoch in 0..12 {
+        full_losses.extend(full.epoch(&x, &y));
+        if epoch == 5 {
+            let ck = Checkpoint::new(
+                full.model.state_dict(),
+                Some(full.opt.state_dict()),
+                Some(full.sched.state().clone()),
+                epoch + 1,
+                full.step,
+            );
+            ck.save(&path).unwrap();
+        }
+    }
+
+    // A fresh process: different init, different RNG position, then restore everything.
+    let mut resumed = Run::new(12345);
+    let ck = Checkpoint::load(&path).unwrap();
+    resumed.model.load_state_dict(&ck.model, true).unwrap();
+    resumed.opt.load_state_dict(ck.optimizer.as_ref().unwrap()).unwrap();
+    *resumed.sched.state_mut() = ck.scheduler.clone().unwrap();
+    resumed.sched.apply(&mut resumed.opt);
+    resumed.step = ck.step;
+    ck.restore_rng();
+    let mut resumed_losses = full_losses[..4 * ck.epoch as usize].to_vec();
+    for _ in ck.epoch..12 {
+        resumed_losses.extend(resumed.epoch(&x, &y));
+    }
+    assert_eq!(resumed_losses, full_losses, "losses differ after resuming");
+    for ((k, a), (_, b)) in full.model.state_dict().iter().zip(resumed.model.state_dict().iter()) {
+        assert_eq!(a.to_vec(), b.to_vec(), "{k} differs after resuming");
+    }
+    assert_eq!(resumed.step, full.step);
+    // A file that is not a checkpoint is refused with a reason.
+    full.model.save(dir.path().join("weights.safetensors")).unwrap();
+    let e = Checkpoint::load(dir.path().join("weights.safetensors")).unwrap_err().to_string();
+    assert!(e.contains("not a training checkpoint"), "{e}");
+}
