@@ -1,59 +1,145 @@
-//! Shared helpers of the example binaries: dataset readers and small utilities.
+//! Shared helpers of the example binaries: command-line options, a progress bar, the loss
+//! curve as an SVG picture, evaluation and checkpoint plumbing. The training loops live in
+//! the binaries themselves, so each one reads as a complete program.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use nn_core::{no_grad, DType, Forward, Module, Tensor};
 
 /// The repository's `data/` folder (examples run from any working directory).
 pub fn repo_data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("data")
 }
 
-/// A labelled dataset held in memory: `features` is row-major `[len, dim]`.
-#[derive(Clone, Debug)]
-pub struct Dataset {
-    /// Row-major feature matrix.
-    pub features: Vec<f32>,
-    /// One class index per row.
-    pub labels: Vec<i64>,
-    /// Features per row.
-    pub dim: usize,
+/// Options every example accepts.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Training epochs.
+    #[arg(long)]
+    pub epochs: Option<u64>,
+    /// Seed of initialisation, dropout and shuffling.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Folder for the checkpoint, final weights and loss curve (created if missing).
+    #[arg(long, default_value = "out")]
+    pub out_dir: PathBuf,
+    /// Continue from the checkpoint in `--out-dir` instead of starting over.
+    #[arg(long)]
+    pub resume: bool,
+    /// Use at most this many training samples (for quick runs).
+    #[arg(long)]
+    pub limit: Option<usize>,
 }
 
-impl Dataset {
-    /// Number of samples.
-    pub fn len(&self) -> usize {
-        self.labels.len()
-    }
-
-    /// True when there is no sample.
-    pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
+impl CommonArgs {
+    /// `out_dir/<name>`, created.
+    pub fn out(&self, name: &str) -> std::io::Result<PathBuf> {
+        std::fs::create_dir_all(&self.out_dir)?;
+        Ok(self.out_dir.join(name))
     }
 }
 
-/// Reads scikit-learn's `digits.csv.gz` (64 pixel values in `0..=16`, then the label),
-/// scaling pixels to `[0, 1]`.
-pub fn load_digits(path: &Path) -> std::io::Result<Dataset> {
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(path)?).read_to_string(&mut text)?;
-    let bad = |line: usize, what: &str| {
-        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}:{line}: {what}", path.display()))
-    };
-    let (mut features, mut labels) = (Vec::new(), Vec::new());
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let vals: Vec<f32> = line
-            .split(',')
-            .map(|v| v.trim().parse::<f32>().map_err(|_| bad(i + 1, &format!("not a number: {v:?}"))))
-            .collect::<Result<_, _>>()?;
-        if vals.len() != 65 {
-            return Err(bad(i + 1, &format!("expected 65 fields, got {}", vals.len())));
+/// A progress bar over `len` steps showing the running loss (hidden when stderr is not a
+/// terminal).
+pub fn progress(len: u64, label: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({elapsed}, eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(label.to_string());
+    pb
+}
+
+/// Classification accuracy of `model` on `(x, y)`, evaluated in batches without a graph.
+pub fn accuracy<M: Forward>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
+    no_grad(|| {
+        let n = x.shape()[0];
+        let mut correct = 0.0;
+        for start in (0..n).step_by(batch) {
+            let len = batch.min(n - start);
+            let pred = model.forward(&x.narrow(0, start, len)).argmax(-1, false);
+            correct += pred.eq(&y.narrow(0, start, len)).to_dtype(DType::F32).sum().item();
         }
-        features.extend(vals[..64].iter().map(|v| v / 16.0));
-        let label = vals[64];
-        if !(0.0..=9.0).contains(&label) || label.fract() != 0.0 {
-            return Err(bad(i + 1, &format!("label {label} is not a digit")));
-        }
-        labels.push(label as i64);
+        correct / n as f64
+    })
+}
+
+/// Takes the first `limit` samples of `(x, y)`, if a limit is given.
+pub fn limit(x: Tensor, y: Tensor, limit: Option<usize>) -> (Tensor, Tensor) {
+    match limit {
+        Some(l) if l < x.shape()[0] => (x.narrow(0, 0, l).contiguous(), y.narrow(0, 0, l).contiguous()),
+        _ => (x, y),
     }
-    Ok(Dataset { features, labels, dim: 64 })
+}
+
+/// Splits `(x, y)` into a training part and the last `test_fraction` as held-out data,
+/// after a seeded shuffle.
+pub fn split(x: &Tensor, y: &Tensor, test_fraction: f64, seed: u64) -> ((Tensor, Tensor), (Tensor, Tensor)) {
+    let n = x.shape()[0];
+    let loader = nn_data::DataLoader::new(x.clone(), y.clone(), n).shuffle(seed);
+    let (xs, ys) = loader.epoch(0).next().expect("one batch");
+    let n_test = ((n as f64) * test_fraction).round() as usize;
+    let n_train = n - n_test;
+    ((xs.narrow(0, 0, n_train).contiguous(), ys.narrow(0, 0, n_train).contiguous()), (xs.narrow(0, n_train, n_test).contiguous(), ys.narrow(0, n_train, n_test).contiguous()))
+}
+
+/// Writes loss curves (one value per step or epoch) as an SVG line chart.
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn write_loss_svg(path: &Path, title: &str, x_label: &str, series: &[(&str, &[f64])]) -> std::io::Result<()> {
+    let (w, h, m) = (720.0, 400.0, 56.0);
+    let all: Vec<f64> = series.iter().flat_map(|(_, s)| s.iter().copied()).filter(|v| v.is_finite()).collect();
+    let (lo, hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+    let (lo, hi) = if lo.is_finite() && hi > lo { (lo.min(0.0), hi) } else { (0.0, 1.0) };
+    let longest = series.iter().map(|(_, s)| s.len()).max().unwrap_or(1).max(2);
+    let sx = |i: usize| m + (w - 2.0 * m) * i as f64 / (longest - 1) as f64;
+    let sy = |v: f64| h - m - (h - 2.0 * m) * (v - lo) / (hi - lo);
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n\
+         <line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>\n",
+        w / 2.0,
+        escape(title),
+        h - m,
+        w - m,
+        h - m,
+        h - m
+    );
+    for k in 0..=4 {
+        let v = lo + (hi - lo) * k as f64 / 4.0;
+        svg += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.3}</text><line x1=\"{m}\" y1=\"{1}\" x2=\"{}\" y2=\"{1}\" stroke=\"#ddd\"/>\n",
+            m - 6.0,
+            sy(v) + 4.0,
+            w - m
+        );
+    }
+    svg += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{} (1 .. {longest})</text>\n", w / 2.0, h - 16.0, escape(x_label));
+    for (j, (name, s)) in series.iter().enumerate() {
+        let pts: Vec<String> =
+            s.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| format!("{:.1},{:.1}", sx(i), sy(v))).collect();
+        let c = colors[j % colors.len()];
+        svg += &format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\" points=\"{}\"/>\n", pts.join(" "));
+        svg += &format!("<text x=\"{}\" y=\"{}\" fill=\"{c}\">{}</text>\n", w - m - 120.0, m + 16.0 * (j as f64 + 1.0), escape(name));
+    }
+    svg += "</svg>\n";
+    std::fs::write(path, svg)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Prints where the example wrote its files.
+pub fn report_outputs<M: Module>(model: &M, weights: &Path, curve: &Path) -> nn_core::Result<()> {
+    model.save(weights)?;
+    println!("wrote {} and {}", weights.display(), curve.display());
+    Ok(())
 }

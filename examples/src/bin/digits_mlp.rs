@@ -1,68 +1,94 @@
-//! Trains a 64-128-10 multilayer perceptron on scikit-learn's 8x8 handwritten digits
-//! (shipped in `data/`), holding out 20% of the samples, and prints held-out accuracy.
+//! Trains a 64-128-10 MLP on scikit-learn's 8x8 handwritten digits (shipped in `data/`),
+//! holding out 20% of the 1,797 samples. Shows a progress bar, writes the loss curve
+//! (`out/digits_mlp_loss.svg`), a training checkpoint and the final weights, and prints
+//! held-out accuracy; `--resume` continues from the checkpoint.
 //!
-//! Expected: about 97% held-out accuracy after 40 epochs, in a few seconds.
+//! This should reach about 97-98% held-out accuracy in a few seconds:
 //!
 //! ```text
 //! cargo run --release -p nn-examples --bin digits_mlp
 //! ```
 
-use nn_core::{manual_seed, no_grad, Tensor};
-use nn_examples::{load_digits, repo_data_dir};
+use clap::Parser;
+use nn_core::checkpoint::Checkpoint;
+use nn_core::functional::cross_entropy;
+use nn_core::optim::{CosineAnnealingLR, LrScheduler, Optimizer, Sgd, SgdConfig};
+use nn_core::{manual_seed, Forward, Module};
+use nn_data::{load_digits, DataLoader};
+use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs};
+use nn_layers::{Dropout, Linear, ReLU, Sequential};
+
+#[derive(Parser)]
+#[command(about = "MLP on the 8x8 digits shipped in data/")]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    manual_seed(0);
-    let data = load_digits(&repo_data_dir().join("digits.csv.gz"))?;
-    let n = data.len();
-    let perm = Tensor::randperm(n).to_vec_i64();
-    let n_test = n / 5;
-    let (test_idx, train_idx) = perm.split_at(n_test);
-    let gather = |idx: &[i64]| {
-        let x: Vec<f32> =
-            idx.iter().flat_map(|&i| data.features[i as usize * 64..(i as usize + 1) * 64].iter().copied()).collect();
-        let y: Vec<i64> = idx.iter().map(|&i| data.labels[i as usize]).collect();
-        (Tensor::from_vec(x, &[idx.len(), 64]), Tensor::from_vec_i64(y, &[idx.len()]))
-    };
-    let (x_train, y_train) = gather(train_idx);
-    let (x_test, y_test) = gather(test_idx);
+    let args = Args::parse();
+    let a = &args.common;
+    let epochs = a.epochs.unwrap_or(40);
+    manual_seed(a.seed);
+    let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;
+    let ((x_train, y_train), (x_test, y_test)) = split(&data.features, &data.labels, 0.2, a.seed);
+    let (x_train, y_train) = nn_examples::limit(x_train, y_train, a.limit);
 
-    // PyTorch's default Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-    let layer = |fan_in: usize, fan_out: usize| {
-        let bound = 1.0 / (fan_in as f64).sqrt();
-        (
-            Tensor::uniform(&[fan_out, fan_in], -bound, bound).requires_grad_(true),
-            Tensor::uniform(&[fan_out], -bound, bound).requires_grad_(true),
-        )
-    };
-    let (w1, b1) = layer(64, 128);
-    let (w2, b2) = layer(128, 10);
-    let params = [&w1, &b1, &w2, &b2];
-    let forward = |x: &Tensor| (x.matmul(&w1.t()) + &b1).relu().matmul(&w2.t()) + &b2;
-    let nll = |logits: &Tensor, y: &Tensor| -logits.log_softmax(1).gather(1, &y.unsqueeze(1)).mean();
+    let mut model = Sequential::new()
+        .add(Linear::new(64, 128))
+        .add(ReLU::new())
+        .add(Dropout::new(0.1))
+        .add(Linear::new(128, 10));
+    println!("{model}\n{} parameters", model.num_parameters());
+    let mut opt = Sgd::new(model.named_parameters(), SgdConfig { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() });
+    let mut sched = CosineAnnealingLR::new(&mut opt, epochs, 1e-3);
+    let loader = DataLoader::new(x_train, y_train, 32).shuffle(a.seed);
 
-    let (lr, batch, epochs) = (0.1, 32, 40);
-    let n_train = train_idx.len();
-    for epoch in 1..=epochs {
-        let order = Tensor::randperm(n_train);
-        let mut total = 0.0;
-        for start in (0..n_train).step_by(batch) {
-            let idx = order.narrow(0, start, batch.min(n_train - start));
-            let (xb, yb) = (x_train.index_select(0, &idx), y_train.index_select(0, &idx));
-            let loss = nll(&forward(&xb), &yb);
-            total += loss.item() * idx.numel() as f64;
-            loss.backward();
-            no_grad(|| {
-                for p in params {
-                    p.add_(&(p.grad().expect("every parameter is used") * -lr));
-                    p.zero_grad();
-                }
-            });
-        }
-        if epoch % 10 == 0 {
-            println!("epoch {epoch:>3}  train loss {:.4}", total / n_train as f64);
-        }
+    let ckpt_path = a.out("digits_mlp_checkpoint.safetensors")?;
+    let (mut start, mut step, mut losses) = (0, 0, Vec::new());
+    if a.resume {
+        let ck = Checkpoint::load(&ckpt_path)?;
+        model.load_state_dict(&ck.model, true)?;
+        opt.load_state_dict(ck.optimizer.as_ref().ok_or("checkpoint without optimizer state")?)?;
+        *sched.state_mut() = ck.scheduler.clone().ok_or("checkpoint without scheduler state")?;
+        sched.apply(&mut opt);
+        ck.restore_rng();
+        (start, step) = (ck.epoch, ck.step);
+        losses = (0..ck.extra.len()).filter_map(|i| ck.extra.get(&format!("loss.{i}")).copied()).collect();
+        println!("resumed from {} at epoch {start}", ckpt_path.display());
     }
-    let acc = no_grad(|| forward(&x_test).argmax(1, false).eq(&y_test).to_dtype(nn_core::DType::F32).mean().item());
-    println!("held-out accuracy: {:.2}% ({n_test} samples)", acc * 100.0);
+
+    let pb = progress(epochs * loader.num_batches() as u64, "digits");
+    pb.set_position(start * loader.num_batches() as u64);
+    model.train();
+    for epoch in start..epochs {
+        let (mut total, mut count) = (0.0, 0);
+        for (xb, yb) in loader.epoch(epoch) {
+            opt.zero_grad();
+            let loss = cross_entropy(&model.forward(&xb), &yb);
+            total += loss.item() * xb.shape()[0] as f64;
+            count += xb.shape()[0];
+            loss.backward();
+            opt.step();
+            step += 1;
+            pb.inc(1);
+        }
+        sched.step(&mut opt);
+        losses.push(total / count as f64);
+        pb.set_message(format!("epoch {} loss {:.4}", epoch + 1, total / count as f64));
+        let mut ck = Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
+        ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+        ck.save(&ckpt_path)?;
+    }
+    pb.finish_and_clear();
+    model.eval();
+    for (i, l) in losses.iter().enumerate().filter(|(i, _)| (i + 1) % 10 == 0) {
+        println!("epoch {:>3}  train loss {l:.4}", i + 1);
+    }
+    let acc = accuracy(&model, &x_test, &y_test, 256);
+    println!("held-out accuracy: {:.2}% ({} samples)", acc * 100.0, x_test.shape()[0]);
+    let curve = a.out("digits_mlp_loss.svg")?;
+    write_loss_svg(&curve, "digits MLP: training loss per epoch", "epoch", &[("train loss", &losses)])?;
+    nn_examples::report_outputs(&model, &a.out("digits_mlp.safetensors")?, &curve)?;
     Ok(())
 }

@@ -1,0 +1,108 @@
+//! scikit-learn's bundled datasets: the 8x8 digits (`digits.csv.gz`: 64 pixels then the
+//! label per line, no header) and the tabular sets (`iris.csv`, `wine_data.csv`,
+//! `breast_cancer.csv`: a header `n_samples,n_features,class names...`, then features and
+//! the label per line).
+
+use std::path::Path;
+
+use nn_core::Tensor;
+
+use crate::{read_maybe_gz, DataError, Result};
+
+/// Features `[N, F]` (`f32`) and labels `[N]` (`i64`), with the class names when the file
+/// has them.
+#[derive(Clone, Debug)]
+pub struct TabularDataset {
+    /// `[N, F]` features.
+    pub features: Tensor,
+    /// `[N]` class indices.
+    pub labels: Tensor,
+    /// Class names from the header (empty for the digits).
+    pub class_names: Vec<String>,
+}
+
+fn parse_rows(path: &Path, text: &str, skip: usize, width: usize) -> Result<(Vec<f32>, Vec<i64>)> {
+    let bad = |line: usize, reason: String| DataError::Format { path: path.to_path_buf(), reason: format!("line {line}: {reason}") };
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for (i, line) in text.lines().enumerate().skip(skip).filter(|(_, l)| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split(',').collect();
+        if fields.len() != width + 1 {
+            return Err(bad(i + 1, format!("expected {} fields, got {}", width + 1, fields.len())));
+        }
+        for f in &fields[..width] {
+            xs.push(f.trim().parse::<f32>().map_err(|_| bad(i + 1, format!("not a number: {f:?}")))?);
+        }
+        let label = fields[width].trim();
+        let y = label.parse::<f64>().ok().filter(|v| v.fract() == 0.0 && *v >= 0.0).ok_or_else(|| bad(i + 1, format!("label {label:?} is not a class index")))?;
+        ys.push(y as i64);
+    }
+    Ok((xs, ys))
+}
+
+/// The 8x8 digits, pixels scaled from `0..=16` to `[0, 1]`.
+///
+/// # Errors
+/// [`DataError`] naming the file and line on malformed input.
+pub fn load_digits(path: impl AsRef<Path>) -> Result<TabularDataset> {
+    let path = path.as_ref();
+    let bytes = read_maybe_gz(path)?;
+    let text = String::from_utf8(bytes).map_err(|_| DataError::Format { path: path.to_path_buf(), reason: "not UTF-8 text".into() })?;
+    let (xs, ys) = parse_rows(path, &text, 0, 64)?;
+    if let Some(bad) = ys.iter().find(|&&y| y > 9) {
+        return Err(DataError::Format { path: path.to_path_buf(), reason: format!("label {bad} is not a digit") });
+    }
+    let n = ys.len();
+    Ok(TabularDataset {
+        features: Tensor::from_vec(xs.into_iter().map(|v| v / 16.0).collect(), &[n, 64]),
+        labels: Tensor::from_vec_i64(ys, &[n]),
+        class_names: Vec::new(),
+    })
+}
+
+/// A tabular scikit-learn CSV (unscaled features; standardise them before training).
+///
+/// # Errors
+/// [`DataError`] naming the file and line on malformed input, or when the header's counts
+/// disagree with the rows.
+pub fn load_sklearn_csv(path: impl AsRef<Path>) -> Result<TabularDataset> {
+    let path = path.as_ref();
+    let bytes = read_maybe_gz(path)?;
+    let text = String::from_utf8(bytes).map_err(|_| DataError::Format { path: path.to_path_buf(), reason: "not UTF-8 text".into() })?;
+    let bad = |reason: String| DataError::Format { path: path.to_path_buf(), reason };
+    let header: Vec<&str> = text.lines().next().ok_or_else(|| bad("empty file".into()))?.split(',').collect();
+    let parse = |s: &str| s.trim().parse::<usize>().map_err(|_| bad(format!("header: {s:?} is not a count")));
+    if header.len() < 3 {
+        return Err(bad("header must be `n_samples,n_features,class names...`".into()));
+    }
+    let (n, f) = (parse(header[0])?, parse(header[1])?);
+    let class_names: Vec<String> = header[2..].iter().map(|s| s.trim().to_string()).collect();
+    let (xs, ys) = parse_rows(path, &text, 1, f)?;
+    if ys.len() != n {
+        return Err(bad(format!("header announces {n} samples, the file has {}", ys.len())));
+    }
+    if let Some(y) = ys.iter().find(|&&y| y as usize >= class_names.len()) {
+        return Err(bad(format!("label {y} has no class name ({} classes)", class_names.len())));
+    }
+    Ok(TabularDataset { features: Tensor::from_vec(xs, &[n, f]), labels: Tensor::from_vec_i64(ys, &[n]), class_names })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_header_and_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.csv");
+        std::fs::write(&p, "2,3,a,b\n1,2,3,0\n4,5,6,1\n").unwrap();
+        let d = load_sklearn_csv(&p).unwrap();
+        assert_eq!(d.features.to_vec(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(d.labels.to_vec_i64(), vec![0, 1]);
+        assert_eq!(d.class_names, ["a", "b"]);
+        std::fs::write(&p, "2,3,a,b\n1,2,3,0\n4,x,6,1\n").unwrap();
+        let e = load_sklearn_csv(&p).unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("\"x\""), "{e}");
+        std::fs::write(&p, "3,3,a,b\n1,2,3,0\n").unwrap();
+        assert!(load_sklearn_csv(&p).unwrap_err().to_string().contains("announces 3 samples"));
+    }
+}
