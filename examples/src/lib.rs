@@ -83,7 +83,10 @@ pub fn split(x: &Tensor, y: &Tensor, test_fraction: f64, seed: u64) -> ((Tensor,
     let (xs, ys) = loader.epoch(0).next().expect("one batch");
     let n_test = ((n as f64) * test_fraction).round() as usize;
     let n_train = n - n_test;
-    ((xs.narrow(0, 0, n_train).contiguous(), ys.narrow(0, 0, n_train).contiguous()), (xs.narrow(0, n_train, n_test).contiguous(), ys.narrow(0, n_train, n_test).contiguous()))
+    (
+        (xs.narrow(0, 0, n_train).contiguous(), ys.narrow(0, 0, n_train).contiguous()),
+        (xs.narrow(0, n_train, n_test).contiguous(), ys.narrow(0, n_train, n_test).contiguous()),
+    )
 }
 
 /// Writes loss curves (one value per step or epoch) as an SVG line chart.
@@ -121,13 +124,27 @@ pub fn write_loss_svg(path: &Path, title: &str, x_label: &str, series: &[(&str, 
             w - m
         );
     }
-    svg += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{} (1 .. {longest})</text>\n", w / 2.0, h - 16.0, escape(x_label));
+    svg += &format!(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{} (1 .. {longest})</text>\n",
+        w / 2.0,
+        h - 16.0,
+        escape(x_label)
+    );
     for (j, (name, s)) in series.iter().enumerate() {
-        let pts: Vec<String> =
-            s.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| format!("{:.1},{:.1}", sx(i), sy(v))).collect();
+        let pts: Vec<String> = s
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(i, &v)| format!("{:.1},{:.1}", sx(i), sy(v)))
+            .collect();
         let c = colors[j % colors.len()];
         svg += &format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\" points=\"{}\"/>\n", pts.join(" "));
-        svg += &format!("<text x=\"{}\" y=\"{}\" fill=\"{c}\">{}</text>\n", w - m - 120.0, m + 16.0 * (j as f64 + 1.0), escape(name));
+        svg += &format!(
+            "<text x=\"{}\" y=\"{}\" fill=\"{c}\">{}</text>\n",
+            w - m - 120.0,
+            m + 16.0 * (j as f64 + 1.0),
+            escape(name)
+        );
     }
     svg += "</svg>\n";
     std::fs::write(path, svg)

@@ -54,7 +54,13 @@ fn hex(bytes: &[u8]) -> String {
 
 impl Checkpoint {
     /// A checkpoint of the current global RNG state with the given parts.
-    pub fn new(model: StateDict, optimizer: Option<OptimizerState>, scheduler: Option<SchedulerState>, epoch: u64, step: u64) -> Self {
+    pub fn new(
+        model: StateDict,
+        optimizer: Option<OptimizerState>,
+        scheduler: Option<SchedulerState>,
+        epoch: u64,
+        step: u64,
+    ) -> Self {
         Checkpoint { model, optimizer, scheduler, epoch, step, rng: crate::random::rng_state(), extra: HashMap::new() }
     }
 
@@ -96,7 +102,8 @@ impl Checkpoint {
         let path = path.as_ref();
         let bad = |reason: String| Error::Checkpoint { path: path.to_path_buf(), reason };
         let (all, meta) = StateDict::load_with_metadata(path)?;
-        let json = meta.get(META_KEY).ok_or_else(|| bad(format!("no `{META_KEY}` metadata: not a training checkpoint")))?;
+        let json =
+            meta.get(META_KEY).ok_or_else(|| bad(format!("no `{META_KEY}` metadata: not a training checkpoint")))?;
         let m: Meta = serde_json::from_str(json).map_err(|e| bad(format!("metadata: {e}")))?;
         if m.format_version != FORMAT_VERSION {
             return Err(bad(format!("format version {} (this build reads {FORMAT_VERSION})", m.format_version)));

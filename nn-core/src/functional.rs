@@ -112,7 +112,10 @@ pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options:
 #[track_caller]
 pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
     if x.rank() < 2 || num_groups == 0 || x.shape()[1] % num_groups != 0 {
-        panic!("group_norm: expected input [N, C, *] with C divisible by num_groups={num_groups}, got shape {:?}", x.shape());
+        panic!(
+            "group_norm: expected input [N, C, *] with C divisible by num_groups={num_groups}, got shape {:?}",
+            x.shape()
+        );
     }
     let (n, c) = (x.shape()[0], x.shape()[1]);
     let g = x.reshape(&[n, num_groups, x.numel() / (n * num_groups).max(1)]);

@@ -55,7 +55,11 @@ fn flatten_class(op: &str, input: &Tensor, target: &Tensor) -> (Tensor, Tensor, 
         expect.clear();
     }
     if !ok_rank || target.shape() != expect.as_slice() {
-        panic!("{op}: input {:?} and target {:?} do not match (expected a target of shape {expect:?})", input.shape(), target.shape());
+        panic!(
+            "{op}: input {:?} and target {:?} do not match (expected a target of shape {expect:?})",
+            input.shape(),
+            target.shape()
+        );
     }
     let c = if input.rank() == 1 { input.shape()[0] } else { input.shape()[1] };
     let x = match input.rank() {
@@ -137,7 +141,8 @@ pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossOption
         };
     }
     let tv = t.to_vec_i64();
-    let mask = Tensor::from_vec_bool(tv.iter().map(|&v| v != opt.ignore_index).collect(), &[tv.len()]).to_dtype(x.dtype());
+    let mask =
+        Tensor::from_vec_bool(tv.iter().map(|&v| v != opt.ignore_index).collect(), &[tv.len()]).to_dtype(x.dtype());
     let smooth = -logp.sum_dim(1, false) * &mask * (1.0 / c as f64);
     let per = nll * (1.0 - opt.label_smoothing) + smooth * opt.label_smoothing;
     finish_class(per, &mask, logits, target, opt.reduction)
@@ -167,7 +172,12 @@ pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor 
 /// Binary cross-entropy on logits, computed stably as
 /// `max(x, 0) - x * t + log(1 + exp(-|x|))` (with `pos_weight`, PyTorch's weighted form).
 #[track_caller]
-pub fn binary_cross_entropy_with_logits(input: &Tensor, target: &Tensor, pos_weight: Option<&Tensor>, reduction: Reduction) -> Tensor {
+pub fn binary_cross_entropy_with_logits(
+    input: &Tensor,
+    target: &Tensor,
+    pos_weight: Option<&Tensor>,
+    reduction: Reduction,
+) -> Tensor {
     check_same_shape("binary_cross_entropy_with_logits", input, target);
     // softplus(-x) = log(1 + exp(-x)), stably.
     let softplus_neg = (-input).relu() + (-input.abs()).exp().affine(1.0, 1.0).log();

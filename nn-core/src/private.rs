@@ -3,9 +3,14 @@
 //!
 //! Unannotated fields are checked with autoref specialisation: `(&Probe::<T>::new())
 //! .__nn_probe()` resolves to [`ProbeState`] when `T: HoldsState` and to [`ProbePlain`]
-//! otherwise; the result must then satisfy an `Unregistered*` trait that only [`Plain`]
-//! implements, whose `#[diagnostic::on_unimplemented]` text is the error the user reads,
-//! underlined at their field.
+//! otherwise. The derive then requires the answer to implement a trait it defines next to
+//! the check, implemented only for [`Plain`], whose `#[diagnostic::on_unimplemented]` text
+//! (written for that field: its type and what to write instead) is the error the user
+//! reads, underlined at `name: Type`.
+//!
+//! The `*Field` traits check annotated fields; their impls are
+//! `#[diagnostic::do_not_recommend]` so that an error names the field's type and the fix,
+//! not a list of unrelated implementors.
 
 use std::marker::PhantomData;
 
@@ -56,57 +61,23 @@ impl<T: ?Sized> ProbePlain for &Probe<T> {
     }
 }
 
-macro_rules! unregistered {
-    ($trait:ident, $check:ident, $note:literal) => {
-        #[diagnostic::on_unimplemented(
-                            message = "field of type `{T}` holds module state but is not registered",
-                            label = "invisible to parameters(), state_dict() and to_device()",
-                            note = $note
-                        )]
-        /// Only plain-data fields may stay unannotated.
-        pub trait $trait<T: ?Sized> {}
-        impl<T: ?Sized> $trait<T> for Plain {}
-        /// Fails to compile, with this hint, when the probed field holds state.
-        pub fn $check<T: ?Sized, K: $trait<T>>(_: K) {}
-    };
-}
-
-unregistered!(
-    UnregisteredList,
-    check_list,
-    "a list of layers is registered as `#[module] name: ModuleList<Layer>` (a `Vec` is invisible to the framework)"
-);
-unregistered!(UnregisteredTensorList, check_tensor_list, "tensors are registered one per field (`#[param] w: Parameter` or `#[buffer] b: Tensor`), or stacked into one tensor");
-unregistered!(
-    UnregisteredDict,
-    check_dict,
-    "a map of layers is registered as `#[module] name: ModuleDict<Layer>` (a `HashMap` is invisible to the framework)"
-);
-unregistered!(UnregisteredTensor, check_tensor, "a trained tensor is `#[param] name: Parameter`; other state that should move and be saved with the model is `#[buffer] name: Tensor`");
-unregistered!(UnregisteredParam, check_param, "register it with `#[param]`");
-unregistered!(UnregisteredOption, check_option, "annotate it (`#[module]`, `#[param]` or `#[buffer]`): an `Option` field registers its value when `Some`, like PyTorch's `None` registration");
-unregistered!(
-    UnregisteredTuple,
-    check_tuple,
-    "register each element as its own annotated field, or chain layers in a `#[module] Sequential`"
-);
-unregistered!(UnregisteredModule, check_module, "register it with `#[module]`");
-
 /// A `#[param]` field: `Parameter` or `Option<Parameter>`.
 #[diagnostic::on_unimplemented(
     message = "`#[param]` needs a `Parameter` or `Option<Parameter>`, got `{Self}`",
-    label = "not a parameter type",
-    note = "wrap a trained tensor with `Parameter::new(tensor)`; state that is not trained is `#[buffer] name: Tensor`"
+    label = "not a `Parameter`",
+    note = "write `#[param] name: Parameter` (made with `Parameter::new(tensor)`); a tensor that is not trained is `#[buffer] name: Tensor`, and plain data needs no annotation"
 )]
 pub trait ParamField {
     /// Reports the parameter, if set.
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>));
 }
+#[diagnostic::do_not_recommend]
 impl ParamField for Parameter {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         f(name, Item::Param(self))
     }
 }
+#[diagnostic::do_not_recommend]
 impl ParamField for Option<Parameter> {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         if let Some(p) = self {
@@ -118,18 +89,20 @@ impl ParamField for Option<Parameter> {
 /// A `#[buffer]` field: `Tensor` or `Option<Tensor>`.
 #[diagnostic::on_unimplemented(
     message = "`#[buffer]` needs a `Tensor` or `Option<Tensor>`, got `{Self}`",
-    label = "not a buffer type",
-    note = "a trained tensor is `#[param] name: Parameter`; sub-modules are `#[module]`"
+    label = "not a `Tensor`",
+    note = "write `#[buffer] name: Tensor`; a trained tensor is `#[param] name: Parameter`, and plain data needs no annotation"
 )]
 pub trait BufferField {
     /// Reports the buffer, if set.
     fn __nn_visit<'a>(&'a self, name: Name<'a>, persistent: bool, f: &mut dyn FnMut(Name<'a>, Item<'a>));
 }
+#[diagnostic::do_not_recommend]
 impl BufferField for Tensor {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, persistent: bool, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         f(name, Item::Buffer { tensor: self, persistent })
     }
 }
+#[diagnostic::do_not_recommend]
 impl BufferField for Option<Tensor> {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, persistent: bool, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         if let Some(t) = self {
@@ -142,7 +115,7 @@ impl BufferField for Option<Tensor> {
 #[diagnostic::on_unimplemented(
     message = "`#[module]` needs a type that implements `Module`, got `{Self}`",
     label = "not a module",
-    note = "derive it with `#[derive(Module)]`; a list of layers is a `ModuleList<_>`, a map of layers a `ModuleDict<_>`, a chain a `Sequential`"
+    note = "plain data needs no annotation: remove `#[module]`; a type of your own becomes a module with `#[derive(Module)]`"
 )]
 pub trait ModuleField {
     /// Reports the sub-module, if set.
@@ -150,6 +123,7 @@ pub trait ModuleField {
     /// Hands the sub-module out mutably, if set.
     fn __nn_visit_mut(&mut self, name: Name<'_>, f: &mut dyn FnMut(Name<'_>, &mut dyn Module));
 }
+#[diagnostic::do_not_recommend]
 impl<M: Module> ModuleField for M {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         f(name, Item::Module(self.as_dyn()))
@@ -158,6 +132,7 @@ impl<M: Module> ModuleField for M {
         f(name, self.as_dyn_mut())
     }
 }
+#[diagnostic::do_not_recommend]
 impl<M: Module> ModuleField for Option<M> {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         if let Some(m) = self {
@@ -183,6 +158,7 @@ pub trait BaseField {
     /// The base, mutably.
     fn __nn_base_mut(&mut self) -> &mut ModuleBase;
 }
+#[diagnostic::do_not_recommend]
 impl BaseField for ModuleBase {
     fn __nn_base(&self) -> &ModuleBase {
         self

@@ -75,7 +75,10 @@ pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: G
             };
             let numeric = (probe(opt.eps) - probe(-opt.eps)) / (2.0 * opt.eps);
             let a = analytic[j];
-            if !((a - numeric).abs() <= opt.atol + opt.rtol * numeric.abs()) {
+            // Negated so that a NaN on either side fails the check.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            let mismatch = !((a - numeric).abs() <= opt.atol + opt.rtol * numeric.abs());
+            if mismatch {
                 return Err(format!(
                     "gradcheck: input {i} (shape {:?}), element {j}: analytical {a:.8e} vs numerical {numeric:.8e}",
                     leaf.shape()

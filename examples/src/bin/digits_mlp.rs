@@ -34,13 +34,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ((x_train, y_train), (x_test, y_test)) = split(&data.features, &data.labels, 0.2, a.seed);
     let (x_train, y_train) = nn_examples::limit(x_train, y_train, a.limit);
 
-    let mut model = Sequential::new()
-        .add(Linear::new(64, 128))
-        .add(ReLU::new())
-        .add(Dropout::new(0.1))
-        .add(Linear::new(128, 10));
+    let mut model =
+        Sequential::new().add(Linear::new(64, 128)).add(ReLU::new()).add(Dropout::new(0.1)).add(Linear::new(128, 10));
     println!("{model}\n{} parameters", model.num_parameters());
-    let mut opt = Sgd::new(model.named_parameters(), SgdConfig { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() });
+    let mut opt =
+        Sgd::new(model.named_parameters(), SgdConfig { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() });
     let mut sched = CosineAnnealingLR::new(&mut opt, epochs, 1e-3);
     let loader = DataLoader::new(x_train, y_train, 32).shuffle(a.seed);
 
@@ -76,7 +74,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sched.step(&mut opt);
         losses.push(total / count as f64);
         pb.set_message(format!("epoch {} loss {:.4}", epoch + 1, total / count as f64));
-        let mut ck = Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
+        let mut ck =
+            Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
         ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
         ck.save(&ckpt_path)?;
     }

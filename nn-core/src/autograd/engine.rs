@@ -153,3 +153,235 @@ impl Tensor {
         *slot = Some(new);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::autograd::{custom_op, enable_grad, is_grad_enabled, no_grad, NoGradGuard};
+    use crate::testing::gradcheck;
+    use crate::testing::support::{assert_close64, grad, leaf, t64};
+    use crate::{DType, Device, Tensor};
+
+    /// True when `t`'s node has released its saved values and edges.
+    fn graph_freed(t: &Tensor) -> bool {
+        let node = t.0.grad_fn.as_ref().expect("a non-leaf");
+        let freed = node.state.lock().unwrap().is_none();
+        freed
+    }
+
+    #[test]
+    fn gradients_accumulate_across_backward_calls() {
+        let x = leaf(&[1.0, 2.0], &[2]);
+        (&x * &x).sum().backward();
+        assert_eq!(grad(&x), vec![2.0, 4.0]);
+        (&x * 3.0).sum().backward();
+        assert_eq!(grad(&x), vec![5.0, 7.0]);
+        x.zero_grad();
+        (&x * 3.0).sum().backward();
+        assert_eq!(grad(&x), vec![3.0, 3.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "backward: trying to backward through the graph a second time")]
+    fn backward_twice_without_retain_graph_panics() {
+        let x = leaf(&[1.0, 2.0], &[2]);
+        let loss = x.exp().sum();
+        loss.backward();
+        loss.backward();
+    }
+
+    #[test]
+    #[should_panic(expected = "trying to backward through the graph a second time")]
+    fn backward_through_a_freed_shared_subgraph_panics() {
+        let x = leaf(&[1.0, 2.0], &[2]);
+        let h = x.exp();
+        h.sum().backward();
+        // A new root, but it reaches `h`'s node, which the first backward freed.
+        (&h * 2.0).sum().backward();
+    }
+
+    #[test]
+    fn retain_graph_allows_a_second_backward() {
+        let x = leaf(&[1.0, 2.0], &[2]);
+        let loss = x.exp().sum();
+        let one = Tensor::ones_like(&loss);
+        loss.backward_with(&one, true);
+        assert!(!graph_freed(&loss));
+        loss.backward_with(&one, false);
+        assert!(graph_freed(&loss));
+        assert_close64(&grad(&x), &[2.0 * 1f64.exp(), 2.0 * 2f64.exp()], 1e-15);
+    }
+
+    #[test]
+    #[should_panic(expected = "backward: grad can be implicitly created only for scalar outputs, got shape [2]")]
+    fn backward_of_a_non_scalar_panics() {
+        leaf(&[1.0, 2.0], &[2]).exp().backward();
+    }
+
+    #[test]
+    fn backward_with_an_explicit_gradient() {
+        let x = leaf(&[1.0, 2.0], &[2]);
+        (&x * &x).backward_with(&t64(&[1.0, -1.0], &[2]), false);
+        assert_eq!(grad(&x), vec![2.0, -4.0]);
+        // A one-element tensor of any rank is a valid root for `backward`.
+        let y = leaf(&[3.0], &[1, 1]);
+        y.square().backward();
+        assert_eq!(grad(&y), vec![6.0]);
+        // The root may be the leaf itself.
+        let z = leaf(&[3.0], &[]);
+        z.backward();
+        assert_eq!(grad(&z), vec![1.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "backward: gradient has shape [3] but the tensor has shape [2]")]
+    fn backward_with_a_wrong_gradient_shape_panics() {
+        leaf(&[1.0, 2.0], &[2]).exp().backward_with(&t64(&[1.0; 3], &[3]), false);
+    }
+
+    #[test]
+    #[should_panic(expected = "backward: element 0 of tensors does not require grad and does not have a grad_fn")]
+    fn backward_of_a_tensor_without_graph_panics() {
+        let x = leaf(&[1.0], &[1]);
+        no_grad(|| x.exp().sum()).backward();
+    }
+
+    #[test]
+    fn no_grad_and_enable_grad() {
+        let x = leaf(&[1.0], &[1]);
+        assert!(is_grad_enabled());
+        let y = no_grad(|| {
+            assert!(!is_grad_enabled());
+            let inner = enable_grad(|| &x * 2.0);
+            assert!(inner.requires_grad(), "enable_grad re-enables recording inside no_grad");
+            &x * 2.0
+        });
+        assert!(!y.requires_grad() && y.is_leaf() && y.grad_fn_name().is_none());
+        assert!(is_grad_enabled());
+        {
+            let _g = NoGradGuard::new();
+            assert!(!(&x + 1.0).requires_grad());
+        }
+        assert!((&x + 1.0).requires_grad());
+        // The mode is per thread.
+        let _g = NoGradGuard::new();
+        let x2 = x.clone();
+        let other = std::thread::spawn(move || (&x2 * 2.0).requires_grad()).join().unwrap();
+        assert!(other);
+    }
+
+    #[test]
+    fn a_tensor_used_twice_gets_the_summed_gradient() {
+        let x = leaf(&[1.5, -2.0], &[2]);
+        (&x * &x).sum().backward();
+        assert_eq!(grad(&x), vec![3.0, -4.0]);
+        let x = leaf(&[1.5, -2.0], &[2]);
+        (&x + &x).sum().backward();
+        assert_eq!(grad(&x), vec![2.0, 2.0]);
+        // A diamond: y feeds z twice through different paths; the engine must wait for both
+        // before running y's backward. z = y^2 + exp(y), y = 3x.
+        let x = leaf(&[0.5], &[1]);
+        let y = &x * 3.0;
+        let z = y.square() + y.exp();
+        z.sum().backward();
+        assert_close64(&grad(&x), &[3.0 * (2.0 * 1.5 + 1.5f64.exp())], 1e-15);
+        gradcheck(|t| (&t[0] * 3.0).square() + (&t[0] * 3.0).exp() * &t[0], &[t64(&[0.5, -0.3], &[2])]).unwrap();
+    }
+
+    #[test]
+    fn only_leaves_that_require_grad_receive_gradients() {
+        let a = leaf(&[2.0], &[1]);
+        let b = t64(&[3.0], &[1]);
+        (&a * &b).sum().backward();
+        assert_eq!(grad(&a), vec![3.0]);
+        assert!(b.grad().is_none());
+        let h = &a * 2.0;
+        h.sum().backward();
+        assert!(h.grad().is_none(), "non-leaves do not keep .grad");
+        assert_eq!(h.grad_fn_name(), Some("affine"));
+    }
+
+    #[test]
+    fn the_graph_is_freed_after_backward() {
+        let w = leaf(&[0.5, -0.5], &[2]);
+        let baseline = Arc::strong_count(&w.0);
+        let loss = (&w * &w).sum();
+        assert!(Arc::strong_count(&w.0) > baseline, "the graph holds the leaf");
+        loss.backward();
+        assert!(graph_freed(&loss));
+        assert_eq!(Arc::strong_count(&w.0), baseline, "backward released the leaf edges");
+    }
+
+    #[test]
+    fn a_long_training_loop_does_not_grow_the_graph() {
+        let x = t64(&[1.0, 2.0, 3.0], &[3, 1]);
+        let y = &x * 2.0;
+        let w = Tensor::zeros(&[1, 1]).to_dtype(DType::F64).requires_grad_(true);
+        let baseline = Arc::strong_count(&w.0);
+        let mut last = None;
+        for _ in 0..10_000 {
+            let loss = (x.matmul(&w) - &y).square().mean();
+            loss.backward();
+            no_grad(|| w.add_(&(w.grad().unwrap() * -0.01)));
+            w.zero_grad();
+            assert!(graph_freed(&loss));
+            last = Some(loss);
+        }
+        // Nothing accumulates: the leaf is held by the same handles as before the loop.
+        assert_eq!(Arc::strong_count(&w.0), baseline);
+        assert!((w.item() - 2.0).abs() < 1e-9, "the loop still trains: w = {}", w.item());
+        let last = last.unwrap();
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| last.backward())).unwrap_err();
+        let msg = err.downcast_ref::<String>().unwrap();
+        assert!(msg.contains("second time"), "{msg}");
+    }
+
+    #[test]
+    fn a_100k_op_chain_runs_backward_and_drops_without_stack_overflow() {
+        let x = leaf(&[1.0], &[1]);
+        let mut y = x.clone();
+        for _ in 0..100_000 {
+            y = &y * 1.0001;
+        }
+        assert_close64(&y.to_vec_f64(), &[1.0001f64.powi(100_000)], 1e-9);
+        y.sum().backward();
+        assert_close64(&grad(&x), &[1.0001f64.powi(100_000)], 1e-9);
+        // And a chain that is dropped without ever running backward.
+        let mut z = x.clone();
+        for _ in 0..100_000 {
+            z = z.exp().log();
+        }
+        assert!(!graph_freed(&z));
+        drop(z);
+        assert_eq!(Arc::strong_count(&x.0), 1);
+    }
+
+    #[test]
+    fn custom_op_records_a_user_backward() {
+        let x = leaf(&[0.2, 0.7], &[2]);
+        let rounded = t64(&[0.0, 1.0], &[2]);
+        let y = custom_op("round_ste", &[&x], &rounded, |g| vec![Some(g * 2.0)]);
+        assert_eq!(y.grad_fn_name(), Some("round_ste"));
+        (y * t64(&[1.0, 3.0], &[2])).sum().backward();
+        assert_eq!(grad(&x), vec![2.0, 6.0]);
+        let c = no_grad(|| custom_op("noop", &[&x], &rounded, |g| vec![Some(g.clone())]));
+        assert!(!c.requires_grad());
+    }
+
+    #[test]
+    #[should_panic(expected = "custom_op `bad`: gradient of shape [3] for an input of shape [2]")]
+    fn custom_op_checks_gradient_shapes() {
+        let x = leaf(&[0.2, 0.7], &[2]);
+        custom_op("bad", &[&x], &x.detach(), |_| vec![Some(t64(&[1.0; 3], &[3]))]).sum().backward();
+    }
+
+    #[test]
+    fn backward_on_meta_runs_shape_only() {
+        let x = Tensor::full_on(&[3, 4], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        let loss = (&x * &x).sum_dim(1, false).exp().mean();
+        loss.backward();
+        let g = x.grad().unwrap();
+        assert_eq!((g.shape(), g.device(), g.dtype()), (&[3, 4][..], Device::Meta, DType::F32));
+    }
+}

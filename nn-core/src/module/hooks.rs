@@ -173,7 +173,10 @@ impl ModuleBase {
     }
 
     /// Registers a forward pre-hook (fired in registration order before `forward`).
-    pub fn register_forward_pre_hook(&self, hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static) -> HookHandle {
+    pub fn register_forward_pre_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
         self.register(Kind::Pre, |l, id| l.pre.push((id, Arc::new(hook))))
     }
 

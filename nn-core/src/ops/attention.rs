@@ -102,3 +102,238 @@ impl Tensor {
         (weights.matmul(v), weights)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AttentionOptions;
+    use crate::testing::gradcheck;
+    use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, rng_lock, t64};
+    use crate::{manual_seed, DType, Device, Tensor};
+
+    /// `q = [[1, 0], [0, 1]]`, `k = [[1, 0], [0, 1], [1, 1]]`, `v = [[1, 2], [3, 4], [5, 6]]`.
+    fn qkv() -> (Tensor, Tensor, Tensor) {
+        (
+            leaf(&[1.0, 0.0, 0.0, 1.0], &[2, 2]),
+            leaf(&[1.0, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2]),
+            leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]),
+        )
+    }
+
+    fn vals(shape: &[usize], seed: u64) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v = (0..n as u64).map(|i| ((i * 7919 + seed * 104729) % 23) as f64 / 11.0 - 1.0).collect();
+        Tensor::from_vec_f64(v, shape)
+    }
+
+    fn bool_mask() -> Tensor {
+        Tensor::from_vec_bool(vec![true, false, true, true, true, false], &[2, 3])
+    }
+
+    #[test]
+    fn attention_forward_default_scale() {
+        let (q, k, v) = qkv();
+        let (y, w) = q.scaled_dot_product_attention_with_weights(&k, &v, &AttentionOptions::default());
+        assert_eq!(y.shape(), &[2, 2]);
+        assert_close64(&y.to_vec_f64(), &[3.0, 4.0, 3.4066725560787154, 4.406672556078716], 1e-15);
+        let p = [0.4011120926797859, 0.1977758146404282, 0.4011120926797859];
+        assert_close64(&w.to_vec_f64(), &[p[0], p[1], p[2], p[1], p[0], p[2]], 1e-15);
+        let s1 = AttentionOptions { scale: Some(1.0), ..Default::default() };
+        assert_close64(
+            &q.scaled_dot_product_attention(&k, &v, &s1).to_vec_f64(),
+            &[3.0, 4.0, 3.5339127895091087, 4.53391278950911],
+            1e-15,
+        );
+    }
+
+    #[test]
+    fn attention_forward_masks() {
+        let (q, k, v) = qkv();
+        let m = bool_mask();
+        let bm = AttentionOptions { attn_mask: Some(&m), ..Default::default() };
+        let e = [3.0, 4.0, 2.3395230986533138, 3.3395230986533138];
+        assert_close64(&q.scaled_dot_product_attention(&k, &v, &bm).to_vec_f64(), &e, 1e-15);
+        // A float mask is added to the scores.
+        let f = t64(&[0.0, 0.5, 0.0, 1.0, 0.0, 0.0], &[2, 3]);
+        let fm = AttentionOptions { attn_mask: Some(&f), ..Default::default() };
+        let e = [3.0, 4.0, 2.796246026864504, 3.7962460268645035];
+        assert_close64(&q.scaled_dot_product_attention(&k, &v, &fm).to_vec_f64(), &e, 1e-15);
+        // -inf in a float mask is the same as false in a bool mask.
+        let fi = m.logical_not().to_dtype(DType::F64) * -1e300;
+        let fim = AttentionOptions { attn_mask: Some(&fi), ..Default::default() };
+        let b = q.scaled_dot_product_attention(&k, &v, &bm).to_vec_f64();
+        assert_close64(&q.scaled_dot_product_attention(&k, &v, &fim).to_vec_f64(), &b, 1e-15);
+        // Causal: row 0 sees position 0, row 1 positions 0 and 1.
+        let c = AttentionOptions { is_causal: true, ..Default::default() };
+        let e = [1.0, 2.0, 2.3395230986533138, 3.3395230986533138];
+        assert_close64(&q.scaled_dot_product_attention(&k, &v, &c).to_vec_f64(), &e, 1e-15);
+    }
+
+    #[test]
+    fn attention_fully_masked_rows_are_nan() {
+        let (q, k, v) = qkv();
+        let m = Tensor::from_vec_bool(vec![false, false, false, true, true, true], &[2, 3]);
+        let o = AttentionOptions { attn_mask: Some(&m), ..Default::default() };
+        let y = q.scaled_dot_product_attention(&k, &v, &o).to_vec_f64();
+        assert!(y[0].is_nan() && y[1].is_nan());
+        assert!(y[2].is_finite());
+    }
+
+    #[test]
+    fn attention_backward() {
+        let (q, k, v) = qkv();
+        let m = bool_mask();
+        let o = AttentionOptions { attn_mask: Some(&m), ..Default::default() };
+        (q.scaled_dot_product_attention(&k, &v, &o) * t64(&[1.0, 2.0, 3.0, 4.0], &[2, 2])).sum().backward();
+        // grad_v = P^T w_out with P the attention weights.
+        let e = [1.4907153520200294, 2.3209538026933725, 2.0092846479799706, 2.6790461973066275, 0.5, 1.0];
+        assert_close64(&grad(&v), &e, 1e-14);
+        // Row 0 attends to keys 0 and 2 with equal scores: its query gradient is
+        // scale * sum_s P (w.v_s - w.out) k_s = (1/sqrt 2) * 0.5 * ((5 - 11) k0 + (17 - 11) k2).
+        let gq = grad(&q);
+        let s = std::f64::consts::FRAC_1_SQRT_2;
+        assert_close64(&gq[..2], &[s * 0.5 * (-6.0 + 6.0), s * 0.5 * 6.0], 1e-14);
+        // The masked key 2 gets no gradient from row 1; the whole key gradient sums to the
+        // query-weighted sum of zero-mean score gradients.
+        assert!(grad(&k).iter().all(|g| g.is_finite()));
+    }
+
+    #[test]
+    fn attention_gradcheck() {
+        let (q, k, v) = (vals(&[2, 3, 2], 1), vals(&[2, 4, 2], 2), vals(&[2, 4, 3], 3));
+        let f = |o: AttentionOptions<'static>| move |t: &[Tensor]| t[0].scaled_dot_product_attention(&t[1], &t[2], &o);
+        gradcheck(f(AttentionOptions::default()), &[q.clone(), k.clone(), v.clone()]).unwrap();
+        gradcheck(
+            f(AttentionOptions { is_causal: true, scale: Some(0.7), ..Default::default() }),
+            &[q.clone(), k.clone(), v.clone()],
+        )
+        .unwrap();
+        let m = Tensor::from_vec_bool(
+            vec![true, false, true, true, false, true, true, false, true, true, true, false],
+            &[3, 4],
+        );
+        gradcheck(
+            |t| {
+                t[0].scaled_dot_product_attention(
+                    &t[1],
+                    &t[2],
+                    &AttentionOptions { attn_mask: Some(&m), ..Default::default() },
+                )
+            },
+            &[q.clone(), k.clone(), v.clone()],
+        )
+        .unwrap();
+        // A float mask is differentiable too.
+        gradcheck(
+            |t| {
+                t[0].scaled_dot_product_attention(
+                    &t[1],
+                    &t[2],
+                    &AttentionOptions { attn_mask: Some(&t[3]), ..Default::default() },
+                )
+            },
+            &[q, k, v, vals(&[3, 4], 4)],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn attention_batches_heads_and_broadcasts_the_mask() {
+        // [B = 2, H = 2, L = 3, E = 4] against keys of length 5, mask [L, S] broadcast.
+        let (q, k, v) = (vals(&[2, 2, 3, 4], 1), vals(&[2, 2, 5, 4], 2), vals(&[2, 2, 5, 3], 3));
+        let m = Tensor::from_vec_bool((0..15).map(|i| i % 4 != 1).collect(), &[3, 5]);
+        let o = AttentionOptions { attn_mask: Some(&m), ..Default::default() };
+        let y = q.scaled_dot_product_attention(&k, &v, &o);
+        assert_eq!(y.shape(), &[2, 2, 3, 3]);
+        // The same composed by hand.
+        let scores = q.matmul(&k.transpose(-2, -1)) * 0.5;
+        let manual = scores.masked_fill(&m.logical_not(), f64::NEG_INFINITY).softmax(-1).matmul(&v);
+        assert_close64(&y.to_vec_f64(), &manual.to_vec_f64(), 1e-14);
+    }
+
+    #[test]
+    fn attention_on_noncontiguous_inputs() {
+        let (q, k, v) = (vals(&[2, 3, 2], 1), vals(&[2, 4, 2], 2), vals(&[2, 4, 3], 3));
+        check_noncontig(
+            |t| {
+                t[0].scaled_dot_product_attention(
+                    &t[1],
+                    &t[2],
+                    &AttentionOptions { is_causal: true, ..Default::default() },
+                )
+            },
+            &[q.clone(), k.clone(), v.clone()],
+        );
+        // Heads split out of a [B, L, H * E] projection by a transpose, as in multi-head
+        // attention.
+        let proj = vals(&[2, 3, 4], 5);
+        let heads = proj.reshape(&[2, 3, 2, 2]).transpose(1, 2);
+        assert!(!heads.is_contiguous());
+        let o = AttentionOptions::default();
+        assert_eq!(
+            heads.scaled_dot_product_attention(&heads, &heads, &o).to_vec_f64(),
+            heads.contiguous().scaled_dot_product_attention(&heads.contiguous(), &heads.contiguous(), &o).to_vec_f64()
+        );
+    }
+
+    #[test]
+    fn attention_dropout_drops_weights_reproducibly() {
+        let _rng = rng_lock();
+        let (q, k, v) = (vals(&[4, 2], 1), vals(&[5, 2], 2), vals(&[5, 3], 3));
+        let plain = q.scaled_dot_product_attention_with_weights(&k, &v, &AttentionOptions::default()).1.to_vec_f64();
+        let o = AttentionOptions { dropout_p: 0.5, ..Default::default() };
+        manual_seed(9);
+        let (y, w) = q.scaled_dot_product_attention_with_weights(&k, &v, &o);
+        for (d, p) in w.to_vec_f64().iter().zip(&plain) {
+            assert!(*d == 0.0 || (d - 2.0 * p).abs() < 1e-15, "{d} vs {p}");
+        }
+        assert_close64(&y.to_vec_f64(), &w.matmul(&v).to_vec_f64(), 1e-15);
+        manual_seed(9);
+        assert_eq!(q.scaled_dot_product_attention(&k, &v, &o).to_vec_f64(), y.to_vec_f64());
+    }
+
+    #[test]
+    fn attention_on_meta() {
+        let q = Tensor::full_on(&[2, 4, 6, 8], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        let kv = Tensor::full_on(&[2, 4, 7, 8], 0.0, DType::F32, Device::Meta);
+        let y = q.scaled_dot_product_attention(&kv, &kv, &AttentionOptions::default());
+        assert_eq!((y.shape(), y.device()), (&[2, 4, 6, 8][..], Device::Meta));
+        let c = q.scaled_dot_product_attention(&q, &q, &AttentionOptions { is_causal: true, ..Default::default() });
+        assert_eq!((c.shape(), c.device()), (&[2, 4, 6, 8][..], Device::Meta));
+        c.sum().backward();
+        assert_eq!(q.grad().unwrap().shape(), &[2, 4, 6, 8]);
+    }
+
+    #[test]
+    #[should_panic(expected = "scaled_dot_product_attention: explicit attn_mask should not be set when is_causal=true")]
+    fn attention_causal_with_mask_panics() {
+        let (q, k, v) = qkv();
+        let m = bool_mask();
+        q.scaled_dot_product_attention(
+            &k,
+            &v,
+            &AttentionOptions { attn_mask: Some(&m), is_causal: true, ..Default::default() },
+        );
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "scaled_dot_product_attention: query [2, 3] and key [4, 2] have different embedding sizes 3 and 2"
+    )]
+    fn attention_embedding_mismatch_names_both_shapes() {
+        Tensor::zeros(&[2, 3]).scaled_dot_product_attention(
+            &Tensor::zeros(&[4, 2]),
+            &Tensor::zeros(&[4, 2]),
+            &AttentionOptions::default(),
+        );
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "scaled_dot_product_attention: attn_mask of shape [3, 3] cannot be broadcast to the scores' shape [2, 3]"
+    )]
+    fn attention_mask_shape_mismatch_panics() {
+        let (q, k, v) = qkv();
+        let m = Tensor::from_vec_bool(vec![true; 9], &[3, 3]);
+        q.scaled_dot_product_attention(&k, &v, &AttentionOptions { attn_mask: Some(&m), ..Default::default() });
+    }
+}

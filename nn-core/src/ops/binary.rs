@@ -268,8 +268,9 @@ impl Tensor {
     /// `self != other` elementwise (NaN compares unequal to everything).
     #[track_caller]
     pub fn ne(&self, other: &Tensor) -> Tensor {
-        let e = self.eq(other);
-        Tensor::from_cpu(CpuStorage::Bool(e.to_vec_bool().into_iter().map(|v| !v).collect()), e.shape())
+        // Through `logical_not`, which handles meta tensors (reading `eq`'s values here
+        // panicked on the meta device).
+        self.eq(other).logical_not()
     }
 
     /// `self < other` elementwise.

@@ -357,7 +357,7 @@ impl Tensor {
                 let need_dw = needs[1];
                 let need_db = needs.get(2).copied().unwrap_or(false);
                 let (dx, dw) = if g.device() == Device::Meta {
-                    (Tensor::zeros_like(&x), Tensor::zeros_like(&w))
+                    (need_dx.then(|| Tensor::zeros_like(&x)), need_dw.then(|| Tensor::zeros_like(&w)))
                 } else {
                     let (sx, sw, sg) = (x.storage_arc(), w.storage_arc(), g.storage_arc());
                     let (dx, dw) = with_float!(cpu(&sx), OP, T, xv => {
@@ -366,9 +366,13 @@ impl Tensor {
                         let (dx, dw) = conv_backward(xv, wv, gv, &geo, need_dx, need_dw);
                         (T::into_storage(dx), T::into_storage(dw))
                     });
-                    (Tensor::from_cpu(dx, x.shape()), Tensor::from_cpu(dw, w.shape()))
+                    // Fix: `conv_backward` returns an empty buffer for a gradient that is not
+                    // needed; wrapping it in a tensor of the full shape anyway tripped the
+                    // layout-exceeds-storage assertion (e.g. whenever the input is data that
+                    // does not require grad). Only build the gradients asked for.
+                    (need_dx.then(|| Tensor::from_cpu(dx, x.shape())), need_dw.then(|| Tensor::from_cpu(dw, w.shape())))
                 };
-                let mut out: Grads = smallvec![need_dx.then_some(dx), need_dw.then_some(dw)];
+                let mut out: Grads = smallvec![dx, dw];
                 if needs.len() > 2 {
                     out.push(need_db.then(|| g.sum_dims(&[0usize, 2, 3], false)));
                 }
@@ -398,5 +402,293 @@ impl Tensor {
         }
         let opt = Conv2dOptions { stride: (1, stride), padding: (0, padding), dilation: (1, dilation), groups };
         self.unsqueeze(2).conv2d(&weight.unsqueeze(2), bias, opt).squeeze_dim(2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Conv2dOptions;
+    use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64, transposed_storage};
+    use crate::testing::{gradcheck, gradcheck_with, GradcheckOptions};
+    use crate::{DType, Device, Tensor};
+
+    fn opts(stride: usize, padding: usize, dilation: usize, groups: usize) -> Conv2dOptions {
+        Conv2dOptions { stride: (stride, stride), padding: (padding, padding), dilation: (dilation, dilation), groups }
+    }
+
+    /// A deterministic, varied input of `shape`.
+    fn vals(shape: &[usize], seed: u64) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v = (0..n as u64).map(|i| ((i * 7919 + seed * 104729) % 23) as f64 / 11.0 - 1.0).collect();
+        Tensor::from_vec_f64(v, shape)
+    }
+
+    /// Direct-loop convolution, for reference.
+    fn naive(x: &Tensor, w: &Tensor, b: Option<&Tensor>, o: Conv2dOptions) -> (Vec<usize>, Vec<f64>) {
+        let (xs, ws) = (x.shape(), w.shape());
+        let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+        let (oc, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+        let og = oc / o.groups;
+        let ho = (h + 2 * o.padding.0 - o.dilation.0 * (kh - 1) - 1) / o.stride.0 + 1;
+        let wo = (wd + 2 * o.padding.1 - o.dilation.1 * (kw - 1) - 1) / o.stride.1 + 1;
+        let (xv, wv) = (x.to_vec_f64(), w.to_vec_f64());
+        let bv = b.map(|b| b.to_vec_f64());
+        let mut out = vec![0.0; n * oc * ho * wo];
+        for s in 0..n {
+            for f in 0..oc {
+                let g = f / og;
+                for i in 0..ho {
+                    for j in 0..wo {
+                        let mut acc = bv.as_ref().map_or(0.0, |b| b[f]);
+                        for ci in 0..cg {
+                            let ch = g * cg + ci;
+                            for a in 0..kh {
+                                for bb in 0..kw {
+                                    let y = (i * o.stride.0 + a * o.dilation.0) as isize - o.padding.0 as isize;
+                                    let z = (j * o.stride.1 + bb * o.dilation.1) as isize - o.padding.1 as isize;
+                                    if y < 0 || z < 0 || y >= h as isize || z >= wd as isize {
+                                        continue;
+                                    }
+                                    acc += xv[((s * c + ch) * h + y as usize) * wd + z as usize]
+                                        * wv[((f * cg + ci) * kh + a) * kw + bb];
+                                }
+                            }
+                        }
+                        out[((s * oc + f) * ho + i) * wo + j] = acc;
+                    }
+                }
+            }
+        }
+        (vec![n, oc, ho, wo], out)
+    }
+
+    /// `[[0, 1, 2], [3, 4, 5], [6, 7, 8]]` as `[1, 1, 3, 3]`.
+    fn x9() -> Tensor {
+        leaf(&(0..9).map(f64::from).collect::<Vec<_>>(), &[1, 1, 3, 3])
+    }
+
+    /// `[[1, 2], [3, 4]]` as `[1, 1, 2, 2]`.
+    fn w4() -> Tensor {
+        leaf(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2])
+    }
+
+    #[test]
+    fn conv2d_forward_basic_and_bias() {
+        let y = x9().conv2d(&w4(), None, Conv2dOptions::default());
+        // y[i][j] = x[i][j] + 2 x[i][j+1] + 3 x[i+1][j] + 4 x[i+1][j+1]
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 1, 2, 2][..], vec![27.0, 37.0, 57.0, 67.0]));
+        let b = t64(&[0.5], &[1]);
+        assert_eq!(x9().conv2d(&w4(), Some(&b), Conv2dOptions::default()).to_vec_f64(), vec![27.5, 37.5, 57.5, 67.5]);
+        let y32 = x9().to_dtype(DType::F32).conv2d(&w4().to_dtype(DType::F32), None, Conv2dOptions::default());
+        assert_eq!(y32.to_vec(), vec![27.0, 37.0, 57.0, 67.0]);
+    }
+
+    #[test]
+    fn conv2d_forward_stride_padding_dilation() {
+        let y = x9().conv2d(&w4(), None, opts(2, 1, 1, 1));
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 1, 2, 2][..], vec![0.0, 11.0, 30.0, 67.0]));
+        let d = x9().conv2d(&w4(), None, opts(1, 0, 2, 1));
+        assert_eq!((d.shape(), d.to_vec_f64()), (&[1, 1, 1, 1][..], vec![54.0]));
+        // Asymmetric options: stride (1, 2), padding (0, 1).
+        let o = Conv2dOptions { stride: (1, 2), padding: (0, 1), ..Default::default() };
+        let a = x9().conv2d(&w4(), None, o);
+        assert_eq!(a.shape(), &[1, 1, 2, 2]);
+        assert_eq!(a.to_vec_f64(), naive(&x9(), &w4(), None, o).1);
+    }
+
+    #[test]
+    fn conv2d_forward_channels_and_groups() {
+        let x = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[1, 2, 2, 2]);
+        let grouped = x.conv2d(&t64(&[2.0, -1.0], &[2, 1, 1, 1]), None, opts(1, 0, 1, 2));
+        assert_eq!(grouped.to_vec_f64(), vec![2.0, 4.0, 6.0, 8.0, -5.0, -6.0, -7.0, -8.0]);
+        let summed = x.conv2d(&Tensor::ones(&[1, 2, 2, 2]).to_dtype(DType::F64), None, Conv2dOptions::default());
+        assert_eq!(summed.to_vec_f64(), vec![36.0]);
+    }
+
+    #[test]
+    fn conv2d_matches_a_naive_reference() {
+        for (xs, ws, o, bias) in [
+            ([2, 3, 5, 6], [4, 3, 3, 2], opts(1, 0, 1, 1), true),
+            ([2, 4, 7, 7], [6, 2, 3, 3], opts(2, 1, 1, 2), true),
+            ([1, 4, 8, 6], [4, 1, 2, 3], opts(1, 2, 2, 4), false),
+            ([3, 2, 4, 4], [2, 2, 1, 1], opts(3, 0, 1, 1), true),
+        ] {
+            let (x, w) = (vals(&xs, 1), vals(&ws, 2));
+            let b = vals(&[ws[0]], 3);
+            let b = bias.then_some(&b);
+            let (shape, expected) = naive(&x, &w, b, o);
+            let y = x.conv2d(&w, b, o);
+            assert_eq!(y.shape(), shape.as_slice());
+            assert_close64(&y.to_vec_f64(), &expected, 1e-12);
+        }
+    }
+
+    #[test]
+    fn conv2d_backward() {
+        let (x, w) = (x9(), w4());
+        let b = leaf(&[0.5], &[1]);
+        let y = x.conv2d(&w, Some(&b), Conv2dOptions::default());
+        (y * t64(&[1.0, -1.0, 2.0, 0.5], &[1, 1, 2, 2])).sum().backward();
+        // Each input pixel collects weight taps times the output weights it feeds.
+        assert_eq!(grad(&x), vec![1.0, 1.0, -2.0, 5.0, 5.5, -3.0, 6.0, 9.5, 2.0]);
+        assert_eq!(grad(&w), vec![7.0, 9.5, 14.5, 17.0]);
+        assert_eq!(grad(&b), vec![2.5]);
+        // Through exp().mean() with stride 2 and padding 1: tap (1, 1) of the kernel sees
+        // pixels (0, 0), (0, 2), (2, 0), (2, 2) of the input, so
+        // dL/dw[1][1] = sum_k exp(y_k) / 4 * x[pixel_k].
+        let (x, w) = (leaf(&vals(&[1, 1, 3, 3], 4).to_vec_f64(), &[1, 1, 3, 3]), w4());
+        let y = x.conv2d(&w, None, opts(2, 1, 1, 1));
+        let (yv, xv) = (y.to_vec_f64(), x.to_vec_f64());
+        y.exp().mean().backward();
+        let expected: f64 = [0, 2, 6, 8].iter().zip(&yv).map(|(&p, y)| y.exp() / 4.0 * xv[p]).sum();
+        assert_close64(&grad(&w)[3..], &[expected], 1e-12);
+    }
+
+    #[test]
+    fn conv2d_backward_when_only_some_operands_require_grad() {
+        // Regression: a gradient that was not needed came back as an empty buffer wrapped
+        // in a full-shape tensor, which panicked (data inputs never require grad).
+        let x = vals(&[2, 1, 3, 3], 1);
+        let w = w4();
+        let b = leaf(&[0.5], &[1]);
+        x.conv2d(&w, Some(&b), Conv2dOptions::default()).sum().backward();
+        assert!(w.grad().is_some() && b.grad().is_some());
+        assert_eq!(grad(&b), vec![8.0]);
+        let xl = x9();
+        xl.conv2d(&t64(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]), None, Conv2dOptions::default()).sum().backward();
+        assert_eq!(grad(&xl), vec![1.0, 3.0, 2.0, 4.0, 10.0, 6.0, 3.0, 7.0, 4.0]);
+        let bl = leaf(&[0.0], &[1]);
+        x.conv2d(&t64(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]), Some(&bl), Conv2dOptions::default()).sum().backward();
+        assert_eq!(grad(&bl), vec![8.0]);
+    }
+
+    #[test]
+    fn conv2d_gradcheck() {
+        let cases = [
+            ([1, 2, 4, 4], [2, 2, 2, 2], opts(1, 0, 1, 1)),
+            ([2, 1, 4, 4], [1, 1, 2, 2], opts(2, 1, 1, 1)),
+            ([1, 1, 5, 5], [1, 1, 2, 2], opts(1, 1, 2, 1)),
+            ([1, 2, 3, 3], [4, 1, 2, 2], opts(1, 1, 1, 2)),
+        ];
+        for (i, (xs, ws, o)) in cases.into_iter().enumerate() {
+            let b = vals(&[ws[0]], 3);
+            gradcheck(|t| t[0].conv2d(&t[1], Some(&t[2]), o), &[vals(&xs, 1), vals(&ws, 2), b])
+                .unwrap_or_else(|e| panic!("case {i}: {e}"));
+        }
+    }
+
+    #[test]
+    fn conv1d_forward_backward_gradcheck() {
+        let x = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0], &[1, 1, 5]);
+        let w = leaf(&[1.0, 0.0, -1.0], &[1, 1, 3]);
+        let y = x.conv1d(&w, None, 1, 0, 1, 1);
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 1, 3][..], vec![-2.0, -2.0, -2.0]));
+        assert_eq!(x.conv1d(&w, None, 2, 1, 1, 1).to_vec_f64(), vec![-2.0, -2.0, 4.0]);
+        assert_eq!(x.conv1d(&w, None, 1, 0, 2, 1).to_vec_f64(), vec![-4.0]);
+        let b = t64(&[10.0], &[1]);
+        assert_eq!(x.conv1d(&w, Some(&b), 1, 0, 1, 1).to_vec_f64(), vec![8.0, 8.0, 8.0]);
+        (y * t64(&[1.0, 2.0, 3.0], &[1, 1, 3])).sum().backward();
+        assert_eq!(grad(&x), vec![1.0, 2.0, 2.0, -2.0, -3.0]);
+        assert_eq!(grad(&w), vec![14.0, 20.0, 26.0]);
+        // Groups: two channels, each with its own 2-tap filter.
+        let xg = t64(&[1.0, 2.0, 3.0, 10.0, 20.0, 30.0], &[1, 2, 3]);
+        let wg = t64(&[1.0, 1.0, 1.0, -1.0], &[2, 1, 2]);
+        assert_eq!(xg.conv1d(&wg, None, 1, 0, 1, 2).to_vec_f64(), vec![3.0, 5.0, -10.0, -10.0]);
+        gradcheck(
+            |t| t[0].conv1d(&t[1], Some(&t[2]), 2, 1, 1, 1),
+            &[vals(&[2, 2, 5], 1), vals(&[3, 2, 2], 2), vals(&[3], 3)],
+        )
+        .unwrap();
+        gradcheck(|t| t[0].conv1d(&t[1], None, 1, 2, 2, 2).tanh(), &[vals(&[1, 2, 6], 4), vals(&[2, 1, 3], 5)])
+            .unwrap();
+    }
+
+    #[test]
+    fn conv2d_on_noncontiguous_inputs() {
+        let (x, w, b) = (vals(&[2, 2, 4, 3], 1), vals(&[3, 2, 2, 2], 2), vals(&[3], 3));
+        let o = opts(1, 1, 1, 1);
+        check_noncontig(|t| t[0].conv2d(&t[1], Some(&t[2]), o), &[x.clone(), w.clone(), b.clone()]);
+        // Channels-last storage (NHWC permuted to NCHW) and a transposed kernel.
+        let nhwc = x.permute(&[0, 2, 3, 1]).contiguous().permute(&[0, 3, 1, 2]);
+        assert!(!nhwc.is_contiguous());
+        let wt = transposed_storage(&w);
+        assert_eq!(nhwc.conv2d(&wt, Some(&b), o).to_vec_f64(), x.conv2d(&w, Some(&b), o).to_vec_f64());
+        // Gradients flow back to the strided leaves with their own shapes.
+        let nl = nhwc.requires_grad_(true);
+        nl.conv2d(&w, None, o).sum().backward();
+        let xl = x.requires_grad_(true);
+        xl.conv2d(&w, None, o).sum().backward();
+        assert_eq!(grad(&nl), grad(&xl));
+    }
+
+    #[test]
+    fn conv2d_on_meta_gives_shapes() {
+        let x = Tensor::full_on(&[8, 3, 32, 32], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        let w = Tensor::full_on(&[16, 3, 3, 3], 0.0, DType::F32, Device::Meta);
+        let y = x.conv2d(&w, None, opts(2, 1, 1, 1));
+        assert_eq!((y.shape(), y.device()), (&[8, 16, 16, 16][..], Device::Meta));
+        y.sum().backward();
+        assert_eq!((x.grad().unwrap().shape(), x.grad().unwrap().device()), (&[8, 3, 32, 32][..], Device::Meta));
+        let x1 = Tensor::full_on(&[2, 4, 10], 0.0, DType::F32, Device::Meta);
+        let w1 = Tensor::full_on(&[6, 2, 3], 0.0, DType::F32, Device::Meta);
+        assert_eq!(x1.conv1d(&w1, None, 1, 1, 1, 2).shape(), &[2, 6, 10]);
+    }
+
+    #[test]
+    fn conv2d_gradcheck_with_a_looser_step_on_f64_works_for_deep_chains() {
+        // Two stacked convolutions: gradients compose through both.
+        let o = GradcheckOptions { eps: 1e-5, ..Default::default() };
+        gradcheck_with(
+            |t| t[0].conv2d(&t[1], None, opts(1, 1, 1, 1)).tanh().conv2d(&t[2], None, opts(2, 0, 1, 1)),
+            &[vals(&[1, 1, 4, 4], 1), vals(&[2, 1, 3, 3], 2), vals(&[1, 2, 2, 2], 3)],
+            o,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "conv2d: input [1, 3, 4, 4] x weight [2, 2, 3, 3]: expected input with 2 channels (weight in_channels 2 x groups 1), got 3"
+    )]
+    fn conv2d_channel_mismatch_names_both_shapes() {
+        Tensor::zeros(&[1, 3, 4, 4]).conv2d(&Tensor::zeros(&[2, 2, 3, 3]), None, Conv2dOptions::default());
+    }
+
+    #[test]
+    #[should_panic(expected = "conv2d: in_channels 3 and out_channels 4 must both be divisible by groups 2")]
+    fn conv2d_groups_must_divide_channels() {
+        Tensor::zeros(&[1, 3, 4, 4]).conv2d(&Tensor::zeros(&[4, 1, 1, 1]), None, opts(1, 0, 1, 2));
+    }
+
+    #[test]
+    #[should_panic(expected = "conv2d: bias of shape [3] for 2 output channels (expected [2])")]
+    fn conv2d_bias_shape_mismatch() {
+        Tensor::zeros(&[1, 1, 4, 4]).conv2d(
+            &Tensor::zeros(&[2, 1, 3, 3]),
+            Some(&Tensor::zeros(&[3])),
+            Conv2dOptions::default(),
+        );
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "conv2d: input [1, 1, 2, 2] (padded by (0, 0)) is smaller than the dilated kernel (3, 3)"
+    )]
+    fn conv2d_kernel_larger_than_input() {
+        Tensor::zeros(&[1, 1, 2, 2]).conv2d(&Tensor::zeros(&[1, 1, 3, 3]), None, Conv2dOptions::default());
+    }
+
+    #[test]
+    #[should_panic(expected = "conv2d: expected a 4-D input [N, C, H, W], got shape [3, 4, 4]")]
+    fn conv2d_needs_4d_input() {
+        Tensor::zeros(&[3, 4, 4]).conv2d(&Tensor::zeros(&[1, 3, 3, 3]), None, Conv2dOptions::default());
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "conv1d: expected a 3-D input [N, C, L] and a 3-D weight [O, C / groups, k], got shapes [4, 5] and [1, 4, 3]"
+    )]
+    fn conv1d_needs_3d_input() {
+        Tensor::zeros(&[4, 5]).conv1d(&Tensor::zeros(&[1, 4, 3]), None, 1, 0, 1, 1);
     }
 }

@@ -122,7 +122,7 @@ impl Tensor {
                         let dst = (o * n + i) * inner;
                         let from = (o * k + j) * inner;
                         for t in 0..inner {
-                            out[dst + t] = out[dst + t] + src[from + t];
+                            out[dst + t] += src[from + t];
                         }
                     }
                 }
@@ -209,7 +209,7 @@ impl Tensor {
                 let mut j = 0;
                 for_each_offset(index.shape(), [src.strides(), &ostrides], [src.layout().offset(), 0], |[si, o]| {
                     let t = o + idx[j] * step;
-                    out[t] = out[t] + sv[si];
+                    out[t] += sv[si];
                     j += 1;
                 });
                 T::into_storage(out)
@@ -271,5 +271,267 @@ fn check_index_shape(op: &str, x: &Tensor, index: &Tensor, d: usize) {
     }
     if index.device() != x.device() {
         panic!("{op}: input on {} but index on {}", x.device(), index.device());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::gradcheck;
+    use crate::testing::support::{check_noncontig, grad, leaf, t64};
+    use crate::{DType, Device, Tensor};
+
+    fn ramp(shape: &[usize]) -> Vec<f64> {
+        (0..shape.iter().product::<usize>()).map(|i| i as f64).collect()
+    }
+
+    /// `[[0, 1], [2, 3], [4, 5]]`, requiring grad.
+    fn x32() -> Tensor {
+        leaf(&ramp(&[3, 2]), &[3, 2])
+    }
+
+    /// Weights `1, 2, 3, ...` shaped like `y`.
+    fn w(y: &Tensor) -> Tensor {
+        t64(&(1..=y.numel()).map(|v| v as f64).collect::<Vec<_>>(), y.shape())
+    }
+
+    fn idx(v: &[i64], shape: &[usize]) -> Tensor {
+        Tensor::from_vec_i64(v.to_vec(), shape)
+    }
+
+    fn g32() -> Tensor {
+        t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4], &[3, 2])
+    }
+
+    #[test]
+    fn index_select_forward() {
+        let x = x32();
+        let y = x.index_select(0, &idx(&[2, 0, 2], &[3]));
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[3, 2][..], vec![4.0, 5.0, 0.0, 1.0, 4.0, 5.0]));
+        let c = x.index_select(1, &idx(&[1], &[1]));
+        assert_eq!((c.shape(), c.to_vec_f64()), (&[3, 1][..], vec![1.0, 3.0, 5.0]));
+        assert_eq!(x.index_select(-1, &idx(&[-1, 0], &[2])).to_vec_f64(), vec![1.0, 0.0, 3.0, 2.0, 5.0, 4.0]);
+        assert_eq!(x.index_select(0, &idx(&[], &[0])).shape(), &[0, 2]);
+    }
+
+    #[test]
+    fn index_select_backward_accumulates_repeated_indices() {
+        let x = x32();
+        let y = x.index_select(0, &idx(&[2, 0, 2], &[3]));
+        (&y * &w(&y)).sum().backward();
+        assert_eq!(grad(&x), vec![3.0, 4.0, 0.0, 0.0, 6.0, 8.0]);
+    }
+
+    #[test]
+    fn index_select_gradcheck() {
+        gradcheck(|t| t[0].index_select(0, &idx(&[2, 0, 2], &[3])), &[g32()]).unwrap();
+        gradcheck(|t| t[0].index_select(1, &idx(&[1, 1, 0], &[3])).exp(), &[g32()]).unwrap();
+    }
+
+    #[test]
+    fn index_add_forward() {
+        let base = t64(&ramp(&[3, 2]), &[3, 2]);
+        let src = t64(&[10.0, 20.0, 30.0, 40.0, 50.0, 60.0], &[3, 2]);
+        let y = base.index_add(0, &idx(&[0, 2, 0], &[3]), &src);
+        assert_eq!(y.to_vec_f64(), vec![60.0, 81.0, 2.0, 3.0, 34.0, 45.0]);
+        let z = base.index_add(1, &idx(&[1], &[1]), &t64(&[1.0, 2.0, 3.0], &[3, 1]));
+        assert_eq!(z.to_vec_f64(), vec![0.0, 2.0, 2.0, 5.0, 4.0, 8.0]);
+        assert_eq!(base.to_vec_f64(), ramp(&[3, 2]), "index_add is functional");
+    }
+
+    #[test]
+    fn index_add_backward() {
+        let base = x32();
+        let src = leaf(&[10.0, 20.0, 30.0, 40.0, 50.0, 60.0], &[3, 2]);
+        let y = base.index_add(0, &idx(&[0, 2, 0], &[3]), &src);
+        (&y * &w(&y)).sum().backward();
+        assert_eq!(grad(&base), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(grad(&src), vec![1.0, 2.0, 5.0, 6.0, 1.0, 2.0]);
+    }
+
+    #[test]
+    fn index_add_gradcheck() {
+        let src = t64(&[0.5, -0.25, 1.5, 0.75], &[2, 2]);
+        gradcheck(|t| t[0].index_add(0, &idx(&[1, 1], &[2]), &t[1]).square(), &[g32(), src]).unwrap();
+    }
+
+    #[test]
+    fn gather_forward() {
+        let x = x32();
+        let i = idx(&[1, 0, 0, 0, 1, 1], &[3, 2]);
+        assert_eq!(x.gather(1, &i).to_vec_f64(), vec![1.0, 0.0, 2.0, 2.0, 5.0, 5.0]);
+        // The index may be smaller than the input outside `dim`.
+        let y = x.gather(0, &idx(&[2, 0], &[1, 2]));
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 2][..], vec![4.0, 1.0]));
+        assert_eq!(x.gather(-1, &idx(&[-1, -2, 0], &[3, 1])).to_vec_f64(), vec![1.0, 2.0, 4.0]);
+    }
+
+    #[test]
+    fn gather_backward() {
+        let x = x32();
+        let y = x.gather(1, &idx(&[1, 0, 0, 0, 1, 1], &[3, 2]));
+        (&y * &w(&y)).sum().backward();
+        assert_eq!(grad(&x), vec![2.0, 1.0, 7.0, 0.0, 0.0, 11.0]);
+    }
+
+    #[test]
+    fn gather_gradcheck() {
+        gradcheck(|t| t[0].gather(1, &idx(&[1, 0, 0, 0, 1, 1], &[3, 2])).exp(), &[g32()]).unwrap();
+        gradcheck(|t| t[0].gather(0, &idx(&[2, 2], &[1, 2])), &[g32()]).unwrap();
+    }
+
+    #[test]
+    fn scatter_add_forward() {
+        let base = t64(&ramp(&[3, 2]), &[3, 2]);
+        let src = t64(&[10.0, 20.0, 30.0, 40.0, 50.0, 60.0], &[3, 2]);
+        let y = base.scatter_add(1, &idx(&[1, 0, 0, 0, 1, 1], &[3, 2]), &src);
+        assert_eq!(y.to_vec_f64(), vec![20.0, 11.0, 72.0, 3.0, 4.0, 115.0]);
+        let z = base.scatter_add(0, &idx(&[2, 0], &[1, 2]), &t64(&[1.0, 2.0], &[1, 2]));
+        assert_eq!(z.to_vec_f64(), vec![0.0, 3.0, 2.0, 3.0, 5.0, 5.0]);
+    }
+
+    #[test]
+    fn scatter_add_backward() {
+        let base = x32();
+        let src = leaf(&[10.0, 20.0, 30.0, 40.0, 50.0, 60.0], &[3, 2]);
+        let y = base.scatter_add(1, &idx(&[1, 0, 0, 0, 1, 1], &[3, 2]), &src);
+        (&y * &w(&y)).sum().backward();
+        assert_eq!(grad(&base), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(grad(&src), vec![2.0, 1.0, 3.0, 3.0, 6.0, 6.0]);
+    }
+
+    #[test]
+    fn scatter_add_gradcheck() {
+        let src = t64(&[0.5, -0.25, 1.5, 0.75], &[2, 2]);
+        gradcheck(|t| t[0].scatter_add(0, &idx(&[2, 0, 2, 2], &[2, 2]), &t[1]).exp(), &[g32(), src]).unwrap();
+    }
+
+    #[test]
+    fn embedding_forward() {
+        let wt = t64(&ramp(&[4, 3]), &[4, 3]);
+        let e = Tensor::embedding(&idx(&[3, 1, 1, 0], &[2, 2]), &wt);
+        assert_eq!(e.shape(), &[2, 2, 3]);
+        assert_eq!(e.to_vec_f64(), vec![9., 10., 11., 3., 4., 5., 3., 4., 5., 0., 1., 2.]);
+        let s = Tensor::embedding(&idx(&[2], &[]), &wt);
+        assert_eq!((s.shape(), s.to_vec_f64()), (&[3][..], vec![6.0, 7.0, 8.0]));
+    }
+
+    #[test]
+    fn embedding_backward_accumulates_repeated_ids() {
+        let wt = leaf(&ramp(&[4, 3]), &[4, 3]);
+        let e = Tensor::embedding(&idx(&[3, 1, 1, 0], &[2, 2]), &wt);
+        (&e * &w(&e)).sum().backward();
+        assert_eq!(grad(&wt), vec![10., 11., 12., 11., 13., 15., 0., 0., 0., 1., 2., 3.]);
+    }
+
+    #[test]
+    fn embedding_gradcheck() {
+        let wt = t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4, -0.15, 0.9], &[4, 2]);
+        gradcheck(|t| Tensor::embedding(&idx(&[3, 1, 1], &[3]), &t[0]).tanh(), &[wt]).unwrap();
+    }
+
+    #[test]
+    fn index_ops_on_noncontiguous_inputs_and_indices() {
+        let x = g32();
+        let i1 = idx(&[2, 0, 2], &[3]);
+        let ig = idx(&[1, 0, 0, 0, 1, 1], &[3, 2]);
+        let src = t64(&[0.5, -0.25, 1.5, 0.75, 2.5, -1.0], &[3, 2]);
+        check_noncontig(|t| t[0].index_select(0, &t[1]), &[x.clone(), i1.clone()]);
+        check_noncontig(|t| t[0].index_add(0, &t[1], &t[2]), &[x.clone(), i1.clone(), src.clone()]);
+        check_noncontig(|t| t[0].gather(1, &t[1]), &[x.clone(), ig.clone()]);
+        check_noncontig(|t| t[0].scatter_add(1, &t[1], &t[2]), &[x.clone(), ig.clone(), src.clone()]);
+        check_noncontig(|t| Tensor::embedding(&t[1], &t[0]), &[x.clone(), ig.clone()]);
+        // Transposed inputs and indices against contiguous copies.
+        let xt = t64(&[0.3, 2.0, 1.1, -1.2, -0.7, 0.4], &[2, 3]).t(); // == x
+        let it = idx(&[1, 0, 1, 0, 0, 1], &[2, 3]).t(); // == ig
+        assert_eq!(xt.gather(1, &it).to_vec_f64(), x.gather(1, &ig).to_vec_f64());
+        assert_eq!(x.scatter_add(1, &it, &xt).to_vec_f64(), x.scatter_add(1, &ig, &x).to_vec_f64());
+        assert_eq!(xt.index_select(0, &i1).to_vec_f64(), x.index_select(0, &i1).to_vec_f64());
+        let i2 = idx(&[1, 9, 0, 9], &[2, 2]).narrow(1, 0, 1).reshape(&[2]); // [1, 0] at stride 2
+        assert!(!i2.is_contiguous());
+        assert_eq!(xt.index_select(1, &i2).to_vec_f64(), x.index_select(1, &idx(&[1, 0], &[2])).to_vec_f64());
+        let ex = x.narrow(0, 1, 1).expand(&[3, 2]);
+        assert_eq!(ex.gather(1, &ig).to_vec_f64(), ex.contiguous().gather(1, &ig).to_vec_f64());
+    }
+
+    #[test]
+    fn index_ops_on_meta() {
+        let m = Tensor::full_on(&[5, 3], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        let i = Tensor::full_on(&[2, 4], 0.0, DType::I64, Device::Meta);
+        let e = Tensor::embedding(&i, &m);
+        assert_eq!((e.shape(), e.device()), (&[2, 4, 3][..], Device::Meta));
+        let i1 = Tensor::full_on(&[7], 0.0, DType::I64, Device::Meta);
+        assert_eq!(m.index_select(0, &i1).shape(), &[7, 3]);
+        let ig = Tensor::full_on(&[5, 2], 0.0, DType::I64, Device::Meta);
+        assert_eq!(m.gather(1, &ig).shape(), &[5, 2]);
+        e.sum().backward();
+        assert_eq!(m.grad().unwrap().shape(), &[5, 3]);
+    }
+
+    #[test]
+    fn gather_and_scatter_on_rank0() {
+        let s = Tensor::from_vec_f64(vec![2.5], &[]).requires_grad_(true);
+        let i = idx(&[0], &[]);
+        let g = s.gather(0, &i);
+        assert_eq!((g.shape(), g.item()), (&[] as &[usize], 2.5));
+        (g * 3.0).backward();
+        assert_eq!(s.grad().unwrap().item(), 3.0);
+        let z = s.detach().scatter_add(0, &i, &t64(&[1.0], &[]));
+        assert_eq!(z.item(), 3.5);
+    }
+
+    #[test]
+    #[should_panic(expected = "index_select: index 3 is out of bounds for dimension 0 with size 3")]
+    fn index_select_out_of_bounds_panics() {
+        x32().index_select(0, &idx(&[0, 3], &[2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "gather: index -3 is out of bounds for dimension 1 with size 2")]
+    fn gather_out_of_bounds_panics() {
+        x32().gather(1, &idx(&[0, -3, 0, 0, 0, 0], &[3, 2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "embedding: index 4 is out of range for 4 embeddings")]
+    fn embedding_index_out_of_range_panics() {
+        Tensor::embedding(&idx(&[0, 4], &[2]), &Tensor::zeros(&[4, 3]));
+    }
+
+    #[test]
+    #[should_panic(expected = "embedding: index -1 is out of range for 4 embeddings")]
+    fn embedding_rejects_negative_ids() {
+        Tensor::embedding(&idx(&[-1], &[1]), &Tensor::zeros(&[4, 3]));
+    }
+
+    #[test]
+    #[should_panic(expected = "gather: index must be an i64 tensor, got f32")]
+    fn gather_with_float_index_panics() {
+        x32().gather(1, &Tensor::zeros(&[3, 2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "gather: index of shape [4, 1] does not fit input of shape [3, 2]")]
+    fn gather_with_too_large_index_panics() {
+        x32().gather(1, &idx(&[0; 4], &[4, 1]));
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "index_add: source of shape [2, 2] and index of shape [3] do not fit input of shape [3, 2] along dim 0 (source should be [3, 2])"
+    )]
+    fn index_add_with_wrong_source_shape_panics() {
+        x32().index_add(0, &idx(&[0, 1, 2], &[3]), &Tensor::zeros(&[2, 2]).to_dtype(DType::F64));
+    }
+
+    #[test]
+    #[should_panic(expected = "scatter_add: src of shape [2, 2] must match index of shape [3, 2]")]
+    fn scatter_add_with_wrong_src_shape_panics() {
+        x32().scatter_add(1, &idx(&[0; 6], &[3, 2]), &Tensor::zeros(&[2, 2]).to_dtype(DType::F64));
+    }
+
+    #[test]
+    #[should_panic(expected = "embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape [4]")]
+    fn embedding_with_1d_weight_panics() {
+        Tensor::embedding(&idx(&[0], &[1]), &Tensor::zeros(&[4]));
     }
 }

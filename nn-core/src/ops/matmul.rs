@@ -19,6 +19,7 @@ use crate::tensor::Tensor;
 const SMALL_GEMM: usize = 96 * 96 * 96;
 
 /// Batched GEMM over broadcast batch dims: `a: [..., m, k]`, `b: [..., k, n]`.
+#[allow(clippy::too_many_arguments)]
 fn bmm_kernel<T: FloatElement>(
     a: &[T],
     la: &Layout,
@@ -158,4 +159,225 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
             ]
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::gradcheck;
+    use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64, transposed_storage};
+    use crate::{DType, Device, Tensor};
+
+    /// `[[1, 2, 3], [4, 5, 6]]`.
+    const A: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    /// `[[7, 8], [9, 10], [11, 12]]`.
+    const B: [f64; 6] = [7.0, 8.0, 9.0, 10.0, 11.0, 12.0];
+
+    /// A deterministic, varied input of `shape`.
+    fn vals(shape: &[usize], seed: u64) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v = (0..n as u64).map(|i| ((i * 7919 + seed * 104729) % 23) as f64 / 11.0 - 1.0).collect();
+        Tensor::from_vec_f64(v, shape)
+    }
+
+    /// Naive matmul of `[.., m, k] x [.., k, n]` with equal batch dims, for reference.
+    fn naive(a: &Tensor, b: &Tensor) -> Vec<f64> {
+        let (ra, rb) = (a.rank(), b.rank());
+        let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
+        let batch: usize = a.shape()[..ra - 2].iter().product();
+        let (av, bv) = (a.to_vec_f64(), b.to_vec_f64());
+        let mut out = vec![0.0; batch * m * n];
+        for p in 0..batch {
+            for i in 0..m {
+                for j in 0..n {
+                    out[(p * m + i) * n + j] = (0..k).map(|t| av[(p * m + i) * k + t] * bv[(p * k + t) * n + j]).sum();
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matmul_2d_forward_backward_gradcheck() {
+        let (a, b) = (leaf(&A, &[2, 3]), leaf(&B, &[3, 2]));
+        let y = a.matmul(&b);
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[2, 2][..], vec![58.0, 64.0, 139.0, 154.0]));
+        let y32 = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).matmul(&b.to_dtype(DType::F32));
+        assert_eq!(y32.to_vec(), vec![58.0, 64.0, 139.0, 154.0]);
+        (&y * &t64(&[1.0, 2.0, 3.0, 4.0], &[2, 2])).sum().backward();
+        // grad_a = w b^T, grad_b = a^T w.
+        assert_eq!(grad(&a), vec![23.0, 29.0, 35.0, 53.0, 67.0, 81.0]);
+        assert_eq!(grad(&b), vec![13.0, 18.0, 17.0, 24.0, 21.0, 30.0]);
+        gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[2, 3], 1), vals(&[3, 4], 2)]).unwrap();
+        gradcheck(|t| t[0].matmul(&t[1]).tanh(), &[vals(&[3, 2], 3), vals(&[2, 3], 4)]).unwrap();
+    }
+
+    #[test]
+    fn matmul_1d_by_1d_is_a_dot_product() {
+        let (u, v) = (leaf(&[1.0, 2.0, 3.0], &[3]), leaf(&[4.0, 5.0, 6.0], &[3]));
+        let d = u.matmul(&v);
+        assert_eq!((d.shape(), d.item()), (&[] as &[usize], 32.0));
+        d.square().backward();
+        assert_eq!(grad(&u), vec![256.0, 320.0, 384.0]);
+        assert_eq!(grad(&v), vec![64.0, 128.0, 192.0]);
+        gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[4], 1), vals(&[4], 2)]).unwrap();
+    }
+
+    #[test]
+    fn matmul_2d_by_1d_and_1d_by_2d() {
+        let a = leaf(&A, &[2, 3]);
+        let v = leaf(&[1.0, 0.0, -1.0], &[3]);
+        let y = a.matmul(&v);
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[2][..], vec![-2.0, -2.0]));
+        (&y * &t64(&[1.0, 2.0], &[2])).sum().backward();
+        assert_eq!(grad(&v), vec![9.0, 12.0, 15.0]);
+        assert_eq!(grad(&a), vec![1.0, 0.0, -1.0, 2.0, 0.0, -2.0]);
+
+        let a = leaf(&A, &[2, 3]);
+        let u = leaf(&[1.0, -1.0], &[2]);
+        let z = u.matmul(&a);
+        assert_eq!((z.shape(), z.to_vec_f64()), (&[3][..], vec![-3.0, -3.0, -3.0]));
+        (&z * &t64(&[1.0, 2.0, 3.0], &[3])).sum().backward();
+        assert_eq!(grad(&u), vec![14.0, 32.0]);
+        assert_eq!(grad(&a), vec![1.0, 2.0, 3.0, -1.0, -2.0, -3.0]);
+        gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[2, 3], 1), vals(&[3], 2)]).unwrap();
+        gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[3], 3), vals(&[3, 2], 4)]).unwrap();
+        // 1-D against a batch: [k] x [b, k, n] -> [b, n].
+        let w = vals(&[2, 3, 2], 5);
+        assert_eq!(vals(&[3], 6).matmul(&w).shape(), &[2, 2]);
+        gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[3], 6), w]).unwrap();
+    }
+
+    #[test]
+    fn matmul_batched_forward_backward_gradcheck() {
+        let a = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 2, 2]);
+        let b = leaf(&[1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 1.0, 1.0], &[2, 2, 2]);
+        let y = a.matmul(&b);
+        assert_eq!(y.to_vec_f64(), vec![1.0, 2.0, 3.0, 4.0, 16.0, 6.0, 22.0, 8.0]);
+        y.sum().backward();
+        // grad_a[p] = 1 b[p]^T (row sums of b), grad_b[p] = a[p]^T 1 (column sums of a).
+        assert_eq!(grad(&a), vec![1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
+        assert_eq!(grad(&b), vec![4.0, 4.0, 6.0, 6.0, 12.0, 12.0, 14.0, 14.0]);
+        gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[2, 2, 3], 1), vals(&[2, 3, 2], 2)]).unwrap();
+    }
+
+    #[test]
+    fn matmul_broadcasts_batch_dims() {
+        // [2, 1, 1, 2] x [3, 2, 1] -> [2, 3, 1, 1]: every row of a against every column of b.
+        let a = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 1, 1, 2]);
+        let b = leaf(&[1.0, 1.0, 0.0, 1.0, 2.0, -1.0], &[3, 2, 1]);
+        let y = a.matmul(&b);
+        assert_eq!(y.shape(), &[2, 3, 1, 1]);
+        assert_eq!(y.to_vec_f64(), vec![3.0, 2.0, 0.0, 7.0, 4.0, 2.0]);
+        y.sum().backward();
+        // Gradients are summed back over the broadcast batch dims.
+        assert_eq!(grad(&a), vec![3.0, 1.0, 3.0, 1.0]);
+        assert_eq!(grad(&b), vec![4.0, 6.0, 4.0, 6.0, 4.0, 6.0]);
+        // Batched against plain 2-D, both ways.
+        let (p, q) = (vals(&[2, 2, 3], 1), vals(&[3, 2], 2));
+        assert_close64(&p.matmul(&q).to_vec_f64(), &naive(&p, &q.expand(&[2, 3, 2]).contiguous()), 1e-14);
+        gradcheck(|t| t[0].matmul(&t[1]), &[p, q]).unwrap();
+        gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[2, 3], 3), vals(&[2, 1, 3, 2], 4)]).unwrap();
+        gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[1, 2, 3], 5), vals(&[2, 3, 2], 6)]).unwrap();
+    }
+
+    #[test]
+    fn matmul_matches_a_naive_reference_on_every_kernel_path() {
+        // Small batches run in parallel over the batch; a large matrix runs one GEMM.
+        for (sa, sb) in
+            [(vec![8, 5, 7], vec![8, 7, 3]), (vec![1, 33, 17], vec![1, 17, 9]), (vec![100, 100], vec![100, 100])]
+        {
+            let (a, b) = (vals(&sa, 1), vals(&sb, 2));
+            assert_close64(&a.matmul(&b).to_vec_f64(), &naive(&a, &b), 1e-12);
+        }
+    }
+
+    #[test]
+    fn matmul_takes_strided_operands_without_changing_results() {
+        let (a, b) = (vals(&[3, 4], 1), vals(&[4, 2], 2));
+        let reference = a.matmul(&b).to_vec_f64();
+        let at = transposed_storage(&a);
+        let bt = transposed_storage(&b);
+        assert!(!at.is_contiguous() && !bt.is_contiguous());
+        assert_eq!(at.matmul(&bt).to_vec_f64(), reference);
+        assert_eq!(b.t().matmul(&a.t()).to_vec_f64(), transposed(&reference, 3, 2));
+        // Narrowed, permuted and expanded (stride 0) operands.
+        let wide = vals(&[3, 6], 3);
+        let n = wide.narrow(1, 1, 4);
+        assert_eq!(n.matmul(&b).to_vec_f64(), n.contiguous().matmul(&b).to_vec_f64());
+        let e = b.unsqueeze(0).expand(&[3, 4, 2]);
+        let p = vals(&[3, 3, 4], 4).permute(&[1, 0, 2]);
+        assert_eq!(p.matmul(&e).to_vec_f64(), p.contiguous().matmul(&e.contiguous()).to_vec_f64());
+        let row = vals(&[1, 4], 5).expand(&[3, 4]);
+        assert_eq!(row.matmul(&b).to_vec_f64(), row.contiguous().matmul(&b).to_vec_f64());
+        check_noncontig(|t| t[0].matmul(&t[1]), &[a, b]);
+        check_noncontig(|t| t[0].matmul(&t[1]), &[vals(&[2, 2, 3], 6), vals(&[3], 7)]);
+    }
+
+    fn transposed(v: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+        (0..cols).flat_map(|j| (0..rows).map(move |i| v[i * cols + j])).collect()
+    }
+
+    #[test]
+    fn matmul_with_zero_sized_dims() {
+        let a = Tensor::zeros(&[2, 0]).requires_grad_(true);
+        let b = Tensor::zeros(&[0, 3]).requires_grad_(true);
+        let y = a.matmul(&b);
+        assert_eq!((y.shape(), y.to_vec()), (&[2, 3][..], vec![0.0; 6]));
+        y.sum().backward();
+        assert_eq!(a.grad().unwrap().shape(), &[2, 0]);
+        assert_eq!(Tensor::zeros(&[0, 3]).matmul(&Tensor::ones(&[3, 2])).shape(), &[0, 2]);
+        assert_eq!(Tensor::zeros(&[0, 2, 3]).matmul(&Tensor::ones(&[3, 2])).shape(), &[0, 2, 2]);
+    }
+
+    #[test]
+    fn matmul_on_meta_gives_shapes() {
+        let a = Tensor::full_on(&[4, 1, 5, 3], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        let b = Tensor::full_on(&[6, 3, 2], 0.0, DType::F32, Device::Meta);
+        let y = a.matmul(&b);
+        assert_eq!((y.shape(), y.device()), (&[4, 6, 5, 2][..], Device::Meta));
+        let v = Tensor::full_on(&[3], 0.0, DType::F32, Device::Meta);
+        assert_eq!(a.matmul(&v).shape(), &[4, 1, 5]);
+        y.sum().backward();
+        assert_eq!((a.grad().unwrap().shape(), a.grad().unwrap().device()), (&[4, 1, 5, 3][..], Device::Meta));
+    }
+
+    #[test]
+    #[should_panic(expected = "matmul: [32, 100] x [784, 256]: inner dimensions 100 and 784 differ")]
+    fn matmul_inner_dimension_mismatch_message() {
+        Tensor::zeros(&[32, 100]).matmul(&Tensor::zeros(&[784, 256]));
+    }
+
+    #[test]
+    #[should_panic(expected = "matmul: [3] x [2, 4]: inner dimensions 3 and 2 differ")]
+    fn matmul_vector_mismatch_message() {
+        Tensor::zeros(&[3]).matmul(&Tensor::zeros(&[2, 4]));
+    }
+
+    #[test]
+    #[should_panic(expected = "matmul: [2, 2, 3] x [3, 3, 2]: batch dimensions cannot be broadcast together")]
+    fn matmul_batch_mismatch_message() {
+        Tensor::zeros(&[2, 2, 3]).matmul(&Tensor::zeros(&[3, 3, 2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "matmul: both arguments need at least 1 dimension, got shapes [] and [2]")]
+    fn matmul_of_rank0_panics() {
+        Tensor::scalar(1.0).matmul(&Tensor::zeros(&[2]));
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "matmul: expected all tensors of one dtype, got f32 (shape [2, 2]) and f64 (shape [2, 2])"
+    )]
+    fn matmul_dtype_mix_panics() {
+        Tensor::zeros(&[2, 2]).matmul(&Tensor::zeros(&[2, 2]).to_dtype(DType::F64));
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "matmul: expected all tensors on one device, got cpu (shape [2, 2]) and meta (shape [2, 2])"
+    )]
+    fn matmul_device_mix_panics() {
+        Tensor::zeros(&[2, 2]).matmul(&Tensor::full_on(&[2, 2], 0.0, DType::F32, Device::Meta));
+    }
 }

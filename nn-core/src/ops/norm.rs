@@ -143,3 +143,209 @@ impl Tensor {
         y
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::gradcheck;
+    use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64};
+    use crate::{DType, Device, Tensor};
+
+    /// `(x - mean) / std` of `[1, 2, 3, 4]` (and of any affine image of it).
+    const XH: [f64; 4] = [-1.3416407864998738, -0.4472135954999579, 0.4472135954999579, 1.3416407864998738];
+    const ROWS: [f64; 8] = [1.0, 2.0, 3.0, 4.0, 2.0, 4.0, 6.0, 8.0];
+
+    fn g() -> Tensor {
+        t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4, -0.15, 0.9, 1.6, -2.1, 0.05, 0.75], &[2, 3, 2])
+    }
+
+    #[test]
+    fn layer_norm_forward() {
+        let x = t64(&ROWS, &[2, 4]);
+        let y = x.layer_norm(&[4], None, None, 0.0);
+        assert_close64(&y.to_vec_f64(), &[XH, XH].concat(), 1e-15);
+        let w = t64(&[1.0, 2.0, 0.5, -1.0], &[4]);
+        let b = t64(&[0.0, 0.1, 0.2, 0.3], &[4]);
+        let ya = x.layer_norm(&[4], Some(&w), Some(&b), 0.0).to_vec_f64();
+        let e: Vec<f64> =
+            (0..8).map(|i| XH[i % 4] * [1.0, 2.0, 0.5, -1.0][i % 4] + [0.0, 0.1, 0.2, 0.3][i % 4]).collect();
+        assert_close64(&ya, &e, 1e-15);
+        // eps goes inside the square root: [1, 3] has variance 1.
+        let r = t64(&[1.0, 3.0], &[1, 2]).layer_norm(&[2], None, None, 1.0).to_vec_f64();
+        assert_close64(&r, &[-std::f64::consts::FRAC_1_SQRT_2, std::f64::consts::FRAC_1_SQRT_2], 1e-15);
+        // Normalising over the last two dims of [2, 3, 2]: each sample has mean 0, var 1.
+        let z = g().layer_norm(&[3, 2], None, None, 0.0);
+        assert_close64(&z.mean_dims(&[1, 2], false).to_vec_f64(), &[0.0, 0.0], 1e-15);
+        assert_close64(&z.var_dims(&[1, 2], 0, false).to_vec_f64(), &[1.0, 1.0], 1e-14);
+        let f = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 4]).layer_norm(&[4], None, None, 1e-5);
+        crate::testing::assert_close(&f.to_vec(), &[-1.3416348, -0.44721162, 0.44721162, 1.3416348], 1e-6, 1e-5);
+    }
+
+    #[test]
+    fn layer_norm_backward() {
+        let x = leaf(&ROWS, &[2, 4]);
+        (x.layer_norm(&[4], None, None, 0.0) * t64(&[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, -1.0], &[2, 4]))
+            .sum()
+            .backward();
+        // (w - mean(w) - xh * mean(w xh)) / std, per row.
+        let e = [
+            0.2683281572999747,
+            -0.35777087639996635,
+            -0.08944271909999159,
+            0.17888543819998318,
+            -0.1341640786499874,
+            -0.044721359549995794,
+            0.49193495504995377,
+            -0.3130495168499705,
+        ];
+        assert_close64(&grad(&x), &e, 1e-14);
+        // Affine parameters: d/dweight = sum over rows of xh * w_out, d/dbias = sum of w_out.
+        let x = t64(&ROWS, &[2, 4]);
+        let (w, b) = (leaf(&[1.0, 2.0, 0.5, -1.0], &[4]), leaf(&[0.0; 4], &[4]));
+        (x.layer_norm(&[4], Some(&w), Some(&b), 0.0) * t64(&[1.0, 2.0, 3.0, 4.0, 1.0, 1.0, 1.0, 1.0], &[2, 4]))
+            .sum()
+            .backward();
+        assert_close64(&grad(&w), &[XH[0] * 2.0, XH[1] * 3.0, XH[2] * 4.0, XH[3] * 5.0], 1e-14);
+        assert_eq!(grad(&b), vec![2.0, 3.0, 4.0, 5.0]);
+    }
+
+    #[test]
+    fn layer_norm_gradcheck() {
+        let (w, b) = (t64(&[0.5, -1.5], &[2]), t64(&[0.25, 0.75], &[2]));
+        gradcheck(|t| t[0].layer_norm(&[2], Some(&t[1]), Some(&t[2]), 1e-5), &[g(), w, b]).unwrap();
+        gradcheck(|t| t[0].layer_norm(&[3, 2], None, None, 1e-3).exp(), &[g()]).unwrap();
+    }
+
+    #[test]
+    fn batch_norm_training_normalises_and_updates_running_stats() {
+        // x: [N = 4, C = 2]; channel 0 holds 1, 2, 3, 4 and channel 1 holds 2, 4, 6, 8.
+        let x = t64(&[1.0, 2.0, 2.0, 4.0, 3.0, 6.0, 4.0, 8.0], &[4, 2]);
+        let (rm, rv) = (Tensor::zeros(&[2]).to_dtype(DType::F64), Tensor::ones(&[2]).to_dtype(DType::F64));
+        let y = x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, 0.0);
+        let e: Vec<f64> = (0..8).map(|i| XH[i / 2]).collect();
+        assert_close64(&y.to_vec_f64(), &e, 1e-15);
+        assert_close64(&rm.to_vec_f64(), &[0.25, 0.5], 1e-15);
+        // Unbiased batch variances 5/3 and 20/3.
+        assert_close64(&rv.to_vec_f64(), &[1.0666666666666667, 1.5666666666666667], 1e-15);
+        // A second step moves them again.
+        x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, 0.0);
+        assert_close64(&rm.to_vec_f64(), &[0.475, 0.95], 1e-15);
+        // 4-D input [N, C, H, W]: statistics over N, H and W.
+        let x4 = t64(&[1.0, 2.0, 10.0, 20.0, 3.0, 4.0, 30.0, 40.0], &[2, 2, 1, 2]);
+        let y4 =
+            x4.batch_norm(None, None, Some(&t64(&[1.0, 2.0], &[2])), Some(&t64(&[0.0, -1.0], &[2])), true, 0.1, 0.0);
+        let e4 =
+            [XH[0], XH[1], 2.0 * XH[0] - 1.0, 2.0 * XH[1] - 1.0, XH[2], XH[3], 2.0 * XH[2] - 1.0, 2.0 * XH[3] - 1.0];
+        assert_close64(&y4.to_vec_f64(), &e4, 1e-15);
+    }
+
+    #[test]
+    fn batch_norm_eval_uses_running_stats() {
+        let x = t64(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+        let (rm, rv) = (t64(&[1.0, 2.0], &[2]), t64(&[4.0, 0.25], &[2]));
+        let y = x.batch_norm(Some(&rm), Some(&rv), None, None, false, 0.1, 0.0);
+        assert_eq!(y.to_vec_f64(), vec![0.0, 0.0, 1.0, 4.0]);
+        assert_eq!((rm.to_vec_f64(), rv.to_vec_f64()), (vec![1.0, 2.0], vec![4.0, 0.25]), "eval does not update");
+        let (w, b) = (t64(&[2.0, -1.0], &[2]), t64(&[0.5, 0.5], &[2]));
+        let y = x.batch_norm(Some(&rm), Some(&rv), Some(&w), Some(&b), false, 0.1, 0.0);
+        assert_eq!(y.to_vec_f64(), vec![0.5, 0.5, 2.5, -3.5]);
+        // Without running stats, eval normalises with the batch statistics.
+        let z = t64(&[1.0, 5.0, 3.0, 7.0], &[2, 2]).batch_norm(None, None, None, None, false, 0.1, 0.0);
+        assert_eq!(z.to_vec_f64(), vec![-1.0, -1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn batch_norm_backward() {
+        // Eval mode is affine in x: d/dx = w_out * weight / sqrt(running_var + eps).
+        let x = leaf(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+        let (rm, rv) = (t64(&[1.0, 2.0], &[2]), t64(&[4.0, 0.25], &[2]));
+        let w = leaf(&[2.0, -1.0], &[2]);
+        let y = x.batch_norm(Some(&rm), Some(&rv), Some(&w), None, false, 0.1, 0.0);
+        (y * t64(&[1.0, 2.0, 3.0, 4.0], &[2, 2])).sum().backward();
+        assert_eq!(grad(&x), vec![1.0, -4.0, 3.0, -8.0]);
+        // d/dweight = sum_n w_out * (x - rm) / sqrt(rv)
+        assert_eq!(grad(&w), vec![3.0 * 1.0, 4.0 * 4.0]);
+        // Training mode: the same formula as layer norm, per channel.
+        let x = leaf(&[1.0, 2.0, 2.0, 4.0, 3.0, 6.0, 4.0, 8.0], &[4, 2]);
+        (x.batch_norm(None, None, None, None, true, 0.1, 0.0)
+            * t64(&[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0], &[4, 2]))
+        .sum()
+        .backward();
+        let e = [
+            0.2683281572999747,
+            -0.1341640786499874,
+            -0.35777087639996635,
+            -0.044721359549995794,
+            -0.08944271909999159,
+            0.49193495504995377,
+            0.17888543819998318,
+            -0.3130495168499705,
+        ];
+        assert_close64(&grad(&x), &e, 1e-14);
+    }
+
+    #[test]
+    fn batch_norm_gradcheck() {
+        let x = t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4, -0.15, 0.9, 1.6, -2.1, 0.05, 0.75], &[2, 3, 2]);
+        let (w, b) = (t64(&[0.5, -1.5, 2.0], &[3]), t64(&[0.25, 0.75, -0.5], &[3]));
+        gradcheck(
+            |t| t[0].batch_norm(None, None, Some(&t[1]), Some(&t[2]), true, 0.1, 1e-5),
+            &[x.clone(), w.clone(), b.clone()],
+        )
+        .unwrap();
+        let (rm, rv) = (t64(&[0.1, -0.2, 0.3], &[3]), t64(&[1.5, 0.5, 2.0], &[3]));
+        gradcheck(|t| t[0].batch_norm(Some(&rm), Some(&rv), Some(&t[1]), Some(&t[2]), false, 0.1, 1e-5), &[x, w, b])
+            .unwrap();
+    }
+
+    #[test]
+    fn norms_on_noncontiguous_inputs() {
+        let (w, b) = (t64(&[0.5, -1.5], &[2]), t64(&[0.25, 0.75], &[2]));
+        check_noncontig(|t| t[0].layer_norm(&[2], Some(&t[1]), Some(&t[2]), 1e-5), &[g(), w, b]);
+        check_noncontig(|t| t[0].batch_norm(None, None, None, None, true, 0.1, 1e-5), &[g()]);
+        let p = g().permute(&[0, 2, 1]);
+        assert_eq!(
+            p.layer_norm(&[3], None, None, 1e-5).to_vec_f64(),
+            p.contiguous().layer_norm(&[3], None, None, 1e-5).to_vec_f64()
+        );
+    }
+
+    #[test]
+    fn norms_on_meta() {
+        let m = Tensor::full_on(&[4, 3, 5], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        let w = Tensor::full_on(&[5], 1.0, DType::F32, Device::Meta);
+        let y = m.layer_norm(&[5], Some(&w), None, 1e-5);
+        assert_eq!((y.shape(), y.device()), (&[4, 3, 5][..], Device::Meta));
+        let rm = Tensor::full_on(&[3], 0.0, DType::F32, Device::Meta);
+        let rv = Tensor::full_on(&[3], 1.0, DType::F32, Device::Meta);
+        let z = m.batch_norm(Some(&rm), Some(&rv), None, None, false, 0.1, 1e-5);
+        assert_eq!((z.shape(), z.device()), (&[4, 3, 5][..], Device::Meta));
+        (y.sum() + z.sum()).backward();
+        assert_eq!(m.grad().unwrap().shape(), &[4, 3, 5]);
+    }
+
+    #[test]
+    #[should_panic(expected = "layer_norm: input of shape [2, 3] does not end with normalized_shape [4]")]
+    fn layer_norm_shape_mismatch_panics() {
+        Tensor::zeros(&[2, 3]).layer_norm(&[4], None, None, 1e-5);
+    }
+
+    #[test]
+    #[should_panic(expected = "layer_norm: weight of shape [2] for normalized_shape [3]")]
+    fn layer_norm_weight_shape_mismatch_panics() {
+        Tensor::zeros(&[2, 3]).layer_norm(&[3], Some(&Tensor::ones(&[2])), None, 1e-5);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "batch_norm: expected more than 1 value per channel when training, got input of shape [1, 3]"
+    )]
+    fn batch_norm_needs_more_than_one_value_per_channel() {
+        Tensor::zeros(&[1, 3]).batch_norm(None, None, None, None, true, 0.1, 1e-5);
+    }
+
+    #[test]
+    #[should_panic(expected = "batch_norm: weight of shape [3] for an input with 2 channels (shape [4, 2])")]
+    fn batch_norm_parameter_shape_mismatch_panics() {
+        Tensor::zeros(&[4, 2]).batch_norm(None, None, Some(&Tensor::ones(&[3])), None, true, 0.1, 1e-5);
+    }
+}

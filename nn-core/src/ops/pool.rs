@@ -108,7 +108,15 @@ impl Tensor {
         let (pl, shape) = planes(OP, self, &options);
         let numel: usize = shape.iter().product();
         if self.device() == Device::Meta {
-            let v = Tensor::full_on(&shape, 0.0, self.dtype(), Device::Meta);
+            // Fix: record the node on meta too (a bare meta tensor was returned, so the
+            // result of pooling a meta tensor that requires grad did not require grad).
+            let in_shape = self.shape().to_vec();
+            let storage = Arc::new(Storage::Meta { dtype: self.dtype(), len: numel });
+            let v = op_result(OP, storage, Layout::contiguous(&shape), &[self], || {
+                move |g: &Tensor, _: &[bool]| -> Grads {
+                    smallvec![Some(Tensor::full_on(&in_shape, 0.0, g.dtype(), Device::Meta))]
+                }
+            });
             return (v, Tensor::full_on(&shape, 0.0, crate::DType::I64, Device::Meta));
         }
         let x = self.contiguous();
@@ -164,7 +172,7 @@ impl Tensor {
                     dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| {
                         for j in 0..plane_out {
                             let t = idx[q * plane_out + j] as usize;
-                            dxp[t] = dxp[t] + gv[q * plane_out + j];
+                            dxp[t] += gv[q * plane_out + j];
                         }
                     });
                     T::into_storage(dx)
@@ -264,7 +272,7 @@ fn pool_generic(
                         let mut acc = T::zero();
                         for ih in h0..h1 {
                             for iw in w0..w1 {
-                                acc = acc + src[ih * pl.w + iw];
+                                acc += src[ih * pl.w + iw];
                             }
                         }
                         y[oh * pl.wo + ow] = acc / T::from_f64(div);
@@ -291,7 +299,7 @@ fn pool_generic(
                             let share = gv[q * pl.ho * pl.wo + oh * pl.wo + ow] / T::from_f64(div);
                             for ih in h0..h1 {
                                 for iw in w0..w1 {
-                                    dxp[ih * pl.w + iw] = dxp[ih * pl.w + iw] + share;
+                                    dxp[ih * pl.w + iw] += share;
                                 }
                             }
                         }
@@ -302,4 +310,236 @@ fn pool_generic(
             smallvec![Some(Tensor::from_cpu(dx, &in_shape))]
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pool2dOptions;
+    use crate::testing::gradcheck;
+    use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64};
+    use crate::{DType, Device, Tensor};
+
+    /// A 4x4 plane with distinct values: `[[3, 9, 1, 4], [7, 2, 8, 6], [0, 5, 15, 11], [13, 10, 12, 14]]`.
+    const V: [f64; 16] = [3., 9., 1., 4., 7., 2., 8., 6., 0., 5., 15., 11., 13., 10., 12., 14.];
+    /// A 5x5 plane with distinct values `7 i mod 25`.
+    fn v5() -> Vec<f64> {
+        (0..25).map(|i| ((i * 7) % 25) as f64).collect()
+    }
+
+    fn opt(k: usize, s: usize, p: usize, d: usize, ceil_mode: bool) -> Pool2dOptions {
+        Pool2dOptions { kernel: (k, k), stride: (s, s), padding: (p, p), dilation: (d, d), ceil_mode }
+    }
+
+    fn ramp(n: usize) -> Vec<f64> {
+        (1..=n).map(|v| v as f64).collect()
+    }
+
+    /// Distinct values spaced well apart (no ties within 1e-3), for gradchecks.
+    fn distinct(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        t64(&(0..n).map(|i| ((i * 37) % n) as f64 * 0.1 - 1.0).collect::<Vec<_>>(), shape)
+    }
+
+    #[test]
+    fn max_pool2d_forward() {
+        let x = t64(&V, &[1, 1, 4, 4]);
+        let (y, i) = x.max_pool2d_with_indices(Pool2dOptions::new(2));
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 1, 2, 2][..], vec![9.0, 8.0, 13.0, 15.0]));
+        assert_eq!(i.to_vec_i64(), vec![1, 6, 12, 10]);
+        // 3x3 windows, stride 1, padding 1: padded positions never win.
+        let y = x.max_pool2d(opt(3, 1, 1, 1, false));
+        assert_eq!(y.shape(), &[1, 1, 4, 4]);
+        assert_eq!(y.to_vec_f64(), vec![9., 9., 9., 8., 9., 15., 15., 15., 13., 15., 15., 15., 13., 15., 15., 15.]);
+        // Dilation 2: taps two apart.
+        let (y, i) = x.max_pool2d_with_indices(opt(2, 1, 0, 2, false));
+        assert_eq!((y.to_vec_f64(), i.to_vec_i64()), (vec![15.0, 11.0, 13.0, 14.0], vec![10, 11, 12, 15]));
+        // All-negative input with padding: the padding is -inf, not 0.
+        let neg = t64(&[-5.0, -6.0, -7.0, -8.0], &[1, 2, 2]);
+        assert_eq!(neg.max_pool2d(opt(2, 2, 1, 1, false)).to_vec_f64(), vec![-5.0, -6.0, -7.0, -8.0]);
+    }
+
+    #[test]
+    fn max_pool2d_ceil_mode() {
+        let x = t64(&v5(), &[1, 1, 5, 5]);
+        let floor = x.max_pool2d(opt(2, 2, 0, 1, false));
+        assert_eq!((floor.shape(), floor.to_vec_f64()), (&[1, 1, 2, 2][..], vec![17.0, 24.0, 20.0, 19.0]));
+        let ceil = x.max_pool2d(opt(2, 2, 0, 1, true));
+        assert_eq!(ceil.shape(), &[1, 1, 3, 3]);
+        assert_eq!(ceil.to_vec_f64(), vec![17., 24., 13., 20., 19., 23., 22., 11., 18.]);
+        let cp = x.max_pool2d(opt(3, 2, 1, 1, true));
+        assert_eq!(cp.to_vec_f64(), vec![17., 24., 21., 20., 24., 23., 22., 22., 18.]);
+        // The last window must start inside the input or left padding: 4x4, k2 s2 p1 ceil
+        // gives 3 (not 4) per side, as PyTorch.
+        assert_eq!(Tensor::zeros(&[1, 4, 4]).max_pool2d(opt(2, 2, 1, 1, true)).shape(), &[1, 3, 3]);
+    }
+
+    #[test]
+    fn max_pool2d_backward() {
+        let x = leaf(&V, &[1, 1, 4, 4]);
+        let y = x.max_pool2d(opt(3, 1, 1, 1, false));
+        (&y * &t64(&ramp(16), &[1, 1, 4, 4])).sum().backward();
+        // Overlapping windows add up at their shared maxima.
+        let mut e = vec![0.0; 16];
+        (e[1], e[6], e[10], e[12]) = (11.0, 4.0, 99.0, 22.0);
+        assert_eq!(grad(&x), e);
+        let x = leaf(&V, &[1, 1, 4, 4]);
+        x.max_pool2d(Pool2dOptions::new(2)).exp().mean().backward();
+        let mut e = vec![0.0; 16];
+        for (i, v) in [(1, 9.0f64), (6, 8.0), (12, 13.0), (10, 15.0)] {
+            e[i] = v.exp() / 4.0;
+        }
+        assert_close64(&grad(&x), &e, 1e-14);
+    }
+
+    #[test]
+    fn max_pool2d_gradcheck() {
+        for o in [opt(2, 2, 0, 1, false), opt(3, 1, 1, 1, false), opt(2, 1, 1, 2, false), opt(2, 2, 0, 1, true)] {
+            gradcheck(|t| t[0].max_pool2d(o), &[distinct(&[1, 2, 5, 5])]).unwrap_or_else(|e| panic!("{o:?}: {e}"));
+        }
+    }
+
+    #[test]
+    fn avg_pool2d_forward_with_and_without_padding_in_the_count() {
+        let x = t64(&ramp(9), &[1, 1, 3, 3]);
+        let o = opt(2, 2, 1, 1, false);
+        let inc = x.avg_pool2d(o, true);
+        assert_eq!((inc.shape(), inc.to_vec_f64()), (&[1, 1, 2, 2][..], vec![0.25, 1.25, 2.75, 7.0]));
+        assert_eq!(x.avg_pool2d(o, false).to_vec_f64(), vec![1.0, 2.5, 5.5, 7.0]);
+        let plain = t64(&(0..16).map(f64::from).collect::<Vec<_>>(), &[1, 1, 4, 4]);
+        assert_eq!(plain.avg_pool2d(Pool2dOptions::new(2), true).to_vec_f64(), vec![2.5, 4.5, 10.5, 12.5]);
+        let ov = plain.avg_pool2d(opt(3, 1, 0, 1, false), true);
+        assert_eq!(ov.to_vec_f64(), vec![5.0, 6.0, 9.0, 10.0]);
+    }
+
+    #[test]
+    fn avg_pool2d_ceil_mode() {
+        let x = t64(&ramp(9), &[1, 1, 3, 3]);
+        // Windows hanging over the edge average only what lies inside input + padding.
+        for count_include_pad in [true, false] {
+            let y = x.avg_pool2d(opt(2, 2, 0, 1, true), count_include_pad);
+            assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 1, 2, 2][..], vec![3.0, 4.5, 7.5, 9.0]));
+        }
+        // 4x4, k3 s2 p1, ceil: 3 windows per side starting at -1, 1, 3. The last spans
+        // rows 3..5 of the padded extent (one real row, one padded row): with padding
+        // counted it divides by 2 per axis, without by 1.
+        let x = t64(&ramp(16), &[1, 1, 4, 4]);
+        let y = x.avg_pool2d(opt(3, 2, 1, 1, true), true);
+        assert_eq!(y.shape(), &[1, 1, 3, 3]);
+        let e = [14.0 / 9.0, 30.0 / 9.0, 2.0, 57.0 / 9.0, 11.0, 6.0, 4.5, 7.5, 4.0];
+        assert_close64(&y.to_vec_f64(), &e, 1e-15);
+        let y = x.avg_pool2d(opt(3, 2, 1, 1, true), false);
+        assert_close64(&y.to_vec_f64(), &[3.5, 5.0, 6.0, 9.5, 11.0, 12.0, 13.5, 15.0, 16.0], 1e-15);
+    }
+
+    #[test]
+    fn avg_pool2d_backward() {
+        let o = opt(2, 2, 1, 1, false);
+        let x = leaf(&ramp(9), &[1, 1, 3, 3]);
+        (x.avg_pool2d(o, true) * t64(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2])).sum().backward();
+        assert_eq!(grad(&x), vec![0.25, 0.5, 0.5, 0.75, 1.0, 1.0, 0.75, 1.0, 1.0]);
+        let x = leaf(&ramp(9), &[1, 1, 3, 3]);
+        (x.avg_pool2d(o, false) * t64(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2])).sum().backward();
+        assert_eq!(grad(&x), vec![1.0, 1.0, 1.0, 1.5, 1.0, 1.0, 1.5, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn avg_pool2d_gradcheck() {
+        for o in [opt(2, 2, 0, 1, false), opt(3, 1, 1, 1, false), opt(2, 2, 1, 1, true), opt(3, 2, 1, 1, true)] {
+            for inc in [true, false] {
+                gradcheck(|t| t[0].avg_pool2d(o, inc), &[distinct(&[1, 2, 5, 4])])
+                    .unwrap_or_else(|e| panic!("{o:?} {inc}: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn adaptive_avg_pool2d_forward() {
+        // 5 -> 3: windows [0, 2), [1, 4), [3, 5) on both axes.
+        let x = t64(&(0..25).map(f64::from).collect::<Vec<_>>(), &[1, 1, 5, 5]);
+        let y = x.adaptive_avg_pool2d((3, 3));
+        assert_eq!(y.shape(), &[1, 1, 3, 3]);
+        assert_eq!(y.to_vec_f64(), vec![3.0, 4.5, 6.0, 10.5, 12.0, 13.5, 18.0, 19.5, 21.0]);
+        assert_eq!(x.adaptive_avg_pool2d((1, 1)).to_vec_f64(), vec![12.0]);
+        assert_eq!(x.adaptive_avg_pool2d((5, 5)).to_vec_f64(), x.to_vec_f64());
+        // 5 -> (1, 2) and a 3-D input.
+        let r = x.reshape(&[1, 5, 5]).adaptive_avg_pool2d((1, 2));
+        assert_eq!((r.shape(), r.to_vec_f64()), (&[1, 1, 2][..], vec![11.0, 13.0]));
+        // Upsampling 2 -> 3: windows [0, 1), [0, 2), [1, 2).
+        let s = t64(&[1.0, 3.0], &[1, 1, 1, 2]).adaptive_avg_pool2d((1, 3));
+        assert_eq!(s.to_vec_f64(), vec![1.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn adaptive_avg_pool2d_backward() {
+        let x = leaf(&(0..25).map(f64::from).collect::<Vec<_>>(), &[1, 1, 5, 5]);
+        x.adaptive_avg_pool2d((3, 3)).sum().backward();
+        // Pixel (r, c) gets f(r) f(c), with f = sum over the windows holding it of 1/size.
+        let f = [0.5, 0.5 + 1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0 + 0.5, 0.5];
+        let e: Vec<f64> = (0..25).map(|i| f[i / 5] * f[i % 5]).collect();
+        assert_close64(&grad(&x), &e, 1e-15);
+    }
+
+    #[test]
+    fn adaptive_avg_pool2d_gradcheck() {
+        for out in [(3, 3), (2, 3), (1, 1), (4, 6)] {
+            gradcheck(|t| t[0].adaptive_avg_pool2d(out), &[distinct(&[2, 5, 4])]).unwrap();
+        }
+    }
+
+    #[test]
+    fn pooling_on_noncontiguous_inputs() {
+        let x = distinct(&[2, 2, 5, 4]);
+        check_noncontig(|t| t[0].max_pool2d(opt(2, 1, 1, 1, false)), std::slice::from_ref(&x));
+        check_noncontig(|t| t[0].avg_pool2d(opt(3, 2, 1, 1, true), false), std::slice::from_ref(&x));
+        check_noncontig(|t| t[0].adaptive_avg_pool2d((3, 3)), std::slice::from_ref(&x));
+        let nhwc = x.permute(&[0, 2, 3, 1]).contiguous().permute(&[0, 3, 1, 2]);
+        assert_eq!(
+            nhwc.max_pool2d(Pool2dOptions::new(2)).to_vec_f64(),
+            x.max_pool2d(Pool2dOptions::new(2)).to_vec_f64()
+        );
+        let t = x.transpose(2, 3);
+        assert_eq!(
+            t.avg_pool2d(Pool2dOptions::new(2), true).to_vec_f64(),
+            t.contiguous().avg_pool2d(Pool2dOptions::new(2), true).to_vec_f64()
+        );
+    }
+
+    #[test]
+    fn pooling_in_f32_and_on_meta() {
+        let x = Tensor::arange(0.0, 16.0, 1.0).reshape(&[1, 1, 4, 4]);
+        assert_eq!(x.max_pool2d(Pool2dOptions::new(2)).to_vec(), vec![5.0, 7.0, 13.0, 15.0]);
+        assert_eq!(x.adaptive_avg_pool2d((2, 2)).to_vec(), vec![2.5, 4.5, 10.5, 12.5]);
+        let m = Tensor::full_on(&[8, 3, 7, 7], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        assert_eq!(m.max_pool2d(opt(3, 2, 1, 1, true)).shape(), &[8, 3, 4, 4]);
+        assert_eq!(m.max_pool2d_with_indices(Pool2dOptions::new(2)).1.dtype(), DType::I64);
+        let a = m.avg_pool2d(opt(2, 2, 0, 1, false), true);
+        assert_eq!((a.shape(), a.device()), (&[8, 3, 3, 3][..], Device::Meta));
+        let ad = m.adaptive_avg_pool2d((5, 5));
+        assert_eq!(ad.shape(), &[8, 3, 5, 5]);
+        // Regression: max pooling on meta dropped the graph (the result did not require grad).
+        let mp = m.max_pool2d(Pool2dOptions::new(2));
+        assert!(mp.requires_grad());
+        (a.sum() + ad.sum() + mp.sum()).backward();
+        assert_eq!(m.grad().unwrap().shape(), &[8, 3, 7, 7]);
+    }
+
+    #[test]
+    #[should_panic(expected = "max_pool2d: padding (2, 2) should be at most half of the kernel size (3, 3)")]
+    fn pool_padding_larger_than_half_the_kernel_panics() {
+        Tensor::zeros(&[1, 1, 5, 5]).max_pool2d(opt(3, 1, 2, 1, false));
+    }
+
+    #[test]
+    #[should_panic(expected = "avg_pool2d: input of shape [1, 1, 2, 2] is smaller than the (dilated) window (3, 3)")]
+    fn pool_window_larger_than_input_panics() {
+        Tensor::zeros(&[1, 1, 2, 2]).avg_pool2d(Pool2dOptions::new(3), true);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "adaptive_avg_pool2d: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape [4, 4]"
+    )]
+    fn adaptive_pool_needs_3d_or_4d_input() {
+        Tensor::zeros(&[4, 4]).adaptive_avg_pool2d((2, 2));
+    }
 }

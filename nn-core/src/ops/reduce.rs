@@ -264,16 +264,36 @@ impl Tensor {
         }
     }
 
-    /// The largest element, as a 0-d tensor.
+    /// The largest element, as a 0-d tensor. On ties the gradient is shared evenly by
+    /// the tied elements, as PyTorch's `max()` without a dim.
     #[track_caller]
     pub fn max(&self) -> Tensor {
-        self.reshape(&[self.numel()]).max_dim(0, false).0
+        self.extreme_all(true)
     }
 
-    /// The smallest element, as a 0-d tensor.
+    /// The smallest element, as a 0-d tensor (ties share the gradient, like [`max`](Tensor::max)).
     #[track_caller]
     pub fn min(&self) -> Tensor {
-        self.reshape(&[self.numel()]).min_dim(0, false).0
+        self.extreme_all(false)
+    }
+
+    /// Full reduction to the largest (or smallest) element.
+    ///
+    /// Fix: this used to be `max_dim(0).0` of the flattened tensor, which sends the whole
+    /// gradient to the first tied element; PyTorch's full `max()`/`min()` spread it evenly
+    /// over every element equal to the result (NaN matching NaN).
+    #[track_caller]
+    fn extreme_all(&self, largest: bool) -> Tensor {
+        let op = if largest { "max" } else { "min" };
+        let v = no_grad(|| self.reshape(&[self.numel()]).extreme_dim(0usize, false, largest).0);
+        op_result(op, v.storage_arc(), v.layout().clone(), &[self], || {
+            let (x, v) = (self.detach(), v.clone());
+            move |g: &Tensor, _: &[bool]| -> Grads {
+                let hit = Tensor::where_cond(&v.ne(&v), &x.ne(&x), &x.eq(&v)).to_dtype(g.dtype());
+                let share = g / &hit.sum();
+                smallvec![Some(&hit * &share)]
+            }
+        })
     }
 
     /// `log(sum(exp(x)))` along `dim`, computed stably.
@@ -282,8 +302,9 @@ impl Tensor {
         let d = dim.resolve(self.rank(), "logsumexp");
         let m = no_grad(|| self.max_dim(d, true).0);
         let m = no_grad(|| {
-            // An all -inf row would give (-inf) - (-inf) = NaN; shift by 0 there.
-            let inf = m.eq(&m.scalar_like(f64::NEG_INFINITY));
+            // A row whose max is infinite would give inf - inf = NaN; shift by 0 there, as
+            // PyTorch does. (Fix: only -inf was masked, so a row holding +inf gave NaN.)
+            let inf = m.abs().eq(&m.scalar_like(f64::INFINITY));
             m.masked_fill(&inf, 0.0)
         });
         let out = (self - &m).exp().sum_dim(d, true).log() + &m;
@@ -292,5 +313,320 @@ impl Tensor {
         } else {
             out.squeeze_dim(d)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::gradcheck;
+    use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64};
+    use crate::{DType, Device, Tensor};
+
+    /// `[[1, 5, 2], [7, 0, 3]]`: distinct values, so max/min have no ties.
+    const X: [f64; 6] = [1.0, 5.0, 2.0, 7.0, 0.0, 3.0];
+    /// Gradcheck input: 2 x 3 x 2, distinct values.
+    const G: [f64; 12] = [0.3, -1.2, 2.0, -0.7, 1.1, 0.4, -0.15, 0.9, 1.6, -2.1, 0.05, 0.75];
+
+    fn x() -> Tensor {
+        t64(&X, &[2, 3])
+    }
+
+    #[test]
+    fn sum_forward() {
+        let x = x();
+        assert_eq!(x.sum().shape(), &[] as &[usize]);
+        assert_eq!(x.sum().item(), 18.0);
+        assert_eq!(x.sum_dim(1, false).to_vec_f64(), vec![8.0, 10.0]);
+        assert_eq!(x.sum_dim(-1, false).to_vec_f64(), vec![8.0, 10.0]);
+        assert_eq!(x.sum_dim(0, false).to_vec_f64(), vec![8.0, 5.0, 5.0]);
+        assert_eq!(x.sum_dim(0, true).shape(), &[1, 3]);
+        assert_eq!(x.sum_dim(1, true).shape(), &[2, 1]);
+        let y = t64(&G, &[2, 3, 2]);
+        let s = y.sum_dims(&[0, 2], false);
+        assert_eq!(s.shape(), &[3]);
+        assert_close64(
+            &s.to_vec_f64(),
+            &[0.3 - 1.2 - 0.15 + 0.9, 2.0 - 0.7 + 1.6 - 2.1, 1.1 + 0.4 + 0.05 + 0.75],
+            1e-15,
+        );
+        assert_eq!(y.sum_dims(&[0, 2], true).shape(), &[1, 3, 1]);
+        assert_eq!(y.sum_dims::<usize>(&[], false).item(), y.sum().item());
+        assert_eq!(y.sum_dims(&[-1i64, 0], false).to_vec_f64(), s.to_vec_f64());
+    }
+
+    #[test]
+    fn sum_backward() {
+        let x = leaf(&X, &[2, 3]);
+        // (sum x)^2: the incoming gradient is 2 * 18.
+        x.sum().square().backward();
+        assert_eq!(grad(&x), vec![36.0; 6]);
+        let x = leaf(&X, &[2, 3]);
+        x.sum_dim(1, false).exp().mean().backward();
+        let (a, b) = (8f64.exp() / 2.0, 10f64.exp() / 2.0);
+        assert_close64(&grad(&x), &[a, a, a, b, b, b], 1e-12);
+        let y = leaf(&G, &[2, 3, 2]);
+        (y.sum_dims(&[0, 2], true) * t64(&[1.0, -2.0, 3.0], &[1, 3, 1])).sum().backward();
+        assert_eq!(grad(&y), [1.0, 1.0, -2.0, -2.0, 3.0, 3.0].repeat(2));
+    }
+
+    #[test]
+    fn sum_gradcheck() {
+        let g = t64(&G, &[2, 3, 2]);
+        gradcheck(|t| t[0].sum(), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].sum_dim(1, false), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].sum_dim(-1, true), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].sum_dims(&[0, 2], false).exp(), std::slice::from_ref(&g)).unwrap();
+    }
+
+    #[test]
+    fn mean_forward_backward_gradcheck() {
+        let x = x();
+        assert_eq!(x.mean().item(), 3.0);
+        assert_eq!(x.mean_dim(0, false).to_vec_f64(), vec![4.0, 2.5, 2.5]);
+        assert_eq!(x.mean_dim(1, true).to_vec_f64(), vec![8.0 / 3.0, 10.0 / 3.0]);
+        assert_eq!(x.mean_dim(1, true).shape(), &[2, 1]);
+        assert_eq!(t64(&G, &[2, 3, 2]).mean_dims(&[0, 2], false).shape(), &[3]);
+        let x = leaf(&X, &[2, 3]);
+        (x.mean_dim(0, false) * t64(&[2.0, -4.0, 6.0], &[3])).sum().backward();
+        assert_eq!(grad(&x), vec![1.0, -2.0, 3.0, 1.0, -2.0, 3.0]);
+        let x = leaf(&X, &[2, 3]);
+        x.mean().exp().backward();
+        assert_close64(&grad(&x), &[3f64.exp() / 6.0; 6], 1e-12);
+        let g = t64(&G, &[2, 3, 2]);
+        gradcheck(|t| t[0].mean(), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].mean_dim(1, false), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].mean_dims(&[0, 2], true).square(), std::slice::from_ref(&g)).unwrap();
+    }
+
+    #[test]
+    fn var_forward_backward_gradcheck() {
+        let x = x();
+        // Row 0: mean 8/3, squared deviations sum to 78/9; row 1: mean 10/3, 222/9.
+        assert_close64(&x.var_dims(&[1], 1, false).to_vec_f64(), &[78.0 / 18.0, 222.0 / 18.0], 1e-14);
+        assert_close64(&x.var_dims(&[1], 0, true).to_vec_f64(), &[78.0 / 27.0, 222.0 / 27.0], 1e-14);
+        assert_eq!(x.var_dims(&[1], 0, true).shape(), &[2, 1]);
+        // All six: mean 3, squared deviations 4 + 4 + 1 + 16 + 9 + 0 = 34.
+        assert_close64(&x.var_dims::<usize>(&[], 1, false).to_vec_f64(), &[6.8], 1e-14);
+        let x = leaf(&X, &[2, 3]);
+        (x.var_dims(&[1], 1, false) * t64(&[1.0, 2.0], &[2])).sum().backward();
+        // d var / d x_i = 2 (x_i - mean) / (n - 1), times the row weight.
+        let e = [-5.0 / 3.0, 7.0 / 3.0, -2.0 / 3.0, 22.0 / 3.0, -20.0 / 3.0, -2.0 / 3.0];
+        assert_close64(&grad(&x), &e, 1e-14);
+        let g = t64(&G, &[2, 3, 2]);
+        gradcheck(|t| t[0].var_dims(&[1], 1, false), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].var_dims(&[0, 2], 0, true), std::slice::from_ref(&g)).unwrap();
+    }
+
+    #[test]
+    fn max_min_forward() {
+        let x = x();
+        assert_eq!(x.max().item(), 7.0);
+        assert_eq!(x.min().item(), 0.0);
+        assert_eq!(x.max().shape(), &[] as &[usize]);
+        let (v, i) = x.max_dim(1, false);
+        assert_eq!((v.to_vec_f64(), i.to_vec_i64()), (vec![5.0, 7.0], vec![1, 0]));
+        assert_eq!(i.dtype(), DType::I64);
+        let (v, i) = x.min_dim(1, true);
+        assert_eq!((v.to_vec_f64(), i.to_vec_i64()), (vec![1.0, 0.0], vec![0, 1]));
+        assert_eq!((v.shape(), i.shape()), (&[2, 1][..], &[2, 1][..]));
+        let (v, i) = x.max_dim(0, false);
+        assert_eq!((v.to_vec_f64(), i.to_vec_i64()), (vec![7.0, 5.0, 3.0], vec![1, 0, 1]));
+        let (v, i) = x.min_dim(-2, false);
+        assert_eq!((v.to_vec_f64(), i.to_vec_i64()), (vec![1.0, 0.0, 2.0], vec![0, 1, 0]));
+        assert_eq!(x.argmax(1, false).to_vec_i64(), vec![1, 0]);
+        assert_eq!(x.argmin(0, true).to_vec_i64(), vec![0, 1, 0]);
+        assert_eq!(x.argmin(0, true).shape(), &[1, 3]);
+    }
+
+    #[test]
+    fn max_min_backward() {
+        let x = leaf(&X, &[2, 3]);
+        // (max - 2 min)^2 = 49: d/dmax = 14, d/dmin = -28.
+        (x.max() - x.min() * 2.0).square().backward();
+        assert_eq!(grad(&x), vec![0.0, 0.0, 0.0, 14.0, -28.0, 0.0]);
+        let x = leaf(&X, &[2, 3]);
+        let (v, _) = x.max_dim(1, false);
+        let (u, _) = x.min_dim(0, true);
+        ((v * t64(&[2.0, -3.0], &[2])).sum() + u.exp().sum()).backward();
+        // max_dim routes to (0, 1) and (1, 0); min_dim over rows to (0, 0), (1, 1), (0, 2).
+        let e = [1f64.exp(), 2.0, 2f64.exp(), -3.0, 1.0, 0.0];
+        assert_close64(&grad(&x), &e, 1e-14);
+    }
+
+    #[test]
+    fn max_min_gradcheck() {
+        let g = t64(&G, &[2, 3, 2]);
+        gradcheck(|t| t[0].max(), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].min(), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].max_dim(1, false).0, std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].min_dim(-1, true).0, std::slice::from_ref(&g)).unwrap();
+    }
+
+    #[test]
+    fn full_max_spreads_the_gradient_over_ties_like_pytorch() {
+        // torch.tensor([1., 3., 3.]).max().backward() gives [0, 0.5, 0.5]; max_dim instead
+        // sends everything to the returned index.
+        let x = leaf(&[1.0, 3.0, 3.0, -1.0], &[2, 2]);
+        (x.max() * 4.0).backward();
+        assert_eq!(grad(&x), vec![0.0, 2.0, 2.0, 0.0]);
+        let x = leaf(&[-1.0, 3.0, -1.0], &[3]);
+        x.min().backward();
+        assert_eq!(grad(&x), vec![0.5, 0.0, 0.5]);
+        let x = leaf(&[3.0, 3.0], &[2]);
+        x.max_dim(0, false).0.backward();
+        assert_eq!(grad(&x), vec![1.0, 0.0]);
+    }
+
+    #[test]
+    fn max_and_argmax_propagate_nan() {
+        let x = Tensor::from_vec(vec![1.0, f32::NAN, 3.0, f32::NAN], &[4]);
+        assert!(x.max().item().is_nan());
+        assert!(x.min().item().is_nan());
+        assert_eq!(x.argmax(0, false).to_vec_i64(), vec![1]);
+        // NaN counts as the extreme for argmin too (torch.argmin), first NaN wins.
+        assert_eq!(x.argmin(0, false).to_vec_i64(), vec![1]);
+    }
+
+    #[test]
+    fn logsumexp_forward_backward_gradcheck() {
+        let x = x();
+        assert_close64(&x.logsumexp(1, false).to_vec_f64(), &[5.065883903757429, 7.0190450078792574], 1e-14);
+        assert_eq!(x.logsumexp(-1, true).shape(), &[2, 1]);
+        let big = Tensor::from_vec(vec![1000.0, 1000.0], &[2]);
+        assert_close64(&big.logsumexp(0, false).to_vec_f64(), &[1000.6931471805599], 1e-7);
+        let x = leaf(&X, &[2, 3]);
+        (x.logsumexp(1, false) * t64(&[1.0, -2.0], &[2])).sum().backward();
+        // The gradient is the softmax of each row, times the row weight.
+        let e = [
+            0.017147825545520388,
+            0.9362395518765056,
+            0.04661262257797389,
+            -2.0 * 0.9811352024343174,
+            -2.0 * 0.0008946794968705335,
+            -2.0 * 0.017970118068812067,
+        ];
+        assert_close64(&grad(&x), &e, 1e-12);
+        let g = t64(&G, &[2, 3, 2]);
+        gradcheck(|t| t[0].logsumexp(1, false), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].logsumexp(0, true).exp(), std::slice::from_ref(&g)).unwrap();
+    }
+
+    #[test]
+    fn logsumexp_handles_infinities_like_pytorch() {
+        let ninf = f32::NEG_INFINITY;
+        let x = Tensor::from_vec(vec![ninf, ninf, f32::INFINITY, 1.0, ninf, 1.0], &[3, 2]);
+        let y = x.logsumexp(1, false).to_vec();
+        assert_eq!(y[0], ninf, "an all -inf row gives -inf");
+        assert_eq!(y[1], f32::INFINITY, "a row holding +inf gives +inf, not NaN");
+        assert_eq!(y[2], 1.0);
+    }
+
+    #[test]
+    fn reductions_of_empty_tensors() {
+        let e = Tensor::zeros(&[0, 3]).requires_grad_(true);
+        assert_eq!(e.sum().item(), 0.0);
+        assert_eq!(e.sum_dim(0, false).to_vec(), vec![0.0; 3]);
+        assert_eq!(e.sum_dim(1, false).shape(), &[0]);
+        assert!(e.mean().item().is_nan());
+        e.sum().backward();
+        assert_eq!(e.grad().unwrap().shape(), &[0, 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "max: expected a non-empty dimension 0, got shape [0]")]
+    fn max_of_empty_tensor_panics() {
+        Tensor::zeros(&[0, 3]).max();
+    }
+
+    #[test]
+    fn reductions_of_rank0_tensors() {
+        let s = Tensor::from_vec_f64(vec![2.5], &[]).requires_grad_(true);
+        for y in
+            [s.sum(), s.mean(), s.max(), s.min(), s.sum_dim(0, false), s.max_dim(0, false).0, s.logsumexp(0, false)]
+        {
+            assert_eq!(y.shape(), &[] as &[usize]);
+            assert_eq!(y.item(), 2.5);
+        }
+        assert_eq!(s.max_dim(0, true).1.to_vec_i64(), vec![0]);
+        assert_eq!(s.argmax(0, false).to_vec_i64(), vec![0]);
+        (s.sum() * 3.0 + s.logsumexp(-1, false)).backward();
+        assert_eq!(s.grad().unwrap().item(), 4.0);
+    }
+
+    #[test]
+    fn reductions_on_noncontiguous_inputs() {
+        type Op = fn(&Tensor) -> Tensor;
+        let ops: [Op; 12] = [
+            |x| x.sum(),
+            |x| x.sum_dim(0, false),
+            |x| x.sum_dims(&[0, 2], true),
+            |x| x.mean(),
+            |x| x.mean_dim(-1, false),
+            |x| x.var_dims(&[1], 1, false),
+            |x| x.max(),
+            |x| x.min(),
+            |x| x.max_dim(1, false).0,
+            |x| x.min_dim(2, true).0,
+            |x| x.logsumexp(1, false),
+            |x| x.argmax(1, false).to_dtype(DType::F64),
+        ];
+        let g = t64(&G, &[2, 3, 2]);
+        for op in ops {
+            check_noncontig(|t| op(&t[0]), std::slice::from_ref(&g));
+            let p = g.permute(&[2, 0, 1]);
+            assert_close64(&op(&p).to_vec_f64(), &op(&p.contiguous()).to_vec_f64(), 1e-15);
+            let n = g.narrow(1, 1, 2);
+            assert_close64(&op(&n).to_vec_f64(), &op(&n.contiguous()).to_vec_f64(), 1e-15);
+            let e = g.narrow(0, 1, 1).expand(&[3, 3, 2]);
+            assert_close64(&op(&e).to_vec_f64(), &op(&e.contiguous()).to_vec_f64(), 1e-15);
+        }
+    }
+
+    #[test]
+    fn large_sums_are_accurate_and_take_the_parallel_path() {
+        let rows = 4;
+        let n = super::super::PAR_THRESHOLD;
+        let x = Tensor::full(&[rows, n], 0.1);
+        let s = x.sum_dim(1, false).to_vec();
+        // Accumulated in f64: 32768 * 0.1f32 to f32 precision.
+        assert!(s.iter().all(|&v| (v as f64 - n as f64 * 0.1f32 as f64).abs() < 1e-3), "{s:?}");
+        assert_eq!(x.t().sum_dim(0, false).to_vec(), s);
+    }
+
+    #[test]
+    fn reductions_on_meta_give_shapes() {
+        let m = Tensor::full_on(&[2, 3, 4], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        assert_eq!(m.sum_dims(&[0, 2], true).shape(), &[1, 3, 1]);
+        assert_eq!(m.mean_dim(1, false).shape(), &[2, 4]);
+        assert_eq!(m.var_dims(&[2], 1, false).shape(), &[2, 3]);
+        assert_eq!(m.logsumexp(-1, false).shape(), &[2, 3]);
+        let (v, i) = m.max_dim(1, false);
+        assert_eq!(
+            (v.shape(), v.device(), i.dtype(), i.device()),
+            (&[2, 4][..], Device::Meta, DType::I64, Device::Meta)
+        );
+        assert_eq!(m.max().device(), Device::Meta);
+        let s = m.sum();
+        assert_eq!((s.shape(), s.device()), (&[] as &[usize], Device::Meta));
+        s.backward();
+        assert_eq!(m.grad().unwrap().shape(), &[2, 3, 4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "sum: dimension 2 out of range for a tensor of rank 2 (expected -2..=1)")]
+    fn reduction_dim_out_of_range_names_the_op() {
+        Tensor::zeros(&[2, 3]).sum_dim(2, false);
+    }
+
+    #[test]
+    #[should_panic(expected = "sum: dimension 1 appears more than once in [1, -1]")]
+    fn duplicate_reduction_dims_panic() {
+        Tensor::zeros(&[2, 3]).sum_dims(&[1i32, -1], false);
+    }
+
+    #[test]
+    #[should_panic(expected = "sum: expected a floating-point tensor (f32 or f64), got i64")]
+    fn sum_of_integers_names_the_op() {
+        Tensor::from_vec_i64(vec![1, 2], &[2]).sum();
     }
 }

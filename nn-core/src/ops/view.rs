@@ -134,6 +134,11 @@ impl Tensor {
     #[track_caller]
     pub fn transpose<D1: Dim, D2: Dim>(&self, d0: D1, d1: D2) -> Tensor {
         let (a, b) = (d0.resolve(self.rank(), "transpose"), d1.resolve(self.rank(), "transpose"));
+        if self.rank() == 0 {
+            // Fix: a 0-d tensor (dims 0 and -1 both resolve to 0) is its own transpose, as in
+            // PyTorch; swapping in the empty permutation panicked with an index error.
+            return self.clone();
+        }
         let mut perm: Vec<usize> = (0..self.rank()).collect();
         perm.swap(a, b);
         self.permute(&perm)
@@ -367,4 +372,398 @@ fn pad_narrow(g: &Tensor, shape: &[usize], dim: usize, start: usize) -> Tensor {
     let vals = super::cpu(&s).gather_layout(g.layout());
     out.modify_storage("narrow backward", |dst, _| crate::tensor::scatter_into(dst, &target, &vals));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::testing::gradcheck;
+    use crate::testing::support::{check_noncontig, grad, leaf, t64, transposed_storage};
+    use crate::{DType, Device, Tensor};
+
+    /// `[[0, 1, 2], [3, 4, 5]]`.
+    fn x23() -> Tensor {
+        leaf(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3])
+    }
+
+    /// `0..12` as `[2, 3, 2]`.
+    fn x322() -> Tensor {
+        leaf(&(0..12).map(f64::from).collect::<Vec<_>>(), &[2, 3, 2])
+    }
+
+    /// Weights `1, 2, 3, ...` shaped like `y`, so each output position is told apart.
+    fn ramp(y: &Tensor) -> Tensor {
+        t64(&(1..=y.numel()).map(|v| v as f64).collect::<Vec<_>>(), y.shape())
+    }
+
+    /// Backward of `(y * ramp).sum()`: each input gets the weights of the outputs it feeds.
+    fn backward_ramp(y: &Tensor) {
+        (y * &ramp(y)).sum().backward();
+    }
+
+    fn shares_storage(a: &Tensor, b: &Tensor) -> bool {
+        Arc::ptr_eq(&a.storage_arc(), &b.storage_arc())
+    }
+
+    fn g322() -> Tensor {
+        t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4, -0.15, 0.9, 1.6, -2.1, 0.05, 0.75], &[2, 3, 2])
+    }
+
+    #[test]
+    fn reshape_and_view_forward_backward_gradcheck() {
+        let x = x23();
+        let y = x.reshape(&[3, 2]);
+        assert_eq!(y.shape(), &[3, 2]);
+        assert_eq!(y.to_vec_f64(), x.to_vec_f64());
+        assert!(shares_storage(&x, &y), "reshape of a contiguous tensor is a view");
+        let v = x.view(&[6]);
+        assert!(shares_storage(&x, &v));
+        backward_ramp(&(&y.exp() + &v.reshape(&[3, 2])));
+        let e: Vec<f64> = (0..6).map(|i| (i as f64).exp() * (i + 1) as f64 + (i + 1) as f64).collect();
+        crate::testing::support::assert_close64(&grad(&x), &e, 1e-14);
+        let g = g322();
+        gradcheck(|t| t[0].reshape(&[3, 4]), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].view(&[4, 3]), std::slice::from_ref(&g)).unwrap();
+    }
+
+    #[test]
+    fn reshape_of_a_transposed_tensor_copies_in_logical_order() {
+        let x = x23();
+        let y = x.t().reshape(&[6]);
+        assert_eq!(y.to_vec_f64(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        assert!(!shares_storage(&x, &y));
+        backward_ramp(&y);
+        assert_eq!(grad(&x), vec![1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
+        gradcheck(|t| t[0].transpose(0, 2).reshape(&[12]), &[g322()]).unwrap();
+    }
+
+    #[test]
+    fn flatten_forward_backward_gradcheck() {
+        let x = x322();
+        let y = x.flatten(1, 2);
+        assert_eq!(y.shape(), &[2, 6]);
+        assert_eq!(x.flatten(0, -1).shape(), &[12]);
+        assert_eq!(x.flatten(0, 1).shape(), &[6, 2]);
+        assert_eq!(x.flatten(1, 1).shape(), &[2, 3, 2]);
+        assert_eq!(y.to_vec_f64(), x.to_vec_f64());
+        backward_ramp(&y.square());
+        let e: Vec<f64> = (0..12).map(|i| 2.0 * i as f64 * (i + 1) as f64).collect();
+        assert_eq!(grad(&x), e);
+        gradcheck(|t| t[0].flatten(0, 1), &[g322()]).unwrap();
+    }
+
+    #[test]
+    fn permute_forward_backward_gradcheck() {
+        let x = x322();
+        let y = x.permute(&[2, 0, 1]);
+        assert_eq!(y.shape(), &[2, 2, 3]);
+        // y[a, b, c] = x[b, c, a] = 6b + 2c + a.
+        assert_eq!(y.to_vec_f64(), vec![0., 2., 4., 6., 8., 10., 1., 3., 5., 7., 9., 11.]);
+        assert!(shares_storage(&x, &y) && !y.is_contiguous());
+        backward_ramp(&y);
+        assert_eq!(grad(&x), vec![1., 7., 2., 8., 3., 9., 4., 10., 5., 11., 6., 12.]);
+        gradcheck(|t| t[0].permute(&[1, 2, 0]).exp(), &[g322()]).unwrap();
+    }
+
+    #[test]
+    fn transpose_and_t_forward_backward_gradcheck() {
+        for y in [x23().transpose(0, 1), x23().transpose(-1, 0)] {
+            assert_eq!(y.shape(), &[3, 2]);
+            assert_eq!(y.to_vec_f64(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        }
+        let x = x23();
+        backward_ramp(&x.t());
+        assert_eq!(grad(&x), vec![1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
+        let v = leaf(&[1.0, 2.0], &[2]);
+        assert_eq!(v.t().shape(), &[2]);
+        let g = g322();
+        gradcheck(|t| t[0].transpose(0, 2), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].narrow(2, 0, 1).reshape(&[2, 3]).t().exp(), std::slice::from_ref(&g)).unwrap();
+    }
+
+    #[test]
+    fn narrow_forward_backward_gradcheck() {
+        let x = x23();
+        let y = x.narrow(1, 1, 2);
+        assert_eq!(y.to_vec_f64(), vec![1.0, 2.0, 4.0, 5.0]);
+        assert!(shares_storage(&x, &y));
+        assert_eq!(x.narrow(0, 1, 1).to_vec_f64(), vec![3.0, 4.0, 5.0]);
+        assert_eq!(x.narrow(-1, 3, 0).shape(), &[2, 0]);
+        backward_ramp(&y.exp());
+        let e = [0.0, 1f64.exp(), 2.0 * 2f64.exp(), 0.0, 3.0 * 4f64.exp(), 4.0 * 5f64.exp()];
+        crate::testing::support::assert_close64(&grad(&x), &e, 1e-14);
+        gradcheck(|t| t[0].narrow(1, 1, 2), &[g322()]).unwrap();
+        gradcheck(|t| t[0].narrow(0, 1, 1).narrow(2, 1, 1), &[g322()]).unwrap();
+    }
+
+    #[test]
+    fn split_and_chunk_forward_backward_gradcheck() {
+        let x = x23();
+        let parts = x.split(2, 1);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].to_vec_f64(), vec![0.0, 1.0, 3.0, 4.0]);
+        assert_eq!((parts[1].shape(), parts[1].to_vec_f64()), (&[2, 1][..], vec![2.0, 5.0]));
+        (parts[0].sum() + parts[1].sum() * 10.0).backward();
+        assert_eq!(grad(&x), vec![1.0, 1.0, 10.0, 1.0, 1.0, 10.0]);
+
+        let y = leaf(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[3, 2]);
+        let c = y.chunk(2, 0);
+        assert_eq!(c.iter().map(|t| t.shape()[0]).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(c[1].to_vec_f64(), vec![4.0, 5.0]);
+        assert_eq!(y.chunk(3, -1).len(), 2, "chunk never returns more than the size");
+        assert_eq!(
+            x23().chunk(3, 1).iter().map(|t| t.to_vec_f64()).collect::<Vec<_>>(),
+            vec![vec![0.0, 3.0], vec![1.0, 4.0], vec![2.0, 5.0]]
+        );
+        (c[0].exp().sum() + c[1].sum() * -2.0).backward();
+        let e = [1.0, 1f64.exp(), 2f64.exp(), 3f64.exp(), -2.0, -2.0];
+        crate::testing::support::assert_close64(&grad(&y), &e, 1e-14);
+        gradcheck(|t| Tensor::cat(&t[0].split(2, 1).iter().rev().collect::<Vec<_>>(), 1), &[g322()]).unwrap();
+        gradcheck(|t| t[0].chunk(2, 0)[1].exp(), &[g322()]).unwrap();
+    }
+
+    #[test]
+    fn expand_forward_backward_gradcheck() {
+        let x = leaf(&[1.0, 2.0], &[2, 1]);
+        let y = x.expand(&[2, 3]);
+        assert_eq!(y.to_vec_f64(), vec![1.0, 1.0, 1.0, 2.0, 2.0, 2.0]);
+        assert_eq!(y.strides(), &[1, 0]);
+        backward_ramp(&y);
+        assert_eq!(grad(&x), vec![6.0, 15.0]);
+        let r = leaf(&[1.0, 2.0, 3.0], &[3]);
+        let z = r.expand(&[2, 3]);
+        assert_eq!(z.to_vec_f64(), vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+        backward_ramp(&z);
+        assert_eq!(grad(&r), vec![5.0, 7.0, 9.0]);
+        let s = Tensor::from_vec_f64(vec![0.5], &[]).requires_grad_(true);
+        backward_ramp(&s.expand(&[2, 2]));
+        assert_eq!(s.grad().unwrap().to_vec_f64(), vec![10.0]);
+        gradcheck(|t| t[0].expand(&[2, 2, 3, 2]).exp(), &[t64(&[0.1, 0.2, 0.3, -0.4, 0.5, 0.6], &[1, 3, 2])]).unwrap();
+        assert_eq!(x.expand_as(&Tensor::zeros(&[2, 4])).shape(), &[2, 4]);
+    }
+
+    #[test]
+    fn unsqueeze_squeeze_forward_backward_gradcheck() {
+        let x = x23();
+        assert_eq!(x.unsqueeze(0).shape(), &[1, 2, 3]);
+        assert_eq!(x.unsqueeze(1).shape(), &[2, 1, 3]);
+        assert_eq!(x.unsqueeze(2).shape(), &[2, 3, 1]);
+        assert_eq!(x.unsqueeze(-1).shape(), &[2, 3, 1]);
+        assert_eq!(x.unsqueeze(-3).shape(), &[1, 2, 3]);
+        let u = x.unsqueeze(1).unsqueeze(3);
+        assert_eq!(u.shape(), &[2, 1, 3, 1]);
+        assert_eq!(u.squeeze().shape(), &[2, 3]);
+        assert_eq!(u.squeeze_dim(1).shape(), &[2, 3, 1]);
+        assert_eq!(u.squeeze_dim(-1).shape(), &[2, 1, 3]);
+        assert_eq!(u.squeeze_dim(0).shape(), &[2, 1, 3, 1], "a dim of size != 1 is left alone");
+        assert_eq!(u.squeeze().to_vec_f64(), x.to_vec_f64());
+        backward_ramp(&u.squeeze_dim(3));
+        assert_eq!(grad(&x), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let g = g322();
+        gradcheck(|t| t[0].unsqueeze(1).exp(), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].narrow(1, 0, 1).squeeze(), std::slice::from_ref(&g)).unwrap();
+        gradcheck(|t| t[0].narrow(2, 1, 1).squeeze_dim(-1), std::slice::from_ref(&g)).unwrap();
+    }
+
+    #[test]
+    fn cat_forward_backward_gradcheck() {
+        let a = leaf(&[1.0, 2.0, 3.0], &[1, 3]);
+        let b = leaf(&[4.0, 5.0, 6.0, 7.0, 8.0, 9.0], &[2, 3]);
+        let y = Tensor::cat(&[&a, &b], 0);
+        assert_eq!(y.shape(), &[3, 3]);
+        assert_eq!(y.to_vec_f64(), (1..=9).map(f64::from).collect::<Vec<_>>());
+        backward_ramp(&y);
+        assert_eq!(grad(&a), vec![1.0, 2.0, 3.0]);
+        assert_eq!(grad(&b), vec![4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+
+        let c = leaf(&[1.0, 2.0], &[2, 1]);
+        let d = leaf(&[3.0, 4.0, 5.0, 6.0], &[2, 2]);
+        let z = Tensor::cat(&[&d, &c, &d], -1);
+        assert_eq!(z.shape(), &[2, 5]);
+        assert_eq!(z.to_vec_f64(), vec![3.0, 4.0, 1.0, 3.0, 4.0, 5.0, 6.0, 2.0, 5.0, 6.0]);
+        backward_ramp(&z);
+        assert_eq!(grad(&c), vec![3.0, 8.0]);
+        // d appears twice: gradients from both copies add up.
+        assert_eq!(grad(&d), vec![1.0 + 4.0, 2.0 + 5.0, 6.0 + 9.0, 7.0 + 10.0]);
+        // A tensor with 0 rows along the cat dim contributes nothing.
+        let e = Tensor::zeros(&[0, 3]).to_dtype(DType::F64);
+        assert_eq!(Tensor::cat(&[&e, &b.detach()], 0).to_vec_f64(), b.to_vec_f64());
+        let g = g322();
+        gradcheck(|t| Tensor::cat(&[&t[0], &t[1].exp()], 1), &[g.clone(), g.narrow(1, 0, 1).contiguous()]).unwrap();
+    }
+
+    #[test]
+    fn stack_forward_backward_gradcheck() {
+        let a = leaf(&[1.0, 2.0], &[2]);
+        let b = leaf(&[3.0, 4.0], &[2]);
+        let s0 = Tensor::stack(&[&a, &b], 0);
+        assert_eq!((s0.shape(), s0.to_vec_f64()), (&[2, 2][..], vec![1.0, 2.0, 3.0, 4.0]));
+        let s1 = Tensor::stack(&[&a, &b], -1);
+        assert_eq!((s1.shape(), s1.to_vec_f64()), (&[2, 2][..], vec![1.0, 3.0, 2.0, 4.0]));
+        backward_ramp(&s1);
+        assert_eq!(grad(&a), vec![1.0, 3.0]);
+        assert_eq!(grad(&b), vec![2.0, 4.0]);
+        let g = t64(&[0.1, 0.2, 0.3, 0.4], &[2, 2]);
+        gradcheck(|t| Tensor::stack(&[&t[0], &t[1].square()], 1), &[g.clone(), g.t().contiguous()]).unwrap();
+    }
+
+    #[test]
+    fn contiguous_copies_only_when_needed() {
+        let x = x23();
+        assert!(shares_storage(&x, &x.contiguous()));
+        let t = x.t();
+        let c = t.contiguous();
+        assert!(c.is_contiguous() && !shares_storage(&x, &c));
+        assert_eq!(c.to_vec_f64(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        backward_ramp(&c.exp());
+        let e: Vec<f64> = [1, 3, 5, 2, 4, 6].iter().zip(0..6).map(|(&w, i)| w as f64 * (i as f64).exp()).collect();
+        crate::testing::support::assert_close64(&grad(&x), &e, 1e-14);
+        gradcheck(|t| t[0].permute(&[2, 1, 0]).contiguous().exp(), &[g322()]).unwrap();
+        // A narrow with an offset is copied to a fresh buffer of its own size.
+        let n = x23().narrow(0, 1, 1).contiguous();
+        assert_eq!((n.layout().offset(), n.storage_arc().len()), (0, 3));
+    }
+
+    #[test]
+    fn view_ops_on_noncontiguous_inputs() {
+        type Op = fn(&Tensor) -> Tensor;
+        let ops: [Op; 14] = [
+            |x| x.reshape(&[3, 4]),
+            |x| x.flatten(0, 1),
+            |x| x.permute(&[2, 0, 1]),
+            |x| x.transpose(0, 2),
+            |x| x.narrow(1, 1, 2),
+            |x| x.split(2, 1)[1].clone(),
+            |x| x.chunk(2, 2)[0].clone(),
+            |x| x.narrow(0, 0, 1).expand(&[3, 3, 2]),
+            |x| x.unsqueeze(1),
+            |x| x.narrow(2, 0, 1).squeeze(),
+            |x| x.narrow(2, 0, 1).squeeze_dim(2),
+            |x| Tensor::cat(&[x, &x.exp()], 1),
+            |x| Tensor::stack(&[x, x], 3),
+            |x| x.contiguous(),
+        ];
+        let g = g322();
+        for (i, op) in ops.iter().enumerate() {
+            check_noncontig(|t| op(&t[0]), std::slice::from_ref(&g));
+            let p = transposed_storage(&g);
+            assert_eq!(op(&p).to_vec_f64(), op(&g).to_vec_f64(), "op {i}");
+        }
+    }
+
+    #[test]
+    fn views_of_rank0_tensors() {
+        let s = Tensor::from_vec_f64(vec![3.0], &[]).requires_grad_(true);
+        assert_eq!(s.reshape(&[1, 1]).shape(), &[1, 1]);
+        assert_eq!(s.reshape(&[1, 1]).reshape(&[]).shape(), &[] as &[usize]);
+        assert_eq!(s.unsqueeze(0).shape(), &[1]);
+        assert_eq!(s.unsqueeze(-1).shape(), &[1]);
+        assert_eq!(s.flatten(0, -1).shape(), &[1]);
+        assert_eq!(s.t().shape(), &[] as &[usize]);
+        assert_eq!(s.permute(&[]).shape(), &[] as &[usize]);
+        assert_eq!(s.transpose(0, -1).shape(), &[] as &[usize]);
+        assert_eq!(s.squeeze().shape(), &[] as &[usize]);
+        assert_eq!(s.squeeze_dim(0).shape(), &[] as &[usize]);
+        assert_eq!(Tensor::from_vec(vec![1.0], &[1, 1]).squeeze().shape(), &[] as &[usize]);
+        let e = s.expand(&[2, 3]);
+        assert_eq!(e.to_vec_f64(), vec![3.0; 6]);
+        let st = Tensor::stack(&[&s, &s], 0);
+        assert_eq!((st.shape(), st.to_vec_f64()), (&[2][..], vec![3.0, 3.0]));
+        (e.sum() + st.sum()).backward();
+        assert_eq!(s.grad().unwrap().item(), 8.0);
+    }
+
+    #[test]
+    fn view_ops_on_meta() {
+        let m = Tensor::full_on(&[2, 3, 4], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+        assert_eq!(m.reshape(&[6, 4]).shape(), &[6, 4]);
+        assert_eq!(m.permute(&[2, 0, 1]).shape(), &[4, 2, 3]);
+        assert_eq!(m.permute(&[2, 0, 1]).reshape(&[24]).device(), Device::Meta);
+        assert_eq!(m.narrow(2, 1, 2).shape(), &[2, 3, 2]);
+        let c = Tensor::cat(&[&m, &m], 1);
+        assert_eq!((c.shape(), c.device(), c.dtype()), (&[2, 6, 4][..], Device::Meta, DType::F32));
+        assert_eq!(Tensor::stack(&[&m, &m], 0).shape(), &[2, 2, 3, 4]);
+        let y = m.narrow(2, 1, 2).flatten(0, 1).contiguous();
+        assert_eq!(y.shape(), &[6, 2]);
+        y.sum().backward();
+        assert_eq!((m.grad().unwrap().shape(), m.grad().unwrap().device()), (&[2, 3, 4][..], Device::Meta));
+    }
+
+    #[test]
+    fn integer_and_bool_tensors_reshape_and_cat() {
+        let i = Tensor::from_vec_i64(vec![1, 2, 3, 4], &[2, 2]);
+        assert_eq!(i.t().reshape(&[4]).to_vec_i64(), vec![1, 3, 2, 4]);
+        assert_eq!(Tensor::cat(&[&i, &i.t()], 0).to_vec_i64(), vec![1, 2, 3, 4, 1, 3, 2, 4]);
+        let b = Tensor::from_vec_bool(vec![true, false], &[2]);
+        assert_eq!(Tensor::stack(&[&b, &b], 1).to_vec_bool(), vec![true, true, false, false]);
+    }
+
+    #[test]
+    #[should_panic(expected = "reshape: shape [4] is invalid for input of shape [2, 3] (6 elements)")]
+    fn reshape_with_wrong_numel_names_both_shapes() {
+        Tensor::zeros(&[2, 3]).reshape(&[4]);
+    }
+
+    #[test]
+    #[should_panic(expected = "view: size [6] is not compatible with the strides [1, 3] of input shape [3, 2]")]
+    fn view_of_non_viewable_layout_panics() {
+        Tensor::zeros(&[2, 3]).t().view(&[6]);
+    }
+
+    #[test]
+    #[should_panic(expected = "narrow: start 2 + length 2 exceeds size 3 of dimension 1 (shape [2, 3])")]
+    fn narrow_out_of_range_names_the_shape() {
+        Tensor::zeros(&[2, 3]).narrow(1, 2, 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "transpose: dimension 2 out of range for a tensor of rank 2 (expected -2..=1)")]
+    fn transpose_dim_out_of_range_names_the_op() {
+        Tensor::zeros(&[2, 3]).transpose(0, 2);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "cat: sizes must match except in dimension 0; tensor 0 has shape [1, 3], tensor 1 has shape [2, 2]"
+    )]
+    fn cat_with_mismatched_sizes_names_both_shapes() {
+        Tensor::cat(&[&Tensor::zeros(&[1, 3]), &Tensor::zeros(&[2, 2])], 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "cat: expected all tensors of one dtype, got f32 (shape [1]) and i64 (shape [1])")]
+    fn cat_with_mixed_dtypes_panics() {
+        Tensor::cat(&[&Tensor::zeros(&[1]), &Tensor::from_vec_i64(vec![1], &[1])], 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "stack: expects each tensor to be equal size, but got [2] at entry 0 and [3] at entry 1")]
+    fn stack_with_mismatched_shapes_panics() {
+        Tensor::stack(&[&Tensor::zeros(&[2]), &Tensor::zeros(&[3])], 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "expand: shape [2, 3] cannot be expanded to [4, 3]")]
+    fn expand_of_a_non_singleton_dim_panics() {
+        Tensor::zeros(&[2, 3]).expand(&[4, 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "permute: [0, 0] is not a permutation of the 2 dims of shape [2, 3]")]
+    fn permute_with_a_repeated_dim_panics() {
+        Tensor::zeros(&[2, 3]).permute(&[0, 0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "t: expects a tensor with <= 2 dimensions, got 3 (shape [1, 2, 3])")]
+    fn t_of_rank3_panics() {
+        Tensor::zeros(&[1, 2, 3]).t();
+    }
+
+    #[test]
+    #[should_panic(expected = "flatten: start dim 2 comes after end dim 1")]
+    fn flatten_with_reversed_dims_panics() {
+        Tensor::zeros(&[1, 2, 3]).flatten(2, 1);
+    }
 }

@@ -160,6 +160,9 @@ pub(crate) enum Bufs {
     F64(Vec<Vec<f64>>),
 }
 
+/// An update kernel for one dtype: `(param values, grad values, buffers, fresh buffers)`.
+pub(crate) type Kernel<'a, T> = dyn FnMut(&mut [T], &[T], &mut [Vec<T>], bool) + 'a;
+
 /// Runs `f(param values, grad values, buffers)` in place for one parameter, if it requires
 /// grad and has a gradient. Buffers are created (zeros) on first use and reset if the
 /// parameter changed dtype.
@@ -167,8 +170,8 @@ pub(crate) fn update_param(
     p: &Parameter,
     bufs: &mut Option<Bufs>,
     n_bufs: usize,
-    f32_fn: &mut dyn FnMut(&mut [f32], &[f32], &mut [Vec<f32>], bool),
-    f64_fn: &mut dyn FnMut(&mut [f64], &[f64], &mut [Vec<f64>], bool),
+    f32_fn: &mut Kernel<'_, f32>,
+    f64_fn: &mut Kernel<'_, f64>,
 ) {
     if !p.requires_grad() {
         return;
@@ -177,10 +180,10 @@ pub(crate) fn update_param(
     let g = g.contiguous();
     let gs = g.storage_arc();
     let Storage::Cpu(gc) = &*gs else { panic!("optimizer: gradient of a meta parameter has no values") };
-    let fresh = match (&bufs, gc) {
-        (None, _) | (Some(Bufs::F64(_)), CpuStorage::F32(_)) | (Some(Bufs::F32(_)), CpuStorage::F64(_)) => true,
-        _ => false,
-    };
+    let fresh = matches!(
+        (&bufs, gc),
+        (None, _) | (Some(Bufs::F64(_)), CpuStorage::F32(_)) | (Some(Bufs::F32(_)), CpuStorage::F64(_))
+    );
     let n = p.numel();
     if fresh {
         *bufs = Some(match gc {
@@ -233,7 +236,11 @@ pub(crate) fn bufs_from_tensors(prefix: &str, names: &[&str], p: &Parameter, sd:
         let key = format!("{prefix}.{n}");
         let t = sd.get(&key).ok_or_else(|| Error::OptimizerState(format!("missing `{key}`")))?;
         if t.shape() != p.shape() {
-            return Err(Error::OptimizerState(format!("`{key}` has shape {:?}, the parameter {:?}", t.shape(), p.shape())));
+            return Err(Error::OptimizerState(format!(
+                "`{key}` has shape {:?}, the parameter {:?}",
+                t.shape(),
+                p.shape()
+            )));
         }
         match p.dtype() {
             crate::DType::F64 => f64s.push(t.to_vec_f64()),
@@ -256,7 +263,9 @@ pub(crate) fn check_state_paths(groups: &[Group], state: &OptimizerState, suffix
     for key in state.tensors.keys() {
         let path = suffixes.iter().find_map(|s| key.strip_suffix(&format!(".{s}"))).unwrap_or(key);
         if !known.contains_key(path) {
-            return Err(Error::OptimizerState(format!("the state has buffers for `{path}`, which this optimizer does not hold")));
+            return Err(Error::OptimizerState(format!(
+                "the state has buffers for `{path}`, which this optimizer does not hold"
+            )));
         }
     }
     Ok(())

@@ -1,8 +1,8 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
 use super::{
-    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, update_param, Bufs, Group,
-    IntoParamGroups, Optimizer, OptimizerState,
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, update_param, Bufs, Group, IntoParamGroups,
+    Optimizer, OptimizerState,
 };
 use crate::dtype::FloatElement;
 use crate::error::Result;

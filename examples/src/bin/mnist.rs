@@ -1,0 +1,171 @@
+//! Trains an MLP or a small CNN on MNIST or Fashion-MNIST read from IDX files
+//! (`--data-dir`, default `../shared/data/<dataset>`; gzip or not), with a progress bar,
+//! an SVG loss curve, a checkpoint per epoch (`--resume`) and held-out test accuracy.
+//!
+//! Expected on the 10,000 test images: MNIST MLP about 98% (5 epochs), MNIST CNN about
+//! 99% (3 epochs), Fashion-MNIST CNN about 90-91% (5 epochs).
+//!
+//! ```text
+//! cargo run --release -p nn-examples --bin mnist -- --model cnn --dataset mnist
+//! cargo run --release -p nn-examples --bin mnist -- --model cnn --dataset fashion --epochs 5
+//! ```
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Parser, ValueEnum};
+use nn_core::checkpoint::Checkpoint;
+use nn_core::functional::cross_entropy;
+use nn_core::optim::{Adam, AdamConfig, LrScheduler, Optimizer, StepLR};
+use nn_core::{manual_seed, Forward, Module};
+use nn_data::{load_mnist, DataLoader, Split};
+use nn_examples::{accuracy, progress, write_loss_svg, CommonArgs};
+use nn_layers::{BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential};
+
+#[derive(Clone, Copy, ValueEnum, Debug)]
+enum Model {
+    Mlp,
+    Cnn,
+}
+
+#[derive(Clone, Copy, ValueEnum, Debug)]
+enum Dataset {
+    Mnist,
+    Fashion,
+}
+
+#[derive(Parser)]
+#[command(about = "MLP or CNN on MNIST / Fashion-MNIST")]
+struct Args {
+    /// Which network.
+    #[arg(long, value_enum, default_value = "cnn")]
+    model: Model,
+    /// Which dataset.
+    #[arg(long, value_enum, default_value = "mnist")]
+    dataset: Dataset,
+    /// Folder with the four IDX files (defaults to ../shared/data/<dataset> next to the repo).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Mini-batch size.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+fn build(model: Model) -> Sequential {
+    match model {
+        Model::Mlp => Sequential::new()
+            .add(Flatten::new())
+            .add(Linear::new(784, 256))
+            .add(ReLU::new())
+            .add(Dropout::new(0.1))
+            .add(Linear::new(256, 10)),
+        Model::Cnn => {
+            let pad = Conv2dConfig { padding: 1, ..Default::default() };
+            Sequential::new()
+                .add(Conv2d::with_config(1, 16, 3, pad))
+                .add(BatchNorm2d::new(16))
+                .add(ReLU::new())
+                .add(MaxPool2d::new(2))
+                .add(Conv2d::with_config(16, 32, 3, pad))
+                .add(BatchNorm2d::new(32))
+                .add(ReLU::new())
+                .add(MaxPool2d::new(2))
+                .add(Flatten::new())
+                .add(Linear::new(32 * 7 * 7, 128))
+                .add(ReLU::new())
+                .add(Dropout::new(0.25))
+                .add(Linear::new(128, 10))
+        }
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let a = &args.common;
+    let name = format!("{:?}_{:?}", args.dataset, args.model).to_lowercase();
+    let dir = args.data_dir.clone().unwrap_or_else(|| {
+        let sub = match args.dataset {
+            Dataset::Mnist => "mnist",
+            Dataset::Fashion => "fashion-mnist",
+        };
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data").join(sub)
+    });
+    let (x_train, y_train) = load_mnist(&dir, Split::Train)
+        .map_err(|e| format!("{e}\n(pass --data-dir with the IDX files; see data/README.md)"))?;
+    let (x_test, y_test) = load_mnist(&dir, Split::Test)?;
+    let (x_train, y_train) = nn_examples::limit(x_train, y_train, a.limit);
+    println!("{} training / {} test images from {}", x_train.shape()[0], x_test.shape()[0], dir.display());
+    let epochs = a.epochs.unwrap_or(match (args.model, args.dataset) {
+        (Model::Cnn, Dataset::Mnist) => 3,
+        _ => 5,
+    });
+
+    manual_seed(a.seed);
+    let mut model = build(args.model);
+    println!("{model}\n{} parameters", model.num_parameters());
+    let mut opt = Adam::new(model.named_parameters(), AdamConfig { lr: 1e-3, ..Default::default() });
+    let mut sched = StepLR::new(&mut opt, 2, 0.5);
+    let loader = DataLoader::new(x_train, y_train, args.batch_size).shuffle(a.seed);
+    let ckpt = a.out(&format!("{name}_checkpoint.safetensors"))?;
+    let (mut start, mut step, mut losses) = (0u64, 0u64, Vec::new());
+    if a.resume {
+        let ck = Checkpoint::load(&ckpt)?;
+        model.load_state_dict(&ck.model, true)?;
+        opt.load_state_dict(ck.optimizer.as_ref().ok_or("checkpoint without optimizer state")?)?;
+        *sched.state_mut() = ck.scheduler.clone().ok_or("checkpoint without scheduler state")?;
+        sched.apply(&mut opt);
+        ck.restore_rng();
+        (start, step) = (ck.epoch, ck.step);
+        let mut ks: Vec<(usize, f64)> =
+            ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
+        ks.sort_by_key(|(i, _)| *i);
+        losses = ks.into_iter().map(|(_, v)| v).collect();
+        println!("resumed at epoch {start}");
+    }
+    let t0 = Instant::now();
+    let pb = progress(epochs * loader.num_batches() as u64, &name);
+    pb.set_position(start * loader.num_batches() as u64);
+    for epoch in start..epochs {
+        model.train();
+        let mut running = 0.0;
+        for (i, (xb, yb)) in loader.epoch(epoch).enumerate() {
+            opt.zero_grad();
+            let loss = cross_entropy(&model.forward(&xb), &yb);
+            let l = loss.item();
+            loss.backward();
+            opt.step();
+            step += 1;
+            losses.push(l);
+            running = if i == 0 { l } else { 0.98 * running + 0.02 * l };
+            pb.inc(1);
+            if i % 20 == 0 {
+                pb.set_message(format!("loss {running:.4}"));
+            }
+        }
+        sched.step(&mut opt);
+        let mut ck =
+            Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
+        ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+        ck.save(&ckpt)?;
+        model.eval();
+        let acc = accuracy(&model, &x_test, &y_test, 500);
+        pb.suspend(|| {
+            println!("epoch {}: smoothed train loss {running:.4}, test accuracy {:.2}%", epoch + 1, acc * 100.0)
+        });
+    }
+    pb.finish_and_clear();
+    model.eval();
+    let acc = accuracy(&model, &x_test, &y_test, 500);
+    println!(
+        "held-out accuracy: {:.2}% on {} test images ({:.1} s of training)",
+        acc * 100.0,
+        x_test.shape()[0],
+        t0.elapsed().as_secs_f64()
+    );
+    let curve = a.out(&format!("{name}_loss.svg"))?;
+    write_loss_svg(&curve, &format!("{name}: training loss per step"), "step", &[("train loss", &losses)])?;
+    nn_examples::report_outputs(&model, &a.out(&format!("{name}.safetensors"))?, &curve)?;
+    Ok(())
+}
