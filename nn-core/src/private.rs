@@ -168,6 +168,22 @@ impl BaseField for ModuleBase {
     }
 }
 
-/// Optional extra text for the printout, selected with `#[module(extra_repr)]` on the
-/// struct.
-pub use crate::module::{fmt_module, ExtraRepr};
+pub use crate::module::fmt_module;
+use crate::module::ExtraRepr;
+
+/// The printout's extra text, selected with `#[module(extra_repr)]` on the struct.
+#[diagnostic::on_unimplemented(
+    message = "`#[module(extra_repr)]` needs `{Self}` to implement `ExtraRepr`",
+    label = "`{Self}` does not implement `ExtraRepr`",
+    note = "write `impl ExtraRepr for {Self} {{ fn extra_repr(&self) -> String {{ ... }} }}`, or remove `#[module(extra_repr)]`"
+)]
+pub trait ExtraReprField {
+    /// The text inside the module's parentheses.
+    fn __nn_extra_repr(&self) -> String;
+}
+#[diagnostic::do_not_recommend]
+impl<T: ExtraRepr + ?Sized> ExtraReprField for T {
+    fn __nn_extra_repr(&self) -> String {
+        ExtraRepr::extra_repr(self)
+    }
+}

@@ -1,14 +1,16 @@
 //! The parsed input: a struct and its fields, borrowing from syn for spans.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::spanned::Spanned;
-use syn::{Data, DeriveInput, Fields, Member, Type};
+use syn::{Data, DeriveInput, Fields, LitStr, Member, Type};
 
 use crate::attr::{self, Ctxt, Kind};
 
 pub struct Input<'a> {
     pub original: &'a DeriveInput,
-    pub extra_repr: bool,
+    /// `#[module(extra_repr)]`, spanned at `extra_repr`.
+    pub extra_repr: Option<Span>,
     pub fields: Vec<Field<'a>>,
 }
 
@@ -18,16 +20,57 @@ pub struct Field<'a> {
     pub member: Member,
     /// The registered name (field name, index, or `rename`).
     pub name: String,
+    /// The `rename = "..."` literal, for errors about the name.
+    pub rename: Option<LitStr>,
     pub kind: Option<Kind>,
+    /// An attribute that looks like a misspelled `#[param]` & co. is on the field: rustc
+    /// already reports it, so the field is not also reported as unregistered.
+    pub misspelled: bool,
     pub ty: &'a Type,
 }
 
 impl Field<'_> {
-    /// Where errors about this field point: its name, or its type in a tuple struct.
-    pub fn span(&self) -> Span {
-        match &self.original.ident {
+    /// `name: Type` (or `Type` in a tuple struct): what errors about the field underline.
+    pub fn decl(&self) -> TokenStream {
+        let mut tokens = TokenStream::new();
+        if let Some(ident) = &self.original.ident {
+            ident.to_tokens(&mut tokens);
+            if let Some(colon) = &self.original.colon_token {
+                colon.to_tokens(&mut tokens);
+            }
+        }
+        self.ty.to_tokens(&mut tokens);
+        tokens
+    }
+
+    /// The spans of the first and last tokens of [`decl`](Self::decl). On stable Rust a
+    /// proc macro cannot join spans, but rustc spans an expression from its first token to
+    /// its last, so generated code whose first token carries `first` and last token `last`
+    /// is reported across the whole `name: Type`.
+    pub fn span_range(&self) -> (Span, Span) {
+        let first = match &self.original.ident {
             Some(i) => i.span(),
             None => self.ty.span(),
+        };
+        let last = self.ty.to_token_stream().into_iter().last().map_or(first, |tt| tt.span());
+        (first, last)
+    }
+
+    /// `name: ` for a named field, nothing for a positional one: the start of a
+    /// suggested declaration.
+    pub fn decl_prefix(&self) -> String {
+        match &self.original.ident {
+            Some(i) => format!("{}: ", i.to_string().trim_start_matches("r#")),
+            None => String::new(),
+        }
+    }
+
+    /// How the field is named in messages: ``field `name` `` or `field 0`.
+    pub fn label(&self) -> String {
+        match (&self.original.ident, &self.member) {
+            (Some(i), _) => format!("field `{}`", i.to_string().trim_start_matches("r#")),
+            (None, Member::Unnamed(index)) => format!("field {}", index.index),
+            (None, Member::Named(i)) => format!("field `{i}`"),
         }
     }
 }
@@ -36,25 +79,32 @@ impl<'a> Input<'a> {
     pub fn from_syn(input: &'a DeriveInput) -> Result<Self, syn::Error> {
         let mut cx = Ctxt::default();
         let container = attr::container_attrs(&mut cx, &input.attrs);
-        let fields = match &input.data {
-            Data::Struct(s) => &s.fields,
+        // Only a struct has fields to register; an enum or a union is an error, reported
+        // together with any struct-level attribute errors.
+        let list: Vec<&syn::Field> = match &input.data {
+            Data::Struct(s) => match &s.fields {
+                Fields::Named(n) => n.named.iter().collect(),
+                Fields::Unnamed(u) => u.unnamed.iter().collect(),
+                Fields::Unit => Vec::new(),
+            },
             Data::Enum(e) => {
-                cx.error(
-                    e.enum_token.span,
-                    "`#[derive(Module)]` is for structs: an enum's variants have no fixed set of registered \
-                     state; use a struct with `#[module] Option<_>` fields, or a `#[module] Box<dyn Layer>`",
+                let (kw, name) = (e.enum_token, &input.ident);
+                cx.error_spanned(
+                    quote::quote!(#kw #name),
+                    "`#[derive(Module)]` is for structs: an enum's variants have no fixed set of \
+                     registered state; use a struct with `#[module] Option<_>` fields, or a \
+                     `#[module] Box<dyn Layer>` field",
                 );
-                return Err(cx.check().unwrap_err());
+                Vec::new()
             }
             Data::Union(u) => {
-                cx.error(u.union_token.span, "`#[derive(Module)]` is for structs; unions are not supported");
-                return Err(cx.check().unwrap_err());
+                let (kw, name) = (u.union_token, &input.ident);
+                cx.error_spanned(
+                    quote::quote!(#kw #name),
+                    "`#[derive(Module)]` is for structs, not unions: use a struct with annotated fields",
+                );
+                Vec::new()
             }
-        };
-        let list: Vec<&syn::Field> = match fields {
-            Fields::Named(n) => n.named.iter().collect(),
-            Fields::Unnamed(u) => u.unnamed.iter().collect(),
-            Fields::Unit => Vec::new(),
         };
         let mut out = Vec::new();
         for (i, f) in list.into_iter().enumerate() {
@@ -66,8 +116,10 @@ impl<'a> Input<'a> {
             out.push(Field {
                 original: f,
                 member,
-                name: attrs.rename.map(|l| l.value()).unwrap_or(default_name),
-                kind: attrs.kind.map(|(k, _)| k),
+                name: attrs.rename.as_ref().map_or(default_name, LitStr::value),
+                rename: attrs.rename,
+                kind: attrs.kind,
+                misspelled: attrs.misspelled,
                 ty: &f.ty,
             });
         }

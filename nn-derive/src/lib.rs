@@ -1,10 +1,11 @@
 //! `#[derive(Module)]` for the `nn` framework (see `nn_core::Module`).
 //!
-//! The macro runs in three stages, one file each: [`ast`] parses the input into a small
+//! The macro runs in three stages: `ast.rs` (with `attr.rs`) parses the input into a small
 //! typed tree that keeps the original fields for spans, collecting every attribute error
-//! (serde's `Ctxt` approach); [`validate`] applies cross-field rules; [`expand`] writes the
-//! impls. On invalid input it still emits a stub impl next to the errors, so a user's other
-//! code does not light up with secondary errors.
+//! (serde's `Ctxt` approach); `validate.rs` applies cross-field rules; `expand.rs` writes
+//! the impls. On invalid input it still emits a stub impl next to the errors, so a user's
+//! other code does not light up with secondary errors. Errors about a field underline its
+//! whole `name: Type`, and say what to write instead.
 
 mod ast;
 mod attr;

@@ -1,54 +1,62 @@
 //! Cross-field rules: unique registered names, at most one `#[base]`, and `#[module]` on
 //! plain collections (which the type system would reject with a less helpful message).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
-use crate::ast::Input;
+use crate::ast::{Field, Input};
 use crate::attr::{Ctxt, Kind};
-use crate::expand::{last_segment, shape_of, TypeShape};
+use crate::expand::{code, shape_of, TypeShape};
 
 impl Input<'_> {
     pub fn validate(&self) -> Result<(), syn::Error> {
         let mut cx = Ctxt::default();
-        let mut names: HashSet<&str> = HashSet::new();
-        let mut base: Option<String> = None;
+        let mut names: HashMap<&str, &Field<'_>> = HashMap::new();
+        let mut base: Option<&Field<'_>> = None;
         for f in &self.fields {
             let Some(kind) = f.kind else { continue };
-            let field_label = match &f.original.ident {
-                Some(i) => i.to_string(),
-                None => f.name.clone(),
-            };
             if kind == Kind::Base {
-                if let Some(prev) = &base {
-                    cx.error(f.span(), format!("only one `#[base]` field is allowed; `{prev}` is already the base"));
+                match base {
+                    Some(prev) => cx.error_spanned(
+                        f.decl(),
+                        format!("only one `#[base]` field is allowed; {} is already the base", prev.label()),
+                    ),
+                    None => base = Some(f),
                 }
-                base = Some(field_label);
                 continue;
             }
-            if !names.insert(&f.name) {
-                cx.error(
-                    f.span(),
-                    format!("registered name `{}` is used twice; pick another with `rename = \"...\"`", f.name),
+            if let Some(prev) = names.get(f.name.as_str()) {
+                let msg = format!(
+                    "registered name `{}` is already used by {}; give this field another name with \
+                     `rename = \"...\"`",
+                    f.name,
+                    prev.label()
                 );
+                match &f.rename {
+                    Some(lit) => cx.error(lit.span(), msg),
+                    None => cx.error_spanned(f.decl(), msg),
+                }
+            } else {
+                names.insert(&f.name, f);
             }
             if kind == Kind::Module {
+                let decl = f.decl_prefix();
                 let hint = match shape_of(f.ty) {
                     TypeShape::List(elem) => Some(format!(
-                        "use `ModuleList<{elem}>`, which registers each element as `name.0`, `name.1`, ..."
+                        "write `#[module] {decl}ModuleList<{elem}>`, which registers each element as `{}.0`, `{}.1`, ...",
+                        f.name, f.name
                     )),
-                    TypeShape::Dict(elem) => {
-                        Some(format!("use `ModuleDict<{elem}>`, which registers each entry under its key"))
-                    }
-                    TypeShape::Tuple => Some("use a `Sequential`, or one annotated field per layer".to_string()),
+                    TypeShape::Dict(elem) => Some(format!(
+                        "write `#[module] {decl}ModuleDict<{elem}>`, which registers each entry under its key"
+                    )),
+                    TypeShape::Tuple => Some(
+                        "give each layer its own `#[module]` field, or chain them in a `Sequential`".to_string(),
+                    ),
                     _ => None,
                 };
                 if let Some(hint) = hint {
-                    cx.error(
-                        f.span(),
-                        format!(
-                            "`#[module]` needs a `Module`, and a plain `{}` of layers is not one: {hint}",
-                            last_segment(f.ty)
-                        ),
+                    cx.error_spanned(
+                        f.decl(),
+                        format!("`#[module]` needs a `Module`, and `{}` is not one: {hint}", code(f.ty)),
                     );
                 }
             }

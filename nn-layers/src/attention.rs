@@ -54,7 +54,8 @@ impl Default for AttendOptions<'_> {
 /// A mask as an additive float tensor (`-inf` where a bool mask is `true`).
 fn additive(mask: &Tensor, like: &Tensor) -> Tensor {
     if mask.dtype() == DType::Bool {
-        Tensor::zeros_like(&Tensor::full_on(mask.shape(), 0.0, like.dtype(), like.device())).masked_fill(mask, f64::NEG_INFINITY)
+        Tensor::zeros_like(&Tensor::full_on(mask.shape(), 0.0, like.dtype(), like.device()))
+            .masked_fill(mask, f64::NEG_INFINITY)
     } else {
         mask.to_dtype(like.dtype())
     }
@@ -98,7 +99,13 @@ impl MultiheadAttention {
     /// `(output, weights)` for `query` `[L, N, E]`, `key` and `value` `[S, N, E]`
     /// (batch-first: `[N, L, E]`, `[N, S, E]`).
     #[track_caller]
-    pub fn attend(&self, query: &Tensor, key: &Tensor, value: &Tensor, opt: AttendOptions<'_>) -> (Tensor, Option<Tensor>) {
+    pub fn attend(
+        &self,
+        query: &Tensor,
+        key: &Tensor,
+        value: &Tensor,
+        opt: AttendOptions<'_>,
+    ) -> (Tensor, Option<Tensor>) {
         let e = self.embed_dim;
         for (name, t) in [("query", query), ("key", key), ("value", value)] {
             if t.rank() != 3 || t.shape()[2] != e {
@@ -159,9 +166,7 @@ impl MultiheadAttention {
 impl Forward for MultiheadAttention {
     /// Self-attention (`query = key = value = input`) without masks.
     fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            self.attend(x, x, x, AttendOptions { need_weights: false, ..Default::default() }).0
-        })
+        self.base.run(input, |x| self.attend(x, x, x, AttendOptions { need_weights: false, ..Default::default() }).0)
     }
 }
 
@@ -262,10 +267,20 @@ impl TransformerEncoderLayer {
 
     /// Runs the layer with optional masks (`src_mask` `[L, L]`, `src_key_padding_mask`
     /// `[N, L]`, conventions of [`AttendOptions`]).
-    pub fn forward_masked(&self, src: &Tensor, src_mask: Option<&Tensor>, src_key_padding_mask: Option<&Tensor>) -> Tensor {
+    pub fn forward_masked(
+        &self,
+        src: &Tensor,
+        src_mask: Option<&Tensor>,
+        src_key_padding_mask: Option<&Tensor>,
+    ) -> Tensor {
         self.base.run(src, |x| {
             let sa = |x: &Tensor| {
-                let opt = AttendOptions { key_padding_mask: src_key_padding_mask, attn_mask: src_mask, need_weights: false, ..Default::default() };
+                let opt = AttendOptions {
+                    key_padding_mask: src_key_padding_mask,
+                    attn_mask: src_mask,
+                    need_weights: false,
+                    ..Default::default()
+                };
                 self.dropout1.forward(&self.self_attn.attend(x, x, x, opt).0)
             };
             let ff = |x: &Tensor| {

@@ -85,11 +85,13 @@ impl Index<usize> for Sequential {
 
 impl Forward for Sequential {
     fn forward(&self, input: &Tensor) -> Tensor {
-        let mut x = input.clone();
-        for (_, l) in &self.layers {
-            x = l.forward(&x);
-        }
-        x
+        self.base.run(input, |x| {
+            let mut x = x.clone();
+            for (_, l) in &self.layers {
+                x = l.forward(&x);
+            }
+            x
+        })
     }
 }
 

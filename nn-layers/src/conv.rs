@@ -124,7 +124,12 @@ impl Conv2d {
 
     fn options(&self) -> Conv2dOptions {
         let c = &self.config;
-        Conv2dOptions { stride: (c.stride, c.stride), padding: (c.padding, c.padding), dilation: (c.dilation, c.dilation), groups: c.groups }
+        Conv2dOptions {
+            stride: (c.stride, c.stride),
+            padding: (c.padding, c.padding),
+            dilation: (c.dilation, c.dilation),
+            groups: c.groups,
+        }
     }
 }
 
@@ -233,7 +238,6 @@ impl LazyConv2d {
     pub fn materialized(&self) -> Option<&Conv2d> {
         self.inner.get()
     }
-
 }
 
 impl Forward for LazyConv2d {
@@ -243,7 +247,8 @@ impl Forward for LazyConv2d {
                 panic!("LazyConv2d expects input [N, C, H, W], got {:?}", x.shape());
             }
             let c = x.shape()[x.rank() - 3];
-            let conv = self.inner.get_or_init(|| Conv2d::with_config(c, self.out_channels, self.kernel_size, self.config));
+            let conv =
+                self.inner.get_or_init(|| Conv2d::with_config(c, self.out_channels, self.kernel_size, self.config));
             conv.forward(x)
         })
     }

@@ -24,8 +24,8 @@ mod repr;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use attention::{
-    Activation, AttendOptions, MultiheadAttention, NonDynamicallyQuantizableLinear, TransformerEncoder, TransformerEncoderLayer,
-    TransformerEncoderLayerConfig,
+    Activation, AttendOptions, MultiheadAttention, NonDynamicallyQuantizableLinear, TransformerEncoder,
+    TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
 pub use containers::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, LazyConv2d};

@@ -125,8 +125,16 @@ impl Bilinear {
     /// Runs the layer on its two inputs `[*, in1]` and `[*, in2]`.
     pub fn forward2(&self, x1: &Tensor, x2: &Tensor) -> Tensor {
         let (i, j, _) = self.dims;
-        if x1.shape().last() != Some(&i) || x2.shape().last() != Some(&j) || x1.shape()[..x1.rank() - 1] != x2.shape()[..x2.rank().max(1) - 1] {
-            panic!("{} expects inputs [..., {i}] and [..., {j}] with equal leading dims, got {:?} and {:?}", self, x1.shape(), x2.shape());
+        if x1.shape().last() != Some(&i)
+            || x2.shape().last() != Some(&j)
+            || x1.shape()[..x1.rank() - 1] != x2.shape()[..x2.rank().max(1) - 1]
+        {
+            panic!(
+                "{} expects inputs [..., {i}] and [..., {j}] with equal leading dims, got {:?} and {:?}",
+                self,
+                x1.shape(),
+                x2.shape()
+            );
         }
         self.base.run(x1, |x1| functional::bilinear(x1, x2, &self.weight, self.bias.as_deref()))
     }
@@ -168,13 +176,15 @@ impl LazyLinear {
     pub fn materialized(&self) -> Option<&Linear> {
         self.inner.get()
     }
-
 }
 
 impl Forward for LazyLinear {
     fn forward(&self, input: &Tensor) -> Tensor {
         self.base.run(input, |x| {
-            let in_features = *x.shape().last().unwrap_or_else(|| panic!("LazyLinear expects input [..., in_features], got a scalar"));
+            let in_features = *x
+                .shape()
+                .last()
+                .unwrap_or_else(|| panic!("LazyLinear expects input [..., in_features], got a scalar"));
             let lin = self.inner.get_or_init(|| Linear::with_bias(in_features, self.out_features, self.bias));
             lin.forward(x)
         })

@@ -131,8 +131,7 @@ fn bn_forward(x: &Tensor, s: BnState<'_>, training: bool, config: &BatchNormConf
         }
     }
     let use_batch_stats = training || s.running_mean.is_none();
-    let (rm, rv) =
-        if !training || config.track_running_stats { (s.running_mean, s.running_var) } else { (None, None) };
+    let (rm, rv) = if !training || config.track_running_stats { (s.running_mean, s.running_var) } else { (None, None) };
     x.batch_norm(rm, rv, s.weight, s.bias, use_batch_stats, factor, config.eps)
 }
 

@@ -93,7 +93,13 @@ impl AvgPool2d {
     }
 
     /// All options.
-    pub fn with_options(kernel_size: usize, stride: usize, padding: usize, ceil_mode: bool, count_include_pad: bool) -> Self {
+    pub fn with_options(
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        ceil_mode: bool,
+        count_include_pad: bool,
+    ) -> Self {
         AvgPool2d { base: ModuleBase::default(), kernel_size, stride, padding, ceil_mode, count_include_pad }
     }
 }

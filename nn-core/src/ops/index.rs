@@ -68,7 +68,12 @@ impl Tensor {
             let (outer, n, inner) = split_at(x.shape(), d);
             let s = x.storage_arc();
             Storage::Cpu(with_cpu!(cpu(&s), T, v => {
-                let src = crate::storage::strided_to_vec(v, x.layout());
+                // Read a contiguous source in place: copying it first would cost the whole
+                // tensor per call (a data loader selecting 64 rows of 60,000).
+                let src: std::borrow::Cow<'_, [T]> = match x.layout().contiguous_range() {
+                    Some(r) => std::borrow::Cow::Borrowed(&v[r]),
+                    None => std::borrow::Cow::Owned(crate::storage::strided_to_vec(v, x.layout())),
+                };
                 let mut out = Vec::with_capacity(outer * idx.len() * inner);
                 for o in 0..outer {
                     for &i in &idx {

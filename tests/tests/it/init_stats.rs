@@ -44,18 +44,32 @@ fn printouts_match_pytorch() {
         ("linear", Linear::new(784, 256).to_string()),
         ("linear_nobias", Linear::with_bias(3, 4, false).to_string()),
         ("bilinear", Bilinear::new(3, 4, 2).to_string()),
-        ("conv1d", Conv1d::with_config(3, 4, 3, Conv1dConfig { stride: 2, padding: 1, ..Default::default() }).to_string()),
-        ("conv2d", Conv2d::with_config(3, 6, 3, Conv2dConfig { stride: 2, padding: 1, ..Default::default() }).to_string()),
+        (
+            "conv1d",
+            Conv1d::with_config(3, 4, 3, Conv1dConfig { stride: 2, padding: 1, ..Default::default() }).to_string(),
+        ),
+        (
+            "conv2d",
+            Conv2d::with_config(3, 6, 3, Conv2dConfig { stride: 2, padding: 1, ..Default::default() }).to_string(),
+        ),
         (
             "conv2d_groups",
-            Conv2d::with_config(4, 6, 3, Conv2dConfig { padding: 2, dilation: 2, groups: 2, bias: false, ..Default::default() })
-                .to_string(),
+            Conv2d::with_config(
+                4,
+                6,
+                3,
+                Conv2dConfig { padding: 2, dilation: 2, groups: 2, bias: false, ..Default::default() },
+            )
+            .to_string(),
         ),
         ("maxpool2d", MaxPool2d::with_options(3, 2, 1, 1, false).to_string()),
         ("avgpool2d", AvgPool2d::with_options(3, 2, 1, false, true).to_string()),
         ("adaptiveavgpool2d", AdaptiveAvgPool2d::new((3, 2)).to_string()),
         ("batchnorm1d", BatchNorm1d::new(4).to_string()),
-        ("batchnorm2d_cma", BatchNorm2d::with_config(3, BatchNormConfig { momentum: None, ..Default::default() }).to_string()),
+        (
+            "batchnorm2d_cma",
+            BatchNorm2d::with_config(3, BatchNormConfig { momentum: None, ..Default::default() }).to_string(),
+        ),
         ("layernorm", LayerNorm::new(6).to_string()),
         ("layernorm_2d", LayerNorm::with_options(&[3, 4], 1e-6, true, true).to_string()),
         ("groupnorm", GroupNorm::new(2, 6).to_string()),
@@ -176,7 +190,10 @@ fn lazy_modules_infer_shapes_and_refuse_state_before_that() {
 
 fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
     let err = std::panic::catch_unwind(f).expect_err("expected a panic");
-    err.downcast_ref::<String>().cloned().or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 #[test]
@@ -188,7 +205,10 @@ fn wrong_input_shapes_are_caught_at_the_layer() {
     let m = panic_message(|| {
         Conv2d::new(3, 8, 3).forward(&Tensor::zeros(&[2, 4, 9, 9]));
     });
-    assert!(m.starts_with("Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1)) expects input [N, 3, H, W], got [2, 4, 9, 9]"), "{m}");
+    assert!(
+        m.starts_with("Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1)) expects input [N, 3, H, W], got [2, 4, 9, 9]"),
+        "{m}"
+    );
     let m = panic_message(|| {
         BatchNorm2d::new(3).forward(&Tensor::zeros(&[2, 3, 4]));
     });

@@ -82,8 +82,18 @@ fn linear_and_bilinear() {
 
 #[test]
 fn convolutions() {
-    check("conv1d", || Conv1d::with_config(3, 4, 3, Conv1dConfig { stride: 2, padding: 1, ..Default::default() }), fwd, LOOSE);
-    check("conv2d", || Conv2d::with_config(3, 6, 3, Conv2dConfig { stride: 2, padding: 1, ..Default::default() }), fwd, LOOSE);
+    check(
+        "conv1d",
+        || Conv1d::with_config(3, 4, 3, Conv1dConfig { stride: 2, padding: 1, ..Default::default() }),
+        fwd,
+        LOOSE,
+    );
+    check(
+        "conv2d",
+        || Conv2d::with_config(3, 6, 3, Conv2dConfig { stride: 2, padding: 1, ..Default::default() }),
+        fwd,
+        LOOSE,
+    );
     let cfg = Conv2dConfig { padding: 2, dilation: 2, groups: 2, bias: false, ..Default::default() };
     check("conv2d_groups", || Conv2d::with_config(4, 6, 3, cfg), fwd, LOOSE);
 }
@@ -174,8 +184,17 @@ fn whole_models_load_pytorch_state_dicts_strictly() {
             .add(Linear::new(8, 10))
     };
     let keys: Vec<String> = cnn().state_dict().keys().map(String::from).collect();
-    assert_eq!(&keys[..7], ["0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"]);
+    assert_eq!(
+        &keys[..7],
+        ["0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    );
     check("model_cnn", cnn, fwd, LOOSE);
-    let cfg = TransformerEncoderLayerConfig { dim_feedforward: 16, dropout: 0.0, batch_first: true, ..Default::default() };
-    check("model_transformer", || TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(8, 2, cfg), None), fwd, LOOSE);
+    let cfg =
+        TransformerEncoderLayerConfig { dim_feedforward: 16, dropout: 0.0, batch_first: true, ..Default::default() };
+    check(
+        "model_transformer",
+        || TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(8, 2, cfg), None),
+        fwd,
+        LOOSE,
+    );
 }
