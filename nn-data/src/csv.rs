@@ -22,7 +22,10 @@ pub struct TabularDataset {
 }
 
 fn parse_rows(path: &Path, text: &str, skip: usize, width: usize) -> Result<(Vec<f32>, Vec<i64>)> {
-    let bad = |line: usize, reason: String| DataError::Format { path: path.to_path_buf(), reason: format!("line {line}: {reason}") };
+    let bad = |line: usize, reason: String| DataError::Format {
+        path: path.to_path_buf(),
+        reason: format!("line {line}: {reason}"),
+    };
     let (mut xs, mut ys) = (Vec::new(), Vec::new());
     for (i, line) in text.lines().enumerate().skip(skip).filter(|(_, l)| !l.trim().is_empty()) {
         let fields: Vec<&str> = line.split(',').collect();
@@ -33,7 +36,11 @@ fn parse_rows(path: &Path, text: &str, skip: usize, width: usize) -> Result<(Vec
             xs.push(f.trim().parse::<f32>().map_err(|_| bad(i + 1, format!("not a number: {f:?}")))?);
         }
         let label = fields[width].trim();
-        let y = label.parse::<f64>().ok().filter(|v| v.fract() == 0.0 && *v >= 0.0).ok_or_else(|| bad(i + 1, format!("label {label:?} is not a class index")))?;
+        let y = label
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.fract() == 0.0 && *v >= 0.0)
+            .ok_or_else(|| bad(i + 1, format!("label {label:?} is not a class index")))?;
         ys.push(y as i64);
     }
     Ok((xs, ys))
@@ -46,7 +53,8 @@ fn parse_rows(path: &Path, text: &str, skip: usize, width: usize) -> Result<(Vec
 pub fn load_digits(path: impl AsRef<Path>) -> Result<TabularDataset> {
     let path = path.as_ref();
     let bytes = read_maybe_gz(path)?;
-    let text = String::from_utf8(bytes).map_err(|_| DataError::Format { path: path.to_path_buf(), reason: "not UTF-8 text".into() })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| DataError::Format { path: path.to_path_buf(), reason: "not UTF-8 text".into() })?;
     let (xs, ys) = parse_rows(path, &text, 0, 64)?;
     if let Some(bad) = ys.iter().find(|&&y| y > 9) {
         return Err(DataError::Format { path: path.to_path_buf(), reason: format!("label {bad} is not a digit") });
@@ -67,7 +75,8 @@ pub fn load_digits(path: impl AsRef<Path>) -> Result<TabularDataset> {
 pub fn load_sklearn_csv(path: impl AsRef<Path>) -> Result<TabularDataset> {
     let path = path.as_ref();
     let bytes = read_maybe_gz(path)?;
-    let text = String::from_utf8(bytes).map_err(|_| DataError::Format { path: path.to_path_buf(), reason: "not UTF-8 text".into() })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| DataError::Format { path: path.to_path_buf(), reason: "not UTF-8 text".into() })?;
     let bad = |reason: String| DataError::Format { path: path.to_path_buf(), reason };
     let header: Vec<&str> = text.lines().next().ok_or_else(|| bad("empty file".into()))?.split(',').collect();
     let parse = |s: &str| s.trim().parse::<usize>().map_err(|_| bad(format!("header: {s:?} is not a count")));

@@ -34,11 +34,18 @@ pub fn read_idx(path: impl AsRef<Path>) -> Result<IdxArray> {
     let rank = bytes[3] as usize;
     let header = 4 + 4 * rank;
     if bytes.len() < header {
-        return Err(bad(format!("truncated header: {rank} dimensions need {header} bytes, the file has {}", bytes.len())));
+        return Err(bad(format!(
+            "truncated header: {rank} dimensions need {header} bytes, the file has {}",
+            bytes.len()
+        )));
     }
-    let dims: Vec<usize> =
-        (0..rank).map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().expect("4 bytes")) as usize).collect();
-    let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| bad(format!("dimensions {dims:?} overflow")))?;
+    let dims: Vec<usize> = (0..rank)
+        .map(|i| u32::from_be_bytes(bytes[4 + 4 * i..8 + 4 * i].try_into().expect("4 bytes")) as usize)
+        .collect();
+    let n = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| bad(format!("dimensions {dims:?} overflow")))?;
     if bytes.len() - header != n {
         return Err(bad(format!("dimensions {dims:?} need {n} values, the file has {}", bytes.len() - header)));
     }
@@ -73,7 +80,10 @@ pub fn load_mnist(dir: impl AsRef<Path>, split: Split) -> Result<(Tensor, Tensor
         } else if plain.exists() {
             Ok(plain)
         } else {
-            Err(DataError::Io { path: gz, source: std::io::Error::new(std::io::ErrorKind::NotFound, "neither the file nor its .gz exists") })
+            Err(DataError::Io {
+                path: gz,
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "neither the file nor its .gz exists"),
+            })
         }
     };
     let img_path = find(format!("{prefix}-images-idx3-ubyte"))?;
@@ -126,7 +136,9 @@ mod tests {
         assert!(e.contains("need 5 values, the file has 2"), "{e}");
         let e = read_idx(write(dir.path(), "h", &[0, 0, 8, 3, 0, 0])).unwrap_err().to_string();
         assert!(e.contains("truncated header"), "{e}");
-        let e = read_idx(write(dir.path(), "o", &[0, 0, 8, 3, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255])).unwrap_err();
+        let e =
+            read_idx(write(dir.path(), "o", &[0, 0, 8, 3, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255]))
+                .unwrap_err();
         assert!(e.to_string().contains("overflow") || e.to_string().contains("need"), "{e}");
         assert!(matches!(read_idx(dir.path().join("missing")).unwrap_err(), DataError::Io { .. }));
     }

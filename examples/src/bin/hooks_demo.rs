@@ -46,7 +46,12 @@ impl Forward for SqrtRelu {
 }
 
 fn model() -> Sequential {
-    Sequential::new().add(Linear::new(64, 64)).add(Tanh::new()).add(Linear::new(64, 32)).add(Tanh::new()).add(Linear::new(32, 10))
+    Sequential::new()
+        .add(Linear::new(64, 64))
+        .add(Tanh::new())
+        .add(Linear::new(64, 32))
+        .add(Tanh::new())
+        .add(Linear::new(32, 10))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -157,7 +162,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("held-out accuracy: {:.2}% ({} samples)", accuracy(&net, &xte, &yte, 256) * 100.0, xte.shape()[0]);
     let curve = a.out("hooks_demo_loss.svg")?;
     let capped: Vec<f64> = unstable_losses.iter().map(|l| if l.is_finite() { l.min(10.0) } else { f64::NAN }).collect();
-    write_loss_svg(&curve, "stable run (per epoch) and unstable run (per step, capped at 10)", "epoch / step", &[("stable", &losses), ("unstable", &capped)])?;
+    write_loss_svg(
+        &curve,
+        "stable run (per epoch) and unstable run (per step, capped at 10)",
+        "epoch / step",
+        &[("stable", &losses), ("unstable", &capped)],
+    )?;
     nn_examples::report_outputs(&net, &a.out("hooks_demo.safetensors")?, &curve)?;
     Ok(())
 }

@@ -187,4 +187,3 @@ fn optimizer_state_is_keyed_by_path() {
     let e = opt3.load_state_dict(&st).unwrap_err().to_string();
     assert!(e.contains("2.weight") || e.contains("2.bias"), "{e}");
 }
-

@@ -1,0 +1,206 @@
+//! A tiny character-level Transformer (2 pre-norm encoder layers with a causal mask, 4
+//! heads, d_model 64) trained on Jane Austen's *Pride and Prejudice* (shipped in `data/`),
+//! holding out the last 10% of the text. Prints held-out next-character accuracy and
+//! samples text at the end; writes the loss curve and a checkpoint (`--resume`).
+//!
+//! Expected after the default 600 steps (about a minute): held-out next-character
+//! accuracy around 50% and samples with real words and Austen's punctuation.
+//!
+//! ```text
+//! cargo run --release -p nn-examples --bin char_transformer
+//! ```
+
+use clap::Parser;
+use nn_core::checkpoint::Checkpoint;
+use nn_core::functional::cross_entropy;
+use nn_core::optim::{AdamW, AdamWConfig, CosineAnnealingLR, LrScheduler, Optimizer};
+use nn_core::random::with_rng;
+use nn_core::{manual_seed, no_grad, DType, Forward, Module, ModuleBase, Tensor};
+use nn_examples::{progress, repo_data_dir, write_loss_svg, CommonArgs};
+use nn_layers::{
+    Activation, Embedding, LayerNorm, Linear, TransformerEncoder, TransformerEncoderLayer,
+    TransformerEncoderLayerConfig,
+};
+use rand::Rng;
+
+#[derive(Parser)]
+#[command(about = "Character-level Transformer on Pride and Prejudice")]
+struct Args {
+    /// Optimizer steps (overrides --epochs, which counts 100-step blocks).
+    #[arg(long, default_value_t = 600)]
+    steps: u64,
+    /// Characters to sample at the end.
+    #[arg(long, default_value_t = 300)]
+    sample_len: usize,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+const BLOCK: usize = 64;
+const BATCH: usize = 32;
+
+#[derive(Module)]
+struct CharTransformer {
+    #[module]
+    tok: Embedding,
+    #[module]
+    pos: Embedding,
+    #[module]
+    encoder: TransformerEncoder,
+    #[module]
+    norm: LayerNorm,
+    #[module]
+    head: Linear,
+    #[base]
+    base: ModuleBase,
+}
+
+impl CharTransformer {
+    fn new(vocab: usize) -> Self {
+        let d = 64;
+        let cfg = TransformerEncoderLayerConfig {
+            dim_feedforward: 256,
+            dropout: 0.1,
+            activation: Activation::Gelu,
+            batch_first: true,
+            norm_first: true,
+            ..Default::default()
+        };
+        CharTransformer {
+            tok: Embedding::new(vocab, d),
+            pos: Embedding::new(BLOCK, d),
+            encoder: TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(d, 4, cfg), None),
+            norm: LayerNorm::new(d),
+            head: Linear::new(d, vocab),
+            base: ModuleBase::new(),
+        }
+    }
+}
+
+impl Forward for CharTransformer {
+    /// `[B, T]` character ids -> `[B, T, vocab]` next-character logits.
+    fn forward(&self, idx: &Tensor) -> Tensor {
+        self.base.run(idx, |idx| {
+            let t = idx.shape()[1];
+            let pos = Tensor::from_vec_i64((0..t as i64).collect(), &[t]);
+            let x = self.tok.forward(idx) + self.pos.forward(&pos);
+            // true = may not attend (MultiheadAttention's convention): the future.
+            let causal = Tensor::from_vec_bool((0..t * t).map(|k| k % t > k / t).collect(), &[t, t]);
+            self.head.forward(&self.norm.forward(&self.encoder.forward_masked(&x, Some(&causal), None)))
+        })
+    }
+}
+
+/// `BATCH` random windows of `BLOCK + 1` ids: inputs and next-character targets.
+fn batch(ids: &[i64]) -> (Tensor, Tensor) {
+    let starts: Vec<usize> = with_rng(|r| (0..BATCH).map(|_| r.random_range(0..ids.len() - BLOCK - 1)).collect());
+    let x: Vec<i64> = starts.iter().flat_map(|&s| ids[s..s + BLOCK].iter().copied()).collect();
+    let y: Vec<i64> = starts.iter().flat_map(|&s| ids[s + 1..s + BLOCK + 1].iter().copied()).collect();
+    (Tensor::from_vec_i64(x, &[BATCH, BLOCK]), Tensor::from_vec_i64(y, &[BATCH, BLOCK]))
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let a = &args.common;
+    let steps = a.epochs.map(|e| e * 100).unwrap_or(args.steps);
+    manual_seed(a.seed);
+    let text = std::fs::read_to_string(repo_data_dir().join("pride_and_prejudice.txt"))?;
+    let mut vocab: Vec<char> = text.chars().collect();
+    vocab.sort_unstable();
+    vocab.dedup();
+    let id = |c: char| vocab.binary_search(&c).expect("in vocabulary") as i64;
+    let ids: Vec<i64> = text.chars().map(id).collect();
+    let cut = ids.len() * 9 / 10;
+    let (train, held) = (&ids[..cut], &ids[cut..]);
+    let train = &train[..a.limit.unwrap_or(train.len()).min(train.len())];
+    println!("{} characters, vocabulary of {}, {} for training", ids.len(), vocab.len(), train.len());
+
+    let mut model = CharTransformer::new(vocab.len());
+    println!("{model}\n{} parameters", model.num_parameters());
+    let mut opt =
+        AdamW::new(model.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.01, ..Default::default() });
+    let mut sched = CosineAnnealingLR::new(&mut opt, steps, 3e-4);
+    let ckpt = a.out("char_transformer_checkpoint.safetensors")?;
+    let (mut start, mut losses) = (0, Vec::new());
+    if a.resume {
+        let ck = Checkpoint::load(&ckpt)?;
+        model.load_state_dict(&ck.model, true)?;
+        opt.load_state_dict(ck.optimizer.as_ref().ok_or("no optimizer state")?)?;
+        *sched.state_mut() = ck.scheduler.clone().ok_or("no scheduler state")?;
+        sched.apply(&mut opt);
+        ck.restore_rng();
+        start = ck.step;
+        let mut ks: Vec<(usize, f64)> =
+            ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
+        ks.sort_by_key(|(i, _)| *i);
+        losses = ks.into_iter().map(|(_, v)| v).collect();
+        println!("resumed at step {start}");
+    }
+    let vocab_n = vocab.len();
+    let pb = progress(steps, "train");
+    pb.set_position(start);
+    model.train();
+    let t0 = std::time::Instant::now();
+    for step in start..steps {
+        let (x, y) = batch(train);
+        opt.zero_grad();
+        let logits = model.forward(&x);
+        let loss = cross_entropy(&logits.reshape(&[BATCH * BLOCK, vocab_n]), &y.reshape(&[BATCH * BLOCK]));
+        losses.push(loss.item());
+        loss.backward();
+        nn_core::optim::clip_grad_norm_(&model.parameters(), 1.0);
+        opt.step();
+        sched.step(&mut opt);
+        pb.inc(1);
+        pb.set_message(format!("loss {:.3}", losses.last().copied().unwrap_or(0.0)));
+        if (step + 1) % 100 == 0 || step + 1 == steps {
+            let mut ck =
+                Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), 0, step + 1);
+            ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+            ck.save(&ckpt)?;
+        }
+    }
+    pb.finish_and_clear();
+    println!("trained {} steps in {:.1} s", steps - start, t0.elapsed().as_secs_f64());
+
+    model.eval();
+    let (mut correct, mut total, mut held_loss) = (0.0, 0.0, 0.0);
+    no_grad(|| {
+        for _ in 0..20 {
+            let (x, y) = batch(held);
+            let logits = model.forward(&x).reshape(&[BATCH * BLOCK, vocab_n]);
+            let y = y.reshape(&[BATCH * BLOCK]);
+            held_loss += cross_entropy(&logits, &y).item();
+            correct += logits.argmax(1, false).eq(&y).to_dtype(DType::F32).sum().item();
+            total += (BATCH * BLOCK) as f64;
+        }
+    });
+    println!(
+        "held-out next-character accuracy: {:.2}% (loss {:.3}, on 20 x {BATCH} x {BLOCK} characters)",
+        correct / total * 100.0,
+        held_loss / 20.0
+    );
+
+    // Sampling with temperature 0.8 from a prompt.
+    let mut out: Vec<i64> = "It is a truth universally".chars().map(id).collect();
+    no_grad(|| {
+        for _ in 0..args.sample_len {
+            let ctx = &out[out.len().saturating_sub(BLOCK)..];
+            let x = Tensor::from_vec_i64(ctx.to_vec(), &[1, ctx.len()]);
+            let logits = model.forward(&x).narrow(1, ctx.len() - 1, 1).reshape(&[vocab_n]);
+            let p = (logits * (1.0 / 0.8)).softmax(0).to_vec();
+            let u: f32 = with_rng(|r| r.random());
+            let mut acc = 0.0;
+            let next = p.iter().position(|&q| {
+                acc += q;
+                acc > u
+            });
+            out.push(next.unwrap_or(vocab_n - 1) as i64);
+        }
+    });
+    println!("--- sample ---\n{}\n--------------", out.iter().map(|&i| vocab[i as usize]).collect::<String>());
+    let curve = a.out("char_transformer_loss.svg")?;
+    write_loss_svg(&curve, "char Transformer: training loss per step", "step", &[("train loss", &losses)])?;
+    nn_examples::report_outputs(&model, &a.out("char_transformer.safetensors")?, &curve)?;
+    Ok(())
+}
