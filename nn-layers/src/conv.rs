@@ -258,9 +258,9 @@ impl HoldsState for LazyConv2d {}
 
 impl Module for LazyConv2d {
     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
-        match self.inner.get() {
-            Some(c) => c.visit(f),
-            None => {}
+        // Nothing is registered before the first forward (see `is_uninitialized`).
+        if let Some(c) = self.inner.get() {
+            c.visit(f);
         }
     }
     fn visit_modules_mut(&mut self, _f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {}

@@ -195,9 +195,9 @@ impl HoldsState for LazyLinear {}
 
 impl Module for LazyLinear {
     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
-        match self.inner.get() {
-            Some(l) => l.visit(f),
-            None => {}
+        // Nothing is registered before the first forward (see `is_uninitialized`).
+        if let Some(l) = self.inner.get() {
+            l.visit(f);
         }
     }
     fn visit_modules_mut(&mut self, _f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {}

@@ -45,6 +45,9 @@ impl Forward for SqrtRelu {
     }
 }
 
+/// Shape, mean and standard deviation of one captured activation.
+type ActStats = (Vec<usize>, f64, f64);
+
 fn model() -> Sequential {
     Sequential::new()
         .add(Linear::new(64, 64))
@@ -65,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 1. Activation capture.
     let net = model();
-    let acts: Arc<Mutex<BTreeMap<String, (Vec<usize>, f64, f64)>>> = Arc::default();
+    let acts: Arc<Mutex<BTreeMap<String, ActStats>>> = Arc::default();
     let handles = net.as_dyn().register_forward_hooks_all(|name, _| {
         let acts = acts.clone();
         let name = if name.is_empty() { "(model)".to_string() } else { name.to_string() };

@@ -43,7 +43,7 @@ struct Args {
     /// Which dataset.
     #[arg(long, value_enum, default_value = "mnist")]
     dataset: Dataset,
-    /// Folder with the four IDX files (defaults to ../shared/data/<dataset> next to the repo).
+    /// Folder with the four IDX files (defaults to `../shared/data/<dataset>` next to the repo).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Mini-batch size.

@@ -1,6 +1,6 @@
 //! Reverse-mode automatic differentiation on a dynamic graph.
 //!
-//! Every op whose inputs require grad records a [`Node`] holding the op's backward rule,
+//! Every op whose inputs require grad records a `Node` holding the op's backward rule,
 //! the values it saved, and one edge per input (to the input's own node, or to the leaf
 //! tensor whose `.grad` receives the result). Nodes are identified by id, never by value.
 //! [`Tensor::backward`] counts each node's consumers, then runs nodes once all their

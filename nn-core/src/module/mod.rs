@@ -648,7 +648,7 @@ impl dyn Module {
     /// per-layer NaN detector or gradient clipper).
     ///
     /// # Errors
-    /// As [`register_forward_hooks_all`](Self::register_forward_hooks_all).
+    /// As `register_forward_hooks_all`.
     pub fn register_full_backward_hooks_all(
         &self,
         mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::BackwardHook>,

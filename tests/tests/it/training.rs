@@ -78,13 +78,18 @@ fn optimizers_match_pytorch_for_20_steps() {
     run_parity("adamw", |g| Box::new(AdamW::new(g, AdamWConfig { lr: 1e-2, weight_decay: 0.1, ..Default::default() })));
 }
 
+/// A loss under test: its name, its input, and how to compute it.
+type LossCase<'a> = (&'static str, Tensor, Box<dyn Fn(&Tensor) -> Tensor + 'a>);
+/// A scheduler under test: its name and how to build it.
+type SchedCase<'a> = (&'static str, &'a dyn Fn(&mut Sgd) -> Box<dyn LrScheduler>);
+
 #[test]
 fn losses_match_pytorch() {
     let f = fixture("losses.safetensors");
     let g = |k: &str| f.get(k).unwrap().clone();
     let (target, target3) = (g("target"), g("target3"));
     let smooth = |s: f64, r: Reduction| ClassLossOptions { label_smoothing: s, reduction: r, ..Default::default() };
-    let cases: Vec<(&str, Tensor, Box<dyn Fn(&Tensor) -> Tensor>)> = vec![
+    let cases: Vec<LossCase<'_>> = vec![
         ("ce", g("logits"), Box::new(|z| F::cross_entropy(z, &target))),
         ("ce_smooth_sum", g("logits"), Box::new(|z| F::cross_entropy_with(z, &target, smooth(0.2, Reduction::Sum)))),
         ("ce_none", g("logits"), Box::new(|z| F::cross_entropy_with(z, &target, smooth(0.1, Reduction::None)))),
@@ -127,7 +132,7 @@ fn schedulers_match_pytorch() {
         }
         got
     };
-    let cases: [(&str, &dyn Fn(&mut Sgd) -> Box<dyn LrScheduler>); 3] = [
+    let cases: [SchedCase<'_>; 3] = [
         ("step", &|o| Box::new(StepLR::new(o, 3, 0.5))),
         ("cosine", &|o| Box::new(CosineAnnealingLR::new(o, 10, 0.001))),
         ("linear", &|o| Box::new(LinearLR::new(o, 0.25, 1.0, 4))),

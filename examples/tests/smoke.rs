@@ -1,0 +1,107 @@
+//! Every example binary runs end to end on tiny settings, writes its outputs, and resumes
+//! from its checkpoint. MNIST-format input is synthesised here (the real sets stay optional
+//! inputs, never required by tests).
+
+use std::path::Path;
+use std::process::Command;
+
+fn run(bin: &str, args: &[&str]) -> String {
+    let out = Command::new(bin).args(args).output().expect("the example binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{bin} {args:?} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+fn assert_outputs(dir: &Path, stem: &str) {
+    for f in [format!("{stem}.safetensors"), format!("{stem}_loss.svg")] {
+        let p = dir.join(&f);
+        assert!(p.exists(), "{} was not written", p.display());
+    }
+    let svg = std::fs::read_to_string(dir.join(format!("{stem}_loss.svg"))).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "not a loss curve");
+}
+
+#[test]
+fn digits_mlp_trains_saves_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = run(env!("CARGO_BIN_EXE_digits_mlp"), &["--epochs", "3", "--out-dir", d]);
+    let acc: f64 =
+        out.lines().find_map(|l| l.strip_prefix("held-out accuracy: ")?.split('%').next()?.parse().ok()).unwrap();
+    assert!(acc > 80.0, "3 epochs should already classify most digits: {acc}%");
+    assert_outputs(dir.path(), "digits_mlp");
+    let out = run(env!("CARGO_BIN_EXE_digits_mlp"), &["--epochs", "4", "--resume", "--out-dir", d]);
+    assert!(out.contains("resumed from"), "{out}");
+}
+
+fn write_idx(path: &Path, dims: &[u32], data: &[u8]) {
+    let mut b = vec![0, 0, 8, dims.len() as u8];
+    for d in dims {
+        b.extend(d.to_be_bytes());
+    }
+    b.extend(data);
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn mnist_example_reads_idx_and_trains_both_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("idx");
+    std::fs::create_dir_all(&data).unwrap();
+    // 64 training and 32 test "images": class k is a bright k-th row band.
+    for (prefix, n) in [("train", 64u32), ("t10k", 32)] {
+        let labels: Vec<u8> = (0..n).map(|i| (i % 10) as u8).collect();
+        let mut px = vec![0u8; (n * 784) as usize];
+        for (i, &l) in labels.iter().enumerate() {
+            for c in 0..28 {
+                px[i * 784 + (l as usize * 2 + 3) * 28 + c] = 255;
+            }
+        }
+        write_idx(&data.join(format!("{prefix}-images-idx3-ubyte")), &[n, 28, 28], &px);
+        write_idx(&data.join(format!("{prefix}-labels-idx1-ubyte")), &[n], &labels);
+    }
+    let out_dir = dir.path().join("out");
+    for model in ["mlp", "cnn"] {
+        let out = run(
+            env!("CARGO_BIN_EXE_mnist"),
+            &[
+                "--model",
+                model,
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "16",
+                "--out-dir",
+                out_dir.to_str().unwrap(),
+            ],
+        );
+        assert!(out.contains("held-out accuracy"), "{out}");
+        assert_outputs(&out_dir, &format!("mnist_{model}"));
+    }
+    let missing = Command::new(env!("CARGO_BIN_EXE_mnist")).args(["--data-dir", "/nonexistent"]).output().unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--data-dir"), "the error says how to point at the data");
+}
+
+#[test]
+fn finetune_hooks_interop_and_transformer_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = run(env!("CARGO_BIN_EXE_finetune"), &["--epochs", "2", "--out-dir", d]);
+    assert!(out.contains("missing [\"head.weight\", \"head.bias\"]") && out.contains("after fine-tuning"), "{out}");
+    assert_outputs(dir.path(), "finetune");
+    let out = run(env!("CARGO_BIN_EXE_hooks_demo"), &["--epochs", "1", "--out-dir", d]);
+    assert!(out.contains("first seen at layer 1 (SqrtRelu)"), "{out}");
+    assert_outputs(dir.path(), "hooks_demo");
+    let out = run(env!("CARGO_BIN_EXE_pytorch_interop"), &["--epochs", "1", "--out-dir", d]);
+    assert!(out.contains("0.9955 here, 0.9955 in PyTorch"), "{out}");
+    assert!(dir.path().join("digits_mlp_from_rust.safetensors").exists());
+    let out = run(env!("CARGO_BIN_EXE_char_transformer"), &["--steps", "3", "--sample-len", "20", "--out-dir", d]);
+    assert!(out.contains("--- sample ---\nIt is a truth universally"), "{out}");
+    assert_outputs(dir.path(), "char_transformer");
+    let out =
+        run(env!("CARGO_BIN_EXE_char_transformer"), &["--steps", "4", "--sample-len", "5", "--resume", "--out-dir", d]);
+    assert!(out.contains("resumed at step 3"), "{out}");
+}
