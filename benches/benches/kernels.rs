@@ -1,12 +1,13 @@
-//! Kernel throughput: matmul GFLOP/s at square sizes 64..1024 (f32), and conv2d forward
 #![allow(missing_docs)] // criterion_group!/criterion_main! generate undocumented public items
-//! and forward+backward on a small-CNN-sized layer.
+//! Criterion benchmarks: matmul GFLOP/s at square sizes 64..1024 (f32), conv2d forward and
+//! forward+backward, the MLP and CNN training steps, and module-hook overhead.
 //!
-//! Run with `cargo bench -p nn-bench --bench kernels`. Set `RAYON_NUM_THREADS=1` and
-//! `MATMUL_NUM_THREADS=1` to measure one core.
+//! `cargo bench -p nn-bench`; set `RAYON_NUM_THREADS=1 MATMUL_NUM_THREADS=1` for one core.
+//! `benches/compare.py` runs the same workloads against PyTorch and prints ratios.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use nn_core::{manual_seed, ops::Conv2dOptions, Tensor};
+use nn_bench::{cnn, mlp, Step};
+use nn_core::{manual_seed, no_grad, ops::Conv2dOptions, Forward, Module, Tensor};
 
 fn matmul(c: &mut Criterion) {
     manual_seed(0);
@@ -23,7 +24,6 @@ fn matmul(c: &mut Criterion) {
 fn conv2d(c: &mut Criterion) {
     manual_seed(0);
     let mut g = c.benchmark_group("conv2d_f32");
-    // batch 32, 8 -> 16 channels, 3x3, padding 1, on 14x14 maps (the second conv of a small MNIST CNN)
     let x = Tensor::randn(&[32, 8, 14, 14]);
     let w = Tensor::randn(&[16, 8, 3, 3]);
     let b = Tensor::randn(&[16]);
@@ -36,8 +36,7 @@ fn conv2d(c: &mut Criterion) {
     g.throughput(Throughput::Elements(3 * flops as u64));
     g.bench_function("forward_backward_32x8x14x14_k3", |bench| {
         bench.iter(|| {
-            let y = xg.conv2d(&wg, Some(&b), opt).sum();
-            y.backward();
+            xg.conv2d(&wg, Some(&b), opt).sum().backward();
             xg.zero_grad();
             wg.zero_grad();
         })
@@ -45,5 +44,31 @@ fn conv2d(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, conv2d);
+fn training_steps(c: &mut Criterion) {
+    let mut g = c.benchmark_group("train_step");
+    for batch in [64usize, 256] {
+        let mut s = Step::new(mlp(), &[batch, 784], true);
+        g.throughput(Throughput::Elements(batch as u64));
+        g.bench_function(format!("mlp_784_256_10_b{batch}"), |bench| bench.iter(|| s.run()));
+    }
+    let mut s = Step::new(cnn(), &[32, 1, 28, 28], true);
+    g.throughput(Throughput::Elements(32));
+    g.bench_function("cnn_b32", |bench| bench.iter(|| s.run()));
+    g.finish();
+}
+
+fn hook_overhead(c: &mut Criterion) {
+    manual_seed(0);
+    let mut g = c.benchmark_group("mlp_forward_b64");
+    let m = mlp();
+    let x = Tensor::randn(&[64, 784]);
+    g.bench_function("layers_with_hook_machinery", |bench| bench.iter(|| no_grad(|| m.forward(&x))));
+    let p: Vec<Tensor> = m.parameters().iter().map(|p| p.tensor().clone()).collect();
+    g.bench_function("raw_ops", |bench| {
+        bench.iter(|| no_grad(|| (x.matmul(&p[0].t()) + &p[1]).relu().matmul(&p[2].t()) + &p[3]))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, matmul, conv2d, training_steps, hook_overhead);
 criterion_main!(benches);

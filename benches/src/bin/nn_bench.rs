@@ -1,0 +1,112 @@
+//! The benchmark harness: times every workload of `benches/compare.py` and prints one JSON
+//! object per line (`{"workload", "median_ms", "unit", "throughput"}`). Threads are set by
+//! the caller through `RAYON_NUM_THREADS` and `MATMUL_NUM_THREADS`.
+//!
+//! ```text
+//! RAYON_NUM_THREADS=1 MATMUL_NUM_THREADS=1 cargo run --release -p nn-bench --bin nn_bench
+//! ```
+
+use std::time::Instant;
+
+use nn_bench::{cnn, mlp, transformer_layer, Step};
+use nn_core::{manual_seed, no_grad, Forward, StateDict, Tensor};
+
+/// Median wall time of `f` in milliseconds over enough runs to fill about `budget_ms`.
+fn median_ms(mut f: impl FnMut(), budget_ms: f64) -> f64 {
+    for _ in 0..3 {
+        f();
+    }
+    let t = Instant::now();
+    f();
+    let one = t.elapsed().as_secs_f64() * 1e3;
+    let runs = ((budget_ms / one.max(1e-3)) as usize).clamp(5, 2000);
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[times.len() / 2]
+}
+
+fn emit(workload: &str, ms: f64, unit: &str, throughput: f64) {
+    println!("{{\"workload\": \"{workload}\", \"median_ms\": {ms:.6}, \"unit\": \"{unit}\", \"throughput\": {throughput:.3}}}");
+}
+
+fn main() {
+    let only: Option<String> = std::env::args().nth(1);
+    let want = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
+    manual_seed(0);
+    for n in [64usize, 128, 256, 512, 1024] {
+        let name = format!("gemm_{n}");
+        if want(&name) {
+            let (a, b) = (Tensor::randn(&[n, n]), Tensor::randn(&[n, n]));
+            let ms = median_ms(|| drop(a.matmul(&b)), 2000.0);
+            emit(&name, ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
+        }
+    }
+    for batch in [64usize, 256] {
+        let name = format!("mlp_step_b{batch}");
+        if want(&name) {
+            let mut s = Step::new(mlp(), &[batch, 784], true);
+            let ms = median_ms(|| s.run(), 3000.0);
+            emit(&name, ms, "samples/s", batch as f64 / (ms / 1e3));
+        }
+    }
+    if want("cnn_step_b32") {
+        let mut s = Step::new(cnn(), &[32, 1, 28, 28], true);
+        let ms = median_ms(|| s.run(), 3000.0);
+        emit("cnn_step_b32", ms, "samples/s", 32.0 / (ms / 1e3));
+    }
+    if want("transformer_step") {
+        let mut s = Step::new(transformer_layer(), &[16, 64, 128], false);
+        let ms = median_ms(|| s.run(), 3000.0);
+        emit("transformer_step", ms, "samples/s", 16.0 / (ms / 1e3));
+    }
+    if want("mlp_forward") {
+        // Hook overhead: the layer stack (hooks machinery, none registered) vs the same
+        // ops called directly.
+        let m = mlp();
+        let x = Tensor::randn(&[64, 784]);
+        let with = median_ms(|| drop(no_grad(|| m.forward(&x))), 1500.0);
+        let params: Vec<Tensor> = nn_core::Module::parameters(&m).iter().map(|p| p.tensor().clone()).collect();
+        let raw = median_ms(
+            || {
+                drop(no_grad(|| {
+                    let h = (x.matmul(&params[0].t()) + &params[1]).relu();
+                    h.matmul(&params[2].t()) + &params[3]
+                }))
+            },
+            1500.0,
+        );
+        emit("mlp_forward_layers", with, "ms", with);
+        emit("mlp_forward_raw_ops", raw, "ms", raw);
+    }
+    if want("state_dict") {
+        let mut sd = StateDict::default();
+        for i in 0..16 {
+            sd.insert(format!("layer{i}.weight"), Tensor::randn(&[1024, 1024]));
+        }
+        let mb = 16.0 * 4.0;
+        let path = std::env::temp_dir().join(format!("nn-bench-{}.safetensors", std::process::id()));
+        let save = median_ms(|| sd.save(&path).expect("save"), 4000.0);
+        let load = median_ms(|| drop(StateDict::load(&path).expect("load")), 4000.0);
+        let _ = std::fs::remove_file(&path);
+        emit("state_dict_save_64MB", save, "MB/s", mb / (save / 1e3));
+        emit("state_dict_load_64MB", load, "MB/s", mb / (load / 1e3));
+    }
+    if want("peak_memory") {
+        // Peak resident memory of 200 MLP training steps at batch 256 (this process).
+        let mut s = Step::new(mlp(), &[256, 784], true);
+        for _ in 0..200 {
+            s.run();
+        }
+        let kb = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|st| st.lines().find_map(|l| l.strip_prefix("VmHWM:").map(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().unwrap_or(0.0))))
+            .unwrap_or(0.0);
+        emit("peak_rss_mlp_training", kb / 1024.0, "MB", kb / 1024.0);
+    }
+}
