@@ -1,7 +1,70 @@
 //! # nn-core
 //!
 //! The foundation of the `nn` framework: a CPU [`Tensor`] with strided views and
-//! reverse-mode automatic differentiation, with PyTorch's semantics and names.
+//! reverse-mode automatic differentiation, and the [`Module`] trait whose
+//! `#[derive(Module)]` registers model state at compile time — with PyTorch's semantics
+//! and names throughout.
+//!
+//! Defining, printing and inspecting a model (layers proper live in `nn-layers`; this one
+//! is built from `nn-core` alone):
+//!
+//! ```
+//! use nn_core::{ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+//!
+//! #[derive(Module)]
+//! #[module(extra_repr)]
+//! struct Affine {
+//!     #[param] weight: Parameter,
+//!     #[param] bias: Option<Parameter>,
+//!     #[base] base: ModuleBase,
+//! }
+//!
+//! impl ExtraRepr for Affine {
+//!     fn extra_repr(&self) -> String {
+//!         format!("features={}", self.weight.shape()[1])
+//!     }
+//! }
+//!
+//! impl Forward for Affine {
+//!     fn forward(&self, x: &Tensor) -> Tensor {
+//!         self.base.run(x, |x| {
+//!             let y = x.matmul(&self.weight.t());
+//!             match &self.bias { Some(b) => y + &**b, None => y }
+//!         })
+//!     }
+//! }
+//!
+//! #[derive(Module)]
+//! struct Net {
+//!     #[module] first: Affine,
+//!     #[module] second: Affine,
+//!     #[buffer] scale: Tensor,
+//!     #[buffer(persistent = false)] cache: Tensor,
+//!     steps: usize, // plain data needs no annotation
+//! }
+//!
+//! let affine = |i, o, bias: bool| Affine {
+//!     weight: Parameter::new(Tensor::ones(&[o, i])),
+//!     bias: bias.then(|| Parameter::new(Tensor::zeros(&[o]))),
+//!     base: ModuleBase::new(),
+//! };
+//! let mut net = Net { first: affine(3, 4, true), second: affine(4, 2, false), scale: Tensor::ones(&[2]), cache: Tensor::zeros(&[1]), steps: 0 };
+//!
+//! assert_eq!(net.to_string(), "Net(\n  (first): Affine(features=3)\n  (second): Affine(features=4)\n)");
+//! let names: Vec<String> = net.named_parameters().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, ["first.weight", "first.bias", "second.weight"]);
+//! // Own buffers first, then children's entries, as PyTorch; the cache is not persistent.
+//! assert_eq!(net.state_dict().keys().collect::<Vec<_>>(), ["scale", "first.weight", "first.bias", "second.weight"]);
+//! assert_eq!(net.num_parameters(), 12 + 4 + 8);
+//! assert_eq!(net.get_submodule("second").unwrap().type_name(), "Affine");
+//! net.eval();
+//! assert!(!net.first.base.is_training());
+//! let y = net.second.forward(&net.first.forward(&Tensor::ones(&[1, 3])));
+//! assert_eq!(y.to_vec(), vec![12.0, 12.0]);
+//! # assert_eq!(net.steps, 0);
+//! ```
+//!
+//! Training with autograd alone:
 //!
 //! ```
 //! use nn_core::{manual_seed, Tensor};
