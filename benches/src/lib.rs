@@ -32,7 +32,8 @@ pub fn cnn() -> Sequential {
 /// A Transformer encoder layer: d_model 128, 4 heads, feed-forward 512, no dropout,
 /// batch-first.
 pub fn transformer_layer() -> TransformerEncoderLayer {
-    let cfg = TransformerEncoderLayerConfig { dim_feedforward: 512, dropout: 0.0, batch_first: true, ..Default::default() };
+    let cfg =
+        TransformerEncoderLayerConfig { dim_feedforward: 512, dropout: 0.0, batch_first: true, ..Default::default() };
     TransformerEncoderLayer::with_config(128, 4, cfg)
 }
 

@@ -98,6 +98,11 @@ pub trait Element: Copy + Send + Sync + fmt::Debug + PartialOrd + 'static + seal
     /// Mutably borrows the values when `s` holds this type.
     #[doc(hidden)]
     fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
+    /// An empty buffer with room for `len` values (recycled for `f32`/`f64`).
+    #[doc(hidden)]
+    fn alloc_buffer(len: usize) -> Vec<Self> {
+        Vec::with_capacity(len)
+    }
 }
 
 /// An element type arithmetic kernels run in: `f32` and `f64`.
@@ -132,7 +137,15 @@ pub trait FloatElement: Element + num_traits::Float + num_traits::FloatConst + s
 }
 
 macro_rules! impl_element {
+    ($t:ty, $variant:ident, $to:expr, $from:expr, pooled) => {
+        impl_element!(@impl $t, $variant, $to, $from, fn alloc_buffer(len: usize) -> Vec<Self> {
+            crate::pool::take(len)
+        });
+    };
     ($t:ty, $variant:ident, $to:expr, $from:expr) => {
+        impl_element!(@impl $t, $variant, $to, $from,);
+    };
+    (@impl $t:ty, $variant:ident, $to:expr, $from:expr, $($extra:item)*) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
@@ -159,12 +172,13 @@ macro_rules! impl_element {
                     _ => None,
                 }
             }
+            $($extra)*
         }
     };
 }
 
-impl_element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
-impl_element!(f64, F64, |x: f64| x, |v: f64| v);
+impl_element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32, pooled);
+impl_element!(f64, F64, |x: f64| x, |v: f64| v, pooled);
 impl_element!(i64, I64, |x: i64| x as f64, |v: f64| v as i64);
 impl_element!(f16, F16, |x: f16| x.to_f64(), f16::from_f64);
 impl_element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);

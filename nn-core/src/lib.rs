@@ -104,6 +104,7 @@ mod loss;
 pub mod module;
 pub mod ops;
 pub mod optim;
+mod pool;
 pub mod random;
 pub mod serialization;
 pub mod shape;

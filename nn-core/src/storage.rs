@@ -9,8 +9,9 @@ use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::shape::{for_each_offset, Layout};
 
-/// Typed host buffers.
-#[derive(Clone, Debug, PartialEq)]
+/// Typed host buffers. Large `f32`/`f64` buffers return to a recycling pool when dropped
+/// (see `pool.rs`).
+#[derive(Debug, PartialEq)]
 #[allow(missing_docs)]
 pub enum CpuStorage {
     F32(Vec<f32>),
@@ -87,6 +88,37 @@ macro_rules! with_float {
 }
 pub(crate) use with_float;
 
+impl Clone for CpuStorage {
+    fn clone(&self) -> Self {
+        match self {
+            CpuStorage::F32(v) => {
+                let mut out = crate::pool::take(v.len());
+                out.extend_from_slice(v);
+                CpuStorage::F32(out)
+            }
+            CpuStorage::F64(v) => {
+                let mut out = crate::pool::take(v.len());
+                out.extend_from_slice(v);
+                CpuStorage::F64(out)
+            }
+            CpuStorage::I64(v) => CpuStorage::I64(v.clone()),
+            CpuStorage::F16(v) => CpuStorage::F16(v.clone()),
+            CpuStorage::BF16(v) => CpuStorage::BF16(v.clone()),
+            CpuStorage::Bool(v) => CpuStorage::Bool(v.clone()),
+        }
+    }
+}
+
+impl Drop for CpuStorage {
+    fn drop(&mut self) {
+        match self {
+            CpuStorage::F32(v) => crate::pool::give(std::mem::take(v)),
+            CpuStorage::F64(v) => crate::pool::give(std::mem::take(v)),
+            _ => {}
+        }
+    }
+}
+
 impl CpuStorage {
     /// The element type.
     pub fn dtype(&self) -> DType {
@@ -106,8 +138,8 @@ impl CpuStorage {
     /// A zero-filled buffer.
     pub fn zeros(dtype: DType, len: usize) -> CpuStorage {
         match dtype {
-            DType::F32 => CpuStorage::F32(vec![0.0; len]),
-            DType::F64 => CpuStorage::F64(vec![0.0; len]),
+            DType::F32 => CpuStorage::F32(crate::pool::filled(len, 0.0)),
+            DType::F64 => CpuStorage::F64(crate::pool::filled(len, 0.0)),
             DType::I64 => CpuStorage::I64(vec![0; len]),
             DType::F16 => CpuStorage::F16(vec![f16::ZERO; len]),
             DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; len]),
@@ -118,8 +150,8 @@ impl CpuStorage {
     /// A buffer filled with `value` converted to `dtype`.
     pub fn full(dtype: DType, len: usize, value: f64) -> CpuStorage {
         match dtype {
-            DType::F32 => CpuStorage::F32(vec![value as f32; len]),
-            DType::F64 => CpuStorage::F64(vec![value; len]),
+            DType::F32 => CpuStorage::F32(crate::pool::filled(len, value as f32)),
+            DType::F64 => CpuStorage::F64(crate::pool::filled(len, value)),
             DType::I64 => CpuStorage::I64(vec![value as i64; len]),
             DType::F16 => CpuStorage::F16(vec![f16::from_f64(value); len]),
             DType::BF16 => CpuStorage::BF16(vec![bf16::from_f64(value); len]),
@@ -165,11 +197,12 @@ fn convert<S: Element, D: Element>(x: S) -> D {
 }
 
 /// Copies the elements selected by `layout` out of `v`, row-major.
-pub(crate) fn strided_to_vec<T: Copy>(v: &[T], layout: &Layout) -> Vec<T> {
+pub(crate) fn strided_to_vec<T: Element>(v: &[T], layout: &Layout) -> Vec<T> {
+    let mut out = T::alloc_buffer(layout.numel());
     if let Some(r) = layout.contiguous_range() {
-        return v[r].to_vec();
+        out.extend_from_slice(&v[r]);
+        return out;
     }
-    let mut out = Vec::with_capacity(layout.numel());
     for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| out.push(v[o]));
     out
 }

@@ -105,7 +105,12 @@ fn main() {
         }
         let kb = std::fs::read_to_string("/proc/self/status")
             .ok()
-            .and_then(|st| st.lines().find_map(|l| l.strip_prefix("VmHWM:").map(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().unwrap_or(0.0))))
+            .and_then(|st| {
+                st.lines().find_map(|l| {
+                    l.strip_prefix("VmHWM:")
+                        .map(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().unwrap_or(0.0))
+                })
+            })
             .unwrap_or(0.0);
         emit("peak_rss_mlp_training", kb / 1024.0, "MB", kb / 1024.0);
     }

@@ -219,7 +219,8 @@ fn conv_forward<T: FloatElement>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geome
     let (cg, og, ckk, hw) = (g.cg(), g.og(), g.ckk(), g.hw_out());
     let in_sample = g.c * g.h * g.w;
     let out_sample = g.o * hw;
-    let mut out = vec![T::zero(); g.n * out_sample];
+    let mut out = T::alloc_buffer(g.n * out_sample);
+    out.resize(g.n * out_sample, T::zero());
     out.par_chunks_mut(out_sample.max(1)).enumerate().for_each_init(
         || vec![T::zero(); ckk * hw],
         |cols, (n, y)| {
@@ -251,7 +252,8 @@ fn conv_backward<T: FloatElement>(
     let (cg, og, ckk, hw) = (geo.cg(), geo.og(), geo.ckk(), geo.hw_out());
     let in_sample = geo.c * geo.h * geo.w;
     let out_sample = geo.o * hw;
-    let mut dx = vec![T::zero(); if need_dx { x.len() } else { 0 }];
+    let mut dx = T::alloc_buffer(if need_dx { x.len() } else { 0 });
+    dx.resize(if need_dx { x.len() } else { 0 }, T::zero());
     let wlen = w.len();
     let per_sample = |n: usize, dxs: &mut [T], dw: &mut Vec<T>, cols: &mut Vec<T>| {
         let xs = &x[n * in_sample..(n + 1) * in_sample];

@@ -38,7 +38,8 @@ fn bmm_kernel<T: FloatElement>(
     let bb = lb.broadcast_batch(batch);
     let mut offsets = Vec::with_capacity(batch.iter().product());
     for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| offsets.push((oa, ob)));
-    let mut out = vec![T::zero(); offsets.len() * m * n];
+    let mut out = T::alloc_buffer(offsets.len() * m * n);
+    out.resize(offsets.len() * m * n, T::zero());
     if m == 0 || n == 0 || k == 0 {
         return out;
     }
@@ -155,7 +156,18 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
         move |g: &Tensor, needs: &[bool]| -> Grads {
             smallvec![
                 needs[0].then(|| bmm(g, &b.transpose(-1, -2)).sum_to_shape(a.shape())),
-                needs[1].then(|| bmm(&a.transpose(-1, -2), g).sum_to_shape(b.shape())),
+                needs[1].then(|| {
+                    if is_transposed_matrix(&b) {
+                        // `b` is a transposed view (`x @ W^T`): produce the gradient in W's own
+                        // row-major layout, so it reaches W without a transposing copy.
+                        let r = b.rank();
+                        let mut t_shape = b.shape().to_vec();
+                        t_shape.swap(r - 2, r - 1);
+                        bmm(&g.transpose(-1, -2), &a).sum_to_shape(&t_shape).transpose(-1, -2)
+                    } else {
+                        bmm(&a.transpose(-1, -2), g).sum_to_shape(b.shape())
+                    }
+                }),
             ]
         }
     })
@@ -380,4 +392,11 @@ mod tests {
     fn matmul_device_mix_panics() {
         Tensor::zeros(&[2, 2]).matmul(&Tensor::full_on(&[2, 2], 0.0, DType::F32, Device::Meta));
     }
+}
+
+/// True when the last two dims are a transposed row-major matrix (column-major).
+fn is_transposed_matrix(t: &Tensor) -> bool {
+    let r = t.rank();
+    let (s, st) = (t.shape(), t.strides());
+    r >= 2 && s[r - 2] > 1 && s[r - 1] > 1 && st[r - 2] == 1 && st[r - 1] == s[r - 2]
 }

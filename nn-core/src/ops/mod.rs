@@ -28,7 +28,7 @@ pub use pool::Pool2dOptions;
 use rayon::prelude::*;
 
 use crate::device::Device;
-use crate::dtype::DType;
+use crate::dtype::{DType, Element};
 use crate::shape::{for_each_offset, Layout};
 use crate::storage::{CpuStorage, Storage};
 use crate::tensor::Tensor;
@@ -82,23 +82,42 @@ pub(crate) fn check_float(op: &str, t: &Tensor) {
 }
 
 /// Elementwise map of one strided input to a contiguous vector.
-pub(crate) fn map1<T: Copy + Send + Sync, U: Send>(a: &[T], la: &Layout, f: impl Fn(T) -> U + Sync + Send) -> Vec<U> {
+pub(crate) fn map1<T: Copy + Send + Sync, U: Element>(
+    a: &[T],
+    la: &Layout,
+    f: impl Fn(T) -> U + Sync + Send,
+) -> Vec<U> {
     if let Some(r) = la.contiguous_range() {
         let src = &a[r];
         if src.len() >= PAR_THRESHOLD {
-            let mut out = Vec::with_capacity(src.len());
+            let mut out = U::alloc_buffer(src.len());
             src.par_iter().map(|&x| f(x)).collect_into_vec(&mut out);
             return out;
         }
-        return src.iter().map(|&x| f(x)).collect();
+        let mut out = U::alloc_buffer(src.len());
+        out.extend(src.iter().map(|&x| f(x)));
+        return out;
     }
-    let mut out = Vec::with_capacity(la.numel());
-    for_each_offset(la.shape(), [la.strides()], [la.offset()], |[o]| out.push(f(a[o])));
+    let mut out = U::alloc_buffer(la.numel());
+    let shape = la.shape();
+    if shape.is_empty() {
+        out.push(f(a[la.offset()]));
+        return out;
+    }
+    let r = shape.len() - 1;
+    let (len, sa) = (shape[r], la.strides()[r]);
+    for_each_offset(&shape[..r], [&la.strides()[..r]], [la.offset()], |[i]| {
+        if sa == 1 {
+            out.extend(a[i..i + len].iter().map(|&x| f(x)));
+        } else {
+            out.extend((0..len).map(|k| f(a[i + k * sa])));
+        }
+    });
     out
 }
 
 /// Elementwise map of two strided inputs with the same shape (broadcast already applied).
-pub(crate) fn map2<T: Copy + Send + Sync, U: Send>(
+pub(crate) fn map2<T: Copy + Send + Sync, U: Element>(
     a: &[T],
     la: &Layout,
     b: &[T],
@@ -109,22 +128,47 @@ pub(crate) fn map2<T: Copy + Send + Sync, U: Send>(
     if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
         let (sa, sb) = (&a[ra], &b[rb]);
         if sa.len() >= PAR_THRESHOLD {
-            let mut out = Vec::with_capacity(sa.len());
+            let mut out = U::alloc_buffer(sa.len());
             sa.par_iter().zip(sb.par_iter()).map(|(&x, &y)| f(x, y)).collect_into_vec(&mut out);
             return out;
         }
-        return sa.iter().zip(sb).map(|(&x, &y)| f(x, y)).collect();
+        let mut out = U::alloc_buffer(sa.len());
+        out.extend(sa.iter().zip(sb).map(|(&x, &y)| f(x, y)));
+        return out;
     }
-    let mut out = Vec::with_capacity(la.numel());
-    for_each_offset(la.shape(), [la.strides(), lb.strides()], [la.offset(), lb.offset()], |[i, j]| {
-        out.push(f(a[i], b[j]))
-    });
+    // Outer dims by odometer, the innermost as a run: contiguous (stride 1) or broadcast
+    // (stride 0) operands become slice loops the compiler can vectorise.
+    let mut out = U::alloc_buffer(la.numel());
+    let shape = la.shape();
+    if shape.is_empty() {
+        out.push(f(a[la.offset()], b[lb.offset()]));
+        return out;
+    }
+    let r = shape.len() - 1;
+    let (len, sa, sb) = (shape[r], la.strides()[r], lb.strides()[r]);
+    for_each_offset(
+        &shape[..r],
+        [&la.strides()[..r], &lb.strides()[..r]],
+        [la.offset(), lb.offset()],
+        |[i, j]| match (sa, sb) {
+            (1, 1) => out.extend(a[i..i + len].iter().zip(&b[j..j + len]).map(|(&x, &y)| f(x, y))),
+            (1, 0) => {
+                let y = b[j];
+                out.extend(a[i..i + len].iter().map(|&x| f(x, y)));
+            }
+            (0, 1) => {
+                let x = a[i];
+                out.extend(b[j..j + len].iter().map(|&y| f(x, y)));
+            }
+            _ => out.extend((0..len).map(|k| f(a[i + k * sa], b[j + k * sb]))),
+        },
+    );
     out
 }
 
 /// Elementwise map of three strided inputs with the same shape.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn map3<T: Copy + Send + Sync, U: Send>(
+pub(crate) fn map3<T: Copy + Send + Sync, U: Element>(
     a: &[T],
     la: &Layout,
     b: &[T],
@@ -136,7 +180,7 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: Send>(
     if let (Some(ra), Some(rb), Some(rc)) = (la.contiguous_range(), lb.contiguous_range(), lc.contiguous_range()) {
         let (sa, sb, sc) = (&a[ra], &b[rb], &c[rc]);
         if sa.len() >= PAR_THRESHOLD {
-            let mut out = Vec::with_capacity(sa.len());
+            let mut out = U::alloc_buffer(sa.len());
             sa.par_iter()
                 .zip(sb.par_iter())
                 .zip(sc.par_iter())
@@ -144,14 +188,31 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: Send>(
                 .collect_into_vec(&mut out);
             return out;
         }
-        return sa.iter().zip(sb).zip(sc).map(|((&x, &y), &z)| f(x, y, z)).collect();
+        let mut out = U::alloc_buffer(sa.len());
+        out.extend(sa.iter().zip(sb).zip(sc).map(|((&x, &y), &z)| f(x, y, z)));
+        return out;
     }
-    let mut out = Vec::with_capacity(la.numel());
+    let mut out = U::alloc_buffer(la.numel());
+    let shape = la.shape();
+    if shape.is_empty() {
+        out.push(f(a[la.offset()], b[lb.offset()], c[lc.offset()]));
+        return out;
+    }
+    let r = shape.len() - 1;
+    let (len, sa, sb, sc) = (shape[r], la.strides()[r], lb.strides()[r], lc.strides()[r]);
     for_each_offset(
-        la.shape(),
-        [la.strides(), lb.strides(), lc.strides()],
+        &shape[..r],
+        [&la.strides()[..r], &lb.strides()[..r], &lc.strides()[..r]],
         [la.offset(), lb.offset(), lc.offset()],
-        |[i, j, k]| out.push(f(a[i], b[j], c[k])),
+        |[i, j, k]| {
+            if (sa, sb, sc) == (1, 1, 1) {
+                out.extend(
+                    a[i..i + len].iter().zip(&b[j..j + len]).zip(&c[k..k + len]).map(|((&x, &y), &z)| f(x, y, z)),
+                );
+            } else {
+                out.extend((0..len).map(|t| f(a[i + t * sa], b[j + t * sb], c[k + t * sc])));
+            }
+        },
     );
     out
 }

@@ -41,36 +41,80 @@ fn out_shape(shape: &[usize], mask: &[bool], keepdim: bool) -> Dims {
     }
 }
 
+/// Sum of a contiguous run in `f64`, over 8 independent lanes (vectorisable, and more
+/// accurate than a sequential sum).
+#[inline]
+fn sum_run<T: FloatElement>(c: &[T]) -> f64 {
+    let mut lanes = [0f64; 8];
+    let chunks = c.chunks_exact(8);
+    let rem = chunks.remainder();
+    for ch in chunks {
+        for k in 0..8 {
+            lanes[k] += ch[k].as_f64();
+        }
+    }
+    lanes.iter().sum::<f64>() + rem.iter().map(|x| x.as_f64()).sum::<f64>()
+}
+
 /// Sums `v` (viewed through `layout`) over the masked dims into a row-major buffer of the
-/// kept shape. Accumulates in `f64` for accuracy at any length.
+/// kept shape. Accumulates in `f64` for accuracy at any length. Works a whole innermost
+/// row at a time: a row sum when the last dim is reduced, a row add when it is kept.
 fn sum_kernel<T: FloatElement>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
     let shape = layout.shape();
     let kept = kept_shape(shape, mask);
     let n_out: usize = kept.iter().product();
+    if shape.contains(&0) {
+        return vec![T::zero(); n_out];
+    }
     // Fast path: contiguous input reduced over a suffix of dims -> independent rows.
     let first_reduced = mask.iter().position(|&m| m).unwrap_or(mask.len());
     let suffix = mask[first_reduced..].iter().all(|&m| m);
     if let (Some(r), true) = (layout.contiguous_range(), suffix) {
         let src = &v[r];
         let row: usize = shape[first_reduced..].iter().product();
-        let sum_row = |c: &[T]| T::from_f64(c.iter().map(|x| x.as_f64()).sum::<f64>());
-        if row == 0 {
-            return vec![T::zero(); n_out];
-        }
+        let sum_row = |c: &[T]| T::from_f64(sum_run(c));
         return if src.len() >= super::PAR_THRESHOLD && n_out > 1 {
             src.par_chunks(row).map(sum_row).collect()
         } else {
             src.chunks(row).map(sum_row).collect()
         };
     }
-    let mut acc = vec![0f64; n_out];
+    let mut acc = crate::pool::filled(n_out, 0f64);
     let mut ostrides = contiguous_strides(&kept);
     for (s, &m) in ostrides.iter_mut().zip(mask) {
         if m {
             *s = 0;
         }
     }
-    for_each_offset(shape, [layout.strides(), &ostrides], [layout.offset(), 0], |[i, o]| acc[o] += v[i].as_f64());
+    let rank = shape.len();
+    let (len, in_step) = (shape[rank - 1], layout.strides()[rank - 1]);
+    let last_reduced = mask[rank - 1];
+    for_each_offset(
+        &shape[..rank - 1],
+        [&layout.strides()[..rank - 1], &ostrides[..rank - 1]],
+        [layout.offset(), 0],
+        |[i, o]| {
+            if in_step == 1 {
+                let row = &v[i..i + len];
+                if last_reduced {
+                    acc[o] += sum_run(row);
+                } else {
+                    for (a, x) in acc[o..o + len].iter_mut().zip(row) {
+                        *a += x.as_f64();
+                    }
+                }
+            } else {
+                for k in 0..len {
+                    let x = v[i + k * in_step].as_f64();
+                    if last_reduced {
+                        acc[o] += x;
+                    } else {
+                        acc[o + k] += x;
+                    }
+                }
+            }
+        },
+    );
     acc.into_iter().map(T::from_f64).collect()
 }
 

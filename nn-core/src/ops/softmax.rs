@@ -15,7 +15,8 @@ use crate::tensor::Tensor;
 /// Softmax (or log-softmax) of contiguous `x` viewed as `[outer, n, inner]` along `n`.
 /// Each line subtracts its maximum first, so no `exp` overflows.
 fn softmax_kernel<T: FloatElement>(x: &[T], outer: usize, n: usize, inner: usize, log: bool) -> Vec<T> {
-    let mut out = vec![T::zero(); x.len()];
+    let mut out = T::alloc_buffer(x.len());
+    out.resize(x.len(), T::zero());
     if x.is_empty() {
         return out;
     }

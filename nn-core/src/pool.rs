@@ -1,0 +1,97 @@
+//! A recycling pool for large `f32`/`f64` buffers.
+//!
+//! Training allocates and frees the same large buffers every step (activations,
+//! gradients). Fresh large allocations come from the OS as zeroed pages, one page fault
+//! per 4 KiB touched; measured on a 784-256-10 MLP step, that was over half the time. Freed
+//! storage buffers of at least [`MIN_ELEMS`] elements are kept here (up to [`MAX_BYTES`]
+//! in total) and handed back to the next op that needs a buffer of a similar size.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Buffers smaller than this many elements are left to the allocator.
+pub(crate) const MIN_ELEMS: usize = 1 << 12;
+/// The pool never holds more than this many bytes.
+pub(crate) const MAX_BYTES: usize = 256 << 20;
+/// At most this many buffers per type are kept.
+const MAX_BUFFERS: usize = 64;
+
+static BYTES: AtomicUsize = AtomicUsize::new(0);
+static F32: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+static F64: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
+
+/// Element types with a pool.
+pub(crate) trait Pooled: Sized + 'static {
+    fn list() -> &'static Mutex<Vec<Vec<Self>>>;
+}
+impl Pooled for f32 {
+    fn list() -> &'static Mutex<Vec<Vec<f32>>> {
+        &F32
+    }
+}
+impl Pooled for f64 {
+    fn list() -> &'static Mutex<Vec<Vec<f64>>> {
+        &F64
+    }
+}
+
+/// An empty vector with capacity for at least `len` elements, recycled when possible (a
+/// pooled buffer is used only if it is at most twice as large as needed).
+pub(crate) fn take<T: Pooled>(len: usize) -> Vec<T> {
+    if len >= MIN_ELEMS {
+        let mut list = T::list().lock().unwrap_or_else(|e| e.into_inner());
+        let best = list
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= len && v.capacity() <= 2 * len)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            let mut v = list.swap_remove(i);
+            BYTES.fetch_sub(v.capacity() * std::mem::size_of::<T>(), Ordering::Relaxed);
+            v.clear();
+            return v;
+        }
+    }
+    Vec::with_capacity(len)
+}
+
+/// A vector of `len` copies of `value`, recycled when possible.
+pub(crate) fn filled<T: Pooled + Copy>(len: usize, value: T) -> Vec<T> {
+    let mut v = take(len);
+    v.resize(len, value);
+    v
+}
+
+/// Returns a buffer to the pool (or frees it when the pool is full or it is small).
+pub(crate) fn give<T: Pooled>(v: Vec<T>) {
+    let bytes = v.capacity() * std::mem::size_of::<T>();
+    if v.capacity() < MIN_ELEMS || BYTES.load(Ordering::Relaxed) + bytes > MAX_BYTES {
+        return;
+    }
+    let mut list = T::list().lock().unwrap_or_else(|e| e.into_inner());
+    if list.len() >= MAX_BUFFERS {
+        return;
+    }
+    BYTES.fetch_add(bytes, Ordering::Relaxed);
+    list.push(v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycles_similar_sizes_only() {
+        let v: Vec<f64> = Vec::with_capacity(1 << 13);
+        let p = v.as_ptr();
+        give(v);
+        let w: Vec<f64> = take(1 << 13);
+        assert_eq!(w.as_ptr(), p, "a freed buffer of the right size is reused");
+        assert!(w.is_empty());
+        give(w);
+        let small: Vec<f64> = take(1 << 11);
+        assert_ne!(small.as_ptr(), p, "a buffer more than twice too large is not handed out");
+        let _ = take::<f64>(1 << 13);
+    }
+}
