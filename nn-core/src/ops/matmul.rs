@@ -173,6 +173,13 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     })
 }
 
+/// True when the last two dims are a transposed row-major matrix (column-major).
+fn is_transposed_matrix(t: &Tensor) -> bool {
+    let r = t.rank();
+    let (s, st) = (t.shape(), t.strides());
+    r >= 2 && s[r - 2] > 1 && s[r - 1] > 1 && st[r - 2] == 1 && st[r - 1] == s[r - 2]
+}
+
 #[cfg(test)]
 mod tests {
     use crate::testing::gradcheck;
@@ -392,11 +399,4 @@ mod tests {
     fn matmul_device_mix_panics() {
         Tensor::zeros(&[2, 2]).matmul(&Tensor::full_on(&[2, 2], 0.0, DType::F32, Device::Meta));
     }
-}
-
-/// True when the last two dims are a transposed row-major matrix (column-major).
-fn is_transposed_matrix(t: &Tensor) -> bool {
-    let r = t.rank();
-    let (s, st) = (t.shape(), t.strides());
-    r >= 2 && s[r - 2] > 1 && s[r - 1] > 1 && st[r - 2] == 1 && st[r - 1] == s[r - 2]
 }

@@ -126,11 +126,32 @@ impl Tensor {
         let vals = with_float!(cpu(&s), OP, T, v => {
             let mut out = vec![T::zero(); numel];
             let plane_out = pl.ho * pl.wo;
-            out.par_chunks_mut(plane_out.max(1))
-                .zip(idx.par_chunks_mut(plane_out.max(1)))
-                .enumerate()
-                .for_each(|(q, (y, ix))| {
+            let plane = |q: usize, y: &mut [T], ix: &mut [i64]| {
                     let src = &v[q * pl.h * pl.w..(q + 1) * pl.h * pl.w];
+                    let fits = (pl.ho - 1) * st.0 + k.0 <= pl.h && (pl.wo - 1) * st.1 + k.1 <= pl.w;
+                    if p == (0, 0) && d == (1, 1) && fits {
+                        // Common case: no padding and every window inside the plane (not so
+                        // with `ceil_mode`); walk its rows as slices, no per-tap bounds logic.
+                        for oh in 0..pl.ho {
+                            for ow in 0..pl.wo {
+                                let base = oh * st.0 * pl.w + ow * st.1;
+                                let (mut best, mut bi) = (src[base], base);
+                                for ki in 0..k.0 {
+                                    let start = base + ki * pl.w;
+                                    for (kj, &val) in src[start..start + k.1].iter().enumerate() {
+                                        // Branch-free (select, not jump): on real data the
+                                        // comparison is a coin toss the predictor loses.
+                                        let take = (val > best) | (val.is_nan() & !best.is_nan());
+                                        best = if take { val } else { best };
+                                        bi = if take { start + kj } else { bi };
+                                    }
+                                }
+                                y[oh * pl.wo + ow] = best;
+                                ix[oh * pl.wo + ow] = bi as i64;
+                            }
+                        }
+                        return;
+                    }
                     for oh in 0..pl.ho {
                         for ow in 0..pl.wo {
                             let mut best = T::neg_infinity();
@@ -157,7 +178,18 @@ impl Tensor {
                             ix[oh * pl.wo + ow] = bi.max(0);
                         }
                     }
-                });
+                };
+            // Spread planes over threads only when there is enough work per task.
+            if numel * k.0 * k.1 >= super::PAR_THRESHOLD * 8 {
+                out.par_chunks_mut(plane_out.max(1))
+                    .zip(idx.par_chunks_mut(plane_out.max(1)))
+                    .enumerate()
+                    .for_each(|(q, (y, ix))| plane(q, y, ix));
+            } else {
+                for (q, (y, ix)) in out.chunks_mut(plane_out.max(1)).zip(idx.chunks_mut(plane_out.max(1))).enumerate() {
+                    plane(q, y, ix);
+                }
+            }
             T::into_storage(out)
         });
         let indices = Tensor::from_cpu(crate::storage::CpuStorage::I64(idx.clone()), &shape);
