@@ -266,8 +266,12 @@ fn meta_state_dicts_cannot_be_saved() {
 }
 
 proptest! {
-    // Run longer with PROPTEST_CASES=100000 (see the closing note for the run length).
-    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    // 2,000 cases per test run; run longer with PROPTEST_CASES=200000.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
     #[test]
     fn mutated_files_never_panic(
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
