@@ -78,16 +78,7 @@ const BUILTIN: [&str; 10] =
 
 /// Edit distance, for "did you mean" hints.
 fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    strsim::levenshtein(a, b)
 }
 
 /// The closest of `options` to `got`, for "did you mean" hints.

@@ -393,18 +393,7 @@ impl Module for NonDynamicallyQuantizableLinear {
     fn base_mut(&mut self) -> Option<&mut ModuleBase> {
         self.0.base_mut()
     }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-    fn as_dyn(&self) -> &dyn Module {
-        self
-    }
-    fn as_dyn_mut(&mut self) -> &mut dyn Module {
-        self
-    }
+    nn_core::module_accessors!();
 }
 
 impl std::fmt::Display for NonDynamicallyQuantizableLinear {

@@ -1,7 +1,6 @@
 //! Containers: `Sequential`, `ModuleList<M>`, `ModuleDict<M>`. They implement
 //! [`Module`] through the same visitor the derive generates, with run-time names.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::ops::{Index, IndexMut};
 
@@ -113,24 +112,7 @@ impl Module for Sequential {
     fn type_name(&self) -> &'static str {
         "Sequential"
     }
-    fn base(&self) -> Option<&ModuleBase> {
-        Some(&self.base)
-    }
-    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
-        Some(&mut self.base)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn as_dyn(&self) -> &dyn Module {
-        self
-    }
-    fn as_dyn_mut(&mut self) -> &mut dyn Module {
-        self
-    }
+    nn_core::module_accessors!(base);
 }
 
 impl std::fmt::Display for Sequential {
@@ -240,24 +222,7 @@ impl<M: Module> Module for ModuleList<M> {
     fn type_name(&self) -> &'static str {
         "ModuleList"
     }
-    fn base(&self) -> Option<&ModuleBase> {
-        Some(&self.base)
-    }
-    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
-        Some(&mut self.base)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn as_dyn(&self) -> &dyn Module {
-        self
-    }
-    fn as_dyn_mut(&mut self) -> &mut dyn Module {
-        self
-    }
+    nn_core::module_accessors!(base);
 }
 
 impl<M: Module> std::fmt::Display for ModuleList<M> {
@@ -367,24 +332,7 @@ impl<M: Module> Module for ModuleDict<M> {
     fn type_name(&self) -> &'static str {
         "ModuleDict"
     }
-    fn base(&self) -> Option<&ModuleBase> {
-        Some(&self.base)
-    }
-    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
-        Some(&mut self.base)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-    fn as_dyn(&self) -> &dyn Module {
-        self
-    }
-    fn as_dyn_mut(&mut self) -> &mut dyn Module {
-        self
-    }
+    nn_core::module_accessors!(base);
 }
 
 impl<M: Module> std::fmt::Display for ModuleDict<M> {

@@ -276,24 +276,7 @@ impl Module for LazyConv2d {
             None => conv_repr(0, self.out_channels, 2, self.kernel_size, &self.config),
         }
     }
-    fn base(&self) -> Option<&ModuleBase> {
-        Some(&self.base)
-    }
-    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
-        Some(&mut self.base)
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-    fn as_dyn(&self) -> &dyn Module {
-        self
-    }
-    fn as_dyn_mut(&mut self) -> &mut dyn Module {
-        self
-    }
+    nn_core::module_accessors!(base);
 }
 
 impl std::fmt::Display for LazyConv2d {

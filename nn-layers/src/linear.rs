@@ -213,24 +213,7 @@ impl Module for LazyLinear {
             None => format!("in_features=0, out_features={}, bias={}", self.out_features, py_bool(self.bias)),
         }
     }
-    fn base(&self) -> Option<&ModuleBase> {
-        Some(&self.base)
-    }
-    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
-        Some(&mut self.base)
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-    fn as_dyn(&self) -> &dyn Module {
-        self
-    }
-    fn as_dyn_mut(&mut self) -> &mut dyn Module {
-        self
-    }
+    nn_core::module_accessors!(base);
 }
 
 /// Returns its input (PyTorch's `nn.Identity`).

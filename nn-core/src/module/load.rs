@@ -40,20 +40,6 @@ fn kind(d: DType) -> u8 {
     }
 }
 
-/// Edit distance, for "did you mean" suggestions.
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 /// The closest candidate to `key`, if it is close enough to be a plausible typo or a
 /// prefix mismatch (`module.fc.weight` vs `fc.weight`).
 pub(crate) fn suggest<'a>(key: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
@@ -61,7 +47,7 @@ pub(crate) fn suggest<'a>(key: &str, candidates: impl IntoIterator<Item = &'a st
         .into_iter()
         .map(|c| {
             let suffix = c.ends_with(&format!(".{key}")) || key.ends_with(&format!(".{c}"));
-            (if suffix { 0 } else { levenshtein(key, c) }, c)
+            (if suffix { 0 } else { strsim::levenshtein(key, c) }, c)
         })
         .filter(|&(d, _)| d <= (key.len() / 4).max(2))
         .min_by_key(|&(d, _)| d)

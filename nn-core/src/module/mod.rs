@@ -507,6 +507,46 @@ pub trait Module: HoldsState + Any {
     fn as_dyn_mut(&mut self) -> &mut dyn Module;
 }
 
+/// The six accessor methods every hand-written `Module` impl repeats (`base`, `base_mut`,
+/// `as_any`, `as_any_mut`, `as_dyn`, `as_dyn_mut`); `#[derive(Module)]` writes them itself.
+/// Pass the name of the `ModuleBase` field, or nothing when `base`/`base_mut` are written by
+/// hand.
+///
+/// ```ignore
+/// impl Module for MyContainer {
+///     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) { /* ... */ }
+///     fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) { /* ... */ }
+///     fn type_name(&self) -> &'static str { "MyContainer" }
+///     nn_core::module_accessors!(base);
+/// }
+/// ```
+#[macro_export]
+macro_rules! module_accessors {
+    ($field:ident) => {
+        fn base(&self) -> ::core::option::Option<&$crate::ModuleBase> {
+            ::core::option::Option::Some(&self.$field)
+        }
+        fn base_mut(&mut self) -> ::core::option::Option<&mut $crate::ModuleBase> {
+            ::core::option::Option::Some(&mut self.$field)
+        }
+        $crate::module_accessors!();
+    };
+    () => {
+        fn as_any(&self) -> &dyn ::core::any::Any {
+            self
+        }
+        fn as_any_mut(&mut self) -> &mut dyn ::core::any::Any {
+            self
+        }
+        fn as_dyn(&self) -> &dyn $crate::Module {
+            self
+        }
+        fn as_dyn_mut(&mut self) -> &mut dyn $crate::Module {
+            self
+        }
+    };
+}
+
 /// Pre-order walk in PyTorch's order: a module's own parameters, then its own buffers,
 /// then each child (reported, then walked). Dotted paths are built in one reused buffer.
 pub(crate) fn walk<'a>(m: &'a dyn Module, prefix: &mut String, f: &mut dyn FnMut(&str, Item<'a>)) {
