@@ -29,3 +29,36 @@ impl fmt::Display for Device {
         })
     }
 }
+
+thread_local! {
+    static DEFAULT_DEVICE: std::cell::Cell<Device> = const { std::cell::Cell::new(Device::Cpu) };
+}
+
+/// The device that factory functions (`zeros`, `ones`, `full`, `randn`, `rand`,
+/// `uniform`, `normal`) create tensors on, on this thread; `Cpu` unless inside
+/// [`with_device`].
+pub fn default_device() -> Device {
+    DEFAULT_DEVICE.with(|d| d.get())
+}
+
+/// Runs `f` with factory functions creating tensors on `device` (PyTorch's
+/// `with torch.device("meta"):`). Building a model inside `with_device(Device::Meta, ..)`
+/// allocates no storage and draws nothing from the random generator, whatever the model's
+/// size; load a state dict into it to materialise it.
+///
+/// ```
+/// use nn_core::{with_device, Device, Tensor};
+/// let t = with_device(Device::Meta, || Tensor::randn(&[100_000, 100_000])); // 40 GB if real
+/// assert_eq!((t.device(), t.shape()), (Device::Meta, &[100_000, 100_000][..]));
+/// assert_eq!(Tensor::zeros(&[2]).device(), Device::Cpu);
+/// ```
+pub fn with_device<R>(device: Device, f: impl FnOnce() -> R) -> R {
+    struct Restore(Device);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEFAULT_DEVICE.with(|d| d.set(self.0));
+        }
+    }
+    let _restore = Restore(DEFAULT_DEVICE.with(|d| d.replace(device)));
+    f()
+}

@@ -118,7 +118,7 @@ pub mod testing;
 pub mod __private;
 
 pub use autograd::{enable_grad, is_grad_enabled, no_grad, NoGradGuard};
-pub use device::Device;
+pub use device::{default_device, with_device, Device};
 pub use dtype::{DType, Element, FloatElement};
 pub use error::{Error, Result};
 pub use module::{ExtraRepr, Forward, HookHandle, IncompatibleKeys, Item, Layer, Module, ModuleBase, Name, Parameter};

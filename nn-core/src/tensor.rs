@@ -156,9 +156,15 @@ impl Tensor {
         Tensor::from_storage(storage, shape)
     }
 
-    /// An `f32` tensor filled with `value`.
+    /// An `f32` tensor filled with `value` (on the default device, see
+    /// [`crate::device::with_device`]).
     pub fn full(shape: &[usize], value: f64) -> Tensor {
-        Tensor::full_on(shape, value, DType::F32, Device::Cpu)
+        Tensor::full_on(shape, value, DType::F32, crate::device::default_device())
+    }
+
+    /// A meta tensor when the default device is `Meta` (random factories then draw nothing).
+    fn meta_default(shape: &[usize]) -> Option<Tensor> {
+        (crate::device::default_device() == Device::Meta).then(|| Tensor::full_on(shape, 0.0, DType::F32, Device::Meta))
     }
 
     /// An `f32` tensor of zeros.
@@ -209,6 +215,9 @@ impl Tensor {
 
     /// Standard normal `f32` samples from the global generator ([`crate::manual_seed`]).
     pub fn randn(shape: &[usize]) -> Tensor {
+        if let Some(t) = Tensor::meta_default(shape) {
+            return t;
+        }
         let n = shape.iter().product();
         let v: Vec<f32> = with_rng(|r| (0..n).map(|_| StandardNormal.sample(r)).collect());
         Tensor::from_vec(v, shape)
@@ -221,6 +230,9 @@ impl Tensor {
 
     /// Uniform `f32` samples in `[low, high)` from the global generator.
     pub fn uniform(shape: &[usize], low: f64, high: f64) -> Tensor {
+        if let Some(t) = Tensor::meta_default(shape) {
+            return t;
+        }
         let n = shape.iter().product();
         let v: Vec<f32> = with_rng(|r| (0..n).map(|_| (low + (high - low) * r.random::<f64>()) as f32).collect());
         Tensor::from_vec(v, shape)
@@ -228,6 +240,9 @@ impl Tensor {
 
     /// Normal `f32` samples with the given mean and standard deviation.
     pub fn normal(shape: &[usize], mean: f64, std: f64) -> Tensor {
+        if let Some(t) = Tensor::meta_default(shape) {
+            return t;
+        }
         let n = shape.iter().product();
         let v: Vec<f32> = with_rng(|r| {
             (0..n)

@@ -47,9 +47,11 @@ impl Embedding {
             panic!("Embedding: padding_idx {padding_idx} must be within num_embeddings {num_embeddings}");
         }
         let mut e = Self::new(num_embeddings, embedding_dim);
-        let mut w = e.weight.to_vec();
-        w[padding_idx * embedding_dim..(padding_idx + 1) * embedding_dim].fill(0.0);
-        nn_core::no_grad(|| e.weight.copy_(&Tensor::from_vec(w, &[num_embeddings, embedding_dim])));
+        if e.weight.device() != nn_core::Device::Meta {
+            let mut w = e.weight.to_vec();
+            w[padding_idx * embedding_dim..(padding_idx + 1) * embedding_dim].fill(0.0);
+            nn_core::no_grad(|| e.weight.copy_(&Tensor::from_vec(w, &[num_embeddings, embedding_dim])));
+        }
         e.padding_idx = Some(padding_idx);
         e
     }

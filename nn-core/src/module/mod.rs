@@ -512,13 +512,33 @@ pub trait Module: HoldsState + Any {
 /// Pass the name of the `ModuleBase` field, or nothing when `base`/`base_mut` are written by
 /// hand.
 ///
-/// ```ignore
-/// impl Module for MyContainer {
-///     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) { /* ... */ }
-///     fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) { /* ... */ }
-///     fn type_name(&self) -> &'static str { "MyContainer" }
+/// ```
+/// use nn_core::module::HoldsState;
+/// use nn_core::{Item, Module, ModuleBase, Name, Parameter, Tensor};
+///
+/// /// A run-time list of parameters, named "0", "1", ...
+/// struct ParamList {
+///     params: Vec<Parameter>,
+///     base: ModuleBase,
+/// }
+/// impl HoldsState for ParamList {}
+/// impl Module for ParamList {
+///     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+///         for (i, p) in self.params.iter().enumerate() {
+///             f(Name::Index(i), Item::Param(p));
+///         }
+///     }
+///     fn visit_modules_mut(&mut self, _: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {}
+///     fn type_name(&self) -> &'static str {
+///         "ParamList"
+///     }
 ///     nn_core::module_accessors!(base);
 /// }
+///
+/// let mut l = ParamList { params: vec![Parameter::new(Tensor::ones(&[2]))], base: ModuleBase::new() };
+/// assert_eq!(l.state_dict().keys().collect::<Vec<_>>(), ["0"]);
+/// l.eval();
+/// assert!(!l.is_training());
 /// ```
 #[macro_export]
 macro_rules! module_accessors {

@@ -340,3 +340,33 @@ fn weight_tying_is_listed_once_but_saved_under_both_names() {
     assert_eq!(t.num_parameters(), 2);
     assert_eq!(t.state_dict().keys().collect::<Vec<_>>(), ["a", "b"]);
 }
+
+#[test]
+fn building_on_meta_allocates_nothing_and_loads_real_weights() {
+    use nn_layers::{BatchNorm1d, Embedding};
+    // 100,000 x 100,000 weights would need 40 GB; on meta they need nothing.
+    let huge = nn_core::with_device(Device::Meta, || {
+        Sequential::new()
+            .add(Embedding::with_padding_idx(100_000, 100_000, 0))
+            .add(Linear::new(100_000, 100_000))
+            .add(BatchNorm1d::new(100_000))
+    });
+    assert_eq!(huge.num_parameters(), 2 * 100_000 * 100_000 + 100_000 + 2 * 100_000);
+    let sd = huge.state_dict();
+    assert_eq!(sd.get("1.weight").unwrap().shape(), &[100_000, 100_000]);
+    assert!(sd.get("1.weight").unwrap().device() == Device::Meta);
+    assert_eq!(Tensor::zeros(&[1]).device(), Device::Cpu, "the default device is restored");
+    // A small meta model materialises by loading real weights (no init is computed).
+    let real = net();
+    let mut meta = nn_core::with_device(Device::Meta, net);
+    assert!(meta.embed.weight.device() == Device::Meta);
+    meta.load_state_dict(&real.state_dict(), true).unwrap();
+    assert_eq!(meta.embed.weight.to_vec(), real.embed.weight.to_vec());
+    assert_eq!(meta.forward_check(), real.forward_check());
+}
+
+impl Net {
+    fn forward_check(&self) -> Vec<f32> {
+        self.blocks[0].forward(&self.embed.forward(&Tensor::ones(&[1, 3]))).to_vec()
+    }
+}
