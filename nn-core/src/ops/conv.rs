@@ -137,9 +137,21 @@ fn im2col<T: FloatElement>(x: &[T], g: &Geometry, cols: &mut [T]) {
                         continue;
                     }
                     let src = &plane[ih as usize * g.w..(ih as usize + 1) * g.w];
-                    for (ow, v) in line.iter_mut().enumerate() {
-                        let iw = (ow * sw + kj * dw) as isize - pw as isize;
-                        *v = if iw < 0 || iw >= g.w as isize { T::zero() } else { src[iw as usize] };
+                    // Output columns whose input column `ow * sw + kj * dw - pw` is inside
+                    // the row: zeros around a copied (or strided-gathered) middle run.
+                    let off = (kj * dw) as isize - pw as isize;
+                    let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(sw) }.min(g.wo);
+                    let hi = if (g.w as isize) <= off { 0 } else { ((g.w as isize - off) as usize).div_ceil(sw) }
+                        .clamp(lo, g.wo);
+                    line[..lo].fill(T::zero());
+                    line[hi..].fill(T::zero());
+                    let first = (lo * sw) as isize + off;
+                    if sw == 1 {
+                        line[lo..hi].copy_from_slice(&src[first as usize..first as usize + (hi - lo)]);
+                    } else {
+                        for (k, v) in line[lo..hi].iter_mut().enumerate() {
+                            *v = src[first as usize + k * sw];
+                        }
                     }
                 }
             }
