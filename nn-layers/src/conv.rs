@@ -2,9 +2,8 @@
 
 use std::sync::OnceLock;
 
-use nn_core::module::HoldsState;
 use nn_core::ops::Conv2dOptions;
-use nn_core::{init, ExtraRepr, Forward, Item, Module, ModuleBase, Name, Parameter, Tensor};
+use nn_core::{init, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::py_tuple;
 
@@ -254,33 +253,4 @@ impl Forward for LazyConv2d {
     }
 }
 
-impl HoldsState for LazyConv2d {}
-
-impl Module for LazyConv2d {
-    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
-        // Nothing is registered before the first forward (see `is_uninitialized`).
-        if let Some(c) = self.inner.get() {
-            c.visit(f);
-        }
-    }
-    fn visit_modules_mut(&mut self, _f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {}
-    fn type_name(&self) -> &'static str {
-        "LazyConv2d"
-    }
-    fn is_uninitialized(&self) -> bool {
-        self.inner.get().is_none()
-    }
-    fn extra_repr(&self) -> String {
-        match self.inner.get() {
-            Some(c) => Module::extra_repr(c),
-            None => conv_repr(0, self.out_channels, 2, self.kernel_size, &self.config),
-        }
-    }
-    nn_core::module_accessors!(base);
-}
-
-impl std::fmt::Display for LazyConv2d {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        nn_core::module::fmt_module(self, f)
-    }
-}
+crate::lazy::lazy_module!(LazyConv2d, |s| conv_repr(0, s.out_channels, 2, s.kernel_size, &s.config));

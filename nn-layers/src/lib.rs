@@ -17,6 +17,7 @@ mod containers;
 mod conv;
 mod dropout;
 mod embedding;
+mod lazy;
 mod linear;
 mod norm;
 mod pool;

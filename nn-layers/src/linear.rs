@@ -2,8 +2,7 @@
 
 use std::sync::OnceLock;
 
-use nn_core::module::HoldsState;
-use nn_core::{functional, init, ExtraRepr, Forward, Item, Module, ModuleBase, Name, Parameter, Tensor};
+use nn_core::{functional, init, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::py_bool;
 
@@ -191,30 +190,11 @@ impl Forward for LazyLinear {
     }
 }
 
-impl HoldsState for LazyLinear {}
-
-impl Module for LazyLinear {
-    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
-        // Nothing is registered before the first forward (see `is_uninitialized`).
-        if let Some(l) = self.inner.get() {
-            l.visit(f);
-        }
-    }
-    fn visit_modules_mut(&mut self, _f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {}
-    fn type_name(&self) -> &'static str {
-        "LazyLinear"
-    }
-    fn is_uninitialized(&self) -> bool {
-        self.inner.get().is_none()
-    }
-    fn extra_repr(&self) -> String {
-        match self.inner.get() {
-            Some(l) => Module::extra_repr(l),
-            None => format!("in_features=0, out_features={}, bias={}", self.out_features, py_bool(self.bias)),
-        }
-    }
-    nn_core::module_accessors!(base);
-}
+crate::lazy::lazy_module!(LazyLinear, |s| format!(
+    "in_features=0, out_features={}, bias={}",
+    s.out_features,
+    py_bool(s.bias)
+));
 
 /// Returns its input (PyTorch's `nn.Identity`).
 #[derive(Module, Default)]
@@ -273,11 +253,5 @@ impl ExtraRepr for Flatten {
 impl Forward for Flatten {
     fn forward(&self, input: &Tensor) -> Tensor {
         self.base.run(input, |x| x.flatten(self.start_dim, self.end_dim))
-    }
-}
-
-impl std::fmt::Display for LazyLinear {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        nn_core::module::fmt_module(self, f)
     }
 }
