@@ -5,7 +5,7 @@
 use nn_core::ops::{Conv2dOptions, Pool2dOptions};
 use nn_core::{manual_seed, Tensor};
 
-fn time(name: &str, mut f: impl FnMut()) {
+fn time(name: &str, f: &mut dyn FnMut()) {
     for _ in 0..5 {
         f();
     }
@@ -26,6 +26,13 @@ fn fwd_bwd(x: &Tensor, f: impl Fn(&Tensor) -> Tensor) -> impl FnMut() {
 
 fn main() {
     manual_seed(0);
+    // `op_times NAME` runs only the rows whose name starts with NAME.
+    let only = std::env::args().nth(1).unwrap_or_default();
+    let time = |name: &str, f: &mut dyn FnMut()| {
+        if name.starts_with(&only) {
+            time(name, f)
+        }
+    };
     let x = Tensor::randn(&[32, 1, 28, 28]);
     let w1 = Tensor::randn(&[8, 1, 3, 3]).requires_grad_(true);
     let h = Tensor::randn(&[32, 8, 26, 26]).requires_grad_(true);
@@ -34,13 +41,13 @@ fn main() {
     let h2 = Tensor::randn(&[32, 16, 11, 11]).requires_grad_(true);
     let o = Conv2dOptions::default();
     let pool = Pool2dOptions::new(2);
-    time("conv1 fwd", || drop(x.conv2d(&w1.detach(), None, o)));
-    time("conv1 fwd+bwd (w only)", fwd_bwd(&x, |x| x.conv2d(&w1, None, o)));
-    time("relu1 fwd", || drop(h.detach().relu()));
-    time("relu1 fwd+bwd", fwd_bwd(&h, |x| x.relu()));
-    time("pool1 fwd", || drop(h.detach().max_pool2d(pool)));
-    time("pool1 fwd+bwd", fwd_bwd(&h, |x| x.max_pool2d(pool)));
-    time("conv2 fwd", || drop(p.detach().conv2d(&w2.detach(), None, o)));
-    time("conv2 fwd+bwd", fwd_bwd(&p, |x| x.conv2d(&w2, None, o)));
-    time("pool2 fwd+bwd", fwd_bwd(&h2, |x| x.max_pool2d(pool)));
+    time("conv1 fwd", &mut || drop(x.conv2d(&w1.detach(), None, o)));
+    time("conv1 fwd+bwd (w only)", &mut fwd_bwd(&x, |x| x.conv2d(&w1, None, o)));
+    time("relu1 fwd", &mut || drop(h.detach().relu()));
+    time("relu1 fwd+bwd", &mut fwd_bwd(&h, |x| x.relu()));
+    time("pool1 fwd", &mut || drop(h.detach().max_pool2d(pool)));
+    time("pool1 fwd+bwd", &mut fwd_bwd(&h, |x| x.max_pool2d(pool)));
+    time("conv2 fwd", &mut || drop(p.detach().conv2d(&w2.detach(), None, o)));
+    time("conv2 fwd+bwd", &mut fwd_bwd(&p, |x| x.conv2d(&w2, None, o)));
+    time("pool2 fwd+bwd", &mut fwd_bwd(&h2, |x| x.max_pool2d(pool)));
 }
