@@ -3,12 +3,18 @@
 
     python3 benches/compare.py                 # needs `pip install torch` for the PyTorch column
     python3 benches/compare.py --threads 1     # only one thread count
+    python3 benches/compare.py --peers         # also candle, burn and the gemm crate (crates.io)
 
 For each thread count (1 and 2), the Rust harness (`nn_bench`) is run with
 RAYON_NUM_THREADS/MATMUL_NUM_THREADS set, and PyTorch with torch.set_num_threads. Ratios are
 nn time / PyTorch time (below 1 means nn is faster); for throughput rows (GFLOP/s, MB/s)
 nn / PyTorch (above 1 means nn is faster). Without torch, only the nn column is printed.
-Rust peers (candle, burn) are not built by this script; see README.
+
+With --peers, the Rust peers' harness (`benches/peers`, its own workspace: it needs crates.io
+and takes minutes to build the first time) is built in release and `peers_bench candle`,
+`peers_bench burn` and `peers_bench gemm` run with the same environment; the table gains a
+column per peer and ratios nn/peer worded as above (time ratio for steps, throughput ratio for
+GFLOP/s rows). A peer that fails to build or run is reported and left out.
 """
 import argparse
 import json
@@ -29,6 +35,43 @@ def nn_results(threads):
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "nn-bench", "--bin", "nn_bench"], cwd=ROOT, check=True)
     out = subprocess.run([str(ROOT / "target/release/nn_bench")], cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
     return {r["workload"]: r for r in map(json.loads, out.splitlines())}
+
+
+PEERS = ["candle", "burn", "gemm"]
+PEERS_DIR = ROOT / "benches/peers"
+
+
+def build_peers():
+    """Builds `peers_bench` in release; its path, or None (reported) when the build fails."""
+    print("building benches/peers (candle, burn, gemm; the first build takes minutes)...", file=sys.stderr)
+    cmd = ["cargo", "build", "--release", "-q", "--manifest-path", str(PEERS_DIR / "Cargo.toml")]
+    try:
+        subprocess.run(cmd, cwd=ROOT, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"peers: build failed ({e}); carrying on without candle/burn/gemm", file=sys.stderr)
+        return None
+    return PEERS_DIR / "target/release/peers_bench"
+
+
+def peer_results(exe, peer, threads):
+    """Results of `peers_bench PEER`; on failure, what it printed before failing (reported)."""
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads), MATMUL_NUM_THREADS=str(threads))
+    try:
+        p = subprocess.run([str(exe), peer], cwd=ROOT, env=env, capture_output=True, text=True)
+    except OSError as e:
+        print(f"peers: {peer} could not run ({e})", file=sys.stderr)
+        return {}
+    res = {}
+    for line in p.stdout.splitlines():
+        try:
+            r = json.loads(line)
+            res[r["workload"]] = r
+        except (ValueError, KeyError, TypeError):
+            print(f"peers: {peer}: unexpected output line {line!r}", file=sys.stderr)
+    if p.returncode != 0:
+        tail = " | ".join(p.stderr.strip().splitlines()[-3:])
+        print(f"peers: {peer} failed at {threads} thread(s) (exit {p.returncode}, kept {len(res)} results): {tail}", file=sys.stderr)
+    return res
 
 
 def median_ms(f, budget_ms):
@@ -87,6 +130,15 @@ def torch_results(threads):
     layer = nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
     ms = median_ms(step_fn(layer, torch.randn(16, 64, 128), None, False), 3000)
     emit("transformer_step", ms, "samples/s", 16 / (ms / 1e3))
+    # Per-op bookkeeping (dispatch, autograd records) where the arithmetic is negligible.
+    a, b = torch.randn(4), torch.randn(4)
+    ms = median_ms(lambda: a + b, 1000)
+    emit("tiny_op_add", ms, "us", ms * 1e3)
+    lin, x1 = nn.Linear(4, 4), torch.randn(1, 4)
+    ms = median_ms(lambda: lin(x1), 1000)
+    emit("tiny_linear_forward", ms, "us", ms * 1e3)
+    ms = median_ms(lambda: lin(x1).sum().backward(), 1000)
+    emit("tiny_linear_forward_backward", ms, "us", ms * 1e3)
     m, x = mlp(), torch.randn(64, 784)
     with torch.no_grad():
         ms = median_ms(lambda: m(x), 1500)
@@ -117,9 +169,38 @@ def torch_peak_rss(threads):
     return float(out.strip())
 
 
+THROUGHPUT_UNITS = ("GFLOP/s", "MB/s")
+
+
+def cell(r, o):
+    """(nn figure, other figure, ratio) strings of one workload against one other column.
+
+    Time rows: nn time / other time, "x time" (below 1 means nn is faster); throughput rows
+    (GFLOP/s, MB/s): nn / other throughput, "x thr" (above 1 means nn is faster).
+    """
+    if r["unit"] in THROUGHPUT_UNITS:
+        mine, theirs = r["throughput"], (o or {}).get("throughput")
+        ratio = f"{mine / theirs:.2f}x thr" if theirs and mine is not None else "-"
+        fmt = lambda v: f"{v:.1f} {r['unit']}" if v is not None else "-"
+    else:
+        mine, theirs = r["median_ms"], (o or {}).get("median_ms")
+        ratio = f"{mine / theirs:.2f}x time" if theirs and mine is not None else "-"
+        if r["unit"] == "us":
+            fmt = lambda v: f"{v * 1e3:.2f} us" if v is not None else "-"
+        else:
+            unit = "MB" if r["unit"] == "MB" else "ms"
+            fmt = lambda v: f"{v:.3f} {unit}" if v is not None else "-"
+    return fmt(mine), (fmt(theirs) if theirs else "-"), ratio
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description="nn vs PyTorch (and, with --peers, candle/burn/gemm) benchmark table")
     ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    ap.add_argument(
+        "--peers",
+        action="store_true",
+        help="also build benches/peers (needs crates.io, minutes the first time) and run candle, burn and the gemm crate",
+    )
     args = ap.parse_args()
     try:
         import torch  # noqa: F401
@@ -128,28 +209,48 @@ def main():
     except ImportError:
         have_torch = False
         print("PyTorch not installed: printing nn figures only (pip install torch for ratios)")
+    peers_exe = build_peers() if args.peers else None
+    peers = PEERS if peers_exe else []
     rows = []
     for t in args.threads:
         nn_r = nn_results(t)
         th = torch_results(t) if have_torch else {}
         if have_torch:
             th["peak_rss_mlp_training"] = {"median_ms": torch_peak_rss(t), "unit": "MB", "throughput": 0}
-        for name, r in nn_r.items():
-            o = th.get(name)
-            if r["unit"] in ("GFLOP/s", "MB/s"):
-                mine, theirs = r["throughput"], (o or {}).get("throughput")
-                ratio = f"{mine / theirs:.2f}x thr" if theirs else "-"
-                mine_s, theirs_s = f"{mine:.1f} {r['unit']}", (f"{theirs:.1f} {r['unit']}" if theirs else "-")
-            else:
-                mine, theirs = r["median_ms"], (o or {}).get("median_ms")
-                ratio = f"{mine / theirs:.2f}x time" if theirs else "-"
-                unit = "MB" if r["unit"] == "MB" else "ms"
-                mine_s, theirs_s = f"{mine:.3f} {unit}", (f"{theirs:.3f} {unit}" if theirs else "-")
-            rows.append((name, t, mine_s, theirs_s, ratio))
+        if not args.peers:
+            for name, r in nn_r.items():
+                mine_s, theirs_s, ratio = cell(r, th.get(name))
+                rows.append((name, t, mine_s, theirs_s, ratio))
+            continue
+        pr = {p: peer_results(peers_exe, p, t) for p in peers}
+        # nn's workloads first, then those only a peer has (the gemm crate's MLP shapes).
+        names = list(nn_r) + [n for p in peers for n in pr[p] if n not in nn_r]
+        for name in dict.fromkeys(names):
+            peer_only = lambda: dict(next(pr[p][name] for p in peers if name in pr[p]), median_ms=None, throughput=None)
+            r = nn_r.get(name) or peer_only()
+            cells = [cell(r, o) for o in [th.get(name)] + [pr[p].get(name) for p in peers]]
+            rows.append((name, t, cells[0][0], [c[1] for c in cells], [c[2] for c in cells]))
     w = max(len(r[0]) for r in rows)
-    print(f"{'workload':<{w}}  thr  {'nn':>16}  {'PyTorch':>16}  ratio (nn/PyTorch)")
-    for name, t, a, b, r in rows:
-        print(f"{name:<{w}}  {t:>3}  {a:>16}  {b:>16}  {r}")
+    if not args.peers:
+        print(f"{'workload':<{w}}  thr  {'nn':>16}  {'PyTorch':>16}  ratio (nn/PyTorch)")
+        for name, t, a, b, r in rows:
+            print(f"{name:<{w}}  {t:>3}  {a:>16}  {b:>16}  {r}")
+        return
+    cols = ["PyTorch"] + peers
+    print(
+        f"{'workload':<{w}}  thr  {'nn':>16}  "
+        + "  ".join(f"{c:>16}" for c in cols)
+        + "  "
+        + "  ".join(f"{'nn/' + c:>11}" for c in cols)
+    )
+    for name, t, a, figs, ratios in rows:
+        print(f"{name:<{w}}  {t:>3}  {a:>16}  " + "  ".join(f"{f:>16}" for f in figs) + "  " + "  ".join(f"{r:>11}" for r in ratios))
+    print(
+        "ratios nn/X: 'x time' = nn time / X time (below 1: nn faster); "
+        "'x thr' = nn throughput / X throughput (above 1: nn faster); gemm = the raw gemm crate"
+    )
+    if not peers_exe:
+        print("(peers not built: see the message above)")
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ pub trait FloatElement: Element + num_traits::Float + num_traits::FloatConst + s
     /// Converts from `f32` (exact for both types).
     fn from_f32(v: f32) -> Self;
     /// The general matrix multiply for this type (`C = alpha * A B + beta * C`),
-    /// strides in elements, as `matrixmultiply` takes them.
+    /// strides in elements, through the backend chosen in `crate::gemm`.
     ///
     /// # Safety
     /// The pointers and strides must describe valid, non-aliasing (for `c`) matrices.
@@ -209,8 +209,9 @@ impl FloatElement for f32 {
         rsc: isize,
         csc: isize,
     ) {
+        let g = crate::gemm::Gemm { m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc };
         // SAFETY: forwarded contract of this function.
-        unsafe { matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
+        unsafe { crate::gemm::run(g) }
     }
 }
 
@@ -239,7 +240,8 @@ impl FloatElement for f64 {
         rsc: isize,
         csc: isize,
     ) {
+        let g = crate::gemm::Gemm { m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc };
         // SAFETY: forwarded contract of this function.
-        unsafe { matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
+        unsafe { crate::gemm::run(g) }
     }
 }

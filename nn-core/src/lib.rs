@@ -98,6 +98,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod functional;
+mod gemm;
 pub mod init;
 pub mod io;
 mod loss;

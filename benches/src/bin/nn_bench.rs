@@ -65,6 +65,19 @@ fn main() {
         let ms = median_ms(|| s.run(), 3000.0);
         emit("transformer_step", ms, "samples/s", 16.0 / (ms / 1e3));
     }
+    if want("tiny") {
+        // Per-op bookkeeping: an op on 4 elements, and a Linear(4, 4) forward and
+        // forward+backward on one sample, where the arithmetic is negligible.
+        let (a, b) = (Tensor::randn(&[4]), Tensor::randn(&[4]));
+        let ms = median_ms(|| drop(&a + &b), 1000.0);
+        emit("tiny_op_add", ms, "us", ms * 1e3);
+        let lin = nn_layers::Linear::new(4, 4);
+        let x = Tensor::randn(&[1, 4]);
+        let ms = median_ms(|| drop(lin.forward(&x)), 1000.0);
+        emit("tiny_linear_forward", ms, "us", ms * 1e3);
+        let ms = median_ms(|| lin.forward(&x).sum().backward(), 1000.0);
+        emit("tiny_linear_forward_backward", ms, "us", ms * 1e3);
+    }
     if want("mlp_forward") {
         // Hook overhead: the layer stack (hooks machinery, none registered) vs the same
         // ops called directly.

@@ -1,5 +1,12 @@
-//! 2-D (and, through it, 1-D) convolution: im2col + GEMM per sample and group, spread
-//! over threads by sample, with per-thread scratch buffers reused across samples.
+//! 2-D (and, through it, 1-D) convolution: im2col + GEMM over blocks of samples.
+//!
+//! The batch is cut into one block per thread (or fewer, for small work); each block's
+//! column matrix holds all its samples side by side, so one GEMM per group does the
+//! block. Stride-1 convolutions (most of them) use a "wide" column layout ([`Cols`]) in
+//! which each kernel tap's row is a single contiguous run of the padded input, which
+//! turns im2col and col2im into a copy per tap. Scratch buffers come from the buffer pool.
+//! Backward recomputes the columns rather than saving them (9x the input for a 3x3
+//! kernel), as PyTorch does.
 
 use std::sync::Arc;
 

@@ -1,0 +1,333 @@
+//! The one GEMM interface every op goes through (`C = alpha A B + beta C`, any strides),
+//! and the choice of kernel and threads behind it.
+//!
+//! Two backends, chosen once per process by measurement on this project's reference
+//! machine (2-core Sapphire Rapids, `/tmp`-free numbers in the README's performance
+//! section):
+//!
+//! - the [`gemm`](https://docs.rs/gemm) crate with its AVX-512 (`x86-v4`) kernels, picked
+//!   at run time when the CPU has AVX-512F. Single-threaded it beat `matrixmultiply`
+//!   0.3.11 (which also has AVX-512 kernels) at every shape we use: 1.1-1.6x on square
+//!   64..1024 and the MLP/Transformer shapes, 1.3-1.4x on the CNN's 16 x 72 x 4576
+//!   convolution products, and 3-7x on the skinny ones (8 x 9 x 23296);
+//! - `matrixmultiply` everywhere else (CPUs without AVX-512, other architectures), the
+//!   project's original GEMM, which we have no measurement against there.
+//!
+//! `NN_GEMM=gemm` or `NN_GEMM=matrixmultiply` overrides the choice (for benchmarking).
+//!
+//! Threads: one pool for everything, rayon's. A GEMM of at least [`PAR_MADDS`]
+//! multiply-adds called from outside a rayon task is split over rayon's threads; called
+//! from inside one (a conv block, a batch of small matmuls, user code in `par_iter`) it
+//! runs on that thread, so nested parallelism never oversubscribes the cores (as
+//! `matrixmultiply`'s own thread pool did next to rayon's: measured 2x slower CNN steps
+//! with both at 2 threads).
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+/// Below this many multiply-adds a GEMM runs on one thread: splitting a smaller product
+/// cost more in synchronisation than it saved. Measured on 2 threads: with 2^22 the MLP
+/// step (products of 12.8M and 51M multiply-adds) took 0.40 ms at batch 64 and 1.0 ms at
+/// 256; with 2^24 (the 64-row products stay whole) 0.35 and 0.92 ms. 256^3 = 2^24 and up
+/// ran 1.8x faster split.
+pub(crate) const PAR_MADDS: usize = 1 << 24;
+
+/// Which kernel library runs a GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// The `gemm` crate (runtime-dispatched AVX-512 kernels).
+    Gemm,
+    /// `matrixmultiply`.
+    MatrixMultiply,
+}
+
+/// The backend of this process (see the module docs).
+pub(crate) fn backend() -> Backend {
+    static CHOICE: OnceLock<Backend> = OnceLock::new();
+    *CHOICE.get_or_init(|| match std::env::var("NN_GEMM").as_deref() {
+        Ok("gemm") => Backend::Gemm,
+        Ok("matrixmultiply") => Backend::MatrixMultiply,
+        _ if has_avx512() => Backend::Gemm,
+        _ => Backend::MatrixMultiply,
+    })
+}
+
+fn has_avx512() -> bool {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(any(target_arch = "x86", target_arch = "x86_64")))]
+    {
+        false
+    }
+}
+
+/// How many threads a GEMM of this size should use here.
+fn threads_for(m: usize, k: usize, n: usize) -> usize {
+    let big = m.saturating_mul(k).saturating_mul(n) >= PAR_MADDS;
+    if big && rayon::current_thread_index().is_none() {
+        rayon::current_num_threads()
+    } else {
+        1
+    }
+}
+
+/// The operands of one GEMM call: `m x k` times `k x n` into `m x n`, strides in elements.
+#[derive(Clone, Copy)]
+pub(crate) struct Gemm<T> {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub alpha: T,
+    pub a: *const T,
+    pub rsa: isize,
+    pub csa: isize,
+    pub b: *const T,
+    pub rsb: isize,
+    pub csb: isize,
+    pub beta: T,
+    pub c: *mut T,
+    pub rsc: isize,
+    pub csc: isize,
+}
+
+// SAFETY: a `Gemm` is only sent to other threads by `split` below, which hands each thread
+// a disjoint block of `c`; `a` and `b` are only read.
+unsafe impl<T: Send> Send for Gemm<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for Gemm<T> {}
+
+impl<T: Copy> Gemm<T> {
+    /// Rows (`by_rows`) or columns `start..start + size` of C, with the matching rows of
+    /// A or columns of B. (A method, so closures capture the whole `Send` value.)
+    fn block(&self, by_rows: bool, start: usize, size: usize) -> Gemm<T> {
+        let s = start as isize;
+        // `wrapping_offset`: plain address arithmetic; the result is only dereferenced
+        // by the kernel, inside the bounds the caller vouched for.
+        if by_rows {
+            Gemm { m: size, a: self.a.wrapping_offset(s * self.rsa), c: self.c.wrapping_offset(s * self.rsc), ..*self }
+        } else {
+            Gemm { n: size, b: self.b.wrapping_offset(s * self.csb), c: self.c.wrapping_offset(s * self.csc), ..*self }
+        }
+    }
+}
+
+/// The element types with kernels in both libraries.
+pub(crate) trait Kernels: Copy + Send + Sync + num_traits::Float + 'static {
+    /// `matrixmultiply`'s kernel for this type.
+    ///
+    /// # Safety
+    /// As [`run`].
+    unsafe fn matrixmultiply(g: &Gemm<Self>);
+}
+
+impl Kernels for f32 {
+    unsafe fn matrixmultiply(g: &Gemm<f32>) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            matrixmultiply::sgemm(
+                g.m, g.k, g.n, g.alpha, g.a, g.rsa, g.csa, g.b, g.rsb, g.csb, g.beta, g.c, g.rsc, g.csc,
+            )
+        }
+    }
+}
+
+impl Kernels for f64 {
+    unsafe fn matrixmultiply(g: &Gemm<f64>) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            matrixmultiply::dgemm(
+                g.m, g.k, g.n, g.alpha, g.a, g.rsa, g.csa, g.b, g.rsb, g.csb, g.beta, g.c, g.rsc, g.csc,
+            )
+        }
+    }
+}
+
+/// Runs one GEMM with the process's backend and thread policy.
+///
+/// # Safety
+/// `a`, `b` and `c` with their strides must describe valid matrices of the given sizes;
+/// `c` must not overlap `a` or `b`, and no two of its elements may share an address.
+pub(crate) unsafe fn run<T: Kernels>(g: Gemm<T>) {
+    // SAFETY: forwarded contract.
+    unsafe { run_with(backend(), g) }
+}
+
+/// [`run`] with an explicit backend (tests compare the two).
+///
+/// # Safety
+/// As [`run`].
+pub(crate) unsafe fn run_with<T: Kernels>(backend: Backend, g: Gemm<T>) {
+    if g.m == 0 || g.n == 0 {
+        return;
+    }
+    if g.k == 0 {
+        // An empty sum: C = beta C (and exactly zero when beta is zero, whatever C held).
+        for i in 0..g.m as isize {
+            for j in 0..g.n as isize {
+                // SAFETY: inside C by the contract.
+                unsafe {
+                    let p = g.c.offset(i * g.rsc + j * g.csc);
+                    *p = if g.beta == T::zero() { T::zero() } else { g.beta * *p };
+                }
+            }
+        }
+        return;
+    }
+    let threads = threads_for(g.m, g.k, g.n);
+    if threads > 1 {
+        // Split the longer side of C into one block per thread, each a single-threaded
+        // call. (The gemm crate's own rayon splitting was measured slower here: a 784-256
+        // MLP step at batch 64 took 0.67 ms with it on 2 threads, 0.36 ms on 1.)
+        let by_rows = g.m >= g.n;
+        let len = if by_rows { g.m } else { g.n };
+        let chunk = len.div_ceil(threads);
+        (0..len.div_ceil(chunk)).into_par_iter().for_each(|i| {
+            let part = g.block(by_rows, i * chunk, chunk.min(len - i * chunk));
+            // SAFETY: each part writes a disjoint block of C, inside it by the contract.
+            unsafe { single(backend, &part) }
+        });
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { single(backend, &g) }
+    }
+}
+
+/// One GEMM on the calling thread.
+///
+/// # Safety
+/// As [`run`].
+unsafe fn single<T: Kernels>(backend: Backend, g: &Gemm<T>) {
+    match backend {
+        // The gemm crate computes `dst = alpha dst + beta lhs rhs` and takes column
+        // strides before row strides.
+        // SAFETY: forwarded contract.
+        Backend::Gemm => unsafe {
+            gemm::gemm(
+                g.m,
+                g.n,
+                g.k,
+                g.c,
+                g.csc,
+                g.rsc,
+                g.beta != T::zero(),
+                g.a,
+                g.csa,
+                g.rsa,
+                g.b,
+                g.csb,
+                g.rsb,
+                g.beta,
+                g.alpha,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        },
+        // SAFETY: forwarded contract.
+        Backend::MatrixMultiply => unsafe { T::matrixmultiply(g) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A naive reference product in f64.
+    fn naive(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: &[f64],
+        (rsa, csa): (usize, usize),
+        b: &[f64],
+        (rsb, csb): (usize, usize),
+    ) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * rsa + p * csa] * b[p * rsb + j * csb]).sum();
+            }
+        }
+        c
+    }
+
+    fn values(len: usize, seed: usize) -> Vec<f64> {
+        (0..len).map(|i| ((i * 37 + seed * 11) % 23) as f64 * 0.25 - 2.5).collect()
+    }
+
+    /// Every backend, with and without threads, transposed operands, alpha/beta and the
+    /// empty cases, against the naive product.
+    #[test]
+    fn both_backends_match_a_naive_product() {
+        // Sizes on both sides of the threading threshold (256^3 > PAR_MADDS).
+        for (m, k, n) in [(1, 1, 1), (7, 5, 3), (33, 17, 65), (256, 256, 256), (8, 9, 3000), (5, 0, 4), (0, 3, 3)] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let a = values(m * k, 1);
+                let b = values(k * n, 2);
+                let sa = if ta { (1, m) } else { (k, 1) };
+                let sb = if tb { (1, k) } else { (n, 1) };
+                let expect = naive(m, k, n, &a, sa, &b, sb);
+                for backend in [Backend::Gemm, Backend::MatrixMultiply] {
+                    // f64: exact small integers times 0.25 steps, so sums are exact.
+                    let c0 = values(m * n, 3);
+                    let mut c = c0.clone();
+                    let g = Gemm {
+                        m,
+                        k,
+                        n,
+                        alpha: 2.0,
+                        a: a.as_ptr(),
+                        rsa: sa.0 as isize,
+                        csa: sa.1 as isize,
+                        b: b.as_ptr(),
+                        rsb: sb.0 as isize,
+                        csb: sb.1 as isize,
+                        beta: 0.5,
+                        c: c.as_mut_ptr(),
+                        rsc: n as isize,
+                        csc: 1,
+                    };
+                    // SAFETY: the slices above have exactly these sizes and strides.
+                    unsafe { run_with(backend, g) };
+                    let want: Vec<f64> = expect.iter().zip(&c0).map(|(e, c)| 2.0 * e + 0.5 * c).collect();
+                    assert_eq!(c, want, "{backend:?} {m}x{k}x{n} ta={ta} tb={tb}");
+                    // beta = 0 ignores C entirely, even NaN (f32 this time).
+                    let (af, bf): (Vec<f32>, Vec<f32>) =
+                        (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
+                    let mut cf = vec![f32::NAN; m * n];
+                    let g = Gemm {
+                        m,
+                        k,
+                        n,
+                        alpha: 1.0f32,
+                        a: af.as_ptr(),
+                        rsa: sa.0 as isize,
+                        csa: sa.1 as isize,
+                        b: bf.as_ptr(),
+                        rsb: sb.0 as isize,
+                        csb: sb.1 as isize,
+                        beta: 0.0,
+                        c: cf.as_mut_ptr(),
+                        rsc: n as isize,
+                        csc: 1,
+                    };
+                    // SAFETY: as above.
+                    unsafe { run_with(backend, g) };
+                    let got: Vec<f64> = cf.iter().map(|&v| v as f64).collect();
+                    assert_eq!(got, expect, "{backend:?} f32 {m}x{k}x{n} ta={ta} tb={tb}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn inside_a_rayon_task_a_gemm_stays_on_its_thread() {
+        assert_eq!(threads_for(8, 8, 8), 1);
+        let inside = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        assert_eq!(inside.install(|| threads_for(1024, 1024, 1024)), 1);
+    }
+}
