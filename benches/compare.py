@@ -6,7 +6,7 @@
     python3 benches/compare.py --peers         # also candle, burn and the gemm crate (crates.io)
 
 For each thread count (1 and 2), the Rust harness (`nn_bench`) is run with
-RAYON_NUM_THREADS/MATMUL_NUM_THREADS set, and PyTorch with torch.set_num_threads. Ratios are
+RAYON_NUM_THREADS set (MATMUL_NUM_THREADS too, for peers that read it), and PyTorch with torch.set_num_threads. Ratios are
 nn time / PyTorch time (below 1 means nn is faster); for throughput rows (GFLOP/s, MB/s)
 nn / PyTorch (above 1 means nn is faster). Without torch, only the nn column is printed.
 

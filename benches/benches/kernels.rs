@@ -2,7 +2,7 @@
 //! Criterion benchmarks: matmul GFLOP/s at square sizes 64..1024 (f32), conv2d forward and
 //! forward+backward, the MLP and CNN training steps, and module-hook overhead.
 //!
-//! `cargo bench -p nn-bench`; set `RAYON_NUM_THREADS=1 MATMUL_NUM_THREADS=1` for one core.
+//! `cargo bench -p nn-bench`; set `RAYON_NUM_THREADS=1` for one core.
 //! `benches/compare.py` runs the same workloads against PyTorch and prints ratios.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

@@ -1,9 +1,9 @@
 //! The benchmark harness: times every workload of `benches/compare.py` and prints one JSON
 //! object per line (`{"workload", "median_ms", "unit", "throughput"}`). Threads are set by
-//! the caller through `RAYON_NUM_THREADS` and `MATMUL_NUM_THREADS`.
+//! the caller through `RAYON_NUM_THREADS` (all of nn's threads come from rayon's pool).
 //!
 //! ```text
-//! RAYON_NUM_THREADS=1 MATMUL_NUM_THREADS=1 cargo run --release -p nn-bench --bin nn_bench
+//! RAYON_NUM_THREADS=1 cargo run --release -p nn-bench --bin nn_bench
 //! ```
 
 use std::time::Instant;

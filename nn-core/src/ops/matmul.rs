@@ -1,5 +1,6 @@
-//! Matrix multiplication (batched, broadcasting) through `matrixmultiply`, with strides
-//! passed straight through: a transposed view is multiplied without a copy.
+//! Matrix multiplication (batched, broadcasting) through the GEMM interface of
+//! `crate::gemm`, with strides passed straight through: a transposed view is multiplied
+//! without a copy.
 
 use std::sync::Arc;
 
@@ -14,8 +15,8 @@ use crate::shape::{broadcast_shapes, for_each_offset, Dims, Layout};
 use crate::storage::{with_float, Storage};
 use crate::tensor::Tensor;
 
-/// Below this many multiply-adds per matrix, batches are spread over threads instead of
-/// letting each GEMM thread internally.
+/// Below this many multiply-adds per matrix, batches are spread over threads (each GEMM
+/// then runs on its task's thread) instead of running one after another.
 const SMALL_GEMM: usize = 96 * 96 * 96;
 
 /// Batched GEMM over broadcast batch dims: `a: [..., m, k]`, `b: [..., k, n]`.
