@@ -1,5 +1,6 @@
 #![allow(missing_docs)] // criterion_group!/criterion_main! generate undocumented public items
-//! Criterion benchmarks: matmul GFLOP/s at square sizes 64..1024 (f32), conv2d forward and
+//! Criterion benchmarks: matmul GFLOP/s at square sizes 64..1024 (f32), the two GEMM
+//! backends side by side on the workloads' shapes, conv2d forward and
 //! forward+backward, the MLP and CNN training steps, and module-hook overhead.
 //!
 //! `cargo bench -p nn-bench`; set `RAYON_NUM_THREADS=1` for one core.
@@ -17,6 +18,37 @@ fn matmul(c: &mut Criterion) {
         let b = Tensor::randn(&[n, n]);
         g.throughput(Throughput::Elements((2 * n * n * n) as u64)); // FLOPs per iteration
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |bench, _| bench.iter(|| a.matmul(&b)));
+    }
+    g.finish();
+}
+
+/// The two GEMM backends on the shapes nn's workloads produce (what `nn_core::gemm`'s
+/// choice rests on): square sizes, the MLP's forward and gradient products, the CNN's
+/// convolution products (im2col'd, batch 32), a Transformer layer's projections.
+fn gemm_backends(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gemm_backends_f32");
+    // (name, m, k, n, a transposed, b transposed)
+    let shapes = [
+        ("square_128", 128, 128, 128, false, false),
+        ("square_512", 512, 512, 512, false, false),
+        ("mlp_b64_forward", 64, 784, 256, false, true),
+        ("mlp_b64_weight_grad", 256, 64, 784, true, false),
+        ("conv1_forward", 8, 9, 23296, false, false),
+        ("conv1_weight_grad", 8, 23296, 9, false, true),
+        ("conv2_forward", 16, 72, 4576, false, false),
+        ("conv2_weight_grad", 16, 4576, 72, false, true),
+        ("transformer_qkv", 1024, 128, 384, false, true),
+    ];
+    for (name, m, k, n, ta, tb) in shapes {
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.1).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i % 11) as f32 * 0.1).collect();
+        let mut out = vec![0.0f32; m * n];
+        g.throughput(Throughput::Elements((2 * m * k * n) as u64)); // FLOPs per iteration
+        for backend in ["gemm", "matrixmultiply"] {
+            g.bench_function(BenchmarkId::new(name, backend), |bench| {
+                bench.iter(|| nn_core::__private::gemm_f32_with_backend(backend, (m, k, n), &a, ta, &b, tb, &mut out))
+            });
+        }
     }
     g.finish();
 }
@@ -70,5 +102,5 @@ fn hook_overhead(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, conv2d, training_steps, hook_overhead);
+criterion_group!(benches, matmul, gemm_backends, conv2d, training_steps, hook_overhead);
 criterion_main!(benches);

@@ -2,14 +2,15 @@
 //! and the choice of kernel and threads behind it.
 //!
 //! Two backends, chosen once per process by measurement on this project's reference
-//! machine (2-core Sapphire Rapids, `/tmp`-free numbers in the README's performance
-//! section):
+//! machine (2-core Sapphire Rapids; `cargo bench -p nn-bench -- gemm_backends` reruns it):
 //!
 //! - the [`gemm`](https://docs.rs/gemm) crate with its AVX-512 (`x86-v4`) kernels, picked
 //!   at run time when the CPU has AVX-512F. Single-threaded it beat `matrixmultiply`
-//!   0.3.11 (which also has AVX-512 kernels) at every shape we use: 1.1-1.6x on square
-//!   64..1024 and the MLP/Transformer shapes, 1.3-1.4x on the CNN's 16 x 72 x 4576
-//!   convolution products, and 3-7x on the skinny ones (8 x 9 x 23296);
+//!   0.3.11 (which has AVX-512 kernels too) on the workloads' shapes, in GFLOP/s: square
+//!   128 214 vs 163, square 512 223 vs 172, MLP forward 64x784x256 149 vs 117, the CNN's
+//!   convolution products 172 vs 129 (16x72x4576) and 100 vs 32 (8x9x23296), its weight
+//!   gradients 101 vs 19 (8x23296x9) and 64 vs 52, Transformer projections 215 vs 178;
+//!   the one near-tie is the MLP weight gradient 256x64x784 (192 vs 197);
 //! - `matrixmultiply` everywhere else (CPUs without AVX-512, other architectures), the
 //!   project's original GEMM, which we have no measurement against there.
 //!

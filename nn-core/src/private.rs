@@ -187,3 +187,46 @@ impl<T: ExtraRepr + ?Sized> ExtraReprField for T {
         ExtraRepr::extra_repr(self)
     }
 }
+
+/// One f32 GEMM `c = a b` (row-major; `ta`/`tb` read `a`/`b` as stored transposed) on an
+/// explicit backend, `"gemm"` or `"matrixmultiply"`, with the usual thread policy: the
+/// hook behind `benches/benches/kernels.rs`'s `gemm_backends` group, which is how the
+/// backend choice in `nn_core::gemm` is measured. Not API.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_f32_with_backend(
+    backend: &str,
+    (m, k, n): (usize, usize, usize),
+    a: &[f32],
+    ta: bool,
+    b: &[f32],
+    tb: bool,
+    c: &mut [f32],
+) {
+    use crate::gemm::{run_with, Backend, Gemm};
+    let backend = match backend {
+        "gemm" => Backend::Gemm,
+        "matrixmultiply" => Backend::MatrixMultiply,
+        other => panic!("unknown GEMM backend {other:?} (expected \"gemm\" or \"matrixmultiply\")"),
+    };
+    assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n, "gemm: operand lengths do not match {m}x{k}x{n}");
+    let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
+    let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
+    let g = Gemm {
+        m,
+        k,
+        n,
+        alpha: 1.0,
+        a: a.as_ptr(),
+        rsa,
+        csa,
+        b: b.as_ptr(),
+        rsb,
+        csb,
+        beta: 0.0,
+        c: c.as_mut_ptr(),
+        rsc: n as isize,
+        csc: 1,
+    };
+    // SAFETY: the lengths are checked above; `c` is a distinct exclusive slice.
+    unsafe { run_with(backend, g) }
+}
