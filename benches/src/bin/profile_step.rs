@@ -1,7 +1,7 @@
 //! Runs training steps of one workload in a loop, for `perf record` (not a benchmark:
-//! `nn_bench` and the criterion benches are). Usage: `profile_step mnist_cnn|cnn|mlp STEPS`.
+//! `nn_bench` and the criterion benches are). Usage: `profile_step mnist_cnn|cnn|mlp|transformer STEPS`.
 
-use nn_bench::{cnn, mlp, Step};
+use nn_bench::{cnn, mlp, transformer_layer, Step};
 use nn_layers::{BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential};
 
 fn main() {
@@ -11,6 +11,7 @@ fn main() {
     let mut s = match which.as_str() {
         "cnn" => Step::new(cnn(), &[32, 1, 28, 28], true),
         "mlp" => Step::new(mlp(), &[64, 784], true),
+        "transformer" => Step::new(transformer_layer(), &[16, 64, 128], false),
         _ => Step::new(
             Sequential::new()
                 .add(Conv2d::with_config(1, 16, 3, pad))

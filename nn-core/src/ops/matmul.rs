@@ -117,6 +117,17 @@ impl Tensor {
         if inner_a != inner_b {
             panic!("matmul: {:?} x {:?}: inner dimensions {inner_a} and {inner_b} differ", self.shape(), other.shape());
         }
+        if ra > 2 && rb == 2 {
+            // `[..., m, k] x [k, n]` (every Linear on a sequence): fold the batch dims into
+            // the rows, one `[B m, k] x [k, n]` GEMM (as PyTorch does). Against a GEMM per
+            // batch entry it is big enough to be split over threads, and its weight
+            // gradient is one GEMM over `B m` instead of B products and a sum (measured:
+            // the Transformer layer step went from no 2-thread speed-up to 1.4x).
+            let rows: usize = self.shape()[..ra - 1].iter().product();
+            let mut shape = self.shape()[..ra - 1].to_vec();
+            shape.push(other.shape()[1]);
+            return self.reshape(&[rows, inner_a]).matmul(other).reshape(&shape);
+        }
         let a = if ra == 1 { self.unsqueeze(0) } else { self.clone() };
         let b = if rb == 1 { other.unsqueeze(1) } else { other.clone() };
         let mut out = bmm(&a, &b);
@@ -298,6 +309,20 @@ mod tests {
         gradcheck(|t| t[0].matmul(&t[1]), &[p, q]).unwrap();
         gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[2, 3], 3), vals(&[2, 1, 3, 2], 4)]).unwrap();
         gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[1, 2, 3], 5), vals(&[2, 3, 2], 6)]).unwrap();
+    }
+
+    #[test]
+    fn matmul_folds_batch_dims_into_rows_against_a_matrix() {
+        // [2, 3, 4, 5] x [5, 2] runs as one [24, 5] x [5, 2] product; a permuted
+        // (non-viewable) left operand is copied first. Values, shape and gradients hold.
+        let q = vals(&[5, 2], 2);
+        for p in [vals(&[2, 3, 4, 5], 1), vals(&[4, 3, 2, 5], 1).permute(&[2, 1, 0, 3])] {
+            let y = p.matmul(&q);
+            assert_eq!(y.shape(), &[2, 3, 4, 2]);
+            let expect = naive(&p.contiguous(), &q.expand(&[2, 3, 5, 2]).contiguous());
+            assert_close64(&y.to_vec_f64(), &expect, 1e-14);
+            gradcheck(|t| t[0].matmul(&t[1]), &[p, q.clone()]).unwrap();
+        }
     }
 
     #[test]
