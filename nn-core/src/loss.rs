@@ -133,13 +133,12 @@ pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossOption
     }
     let (x, t, c) = flatten_class("cross_entropy", logits, target);
     let logp = x.log_softmax(1);
-    let nll = nll_loss_with(&logp, &t, ClassLossOptions { reduction: Reduction::None, ..opt });
     if opt.label_smoothing == 0.0 {
-        return match opt.reduction {
-            Reduction::None => nll.reshape(target.shape()),
-            _ => nll_loss_with(&logp, &t, opt),
-        };
+        // (Fix: the unreduced loss used to be computed here as well, and thrown away.)
+        let nll = nll_loss_with(&logp, &t, opt);
+        return if matches!(opt.reduction, Reduction::None) { nll.reshape(target.shape()) } else { nll };
     }
+    let nll = nll_loss_with(&logp, &t, ClassLossOptions { reduction: Reduction::None, ..opt });
     let tv = t.to_vec_i64();
     let mask =
         Tensor::from_vec_bool(tv.iter().map(|&v| v != opt.ignore_index).collect(), &[tv.len()]).to_dtype(x.dtype());

@@ -141,6 +141,73 @@ impl Tensor {
     }
 }
 
+impl Tensor {
+    /// `self [m, k] @ weight[n, k]^T + bias [n]` as one op, PyTorch's `addmm`: the output
+    /// starts as copies of the bias row and the GEMM accumulates into it (`beta = 1`),
+    /// instead of a product followed by a broadcast add, which costs another pass over
+    /// the output and another buffer. Strided operands go to the GEMM as they are.
+    /// `None` (the caller falls back to the two ops, and their error messages) unless the
+    /// shapes fit, all three share a float dtype and they are on the CPU.
+    pub(crate) fn addmm_t(&self, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
+        const OP: &str = "linear";
+        let fits = self.rank() == 2
+            && weight.rank() == 2
+            && bias.rank() == 1
+            && self.shape()[1] == weight.shape()[1]
+            && bias.shape()[0] == weight.shape()[0];
+        let same = [weight, bias].iter().all(|t| t.dtype() == self.dtype() && t.device() == self.device());
+        if !fits || !same || !self.dtype().is_float() || self.device() != Device::Cpu {
+            return None;
+        }
+        let (m, k, n) = (self.shape()[0], self.shape()[1], weight.shape()[0]);
+        let (lx, lw, lb) = (self.layout(), weight.layout(), bias.layout());
+        let (sx, sw, sb) = (self.storage_arc(), weight.storage_arc(), bias.storage_arc());
+        let out = with_float!(cpu(&sx), OP, T, xv => {
+            let wv = T::slice(cpu(&sw))?;
+            let bv = T::slice(cpu(&sb))?;
+            let mut out = T::alloc_buffer(m * n);
+            let row: Vec<T> = (0..n).map(|j| bv[lb.offset() + j * lb.strides()[0]]).collect();
+            for _ in 0..m {
+                out.extend_from_slice(&row);
+            }
+            if k > 0 && m > 0 && n > 0 {
+                // SAFETY: the layouts describe valid views of their buffers; `out` is a
+                // fresh m x n row-major buffer. B = weight^T: B[p, j] = weight[j, p].
+                unsafe {
+                    T::gemm(
+                        m,
+                        k,
+                        n,
+                        T::from_f64(1.0),
+                        xv.as_ptr().add(lx.offset()),
+                        lx.strides()[0] as isize,
+                        lx.strides()[1] as isize,
+                        wv.as_ptr().add(lw.offset()),
+                        lw.strides()[1] as isize,
+                        lw.strides()[0] as isize,
+                        T::from_f64(1.0),
+                        out.as_mut_ptr(),
+                        n as isize,
+                        1,
+                    )
+                }
+            }
+            T::into_storage(out)
+        });
+        let (x, w) = (self.detach(), weight.detach());
+        Some(op_result(OP, Arc::new(Storage::Cpu(out)), Layout::contiguous(&[m, n]), &[self, weight, bias], || {
+            move |g: &Tensor, needs: &[bool]| -> Grads {
+                smallvec![
+                    needs[0].then(|| g.matmul(&w)),
+                    // [n, m] x [m, k]: the gradient comes out in the weight's own layout.
+                    needs[1].then(|| g.t().matmul(&x)),
+                    needs[2].then(|| g.sum_dims(&[0usize], false)),
+                ]
+            }
+        }))
+    }
+}
+
 /// `[..., m, k] x [..., k, n]` with broadcast batch dims.
 #[track_caller]
 fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
@@ -309,6 +376,37 @@ mod tests {
         gradcheck(|t| t[0].matmul(&t[1]), &[p, q]).unwrap();
         gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[2, 3], 3), vals(&[2, 1, 3, 2], 4)]).unwrap();
         gradcheck(|t| t[0].matmul(&t[1]), &[vals(&[1, 2, 3], 5), vals(&[2, 3, 2], 6)]).unwrap();
+    }
+
+    #[test]
+    fn fused_linear_matches_product_plus_bias_and_gradchecks() {
+        use crate::functional::linear;
+        let (w, b) = (vals(&[4, 3], 2), vals(&[4], 3));
+        // Contiguous, transposed-storage and 3-D inputs; a transposed-view weight.
+        let wt = transposed_storage(&w);
+        for (x, w) in [(vals(&[5, 3], 1), &w), (transposed_storage(&vals(&[5, 3], 1)), &w), (vals(&[2, 5, 3], 1), &wt)]
+        {
+            let y = linear(&x, w, Some(&b));
+            let reference = x.matmul(&w.t()) + &b;
+            assert_eq!(y.shape(), reference.shape());
+            assert_close64(&y.to_vec_f64(), &reference.to_vec_f64(), 1e-14);
+            gradcheck(|t| linear(&t[0], &t[1], Some(&t[2])), &[x.clone(), w.clone(), b.clone()]).unwrap();
+        }
+        // f32, and only some operands needing gradients.
+        let (x, w32) = (vals(&[5, 3], 1).to_dtype(DType::F32), w.to_dtype(DType::F32).requires_grad_(true));
+        let y = linear(&x, &w32, Some(&b.to_dtype(DType::F32)));
+        assert_eq!(y.dtype(), DType::F32);
+        y.sum().backward();
+        assert_close64(&grad(&w32), &x.sum_dims(&[0usize], true).expand(&[4, 3]).to_vec_f64(), 1e-5);
+        // Meta falls back to the plain ops (shapes only); a bad shape still names matmul.
+        let xm = Tensor::full_on(&[5, 3], 0.0, DType::F32, Device::Meta);
+        let (wm, bm) = (
+            Tensor::full_on(&[4, 3], 0.0, DType::F32, Device::Meta),
+            Tensor::full_on(&[4], 0.0, DType::F32, Device::Meta),
+        );
+        assert_eq!(linear(&xm, &wm, Some(&bm)).shape(), &[5, 4]);
+        let err = std::panic::catch_unwind(|| linear(&vals(&[5, 2], 1), &w, Some(&b))).unwrap_err();
+        assert!(err.downcast_ref::<String>().is_some_and(|m| m.contains("matmul: [5, 2] x [3, 4]")), "{err:?}");
     }
 
     #[test]
