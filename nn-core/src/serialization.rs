@@ -60,15 +60,35 @@ impl View for TensorBytes<'_> {
 fn le_bytes(t: &Tensor) -> Vec<u8> {
     let s = t.storage_arc();
     let Storage::Cpu(c) = &*s else { unreachable!("meta tensors are rejected before serialising") };
-    let c = c.gather_layout(t.layout());
-    match &c {
-        CpuStorage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        CpuStorage::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        CpuStorage::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        CpuStorage::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
-        CpuStorage::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
-        CpuStorage::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+    let l = t.layout();
+    // A contiguous tensor is encoded straight from its storage; a strided view is gathered
+    // first.
+    let gathered;
+    let (c, range) = match l.contiguous_range() {
+        Some(r) => (c, r),
+        None => {
+            gathered = c.gather_layout(l);
+            (&gathered, 0..l.numel())
+        }
+    };
+    match c {
+        CpuStorage::F32(v) => encode(&v[range], f32::to_le_bytes),
+        CpuStorage::F64(v) => encode(&v[range], f64::to_le_bytes),
+        CpuStorage::I64(v) => encode(&v[range], i64::to_le_bytes),
+        CpuStorage::F16(v) => encode(&v[range], |x: f16| x.to_bits().to_le_bytes()),
+        CpuStorage::BF16(v) => encode(&v[range], |x: bf16| x.to_bits().to_le_bytes()),
+        CpuStorage::Bool(v) => v[range].iter().map(|&b| b as u8).collect(),
     }
+}
+
+/// Fixed-width little-endian encoding into a pre-sized buffer: a loop the compiler turns
+/// into a plain copy on little-endian targets.
+fn encode<const N: usize, T: Copy>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    let mut out = vec![0u8; v.len() * N];
+    for (o, &x) in out.chunks_exact_mut(N).zip(v) {
+        o.copy_from_slice(&f(x));
+    }
+    out
 }
 
 fn decode<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
