@@ -101,6 +101,22 @@ unsafe impl<T: Send> Send for Gemm<T> {}
 unsafe impl<T: Sync> Sync for Gemm<T> {}
 
 impl<T: Copy> Gemm<T> {
+    /// `c = alpha a b + beta c` over slices: `a` is `m x k` and `b` is `k x n` with the
+    /// given (row, column) strides, `c` is row-major. (Only the pointers are kept.)
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn over(
+        (m, k, n): (usize, usize, usize),
+        alpha: T,
+        (a, sa): (&[T], (usize, usize)),
+        (b, sb): (&[T], (usize, usize)),
+        beta: T,
+        c: &mut [T],
+    ) -> Gemm<T> {
+        let (rsa, csa, rsb, csb) = (sa.0 as isize, sa.1 as isize, sb.0 as isize, sb.1 as isize);
+        let (a, b, c, rsc) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), n as isize);
+        Gemm { m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc: 1 }
+    }
+
     /// Rows (`by_rows`) or columns `start..start + size` of C, with the matching rows of
     /// A or columns of B. (A method, so closures capture the whole `Send` value.)
     fn block(&self, by_rows: bool, start: usize, size: usize) -> Gemm<T> {
@@ -276,22 +292,7 @@ mod tests {
                     // f64: exact small integers times 0.25 steps, so sums are exact.
                     let c0 = values(m * n, 3);
                     let mut c = c0.clone();
-                    let g = Gemm {
-                        m,
-                        k,
-                        n,
-                        alpha: 2.0,
-                        a: a.as_ptr(),
-                        rsa: sa.0 as isize,
-                        csa: sa.1 as isize,
-                        b: b.as_ptr(),
-                        rsb: sb.0 as isize,
-                        csb: sb.1 as isize,
-                        beta: 0.5,
-                        c: c.as_mut_ptr(),
-                        rsc: n as isize,
-                        csc: 1,
-                    };
+                    let g = Gemm::over((m, k, n), 2.0, (&a, sa), (&b, sb), 0.5, &mut c);
                     // SAFETY: the slices above have exactly these sizes and strides.
                     unsafe { run_with(backend, g) };
                     let want: Vec<f64> = expect.iter().zip(&c0).map(|(e, c)| 2.0 * e + 0.5 * c).collect();
@@ -300,22 +301,7 @@ mod tests {
                     let (af, bf): (Vec<f32>, Vec<f32>) =
                         (a.iter().map(|&v| v as f32).collect(), b.iter().map(|&v| v as f32).collect());
                     let mut cf = vec![f32::NAN; m * n];
-                    let g = Gemm {
-                        m,
-                        k,
-                        n,
-                        alpha: 1.0f32,
-                        a: af.as_ptr(),
-                        rsa: sa.0 as isize,
-                        csa: sa.1 as isize,
-                        b: bf.as_ptr(),
-                        rsb: sb.0 as isize,
-                        csb: sb.1 as isize,
-                        beta: 0.0,
-                        c: cf.as_mut_ptr(),
-                        rsc: n as isize,
-                        csc: 1,
-                    };
+                    let g = Gemm::over((m, k, n), 1.0f32, (&af, sa), (&bf, sb), 0.0, &mut cf);
                     // SAFETY: as above.
                     unsafe { run_with(backend, g) };
                     let got: Vec<f64> = cf.iter().map(|&v| v as f64).collect();

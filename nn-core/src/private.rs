@@ -209,24 +209,9 @@ pub fn gemm_f32_with_backend(
         other => panic!("unknown GEMM backend {other:?} (expected \"gemm\" or \"matrixmultiply\")"),
     };
     assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n, "gemm: operand lengths do not match {m}x{k}x{n}");
-    let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
-    let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
-    let g = Gemm {
-        m,
-        k,
-        n,
-        alpha: 1.0,
-        a: a.as_ptr(),
-        rsa,
-        csa,
-        b: b.as_ptr(),
-        rsb,
-        csb,
-        beta: 0.0,
-        c: c.as_mut_ptr(),
-        rsc: n as isize,
-        csc: 1,
-    };
+    let sa = if ta { (1, m) } else { (k, 1) };
+    let sb = if tb { (1, k) } else { (n, 1) };
+    let g = Gemm::over((m, k, n), 1.0, (a, sa), (b, sb), 0.0, c);
     // SAFETY: the lengths are checked above; `c` is a distinct exclusive slice.
     unsafe { run_with(backend, g) }
 }
