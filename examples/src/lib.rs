@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use nn_core::{no_grad, DType, Forward, Module, Tensor};
+use nn_core::{no_grad, DType, Forward, Layer, Module, Tensor};
 
 /// The repository's `data/` folder (examples run from any working directory).
 pub fn repo_data_dir() -> PathBuf {
@@ -54,7 +54,7 @@ pub fn progress(len: u64, label: &str) -> ProgressBar {
 }
 
 /// Classification accuracy of `model` on `(x, y)`, evaluated in batches without a graph.
-pub fn accuracy<M: Forward>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
+pub fn accuracy<M: Layer>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
     no_grad(|| {
         let n = x.shape()[0];
         let mut correct = 0.0;

@@ -86,11 +86,32 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
-    /// Hooks were registered on a module that has no `ModuleBase` to hold them.
-    #[error("`{module}` cannot hold hooks: it has no `#[base] base: ModuleBase` field (add one, and run its forward body through `self.base.run(input, |x| ...)`)")]
+    /// Hooks were registered on a module that does not run (a container such as
+    /// `ModuleList`), where they could never fire.
+    #[error("`{module}`{} has no forward of its own, so a hook on it would never fire: register hooks on the modules it holds", at_path(path))]
     NoHooks {
         /// The module's type name.
         module: &'static str,
+        /// Its path, when registration went through one.
+        path: Option<String>,
+    },
+    /// A typed look-up (`get_submodule_as::<T>`) found a module of another type.
+    #[error("the module at `{path}` is a `{found}`, not a `{expected}`")]
+    WrongModuleType {
+        /// The path looked up.
+        path: String,
+        /// The type asked for.
+        expected: &'static str,
+        /// The module's type name.
+        found: &'static str,
+    },
+    /// `set_submodule` was given a module that does not fit the slot.
+    #[error("cannot set `{path}`: {reason}")]
+    SetSubmodule {
+        /// The path of the slot.
+        path: String,
+        /// Why (the slot's type and the given one).
+        reason: String,
     },
     /// A lazy module was asked for its state before its first forward pass.
     #[error("`{module}` has uninitialized parameters: run a forward pass first, which infers their shapes")]
@@ -186,3 +207,8 @@ impl Error {
 
 /// `Result` with [`Error`] as the error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `" (at `path`)"`, or nothing.
+fn at_path(path: &Option<String>) -> String {
+    path.as_ref().map(|p| format!(" (at `{}`)", if p.is_empty() { "<root>" } else { p })).unwrap_or_default()
+}

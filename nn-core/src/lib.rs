@@ -9,7 +9,8 @@
 //! is built from `nn-core` alone):
 //!
 //! ```
-//! use nn_core::{ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+//! use nn_core::prelude::*;
+//! use nn_core::ExtraRepr;
 //!
 //! #[derive(Module)]
 //! #[module(extra_repr)]
@@ -25,12 +26,13 @@
 //!     }
 //! }
 //!
-//! impl Forward for Affine {
-//!     fn forward(&self, x: &Tensor) -> Tensor {
-//!         self.base.run(x, |x| {
-//!             let y = x.matmul(&self.weight.t());
-//!             match &self.bias { Some(b) => y + &**b, None => y }
-//!         })
+//! // The computation (PyTorch's `def forward`); callers use `forward`, which runs hooks.
+//! impl Compute for Affine {
+//!     type Input = Tensor;
+//!     type Output = Tensor;
+//!     fn compute(&self, x: &Tensor) -> Tensor {
+//!         let y = x.matmul(&self.weight.t());
+//!         match &self.bias { Some(b) => y + &**b, None => y }
 //!     }
 //! }
 //!
@@ -122,11 +124,19 @@ pub use autograd::{enable_grad, is_grad_enabled, no_grad, NoGradGuard};
 pub use device::{default_device, with_device, Device};
 pub use dtype::{DType, Element, FloatElement};
 pub use error::{Error, Result};
-pub use module::{ExtraRepr, Forward, HookHandle, IncompatibleKeys, Item, Layer, Module, ModuleBase, Name, Parameter};
+pub use module::{
+    Compute, ExtraRepr, Forward, HasBase, HookHandle, Hooks, IncompatibleKeys, Item, Layer, Module, ModuleBase,
+    ModuleIo, Name, Parameter, ScopedHook,
+};
 pub use random::manual_seed;
 pub use shape::{Dim, Layout};
 pub use state_dict::StateDict;
 pub use tensor::{Tensor, TensorId};
+
+/// The names a model definition needs: `use nn_core::prelude::*;`.
+pub mod prelude {
+    pub use crate::{Compute, DType, Device, Forward, Hooks, Layer, Module, ModuleBase, Parameter, Tensor};
+}
 
 /// `#[derive(Module)]`: the trait and its derive share the name, as serde's do.
 pub use nn_derive::Module;

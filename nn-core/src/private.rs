@@ -12,6 +12,7 @@
 //! `#[diagnostic::do_not_recommend]` so that an error names the field's type and the fix,
 //! not a list of unrelated implementors.
 
+use std::any::Any;
 use std::marker::PhantomData;
 
 use crate::module::Parameter;
@@ -121,15 +122,20 @@ pub trait ModuleField {
     /// Reports the sub-module, if set.
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>));
     /// Hands the sub-module out mutably, if set.
-    fn __nn_visit_mut(&mut self, name: Name<'_>, f: &mut dyn FnMut(Name<'_>, &mut dyn Module));
+    fn __nn_visit_mut<'a>(&'a mut self, name: Name<'_>, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module));
+    /// Replaces the sub-module with the `Option` of a fitting type behind `slot`.
+    fn __nn_set(&mut self, slot: &mut dyn Any) -> SetChild;
 }
 #[diagnostic::do_not_recommend]
 impl<M: Module> ModuleField for M {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         f(name, Item::Module(self.as_dyn()))
     }
-    fn __nn_visit_mut(&mut self, name: Name<'_>, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+    fn __nn_visit_mut<'a>(&'a mut self, name: Name<'_>, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
         f(name, self.as_dyn_mut())
+    }
+    fn __nn_set(&mut self, slot: &mut dyn Any) -> SetChild {
+        set_from(self, slot)
     }
 }
 #[diagnostic::do_not_recommend]
@@ -139,12 +145,45 @@ impl<M: Module> ModuleField for Option<M> {
             f(name, Item::Module(m.as_dyn()))
         }
     }
-    fn __nn_visit_mut(&mut self, name: Name<'_>, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+    fn __nn_visit_mut<'a>(&'a mut self, name: Name<'_>, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
         if let Some(m) = self {
             f(name, m.as_dyn_mut())
         }
     }
+    fn __nn_set(&mut self, slot: &mut dyn Any) -> SetChild {
+        match slot.downcast_mut::<Option<M>>().and_then(Option::take) {
+            Some(m) => {
+                *self = Some(m);
+                SetChild::Done
+            }
+            None => SetChild::WrongType(crate::module::short_type_name::<M>()),
+        }
+    }
 }
+
+/// Moves the `M` behind `slot` (an `Option<M>`) into `target`.
+pub fn set_from<M: Module>(target: &mut M, slot: &mut dyn Any) -> SetChild {
+    match slot.downcast_mut::<Option<M>>().and_then(Option::take) {
+        Some(m) => {
+            *target = m;
+            SetChild::Done
+        }
+        None => SetChild::WrongType(crate::module::short_type_name::<M>()),
+    }
+}
+
+/// The check behind a `#[base]` field: a module that holds hooks must run.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has a `#[base]` field but no forward: it does not implement `Compute`",
+    label = "hooks registered on `{Self}` could never fire",
+    note = "implement `Compute` for `{Self}` (its forward), or remove the `#[base]` field if it only holds modules"
+)]
+pub trait BaseNeedsCompute {
+    /// Never called.
+    fn __nn_runs(&self) {}
+}
+#[diagnostic::do_not_recommend]
+impl<T: crate::module::Compute + ?Sized> BaseNeedsCompute for T {}
 
 /// A `#[base]` field.
 #[diagnostic::on_unimplemented(
@@ -168,8 +207,8 @@ impl BaseField for ModuleBase {
     }
 }
 
-pub use crate::module::fmt_module;
 use crate::module::ExtraRepr;
+pub use crate::module::{fmt_module, Compute, HasBase, SetChild};
 
 /// The printout's extra text, selected with `#[module(extra_repr)]` on the struct.
 #[diagnostic::on_unimplemented(

@@ -68,7 +68,7 @@ fn fallback(input: &DeriveInput) -> TokenStream {
             impl #impl_g #p::HoldsState for #ident #ty_g #where_c {}
             impl #impl_g #p::Module for #ident #ty_g #static_where {
                 fn visit<'__a>(&'__a self, _: &mut dyn FnMut(#p::Name<'__a>, #p::Item<'__a>)) { #failed }
-                fn visit_modules_mut(&mut self, _: &mut dyn FnMut(#p::Name<'_>, &mut dyn #p::Module)) { #failed }
+                fn visit_modules_mut<'__a>(&'__a mut self, _: &mut dyn FnMut(#p::Name<'_>, &'__a mut dyn #p::Module)) { #failed }
                 fn type_name(&self) -> &'static str { #failed }
                 fn as_any(&self) -> &dyn ::core::any::Any { self }
                 fn as_any_mut(&mut self) -> &mut dyn ::core::any::Any { self }
@@ -77,6 +77,9 @@ fn fallback(input: &DeriveInput) -> TokenStream {
             }
             impl #impl_g ::core::fmt::Display for #ident #ty_g #static_where {
                 fn fmt(&self, _: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result { #failed }
+            }
+            impl #impl_g #p::HasBase for #ident #ty_g #static_where {
+                fn module_base(&self) -> &#p::ModuleBase { #failed }
             }
         };
     }
@@ -372,6 +375,7 @@ fn expand(input: &Input<'_>) -> TokenStream {
 
     let mut visits = Vec::new();
     let mut visits_mut = Vec::new();
+    let mut sets = Vec::new();
     let mut checks = Vec::new();
     let mut base = None;
     for f in &input.fields {
@@ -393,6 +397,8 @@ fn expand(input: &Input<'_>) -> TokenStream {
                 visits.push(quote!(#call;));
                 let call = field_call(f, quote!(#p::ModuleField::__nn_visit_mut), true, rest);
                 visits_mut.push(quote!(#call;));
+                let call = field_call(f, quote!(#p::ModuleField::__nn_set), true, quote!(__slot));
+                sets.push(quote!(if __name == #name { return #call; }));
             }
             Some(Kind::Base) => base = Some(f),
             None if f.misspelled => {}
@@ -412,6 +418,29 @@ fn expand(input: &Input<'_>) -> TokenStream {
             }
         }
     });
+    let static_where = static_where(&orig.generics);
+    // A struct with a base holds hooks, so it must run: `HasBase` (which `Compute`
+    // requires) and the assertion that it implements `Compute`, spanned at the field.
+    let base_impls = base.map(|f| {
+        let get = field_call(f, quote!(#p::BaseField::__nn_base), false, TokenStream::new());
+        let (first, last) = f.span_range();
+        let assert = stretch(quote!(__nn_assert_runs::<#self_ty>), first, last);
+        quote! {
+            #[automatically_derived]
+            impl #impl_g #p::HasBase for #ident #ty_g #static_where {
+                fn module_base(&self) -> &#p::ModuleBase {
+                    #get
+                }
+            }
+
+            /// A struct with a `#[base]` field implements `Compute` (checked, never run).
+            #[allow(dead_code, clippy::all)]
+            fn __nn_check_base_runs #impl_g () #static_where {
+                fn __nn_assert_runs<T: #p::BaseNeedsCompute + ?::core::marker::Sized>() {}
+                #assert();
+            }
+        }
+    });
     let extra_repr = input.extra_repr.map(|span| {
         // A missing `ExtraRepr` impl is reported at `extra_repr` in `#[module(extra_repr)]`.
         let call = stretch(quote!(#p::ExtraReprField::__nn_extra_repr), span, span);
@@ -423,9 +452,9 @@ fn expand(input: &Input<'_>) -> TokenStream {
         }
     });
 
-    let static_where = static_where(&orig.generics);
     let unused_f = visits.is_empty().then(|| quote!(let _ = __f;));
     let unused_fm = visits_mut.is_empty().then(|| quote!(let _ = __f;));
+    let unused_slot = sets.is_empty().then(|| quote!(let _ = (__name, __slot);));
     quote! {
         #[allow(non_local_definitions)]
         const _: () = {
@@ -438,9 +467,14 @@ fn expand(input: &Input<'_>) -> TokenStream {
                     #unused_f
                     #(#visits)*
                 }
-                fn visit_modules_mut(&mut self, __f: &mut dyn FnMut(#p::Name<'_>, &mut dyn #p::Module)) {
+                fn visit_modules_mut<'__a>(&'__a mut self, __f: &mut dyn FnMut(#p::Name<'_>, &'__a mut dyn #p::Module)) {
                     #unused_fm
                     #(#visits_mut)*
+                }
+                fn __set_child(&mut self, __name: &str, __slot: &mut dyn ::core::any::Any) -> #p::SetChild {
+                    #unused_slot
+                    #(#sets)*
+                    #p::SetChild::NoSuchChild
                 }
                 fn type_name(&self) -> &'static str {
                     #type_name
@@ -467,6 +501,8 @@ fn expand(input: &Input<'_>) -> TokenStream {
                     #p::fmt_module(self, __f)
                 }
             }
+
+            #base_impls
 
             /// Unannotated fields must be plain data (checked at compile time, never run).
             #[allow(dead_code, clippy::all)]

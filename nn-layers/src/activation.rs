@@ -1,7 +1,7 @@
 //! Activation functions as modules (stateless, so `Sequential` numbers them like PyTorch).
 
 use nn_core::ops::GeluApproximate;
-use nn_core::{ExtraRepr, Forward, Module, ModuleBase, Tensor};
+use nn_core::{Compute, ExtraRepr, Module, ModuleBase, Tensor};
 
 use crate::repr::py_float;
 
@@ -21,9 +21,11 @@ macro_rules! simple_activation {
             }
         }
 
-        impl Forward for $name {
-            fn forward(&self, input: &Tensor) -> Tensor {
-                self.base.run(input, |$x| $body)
+        impl Compute for $name {
+            type Input = Tensor;
+            type Output = Tensor;
+            fn compute(&self, $x: &Tensor) -> Tensor {
+                $body
             }
         }
     };
@@ -71,9 +73,11 @@ impl ExtraRepr for LeakyReLU {
     }
 }
 
-impl Forward for LeakyReLU {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| x.leaky_relu(self.negative_slope))
+impl Compute for LeakyReLU {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.leaky_relu(self.negative_slope)
     }
 }
 
@@ -107,9 +111,11 @@ impl ExtraRepr for GELU {
     }
 }
 
-impl Forward for GELU {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| x.gelu_with(self.approximate))
+impl Compute for GELU {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.gelu_with(self.approximate)
     }
 }
 
@@ -135,9 +141,11 @@ impl ExtraRepr for Softmax {
     }
 }
 
-impl Forward for Softmax {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| x.softmax(self.dim))
+impl Compute for Softmax {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.softmax(self.dim)
     }
 }
 
@@ -163,8 +171,10 @@ impl ExtraRepr for LogSoftmax {
     }
 }
 
-impl Forward for LogSoftmax {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| x.log_softmax(self.dim))
+impl Compute for LogSoftmax {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.log_softmax(self.dim)
     }
 }

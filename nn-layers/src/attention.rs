@@ -1,7 +1,12 @@
 //! `MultiheadAttention`, `TransformerEncoderLayer`, `TransformerEncoder`.
 
 use nn_core::module::HoldsState;
-use nn_core::{init, DType, ExtraRepr, Forward, Item, Module, ModuleBase, Name, Parameter, Tensor};
+use std::borrow::Cow;
+
+use nn_core::module::ForwardArg;
+use nn_core::{
+    init, Compute, DType, ExtraRepr, Forward, HasBase, Item, Module, ModuleBase, ModuleIo, Name, Parameter, Tensor,
+};
 
 use crate::{Dropout, LayerNorm, Linear, ModuleList};
 
@@ -10,7 +15,8 @@ use crate::{Dropout, LayerNorm, Linear, ModuleList};
 ///
 /// Parameters: `in_proj_weight` `[3E, E]` (Xavier uniform), `in_proj_bias` `[3E]`
 /// (zeros), `out_proj.weight` `[E, E]` (Linear's init), `out_proj.bias` `[E]` (zeros).
-/// Inputs are `[L, N, E]`, or `[N, L, E]` with `batch_first`.
+/// Inputs are `[L, N, E]`, `[N, L, E]` with `batch_first`, or unbatched `[L, E]`; see
+/// [`AttentionInput`]. The output is `(attn_output, attn_weights)`, as PyTorch's.
 #[derive(Module)]
 pub struct MultiheadAttention {
     /// `[3 * embed_dim, embed_dim]`: the query, key and value projections stacked.
@@ -30,24 +36,106 @@ pub struct MultiheadAttention {
     batch_first: bool,
 }
 
-/// Masks and switches of [`MultiheadAttention::attend`].
-#[derive(Clone, Copy, Debug)]
-pub struct AttendOptions<'a> {
-    /// `[N, S]`: `true` (or a non-zero float added as-is) marks key positions to ignore.
-    pub key_padding_mask: Option<&'a Tensor>,
-    /// `[L, S]` or `[N * heads, L, S]`: bool `true` = not allowed to attend (PyTorch's
-    /// `MultiheadAttention` convention), or a float mask added to the scores.
-    pub attn_mask: Option<&'a Tensor>,
-    /// Return the attention weights.
+/// The input of [`MultiheadAttention`]: PyTorch's `forward(query, key, value,
+/// key_padding_mask=None, need_weights=True, attn_mask=None, average_attn_weights=True)`.
+///
+/// `mha.forward(&x)` is self-attention on `x`; `mha.forward((&q, &k, &v))` takes three
+/// tensors; masks are added with the builder methods:
+///
+/// ```
+/// use nn_core::{Forward, Tensor};
+/// use nn_layers::{AttentionInput, MultiheadAttention};
+/// let mha = MultiheadAttention::with_options(8, 2, 0.0, true, true); // batch_first
+/// let x = Tensor::randn(&[3, 5, 8]);
+/// let pad = Tensor::from_vec_bool(vec![false, false, false, true, true].repeat(3), &[3, 5]);
+/// let (y, w) = mha.forward(&AttentionInput::new(&x, &x, &x).key_padding_mask(&pad));
+/// assert_eq!((y.shape(), w.unwrap().shape()), (&[3, 5, 8][..], &[3, 5, 5][..]));
+/// // Unbatched `[L, E]` input, as in PyTorch.
+/// assert_eq!(mha.forward(&Tensor::randn(&[5, 8])).0.shape(), &[5, 8]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct AttentionInput {
+    /// `[L, N, E]` (`[N, L, E]` batch-first, `[L, E]` unbatched): the primary input, which
+    /// hooks see.
+    pub query: Tensor,
+    /// `[S, N, E]` (`[N, S, E]`, `[S, E]`).
+    pub key: Tensor,
+    /// `[S, N, E]` (`[N, S, E]`, `[S, E]`).
+    pub value: Tensor,
+    /// `[N, S]` (`[S]` unbatched): `true` (or a float added to the scores) marks key
+    /// positions to ignore.
+    pub key_padding_mask: Option<Tensor>,
+    /// `[L, S]` or `[N * heads, L, S]` (`[heads, L, S]` unbatched): bool `true` = may not
+    /// attend, or a float mask added to the scores.
+    pub attn_mask: Option<Tensor>,
+    /// Return the attention weights (default true, as PyTorch).
     pub need_weights: bool,
-    /// Average the returned weights over heads (`[N, L, S]`) instead of per head
-    /// (`[N, heads, L, S]`).
+    /// Average the returned weights over heads (default true).
     pub average_attn_weights: bool,
 }
 
-impl Default for AttendOptions<'_> {
-    fn default() -> Self {
-        AttendOptions { key_padding_mask: None, attn_mask: None, need_weights: true, average_attn_weights: true }
+impl AttentionInput {
+    /// Query, key and value, no masks, weights returned averaged over heads.
+    pub fn new(query: &Tensor, key: &Tensor, value: &Tensor) -> Self {
+        AttentionInput {
+            query: query.clone(),
+            key: key.clone(),
+            value: value.clone(),
+            key_padding_mask: None,
+            attn_mask: None,
+            need_weights: true,
+            average_attn_weights: true,
+        }
+    }
+
+    /// Self-attention: `x` as query, key and value.
+    pub fn self_attention(x: &Tensor) -> Self {
+        Self::new(x, x, x)
+    }
+
+    /// Sets the key padding mask.
+    pub fn key_padding_mask(mut self, mask: &Tensor) -> Self {
+        self.key_padding_mask = Some(mask.clone());
+        self
+    }
+
+    /// Sets the attention mask.
+    pub fn attn_mask(mut self, mask: &Tensor) -> Self {
+        self.attn_mask = Some(mask.clone());
+        self
+    }
+
+    /// Whether to return the attention weights.
+    pub fn need_weights(mut self, need: bool) -> Self {
+        self.need_weights = need;
+        self
+    }
+
+    /// Whether returned weights are averaged over heads.
+    pub fn average_attn_weights(mut self, average: bool) -> Self {
+        self.average_attn_weights = average;
+        self
+    }
+}
+
+impl ModuleIo for AttentionInput {
+    fn primary(&self) -> &Tensor {
+        &self.query
+    }
+    fn with_primary(&self, primary: Tensor) -> Self {
+        AttentionInput { query: primary, ..self.clone() }
+    }
+}
+
+impl<'a> ForwardArg<'a, AttentionInput> for &'a Tensor {
+    fn into_input(self) -> Cow<'a, AttentionInput> {
+        Cow::Owned(AttentionInput::self_attention(self))
+    }
+}
+
+impl<'a> ForwardArg<'a, AttentionInput> for (&'a Tensor, &'a Tensor, &'a Tensor) {
+    fn into_input(self) -> Cow<'a, AttentionInput> {
+        Cow::Owned(AttentionInput::new(self.0, self.1, self.2))
     }
 }
 
@@ -72,7 +160,7 @@ impl MultiheadAttention {
         Self::with_options(embed_dim, num_heads, 0.0, true, false)
     }
 
-    /// All options.
+    /// All options (PyTorch's `dropout`, `bias`, `batch_first`).
     #[track_caller]
     pub fn with_options(embed_dim: usize, num_heads: usize, dropout: f64, bias: bool, batch_first: bool) -> Self {
         if num_heads == 0 || embed_dim % num_heads != 0 {
@@ -96,28 +184,115 @@ impl MultiheadAttention {
         }
     }
 
-    /// `(output, weights)` for `query` `[L, N, E]`, `key` and `value` `[S, N, E]`
-    /// (batch-first: `[N, L, E]`, `[N, S, E]`).
+    /// The layer's short name in messages.
+    fn label(&self) -> String {
+        format!("MultiheadAttention(embed_dim={}, num_heads={})", self.embed_dim, self.num_heads)
+    }
+
+    /// Checks the input's shapes; returns whether it is batched. Every message names the
+    /// layer and the shapes involved.
     #[track_caller]
-    pub fn attend(
-        &self,
-        query: &Tensor,
-        key: &Tensor,
-        value: &Tensor,
-        opt: AttendOptions<'_>,
-    ) -> (Tensor, Option<Tensor>) {
-        let e = self.embed_dim;
-        for (name, t) in [("query", query), ("key", key), ("value", value)] {
-            if t.rank() != 3 || t.shape()[2] != e {
-                let layout = if self.batch_first { "[N, L, E]" } else { "[L, N, E]" };
-                panic!("MultiheadAttention(embed_dim={e}) expects {name} {layout} with E = {e}, got {:?}", t.shape());
+    fn check(&self, a: &AttentionInput) -> bool {
+        let (e, name) = (self.embed_dim, self.label());
+        let (q, k, v) = (&a.query, &a.key, &a.value);
+        let batched = match q.rank() {
+            3 => true,
+            2 => false,
+            _ => panic!(
+                "{name}: query must be [L, N, E], [N, L, E] (batch_first) or unbatched [L, E], got {:?}",
+                q.shape()
+            ),
+        };
+        let layout = match (batched, self.batch_first) {
+            (false, _) => "[L, E]",
+            (true, false) => "[L, N, E]",
+            (true, true) => "[N, L, E]",
+        };
+        if q.shape()[q.rank() - 1] != e {
+            panic!("{name} expects query {layout} with E = {e}, got {:?}", q.shape());
+        }
+        for (what, t) in [("key", k), ("value", v)] {
+            if t.rank() != q.rank() || t.shape()[t.rank() - 1] != e {
+                panic!("{name} expects {what} {layout} with E = {e} (query {:?}), got {:?}", q.shape(), t.shape());
             }
         }
+        if k.shape() != v.shape() {
+            panic!("{name}: key {:?} and value {:?} must have the same shape", k.shape(), v.shape());
+        }
+        let batch_dim = if self.batch_first { 0 } else { 1 };
+        if batched && k.shape()[batch_dim] != q.shape()[batch_dim] {
+            panic!(
+                "{name}: query {:?} and key {:?} have different batch sizes ({} vs {})",
+                q.shape(),
+                k.shape(),
+                q.shape()[batch_dim],
+                k.shape()[batch_dim]
+            );
+        }
+        let seq = |t: &Tensor| if !batched || !self.batch_first { t.shape()[0] } else { t.shape()[1] };
+        let (l, s) = (seq(q), seq(k));
+        let n = if batched { q.shape()[batch_dim] } else { 1 };
+        if let Some(m) = &a.attn_mask {
+            let ok = m.shape() == [l, s] || m.shape() == [if batched { n } else { 1 } * self.num_heads, l, s];
+            if !ok {
+                let heads = if batched { format!("{n} * {}", self.num_heads) } else { self.num_heads.to_string() };
+                panic!(
+                    "{name}: attn_mask must be [L, S] = [{l}, {s}] or [{heads}, {l}, {s}] for query {:?} and key {:?}, got {:?}",
+                    q.shape(),
+                    k.shape(),
+                    m.shape()
+                );
+            }
+        }
+        if let Some(m) = &a.key_padding_mask {
+            let expect: Vec<usize> = if batched { vec![n, s] } else { vec![s] };
+            if m.shape() != expect.as_slice() {
+                panic!(
+                    "{name}: key_padding_mask must be {expect:?} ([N, S], or [S] unbatched) for key {:?}, got {:?}",
+                    k.shape(),
+                    m.shape()
+                );
+            }
+        }
+        batched
+    }
+}
+
+impl Compute for MultiheadAttention {
+    type Input = AttentionInput;
+    /// The output (the query's layout) and, with `need_weights`, the weights `[N, L, S]`
+    /// (`[N, heads, L, S]` unaveraged; without the `N` unbatched).
+    type Output = (Tensor, Option<Tensor>);
+
+    #[track_caller]
+    fn compute(&self, a: &AttentionInput) -> (Tensor, Option<Tensor>) {
+        if !self.check(a) {
+            // Unbatched: run as a batch of one, as PyTorch does.
+            let one = AttentionInput {
+                query: a.query.unsqueeze(1),
+                key: a.key.unsqueeze(1),
+                value: a.value.unsqueeze(1),
+                key_padding_mask: a.key_padding_mask.as_ref().map(|m| m.unsqueeze(0)),
+                attn_mask: a.attn_mask.clone(),
+                ..a.clone()
+            };
+            let batch_first = false;
+            let (y, w) = self.attend(&one, batch_first);
+            return (y.squeeze_dim(1), w.map(|w| w.squeeze_dim(0)));
+        }
+        self.attend(a, self.batch_first)
+    }
+}
+
+impl MultiheadAttention {
+    /// Batched attention on checked inputs.
+    fn attend(&self, a: &AttentionInput, batch_first: bool) -> (Tensor, Option<Tensor>) {
+        let e = self.embed_dim;
         // Work batch-first: [N, L, E].
-        let (q, k, v) = if self.batch_first {
-            (query.clone(), key.clone(), value.clone())
+        let (q, k, v) = if batch_first {
+            (a.query.clone(), a.key.clone(), a.value.clone())
         } else {
-            (query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1))
+            (a.query.transpose(0, 1), a.key.transpose(0, 1), a.value.transpose(0, 1))
         };
         let (n, l, s) = (q.shape()[0], q.shape()[1], k.shape()[1]);
         let (h, d) = (self.num_heads, e / self.num_heads);
@@ -135,19 +310,12 @@ impl MultiheadAttention {
         };
         let (q, k, v) = (proj(&q, 0), proj(&k, 1), proj(&v, 2));
         let mut scores = (q * (1.0 / (d as f64).sqrt())).matmul(&k.transpose(-2, -1)); // [N, H, L, S]
-        if let Some(m) = opt.attn_mask {
+        if let Some(m) = &a.attn_mask {
             let m = additive(m, &scores);
-            let m = match m.rank() {
-                2 => m,
-                3 => m.reshape(&[n, h, l, s]),
-                _ => panic!("MultiheadAttention: attn_mask must be [L, S] or [N * heads, L, S], got {:?}", m.shape()),
-            };
+            let m = if m.rank() == 3 { m.reshape(&[n, h, l, s]) } else { m };
             scores = scores + m;
         }
-        if let Some(kp) = opt.key_padding_mask {
-            if kp.shape() != [n, s] {
-                panic!("MultiheadAttention: key_padding_mask must be [N, S] = [{n}, {s}], got {:?}", kp.shape());
-            }
+        if let Some(kp) = &a.key_padding_mask {
             let pad = additive(kp, &scores).reshape(&[n, 1, 1, s]);
             scores = scores + pad;
         }
@@ -157,16 +325,9 @@ impl MultiheadAttention {
         }
         let out = attn.matmul(&v).transpose(1, 2).reshape(&[n, l, e]);
         let out = self.out_proj.forward(&out);
-        let out = if self.batch_first { out } else { out.transpose(0, 1) };
-        let weights = opt.need_weights.then(|| if opt.average_attn_weights { attn.mean_dim(1, false) } else { attn });
+        let out = if batch_first { out } else { out.transpose(0, 1) };
+        let weights = a.need_weights.then(|| if a.average_attn_weights { attn.mean_dim(1, false) } else { attn });
         (out, weights)
-    }
-}
-
-impl Forward for MultiheadAttention {
-    /// Self-attention (`query = key = value = input`) without masks.
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| self.attend(x, x, x, AttendOptions { need_weights: false, ..Default::default() }).0)
     }
 }
 
@@ -242,6 +403,65 @@ pub struct TransformerEncoderLayer {
     config: TransformerEncoderLayerConfig,
 }
 
+/// The input of [`TransformerEncoderLayer`] and [`TransformerEncoder`]: PyTorch's
+/// `forward(src, src_mask=None, src_key_padding_mask=None)`. A plain `&Tensor` converts
+/// (no masks): `layer.forward(&x)`.
+///
+/// ```
+/// use nn_core::{Forward, Tensor};
+/// use nn_layers::{EncoderInput, TransformerEncoderLayer, TransformerEncoderLayerConfig};
+/// let cfg = TransformerEncoderLayerConfig { batch_first: true, dropout: 0.0, ..Default::default() };
+/// let layer = TransformerEncoderLayer::with_config(8, 2, cfg);
+/// let x = Tensor::randn(&[2, 4, 8]);
+/// let causal = Tensor::from_vec_bool((0..16).map(|k| k % 4 > k / 4).collect(), &[4, 4]);
+/// let y = layer.forward(&EncoderInput::new(&x).src_mask(&causal));
+/// assert_eq!(y.shape(), &[2, 4, 8]);
+/// assert_eq!(layer.forward(&x).shape(), &[2, 4, 8]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct EncoderInput {
+    /// `[L, N, E]` (`[N, L, E]` batch-first, `[L, E]` unbatched): the primary input.
+    pub src: Tensor,
+    /// `[L, L]` or `[N * heads, L, L]` (conventions of [`AttentionInput::attn_mask`]).
+    pub src_mask: Option<Tensor>,
+    /// `[N, L]` (conventions of [`AttentionInput::key_padding_mask`]).
+    pub src_key_padding_mask: Option<Tensor>,
+}
+
+impl EncoderInput {
+    /// `src` without masks.
+    pub fn new(src: &Tensor) -> Self {
+        EncoderInput { src: src.clone(), src_mask: None, src_key_padding_mask: None }
+    }
+
+    /// Sets the attention mask.
+    pub fn src_mask(mut self, mask: &Tensor) -> Self {
+        self.src_mask = Some(mask.clone());
+        self
+    }
+
+    /// Sets the key padding mask.
+    pub fn src_key_padding_mask(mut self, mask: &Tensor) -> Self {
+        self.src_key_padding_mask = Some(mask.clone());
+        self
+    }
+}
+
+impl ModuleIo for EncoderInput {
+    fn primary(&self) -> &Tensor {
+        &self.src
+    }
+    fn with_primary(&self, primary: Tensor) -> Self {
+        EncoderInput { src: primary, ..self.clone() }
+    }
+}
+
+impl<'a> ForwardArg<'a, EncoderInput> for &'a Tensor {
+    fn into_input(self) -> Cow<'a, EncoderInput> {
+        Cow::Owned(EncoderInput::new(self))
+    }
+}
+
 impl TransformerEncoderLayer {
     /// A layer with PyTorch's defaults.
     pub fn new(d_model: usize, nhead: usize) -> Self {
@@ -264,24 +484,31 @@ impl TransformerEncoderLayer {
             config: c,
         }
     }
+}
 
-    /// Runs the layer with optional masks (`src_mask` `[L, L]`, `src_key_padding_mask`
-    /// `[N, L]`, conventions of [`AttendOptions`]).
-    pub fn forward_masked(
-        &self,
-        src: &Tensor,
-        src_mask: Option<&Tensor>,
-        src_key_padding_mask: Option<&Tensor>,
-    ) -> Tensor {
-        self.base.run(src, |x| {
+impl Compute for TransformerEncoderLayer {
+    type Input = EncoderInput;
+    type Output = Tensor;
+
+    #[track_caller]
+    fn compute(&self, input: &EncoderInput) -> Tensor {
+        let x = &input.src;
+        let d = self.self_attn.embed_dim;
+        if !(2..=3).contains(&x.rank()) || x.shape()[x.rank() - 1] != d {
+            let layout = if self.config.batch_first { "[N, L, E]" } else { "[L, N, E]" };
+            panic!(
+                "TransformerEncoderLayer(d_model={d}, nhead={}) expects src {layout} (or unbatched [L, E]) with E = {d}, \
+                 got {:?}",
+                self.self_attn.num_heads,
+                x.shape()
+            );
+        }
+        {
             let sa = |x: &Tensor| {
-                let opt = AttendOptions {
-                    key_padding_mask: src_key_padding_mask,
-                    attn_mask: src_mask,
-                    need_weights: false,
-                    ..Default::default()
-                };
-                self.dropout1.forward(&self.self_attn.attend(x, x, x, opt).0)
+                let mut a = AttentionInput::self_attention(x).need_weights(false);
+                a.attn_mask = input.src_mask.clone();
+                a.key_padding_mask = input.src_key_padding_mask.clone();
+                self.dropout1.forward(&self.self_attn.forward(&a).0)
             };
             let ff = |x: &Tensor| {
                 let h = self.linear1.forward(x);
@@ -298,19 +525,13 @@ impl TransformerEncoderLayer {
                 let x = self.norm1.forward(&(x + &sa(x)));
                 self.norm2.forward(&(&x + &ff(&x)))
             }
-        })
+        }
     }
 }
 
 impl ExtraRepr for TransformerEncoderLayer {
     fn extra_repr(&self) -> String {
         String::new()
-    }
-}
-
-impl Forward for TransformerEncoderLayer {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.forward_masked(input, None, None)
     }
 }
 
@@ -333,25 +554,22 @@ impl TransformerEncoder {
     pub fn new(num_layers: usize, mut make: impl FnMut() -> TransformerEncoderLayer, norm: Option<LayerNorm>) -> Self {
         TransformerEncoder { layers: (0..num_layers).map(|_| make()).collect(), norm, base: ModuleBase::default() }
     }
-
-    /// Runs every layer with the same masks.
-    pub fn forward_masked(&self, src: &Tensor, mask: Option<&Tensor>, src_key_padding_mask: Option<&Tensor>) -> Tensor {
-        self.base.run(src, |x| {
-            let mut h = x.clone();
-            for layer in &self.layers {
-                h = layer.forward_masked(&h, mask, src_key_padding_mask);
-            }
-            match &self.norm {
-                Some(n) => n.forward(&h),
-                None => h,
-            }
-        })
-    }
 }
 
-impl Forward for TransformerEncoder {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.forward_masked(input, None, None)
+impl Compute for TransformerEncoder {
+    type Input = EncoderInput;
+    type Output = Tensor;
+
+    /// Runs every layer with the same masks, then the final norm.
+    fn compute(&self, input: &EncoderInput) -> Tensor {
+        let mut h = input.clone();
+        for layer in &self.layers {
+            h = h.with_primary(layer.forward(&h));
+        }
+        match &self.norm {
+            Some(n) => n.forward(&h.src),
+            None => h.src,
+        }
     }
 }
 
@@ -366,9 +584,17 @@ impl std::ops::Deref for NonDynamicallyQuantizableLinear {
     }
 }
 
-impl Forward for NonDynamicallyQuantizableLinear {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.0.forward(input)
+impl HasBase for NonDynamicallyQuantizableLinear {
+    fn module_base(&self) -> &ModuleBase {
+        self.0.module_base()
+    }
+}
+
+impl Compute for NonDynamicallyQuantizableLinear {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, input: &Tensor) -> Tensor {
+        self.0.compute(input)
     }
 }
 
@@ -378,7 +604,7 @@ impl Module for NonDynamicallyQuantizableLinear {
     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         self.0.visit(f)
     }
-    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+    fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
         self.0.visit_modules_mut(f)
     }
     fn type_name(&self) -> &'static str {

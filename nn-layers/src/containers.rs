@@ -1,11 +1,12 @@
 //! Containers: `Sequential`, `ModuleList<M>`, `ModuleDict<M>`. They implement
 //! [`Module`] through the same visitor the derive generates, with run-time names.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::ops::{Index, IndexMut};
 
-use nn_core::module::HoldsState;
-use nn_core::{Forward, Item, Layer, Module, ModuleBase, Name, Tensor};
+use nn_core::module::{HoldsState, SetChild};
+use nn_core::{Compute, Forward, HasBase, Item, Layer, Module, ModuleBase, Name, Tensor};
 
 /// A chain of layers run in order; children are named `"0"`, `"1"`, ... (or a name given
 /// with [`add_named`](Sequential::add_named)), parameterless ones included, so state-dict
@@ -73,6 +74,36 @@ impl Sequential {
     pub fn iter(&self) -> impl Iterator<Item = &dyn Layer> {
         self.layers.iter().map(|(_, l)| l.as_ref())
     }
+
+    /// The layer at `i` as its concrete type: `seq.get::<Linear>(0)`; `None` when out of
+    /// range or of another type.
+    pub fn get<T: Layer>(&self, i: usize) -> Option<&T> {
+        self.layers.get(i)?.1.as_any().downcast_ref::<T>()
+    }
+
+    /// The layer at `i` as its concrete type, mutably.
+    pub fn get_mut<T: Layer>(&mut self, i: usize) -> Option<&mut T> {
+        self.layers.get_mut(i)?.1.as_any_mut().downcast_mut::<T>()
+    }
+
+    /// Replaces the layer at `i` (keeping its name), returning the old one.
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    #[track_caller]
+    pub fn set(&mut self, i: usize, layer: impl Layer + 'static) -> Box<dyn Layer> {
+        let len = self.layers.len();
+        let slot = self
+            .layers
+            .get_mut(i)
+            .unwrap_or_else(|| panic!("Sequential::set: index {i} out of range for {len} layers"));
+        std::mem::replace(&mut slot.1, Box::new(layer))
+    }
+
+    /// The position of the child named `name` (`"0"`, or a name from `add_named`).
+    fn position(&self, name: &str) -> Option<usize> {
+        self.names().position(|n| n == name)
+    }
 }
 
 impl Index<usize> for Sequential {
@@ -82,15 +113,21 @@ impl Index<usize> for Sequential {
     }
 }
 
-impl Forward for Sequential {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            let mut x = x.clone();
-            for (_, l) in &self.layers {
-                x = l.forward(&x);
-            }
-            x
-        })
+impl Compute for Sequential {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        let mut x = x.clone();
+        for (_, l) in &self.layers {
+            x = l.forward(&x);
+        }
+        x
+    }
+}
+
+impl HasBase for Sequential {
+    fn module_base(&self) -> &ModuleBase {
+        &self.base
     }
 }
 
@@ -103,7 +140,7 @@ impl Module for Sequential {
             f(name, Item::Module(l.as_dyn()));
         }
     }
-    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+    fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
         for (i, (n, l)) in self.layers.iter_mut().enumerate() {
             let name = n.as_deref().map(Name::Key).unwrap_or(Name::Index(i));
             f(name, l.as_dyn_mut());
@@ -111,6 +148,10 @@ impl Module for Sequential {
     }
     fn type_name(&self) -> &'static str {
         "Sequential"
+    }
+    fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
+        let Some(i) = self.position(name) else { return SetChild::NoSuchChild };
+        nn_core::__private::set_from(&mut self.layers[i].1, slot)
     }
     nn_core::module_accessors!(base);
 }
@@ -183,6 +224,23 @@ impl<M> ModuleList<M> {
     pub fn get(&self, i: usize) -> Option<&M> {
         self.items.get(i)
     }
+    /// The module at `i`, mutably, if any.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut M> {
+        self.items.get_mut(i)
+    }
+    /// Replaces the module at `i`, returning the old one (also `list[i] = m`).
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    #[track_caller]
+    pub fn set(&mut self, i: usize, m: M) -> M {
+        let len = self.items.len();
+        let slot = self
+            .items
+            .get_mut(i)
+            .unwrap_or_else(|| panic!("ModuleList::set: index {i} out of range for {len} modules"));
+        std::mem::replace(slot, m)
+    }
 }
 
 impl<M> Index<usize> for ModuleList<M> {
@@ -214,13 +272,24 @@ impl<M: Module> Module for ModuleList<M> {
             f(Name::Index(i), Item::Module(m.as_dyn()));
         }
     }
-    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+    fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
         for (i, m) in self.items.iter_mut().enumerate() {
             f(Name::Index(i), m.as_dyn_mut());
         }
     }
     fn type_name(&self) -> &'static str {
         "ModuleList"
+    }
+    /// A list holds modules but has no forward: hooks go on its items.
+    fn runs_forward(&self) -> bool {
+        false
+    }
+    fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
+        let index = name.parse::<usize>().ok().filter(|_| name == "0" || !name.starts_with('0'));
+        match index.and_then(|i| self.items.get_mut(i)) {
+            Some(m) => nn_core::__private::set_from(m, slot),
+            None => SetChild::NoSuchChild,
+        }
     }
     nn_core::module_accessors!(base);
 }
@@ -281,6 +350,10 @@ impl<M> ModuleDict<M> {
     pub fn get(&self, key: &str) -> Option<&M> {
         self.index.get(key).map(|&i| &self.items[i].1)
     }
+    /// The module under `key`, mutably.
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut M> {
+        self.index.get(key).map(|&i| &mut self.items[i].1)
+    }
     /// The keys in insertion order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.items.iter().map(|(k, _)| k.as_str())
@@ -324,13 +397,23 @@ impl<M: Module> Module for ModuleDict<M> {
             f(Name::Key(k), Item::Module(m.as_dyn()));
         }
     }
-    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+    fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
         for (k, m) in &mut self.items {
             f(Name::Key(k), m.as_dyn_mut());
         }
     }
     fn type_name(&self) -> &'static str {
         "ModuleDict"
+    }
+    /// A dictionary holds modules but has no forward: hooks go on its entries.
+    fn runs_forward(&self) -> bool {
+        false
+    }
+    fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
+        match self.get_mut(name) {
+            Some(m) => nn_core::__private::set_from(m, slot),
+            None => SetChild::NoSuchChild,
+        }
     }
     nn_core::module_accessors!(base);
 }

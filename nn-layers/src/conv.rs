@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 
 use nn_core::ops::Conv2dOptions;
-use nn_core::{init, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+use nn_core::{init, Compute, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::py_tuple;
 
@@ -138,22 +138,22 @@ impl ExtraRepr for Conv2d {
     }
 }
 
-impl Forward for Conv2d {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            let unbatched = x.rank() == 3;
-            let ok = (x.rank() == 4 || unbatched) && x.shape()[x.rank() - 3] == self.in_channels;
-            if !ok {
-                panic!("{} expects input [N, {}, H, W], got {:?}", self, self.in_channels, x.shape());
-            }
-            let x4 = if unbatched { x.unsqueeze(0) } else { x.clone() };
-            let y = x4.conv2d(&self.weight, self.bias.as_deref(), self.options());
-            if unbatched {
-                y.squeeze_dim(0)
-            } else {
-                y
-            }
-        })
+impl Compute for Conv2d {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        let unbatched = x.rank() == 3;
+        let ok = (x.rank() == 4 || unbatched) && x.shape()[x.rank() - 3] == self.in_channels;
+        if !ok {
+            panic!("{} expects input [N, {}, H, W], got {:?}", self, self.in_channels, x.shape());
+        }
+        let x4 = if unbatched { x.unsqueeze(0) } else { x.clone() };
+        let y = x4.conv2d(&self.weight, self.bias.as_deref(), self.options());
+        if unbatched {
+            y.squeeze_dim(0)
+        } else {
+            y
+        }
     }
 }
 
@@ -199,15 +199,15 @@ impl ExtraRepr for Conv1d {
     }
 }
 
-impl Forward for Conv1d {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            if x.rank() != 3 || x.shape()[1] != self.in_channels {
-                panic!("{} expects input [N, {}, L], got {:?}", self, self.in_channels, x.shape());
-            }
-            let c = &self.config;
-            x.conv1d(&self.weight, self.bias.as_deref(), c.stride, c.padding, c.dilation, c.groups)
-        })
+impl Compute for Conv1d {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        if x.rank() != 3 || x.shape()[1] != self.in_channels {
+            panic!("{} expects input [N, {}, L], got {:?}", self, self.in_channels, x.shape());
+        }
+        let c = &self.config;
+        x.conv1d(&self.weight, self.bias.as_deref(), c.stride, c.padding, c.dilation, c.groups)
     }
 }
 
@@ -239,17 +239,16 @@ impl LazyConv2d {
     }
 }
 
-impl Forward for LazyConv2d {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            if x.rank() != 4 && x.rank() != 3 {
-                panic!("LazyConv2d expects input [N, C, H, W], got {:?}", x.shape());
-            }
-            let c = x.shape()[x.rank() - 3];
-            let conv =
-                self.inner.get_or_init(|| Conv2d::with_config(c, self.out_channels, self.kernel_size, self.config));
-            conv.forward(x)
-        })
+impl Compute for LazyConv2d {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        if x.rank() != 4 && x.rank() != 3 {
+            panic!("LazyConv2d expects input [N, C, H, W], got {:?}", x.shape());
+        }
+        let c = x.shape()[x.rank() - 3];
+        let conv = self.inner.get_or_init(|| Conv2d::with_config(c, self.out_channels, self.kernel_size, self.config));
+        conv.forward(x)
     }
 }
 

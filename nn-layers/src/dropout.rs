@@ -1,6 +1,6 @@
 //! `Dropout`.
 
-use nn_core::{ExtraRepr, Forward, Module, ModuleBase, Tensor};
+use nn_core::{Compute, ExtraRepr, Module, ModuleBase, Tensor};
 
 use crate::repr::py_float;
 
@@ -48,8 +48,10 @@ impl ExtraRepr for Dropout {
     }
 }
 
-impl Forward for Dropout {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| x.dropout(self.p, self.base.is_training()))
+impl Compute for Dropout {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.dropout(self.p, self.base.is_training())
     }
 }

@@ -1,6 +1,6 @@
 //! `Embedding`.
 
-use nn_core::{DType, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+use nn_core::{Compute, DType, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
 
 /// A lookup table of `num_embeddings` vectors of size `embedding_dim` (PyTorch's
 /// `nn.Embedding`). Parameter `weight` `[num_embeddings, embedding_dim]`, init `N(0, 1)`
@@ -67,21 +67,21 @@ impl ExtraRepr for Embedding {
     }
 }
 
-impl Forward for Embedding {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |idx| {
-            if idx.dtype() != DType::I64 {
-                panic!("{} expects i64 indices, got {} of shape {:?}", self, idx.dtype(), idx.shape());
+impl Compute for Embedding {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, idx: &Tensor) -> Tensor {
+        if idx.dtype() != DType::I64 {
+            panic!("{} expects i64 indices, got {} of shape {:?}", self, idx.dtype(), idx.shape());
+        }
+        let y = Tensor::embedding(idx, &self.weight);
+        match self.padding_idx {
+            // Rows looked up at the padding index pass no gradient to the table.
+            Some(p) => {
+                let pad = idx.eq(&Tensor::from_vec_i64(vec![p as i64], &[])).unsqueeze(-1);
+                Tensor::where_cond(&pad, &y.detach(), &y)
             }
-            let y = Tensor::embedding(idx, &self.weight);
-            match self.padding_idx {
-                // Rows looked up at the padding index pass no gradient to the table.
-                Some(p) => {
-                    let pad = idx.eq(&Tensor::from_vec_i64(vec![p as i64], &[])).unsqueeze(-1);
-                    Tensor::where_cond(&pad, &y.detach(), &y)
-                }
-                None => y,
-            }
-        })
+            None => y,
+        }
     }
 }

@@ -14,7 +14,8 @@ macro_rules! lazy_module {
                     m.visit(f);
                 }
             }
-            fn visit_modules_mut(&mut self, _f: &mut dyn FnMut(nn_core::Name<'_>, &mut dyn nn_core::Module)) {}
+            fn visit_modules_mut<'a>(&'a mut self, _f: &mut dyn FnMut(nn_core::Name<'_>, &'a mut dyn nn_core::Module)) {
+            }
             fn type_name(&self) -> &'static str {
                 stringify!($ty)
             }
@@ -31,6 +32,12 @@ macro_rules! lazy_module {
                 }
             }
             nn_core::module_accessors!(base);
+        }
+
+        impl nn_core::HasBase for $ty {
+            fn module_base(&self) -> &nn_core::ModuleBase {
+                &self.base
+            }
         }
 
         impl std::fmt::Display for $ty {

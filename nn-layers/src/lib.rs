@@ -1,7 +1,7 @@
 //! Layers and containers for the `nn` framework, with PyTorch's parameter names, shapes,
 //! defaults, initialisation and printouts, each defined with `#[derive(Module)]`, so a
 //! PyTorch `state_dict` saved as safetensors loads unchanged and gives the same outputs.
-//! Every layer runs its `forward` through its `ModuleBase`, so hooks always fire.
+//! Each implements `Compute`; callers run it with `forward`, which fires its hooks.
 //!
 //! ```
 //! use nn_core::{Forward, Module, Tensor};
@@ -25,7 +25,7 @@ mod repr;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use attention::{
-    Activation, AttendOptions, MultiheadAttention, NonDynamicallyQuantizableLinear, TransformerEncoder,
+    Activation, AttentionInput, EncoderInput, MultiheadAttention, NonDynamicallyQuantizableLinear, TransformerEncoder,
     TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
 pub use containers::{ModuleDict, ModuleList, Sequential};

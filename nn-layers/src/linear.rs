@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use nn_core::{functional, init, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+use nn_core::{functional, init, Compute, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::py_bool;
 
@@ -75,14 +75,14 @@ impl ExtraRepr for Linear {
     }
 }
 
-impl Forward for Linear {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            if x.shape().last() != Some(&self.in_features) {
-                panic!("{} expects input [..., {}], got {:?}", self, self.in_features, x.shape());
-            }
-            functional::linear(x, &self.weight, self.bias.as_deref())
-        })
+impl Compute for Linear {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        if x.shape().last() != Some(&self.in_features) {
+            panic!("{} expects input [..., {}], got {:?}", self, self.in_features, x.shape());
+        }
+        functional::linear(x, &self.weight, self.bias.as_deref())
     }
 }
 
@@ -120,9 +120,15 @@ impl Bilinear {
             dims: (in1, in2, out),
         }
     }
+}
 
-    /// Runs the layer on its two inputs `[*, in1]` and `[*, in2]`.
-    pub fn forward2(&self, x1: &Tensor, x2: &Tensor) -> Tensor {
+impl Compute for Bilinear {
+    /// The two inputs `[*, in1]` and `[*, in2]`: `bilinear.forward((&x1, &x2))`.
+    type Input = (Tensor, Tensor);
+    type Output = Tensor;
+
+    #[track_caller]
+    fn compute(&self, (x1, x2): &(Tensor, Tensor)) -> Tensor {
         let (i, j, _) = self.dims;
         if x1.shape().last() != Some(&i)
             || x2.shape().last() != Some(&j)
@@ -135,7 +141,7 @@ impl Bilinear {
                 x2.shape()
             );
         }
-        self.base.run(x1, |x1| functional::bilinear(x1, x2, &self.weight, self.bias.as_deref()))
+        functional::bilinear(x1, x2, &self.weight, self.bias.as_deref())
     }
 }
 
@@ -177,16 +183,14 @@ impl LazyLinear {
     }
 }
 
-impl Forward for LazyLinear {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            let in_features = *x
-                .shape()
-                .last()
-                .unwrap_or_else(|| panic!("LazyLinear expects input [..., in_features], got a scalar"));
-            let lin = self.inner.get_or_init(|| Linear::with_bias(in_features, self.out_features, self.bias));
-            lin.forward(x)
-        })
+impl Compute for LazyLinear {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        let in_features =
+            *x.shape().last().unwrap_or_else(|| panic!("LazyLinear expects input [..., in_features], got a scalar"));
+        let lin = self.inner.get_or_init(|| Linear::with_bias(in_features, self.out_features, self.bias));
+        lin.forward(x)
     }
 }
 
@@ -210,9 +214,11 @@ impl Identity {
     }
 }
 
-impl Forward for Identity {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| x.clone())
+impl Compute for Identity {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.clone()
     }
 }
 
@@ -250,8 +256,10 @@ impl ExtraRepr for Flatten {
     }
 }
 
-impl Forward for Flatten {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| x.flatten(self.start_dim, self.end_dim))
+impl Compute for Flatten {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.flatten(self.start_dim, self.end_dim)
     }
 }

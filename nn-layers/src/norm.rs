@@ -1,6 +1,6 @@
 //! `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `GroupNorm`.
 
-use nn_core::{functional, no_grad, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
+use nn_core::{functional, no_grad, Compute, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::{py_bool, py_float, py_tuple};
 
@@ -86,9 +86,10 @@ macro_rules! batch_norm_layer {
             }
         }
 
-        impl Forward for $name {
-            fn forward(&self, input: &Tensor) -> Tensor {
-                self.base.run(input, |x| {
+        impl Compute for $name {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
                     if !$ranks.contains(&x.rank()) || x.shape()[1] != self.num_features {
                         panic!("{} expects input {} with C = {}, got {:?}", self, $dims, self.num_features, x.shape());
                     }
@@ -104,9 +105,9 @@ macro_rules! batch_norm_layer {
                         self.base.is_training(),
                         &self.config,
                     )
-                })
-            }
-        }
+
+    }
+}
     };
 }
 
@@ -217,15 +218,15 @@ impl ExtraRepr for LayerNorm {
     }
 }
 
-impl Forward for LayerNorm {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            let k = self.normalized_shape.len();
-            if x.rank() < k || x.shape()[x.rank() - k..] != self.normalized_shape[..] {
-                panic!("{} expects input [..., {:?}], got {:?}", self, self.normalized_shape, x.shape());
-            }
-            x.layer_norm(&self.normalized_shape, self.weight.as_deref(), self.bias.as_deref(), self.eps)
-        })
+impl Compute for LayerNorm {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        let k = self.normalized_shape.len();
+        if x.rank() < k || x.shape()[x.rank() - k..] != self.normalized_shape[..] {
+            panic!("{} expects input [..., {:?}], got {:?}", self, self.normalized_shape, x.shape());
+        }
+        x.layer_norm(&self.normalized_shape, self.weight.as_deref(), self.bias.as_deref(), self.eps)
     }
 }
 
@@ -287,13 +288,13 @@ impl ExtraRepr for GroupNorm {
     }
 }
 
-impl Forward for GroupNorm {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            if x.rank() < 2 || x.shape()[1] != self.num_channels {
-                panic!("{} expects input [N, {}, *], got {:?}", self, self.num_channels, x.shape());
-            }
-            functional::group_norm(x, self.num_groups, self.weight.as_deref(), self.bias.as_deref(), self.eps)
-        })
+impl Compute for GroupNorm {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        if x.rank() < 2 || x.shape()[1] != self.num_channels {
+            panic!("{} expects input [N, {}, *], got {:?}", self, self.num_channels, x.shape());
+        }
+        functional::group_norm(x, self.num_groups, self.weight.as_deref(), self.bias.as_deref(), self.eps)
     }
 }

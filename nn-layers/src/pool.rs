@@ -1,7 +1,7 @@
 //! `MaxPool2d`, `AvgPool2d`, `AdaptiveAvgPool2d`.
 
 use nn_core::ops::Pool2dOptions;
-use nn_core::{ExtraRepr, Forward, Module, ModuleBase, Tensor};
+use nn_core::{Compute, ExtraRepr, Module, ModuleBase, Tensor};
 
 use crate::repr::{py_bool, py_tuple};
 
@@ -62,14 +62,14 @@ impl ExtraRepr for MaxPool2d {
     }
 }
 
-impl Forward for MaxPool2d {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            if x.rank() != 3 && x.rank() != 4 {
-                panic!("{} expects input [N, C, H, W] or [C, H, W], got {:?}", self, x.shape());
-            }
-            x.max_pool2d(self.options())
-        })
+impl Compute for MaxPool2d {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        if x.rank() != 3 && x.rank() != 4 {
+            panic!("{} expects input [N, C, H, W] or [C, H, W], got {:?}", self, x.shape());
+        }
+        x.max_pool2d(self.options())
     }
 }
 
@@ -110,22 +110,22 @@ impl ExtraRepr for AvgPool2d {
     }
 }
 
-impl Forward for AvgPool2d {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            if x.rank() != 3 && x.rank() != 4 {
-                panic!("{} expects input [N, C, H, W] or [C, H, W], got {:?}", self, x.shape());
-            }
-            let d = |v| (v, v);
-            let o = Pool2dOptions {
-                kernel: d(self.kernel_size),
-                stride: d(self.stride),
-                padding: d(self.padding),
-                dilation: (1, 1),
-                ceil_mode: self.ceil_mode,
-            };
-            x.avg_pool2d(o, self.count_include_pad)
-        })
+impl Compute for AvgPool2d {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        if x.rank() != 3 && x.rank() != 4 {
+            panic!("{} expects input [N, C, H, W] or [C, H, W], got {:?}", self, x.shape());
+        }
+        let d = |v| (v, v);
+        let o = Pool2dOptions {
+            kernel: d(self.kernel_size),
+            stride: d(self.stride),
+            padding: d(self.padding),
+            dilation: (1, 1),
+            ceil_mode: self.ceil_mode,
+        };
+        x.avg_pool2d(o, self.count_include_pad)
     }
 }
 
@@ -151,13 +151,13 @@ impl ExtraRepr for AdaptiveAvgPool2d {
     }
 }
 
-impl Forward for AdaptiveAvgPool2d {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        self.base.run(input, |x| {
-            if x.rank() != 3 && x.rank() != 4 {
-                panic!("{} expects input [N, C, H, W] or [C, H, W], got {:?}", self, x.shape());
-            }
-            x.adaptive_avg_pool2d(self.output_size)
-        })
+impl Compute for AdaptiveAvgPool2d {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        if x.rank() != 3 && x.rank() != 4 {
+            panic!("{} expects input [N, C, H, W] or [C, H, W], got {:?}", self, x.shape());
+        }
+        x.adaptive_avg_pool2d(self.output_size)
     }
 }

@@ -16,10 +16,10 @@ use nn_core::checkpoint::Checkpoint;
 use nn_core::functional::cross_entropy;
 use nn_core::optim::{AdamW, AdamWConfig, CosineAnnealingLR, LrScheduler, Optimizer};
 use nn_core::random::with_rng;
-use nn_core::{manual_seed, no_grad, DType, Forward, Module, ModuleBase, Tensor};
+use nn_core::{manual_seed, no_grad, Compute, DType, Forward, Module, ModuleBase, Tensor};
 use nn_examples::{progress, repo_data_dir, write_loss_svg, CommonArgs};
 use nn_layers::{
-    Activation, Embedding, LayerNorm, Linear, TransformerEncoder, TransformerEncoderLayer,
+    Activation, Embedding, EncoderInput, LayerNorm, Linear, TransformerEncoder, TransformerEncoderLayer,
     TransformerEncoderLayerConfig,
 };
 use rand::Rng;
@@ -78,17 +78,16 @@ impl CharTransformer {
     }
 }
 
-impl Forward for CharTransformer {
-    /// `[B, T]` character ids -> `[B, T, vocab]` next-character logits.
-    fn forward(&self, idx: &Tensor) -> Tensor {
-        self.base.run(idx, |idx| {
-            let t = idx.shape()[1];
-            let pos = Tensor::from_vec_i64((0..t as i64).collect(), &[t]);
-            let x = self.tok.forward(idx) + self.pos.forward(&pos);
-            // true = may not attend (MultiheadAttention's convention): the future.
-            let causal = Tensor::from_vec_bool((0..t * t).map(|k| k % t > k / t).collect(), &[t, t]);
-            self.head.forward(&self.norm.forward(&self.encoder.forward_masked(&x, Some(&causal), None)))
-        })
+impl Compute for CharTransformer {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, idx: &Tensor) -> Tensor {
+        let t = idx.shape()[1];
+        let pos = Tensor::from_vec_i64((0..t as i64).collect(), &[t]);
+        let x = self.tok.forward(idx) + self.pos.forward(&pos);
+        // true = may not attend (MultiheadAttention's convention): the future.
+        let causal = Tensor::from_vec_bool((0..t * t).map(|k| k % t > k / t).collect(), &[t, t]);
+        self.head.forward(&self.norm.forward(&self.encoder.forward(&EncoderInput::new(&x).src_mask(&causal))))
     }
 }
 

@@ -17,7 +17,7 @@ use clap::Parser;
 use nn_core::checkpoint::Checkpoint;
 use nn_core::functional::cross_entropy;
 use nn_core::optim::{Optimizer, ParamGroup, Sgd, SgdConfig};
-use nn_core::{manual_seed, Forward, Module, ModuleBase, Tensor};
+use nn_core::{manual_seed, Compute, Forward, Module, ModuleBase, Tensor};
 use nn_data::{load_digits, DataLoader};
 use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs};
 use nn_layers::{Linear, ReLU, Sequential};
@@ -47,9 +47,11 @@ impl Net {
     }
 }
 
-impl Forward for Net {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.base.run(x, |x| self.head.forward(&self.backbone.forward(x)))
+impl Compute for Net {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        self.head.forward(&self.backbone.forward(x))
     }
 }
 

@@ -20,7 +20,7 @@ use clap::Parser;
 use nn_core::checkpoint::Checkpoint;
 use nn_core::functional::cross_entropy;
 use nn_core::optim::{Optimizer, Sgd, SgdConfig};
-use nn_core::{manual_seed, Forward, Module, ModuleBase, Tensor};
+use nn_core::{manual_seed, Compute, Forward, Hooks, Module, ModuleBase, Tensor};
 use nn_data::{load_digits, DataLoader};
 use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs};
 use nn_layers::{Linear, Sequential, Tanh};
@@ -39,9 +39,11 @@ struct SqrtRelu {
     base: ModuleBase,
 }
 
-impl Forward for SqrtRelu {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.base.run(x, |x| x.relu().sqrt())
+impl Compute for SqrtRelu {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.relu().sqrt()
     }
 }
 

@@ -1,23 +1,26 @@
 //! Module hooks: forward pre-hooks, forward hooks and full backward hooks, as PyTorch's
 //! `register_forward_pre_hook` / `register_forward_hook` / `register_full_backward_hook`.
 //!
-//! Hooks live in the module's [`ModuleBase`] and fire inside [`ModuleBase::run`], which
-//! every built-in layer's `forward` goes through, so calling a layer the usual way never
-//! bypasses them. With no hook registered, `run` costs one atomic load.
+//! Hooks live in the module's [`ModuleBase`] and fire inside [`Forward::forward`], which
+//! nn implements for every module (see [`forward`](super::forward)): no module's code runs
+//! them, so none can forget to. With no hook registered, a call costs one atomic load.
 //!
 //! Backward hooks are wired through the autograd graph as PyTorch does: an identity node
 //! after the module's output records `grad_output`, an identity node before its input
 //! hands `grad_input` (and that `grad_output`) to the hooks, which may replace it. Each
 //! call of the module gets its own pair of nodes, so a module used twice fires twice.
 //!
-//! Registration returns a [`HookHandle`]. The hook is removed by `handle.remove()` or
-//! when the handle is dropped; `handle.keep()` makes it permanent. Dropping removes so
-//! that a forgotten handle cannot leak hooks across training runs (a common PyTorch
-//! mistake), and `#[must_use]` flags an ignored handle at compile time.
+//! Registration returns a [`HookHandle`]. As in PyTorch, the hook stays registered until
+//! `handle.remove()`: dropping or ignoring the handle (`let _ = ...`) leaves it in place.
+//! For a hook that should live only as long as a scope, [`HookHandle::scoped`] turns the
+//! handle into a guard that removes the hook when dropped.
+//!
+//! [`Forward::forward`]: super::Forward::forward
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use super::ModuleIo;
 use crate::autograd::{custom_op, is_grad_enabled};
 use crate::tensor::Tensor;
 
@@ -29,7 +32,7 @@ pub type ForwardHook = Arc<dyn Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + S
 /// and `grad_output`, may return a replacement `grad_input`.
 pub type BackwardHook = Arc<dyn Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync>;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Lists {
     next: u64,
     pre: Vec<(u64, ForwardPreHook)>,
@@ -52,6 +55,15 @@ impl HookStore {
         self.any.store(!(l.pre.is_empty() && l.fwd.is_empty() && l.bwd.is_empty()), Ordering::Release);
     }
 
+    fn contains(&self, kind: Kind, id: u64) -> bool {
+        let l = self.lock();
+        match kind {
+            Kind::Pre => l.pre.iter().any(|(i, _)| *i == id),
+            Kind::Forward => l.fwd.iter().any(|(i, _)| *i == id),
+            Kind::Backward => l.bwd.iter().any(|(i, _)| *i == id),
+        }
+    }
+
     fn remove(&self, kind: Kind, id: u64) {
         let mut l = self.lock();
         match kind {
@@ -70,38 +82,62 @@ enum Kind {
     Backward,
 }
 
-/// Unregisters its hook on [`remove`](HookHandle::remove) or when dropped.
-#[must_use = "the hook is removed as soon as its handle is dropped; bind it, or call `.keep()`"]
+/// Removes its hook on [`remove`](HookHandle::remove). Dropping the handle does not
+/// remove the hook (PyTorch's `RemovableHandle`); [`scoped`](HookHandle::scoped) gives a
+/// guard that does.
 pub struct HookHandle {
     store: Weak<HookStore>,
     kind: Kind,
     id: u64,
-    keep: bool,
 }
 
 impl HookHandle {
-    /// Removes the hook now.
-    pub fn remove(mut self) {
-        self.detach();
-    }
-
-    /// Keeps the hook registered for the module's lifetime.
-    pub fn keep(mut self) {
-        self.keep = true;
-    }
-
-    fn detach(&mut self) {
+    /// Removes the hook now (a no-op when the module is gone).
+    pub fn remove(self) {
         if let Some(s) = self.store.upgrade() {
             s.remove(self.kind, self.id);
         }
-        self.store = Weak::new();
+    }
+
+    /// Whether the hook is still registered on a live module.
+    pub fn is_registered(&self) -> bool {
+        self.store.upgrade().is_some_and(|s| s.contains(self.kind, self.id))
+    }
+
+    /// A guard that removes the hook when it goes out of scope (RAII):
+    ///
+    /// ```
+    /// use nn_core::prelude::*;
+    /// # #[derive(Module)] struct Id { #[base] base: ModuleBase }
+    /// # impl Compute for Id { type Input = Tensor; type Output = Tensor; fn compute(&self, x: &Tensor) -> Tensor { x.clone() } }
+    /// # let m = Id { base: ModuleBase::new() };
+    /// {
+    ///     let _guard = m.register_forward_hook(|_, y| Some(y * 2.0)).unwrap().scoped();
+    ///     assert_eq!(m.forward(&Tensor::ones(&[1])).to_vec(), [2.0]);
+    /// } // removed here
+    /// assert_eq!(m.forward(&Tensor::ones(&[1])).to_vec(), [1.0]);
+    /// ```
+    #[must_use = "the guard removes the hook when dropped: bind it to a named variable (`let _guard = ...`)"]
+    pub fn scoped(self) -> ScopedHook {
+        ScopedHook(Some(self))
     }
 }
 
-impl Drop for HookHandle {
+/// A hook registration that removes its hook when dropped ([`HookHandle::scoped`]).
+#[derive(Debug)]
+pub struct ScopedHook(Option<HookHandle>);
+
+impl ScopedHook {
+    /// Keeps the hook registered after all, handing back its plain handle.
+    pub fn into_handle(mut self) -> HookHandle {
+        self.0.take().expect("a ScopedHook holds its handle until dropped")
+    }
+}
+
+impl Drop for ScopedHook {
     fn drop(&mut self) {
-        if !self.keep {
-            self.detach();
+        if let Some(h) = self.0.take() {
+            h.remove();
         }
     }
 }
@@ -113,9 +149,9 @@ impl std::fmt::Debug for HookHandle {
 }
 
 /// Per-instance bookkeeping that PyTorch keeps in `nn.Module` itself: the training flag
-/// and the hook lists. A derived module opts in with one field, `#[base] base:
-/// ModuleBase`, and runs its `forward` body through [`run`](ModuleBase::run); every
-/// built-in layer does.
+/// and the hook lists. Every module that runs has one (`#[base] base: ModuleBase`, which
+/// [`Compute`](super::Compute) requires); the hooks fire in
+/// [`Forward::forward`](super::Forward::forward).
 pub struct ModuleBase {
     training: bool,
     hooks: Arc<HookStore>,
@@ -129,9 +165,14 @@ impl Default for ModuleBase {
 }
 
 impl Clone for ModuleBase {
-    /// Copies the training flag; hooks belong to the original instance and are not copied.
+    /// Copies the training flag and the registered hooks (as PyTorch's `copy.deepcopy`):
+    /// a cloned module behaves like the original. Handles of the original's hooks remove
+    /// them from the original only.
     fn clone(&self) -> Self {
-        ModuleBase { training: self.training, hooks: Arc::default() }
+        let lists = self.hooks.lock().clone();
+        let hooks = HookStore { any: AtomicBool::new(false), lists: Mutex::new(lists) };
+        hooks.refresh(&hooks.lock());
+        ModuleBase { training: self.training, hooks: Arc::new(hooks) }
     }
 }
 
@@ -169,7 +210,7 @@ impl ModuleBase {
         let id = l.next;
         add(&mut l, id);
         self.hooks.refresh(&l);
-        HookHandle { store: Arc::downgrade(&self.hooks), kind, id, keep: false }
+        HookHandle { store: Arc::downgrade(&self.hooks), kind, id }
     }
 
     /// Registers a forward pre-hook (fired in registration order before `forward`).
@@ -197,9 +238,9 @@ impl ModuleBase {
         self.register(Kind::Backward, |l, id| l.bwd.push((id, Arc::new(hook))))
     }
 
-    /// Runs a module's computation `f` on `input` with this base's hooks around it. Every
-    /// built-in layer's `forward` is `self.base.run(input, |x| ...)`.
-    pub fn run(&self, input: &Tensor, f: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+    /// Runs a module's computation `f` on `input` with this base's hooks around it: what
+    /// [`Forward::forward`](super::Forward::forward) does for every module.
+    pub(crate) fn call<I: ModuleIo, O: ModuleIo>(&self, input: &I, f: impl FnOnce(&I) -> O) -> O {
         if !self.hooks.any.load(Ordering::Acquire) {
             return f(input);
         }
@@ -213,16 +254,17 @@ impl ModuleBase {
         };
         let mut x = input.clone();
         for h in &pre {
-            if let Some(new) = h(&x) {
-                x = new;
+            if let Some(new) = h(x.primary()) {
+                x = x.with_primary(new);
             }
         }
         let with_bwd = !bwd.is_empty() && is_grad_enabled();
         let grad_output: Arc<Mutex<Option<Tensor>>> = Arc::default();
-        let input_needs_grad = x.requires_grad();
+        let input_needs_grad = x.primary().requires_grad();
         if with_bwd && input_needs_grad {
             let (bwd, go) = (bwd.clone(), grad_output.clone());
-            x = custom_op("BackwardHookFunctionBackward", &[&x], &x, move |g_in| {
+            let p = x.primary().clone();
+            x = x.with_primary(custom_op("BackwardHookFunctionBackward", &[&p], &p, move |g_in| {
                 let g_out = go.lock().unwrap_or_else(|e| e.into_inner()).take();
                 let mut g = g_in.clone();
                 if let Some(g_out) = g_out {
@@ -234,16 +276,17 @@ impl ModuleBase {
                     }
                 }
                 vec![Some(g)]
-            });
+            }));
         }
         let mut y = f(&x);
         for h in &fwd {
-            if let Some(new) = h(&x, &y) {
-                y = new;
+            if let Some(new) = h(x.primary(), y.primary()) {
+                y = y.with_primary(new);
             }
         }
-        if with_bwd && y.requires_grad() {
-            y = custom_op("BackwardHookFunctionBackward", &[&y], &y, move |g_out| {
+        if with_bwd && y.primary().requires_grad() {
+            let p = y.primary().clone();
+            y = y.with_primary(custom_op("BackwardHookFunctionBackward", &[&p], &p, move |g_out| {
                 if input_needs_grad {
                     *grad_output.lock().unwrap_or_else(|e| e.into_inner()) = Some(g_out.clone());
                 } else {
@@ -253,7 +296,7 @@ impl ModuleBase {
                     }
                 }
                 vec![Some(g_out.clone())]
-            });
+            }));
         }
         y
     }

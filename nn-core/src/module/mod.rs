@@ -8,6 +8,7 @@
 //! `visit` (and the rest of the required methods) from field annotations.
 
 mod display;
+pub mod forward;
 pub mod hooks;
 mod load;
 
@@ -16,7 +17,8 @@ use std::collections::HashSet;
 use std::fmt;
 
 pub use display::fmt_module;
-pub use hooks::{HookHandle, ModuleBase};
+pub use forward::{Compute, Forward, ForwardArg, HasBase, Layer, ModuleIo};
+pub use hooks::{HookHandle, ModuleBase, ScopedHook};
 pub use load::IncompatibleKeys;
 pub use parameter::Parameter;
 
@@ -113,16 +115,6 @@ pub trait ExtraRepr {
     fn extra_repr(&self) -> String;
 }
 
-/// A computation from one tensor to one tensor: how a module is run.
-pub trait Forward {
-    /// Runs the module on `input`.
-    fn forward(&self, input: &Tensor) -> Tensor;
-}
-
-/// A module that can be run: what heterogeneous containers (`Sequential`) hold.
-pub trait Layer: Module + Forward + Send + Sync {}
-impl<T: Module + Forward + Send + Sync> Layer for T {}
-
 /// A neural-network module with registered state (PyTorch's `nn.Module`).
 ///
 /// Implement it with `#[derive(Module)]`; the required methods are what the derive
@@ -133,7 +125,7 @@ pub trait Module: HoldsState + Any {
     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>));
 
     /// Calls `f` on each direct sub-module, mutably, in declaration order.
-    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module));
+    fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module));
 
     /// The type's name as printed (`"Linear"`).
     fn type_name(&self) -> &'static str;
@@ -151,6 +143,23 @@ pub trait Module: HoldsState + Any {
     /// Mutable access to the base, if any.
     fn base_mut(&mut self) -> Option<&mut ModuleBase> {
         None
+    }
+
+    /// Whether the module runs a forward of its own, so that hooks on it fire. True for
+    /// every module with a base (`#[derive(Module)]` checks at compile time that a struct
+    /// with a `#[base]` field implements [`Compute`]); containers that only hold modules
+    /// (`ModuleList`, `ModuleDict`) keep a base for their training flag and return false.
+    fn runs_forward(&self) -> bool {
+        self.base().is_some()
+    }
+
+    /// Replaces the direct child `name` with the module in `slot`, an `Option<M>` (taken
+    /// on success). Written by `#[derive(Module)]`; used by
+    /// [`set_submodule`](Module::set_submodule).
+    #[doc(hidden)]
+    fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
+        let _ = (name, slot);
+        SetChild::Unsupported
     }
 
     /// True for a lazy module whose parameters do not exist yet (before its first forward).
@@ -222,6 +231,11 @@ pub trait Module: HoldsState + Any {
         out
     }
 
+    /// `self` first, then every sub-module, pre-order (PyTorch's `modules()`).
+    fn modules(&self) -> Vec<&dyn Module> {
+        self.named_modules().into_iter().map(|(_, m)| m).collect()
+    }
+
     /// Direct sub-modules with their names.
     fn named_children(&self) -> Vec<(String, &dyn Module)> {
         let mut out = Vec::new();
@@ -277,6 +291,85 @@ pub trait Module: HoldsState + Any {
             walked.push_str(part);
         }
         Ok(cur)
+    }
+
+    /// The sub-module at a dotted `path`, mutably (`""` is `self`).
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`], as [`get_submodule`](Module::get_submodule).
+    fn get_submodule_mut(&mut self, path: &str) -> Result<&mut dyn Module> {
+        let mut cur = self.as_dyn_mut();
+        if path.is_empty() {
+            return Ok(cur);
+        }
+        let mut walked = String::new();
+        for part in path.split('.') {
+            let parent_type = cur.type_name();
+            let mut found = None;
+            let mut names = Vec::new();
+            cur.visit_modules_mut(&mut |name, m| {
+                names.push(name.to_string());
+                if found.is_none() && name.matches(part) {
+                    found = Some(m);
+                }
+            });
+            match found {
+                Some(m) => cur = m,
+                None => {
+                    return Err(Error::SubmoduleNotFound {
+                        path: path.to_string(),
+                        missing: part.to_string(),
+                        parent: if walked.is_empty() { "<root>".into() } else { walked },
+                        parent_type,
+                        children: names,
+                    })
+                }
+            }
+            if !walked.is_empty() {
+                walked.push('.');
+            }
+            walked.push_str(part);
+        }
+        Ok(cur)
+    }
+
+    /// The sub-module at `path` as its concrete type, without a downcast at the call site:
+    /// `model.get_submodule_as::<Linear>("encoder.fc")?.out_features`.
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`], or [`Error::WrongModuleType`] naming both types.
+    fn get_submodule_as<T: Module>(&self, path: &str) -> Result<&T>
+    where
+        Self: Sized,
+    {
+        self.as_dyn().submodule_as(path)
+    }
+
+    /// [`get_submodule_as`](Module::get_submodule_as), mutably.
+    ///
+    /// # Errors
+    /// As `get_submodule_as`.
+    fn get_submodule_as_mut<T: Module>(&mut self, path: &str) -> Result<&mut T>
+    where
+        Self: Sized,
+    {
+        self.as_dyn_mut().submodule_as_mut(path)
+    }
+
+    /// Replaces the sub-module at `path` with `module` (PyTorch's `set_submodule`). The
+    /// slot decides what fits: a field of type `Linear` takes a `Linear`, an
+    /// `Option<Linear>` field a `Linear`, a `Box<dyn Layer>` field or `Sequential` item a
+    /// `Box<dyn Layer>` (box any layer into it), a `ModuleList<M>` item an `M`.
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`] for a path that does not exist, and
+    /// [`Error::SetSubmodule`] naming the slot's type for a module that does not fit; on
+    /// error nothing is changed.
+    fn set_submodule<M: Module>(&mut self, path: &str, module: M) -> Result<()>
+    where
+        Self: Sized,
+    {
+        self.as_dyn_mut().set_submodule_dyn(path, &mut Some(module), std::any::type_name::<M>())
     }
 
     // ------------------------------------------------------------------------------
@@ -429,8 +522,10 @@ pub trait Module: HoldsState + Any {
         }
     }
 
-    /// Sets `requires_grad` on every parameter (freezing with `false`).
-    fn requires_grad_(&mut self, requires_grad: bool) {
+    /// Sets `requires_grad` on every parameter of this module and its sub-modules
+    /// (freezing with `false`). Takes `&self` (parameters are shared handles), so any
+    /// subtree can be frozen: `model.get_submodule("encoder")?.requires_grad_(false)`.
+    fn requires_grad_(&self, requires_grad: bool) {
         for p in self.parameters() {
             p.requires_grad_(requires_grad);
         }
@@ -456,48 +551,6 @@ pub trait Module: HoldsState + Any {
     // Hooks
     // ------------------------------------------------------------------------------
 
-    /// Registers a forward pre-hook on this module (see [`hooks`]).
-    ///
-    /// # Errors
-    /// [`Error::NoHooks`] when the module has no [`ModuleBase`] to hold hooks.
-    fn register_forward_pre_hook(
-        &self,
-        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
-    ) -> Result<HookHandle>
-    where
-        Self: Sized,
-    {
-        self.as_dyn().hook_base().map(|b| b.register_forward_pre_hook(hook))
-    }
-
-    /// Registers a forward hook on this module (see [`hooks`]).
-    ///
-    /// # Errors
-    /// [`Error::NoHooks`] when the module has no [`ModuleBase`] to hold hooks.
-    fn register_forward_hook(
-        &self,
-        hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
-    ) -> Result<HookHandle>
-    where
-        Self: Sized,
-    {
-        self.as_dyn().hook_base().map(|b| b.register_forward_hook(hook))
-    }
-
-    /// Registers a full backward hook on this module (see [`hooks`]).
-    ///
-    /// # Errors
-    /// [`Error::NoHooks`] when the module has no [`ModuleBase`] to hold hooks.
-    fn register_full_backward_hook(
-        &self,
-        hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
-    ) -> Result<HookHandle>
-    where
-        Self: Sized,
-    {
-        self.as_dyn().hook_base().map(|b| b.register_full_backward_hook(hook))
-    }
-
     /// `self` as a trait object.
     #[doc(hidden)]
     fn as_dyn(&self) -> &dyn Module;
@@ -510,7 +563,9 @@ pub trait Module: HoldsState + Any {
 /// The six accessor methods every hand-written `Module` impl repeats (`base`, `base_mut`,
 /// `as_any`, `as_any_mut`, `as_dyn`, `as_dyn_mut`); `#[derive(Module)]` writes them itself.
 /// Pass the name of the `ModuleBase` field, or nothing when `base`/`base_mut` are written by
-/// hand.
+/// hand. A hand-written module with a base either implements [`Compute`] (and
+/// [`HasBase`]) or overrides [`Module::runs_forward`] to return false, as the containers
+/// do: a hook on it must be able to fire.
 ///
 /// ```
 /// use nn_core::module::HoldsState;
@@ -523,12 +578,15 @@ pub trait Module: HoldsState + Any {
 /// }
 /// impl HoldsState for ParamList {}
 /// impl Module for ParamList {
+///     fn runs_forward(&self) -> bool {
+///         false // it holds parameters; it has no forward
+///     }
 ///     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
 ///         for (i, p) in self.params.iter().enumerate() {
 ///             f(Name::Index(i), Item::Param(p));
 ///         }
 ///     }
-///     fn visit_modules_mut(&mut self, _: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {}
+///     fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
 ///     fn type_name(&self) -> &'static str {
 ///         "ParamList"
 ///     }
@@ -641,8 +699,14 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         (**self).visit(f)
     }
-    fn visit_modules_mut(&mut self, f: &mut dyn FnMut(Name<'_>, &mut dyn Module)) {
+    fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
         (**self).visit_modules_mut(f)
+    }
+    fn runs_forward(&self) -> bool {
+        (**self).runs_forward()
+    }
+    fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
+        (**self).__set_child(name, slot)
     }
     fn type_name(&self) -> &'static str {
         (**self).type_name()
@@ -670,53 +734,132 @@ impl<M: Module + ?Sized> Module for Box<M> {
     }
 }
 
-impl<M: Forward + ?Sized> Forward for Box<M> {
-    fn forward(&self, input: &Tensor) -> Tensor {
-        (**self).forward(input)
-    }
+/// What [`Module::__set_child`] did.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum SetChild {
+    /// The child was replaced.
+    Done,
+    /// No direct child has that name.
+    NoSuchChild,
+    /// The slot holds another type (its name).
+    WrongType(&'static str),
+    /// The module does not support replacing children.
+    Unsupported,
 }
 
-impl dyn Module {
-    /// The base that holds this module's hooks.
+/// Hook registration, for every module and for the `&dyn Module` items of
+/// `named_modules()` alike (in the [`prelude`](crate::prelude)). Hooks stay registered
+/// until `handle.remove()`; see [`hooks`].
+pub trait Hooks: Module {
+    /// The base that holds this module's hooks: the module's own, when it runs.
     ///
     /// # Errors
-    /// [`Error::NoHooks`] naming the module type when it has no [`ModuleBase`].
-    pub fn hook_base(&self) -> Result<&ModuleBase> {
-        self.base().ok_or(Error::NoHooks { module: self.type_name() })
+    /// [`Error::NoHooks`] naming the module type when it does not run.
+    fn hook_base(&self) -> Result<&ModuleBase> {
+        match self.base() {
+            Some(b) if self.runs_forward() => Ok(b),
+            _ => Err(Error::NoHooks { module: self.type_name(), path: None }),
+        }
+    }
+
+    /// Registers a forward pre-hook: it sees the primary input and may return a
+    /// replacement.
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_forward_pre_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_forward_pre_hook(hook))
+    }
+
+    /// Registers a forward hook: it sees the primary input and output and may return a
+    /// replacement output. Works on the `&dyn Module` items of `named_modules()`:
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use nn_core::prelude::*;
+    /// # #[derive(Module)] struct Double { #[base] base: ModuleBase }
+    /// # impl Compute for Double { type Input = Tensor; type Output = Tensor; fn compute(&self, x: &Tensor) -> Tensor { x * 2.0 } }
+    /// #[derive(Module)]
+    /// struct Net { #[module] a: Double, #[module] b: Double, #[base] base: ModuleBase }
+    /// impl Compute for Net {
+    ///     type Input = Tensor;
+    ///     type Output = Tensor;
+    ///     fn compute(&self, x: &Tensor) -> Tensor { self.b.forward(&self.a.forward(x)) }
+    /// }
+    /// let net = Net { a: Double { base: ModuleBase::new() }, b: Double { base: ModuleBase::new() }, base: ModuleBase::new() };
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// for (name, m) in net.named_modules() {
+    ///     let seen = seen.clone();
+    ///     let _ = m.register_forward_hook(move |_, y| { seen.lock().unwrap().push((name.clone(), y.item())); None });
+    /// }
+    /// net.forward(&Tensor::ones(&[]));
+    /// let seen = seen.lock().unwrap();
+    /// assert_eq!(*seen, [("a".to_string(), 2.0), ("b".to_string(), 4.0), ("".to_string(), 4.0)]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_forward_hook(
+        &self,
+        hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_forward_hook(hook))
+    }
+
+    /// Registers a full backward hook: it sees `grad_input` (`None` when the input needs
+    /// no gradient) and `grad_output`, and may return a replacement `grad_input`.
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_full_backward_hook(
+        &self,
+        hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_full_backward_hook(hook))
     }
 
     /// Registers a forward hook on every module of the tree (the root included) for which
-    /// `make(path, module)` returns one, e.g. to capture every named activation.
+    /// `make(path, module)` returns one, e.g. to capture every named activation. Modules
+    /// that do not run (containers) are not offered to `make`.
     ///
     /// # Errors
-    /// [`Error::NoHooks`] for a module that was given a hook but cannot hold one; hooks
-    /// registered before the error are removed again (their handles are dropped).
-    pub fn register_forward_hooks_all(
+    /// None today; kept fallible for symmetry with the path forms.
+    fn register_forward_hooks_all(
         &self,
         mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::ForwardHook>,
     ) -> Result<Vec<HookHandle>> {
         let mut handles = Vec::new();
-        for (path, m) in self.named_modules() {
+        for (path, m) in self.as_dyn().named_modules() {
+            if !m.runs_forward() {
+                continue;
+            }
             if let Some(h) = make(&path, m) {
-                handles.push(m.hook_base()?.register_forward_hook(move |x, y| h(x, y)));
+                handles.push(m.register_forward_hook(move |x, y| h(x, y))?);
             }
         }
         Ok(handles)
     }
 
-    /// Registers a full backward hook on every module for which `make` returns one (a
-    /// per-layer NaN detector or gradient clipper).
+    /// Registers a full backward hook on every module that runs for which `make` returns
+    /// one (a per-layer NaN detector or gradient clipper).
     ///
     /// # Errors
     /// As `register_forward_hooks_all`.
-    pub fn register_full_backward_hooks_all(
+    fn register_full_backward_hooks_all(
         &self,
         mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::BackwardHook>,
     ) -> Result<Vec<HookHandle>> {
         let mut handles = Vec::new();
-        for (path, m) in self.named_modules() {
+        for (path, m) in self.as_dyn().named_modules() {
+            if !m.runs_forward() {
+                continue;
+            }
             if let Some(h) = make(&path, m) {
-                handles.push(m.hook_base()?.register_full_backward_hook(move |gi, go| h(gi, go)));
+                handles.push(m.register_full_backward_hook(move |gi, go| h(gi, go))?);
             }
         }
         Ok(handles)
@@ -725,37 +868,139 @@ impl dyn Module {
     /// Registers a forward hook on the sub-module at `path` (`"encoder.layers.0"`).
     ///
     /// # Errors
-    /// [`Error::SubmoduleNotFound`] or [`Error::NoHooks`].
-    pub fn register_forward_hook_at(
+    /// [`Error::SubmoduleNotFound`], or [`Error::NoHooks`] naming the path.
+    fn register_forward_hook_at(
         &self,
         path: &str,
         hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> Result<HookHandle> {
-        Ok(self.get_submodule(path)?.hook_base()?.register_forward_hook(hook))
+        Ok(hook_base_at(self.as_dyn(), path)?.register_forward_hook(hook))
     }
 
     /// Registers a forward pre-hook on the sub-module at `path`.
     ///
     /// # Errors
-    /// [`Error::SubmoduleNotFound`] or [`Error::NoHooks`].
-    pub fn register_forward_pre_hook_at(
+    /// [`Error::SubmoduleNotFound`], or [`Error::NoHooks`] naming the path.
+    fn register_forward_pre_hook_at(
         &self,
         path: &str,
         hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> Result<HookHandle> {
-        Ok(self.get_submodule(path)?.hook_base()?.register_forward_pre_hook(hook))
+        Ok(hook_base_at(self.as_dyn(), path)?.register_forward_pre_hook(hook))
     }
 
     /// Registers a full backward hook on the sub-module at `path`.
     ///
     /// # Errors
-    /// [`Error::SubmoduleNotFound`] or [`Error::NoHooks`].
-    pub fn register_full_backward_hook_at(
+    /// [`Error::SubmoduleNotFound`], or [`Error::NoHooks`] naming the path.
+    fn register_full_backward_hook_at(
         &self,
         path: &str,
         hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> Result<HookHandle> {
-        Ok(self.get_submodule(path)?.hook_base()?.register_full_backward_hook(hook))
+        Ok(hook_base_at(self.as_dyn(), path)?.register_full_backward_hook(hook))
+    }
+}
+
+impl<M: Module + ?Sized> Hooks for M {}
+
+/// The hook base of the module at `path`, or an error naming the path.
+fn hook_base_at<'a>(root: &'a dyn Module, path: &str) -> Result<&'a ModuleBase> {
+    let m = root.get_submodule(path)?;
+    m.hook_base().map_err(|_| Error::NoHooks { module: m.type_name(), path: Some(path.to_string()) })
+}
+
+impl dyn Module {
+    /// [`Module::get_submodule_as`] on a trait object.
+    ///
+    /// # Errors
+    /// As `get_submodule_as`.
+    pub fn submodule_as<T: Module>(&self, path: &str) -> Result<&T> {
+        let m = self.get_submodule(path)?;
+        let found = m.type_name();
+        m.as_any().downcast_ref::<T>().ok_or_else(|| wrong_type::<T>(path, found))
+    }
+
+    /// [`Module::get_submodule_as_mut`] on a trait object.
+    ///
+    /// # Errors
+    /// As `get_submodule_as`.
+    pub fn submodule_as_mut<T: Module>(&mut self, path: &str) -> Result<&mut T> {
+        let m = self.get_submodule_mut(path)?;
+        let found = m.type_name();
+        m.as_any_mut().downcast_mut::<T>().ok_or_else(|| wrong_type::<T>(path, found))
+    }
+
+    /// [`Module::set_submodule`] on a trait object: `slot` holds `Some(module)`, taken on
+    /// success; `given` names its type for errors.
+    ///
+    /// # Errors
+    /// As `set_submodule`.
+    pub fn set_submodule_dyn(&mut self, path: &str, slot: &mut dyn Any, given: &'static str) -> Result<()> {
+        let (parent, child) = match path.rsplit_once('.') {
+            Some((p, c)) => (p, c),
+            None => ("", path),
+        };
+        if child.is_empty() {
+            return Err(Error::SetSubmodule { path: path.into(), reason: "the path names no sub-module".into() });
+        }
+        let parent_module = self.get_submodule_mut(parent)?;
+        let parent_type = parent_module.type_name();
+        match parent_module.__set_child(child, slot) {
+            SetChild::Done => Ok(()),
+            SetChild::WrongType(expected) => Err(Error::SetSubmodule {
+                path: path.into(),
+                reason: format!("the slot holds `{expected}`, got `{given}`{}", box_hint(expected)),
+            }),
+            SetChild::NoSuchChild => {
+                // The look-up error names the children that exist.
+                self.get_submodule(path)?;
+                Err(Error::SetSubmodule { path: path.into(), reason: format!("`{parent_type}` has no slot `{child}`") })
+            }
+            SetChild::Unsupported => Err(Error::SetSubmodule {
+                path: path.into(),
+                reason: format!("`{parent_type}` does not support replacing its sub-modules"),
+            }),
+        }
+    }
+}
+
+fn wrong_type<T>(path: &str, found: &'static str) -> Error {
+    Error::WrongModuleType { path: path.into(), expected: short_type_name::<T>(), found }
+}
+
+/// `T`'s name without module paths: `ModuleList<Linear>` for
+/// `nn_layers::containers::ModuleList<nn_layers::linear::Linear>`. Leaked once per type
+/// (the set of types a program names is finite).
+#[doc(hidden)]
+pub fn short_type_name<T: ?Sized>() -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashMap<&'static str, &'static str>>> = OnceLock::new();
+    let full = std::any::type_name::<T>();
+    let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    names.entry(full).or_insert_with(|| {
+        let mut out = String::new();
+        let mut word = String::new();
+        for c in full.chars() {
+            if c.is_alphanumeric() || c == '_' || c == ':' {
+                word.push(c);
+            } else {
+                out.push_str(word.rsplit("::").next().unwrap_or(&word));
+                word.clear();
+                out.push(c);
+            }
+        }
+        out.push_str(word.rsplit("::").next().unwrap_or(&word));
+        Box::leak(out.into_boxed_str())
+    })
+}
+
+fn box_hint(expected: &str) -> &'static str {
+    if expected.contains("dyn ") {
+        " (box the module first: `Box::new(m) as Box<dyn Layer>`)"
+    } else {
+        ""
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use nn_core::{manual_seed, Error, Forward, Module, ModuleBase, Tensor};
+use nn_core::{Compute, Hooks};
 use nn_layers::{Linear, ReLU, Sequential};
 
 /// A user module that opts into hooks with its `#[base]` field.
@@ -27,9 +28,11 @@ impl Mlp {
     }
 }
 
-impl Forward for Mlp {
-    fn forward(&self, x: &Tensor) -> Tensor {
-        self.base.run(x, |x| self.fc2.forward(&self.act.forward(&self.fc1.forward(x))))
+impl Compute for Mlp {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        self.fc2.forward(&self.act.forward(&self.fc1.forward(x)))
     }
 }
 
@@ -57,8 +60,16 @@ fn capture_every_named_activation() {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
     assert_eq!(got, want);
-    // Dropping the handles removes every hook.
-    drop(handles);
+    // As in PyTorch, hooks stay until removed: dropping the handles keeps them ...
+    let ids: Vec<bool> = handles.iter().map(|h| h.is_registered()).collect();
+    assert_eq!(ids, [true; 4]);
+    acts.lock().unwrap().clear();
+    model.forward(&Tensor::ones(&[2, 4]));
+    assert_eq!(acts.lock().unwrap().len(), 4, "hooks must not vanish");
+    // ... and `remove()` takes each away.
+    for h in handles {
+        h.remove();
+    }
     acts.lock().unwrap().clear();
     model.forward(&Tensor::ones(&[2, 4]));
     assert!(acts.lock().unwrap().is_empty());
@@ -196,7 +207,7 @@ fn backward_hook_on_a_first_layer_sees_no_input_gradient() {
 }
 
 #[test]
-fn registration_by_path_keep_and_errors() {
+fn registration_by_path_persistence_and_errors() {
     let net = Sequential::new().add(Linear::new(2, 2)).add(ReLU::new()).add(Linear::new(2, 1));
     let count = Arc::new(Mutex::new(0));
     let c = count.clone();
@@ -205,11 +216,10 @@ fn registration_by_path_keep_and_errors() {
             *c.lock().unwrap() += 1;
             None
         })
-        .unwrap()
-        .keep();
+        .unwrap();
     net.forward(&Tensor::ones(&[1, 2]));
     net.forward(&Tensor::ones(&[1, 2]));
-    assert_eq!(*count.lock().unwrap(), 2, "a kept hook stays registered");
+    assert_eq!(*count.lock().unwrap(), 2, "a hook whose handle was dropped stays registered");
     let e = net.as_dyn().register_forward_hook_at("5", |_, _| None).unwrap_err();
     assert!(matches!(e, Error::SubmoduleNotFound { .. }), "{e}");
 
@@ -220,7 +230,7 @@ fn registration_by_path_keep_and_errors() {
     }
     let m = NoBase { fc: Linear::new(1, 1) };
     let e = m.register_forward_hook(|_, _| None).unwrap_err().to_string();
-    assert!(e.contains("`NoBase` cannot hold hooks") && e.contains("#[base] base: ModuleBase"), "{e}");
+    assert!(e.contains("`NoBase` has no forward of its own, so a hook on it would never fire"), "{e}");
     // Its sub-modules still can.
     m.fc.register_forward_hook(|_, _| None).unwrap().remove();
 }

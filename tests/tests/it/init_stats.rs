@@ -228,7 +228,10 @@ fn wrong_input_shapes_are_caught_at_the_layer() {
     let m = panic_message(|| {
         MultiheadAttention::new(8, 2).forward(&Tensor::zeros(&[3, 2, 6]));
     });
-    assert!(m.contains("MultiheadAttention(embed_dim=8) expects query [L, N, E] with E = 8, got [3, 2, 6]"), "{m}");
+    assert!(
+        m.contains("MultiheadAttention(embed_dim=8, num_heads=2) expects query [L, N, E] with E = 8, got [3, 2, 6]"),
+        "{m}"
+    );
     let m = panic_message(|| {
         GroupNorm::new(4, 6);
     });

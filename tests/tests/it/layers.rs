@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use nn_core::module::{ForwardArg, ModuleIo};
+use nn_core::{Compute, Layer};
 use nn_core::{Forward, Module, StateDict, Tensor};
 use nn_layers::*;
 
@@ -66,8 +68,16 @@ fn assert_close_ctx(a: &[f32], e: &[f32], tol: f32, ctx: &str) {
     }
 }
 
-fn fwd<M: Forward>(m: &M, _: &StateDict, x: &Tensor) -> Tensor {
+fn fwd<M: Layer>(m: &M, _: &StateDict, x: &Tensor) -> Tensor {
     m.forward(x)
+}
+
+/// Layers with masks run on the input alone (no masks) and return the primary output.
+fn fwd_primary<M: Compute>(m: &M, _: &StateDict, x: &Tensor) -> Tensor
+where
+    for<'a> &'a Tensor: ForwardArg<'a, M::Input>,
+{
+    m.forward(x).primary().clone()
 }
 
 const TIGHT: f32 = 1e-5;
@@ -77,7 +87,7 @@ const LOOSE: f32 = 1e-4;
 fn linear_and_bilinear() {
     check("linear", || Linear::new(5, 4), fwd, TIGHT);
     check("linear_nobias", || Linear::with_bias(5, 4, false), fwd, TIGHT);
-    check("bilinear", || Bilinear::new(3, 4, 2), |m, f, x| m.forward2(x, f.get("x2").unwrap()), TIGHT);
+    check("bilinear", || Bilinear::new(3, 4, 2), |m, f, x| m.forward((x, f.get("x2").unwrap())), TIGHT);
 }
 
 #[test]
@@ -141,23 +151,21 @@ fn activations_and_shape_layers() {
 
 #[test]
 fn attention() {
-    check("mha", || MultiheadAttention::new(8, 2), fwd, LOOSE);
+    check("mha", || MultiheadAttention::new(8, 2), fwd_primary, LOOSE);
     check(
         "mha_masked",
         || MultiheadAttention::with_options(8, 2, 0.0, true, true),
         |m, f, x| {
-            let opt = AttendOptions {
-                attn_mask: f.get("attn_mask"),
-                key_padding_mask: f.get("key_padding_mask"),
-                ..Default::default()
-            };
-            let (y, w) = m.attend(x, x, x, opt);
+            let mut a = AttentionInput::self_attention(x);
+            a.attn_mask = f.get("attn_mask").cloned();
+            a.key_padding_mask = f.get("key_padding_mask").cloned();
+            let (y, w) = m.forward(&a);
             Tensor::cat(&[&y.reshape(&[y.numel()]), &w.unwrap().reshape(&[2 * 4 * 4])], 0)
         },
         LOOSE,
     );
     let cfg = TransformerEncoderLayerConfig { dim_feedforward: 16, dropout: 0.0, ..Default::default() };
-    check("transformer_layer", || TransformerEncoderLayer::with_config(8, 2, cfg), fwd, LOOSE);
+    check("transformer_layer", || TransformerEncoderLayer::with_config(8, 2, cfg), fwd_primary, LOOSE);
     let pre = TransformerEncoderLayerConfig {
         dim_feedforward: 16,
         dropout: 0.0,
@@ -166,7 +174,7 @@ fn attention() {
         norm_first: true,
         ..Default::default()
     };
-    check("transformer_layer_prenorm", || TransformerEncoderLayer::with_config(8, 2, pre), fwd, LOOSE);
+    check("transformer_layer_prenorm", || TransformerEncoderLayer::with_config(8, 2, pre), fwd_primary, LOOSE);
 }
 
 #[test]
@@ -194,7 +202,7 @@ fn whole_models_load_pytorch_state_dicts_strictly() {
     check(
         "model_transformer",
         || TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(8, 2, cfg), None),
-        fwd,
+        fwd_primary,
         LOOSE,
     );
 }

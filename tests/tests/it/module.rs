@@ -2,6 +2,7 @@
 //! dtype/device moves, freezing and counts, checked against what PyTorch gives for the
 //! equivalent `nn.Module` (expected values written from PyTorch 2.x behaviour).
 
+use nn_core::{Compute, Layer};
 use nn_core::{DType, Device, Forward, Module, ModuleBase, Parameter, StateDict, Tensor};
 use nn_layers::{Linear, ModuleDict, ModuleList, ReLU, Sequential};
 
@@ -32,8 +33,10 @@ impl Block {
     }
 }
 
-impl Forward for Block {
-    fn forward(&self, x: &Tensor) -> Tensor {
+impl Compute for Block {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
         let y = self.fc.forward(x) * &self.scale;
         if self.base.is_training() {
             y
@@ -227,7 +230,7 @@ struct IntBuffer {
 
 #[test]
 fn freezing_and_counts() {
-    let mut n = net();
+    let n = net();
     let total = 1 + (3 * 4 + 4) + 2 * (4 * 4 + 4) + (4 * 2 + 2) + 4;
     assert_eq!(n.num_parameters(), total);
     assert_eq!(n.num_trainable_parameters(), total);
@@ -292,18 +295,22 @@ fn load_state_dict_reports_everything_and_leaves_model_unchanged() {
 #[test]
 fn generic_and_tuple_structs() {
     #[derive(Module)]
-    struct Residual<M: Module + Forward> {
+    struct Residual<M: Layer> {
         #[module]
         inner: M,
+        #[base]
+        base: ModuleBase,
     }
-    impl<M: Module + Forward> Forward for Residual<M> {
-        fn forward(&self, x: &Tensor) -> Tensor {
+    impl<M: Layer> Compute for Residual<M> {
+        type Input = Tensor;
+        type Output = Tensor;
+        fn compute(&self, x: &Tensor) -> Tensor {
             x + &self.inner.forward(x)
         }
     }
     #[derive(Module)]
     struct Pair(#[module] Linear, #[module(rename = "proj")] Linear, usize);
-    let r = Residual { inner: Linear::new(2, 2) };
+    let r = Residual { inner: Linear::new(2, 2), base: ModuleBase::new() };
     assert_eq!(names(r.named_parameters()), ["inner.weight", "inner.bias"]);
     assert_eq!(r.forward(&Tensor::ones(&[1, 2])).shape(), &[1, 2]);
     let p = Pair(Linear::new(1, 1), Linear::new(1, 1), 0);

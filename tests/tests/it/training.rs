@@ -148,7 +148,7 @@ fn schedulers_match_pytorch() {
 #[test]
 fn frozen_parameters_are_skipped_and_clipping_scales() {
     manual_seed(0);
-    let mut m = small_model();
+    let m = small_model();
     m.get_submodule("0").unwrap();
     let first = m.named_parameters()[0].1.clone();
     let before = first.to_vec();

@@ -1,0 +1,217 @@
+//! How a module runs: implement [`Compute`], call [`Forward::forward`].
+//!
+//! PyTorch separates the method a module defines (`forward`) from the way it is called
+//! (`module(x)`, whose `__call__` runs the hooks around `forward`); calling `.forward`
+//! directly skips the hooks, silently. nn makes the same split, but the way around the
+//! hooks does not exist:
+//!
+//! - a module implements [`Compute`]: its input and output types and the computation;
+//! - every caller uses [`Forward::forward`], which nn implements once, for every
+//!   `Compute` type, and which runs the module's hooks around `compute`. `Forward`
+//!   cannot be implemented by hand (it is sealed), so no module's `forward` can forget
+//!   its hooks, and a module cannot be run without them: `compute` is only the body.
+//! - `Compute` requires [`HasBase`]: a module that runs has a [`ModuleBase`] to hold its
+//!   hooks (`#[derive(Module)]` implements `HasBase` for a struct with a `#[base]`
+//!   field, and asserts in turn that such a struct implements `Compute`). So every
+//!   module that runs accepts hooks, and a module that accepts hooks runs.
+//!
+//! Inputs and outputs can be anything that names one *primary* tensor ([`ModuleIo`]):
+//! a `Tensor`, a tuple whose first element is a `Tensor` (`(Tensor, Option<Tensor>)`,
+//! `(Tensor, String)`), or a struct of one's own such as the attention layers' inputs with
+//! their masks. Hooks see and may replace the primary tensors, with the closure
+//! signatures of PyTorch's single-tensor hooks.
+//!
+//! ```
+//! use nn_core::prelude::*;
+//!
+//! #[derive(Module)]
+//! struct Scale {
+//!     #[param] s: Parameter,
+//!     #[base] base: ModuleBase,
+//! }
+//!
+//! impl Compute for Scale {
+//!     type Input = Tensor;
+//!     type Output = Tensor;
+//!     fn compute(&self, x: &Tensor) -> Tensor {
+//!         x * &*self.s
+//!     }
+//! }
+//!
+//! let m = Scale { s: Parameter::new(Tensor::full(&[1], 3.0)), base: ModuleBase::new() };
+//! let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+//! let log = seen.clone();
+//! m.register_forward_hook(move |_, y| { log.lock().unwrap().push(y.to_vec()); None }).unwrap();
+//! assert_eq!(m.forward(&Tensor::ones(&[2])).to_vec(), [3.0, 3.0]);
+//! assert_eq!(*seen.lock().unwrap(), [vec![3.0, 3.0]]); // the hook ran: nothing to opt into
+//! ```
+
+use std::borrow::Cow;
+
+use super::{Module, ModuleBase};
+use crate::tensor::Tensor;
+
+/// A module's input or output as its hooks see it: one primary tensor, which forward
+/// pre-hooks and forward hooks may replace and backward hooks see the gradient of.
+pub trait ModuleIo: Clone {
+    /// The tensor hooks see (for tuples, the first element).
+    fn primary(&self) -> &Tensor;
+    /// A copy with the primary tensor replaced (what a hook's returned tensor becomes).
+    fn with_primary(&self, primary: Tensor) -> Self;
+}
+
+impl ModuleIo for Tensor {
+    fn primary(&self) -> &Tensor {
+        self
+    }
+    fn with_primary(&self, primary: Tensor) -> Self {
+        primary
+    }
+}
+
+impl<B: Clone> ModuleIo for (Tensor, B) {
+    fn primary(&self) -> &Tensor {
+        &self.0
+    }
+    fn with_primary(&self, primary: Tensor) -> Self {
+        (primary, self.1.clone())
+    }
+}
+
+impl<B: Clone, C: Clone> ModuleIo for (Tensor, B, C) {
+    fn primary(&self) -> &Tensor {
+        &self.0
+    }
+    fn with_primary(&self, primary: Tensor) -> Self {
+        (primary, self.1.clone(), self.2.clone())
+    }
+}
+
+impl<B: Clone, C: Clone, D: Clone> ModuleIo for (Tensor, B, C, D) {
+    fn primary(&self) -> &Tensor {
+        &self.0
+    }
+    fn with_primary(&self, primary: Tensor) -> Self {
+        (primary, self.1.clone(), self.2.clone(), self.3.clone())
+    }
+}
+
+/// A module that owns a [`ModuleBase`]: the hook lists and training flag of a module that
+/// runs. `#[derive(Module)]` implements it for a struct with a `#[base]` field.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` computes a forward but has no `#[base]` field to hold its hooks",
+    label = "`{Self}` has no `ModuleBase`",
+    note = "add `#[base] base: ModuleBase` to `{Self}` (initialised with `ModuleBase::new()`): every module that runs \
+            accepts hooks, and its hooks always fire"
+)]
+pub trait HasBase: Module {
+    /// The base.
+    fn module_base(&self) -> &ModuleBase;
+}
+
+/// The computation of a module: what PyTorch users write as `def forward`. Implement
+/// this; call [`Forward::forward`], which runs the hooks around it.
+///
+/// `Input` and `Output` name the module's signature: `Tensor` for the usual layer, a
+/// tuple or a struct for several inputs or outputs (masks, a task name, attention
+/// weights). See the [module docs](self).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not compute a forward: it does not implement `Compute`",
+    label = "no `impl Compute for {Self}`",
+    note = "write `impl Compute for {Self} {{ type Input = Tensor; type Output = Tensor; fn compute(&self, x: &Tensor) \
+            -> Tensor {{ ... }} }}`"
+)]
+pub trait Compute: HasBase {
+    /// What the module takes (`Tensor`, a tuple, or an input struct).
+    type Input: ModuleIo;
+    /// What the module returns.
+    type Output: ModuleIo;
+    /// The computation. Sub-modules are called with [`Forward::forward`], so their hooks
+    /// run too.
+    fn compute(&self, input: &Self::Input) -> Self::Output;
+}
+
+/// What [`Forward::forward`] accepts for a module whose input is `I`: a `&I`; for tuple
+/// inputs a tuple of references (`bilinear.forward((&x1, &x2))`); for input structs
+/// whatever their layer converts (a plain `&Tensor` for self-attention, say).
+pub trait ForwardArg<'a, I: Clone> {
+    /// The input, borrowed where possible.
+    fn into_input(self) -> Cow<'a, I>;
+}
+
+impl<'a, I: Clone> ForwardArg<'a, I> for &'a I {
+    fn into_input(self) -> Cow<'a, I> {
+        Cow::Borrowed(self)
+    }
+}
+
+impl<'a, B: Clone> ForwardArg<'a, (Tensor, B)> for (&'a Tensor, &'a B) {
+    fn into_input(self) -> Cow<'a, (Tensor, B)> {
+        Cow::Owned((self.0.clone(), self.1.clone()))
+    }
+}
+
+impl<'a, B: Clone, C: Clone> ForwardArg<'a, (Tensor, B, C)> for (&'a Tensor, &'a B, &'a C) {
+    fn into_input(self) -> Cow<'a, (Tensor, B, C)> {
+        Cow::Owned((self.0.clone(), self.1.clone(), self.2.clone()))
+    }
+}
+
+mod sealed {
+    #[diagnostic::on_unimplemented(
+        message = "`Forward` is implemented by nn for every module that implements `Compute`",
+        label = "implement `Compute` for `{Self}` instead",
+        note = "`forward` runs the module's hooks around `compute`; write `impl Compute for {Self} {{ type Input = \
+                Tensor; type Output = Tensor; fn compute(&self, x: &Tensor) -> Tensor {{ ... }} }}`"
+    )]
+    pub trait Sealed {}
+    impl<M: super::Compute + ?Sized> Sealed for M {}
+}
+
+/// Running a module: `module.forward(&x)`, PyTorch's `module(x)`. Implemented for every
+/// [`Compute`] type (and only those): runs the forward pre-hooks, `compute`, the forward
+/// hooks, and wires the full backward hooks into the graph.
+pub trait Forward: sealed::Sealed {
+    /// The module's input type.
+    type Input: ModuleIo;
+    /// The module's output type.
+    type Output: ModuleIo;
+
+    /// Runs the module on `input` with its hooks.
+    fn forward<'a>(&self, input: impl ForwardArg<'a, Self::Input>) -> Self::Output
+    where
+        Self::Input: 'a;
+}
+
+impl<M: Compute + ?Sized> Forward for M {
+    type Input = M::Input;
+    type Output = M::Output;
+
+    fn forward<'a>(&self, input: impl ForwardArg<'a, M::Input>) -> M::Output
+    where
+        M::Input: 'a,
+    {
+        let input = input.into_input();
+        self.module_base().call(&*input, |x| self.compute(x))
+    }
+}
+
+/// A module from one tensor to one tensor: what `Sequential` holds and what
+/// `Box<dyn Layer>` slots take. In generic code, `M: Layer` makes `m.forward(&x)`
+/// available.
+pub trait Layer: Compute<Input = Tensor, Output = Tensor> + Send + Sync {}
+impl<T: Compute<Input = Tensor, Output = Tensor> + Send + Sync> Layer for T {}
+
+impl<M: HasBase + ?Sized> HasBase for Box<M> {
+    fn module_base(&self) -> &ModuleBase {
+        (**self).module_base()
+    }
+}
+
+impl<M: Compute + ?Sized> Compute for Box<M> {
+    type Input = M::Input;
+    type Output = M::Output;
+    fn compute(&self, input: &M::Input) -> M::Output {
+        (**self).compute(input)
+    }
+}
