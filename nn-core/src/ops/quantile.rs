@@ -69,10 +69,13 @@ impl Tensor {
     ///
     /// `dim = None` takes the quantile of all elements (a 0-d result, or all dims kept as 1
     /// with `keepdim`); `Some(d)` reduces dimension `d` (negative counts from the back).
-    /// The dim is an `i64` so that `None` needs no type annotation. A slice holding a NaN
-    /// gives NaN. The gradient flows to the two neighbours with weights
+    /// The dim is an `i64` so that `None` needs no type annotation. The rank and the
+    /// interpolation are computed in the input's precision, as PyTorch's. A slice holding
+    /// a NaN gives NaN. The gradient flows to the two neighbours with weights
     /// `1 - (rank - floor(rank))` and `rank - floor(rank)`, as through PyTorch's sort and
-    /// lerp (ties go to the earlier element, a NaN slice's to its last NaN).
+    /// lerp. Among equal values the earlier one counts as the lower neighbour (the sort is
+    /// stable; PyTorch's default sort leaves that order unspecified); a NaN slice's
+    /// gradient goes to its last NaN.
     ///
     /// ```
     /// use nn_core::Tensor;
