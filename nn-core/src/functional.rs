@@ -38,6 +38,36 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
     }
 }
 
+/// `input + mat1 @ mat2`, PyTorch's `torch.addmm(input, mat1, mat2)` (`beta = alpha = 1`):
+/// `mat1: [m, k]`, `mat2: [k, n]`, `input` broadcastable to `[m, n]`. One GEMM accumulates
+/// into the broadcast input; see [`Tensor::addmm_with`].
+///
+/// ```
+/// use nn_core::{functional::addmm, Tensor};
+/// let b = Tensor::from_vec(vec![0.5, -0.5], &[2]);
+/// let x = Tensor::from_vec(vec![1.0, 2.0], &[1, 2]);
+/// let w_t = Tensor::from_vec(vec![1.0, 0.0, 1.0, 1.0], &[2, 2]);
+/// assert_eq!(addmm(&b, &x, &w_t).to_vec(), vec![3.5, 1.5]);
+/// ```
+#[track_caller]
+pub fn addmm(input: &Tensor, mat1: &Tensor, mat2: &Tensor) -> Tensor {
+    input.addmm(mat1, mat2)
+}
+
+/// `beta * input + alpha * (mat1 @ mat2)`, PyTorch's
+/// `torch.addmm(input, mat1, mat2, beta=beta, alpha=alpha)`; see [`Tensor::addmm_with`].
+///
+/// ```
+/// use nn_core::{functional::addmm_with, Tensor};
+/// let c = Tensor::full(&[2, 2], 1.0);
+/// let y = addmm_with(&c, &Tensor::eye(2), &Tensor::eye(2), 3.0, -1.0);
+/// assert_eq!(y.to_vec(), vec![2.0, 3.0, 3.0, 2.0]);
+/// ```
+#[track_caller]
+pub fn addmm_with(input: &Tensor, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
+    input.addmm_with(mat1, mat2, beta, alpha)
+}
+
 /// See [`Tensor::relu`].
 pub fn relu(x: &Tensor) -> Tensor {
     x.relu()

@@ -120,7 +120,9 @@ pub mod testing;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use autograd::{enable_grad, is_grad_enabled, no_grad, NoGradGuard};
+pub use autograd::{
+    enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, InferenceModeGuard, NoGradGuard,
+};
 pub use device::{default_device, with_device, Device};
 pub use dtype::{DType, Element, FloatElement};
 pub use error::{Error, Result};

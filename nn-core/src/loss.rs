@@ -154,18 +154,77 @@ fn check_same_shape(op: &str, a: &Tensor, b: &Tensor) {
     }
 }
 
-/// Mean squared error.
+/// Squared error `(input - target)^2`, reduced (`F.mse_loss(input, target, reduction=..)`);
+/// `input` and `target` have the same shape. [`Tensor::mse_loss`] is the default
+/// (mean) form.
+///
+/// ```
+/// use nn_core::{functional::{mse_loss, Reduction}, Tensor};
+/// let (x, t) = (Tensor::from_vec(vec![1.0, 4.0], &[2]), Tensor::from_vec(vec![0.0, 2.0], &[2]));
+/// assert_eq!(mse_loss(&x, &t, Reduction::Mean).item(), 2.5);
+/// assert_eq!(mse_loss(&x, &t, Reduction::Sum).item(), 5.0);
+/// assert_eq!(mse_loss(&x, &t, Reduction::None).to_vec(), vec![1.0, 4.0]);
+/// ```
 #[track_caller]
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
     check_same_shape("mse_loss", input, target);
     reduce((input - target).square(), reduction)
 }
 
-/// Mean absolute error.
+/// Absolute error `|input - target|`, reduced (`F.l1_loss(input, target, reduction=..)`);
+/// `input` and `target` have the same shape. [`Tensor::l1_loss`] is the default (mean)
+/// form.
+///
+/// ```
+/// use nn_core::{functional::{l1_loss, Reduction}, Tensor};
+/// let (x, t) = (Tensor::from_vec(vec![1.0, 4.0], &[2]), Tensor::from_vec(vec![0.0, 2.0], &[2]));
+/// assert_eq!(l1_loss(&x, &t, Reduction::Mean).item(), 1.5);
+/// assert_eq!(l1_loss(&x, &t, Reduction::Sum).item(), 3.0);
+/// ```
 #[track_caller]
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
     check_same_shape("l1_loss", input, target);
     reduce((input - target).abs(), reduction)
+}
+
+impl Tensor {
+    /// Mean squared error against `target`, `mean((self - target)^2)`: PyTorch's default
+    /// form `F.mse_loss(input, target)` (reduction `'mean'`), the same as
+    /// [`functional::mse_loss`](crate::functional::mse_loss) with [`Reduction::Mean`].
+    /// Both tensors have the same shape; the result is 0-d.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0, 4.0, 0.0, 1.0], &[2, 2]);
+    /// let t = Tensor::from_vec(vec![0.0, 2.0, 2.0, 0.0], &[2, 2]);
+    /// assert_eq!(x.mse_loss(&t).item(), 2.5); // (1 + 4 + 4 + 1) / 4
+    /// ```
+    ///
+    /// # Panics
+    /// When the shapes differ.
+    #[track_caller]
+    pub fn mse_loss(&self, target: &Tensor) -> Tensor {
+        mse_loss(self, target, Reduction::Mean)
+    }
+
+    /// Mean absolute error against `target`, `mean(|self - target|)`: PyTorch's default
+    /// form `F.l1_loss(input, target)` (reduction `'mean'`), the same as
+    /// [`functional::l1_loss`](crate::functional::l1_loss) with [`Reduction::Mean`].
+    /// Both tensors have the same shape; the result is 0-d.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0, 4.0, 0.0, 1.0], &[2, 2]);
+    /// let t = Tensor::from_vec(vec![0.0, 2.0, 2.0, 0.0], &[2, 2]);
+    /// assert_eq!(x.l1_loss(&t).item(), 1.5); // (1 + 2 + 2 + 1) / 4
+    /// ```
+    ///
+    /// # Panics
+    /// When the shapes differ.
+    #[track_caller]
+    pub fn l1_loss(&self, target: &Tensor) -> Tensor {
+        l1_loss(self, target, Reduction::Mean)
+    }
 }
 
 /// Binary cross-entropy on logits, computed stably as
@@ -188,4 +247,67 @@ pub fn binary_cross_entropy_with_logits(
         }
     };
     reduce(per, reduction)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{l1_loss, mse_loss, Reduction};
+    use crate::testing::gradcheck;
+    use crate::testing::support::{assert_close64, grad, leaf, t64};
+    use crate::Tensor;
+
+    const X: [f64; 6] = [0.5, -1.0, 2.0, 3.0, 0.0, -2.5];
+    const T: [f64; 6] = [1.0, 1.0, 1.5, 2.0, -1.0, 0.5];
+
+    #[test]
+    fn default_forms_equal_the_mean_reduction() {
+        let (x, t) = (t64(&X, &[2, 3]), t64(&T, &[2, 3]));
+        // Differences [-0.5, -2, 0.5, 1, 1, -3]: squares sum to 15.5, absolute values to 8.
+        let mse = x.mse_loss(&t);
+        assert_eq!((mse.shape(), mse.item()), (&[] as &[usize], 15.5 / 6.0));
+        assert_eq!(mse.item(), mse_loss(&x, &t, Reduction::Mean).item());
+        let l1 = x.l1_loss(&t);
+        assert_eq!((l1.shape(), l1.item()), (&[] as &[usize], 8.0 / 6.0));
+        assert_eq!(l1.item(), l1_loss(&x, &t, Reduction::Mean).item());
+        assert_eq!(mse_loss(&x, &t, Reduction::Sum).item(), 15.5);
+        assert_eq!(l1_loss(&x, &t, Reduction::None).to_vec_f64(), vec![0.5, 2.0, 0.5, 1.0, 1.0, 3.0]);
+    }
+
+    #[test]
+    fn default_forms_have_the_mean_reductions_gradients() {
+        type F = fn(&Tensor, &Tensor) -> Tensor;
+        let cases: [(F, F); 2] = [
+            (Tensor::mse_loss, |a, b| mse_loss(a, b, Reduction::Mean)),
+            (Tensor::l1_loss, |a, b| l1_loss(a, b, Reduction::Mean)),
+        ];
+        for (method, reference) in cases {
+            let (x1, t1, x2, t2) = (leaf(&X, &[2, 3]), leaf(&T, &[2, 3]), leaf(&X, &[2, 3]), leaf(&T, &[2, 3]));
+            method(&x1, &t1).exp().backward();
+            reference(&x2, &t2).exp().backward();
+            assert_eq!(grad(&x1), grad(&x2));
+            assert_eq!(grad(&t1), grad(&t2));
+            gradcheck(|t| method(&t[0], &t[1]), &[t64(&X, &[2, 3]), t64(&T, &[2, 3])]).unwrap();
+        }
+        // d/dx mean((x - t)^2) = 2 (x - t) / n, here through exp(loss).
+        let (x, t) = (leaf(&X, &[2, 3]), t64(&T, &[2, 3]));
+        x.mse_loss(&t).exp().backward();
+        let k = (15.5f64 / 6.0).exp() / 3.0;
+        assert_close64(&grad(&x), &[-0.5 * k, -2.0 * k, 0.5 * k, k, k, -3.0 * k], 1e-14);
+        let x = leaf(&X, &[2, 3]);
+        x.l1_loss(&t).exp().backward();
+        let k = (8.0f64 / 6.0).exp() / 6.0;
+        assert_close64(&grad(&x), &[-k, -k, k, k, k, -k], 1e-14);
+    }
+
+    #[test]
+    #[should_panic(expected = "mse_loss: input [2, 3] and target [3] must have the same shape")]
+    fn mse_loss_with_mismatched_shapes_panics() {
+        t64(&X, &[2, 3]).mse_loss(&t64(&[1.0, 2.0, 3.0], &[3]));
+    }
+
+    #[test]
+    #[should_panic(expected = "l1_loss: input [6] and target [2, 3] must have the same shape")]
+    fn l1_loss_with_mismatched_shapes_panics() {
+        t64(&X, &[6]).l1_loss(&t64(&T, &[2, 3]));
+    }
 }

@@ -164,8 +164,12 @@ impl CpuStorage {
         with_cpu!(self, T, v => T::into_storage(strided_to_vec(v, layout)))
     }
 
-    /// The elements selected by `layout`, converted to `dtype`.
+    /// The elements selected by `layout`, converted to `dtype` (copied as they are when
+    /// `dtype` is already the buffer's: an `i64` above 2^53 must not go through `f64`).
     pub fn convert_layout(&self, layout: &Layout, dtype: DType) -> CpuStorage {
+        if dtype == self.dtype() {
+            return self.gather_layout(layout);
+        }
         fn conv<S: Element, D: Element>(src: &[S], layout: &Layout) -> Vec<D> {
             let mut out = Vec::with_capacity(layout.numel());
             if let Some(r) = layout.contiguous_range() {

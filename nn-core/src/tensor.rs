@@ -536,7 +536,7 @@ impl Tensor {
     }
 
     #[track_caller]
-    fn check_inplace(&self, op: &str) {
+    pub(crate) fn check_inplace(&self, op: &str) {
         if is_grad_enabled() && self.requires_grad() {
             panic!(
                 "{op}: in-place update of a tensor that requires grad; run it inside `no_grad(|| ...)` \
@@ -626,21 +626,7 @@ impl Tensor {
         self.fill_(0.0)
     }
 
-    /// `self += other` (broadcast), in place. Not recorded by autograd.
-    #[track_caller]
-    pub fn add_(&self, other: &Tensor) -> &Tensor {
-        self.check_inplace("add_");
-        let sum = crate::autograd::no_grad(|| self + other);
-        self.copy_(&sum)
-    }
-
-    /// `self *= value`, in place. Not recorded by autograd.
-    #[track_caller]
-    pub fn mul_(&self, value: f64) -> &Tensor {
-        self.check_inplace("mul_");
-        let prod = crate::autograd::no_grad(|| self * value);
-        self.copy_(&prod)
-    }
+    // In-place arithmetic (`add_`, `sub_`, `mul_`, `+=`, ...) lives in `ops/inplace.rs`.
 }
 
 /// Writes row-major `vals` into the positions of `layout` inside `dst` (same dtype).

@@ -16,7 +16,10 @@ use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
-pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard, NoGradGuard};
+pub use grad_mode::{
+    enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, GradModeGuard,
+    InferenceModeGuard, NoGradGuard,
+};
 
 use crate::shape::{Dims, Layout};
 use crate::storage::Storage;

@@ -302,8 +302,11 @@ impl Tensor {
         Tensor::full_on(&[], value, self.dtype(), self.device())
     }
 
-    /// Picks `a` where `cond` is true and `b` elsewhere, all three broadcast together
-    /// (`torch.where`). Differentiable in `a` and `b`.
+    /// Picks `a` where `cond` is true and `b` elsewhere, all three broadcast together:
+    /// PyTorch's `torch.where(condition, input, other)` (and `input.where(condition, other)`),
+    /// under another name because `where` is a Rust keyword. `cond` is a `Bool` tensor;
+    /// `a` and `b` share a dtype (any). Differentiable in `a` and `b`: the gradient goes to
+    /// the side that was picked, summed back over broadcast dims.
     ///
     /// ```
     /// use nn_core::Tensor;
@@ -315,7 +318,7 @@ impl Tensor {
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
         const OP: &str = "where";
         if cond.dtype() != DType::Bool {
-            panic!("{OP}: condition must be a bool tensor, got {}", cond.dtype());
+            panic!("{OP}: condition must be a bool tensor, got {} (shape {:?})", cond.dtype(), cond.shape());
         }
         let (device, dtype) = check_same(OP, &[a, b]);
         if cond.device() != device {
@@ -361,9 +364,37 @@ impl Tensor {
         })
     }
 
-    /// `value` where `mask` is true, `self` elsewhere (`masked_fill`).
+    /// `value` where `mask` is true, `self` elsewhere: PyTorch's `masked_fill(mask, value)`.
+    /// `mask` is a `Bool` tensor broadcastable with `self` (the result has the broadcast
+    /// shape, as PyTorch's out-of-place form); `value` is converted to `self`'s dtype.
+    /// Differentiable in `self`, with a zero gradient where filled.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let scores = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let future = Tensor::from_vec_bool(vec![false, true, false, false], &[2, 2]);
+    /// let masked = scores.masked_fill(&future, f64::NEG_INFINITY);
+    /// assert_eq!(masked.to_vec(), vec![1.0, f32::NEG_INFINITY, 3.0, 4.0]);
+    /// ```
+    ///
+    /// # Panics
+    /// When `mask` is not a `Bool` tensor or does not broadcast with `self`.
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
+        if mask.dtype() != DType::Bool {
+            panic!(
+                "masked_fill: mask must be a bool tensor, got {} (shape {:?}); build it with a comparison such as `eq`",
+                mask.dtype(),
+                mask.shape()
+            );
+        }
+        if broadcast_shapes(self.shape(), mask.shape()).is_none() {
+            panic!(
+                "masked_fill: mask of shape {:?} cannot be broadcast with the input's shape {:?}",
+                mask.shape(),
+                self.shape()
+            );
+        }
         Tensor::where_cond(mask, &self.scalar_like(value), self)
     }
 
@@ -764,7 +795,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "where: condition must be a bool tensor, got f32")]
+    #[should_panic(expected = "where: condition must be a bool tensor, got f32 (shape [2])")]
     fn where_cond_needs_a_bool_condition() {
         Tensor::where_cond(&Tensor::ones(&[2]), &Tensor::ones(&[2]), &Tensor::ones(&[2]));
     }
@@ -782,6 +813,30 @@ mod tests {
             .unwrap();
         let f = Tensor::from_vec(vec![1.0, 2.0], &[2]).masked_fill(&Tensor::from_vec_bool(vec![true], &[]), 0.0);
         assert_eq!(f.to_vec(), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn masked_fill_broadcasts_both_ways_and_keeps_integer_dtypes() {
+        // A [2, 1] mask against a [3] input gives [2, 3] (PyTorch's out-of-place form).
+        let x = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3]);
+        let m = Tensor::from_vec_bool(vec![true, false], &[2, 1]);
+        let y = x.masked_fill(&m, 9.0);
+        assert_eq!((y.shape(), y.to_vec()), (&[2, 3][..], vec![9.0, 9.0, 9.0, 1.0, 2.0, 3.0]));
+        let i = Tensor::from_vec_i64(vec![5, 6], &[2]);
+        let j = i.masked_fill(&Tensor::from_vec_bool(vec![false, true], &[2]), -1.0);
+        assert_eq!((j.dtype(), j.to_vec_i64()), (DType::I64, vec![5, -1]));
+    }
+
+    #[test]
+    #[should_panic(expected = "masked_fill: mask must be a bool tensor, got f32 (shape [2])")]
+    fn masked_fill_needs_a_bool_mask() {
+        Tensor::ones(&[2]).masked_fill(&Tensor::ones(&[2]), 0.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "masked_fill: mask of shape [3] cannot be broadcast with the input's shape [2, 2]")]
+    fn masked_fill_mask_shape_mismatch_names_both_shapes() {
+        Tensor::ones(&[2, 2]).masked_fill(&Tensor::from_vec_bool(vec![true; 3], &[3]), 0.0);
     }
 
     #[test]

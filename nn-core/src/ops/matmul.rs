@@ -141,11 +141,70 @@ impl Tensor {
     }
 }
 
+/// `beta * input + alpha * a @ b` for `a: [m, k]`, `b: [k, n]` and `input` viewed through
+/// `li` (already broadcast to `[m, n]`): the output starts as a copy of the input rows and
+/// the GEMM accumulates into it, instead of a product followed by a broadcast add (another
+/// pass over the output and another buffer). With `beta = 0` the input is not read, so its
+/// NaN and infinities do not propagate (BLAS and PyTorch semantics).
+#[allow(clippy::too_many_arguments)]
+fn addmm_kernel<T: FloatElement>(
+    input: &[T],
+    li: &Layout,
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    beta: T,
+    alpha: T,
+) -> Vec<T> {
+    let (m, k, n) = (la.shape()[0], la.shape()[1], lb.shape()[1]);
+    let mut out = T::alloc_buffer(m * n);
+    if beta == T::zero() {
+        out.resize(m * n, T::zero());
+    } else {
+        let (rs, cs) = (li.strides()[0], li.strides()[1]);
+        for i in 0..m {
+            let o = li.offset() + i * rs;
+            if cs == 1 && n > 0 {
+                out.extend_from_slice(&input[o..o + n]);
+            } else {
+                out.extend((0..n).map(|j| input[o + j * cs]));
+            }
+        }
+    }
+    if k == 0 || m == 0 || n == 0 {
+        // No product to accumulate: only the scaling of the input remains.
+        if beta != T::one() {
+            out.iter_mut().for_each(|c| *c = *c * beta);
+        }
+        return out;
+    }
+    // SAFETY: the layouts describe valid views of their buffers; `out` is a fresh m x n
+    // row-major buffer.
+    unsafe {
+        T::gemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr().add(la.offset()),
+            la.strides()[0] as isize,
+            la.strides()[1] as isize,
+            b.as_ptr().add(lb.offset()),
+            lb.strides()[0] as isize,
+            lb.strides()[1] as isize,
+            beta,
+            out.as_mut_ptr(),
+            n as isize,
+            1,
+        )
+    }
+    out
+}
+
 impl Tensor {
-    /// `self [m, k] @ weight[n, k]^T + bias [n]` as one op, PyTorch's `addmm`: the output
-    /// starts as copies of the bias row and the GEMM accumulates into it (`beta = 1`),
-    /// instead of a product followed by a broadcast add, which costs another pass over
-    /// the output and another buffer. Strided operands go to the GEMM as they are.
+    /// `self [m, k] @ weight[n, k]^T + bias [n]` as one op through [`addmm_kernel`] (the
+    /// bias broadcast over the rows, `weight^T` a strided view: no copies).
     /// `None` (the caller falls back to the two ops, and their error messages) unless the
     /// shapes fit, all three share a float dtype and they are on the CPU.
     pub(crate) fn addmm_t(&self, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
@@ -156,43 +215,16 @@ impl Tensor {
             && self.shape()[1] == weight.shape()[1]
             && bias.shape()[0] == weight.shape()[0];
         let same = [weight, bias].iter().all(|t| t.dtype() == self.dtype() && t.device() == self.device());
-        if !fits || !same || !self.dtype().is_float() || self.device() != Device::Cpu {
+        if !fits || !same || !self.dtype().is_compute_float() || self.device() != Device::Cpu {
             return None;
         }
-        let (m, k, n) = (self.shape()[0], self.shape()[1], weight.shape()[0]);
-        let (lx, lw, lb) = (self.layout(), weight.layout(), bias.layout());
+        let (m, n) = (self.shape()[0], weight.shape()[0]);
+        let lw = weight.layout().permute(&[1, 0]);
+        let lb = bias.layout().broadcast_to(&[m, n]).expect("bias [n] broadcasts to [m, n]");
         let (sx, sw, sb) = (self.storage_arc(), weight.storage_arc(), bias.storage_arc());
         let out = with_float!(cpu(&sx), OP, T, xv => {
-            let wv = T::slice(cpu(&sw))?;
-            let bv = T::slice(cpu(&sb))?;
-            let mut out = T::alloc_buffer(m * n);
-            let row: Vec<T> = (0..n).map(|j| bv[lb.offset() + j * lb.strides()[0]]).collect();
-            for _ in 0..m {
-                out.extend_from_slice(&row);
-            }
-            if k > 0 && m > 0 && n > 0 {
-                // SAFETY: the layouts describe valid views of their buffers; `out` is a
-                // fresh m x n row-major buffer. B = weight^T: B[p, j] = weight[j, p].
-                unsafe {
-                    T::gemm(
-                        m,
-                        k,
-                        n,
-                        T::from_f64(1.0),
-                        xv.as_ptr().add(lx.offset()),
-                        lx.strides()[0] as isize,
-                        lx.strides()[1] as isize,
-                        wv.as_ptr().add(lw.offset()),
-                        lw.strides()[1] as isize,
-                        lw.strides()[0] as isize,
-                        T::from_f64(1.0),
-                        out.as_mut_ptr(),
-                        n as isize,
-                        1,
-                    )
-                }
-            }
-            T::into_storage(out)
+            let (wv, bv) = (T::slice(cpu(&sw))?, T::slice(cpu(&sb))?);
+            T::into_storage(addmm_kernel(bv, &lb, xv, self.layout(), wv, &lw, T::from_f64(1.0), T::from_f64(1.0)))
         });
         let (x, w) = (self.detach(), weight.detach());
         Some(op_result(OP, Arc::new(Storage::Cpu(out)), Layout::contiguous(&[m, n]), &[self, weight, bias], || {
@@ -205,6 +237,93 @@ impl Tensor {
                 ]
             }
         }))
+    }
+
+    /// `self + mat1 @ mat2` in one op: PyTorch's `torch.addmm(input, mat1, mat2)` with
+    /// `beta = alpha = 1` (also [`functional::addmm`](crate::functional::addmm)). See
+    /// [`addmm_with`](Tensor::addmm_with) for the shapes.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let bias = Tensor::from_vec(vec![10.0, 20.0], &[2]);
+    /// let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let y = bias.addmm(&a, &Tensor::eye(2));
+    /// assert_eq!(y.to_vec(), vec![11.0, 22.0, 13.0, 24.0]);
+    /// ```
+    #[track_caller]
+    pub fn addmm(&self, mat1: &Tensor, mat2: &Tensor) -> Tensor {
+        self.addmm_with(mat1, mat2, 1.0, 1.0)
+    }
+
+    /// `beta * self + alpha * (mat1 @ mat2)` in one op, PyTorch's
+    /// `torch.addmm(input, mat1, mat2, beta=beta, alpha=alpha)`: `mat1: [m, k]`,
+    /// `mat2: [k, n]`, `self` broadcastable to `[m, n]` (a bias row `[n]`, a column `[m, 1]`,
+    /// a scalar or the full matrix); the result is `[m, n]`. One GEMM accumulates into a
+    /// copy of the broadcast input. With `beta = 0` the input is ignored (its NaN do not
+    /// propagate), as PyTorch documents.
+    ///
+    /// Gradients: `beta * g` summed back to `self`'s shape, `alpha * g @ mat2^T` and
+    /// `alpha * mat1^T @ g`.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let c = Tensor::from_vec(vec![1.0, 2.0], &[2, 1]);
+    /// let a = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let b = Tensor::from_vec(vec![1.0, 0.0, 1.0, 0.0, 1.0, 1.0], &[2, 3]);
+    /// let y = c.addmm_with(&a, &b, 0.5, 2.0); // 0.5 c + 2 (a @ b), a @ b = [[1, 2, 3], [3, 4, 7]]
+    /// assert_eq!(y.shape(), &[2, 3]);
+    /// assert_eq!(y.to_vec(), vec![2.5, 4.5, 6.5, 7.0, 9.0, 15.0]);
+    /// ```
+    ///
+    /// # Panics
+    /// When `mat1` or `mat2` is not 2-D, their inner dimensions differ, `self` does not
+    /// broadcast to `[m, n]`, or the dtypes or devices differ.
+    #[track_caller]
+    pub fn addmm_with(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
+        const OP: &str = "addmm";
+        let (device, dtype) = check_same(OP, &[self, mat1, mat2]);
+        check_float(OP, self);
+        if mat1.rank() != 2 || mat2.rank() != 2 {
+            panic!("{OP}: mat1 and mat2 must be matrices, got shapes {:?} and {:?}", mat1.shape(), mat2.shape());
+        }
+        let (m, k, n) = (mat1.shape()[0], mat1.shape()[1], mat2.shape()[1]);
+        if mat2.shape()[0] != k {
+            panic!(
+                "{OP}: mat1 {:?} @ mat2 {:?}: inner dimensions {k} and {} differ",
+                mat1.shape(),
+                mat2.shape(),
+                mat2.shape()[0]
+            );
+        }
+        let Some(li) = self.layout().broadcast_to(&[m, n]) else {
+            panic!(
+                "{OP}: input of shape {:?} cannot be broadcast to the product's shape [{m}, {n}] (mat1 {:?} @ mat2 {:?})",
+                self.shape(),
+                mat1.shape(),
+                mat2.shape()
+            );
+        };
+        let storage = if device == Device::Meta {
+            Storage::Meta { dtype, len: m * n }
+        } else {
+            let (si, sa, sb) = (self.storage_arc(), mat1.storage_arc(), mat2.storage_arc());
+            Storage::Cpu(with_float!(cpu(&si), OP, T, iv => {
+                let (av, bv) = (T::slice(cpu(&sa)).expect("same dtype"), T::slice(cpu(&sb)).expect("same dtype"));
+                let (beta, alpha) = (T::from_f64(beta), T::from_f64(alpha));
+                T::into_storage(addmm_kernel(iv, &li, av, mat1.layout(), bv, mat2.layout(), beta, alpha))
+            }))
+        };
+        op_result(OP, Arc::new(storage), Layout::contiguous(&[m, n]), &[self, mat1, mat2], || {
+            let (a, b, in_shape): (Tensor, Tensor, Dims) = (mat1.detach(), mat2.detach(), self.shape().into());
+            let scale = |t: Tensor, s: f64| if s == 1.0 { t } else { t * s };
+            move |g: &Tensor, needs: &[bool]| -> Grads {
+                smallvec![
+                    needs[0].then(|| scale(g.clone(), beta).sum_to_shape(&in_shape)),
+                    needs[1].then(|| scale(g.matmul(&b.t()), alpha)),
+                    needs[2].then(|| scale(a.t().matmul(g), alpha)),
+                ]
+            }
+        })
     }
 }
 
@@ -407,6 +526,129 @@ mod tests {
         assert_eq!(linear(&xm, &wm, Some(&bm)).shape(), &[5, 4]);
         let err = std::panic::catch_unwind(|| linear(&vals(&[5, 2], 1), &w, Some(&b))).unwrap_err();
         assert!(err.downcast_ref::<String>().is_some_and(|m| m.contains("matmul: [5, 2] x [3, 4]")), "{err:?}");
+    }
+
+    #[test]
+    fn addmm_forward_with_every_input_broadcast() {
+        use crate::functional::{addmm, addmm_with};
+        // a @ b = [[58, 64], [139, 154]].
+        let (a, b) = (t64(&A, &[2, 3]), t64(&B, &[3, 2]));
+        let cases: [(Tensor, [f64; 4]); 5] = [
+            (t64(&[1.0, 2.0, 3.0, 4.0], &[2, 2]), [59.0, 66.0, 142.0, 158.0]),
+            (t64(&[10.0, 20.0], &[2]), [68.0, 84.0, 149.0, 174.0]),
+            (t64(&[10.0, 20.0], &[2, 1]), [68.0, 74.0, 159.0, 174.0]),
+            (t64(&[1.0], &[]), [59.0, 65.0, 140.0, 155.0]),
+            (t64(&[1.0], &[1, 1]), [59.0, 65.0, 140.0, 155.0]),
+        ];
+        for (c, e) in cases {
+            let y = c.addmm(&a, &b);
+            assert_eq!((y.shape(), y.to_vec_f64()), (&[2, 2][..], e.to_vec()), "input {:?}", c.shape());
+            assert_eq!(addmm(&c, &a, &b).to_vec_f64(), e.to_vec());
+        }
+        // 0.5 c + 2 (a @ b).
+        let c = t64(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+        assert_eq!(c.addmm_with(&a, &b, 0.5, 2.0).to_vec_f64(), vec![116.5, 129.0, 279.5, 310.0]);
+        assert_eq!(addmm_with(&c, &a, &b, -1.0, 0.0).to_vec_f64(), vec![-1.0, -2.0, -3.0, -4.0]);
+        // beta = 0 ignores the input, NaN included (PyTorch's documented semantics).
+        let nan = t64(&[f64::NAN; 2], &[2]);
+        assert_eq!(nan.addmm_with(&a, &b, 0.0, 1.0).to_vec_f64(), vec![58.0, 64.0, 139.0, 154.0]);
+        // f32; strided operands (transposed storage, an expanded input) give the same.
+        let f = |t: &Tensor| t.to_dtype(DType::F32);
+        assert_eq!(f(&c).addmm(&f(&a), &f(&b)).to_vec(), vec![59.0, 66.0, 142.0, 158.0]);
+        let (at, bt) = (transposed_storage(&a), transposed_storage(&b));
+        let ct = c.t();
+        assert_eq!(ct.addmm_with(&at, &bt, 2.0, 1.0).to_vec_f64(), vec![60.0, 70.0, 143.0, 162.0]);
+        let ex = t64(&[10.0, 20.0], &[2]).expand(&[2, 2]);
+        assert_eq!(ex.addmm(&a, &b).to_vec_f64(), vec![68.0, 84.0, 149.0, 174.0]);
+        // An empty inner dimension leaves beta * input.
+        let e = t64(&[1.0, 2.0], &[2]).addmm_with(
+            &Tensor::zeros(&[3, 0]).to_dtype(DType::F64),
+            &t64(&[], &[0, 2]),
+            3.0,
+            1.0,
+        );
+        assert_eq!((e.shape(), e.to_vec_f64()), (&[3, 2][..], vec![3.0, 6.0, 3.0, 6.0, 3.0, 6.0]));
+        assert_eq!(t64(&[], &[0]).addmm(&t64(&[], &[2, 0]), &t64(&[], &[0, 0])).shape(), &[2, 0]);
+    }
+
+    #[test]
+    fn addmm_backward_matches_the_composed_ops() {
+        let (a0, b0) = (vals(&[3, 4], 1), vals(&[4, 2], 2));
+        for (shape, beta, alpha) in
+            [(vec![3, 2], 1.0, 1.0), (vec![2], 0.5, -2.0), (vec![3, 1], 0.0, 0.25), (vec![], 2.0, 1.0)]
+        {
+            let c0 = vals(&shape, 3);
+            let leaves =
+                || (leaf(&c0.to_vec_f64(), &shape), leaf(&a0.to_vec_f64(), &[3, 4]), leaf(&b0.to_vec_f64(), &[4, 2]));
+            let (c, a, b) = leaves();
+            let y = c.addmm_with(&a, &b, beta, alpha);
+            assert_eq!(y.grad_fn_name(), Some("addmm"));
+            y.exp().mean().backward();
+            let (rc, ra, rb) = leaves();
+            (&rc * beta + ra.matmul(&rb) * alpha).exp().mean().backward();
+            assert_close64(&grad(&c), &grad(&rc), 1e-14);
+            assert_close64(&grad(&a), &grad(&ra), 1e-14);
+            assert_close64(&grad(&b), &grad(&rb), 1e-14);
+            if beta == 0.0 {
+                assert_eq!(grad(&c), vec![0.0; 3], "beta = 0: no gradient to the input");
+            }
+            gradcheck(|t| t[0].addmm_with(&t[1], &t[2], beta, alpha).exp(), &[c0.clone(), a0.clone(), b0.clone()])
+                .unwrap();
+        }
+        // Only some operands requiring grad; a transposed-view operand.
+        let w = leaf(&B, &[3, 2]);
+        let x = t64(&A, &[2, 3]);
+        t64(&[1.0, 1.0], &[2]).addmm(&x, &w.t().contiguous().t()).sum().backward();
+        assert_eq!(grad(&w), vec![5.0, 5.0, 7.0, 7.0, 9.0, 9.0]);
+    }
+
+    #[test]
+    fn addmm_on_meta_gives_shapes() {
+        let m = |s: &[usize]| Tensor::full_on(s, 0.0, DType::F32, Device::Meta);
+        let (a, b) = (m(&[5, 3]).requires_grad_(true), m(&[3, 4]));
+        let y = m(&[4]).addmm(&a, &b);
+        assert_eq!((y.shape(), y.device()), (&[5, 4][..], Device::Meta));
+        y.sum().backward();
+        assert_eq!(a.grad().unwrap().shape(), &[5, 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "addmm: mat1 and mat2 must be matrices, got shapes [3] and [3, 2]")]
+    fn addmm_of_a_vector_panics() {
+        Tensor::zeros(&[2]).addmm(&Tensor::zeros(&[3]), &Tensor::zeros(&[3, 2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "addmm: mat1 [2, 3] @ mat2 [2, 2]: inner dimensions 3 and 2 differ")]
+    fn addmm_inner_dimension_mismatch_panics() {
+        Tensor::zeros(&[2]).addmm(&Tensor::zeros(&[2, 3]), &Tensor::zeros(&[2, 2]));
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "addmm: input of shape [3] cannot be broadcast to the product's shape [2, 2] (mat1 [2, 3] @ mat2 [3, 2])"
+    )]
+    fn addmm_input_not_broadcastable_panics() {
+        Tensor::zeros(&[3]).addmm(&Tensor::zeros(&[2, 3]), &Tensor::zeros(&[3, 2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "addmm: input of shape [2, 2, 2] cannot be broadcast to the product's shape [2, 2]")]
+    fn addmm_input_larger_than_the_product_panics() {
+        Tensor::zeros(&[2, 2, 2]).addmm(&Tensor::zeros(&[2, 3]), &Tensor::zeros(&[3, 2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "addmm: expected all tensors of one dtype, got f64 (shape [2]) and f32 (shape [2, 3])")]
+    fn addmm_dtype_mix_panics() {
+        t64(&[1.0, 2.0], &[2]).addmm(&Tensor::zeros(&[2, 3]), &Tensor::zeros(&[3, 2]));
+    }
+
+    #[test]
+    #[should_panic(expected = "addmm: expected a floating-point tensor (f32 or f64), got i64 (shape [2])")]
+    fn addmm_of_integers_panics() {
+        let i = |s: &[usize]| Tensor::from_vec_i64(vec![1; s.iter().product()], s);
+        i(&[2]).addmm(&i(&[2, 2]), &i(&[2, 2]));
     }
 
     #[test]

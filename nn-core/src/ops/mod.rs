@@ -12,18 +12,25 @@ pub(crate) mod binary;
 pub(crate) mod conv;
 pub(crate) mod dropout;
 pub(crate) mod index;
+pub(crate) mod inplace;
 pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod pool;
+pub(crate) mod predicates;
+pub(crate) mod quantile;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
+pub(crate) mod triangular;
 pub(crate) mod unary;
+pub(crate) mod vector_norm;
 pub(crate) mod view;
 
 pub use activation::GeluApproximate;
 pub use attention::AttentionOptions;
 pub use conv::Conv2dOptions;
+pub use inplace::Operand;
 pub use pool::Pool2dOptions;
+pub use vector_norm::NormOrd;
 
 use rayon::prelude::*;
 
@@ -75,7 +82,8 @@ pub(crate) fn check_float(op: &str, t: &Tensor) {
     let d = t.dtype();
     if !d.is_compute_float() {
         panic!(
-            "{op}: expected a floating-point tensor (f32 or f64), got {d}{}",
+            "{op}: expected a floating-point tensor (f32 or f64), got {d} (shape {:?}){}",
+            t.shape(),
             if d.is_float() { "; convert with `.to_dtype(DType::F32)` first" } else { "" }
         );
     }

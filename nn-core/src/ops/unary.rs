@@ -532,7 +532,7 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "sqrt: expected a floating-point tensor (f32 or f64), got f16; convert with `.to_dtype(DType::F32)` first"
+        expected = "sqrt: expected a floating-point tensor (f32 or f64), got f16 (shape [2]); convert with `.to_dtype(DType::F32)` first"
     )]
     fn unary_op_on_half_asks_for_a_conversion() {
         Tensor::ones(&[2]).to_dtype(DType::F16).sqrt();
