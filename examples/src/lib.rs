@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod char_model;
+
 use indicatif::{ProgressBar, ProgressStyle};
 use nn_core::{no_grad, DType, Forward, Layer, Module, Tensor};
 
@@ -89,69 +91,41 @@ pub fn split(x: &Tensor, y: &Tensor, test_fraction: f64, seed: u64) -> ((Tensor,
     )
 }
 
-/// Writes loss curves (one value per step or epoch) as an SVG line chart.
+/// Draws loss curves (`series`: a name and the values at steps 0, 1, ...; non-finite
+/// values are gaps, so a series can start late) to an SVG picture with `plotters`.
 ///
 /// # Errors
 /// When the file cannot be written.
 pub fn write_loss_svg(path: &Path, title: &str, x_label: &str, series: &[(&str, &[f64])]) -> std::io::Result<()> {
-    let (w, h, m) = (720.0, 400.0, 56.0);
-    let all: Vec<f64> = series.iter().flat_map(|(_, s)| s.iter().copied()).filter(|v| v.is_finite()).collect();
-    let (lo, hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
-    let (lo, hi) = if lo.is_finite() && hi > lo { (lo.min(0.0), hi) } else { (0.0, 1.0) };
-    let longest = series.iter().map(|(_, s)| s.len()).max().unwrap_or(1).max(2);
-    let sx = |i: usize| m + (w - 2.0 * m) * i as f64 / (longest - 1) as f64;
-    let sy = |v: f64| h - m - (h - 2.0 * m) * (v - lo) / (hi - lo);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n\
-         <line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>\n",
-        w / 2.0,
-        escape(title),
-        h - m,
-        w - m,
-        h - m,
-        h - m
-    );
-    for k in 0..=4 {
-        let v = lo + (hi - lo) * k as f64 / 4.0;
-        svg += &format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.3}</text><line x1=\"{m}\" y1=\"{1}\" x2=\"{}\" y2=\"{1}\" stroke=\"#ddd\"/>\n",
-            m - 6.0,
-            sy(v) + 4.0,
-            w - m
-        );
-    }
-    svg += &format!(
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{} (1 .. {longest})</text>\n",
-        w / 2.0,
-        h - 16.0,
-        escape(x_label)
-    );
-    for (j, (name, s)) in series.iter().enumerate() {
-        let pts: Vec<String> = s
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.is_finite())
-            .map(|(i, &v)| format!("{:.1},{:.1}", sx(i), sy(v)))
-            .collect();
-        let c = colors[j % colors.len()];
-        svg += &format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\" points=\"{}\"/>\n", pts.join(" "));
-        svg += &format!(
-            "<text x=\"{}\" y=\"{}\" fill=\"{c}\">{}</text>\n",
-            w - m - 120.0,
-            m + 16.0 * (j as f64 + 1.0),
-            escape(name)
-        );
-    }
-    svg += "</svg>\n";
-    std::fs::write(path, svg)
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    use plotters::prelude::*;
+    let finite = || series.iter().flat_map(|(_, s)| s.iter().copied()).filter(|v| v.is_finite());
+    let (lo, hi) = finite().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    let (lo, hi) = if lo.is_finite() && hi > lo { (lo.min(0.0), hi * 1.05) } else { (0.0, 1.0) };
+    let steps = series.iter().map(|(_, s)| s.len()).max().unwrap_or(1).max(2);
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (720, 400)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..(steps - 1) as f64, lo..hi)?;
+        chart.configure_mesh().x_desc(x_label).y_desc("loss").draw()?;
+        let colors = [BLUE, RED, GREEN, MAGENTA];
+        for (j, (name, s)) in series.iter().enumerate() {
+            let color = colors[j % colors.len()];
+            let points = s.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as f64, v));
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .label(*name)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| std::io::Error::other(format!("drawing {}: {e}", path.display())))
 }
 
 /// Prints where the example wrote its files.

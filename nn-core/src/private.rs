@@ -176,7 +176,9 @@ pub fn set_from<M: Module>(target: &mut M, slot: &mut dyn Any) -> SetChild {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has a `#[base]` field but no forward: it does not implement `Compute`",
     label = "hooks registered on `{Self}` could never fire",
-    note = "implement `Compute` for `{Self}` (its forward), or remove the `#[base]` field if it only holds modules"
+    note = "implement `Compute` for `{Self}` (its forward) for every type its own bounds allow (a generic struct takes \
+            its `Compute` impl's bounds, e.g. `struct Residual<M: Layer>`), or remove the `#[base]` field if it only \
+            holds modules"
 )]
 pub trait BaseNeedsCompute {
     /// Never called.

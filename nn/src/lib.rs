@@ -1,6 +1,7 @@
 //! # nn
 //!
-//! Facade crate: everything of [`nn_core`] at the root, layers under [`layers`].
+//! Facade crate: everything of [`nn_core`] at the root, layers under [`layers`]. New to nn
+//! from PyTorch? Read [`from_pytorch`]: every common `nn.Module` idiom beside its nn form.
 //!
 //! ```
 //! use nn::Tensor;
@@ -10,3 +11,5 @@
 
 pub use nn_core::*;
 pub use nn_layers as layers;
+
+pub mod from_pytorch;

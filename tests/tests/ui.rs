@@ -17,6 +17,8 @@ fn ui() {
     t.pass("ui/pass/08-unit-struct.rs");
     t.pass("ui/pass/09-extra-repr.rs");
     t.pass("ui/pass/10-facade.rs");
+    t.pass("ui/pass/11-hooks-in-a-loop.rs");
+    t.pass("ui/pass/12-several-inputs.rs");
     t.compile_fail("ui/fail/01-unannotated-vec.rs");
     t.compile_fail("ui/fail/02-unannotated-array.rs");
     t.compile_fail("ui/fail/03-unannotated-hashmap.rs");
@@ -52,4 +54,8 @@ fn ui() {
     t.compile_fail("ui/fail/33-misplaced-attribute.rs");
     t.compile_fail("ui/fail/34-unannotated-wrapped.rs");
     t.compile_fail("ui/fail/35-extra-repr-without-impl.rs");
+    t.compile_fail("ui/fail/36-base-without-compute.rs");
+    t.compile_fail("ui/fail/37-compute-without-base.rs");
+    t.compile_fail("ui/fail/38-hand-written-forward.rs");
+    t.compile_fail("ui/fail/39-generic-base-narrower-compute.rs");
 }

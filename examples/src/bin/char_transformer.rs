@@ -13,15 +13,11 @@
 
 use clap::Parser;
 use nn_core::checkpoint::Checkpoint;
-use nn_core::functional::cross_entropy;
 use nn_core::optim::{AdamW, AdamWConfig, CosineAnnealingLR, LrScheduler, Optimizer};
 use nn_core::random::with_rng;
-use nn_core::{manual_seed, no_grad, Compute, DType, Forward, Module, ModuleBase, Tensor};
-use nn_examples::{progress, repo_data_dir, write_loss_svg, CommonArgs};
-use nn_layers::{
-    Activation, Embedding, EncoderInput, LayerNorm, Linear, TransformerEncoder, TransformerEncoderLayer,
-    TransformerEncoderLayerConfig,
-};
+use nn_core::{manual_seed, no_grad, Forward, Module, Tensor};
+use nn_examples::char_model::{batch, batch_loss, evaluate, CharTransformer, Corpus, BATCH, BLOCK};
+use nn_examples::{progress, write_loss_svg, CommonArgs};
 use rand::Rng;
 
 #[derive(Parser)]
@@ -37,81 +33,14 @@ struct Args {
     common: CommonArgs,
 }
 
-const BLOCK: usize = 64;
-const BATCH: usize = 32;
-
-#[derive(Module)]
-struct CharTransformer {
-    #[module]
-    tok: Embedding,
-    #[module]
-    pos: Embedding,
-    #[module]
-    encoder: TransformerEncoder,
-    #[module]
-    norm: LayerNorm,
-    #[module]
-    head: Linear,
-    #[base]
-    base: ModuleBase,
-}
-
-impl CharTransformer {
-    fn new(vocab: usize) -> Self {
-        let d = 64;
-        let cfg = TransformerEncoderLayerConfig {
-            dim_feedforward: 256,
-            dropout: 0.1,
-            activation: Activation::Gelu,
-            batch_first: true,
-            norm_first: true,
-            ..Default::default()
-        };
-        CharTransformer {
-            tok: Embedding::new(vocab, d),
-            pos: Embedding::new(BLOCK, d),
-            encoder: TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(d, 4, cfg), None),
-            norm: LayerNorm::new(d),
-            head: Linear::new(d, vocab),
-            base: ModuleBase::new(),
-        }
-    }
-}
-
-impl Compute for CharTransformer {
-    type Input = Tensor;
-    type Output = Tensor;
-    fn compute(&self, idx: &Tensor) -> Tensor {
-        let t = idx.shape()[1];
-        let pos = Tensor::from_vec_i64((0..t as i64).collect(), &[t]);
-        let x = self.tok.forward(idx) + self.pos.forward(&pos);
-        // true = may not attend (MultiheadAttention's convention): the future.
-        let causal = Tensor::from_vec_bool((0..t * t).map(|k| k % t > k / t).collect(), &[t, t]);
-        self.head.forward(&self.norm.forward(&self.encoder.forward(&EncoderInput::new(&x).src_mask(&causal))))
-    }
-}
-
-/// `BATCH` random windows of `BLOCK + 1` ids: inputs and next-character targets.
-fn batch(ids: &[i64]) -> (Tensor, Tensor) {
-    let starts: Vec<usize> = with_rng(|r| (0..BATCH).map(|_| r.random_range(0..ids.len() - BLOCK - 1)).collect());
-    let x: Vec<i64> = starts.iter().flat_map(|&s| ids[s..s + BLOCK].iter().copied()).collect();
-    let y: Vec<i64> = starts.iter().flat_map(|&s| ids[s + 1..s + BLOCK + 1].iter().copied()).collect();
-    (Tensor::from_vec_i64(x, &[BATCH, BLOCK]), Tensor::from_vec_i64(y, &[BATCH, BLOCK]))
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
     let steps = a.epochs.map(|e| e * 100).unwrap_or(args.steps);
     manual_seed(a.seed);
-    let text = std::fs::read_to_string(repo_data_dir().join("pride_and_prejudice.txt"))?;
-    let mut vocab: Vec<char> = text.chars().collect();
-    vocab.sort_unstable();
-    vocab.dedup();
-    let id = |c: char| vocab.binary_search(&c).expect("in vocabulary") as i64;
-    let ids: Vec<i64> = text.chars().map(id).collect();
-    let cut = ids.len() * 9 / 10;
-    let (train, held) = (&ids[..cut], &ids[cut..]);
+    let corpus = Corpus::load()?;
+    let (vocab, ids) = (&corpus.vocab, &corpus.ids);
+    let (train, held) = (corpus.train(), corpus.held());
     let train = &train[..a.limit.unwrap_or(train.len()).min(train.len())];
     println!("{} characters, vocabulary of {}, {} for training", ids.len(), vocab.len(), train.len());
 
@@ -144,8 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for step in start..steps {
         let (x, y) = batch(train);
         opt.zero_grad();
-        let logits = model.forward(&x);
-        let loss = cross_entropy(&logits.reshape(&[BATCH * BLOCK, vocab_n]), &y.reshape(&[BATCH * BLOCK]));
+        let loss = batch_loss(&model, &x, &y, vocab_n);
         losses.push(loss.item());
         loss.backward();
         nn_core::optim::clip_grad_norm_(&model.parameters(), 1.0);
@@ -164,25 +92,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("trained {} steps in {:.1} s", steps - start, t0.elapsed().as_secs_f64());
 
     model.eval();
-    let (mut correct, mut total, mut held_loss) = (0.0, 0.0, 0.0);
-    no_grad(|| {
-        for _ in 0..20 {
-            let (x, y) = batch(held);
-            let logits = model.forward(&x).reshape(&[BATCH * BLOCK, vocab_n]);
-            let y = y.reshape(&[BATCH * BLOCK]);
-            held_loss += cross_entropy(&logits, &y).item();
-            correct += logits.argmax(1, false).eq(&y).to_dtype(DType::F32).sum().item();
-            total += (BATCH * BLOCK) as f64;
-        }
-    });
+    let (acc, held_loss) = evaluate(&model, held, vocab_n, 20);
     println!(
-        "held-out next-character accuracy: {:.2}% (loss {:.3}, on 20 x {BATCH} x {BLOCK} characters)",
-        correct / total * 100.0,
-        held_loss / 20.0
+        "held-out next-character accuracy: {:.2}% (loss {held_loss:.3}, on 20 x {BATCH} x {BLOCK} characters)",
+        acc * 100.0
     );
 
     // Sampling with temperature 0.8 from a prompt.
-    let mut out: Vec<i64> = "It is a truth universally".chars().map(id).collect();
+    let mut out: Vec<i64> = "It is a truth universally".chars().map(|c| corpus.id(c)).collect();
     no_grad(|| {
         for _ in 0..args.sample_len {
             let ctx = &out[out.len().saturating_sub(BLOCK)..];

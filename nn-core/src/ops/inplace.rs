@@ -20,13 +20,13 @@ use crate::tensor::{scatter_into, Tensor};
 /// let t = Tensor::ones(&[1]);
 /// assert!(matches!(Operand::from(2), Operand::Int(2)));
 /// assert!(matches!(Operand::from(0.5), Operand::Float(v) if v == 0.5));
-/// assert!(matches!(Operand::from(&t), Operand::Tensor(_)));
+/// assert!(matches!(Operand::from(&t), Operand::Broadcast(_)));
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub enum Operand<'a> {
     /// A tensor broadcast to the updated tensor's shape (one way: the update never
     /// changes the shape).
-    Tensor(&'a Tensor),
+    Broadcast(&'a Tensor),
     /// A floating-point number; an `i64` tensor refuses it, as PyTorch does.
     Float(f64),
     /// An integer: exact on `i64` tensors, converted on floating-point ones.
@@ -35,13 +35,13 @@ pub enum Operand<'a> {
 
 impl<'a> From<&'a Tensor> for Operand<'a> {
     fn from(t: &'a Tensor) -> Self {
-        Operand::Tensor(t)
+        Operand::Broadcast(t)
     }
 }
 
 impl<'a> From<&'a Parameter> for Operand<'a> {
     fn from(p: &'a Parameter) -> Self {
-        Operand::Tensor(p)
+        Operand::Broadcast(p)
     }
 }
 
@@ -170,7 +170,7 @@ impl Tensor {
     fn arith_(&self, op: Arith, rhs: Operand<'_>) -> &Tensor {
         let name = op.name();
         self.check_inplace(name);
-        if let Operand::Tensor(t) = rhs {
+        if let Operand::Broadcast(t) = rhs {
             if t.device() != self.device() {
                 panic!(
                     "{name}: expected both tensors on one device, got {} (shape {:?}) and {} (shape {:?})",
@@ -206,7 +206,7 @@ impl Tensor {
         let result = no_grad(|| {
             let a = self.to_dtype(compute);
             match rhs {
-                Operand::Tensor(t) => op.tensors(&a, &t.to_dtype(compute)),
+                Operand::Broadcast(t) => op.tensors(&a, &t.to_dtype(compute)),
                 Operand::Float(v) => op.scalar(&a, v),
                 Operand::Int(v) => op.scalar(&a, v as f64),
             }
@@ -219,7 +219,7 @@ impl Tensor {
         let name = op.name();
         let refused = match rhs {
             Operand::Float(_) => Some(DType::F64),
-            Operand::Tensor(t) if !matches!(t.dtype(), DType::I64 | DType::Bool) => Some(t.dtype()),
+            Operand::Broadcast(t) if !matches!(t.dtype(), DType::I64 | DType::Bool) => Some(t.dtype()),
             _ => None,
         };
         if let Some(dtype) = refused {
@@ -234,7 +234,7 @@ impl Tensor {
         }
         let rhs: Vec<i64> = match rhs {
             Operand::Int(v) => vec![v; self.numel()],
-            Operand::Tensor(t) => {
+            Operand::Broadcast(t) => {
                 let layout = t.layout().broadcast_to(self.shape()).expect("checked in arith_");
                 match &*t.storage_arc() {
                     Storage::Cpu(CpuStorage::I64(v)) => strided_to_vec(v, &layout),

@@ -377,3 +377,124 @@ impl Net {
         self.blocks[0].forward(&self.embed.forward(&Tensor::ones(&[1, 3]))).to_vec()
     }
 }
+
+#[test]
+fn mutable_tree_by_path_and_freezing_a_subtree() {
+    let mut n = net();
+    assert_eq!(n.modules().len(), n.named_modules().len());
+    assert_eq!(n.modules()[0].type_name(), "Net");
+    // `requires_grad_` on any subtree, through a shared reference.
+    n.get_submodule("blocks.1").unwrap().requires_grad_(false);
+    let frozen: Vec<String> =
+        n.named_parameters().into_iter().filter(|(_, p)| !p.requires_grad()).map(|(k, _)| k).collect();
+    assert_eq!(frozen, ["blocks.1.fc.weight", "blocks.1.fc.bias"]);
+    // Mutable access by path: switch one block to eval mode only.
+    n.get_submodule_mut("blocks.0").unwrap().eval();
+    assert!(!n.blocks[0].base.is_training() && n.blocks[1].base.is_training());
+    let e = n.get_submodule_mut("blocks.2.fc").err().unwrap().to_string();
+    assert!(e.contains("no submodule `2`") && e.contains("children are: [0, 1]"), "{e}");
+}
+
+#[test]
+fn typed_access_without_downcasts() {
+    let mut n = net();
+    let cls: &Linear = n.get_submodule_as("heads.cls").unwrap();
+    assert_eq!((cls.in_features(), cls.out_features()), (4, 2));
+    n.get_submodule_as_mut::<Linear>("embed").unwrap().bias = None;
+    assert!(n.embed.bias.is_none());
+    let e = n.get_submodule_as::<ReLU>("heads.cls").unwrap_err();
+    assert!(matches!(e, nn_core::Error::WrongModuleType { expected: "ReLU", found: "Linear", .. }), "{e}");
+    assert_eq!(e.to_string(), "the module at `heads.cls` is a `Linear`, not a `ReLU`");
+    let seq = Sequential::new().add(Linear::new(2, 3)).add(ReLU::new());
+    assert_eq!(seq.get::<Linear>(0).unwrap().out_features(), 3);
+    assert!(seq.get::<Linear>(1).is_none() && seq.get::<ReLU>(1).is_some());
+}
+
+#[test]
+fn set_submodule_replaces_fitting_modules_and_refuses_the_rest() {
+    let mut n = net();
+    // A typed slot takes its own type.
+    n.set_submodule("embed", Linear::new(3, 4)).unwrap();
+    // An `Option` slot takes the module (and registers it).
+    n.set_submodule("norm", Linear::new(4, 4)).unwrap();
+    assert!(n.named_parameters().iter().any(|(k, _)| k == "norm.weight"));
+    // Container items: a list item, a dictionary entry.
+    let new_head = Linear::with_bias(4, 2, false);
+    let id = new_head.weight.id();
+    n.set_submodule("heads.cls", new_head).unwrap();
+    assert_eq!(n.heads["cls"].weight.id(), id);
+    n.set_submodule("blocks.1", Block::new()).unwrap();
+
+    // Wrong type, unknown path, a list index out of range: errors, nothing changed.
+    let before = n.state_dict();
+    let e = n.set_submodule("embed", ReLU::new()).unwrap_err().to_string();
+    assert_eq!(e, "cannot set `embed`: the slot holds `Linear`, got `ReLU`");
+    let e = n.set_submodule("blocks.0", Linear::new(4, 4)).unwrap_err().to_string();
+    assert!(e.contains("the slot holds `Block`, got `Linear`"), "{e}");
+    let e = n.set_submodule("blocks.7", Block::new()).unwrap_err().to_string();
+    assert!(e.contains("no submodule `7`"), "{e}");
+    let e = n.set_submodule("nope.fc", Linear::new(4, 4)).unwrap_err().to_string();
+    assert!(e.contains("no submodule `nope`"), "{e}");
+    let after = n.state_dict();
+    assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>());
+    for (k, t) in before.iter() {
+        assert_eq!(after.get(k).unwrap().to_vec(), t.to_vec(), "{k} changed");
+    }
+
+    // `Sequential` items and `Box<dyn Layer>` slots take a boxed layer of any type.
+    let mut seq = Sequential::new().add(Linear::new(2, 2)).add_named("act", ReLU::new());
+    seq.set_submodule("act", Box::new(nn_layers::Tanh::new()) as Box<dyn Layer>).unwrap();
+    assert_eq!(seq[1].type_name(), "Tanh");
+    let e = seq.set_submodule("0", nn_layers::Tanh::new()).unwrap_err().to_string();
+    assert!(e.contains("the slot holds `Box<dyn Layer>`, got `Tanh`") && e.contains("box the module first"), "{e}");
+    assert_eq!(seq.forward(&Tensor::full(&[1, 2], 10.0)).shape(), &[1, 2]);
+}
+
+#[test]
+fn hooks_on_containers_and_scoped_hooks() {
+    let n = net();
+    // A `ModuleList` has no forward of its own: a hook on it could never fire.
+    let e = n.as_dyn().register_forward_hook_at("blocks", |_, _| None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`ModuleList` (at `blocks`) has no forward of its own, so a hook on it would never fire: register hooks on \
+         the modules it holds"
+    );
+    assert!(!n.blocks.runs_forward() && n.blocks[0].runs_forward());
+    // A scoped hook is removed at the end of its scope; a plain handle stays.
+    let b = &n.blocks[0];
+    let x = Tensor::ones(&[1, 4]);
+    let plain = b.register_forward_hook(|_, y| Some(y * 0.0)).unwrap();
+    {
+        let _guard = b.register_forward_hook(|_, y| Some(y + 1.0)).unwrap().scoped();
+        assert_eq!(b.forward(&x).to_vec(), [1.0; 4]);
+    }
+    assert_eq!(b.forward(&x).to_vec(), [0.0; 4]);
+    assert!(plain.is_registered());
+    plain.remove();
+    assert_ne!(b.forward(&x).to_vec(), [0.0; 4]);
+}
+
+#[test]
+fn a_cloned_module_keeps_its_hooks() {
+    #[derive(Module, Clone)]
+    struct Double {
+        #[base]
+        base: ModuleBase,
+    }
+    impl Compute for Double {
+        type Input = Tensor;
+        type Output = Tensor;
+        fn compute(&self, x: &Tensor) -> Tensor {
+            x * 2.0
+        }
+    }
+    let m = Double { base: ModuleBase::new() };
+    let h = m.register_forward_hook(|_, y| Some(y * 0.0)).unwrap();
+    let copy = m.clone();
+    let x = Tensor::ones(&[2]);
+    assert_eq!(copy.forward(&x).to_vec(), [0.0, 0.0], "PyTorch's deepcopy keeps hooks too");
+    h.remove(); // the original's handle removes the original's hook only, as in PyTorch
+    assert_eq!(copy.forward(&x).to_vec(), [0.0, 0.0]);
+    assert_eq!(m.forward(&x).to_vec(), [2.0, 2.0]);
+}

@@ -1,10 +1,10 @@
 // A named struct using every kind of field: `#[module]` (a layer, `ModuleList`,
 // `ModuleDict`, `Sequential`), `#[param]`, `#[buffer]`, `#[buffer(persistent = false)]`,
-// `#[base]` and an unannotated plain-data field. Names follow declaration order and
+// `#[base]` (with the `Compute` impl a base requires) and an unannotated plain-data field. Names follow declaration order and
 // PyTorch's grouping (own parameters, own buffers, then children). Doc comments, other
 // attributes and visibility on fields are left alone.
 
-use nn_core::{Module, ModuleBase, Parameter, Tensor};
+use nn_core::{Compute, Forward, Module, ModuleBase, Parameter, Tensor};
 use nn_layers::{Linear, ModuleDict, ModuleList, ReLU, Sequential};
 
 /// A network.
@@ -33,6 +33,14 @@ pub struct Net {
     /// Plain data.
     #[allow(dead_code)]
     pub(crate) hidden: usize,
+}
+
+impl Compute for Net {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        self.body.forward(&self.fc.forward(x)) * &*self.scale
+    }
 }
 
 fn main() {

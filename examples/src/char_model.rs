@@ -1,0 +1,149 @@
+//! The character-level Transformer of `char_transformer` and `lora`, its corpus (Jane
+//! Austen's *Pride and Prejudice*, shipped in `data/`) and its batches.
+
+use nn_core::functional::cross_entropy;
+use nn_core::random::with_rng;
+use nn_core::{no_grad, Compute, DType, Forward, Module, ModuleBase, Tensor};
+use nn_layers::{
+    Activation, Embedding, EncoderInput, LayerNorm, Linear, TransformerEncoder, TransformerEncoderLayer,
+    TransformerEncoderLayerConfig,
+};
+use rand::Rng;
+
+use crate::repo_data_dir;
+
+/// Context length.
+pub const BLOCK: usize = 64;
+/// Windows per batch.
+pub const BATCH: usize = 32;
+
+/// Two pre-norm encoder layers with a causal mask, 4 heads, `d_model` 64.
+#[derive(Module)]
+pub struct CharTransformer {
+    /// Token embedding.
+    #[module]
+    pub tok: Embedding,
+    /// Learned position embedding.
+    #[module]
+    pub pos: Embedding,
+    /// The encoder layers (`encoder.layers.0.self_attn.out_proj`, ...).
+    #[module]
+    pub encoder: TransformerEncoder,
+    /// Final norm.
+    #[module]
+    pub norm: LayerNorm,
+    /// Next-character logits.
+    #[module]
+    pub head: Linear,
+    #[base]
+    base: ModuleBase,
+}
+
+impl CharTransformer {
+    /// A model over `vocab` characters.
+    pub fn new(vocab: usize) -> Self {
+        let d = 64;
+        let cfg = TransformerEncoderLayerConfig {
+            dim_feedforward: 256,
+            dropout: 0.1,
+            activation: Activation::Gelu,
+            batch_first: true,
+            norm_first: true,
+            ..Default::default()
+        };
+        CharTransformer {
+            tok: Embedding::new(vocab, d),
+            pos: Embedding::new(BLOCK, d),
+            encoder: TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(d, 4, cfg), None),
+            norm: LayerNorm::new(d),
+            head: Linear::new(d, vocab),
+            base: ModuleBase::new(),
+        }
+    }
+}
+
+impl Compute for CharTransformer {
+    type Input = Tensor;
+    type Output = Tensor;
+    /// `[B, T]` character ids -> `[B, T, vocab]` next-character logits.
+    fn compute(&self, idx: &Tensor) -> Tensor {
+        let t = idx.shape()[1];
+        let pos = Tensor::from_vec_i64((0..t as i64).collect(), &[t]);
+        let x = self.tok.forward(idx) + self.pos.forward(&pos);
+        // true = may not attend (MultiheadAttention's convention): the future.
+        let causal = Tensor::from_vec_bool((0..t * t).map(|k| k % t > k / t).collect(), &[t, t]);
+        let h = self.encoder.forward(&EncoderInput::new(&x).src_mask(&causal));
+        self.head.forward(&self.norm.forward(&h))
+    }
+}
+
+/// The text as character ids, split 90% / 10% into training and held-out parts.
+pub struct Corpus {
+    /// The sorted distinct characters.
+    pub vocab: Vec<char>,
+    /// Every character as its index in `vocab`.
+    pub ids: Vec<i64>,
+    /// Where the held-out part starts.
+    pub cut: usize,
+}
+
+impl Corpus {
+    /// Reads `data/pride_and_prejudice.txt`.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub fn load() -> std::io::Result<Corpus> {
+        let text = std::fs::read_to_string(repo_data_dir().join("pride_and_prejudice.txt"))?;
+        let mut vocab: Vec<char> = text.chars().collect();
+        vocab.sort_unstable();
+        vocab.dedup();
+        let ids: Vec<i64> = text.chars().map(|c| vocab.binary_search(&c).map_or(0, |i| i as i64)).collect();
+        let cut = ids.len() * 9 / 10;
+        Ok(Corpus { vocab, ids, cut })
+    }
+
+    /// The id of `c` (0 for a character outside the vocabulary).
+    pub fn id(&self, c: char) -> i64 {
+        self.vocab.binary_search(&c).map_or(0, |i| i as i64)
+    }
+
+    /// The training part.
+    pub fn train(&self) -> &[i64] {
+        &self.ids[..self.cut]
+    }
+
+    /// The held-out part.
+    pub fn held(&self) -> &[i64] {
+        &self.ids[self.cut..]
+    }
+}
+
+/// `BATCH` random windows of `BLOCK + 1` ids: inputs and next-character targets.
+pub fn batch(ids: &[i64]) -> (Tensor, Tensor) {
+    let starts: Vec<usize> = with_rng(|r| (0..BATCH).map(|_| r.random_range(0..ids.len() - BLOCK - 1)).collect());
+    let x: Vec<i64> = starts.iter().flat_map(|&s| ids[s..s + BLOCK].iter().copied()).collect();
+    let y: Vec<i64> = starts.iter().flat_map(|&s| ids[s + 1..s + BLOCK + 1].iter().copied()).collect();
+    (Tensor::from_vec_i64(x, &[BATCH, BLOCK]), Tensor::from_vec_i64(y, &[BATCH, BLOCK]))
+}
+
+/// The loss of one batch (logits flattened to `[BATCH * BLOCK, vocab]`).
+pub fn batch_loss(model: &CharTransformer, x: &Tensor, y: &Tensor, vocab: usize) -> Tensor {
+    cross_entropy(&model.forward(x).reshape(&[BATCH * BLOCK, vocab]), &y.reshape(&[BATCH * BLOCK]))
+}
+
+/// `(accuracy, mean loss)` of next-character prediction over `batches` random held-out
+/// batches, without a graph.
+pub fn evaluate(model: &CharTransformer, held: &[i64], vocab: usize, batches: usize) -> (f64, f64) {
+    let (mut correct, mut total, mut loss) = (0.0, 0.0, 0.0);
+    no_grad(|| {
+        for _ in 0..batches {
+            let (x, y) = batch(held);
+            let logits = model.forward(&x).reshape(&[BATCH * BLOCK, vocab]);
+            let y = y.reshape(&[BATCH * BLOCK]);
+            loss += cross_entropy(&logits, &y).item();
+            correct += logits.argmax(1, false).eq(&y).to_dtype(DType::F32).sum().item();
+            total += (BATCH * BLOCK) as f64;
+        }
+    });
+    (correct / total, loss / batches as f64)
+}

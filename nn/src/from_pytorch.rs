@@ -1,0 +1,246 @@
+//! # Coming from PyTorch
+//!
+//! Every common `nn.Module` idiom beside its nn form. Each snippet here is a test that
+//! runs and asserts. The one difference to keep in mind: PyTorch registers state when an
+//! attribute is assigned, at run time, and forgets silently what it does not recognise;
+//! nn reads `#[param]`, `#[buffer]` and `#[module]` at compile time, and an unregistered
+//! layer or tensor field is a compile error that says what to write.
+//!
+//! ## Defining and calling a module
+//!
+//! PyTorch:
+//! ```python
+//! class Mlp(nn.Module):
+//!     def __init__(self):
+//!         super().__init__()
+//!         self.fc1 = nn.Linear(4, 8)
+//!         self.fc2 = nn.Linear(8, 2)
+//!     def forward(self, x):
+//!         return self.fc2(torch.relu(self.fc1(x)))
+//! y = Mlp()(x)
+//! ```
+//! nn: the body of `forward` is `Compute::compute`; callers use `forward`, which is
+//! PyTorch's `__call__` (it runs the hooks). There is no way to call a module around its
+//! hooks, and a module that computes has a `#[base]` (its hooks and training flag):
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::Linear;
+//!
+//! #[derive(Module)]
+//! struct Mlp {
+//!     #[module] fc1: Linear,
+//!     #[module] fc2: Linear,
+//!     #[base] base: ModuleBase,
+//! }
+//!
+//! impl Compute for Mlp {
+//!     type Input = Tensor;
+//!     type Output = Tensor;
+//!     fn compute(&self, x: &Tensor) -> Tensor {
+//!         self.fc2.forward(&self.fc1.forward(x).relu())
+//!     }
+//! }
+//!
+//! let m = Mlp { fc1: Linear::new(4, 8), fc2: Linear::new(8, 2), base: ModuleBase::new() };
+//! assert_eq!(m.forward(&Tensor::ones(&[3, 4])).shape(), &[3, 2]);
+//! ```
+//!
+//! ## Lists and dicts of layers
+//!
+//! `nn.ModuleList` / `nn.ModuleDict` are [`ModuleList`](crate::layers::ModuleList) /
+//! [`ModuleDict`](crate::layers::ModuleDict); a plain `Vec<Linear>` field does not compile
+//! (it would be invisible to `parameters()`, the classic PyTorch bug):
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, ModuleDict, ModuleList};
+//!
+//! #[derive(Module)]
+//! struct Net {
+//!     #[module] blocks: ModuleList<Linear>,
+//!     #[module] heads: ModuleDict<Linear>,
+//! }
+//! let net = Net {
+//!     blocks: (0..2).map(|_| Linear::new(4, 4)).collect(),
+//!     heads: [("cls".to_string(), Linear::new(4, 3))].into_iter().collect(),
+//! };
+//! let keys: Vec<String> = net.state_dict().keys().map(String::from).collect();
+//! assert_eq!(keys, ["blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias", "heads.cls.weight", "heads.cls.bias"]);
+//! ```
+//!
+//! ## Buffers, persistent and not
+//!
+//! `self.register_buffer("running", t)` and `register_buffer("cache", t, persistent=False)`:
+//! ```
+//! use nn::prelude::*;
+//!
+//! #[derive(Module)]
+//! struct Stats {
+//!     #[buffer] running: Tensor,
+//!     #[buffer(persistent = false)] cache: Tensor,
+//! }
+//! let mut s = Stats { running: Tensor::zeros(&[2]), cache: Tensor::zeros(&[2]) };
+//! assert_eq!(s.named_buffers().len(), 2);                 // both move with the module
+//! assert_eq!(s.state_dict().keys().collect::<Vec<_>>(), ["running"]); // one is saved
+//! s.to_dtype(DType::F64);                                  // model.double()
+//! assert_eq!(s.cache.dtype(), DType::F64);
+//! ```
+//!
+//! ## Hooks in a loop (feature extraction)
+//!
+//! ```python
+//! for name, m in model.named_modules():
+//!     m.register_forward_hook(lambda m, i, o, name=name: feats.__setitem__(name, o.shape))
+//! ```
+//! Registration works on the `&dyn Module` items, and the hook stays until
+//! `handle.remove()` (ignoring the handle keeps it, as in PyTorch; `.scoped()` gives a guard
+//! that removes it at the end of a scope). Containers that have no forward of their own
+//! (`ModuleList`, `ModuleDict`) refuse hooks with an error instead of accepting hooks that
+//! would never fire:
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, ReLU, Sequential};
+//!
+//! let model = Sequential::new().add(Linear::new(4, 8)).add(ReLU::new()).add(Linear::new(8, 2));
+//! let feats = Arc::new(Mutex::new(Vec::new()));
+//! for (name, m) in model.named_modules() {
+//!     let feats = feats.clone();
+//!     let _ = m.register_forward_hook(move |_, y| {
+//!         feats.lock().unwrap().push((name.clone(), y.shape().to_vec()));
+//!         None
+//!     });
+//! }
+//! model.forward(&Tensor::ones(&[5, 4]));
+//! let feats = feats.lock().unwrap();
+//! assert_eq!(feats[0], ("0".to_string(), vec![5, 8]));
+//! assert_eq!(feats.last().unwrap(), &("".to_string(), vec![5, 2])); // the root fires last
+//! ```
+//!
+//! ## Freezing, parameter groups, layer-wise learning rates
+//!
+//! `for p in model.encoder.parameters(): p.requires_grad = False`, and
+//! `optim.SGD([{"params": encoder.parameters(), "lr": 1e-4}, {"params": head.parameters()}], lr=1e-2)`.
+//! Optimizer state is keyed by name, so each group keeps the full dotted names:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, Sequential};
+//! use nn::optim::{Optimizer, ParamGroup, Sgd, SgdConfig};
+//!
+//! let model = Sequential::new().add_named("encoder", Linear::new(4, 4)).add_named("head", Linear::new(4, 2));
+//! model.get_submodule("encoder").unwrap().requires_grad_(false); // any subtree
+//! assert_eq!(model.num_trainable_parameters(), 4 * 2 + 2);
+//! model.get_submodule("encoder").unwrap().requires_grad_(true);
+//!
+//! let group = |prefix: &str| -> Vec<(String, Parameter)> {
+//!     model.named_parameters().into_iter().filter(|(k, _)| k.starts_with(prefix)).collect()
+//! };
+//! let opt = Sgd::new(
+//!     vec![ParamGroup::new(group("encoder.")).lr(1e-4), ParamGroup::new(group("head."))],
+//!     SgdConfig { lr: 1e-2, ..Default::default() },
+//! );
+//! assert_eq!((opt.group_lr(0), opt.group_lr(1)), (1e-4, 1e-2));
+//! ```
+//!
+//! ## Surgery: look-ups, typed access, replacing a sub-module
+//!
+//! `model.get_submodule("encoder.fc")`, `isinstance` + attribute access, and
+//! `model.set_submodule("head", nn.Linear(4, 3))`:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, ReLU, Sequential};
+//!
+//! #[derive(Module)]
+//! struct Net {
+//!     #[module] body: Sequential,
+//!     #[module] head: Linear,
+//! }
+//! let mut net = Net { body: Sequential::new().add(Linear::new(4, 4)).add(ReLU::new()), head: Linear::new(4, 2) };
+//! // Typed access: no downcast at the call site, a clear error for the wrong type.
+//! assert_eq!(net.get_submodule_as::<Linear>("body.0").unwrap().out_features(), 4);
+//! assert!(net.get_submodule_as::<Linear>("body.1").is_err());
+//! // Replace the head (a typed slot takes its own type) and a `Sequential` item (any layer, boxed).
+//! net.set_submodule("head", Linear::new(4, 3)).unwrap();
+//! net.set_submodule("body.1", Box::new(nn::layers::Tanh::new()) as Box<dyn Layer>).unwrap();
+//! assert_eq!(net.head.out_features(), 3);
+//! assert_eq!(net.get_submodule("body.1").unwrap().type_name(), "Tanh");
+//! // A module that does not fit the slot is an error; nothing changes.
+//! assert!(net.set_submodule("head", ReLU::new()).is_err());
+//! // Mutable access by path.
+//! net.get_submodule_mut("body").unwrap().eval();
+//! assert!(!net.body.is_training());
+//! ```
+//!
+//! ## Several inputs
+//!
+//! `def forward(self, x, mask=None)`: the input is a tuple or a struct; hooks see the first
+//! tensor. The attention layers take their masks this way:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{AttentionInput, MultiheadAttention};
+//!
+//! let mha = MultiheadAttention::new(8, 2);                       // sequence-first, like PyTorch
+//! let (q, kv) = (Tensor::randn(&[5, 3, 8]), Tensor::randn(&[7, 3, 8]));
+//! let pad = Tensor::from_vec_bool(vec![false; 21], &[3, 7]);
+//! let (y, w) = mha.forward(&AttentionInput::new(&q, &kv, &kv).key_padding_mask(&pad));
+//! assert_eq!((y.shape(), w.unwrap().shape()), (&[5, 3, 8][..], &[3, 5, 7][..]));
+//! ```
+//!
+//! ## State dicts, `strict=False`, saving
+//!
+//! `torch.save(model.state_dict())` is safetensors here, with PyTorch's key names, so files
+//! move both ways. `load_state_dict(sd, strict=False)` reports missing and unexpected keys;
+//! a shape mismatch is an error either way, and on any error the model is unchanged:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::Linear;
+//! use nn::StateDict;
+//!
+//! let mut lin = Linear::new(3, 2);
+//! let mut sd = StateDict::default();
+//! sd.insert("weight".to_string(), Tensor::ones(&[2, 3]));
+//! sd.insert("extra".to_string(), Tensor::ones(&[1]));
+//! let report = lin.load_state_dict(&sd, false).unwrap();
+//! assert_eq!((report.missing_keys, report.unexpected_keys), (vec!["bias".to_string()], vec!["extra".to_string()]));
+//! assert!(lin.load_state_dict(&sd, true).is_err()); // strict
+//!
+//! let dir = std::env::temp_dir().join(format!("nn-from-pytorch-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! lin.save(dir.join("lin.safetensors")).unwrap();        // atomic write
+//! let mut other = Linear::new(3, 2);
+//! other.load(dir.join("lin.safetensors")).unwrap();      // strict load
+//! assert_eq!(other.weight.to_vec(), vec![1.0; 6]);
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+//!
+//! ## The meta device
+//!
+//! `with torch.device("meta"): model = Big()` builds without allocating; loading a state
+//! dict materialises it (`assign=True`):
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::Linear;
+//!
+//! let big = nn::with_device(Device::Meta, || Linear::new(100_000, 100_000));
+//! assert_eq!(big.num_parameters(), 100_000 * 100_000 + 100_000); // no 40 GB allocated
+//! assert_eq!(big.weight.device(), Device::Meta);
+//!
+//! let mut small = nn::with_device(Device::Meta, || Linear::new(2, 2));
+//! small.load_state_dict(&Linear::new(2, 2).state_dict(), true).unwrap();
+//! assert_eq!(small.weight.device(), Device::Cpu);
+//! ```
+//!
+//! ## Training mode, `no_grad`, dtype
+//!
+//! `model.train()`, `model.eval()`, `with torch.no_grad():`, `model.double()`:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{Dropout, Linear, Sequential};
+//!
+//! let mut m = Sequential::new().add(Linear::new(2, 2)).add(Dropout::new(0.5));
+//! m.eval();
+//! assert!(!m.is_training());
+//! let y = nn::no_grad(|| m.forward(&Tensor::ones(&[1, 2])));
+//! assert!(!y.requires_grad());
+//! m.to_dtype(DType::F64);
+//! assert_eq!(m.parameters()[0].dtype(), DType::F64);
+//! ```
