@@ -86,13 +86,20 @@ fn make_adapters(model: &CharTransformer, targets: &[String], rank: usize) -> Re
         .iter()
         .map(|path| {
             let lin: &nn_layers::Linear = model.get_submodule_as::<nn_layers::NonDynamicallyQuantizableLinear>(path)?;
-            Ok((path.replace('.', "_"), LoraAdapter::new(lin.in_features(), lin.out_features(), rank, 2.0 * rank as f64)))
+            Ok((
+                path.replace('.', "_"),
+                LoraAdapter::new(lin.in_features(), lin.out_features(), rank, 2.0 * rank as f64),
+            ))
         })
         .collect()
 }
 
 /// Attaches each adapter to its projection with a forward hook (`y + B(A x) * scale`).
-fn inject(model: &CharTransformer, adapters: &ModuleDict<LoraAdapter>, targets: &[String]) -> Result<Vec<HookHandle>, Error> {
+fn inject(
+    model: &CharTransformer,
+    adapters: &ModuleDict<LoraAdapter>,
+    targets: &[String],
+) -> Result<Vec<HookHandle>, Error> {
     targets
         .iter()
         .map(|path| {
@@ -115,7 +122,8 @@ fn main() -> Result<(), Error> {
 
     // 1. A base model, trained briefly on the whole book.
     let mut model = CharTransformer::new(vocab);
-    let mut opt = AdamW::new(model.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.01, ..Default::default() });
+    let mut opt =
+        AdamW::new(model.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.01, ..Default::default() });
     let mut losses = Vec::new();
     let pb = progress(args.base_steps, "base");
     for _ in 0..args.base_steps {
@@ -151,7 +159,8 @@ fn main() -> Result<(), Error> {
     );
     let frozen: BTreeMap<String, Vec<f32>> =
         model.state_dict().iter().map(|(k, t)| (k.to_string(), t.to_vec())).collect();
-    let mut opt = AdamW::new(adapters.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.0, ..Default::default() });
+    let mut opt =
+        AdamW::new(adapters.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.0, ..Default::default() });
     model.train();
     let pb = progress(args.steps, "adapters");
     for _ in 0..args.steps {
@@ -200,7 +209,8 @@ fn main() -> Result<(), Error> {
 
     let curve = a.out("lora_loss.svg")?;
     let split = args.base_steps as usize;
-    let adapter_part: Vec<f64> = losses.iter().enumerate().map(|(i, &l)| if i < split { f64::NAN } else { l }).collect();
+    let adapter_part: Vec<f64> =
+        losses.iter().enumerate().map(|(i, &l)| if i < split { f64::NAN } else { l }).collect();
     let series: [(&str, &[f64]); 2] = [("base model", &losses[..split]), ("adapters only", &adapter_part)];
     write_loss_svg(&curve, "LoRA: base training, then adapters only", "step", &series)?;
     println!("loss curve: {}", curve.display());

@@ -369,7 +369,7 @@ pub trait Module: HoldsState + Any {
     where
         Self: Sized,
     {
-        self.as_dyn_mut().set_submodule_dyn(path, &mut Some(module), std::any::type_name::<M>())
+        self.as_dyn_mut().set_submodule_dyn(path, &mut Some(module), short_type_name::<M>())
     }
 
     // ------------------------------------------------------------------------------

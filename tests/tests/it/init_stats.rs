@@ -241,3 +241,86 @@ fn wrong_input_shapes_are_caught_at_the_layer() {
     });
     assert!(m.contains("MaxPool2d(kernel_size=2") && m.contains("got [4, 4]"), "{m}");
 }
+
+#[test]
+fn attention_layers_name_themselves_and_both_shapes() {
+    let mha = || MultiheadAttention::new(8, 2); // [L, N, E]
+    let (q, kv) = (Tensor::zeros(&[5, 3, 8]), Tensor::zeros(&[7, 3, 8]));
+    let cases: Vec<(Box<dyn Fn() + std::panic::RefUnwindSafe>, &str)> = vec![
+        (
+            Box::new(|| {
+                mha().forward((&q, &Tensor::zeros(&[7, 2, 8]), &Tensor::zeros(&[7, 2, 8])));
+            }),
+            "MultiheadAttention(embed_dim=8, num_heads=2): query [5, 3, 8] and key [7, 2, 8] have different batch sizes (3 vs 2)",
+        ),
+        (
+            Box::new(|| {
+                mha().forward((&q, &kv, &Tensor::zeros(&[6, 3, 8])));
+            }),
+            "MultiheadAttention(embed_dim=8, num_heads=2): key [7, 3, 8] and value [6, 3, 8] must have the same shape",
+        ),
+        (
+            Box::new(|| {
+                mha().forward((&q, &Tensor::zeros(&[7, 3, 4]), &Tensor::zeros(&[7, 3, 4])));
+            }),
+            "MultiheadAttention(embed_dim=8, num_heads=2) expects key [L, N, E] with E = 8 (query [5, 3, 8]), got [7, 3, 4]",
+        ),
+        (
+            Box::new(|| {
+                mha().forward(&AttentionInput::new(&q, &kv, &kv).attn_mask(&Tensor::zeros(&[5, 5])));
+            }),
+            "MultiheadAttention(embed_dim=8, num_heads=2): attn_mask must be [L, S] = [5, 7] or [3 * 2, 5, 7] for query [5, 3, 8] and key [7, 3, 8], got [5, 5]",
+        ),
+        (
+            Box::new(|| {
+                let pad = Tensor::from_vec_bool(vec![false; 15], &[3, 5]);
+                mha().forward(&AttentionInput::new(&q, &kv, &kv).key_padding_mask(&pad));
+            }),
+            "MultiheadAttention(embed_dim=8, num_heads=2): key_padding_mask must be [3, 7] ([N, S], or [S] unbatched) for key [7, 3, 8], got [3, 5]",
+        ),
+        (
+            Box::new(|| {
+                TransformerEncoderLayer::new(8, 2).forward(&Tensor::zeros(&[4, 3, 6]));
+            }),
+            "TransformerEncoderLayer(d_model=8, nhead=2) expects src [L, N, E] (or unbatched [L, E]) with E = 8, got [4, 3, 6]",
+        ),
+        (
+            Box::new(|| {
+                let layer = TransformerEncoderLayer::new(8, 2);
+                layer.forward(&EncoderInput::new(&q).src_mask(&Tensor::zeros(&[4, 4])));
+            }),
+            "MultiheadAttention(embed_dim=8, num_heads=2): attn_mask must be [L, S] = [5, 5] or [3 * 2, 5, 5] for query [5, 3, 8] and key [5, 3, 8], got [4, 4]",
+        ),
+    ];
+    for (f, want) in cases {
+        let m = panic_message(std::panic::AssertUnwindSafe(|| f()));
+        assert_eq!(m, want);
+    }
+}
+
+#[test]
+fn unbatched_attention_is_a_batch_of_one() {
+    manual_seed(3);
+    let mha = MultiheadAttention::new(8, 2);
+    let (q, kv) = (Tensor::randn(&[5, 8]), Tensor::randn(&[7, 8]));
+    let pad = Tensor::from_vec_bool(vec![false, false, true, false, false, false, true], &[7]);
+    let mask = Tensor::from_vec_bool((0..35).map(|k| k % 7 > k / 7 + 2).collect(), &[5, 7]);
+    let (y, w) = mha.forward(&AttentionInput::new(&q, &kv, &kv).key_padding_mask(&pad).attn_mask(&mask));
+    assert_eq!((y.shape(), w.as_ref().unwrap().shape()), (&[5, 8][..], &[5, 7][..]));
+    let (yb, wb) = mha.forward(
+        &AttentionInput::new(&q.unsqueeze(1), &kv.unsqueeze(1), &kv.unsqueeze(1))
+            .key_padding_mask(&pad.unsqueeze(0))
+            .attn_mask(&mask),
+    );
+    assert_eq!(y.to_vec(), yb.squeeze_dim(1).to_vec());
+    assert_eq!(w.unwrap().to_vec(), wb.unwrap().squeeze_dim(0).to_vec());
+    // Masked key positions get no weight.
+    let w = mha.forward(&AttentionInput::new(&q, &kv, &kv).key_padding_mask(&pad)).1.unwrap().to_vec();
+    assert!(w.iter().skip(2).step_by(7).all(|&v| v == 0.0));
+    // The Transformer layer takes unbatched input too.
+    let cfg = TransformerEncoderLayerConfig { dropout: 0.0, dim_feedforward: 16, ..Default::default() };
+    let layer = TransformerEncoderLayer::with_config(8, 2, cfg);
+    let y = layer.forward(&q);
+    let yb = layer.forward(&q.unsqueeze(1));
+    assert_eq!(y.to_vec(), yb.squeeze_dim(1).to_vec());
+}

@@ -2,7 +2,7 @@
 //! dtype/device moves, freezing and counts, checked against what PyTorch gives for the
 //! equivalent `nn.Module` (expected values written from PyTorch 2.x behaviour).
 
-use nn_core::{Compute, Layer};
+use nn_core::{Compute, Hooks, Layer};
 use nn_core::{DType, Device, Forward, Module, ModuleBase, Parameter, StateDict, Tensor};
 use nn_layers::{Linear, ModuleDict, ModuleList, ReLU, Sequential};
 
@@ -402,7 +402,7 @@ fn typed_access_without_downcasts() {
     assert_eq!((cls.in_features(), cls.out_features()), (4, 2));
     n.get_submodule_as_mut::<Linear>("embed").unwrap().bias = None;
     assert!(n.embed.bias.is_none());
-    let e = n.get_submodule_as::<ReLU>("heads.cls").unwrap_err();
+    let e = n.get_submodule_as::<ReLU>("heads.cls").err().unwrap();
     assert!(matches!(e, nn_core::Error::WrongModuleType { expected: "ReLU", found: "Linear", .. }), "{e}");
     assert_eq!(e.to_string(), "the module at `heads.cls` is a `Linear`, not a `ReLU`");
     let seq = Sequential::new().add(Linear::new(2, 3)).add(ReLU::new());
