@@ -111,7 +111,7 @@ pub fn write_loss_svg(path: &Path, title: &str, x_label: &str, series: &[(&str, 
             .x_label_area_size(36)
             .y_label_area_size(56)
             .build_cartesian_2d(0f64..(steps - 1) as f64, lo..hi)?;
-        chart.configure_mesh().x_desc(x_label).y_desc("loss").draw()?;
+        chart.configure_mesh().x_desc(x_label).y_desc("loss").x_label_formatter(&|x| format!("{x:.0}")).draw()?;
         let colors = [BLUE, RED, GREEN, MAGENTA];
         for (j, (name, s)) in series.iter().enumerate() {
             let color = colors[j % colors.len()];
@@ -121,7 +121,12 @@ pub fn write_loss_svg(path: &Path, title: &str, x_label: &str, series: &[(&str, 
                 .label(*name)
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
         root.present()?;
         Ok(())
     };

@@ -105,3 +105,32 @@ fn finetune_hooks_interop_and_transformer_run() {
         run(env!("CARGO_BIN_EXE_char_transformer"), &["--steps", "4", "--sample-len", "5", "--resume", "--out-dir", d]);
     assert!(out.contains("resumed at step 3"), "{out}");
 }
+
+#[test]
+fn lora_injects_trains_saves_and_reloads_adapters() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = run(env!("CARGO_BIN_EXE_lora"), &["--base-steps", "3", "--steps", "3", "--out-dir", d]);
+    assert!(
+        out.contains(
+            r#"adapter targets: ["encoder.layers.0.self_attn.out_proj", "encoder.layers.1.self_attn.out_proj"]"#
+        ),
+        "{out}"
+    );
+    assert!(out.contains("trainable: 1024 adapter parameters") && out.contains("base trainable: 0"), "{out}");
+    assert!(out.contains("reloaded base + adapters reproduce the fine-tuned logits exactly"), "{out}");
+    // The adapters file holds the adapters alone.
+    let sd = nn_core::StateDict::load(dir.path().join("lora_adapters.safetensors")).unwrap();
+    let keys: Vec<&str> = sd.keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "encoder_layers_0_self_attn_out_proj.lora_a",
+            "encoder_layers_0_self_attn_out_proj.lora_b",
+            "encoder_layers_1_self_attn_out_proj.lora_a",
+            "encoder_layers_1_self_attn_out_proj.lora_b"
+        ]
+    );
+    let svg = std::fs::read_to_string(dir.path().join("lora_loss.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "not a loss curve");
+}
