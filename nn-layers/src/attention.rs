@@ -313,11 +313,11 @@ impl MultiheadAttention {
         if let Some(m) = &a.attn_mask {
             let m = additive(m, &scores);
             let m = if m.rank() == 3 { m.reshape(&[n, h, l, s]) } else { m };
-            scores = scores + m;
+            scores = &scores + &m; // out of place: `scores` is part of the graph
         }
         if let Some(kp) = &a.key_padding_mask {
             let pad = additive(kp, &scores).reshape(&[n, 1, 1, s]);
-            scores = scores + pad;
+            scores = &scores + &pad;
         }
         let mut attn = scores.softmax(-1);
         if self.dropout > 0.0 {

@@ -89,7 +89,7 @@ impl Compute for Linear {
 /// `y = x1^T A x2 + b` (PyTorch's `nn.Bilinear`).
 ///
 /// Parameters: `weight` `[out, in1, in2]`, `bias` `[out]`; both `U(-1/sqrt(in1),
-/// 1/sqrt(in1))`. Run with [`forward2`](Bilinear::forward2).
+/// 1/sqrt(in1))`. Run on both inputs with `bilinear.forward((&x1, &x2))`.
 #[derive(Module)]
 #[module(extra_repr)]
 pub struct Bilinear {

@@ -246,7 +246,8 @@ fn wrong_input_shapes_are_caught_at_the_layer() {
 fn attention_layers_name_themselves_and_both_shapes() {
     let mha = || MultiheadAttention::new(8, 2); // [L, N, E]
     let (q, kv) = (Tensor::zeros(&[5, 3, 8]), Tensor::zeros(&[7, 3, 8]));
-    let cases: Vec<(Box<dyn Fn() + std::panic::RefUnwindSafe>, &str)> = vec![
+    type Case<'a> = (Box<dyn Fn() + 'a>, &'a str);
+    let cases: Vec<Case<'_>> = vec![
         (
             Box::new(|| {
                 mha().forward((&q, &Tensor::zeros(&[7, 2, 8]), &Tensor::zeros(&[7, 2, 8])));
@@ -293,7 +294,7 @@ fn attention_layers_name_themselves_and_both_shapes() {
         ),
     ];
     for (f, want) in cases {
-        let m = panic_message(std::panic::AssertUnwindSafe(|| f()));
+        let m = panic_message(std::panic::AssertUnwindSafe(f));
         assert_eq!(m, want);
     }
 }
