@@ -66,6 +66,14 @@
 //! # assert_eq!(net.steps, 0);
 //! ```
 //!
+//! A module implements [`Compute`] (its computation, PyTorch's `def forward`) and is run
+//! with [`Forward::forward`] (PyTorch's `module(x)`), which nn implements once for every
+//! module and which runs the module's hooks: no module's code runs hooks, so none can
+//! forget them, and no caller can go around them. A module that computes must have a
+//! `#[base]` (its hooks and training flag), and a struct with a `#[base]` must compute;
+//! both are compile errors. Hooks stay registered until `handle.remove()`. The reasons and
+//! the rules are in [`module::forward`] and [`module::hooks`].
+//!
 //! Training with autograd alone:
 //!
 //! ```
