@@ -114,6 +114,29 @@ fn inject(
 
 type Error = Box<dyn std::error::Error>;
 
+/// `steps` optimizer steps on random training batches, appending each loss to `losses`.
+fn train_steps(
+    model: &CharTransformer,
+    opt: &mut AdamW,
+    steps: u64,
+    label: &str,
+    train: &[i64],
+    vocab: usize,
+    losses: &mut Vec<f64>,
+) {
+    let pb = progress(steps, label);
+    for _ in 0..steps {
+        let (x, y) = batch(train);
+        opt.zero_grad();
+        let loss = batch_loss(model, &x, &y, vocab);
+        losses.push(loss.item());
+        loss.backward();
+        opt.step();
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+}
+
 fn main() -> Result<(), Error> {
     let args = Args::parse();
     let a = &args.common;
@@ -126,17 +149,7 @@ fn main() -> Result<(), Error> {
     let mut opt =
         AdamW::new(model.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.01, ..Default::default() });
     let mut losses = Vec::new();
-    let pb = progress(args.base_steps, "base");
-    for _ in 0..args.base_steps {
-        let (x, y) = batch(train);
-        opt.zero_grad();
-        let loss = batch_loss(&model, &x, &y, vocab);
-        losses.push(loss.item());
-        loss.backward();
-        opt.step();
-        pb.inc(1);
-    }
-    pb.finish_and_clear();
+    train_steps(&model, &mut opt, args.base_steps, "base", train, vocab, &mut losses);
     model.eval();
     let (base_acc, base_loss) = evaluate(&model, held, vocab, 20);
     println!("base model: held-out accuracy {:.2}%, loss {base_loss:.3}", base_acc * 100.0);
@@ -163,17 +176,7 @@ fn main() -> Result<(), Error> {
     let mut opt =
         AdamW::new(adapters.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.0, ..Default::default() });
     model.train();
-    let pb = progress(args.steps, "adapters");
-    for _ in 0..args.steps {
-        let (x, y) = batch(train);
-        opt.zero_grad();
-        let loss = batch_loss(&model, &x, &y, vocab);
-        losses.push(loss.item());
-        loss.backward();
-        opt.step();
-        pb.inc(1);
-    }
-    pb.finish_and_clear();
+    train_steps(&model, &mut opt, args.steps, "adapters", train, vocab, &mut losses);
     model.eval();
     let unchanged = model.state_dict().iter().all(|(k, t)| frozen[k] == t.to_vec());
     assert!(unchanged, "the frozen base must not change");

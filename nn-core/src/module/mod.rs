@@ -258,11 +258,7 @@ pub trait Module: HoldsState + Any {
     /// [`Error::SubmoduleNotFound`] naming the first missing part and what exists there.
     fn get_submodule(&self, path: &str) -> Result<&dyn Module> {
         let mut cur = self.as_dyn();
-        if path.is_empty() {
-            return Ok(cur);
-        }
-        let mut walked = String::new();
-        for part in path.split('.') {
+        for (start, part) in path_parts(path) {
             let mut found = None;
             let mut names = Vec::new();
             cur.visit(&mut |name, item| {
@@ -273,22 +269,7 @@ pub trait Module: HoldsState + Any {
                     names.push(name.to_string());
                 }
             });
-            match found {
-                Some(m) => cur = m,
-                None => {
-                    return Err(Error::SubmoduleNotFound {
-                        path: path.to_string(),
-                        missing: part.to_string(),
-                        parent: if walked.is_empty() { "<root>".into() } else { walked },
-                        parent_type: cur.type_name(),
-                        children: names,
-                    })
-                }
-            }
-            if !walked.is_empty() {
-                walked.push('.');
-            }
-            walked.push_str(part);
+            cur = found.ok_or_else(|| not_found(path, start, cur.type_name(), names))?;
         }
         Ok(cur)
     }
@@ -299,11 +280,7 @@ pub trait Module: HoldsState + Any {
     /// [`Error::SubmoduleNotFound`], as [`get_submodule`](Module::get_submodule).
     fn get_submodule_mut(&mut self, path: &str) -> Result<&mut dyn Module> {
         let mut cur = self.as_dyn_mut();
-        if path.is_empty() {
-            return Ok(cur);
-        }
-        let mut walked = String::new();
-        for part in path.split('.') {
+        for (start, part) in path_parts(path) {
             let parent_type = cur.type_name();
             let mut found = None;
             let mut names = Vec::new();
@@ -313,22 +290,7 @@ pub trait Module: HoldsState + Any {
                     found = Some(m);
                 }
             });
-            match found {
-                Some(m) => cur = m,
-                None => {
-                    return Err(Error::SubmoduleNotFound {
-                        path: path.to_string(),
-                        missing: part.to_string(),
-                        parent: if walked.is_empty() { "<root>".into() } else { walked },
-                        parent_type,
-                        children: names,
-                    })
-                }
-            }
-            if !walked.is_empty() {
-                walked.push('.');
-            }
-            walked.push_str(part);
+            cur = found.ok_or_else(|| not_found(path, start, parent_type, names))?;
         }
         Ok(cur)
     }
@@ -962,6 +924,29 @@ impl dyn Module {
                 reason: format!("`{parent_type}` does not support replacing its sub-modules"),
             }),
         }
+    }
+}
+
+/// The components of a dotted path with their byte offsets (none for `""`, the root).
+fn path_parts(path: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut start = 0;
+    path.split('.').filter(move |_| !path.is_empty()).map(move |part| {
+        let at = start;
+        start += part.len() + 1;
+        (at, part)
+    })
+}
+
+/// The error for the component of `path` at byte `start`, which the module of type
+/// `parent_type` (holding `children`) does not have.
+fn not_found(path: &str, start: usize, parent_type: &'static str, children: Vec<String>) -> Error {
+    let end = path[start..].find('.').map_or(path.len(), |i| start + i);
+    Error::SubmoduleNotFound {
+        path: path.to_string(),
+        missing: path[start..end].to_string(),
+        parent: if start == 0 { "<root>".to_string() } else { path[..start - 1].to_string() },
+        parent_type,
+        children,
     }
 }
 
