@@ -101,6 +101,32 @@ pub enum Error {
     /// An optimizer state that does not fit the optimizer.
     #[error("optimizer state: {0}")]
     OptimizerState(String),
+    /// Two entries of an optimizer's parameter groups collide: the same parameter twice,
+    /// or two parameters under one name (whose state would share one `state_dict()` key).
+    /// Nothing was built.
+    #[error("{}", group_conflict_message(.key, .first_key, *.first_group, *.second_group, *.same_parameter))]
+    ParamGroupConflict {
+        /// The name of the entry met second.
+        key: String,
+        /// The name of the entry met first (equal to `key` for a name clash).
+        first_key: String,
+        /// The group of the entry met first.
+        first_group: usize,
+        /// The group of the entry met second (equal to `first_group` within one group).
+        second_group: usize,
+        /// True when both entries are the same parameter (by [`crate::Parameter::id`]);
+        /// false when two different parameters share the name `key`.
+        same_parameter: bool,
+    },
+    /// Invalid optimizer hyper-parameters (a negative learning rate, betas outside
+    /// `[0, 1)`, ...), the cases where PyTorch raises.
+    #[error("{optimizer}: {reason}")]
+    OptimizerConfig {
+        /// The optimizer (`Sgd`, `Adam`, `AdamW`).
+        optimizer: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// A checkpoint whose metadata is missing or malformed.
     #[error("checkpoint `{}`: {reason}", path.display())]
     Checkpoint {
@@ -174,6 +200,29 @@ impl std::fmt::Display for StateDictError {
             )?;
         }
         Ok(())
+    }
+}
+
+fn group_conflict_message(key: &str, first_key: &str, first: usize, second: usize, same: bool) -> String {
+    let place = |g: usize, k: &str| format!("group {g} (as `{k}`)");
+    if same {
+        let (a, b) = (place(first, first_key), place(second, key));
+        let r#where = if first == second { format!("twice in {a} and {b}") } else { format!("in {a} and in {b}") };
+        format!(
+            "optimizer parameter groups: the same parameter is {where}; a parameter may belong to one group \
+             only (as in PyTorch): remove it from all but one"
+        )
+    } else {
+        let r#where = if first == second {
+            format!("appears twice in group {first}")
+        } else {
+            format!("is used in group {first} and in group {second}")
+        };
+        format!(
+            "optimizer parameter groups: the name `{key}` {where}, so their states would share one \
+             `state_dict()` key and one would be lost; give each group full dotted names, e.g. \
+             `ParamGroup::with_prefix(\"encoder\", model.get_submodule(\"encoder\")?.named_parameters())`"
+        )
     }
 }
 

@@ -1,8 +1,8 @@
 //! Adam and AdamW.
 
 use super::{
-    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, update_param, Bufs, Group, IntoParamGroups,
-    Optimizer, OptimizerState,
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, update_param, Bufs, Group,
+    IntoParamGroups, Optimizer, OptimizerState,
 };
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
@@ -189,17 +189,37 @@ macro_rules! adam_optimizer {
             /// An optimizer over `params` (`Vec<Parameter>`, `named_parameters()`, or groups).
             ///
             /// # Panics
-            /// On invalid hyper-parameters, as PyTorch raises.
+            #[doc = concat!("Where [`try_new`](", stringify!($name), "::try_new) returns an error, with its message.")]
             #[track_caller]
             pub fn new(params: impl IntoParamGroups, config: $config) -> Self {
+                $name::try_new(params, config).unwrap_or_else(|e| panic!("{e}"))
+            }
+
+            #[doc = concat!("Like [`new`](", stringify!($name), "::new), returning an error instead of panicking.")]
+            ///
+            /// # Errors
+            /// [`Error::OptimizerConfig`] on invalid hyper-parameters (negative rates or
+            /// epsilon, betas outside `[0, 1)`), as PyTorch raises;
+            /// [`Error::ParamGroupConflict`] when a parameter is in two groups or two
+            /// parameters share a name (see [`ParamGroup`](super::ParamGroup)).
+            pub fn try_new(params: impl IntoParamGroups, config: $config) -> Result<Self> {
+                let bad = |reason: String| Err(Error::OptimizerConfig { optimizer: stringify!($name), reason });
                 let (b1, b2) = config.betas;
-                assert!(config.lr >= 0.0, "{}: invalid learning rate {}", stringify!($name), config.lr);
-                assert!(config.eps >= 0.0, "{}: invalid epsilon {}", stringify!($name), config.eps);
-                assert!((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2), "{}: invalid betas {:?}", stringify!($name), config.betas);
-                assert!(config.weight_decay >= 0.0, "{}: invalid weight_decay {}", stringify!($name), config.weight_decay);
-                let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay);
+                if !non_negative(config.lr) {
+                    return bad(format!("invalid learning rate {}", config.lr));
+                }
+                if !non_negative(config.eps) {
+                    return bad(format!("invalid epsilon {}", config.eps));
+                }
+                if !((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2)) {
+                    return bad(format!("invalid betas {:?}", config.betas));
+                }
+                if !non_negative(config.weight_decay) {
+                    return bad(format!("invalid weight_decay {}", config.weight_decay));
+                }
+                let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay)?;
                 let state = groups.iter().map(|g| vec![(None, 0); g.params.len()]).collect();
-                $name(AdamCore { groups, betas: config.betas, eps: config.eps, amsgrad: config.amsgrad, decoupled: $decoupled, state })
+                Ok($name(AdamCore { groups, betas: config.betas, eps: config.eps, amsgrad: config.amsgrad, decoupled: $decoupled, state }))
             }
         }
 

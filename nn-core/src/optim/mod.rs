@@ -27,6 +27,57 @@ use crate::tensor::Tensor;
 /// A set of parameters with its own hyper-parameters (PyTorch's param groups), e.g. a
 /// smaller learning rate for a pretrained backbone.
 ///
+/// Optimizer state is keyed by each parameter's name (`opt.state_dict()` holds
+/// `"<name>.exp_avg"`, ...), so the names must be unique across all groups. A sub-module's
+/// `named_parameters()` are named relative to that sub-module (`weight`, `bias`): build
+/// its group with [`with_prefix`](ParamGroup::with_prefix), which restores the full dotted
+/// names, the same ones the model's own `named_parameters()` uses:
+///
+/// ```
+/// use nn_core::optim::{Adam, AdamConfig, Optimizer, ParamGroup};
+/// use nn_core::{Module, Parameter, Tensor};
+///
+/// #[derive(Module)]
+/// struct Fc {
+///     #[param] weight: Parameter,
+///     #[param] bias: Parameter,
+/// }
+///
+/// #[derive(Module)]
+/// struct Net {
+///     #[module] encoder: Fc,
+///     #[module] head: Fc,
+/// }
+///
+/// # fn fc(o: usize, i: usize) -> Fc { Fc { weight: Parameter::new(Tensor::zeros(&[o, i])), bias: Parameter::new(Tensor::zeros(&[o])) } }
+/// # fn main() -> Result<(), nn_core::Error> {
+/// let model = Net { encoder: fc(8, 4), head: fc(2, 8) };
+/// let opt = Adam::try_new(
+///     vec![
+///         ParamGroup::with_prefix("encoder", model.get_submodule("encoder")?.named_parameters()).lr(1e-4),
+///         ParamGroup::with_prefix("head", model.get_submodule("head")?.named_parameters()),
+///     ],
+///     AdamConfig { lr: 1e-3, ..Default::default() },
+/// )?;
+/// assert_eq!((opt.group_lr(0), opt.group_lr(1)), (1e-4, 1e-3));
+///
+/// // Without the prefix both groups name their tensors `weight` and `bias`: refused.
+/// let err = Adam::try_new(
+///     vec![
+///         ParamGroup::new(model.get_submodule("encoder")?.named_parameters()),
+///         ParamGroup::new(model.get_submodule("head")?.named_parameters()),
+///     ],
+///     AdamConfig::default(),
+/// )
+/// .err()
+/// .unwrap();
+/// assert!(err.to_string().contains("the name `weight` is used in group 0 and in group 1"));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Names can also be given by hand:
+///
 /// ```
 /// use nn_core::optim::{ParamGroup, Sgd, SgdConfig, Optimizer};
 /// use nn_core::{Parameter, Tensor};
@@ -52,6 +103,23 @@ impl ParamGroup {
     /// A group with the optimizer's default hyper-parameters.
     pub fn new(params: Vec<(String, Parameter)>) -> Self {
         ParamGroup { params, lr: None, weight_decay: None }
+    }
+
+    /// A group whose names are `"<prefix>.<name>"`: the full dotted names of a
+    /// sub-module's parameters, given the sub-module's path and its `named_parameters()`.
+    /// An empty prefix leaves the names as they are.
+    ///
+    /// ```
+    /// use nn_core::optim::ParamGroup;
+    /// use nn_core::{Parameter, Tensor};
+    /// let g = ParamGroup::with_prefix("encoder.0", vec![("weight".into(), Parameter::new(Tensor::ones(&[2])))]);
+    /// assert_eq!(g.params[0].0, "encoder.0.weight");
+    /// ```
+    pub fn with_prefix(prefix: &str, params: Vec<(String, Parameter)>) -> Self {
+        if prefix.is_empty() {
+            return ParamGroup::new(params);
+        }
+        ParamGroup::new(params.into_iter().map(|(name, p)| (format!("{prefix}.{name}"), p)).collect())
     }
 
     /// Sets the group's learning rate.
@@ -99,17 +167,48 @@ pub(crate) struct Group {
     pub(crate) weight_decay: f64,
 }
 
-pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) -> Vec<Group> {
-    let mut seen = std::collections::HashSet::new();
-    groups
-        .into_iter()
-        .map(|g| {
-            for (name, p) in &g.params {
-                assert!(seen.insert(p.id()), "optimizer: parameter `{name}` appears in more than one group");
+/// Builds the groups, refusing the same parameter twice (by identity) and two parameters
+/// under one name (their state would share one key), anywhere in or across groups.
+pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) -> Result<Vec<Group>> {
+    let mut by_id: HashMap<crate::tensor::TensorId, (usize, &str)> = HashMap::new();
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (gi, g) in groups.iter().enumerate() {
+        for (name, p) in &g.params {
+            if let Some(&(first_group, first_key)) = by_id.get(&p.id()) {
+                return Err(Error::ParamGroupConflict {
+                    key: name.clone(),
+                    first_key: first_key.to_string(),
+                    first_group,
+                    second_group: gi,
+                    same_parameter: true,
+                });
             }
-            Group { params: g.params, lr: g.lr.unwrap_or(lr), weight_decay: g.weight_decay.unwrap_or(weight_decay) }
+            if let Some(&first_group) = by_name.get(name.as_str()) {
+                return Err(Error::ParamGroupConflict {
+                    key: name.clone(),
+                    first_key: name.clone(),
+                    first_group,
+                    second_group: gi,
+                    same_parameter: false,
+                });
+            }
+            by_id.insert(p.id(), (gi, name));
+            by_name.insert(name, gi);
+        }
+    }
+    Ok(groups
+        .into_iter()
+        .map(|g| Group {
+            params: g.params,
+            lr: g.lr.unwrap_or(lr),
+            weight_decay: g.weight_decay.unwrap_or(weight_decay),
         })
-        .collect()
+        .collect())
+}
+
+/// `x >= 0`, false for NaN (the hyper-parameter checks PyTorch makes).
+pub(crate) fn non_negative(x: f64) -> bool {
+    x >= 0.0
 }
 
 /// An optimizer: `step` updates the parameters from their gradients.
