@@ -25,6 +25,25 @@ pub enum Error {
         /// The number of values supplied.
         got: usize,
     },
+    /// A shape whose dimensions multiply past [`crate::shape::MAX_NUMEL`] (zero dimensions
+    /// counted as 1): no tensor can have it.
+    #[error("{op}: shape {shape:?} is unrepresentable: its dimensions multiply past isize::MAX (zero dimensions counted as 1)")]
+    ShapeOverflow {
+        /// The constructor, loader or operation that was given the shape.
+        op: &'static str,
+        /// The shape.
+        shape: Vec<usize>,
+    },
+    /// A tensor buffer the allocator could not provide.
+    #[error("{op}: cannot allocate {bytes} bytes for a tensor of shape {shape:?}")]
+    Allocation {
+        /// The constructor or operation.
+        op: &'static str,
+        /// The tensor's shape.
+        shape: Vec<usize>,
+        /// The bytes asked for.
+        bytes: u128,
+    },
     /// A value-dependent operation was asked of a tensor that has no values.
     #[error("{op}: tensor on the meta device has no values (shape {shape:?}); materialise it first with `to_device(Device::Cpu)`")]
     MetaHasNoValues {

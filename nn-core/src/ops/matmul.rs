@@ -160,6 +160,7 @@ impl Tensor {
             return None;
         }
         let (m, k, n) = (self.shape()[0], self.shape()[1], weight.shape()[0]);
+        crate::shape::numel_of(OP, &[m, n]);
         let (lx, lw, lb) = (self.layout(), weight.layout(), bias.layout());
         let (sx, sw, sb) = (self.storage_arc(), weight.storage_arc(), bias.storage_arc());
         let out = with_float!(cpu(&sx), OP, T, xv => {
@@ -221,6 +222,9 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     };
     let mut shape = batch.clone();
     shape.extend_from_slice(&[m, n]);
+    // Operands with k = 0 (or broadcast batch dims) can each be valid while the product
+    // is not: check before anything is allocated or handed to the GEMM.
+    crate::shape::numel_of(OP, &shape);
     let storage = if device == Device::Meta {
         Storage::Meta { dtype, len: shape.iter().product() }
     } else {
