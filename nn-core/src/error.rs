@@ -120,6 +120,14 @@ pub enum Error {
     /// An optimizer state that does not fit the optimizer.
     #[error("optimizer state: {0}")]
     OptimizerState(String),
+    /// A learning-rate scheduler state that does not fit the optimizer; nothing changed.
+    #[error("scheduler state: `{key}` {reason}")]
+    SchedulerState {
+        /// The offending field (`base_lrs`, `base_lrs[2]`, `last_epoch`).
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Two entries of an optimizer's parameter groups collide: the same parameter twice,
     /// or two parameters under one name (whose state would share one `state_dict()` key).
     /// Nothing was built.

@@ -223,3 +223,63 @@ impl StateDict {
         Ok((sd, meta.metadata().clone().unwrap_or_default()))
     }
 }
+
+/// Checks that no JSON object in `json` has the same key twice: `serde_json` would keep
+/// the last one silently, so a file could say one thing to this reader and another to
+/// the next.
+pub(crate) fn check_unique_keys(json: &str) -> std::result::Result<(), String> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    serde::de::DeserializeSeed::deserialize(UniqueKeys, &mut de).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())
+}
+
+/// A JSON value walked only to find duplicate keys (nesting is bounded by `serde_json`'s
+/// recursion limit).
+struct UniqueKeys;
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueKeys {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        while seq.next_element_seed(UniqueKeys)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if seen.contains(&key) {
+                return Err(serde::de::Error::custom(format_args!("duplicate key `{key}`")));
+            }
+            map.next_value_seed(UniqueKeys)?;
+            seen.insert(key);
+        }
+        Ok(())
+    }
+}

@@ -267,7 +267,7 @@ impl Tensor {
             panic!("arange: step {step} cannot go from {start} to {end}");
         }
         let count = ((end - start) / step).ceil().max(0.0);
-        if !(count <= crate::shape::MAX_NUMEL as f64) {
+        if count > crate::shape::MAX_NUMEL as f64 {
             panic!("arange: {count} values from {start} to {end} in steps of {step} are more than a tensor can hold");
         }
         let n = count as usize;

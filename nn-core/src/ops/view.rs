@@ -297,7 +297,7 @@ impl Tensor {
                     t.shape()
                 );
             }
-            shape[d] = shape[d].checked_add(t.shape()[d]).unwrap_or(usize::MAX);
+            shape[d] = shape[d].saturating_add(t.shape()[d]);
         }
         crate::shape::numel_of(OP, &shape);
         let out_layout = Layout::contiguous(&shape);

@@ -1,8 +1,8 @@
 //! Adam and AdamW.
 
 use super::{
-    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, update_param, Bufs, Group,
-    IntoParamGroups, Optimizer, OptimizerState,
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, step_from_tensor, update_param,
+    Bufs, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
@@ -66,8 +66,11 @@ const BUFS: [&str; 3] = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
 #[allow(clippy::too_many_arguments)]
 fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [Vec<T>], step: u64, lr: f64, wd: f64, c: &AdamCore) {
     let (b1, b2) = c.betas;
-    let bc1 = 1.0 - b1.powi(step as i32);
-    let bc2_sqrt = T::from_f64((1.0 - b2.powi(step as i32)).sqrt());
+    // `powi` (as PyTorch's results were matched with) while the exponent fits an i32;
+    // beyond, `powf`, never a wrapped exponent.
+    let pow = |b: f64| i32::try_from(step).map_or_else(|_| b.powf(step as f64), |t| b.powi(t));
+    let bc1 = 1.0 - pow(b1);
+    let bc2_sqrt = T::from_f64((1.0 - pow(b2)).sqrt());
     let step_size = T::from_f64(lr / bc1);
     let (w1, w2, eps) = (T::from_f64(1.0 - b1), T::from_f64(1.0 - b2), T::from_f64(c.eps));
     let b2t = T::from_f64(b2);
@@ -110,7 +113,7 @@ impl AdamCore {
                     continue;
                 }
                 let mut slot = self.state[gi][pi].0.take();
-                let step = self.state[gi][pi].1 + 1;
+                let step = self.state[gi][pi].1.saturating_add(1);
                 let this = &*self;
                 update_param(
                     &p,
@@ -130,7 +133,8 @@ impl AdamCore {
         for (g, st) in self.groups.iter().zip(&self.state) {
             for ((name, p), (b, step)) in g.params.iter().zip(st) {
                 if let Some(b) = b {
-                    tensors.insert(format!("{name}.step"), Tensor::scalar(*step as f32));
+                    // f64: exact for every count up to `MAX_COUNTER` (f32 stops at 2^24).
+                    tensors.insert(format!("{name}.step"), Tensor::from_vec_f64(vec![*step as f64], &[]));
                     bufs_to_tensors(name, names, b, p.shape(), &mut tensors);
                 }
             }
@@ -148,10 +152,14 @@ impl AdamCore {
             let mut st = Vec::new();
             for (name, p) in &g.params {
                 let b = bufs_from_tensors(name, names, p, &state.tensors)?;
-                let step = match (&b, state.tensors.get(&format!("{name}.step"))) {
-                    (None, _) => 0,
-                    (Some(_), Some(t)) if t.numel() == 1 => t.item() as u64,
-                    (Some(_), _) => return Err(Error::OptimizerState(format!("missing `{name}.step`"))),
+                let key = format!("{name}.step");
+                let step = match (&b, state.tensors.get(&key)) {
+                    (None, None) => 0,
+                    (None, Some(_)) => {
+                        return Err(Error::OptimizerState(format!("`{key}` without `{name}.{}`", names[0])))
+                    }
+                    (Some(_), Some(t)) => step_from_tensor(&key, t)?,
+                    (Some(_), None) => return Err(Error::OptimizerState(format!("missing `{key}`"))),
                 };
                 let b = b.map(|b| pad_bufs(b, p.numel()));
                 st.push((b, step));

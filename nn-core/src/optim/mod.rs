@@ -324,32 +324,76 @@ pub(crate) fn bufs_to_tensors(prefix: &str, names: &[&str], b: &Bufs, shape: &[u
     }
 }
 
-/// Buffers back from a state dict; `None` when absent, an error when malformed.
+/// Buffers back from a state dict; `None` when absent, an error naming the key when
+/// malformed: a buffer missing while its siblings are present, on the meta device, not
+/// floating point, of another shape than the parameter, holding a non-finite value, or a
+/// negative value in a second-moment buffer (`*_sq`, a running mean of squares).
 pub(crate) fn bufs_from_tensors(prefix: &str, names: &[&str], p: &Parameter, sd: &StateDict) -> Result<Option<Bufs>> {
-    if !names.iter().any(|n| sd.contains_key(&format!("{prefix}.{n}"))) {
+    let Some(present) = names.iter().map(|n| format!("{prefix}.{n}")).find(|k| sd.contains_key(k)) else {
         return Ok(None);
-    }
+    };
+    let bad = |msg: String| Err(Error::OptimizerState(msg));
     let mut f32s = Vec::new();
     let mut f64s = Vec::new();
     for n in names {
         let key = format!("{prefix}.{n}");
-        let t = sd.get(&key).ok_or_else(|| Error::OptimizerState(format!("missing `{key}`")))?;
+        let Some(t) = sd.get(&key) else {
+            return bad(format!("missing `{key}` (the state has `{present}`)"));
+        };
+        if t.device() != crate::Device::Cpu {
+            return bad(format!("`{key}` is on the {} device and has no values", t.device()));
+        }
+        if !t.dtype().is_float() {
+            return bad(format!("`{key}` has dtype {}; optimizer buffers are floating point", t.dtype()));
+        }
         if t.shape() != p.shape() {
-            return Err(Error::OptimizerState(format!(
-                "`{key}` has shape {:?}, the parameter {:?}",
-                t.shape(),
-                p.shape()
-            )));
+            return bad(format!("`{key}` has shape {:?}, the parameter {:?}", t.shape(), p.shape()));
+        }
+        let values = t.to_vec_f64();
+        let second_moment = n.ends_with("_sq");
+        if let Some(v) = values.iter().find(|v| !v.is_finite() || (second_moment && **v < 0.0)) {
+            let what = if second_moment { "a mean of squares is finite and non-negative" } else { "it must be finite" };
+            return bad(format!("`{key}` holds the value {v}; {what}"));
         }
         match p.dtype() {
-            crate::DType::F64 => f64s.push(t.to_vec_f64()),
-            _ => f32s.push(t.to_vec()),
+            crate::DType::F64 => f64s.push(values),
+            _ => f32s.push(values.into_iter().map(|v| v as f32).collect()),
         }
     }
     Ok(Some(if p.dtype() == crate::DType::F64 { Bufs::F64(f64s) } else { Bufs::F32(f32s) }))
 }
 
-/// Checks that every parameter path in `state` exists and the group count matches.
+/// A step counter saved by `state_dict`: one value, a whole number in
+/// `0..=`[`MAX_COUNTER`](crate::checkpoint::MAX_COUNTER).
+pub(crate) fn step_from_tensor(key: &str, t: &Tensor) -> Result<u64> {
+    let bad = |msg: String| Err(Error::OptimizerState(msg));
+    if t.numel() != 1 {
+        return bad(format!("`{key}` must hold one value, has shape {:?}", t.shape()));
+    }
+    if t.device() != crate::Device::Cpu {
+        return bad(format!("`{key}` is on the {} device and has no values", t.device()));
+    }
+    let max = crate::checkpoint::MAX_COUNTER;
+    let step = match t.dtype() {
+        crate::DType::Bool => None,
+        crate::DType::I64 => u64::try_from(t.to_vec_i64()[0]).ok(),
+        _ => {
+            let v = t.to_vec_f64()[0];
+            (v >= 0.0 && v <= max as f64 && v.fract() == 0.0).then_some(v as u64)
+        }
+    };
+    match step {
+        Some(s) if s <= max => Ok(s),
+        _ => bad(format!(
+            "`{key}` is {} {}; a step count is a whole number in 0..={max}",
+            t.dtype(),
+            if t.dtype() == crate::DType::I64 { t.to_vec_i64()[0].to_string() } else { t.to_vec_f64()[0].to_string() }
+        )),
+    }
+}
+
+/// Checks the group count and learning rates of `state`, and that every entry is
+/// `"<path>.<suffix>"` for a parameter this optimizer holds and a buffer it keeps.
 pub(crate) fn check_state_paths(groups: &[Group], state: &OptimizerState, suffixes: &[&str]) -> Result<()> {
     if state.lrs.len() != groups.len() {
         return Err(Error::OptimizerState(format!(
@@ -358,13 +402,25 @@ pub(crate) fn check_state_paths(groups: &[Group], state: &OptimizerState, suffix
             groups.len()
         )));
     }
+    if let Some((i, lr)) = state.lrs.iter().enumerate().find(|(_, lr)| !(lr.is_finite() && **lr >= 0.0)) {
+        return Err(Error::OptimizerState(format!("`lrs[{i}]` is {lr}; a learning rate is finite and non-negative")));
+    }
     let known: HashMap<&str, ()> = groups.iter().flat_map(|g| g.params.iter().map(|(n, _)| (n.as_str(), ()))).collect();
     for key in state.tensors.keys() {
-        let path = suffixes.iter().find_map(|s| key.strip_suffix(&format!(".{s}"))).unwrap_or(key);
-        if !known.contains_key(path) {
-            return Err(Error::OptimizerState(format!(
-                "the state has buffers for `{path}`, which this optimizer does not hold"
-            )));
+        let path = suffixes.iter().find_map(|s| key.strip_suffix(s).and_then(|k| k.strip_suffix('.')));
+        match path {
+            Some(path) if known.contains_key(path) => {}
+            Some(path) => {
+                return Err(Error::OptimizerState(format!(
+                    "the state has buffers for `{path}` (`{key}`), which this optimizer does not hold"
+                )))
+            }
+            None => {
+                return Err(Error::OptimizerState(format!(
+                    "unexpected entry `{key}`: this optimizer keeps `<parameter>.<buffer>` entries with buffers {}",
+                    suffixes.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                )))
+            }
         }
     }
     Ok(())

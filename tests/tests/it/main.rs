@@ -2,6 +2,7 @@
 
 mod checkpoint;
 mod hooks;
+mod hostile_checkpoints;
 mod init_stats;
 mod layers;
 mod module;
