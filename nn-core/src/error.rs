@@ -162,6 +162,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A path that names something other than a regular file (a FIFO, a device, a
+    /// socket, a directory): loaders read regular files only.
+    #[error("`{}` is not a regular file ({kind}): only regular files are loaded", path.display())]
+    NotARegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
+    },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
     Io {
@@ -187,6 +196,10 @@ pub struct Mismatch {
 }
 
 /// Every problem found by one `load_state_dict` call, all reported together.
+///
+/// The fields hold every offending key. The message lists up to [`MAX_LISTED_KEYS`] of
+/// each kind by name and counts the rest (`... and 999,990 more`): a hostile file with a
+/// million entries must not produce a ten-megabyte error string.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StateDictError {
     /// Keys the module has and the state dict lacks (each with a "did you mean" guess
@@ -200,33 +213,61 @@ pub struct StateDictError {
     pub module: String,
 }
 
+/// How many keys of each kind an error message names before it only counts the rest.
+pub const MAX_LISTED_KEYS: usize = 100;
+
+/// `1234567` as `1,234,567`.
+pub(crate) fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Writes the first [`MAX_LISTED_KEYS`] items with `item`, then `... and N more`.
+pub(crate) fn write_bounded<T>(
+    f: &mut std::fmt::Formatter<'_>,
+    items: &[T],
+    mut item: impl FnMut(&mut std::fmt::Formatter<'_>, &T) -> std::fmt::Result,
+) -> std::fmt::Result {
+    for it in items.iter().take(MAX_LISTED_KEYS) {
+        item(f, it)?;
+    }
+    if items.len() > MAX_LISTED_KEYS {
+        write!(f, " ... and {} more", thousands(items.len() - MAX_LISTED_KEYS))?;
+    }
+    Ok(())
+}
+
 impl std::fmt::Display for StateDictError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "error(s) in loading state dict for {}:", self.module)?;
         if !self.missing_keys.is_empty() {
             write!(f, "\n  missing key(s):")?;
-            for (k, guess) in &self.missing_keys {
+            write_bounded(f, &self.missing_keys, |f, (k, guess)| {
                 write!(f, " \"{k}\"")?;
                 if let Some(g) = guess {
                     write!(f, " (did you mean \"{g}\"?)")?;
                 }
-                f.write_str(",")?;
-            }
+                f.write_str(",")
+            })?;
         }
         if !self.unexpected_keys.is_empty() {
             write!(f, "\n  unexpected key(s):")?;
-            for k in &self.unexpected_keys {
-                write!(f, " \"{k}\",")?;
-            }
+            write_bounded(f, &self.unexpected_keys, |f, k| write!(f, " \"{k}\","))?;
         }
-        for m in &self.mismatched {
+        write_bounded(f, &self.mismatched, |f, m| {
             write!(
                 f,
                 "\n  {}: \"{}\" is {:?} {} in the state dict but {:?} {} in the module",
                 m.reason, m.key, m.got.0, m.got.1, m.expected.0, m.expected.1
-            )?;
-        }
-        Ok(())
+            )
+        })
     }
 }
 

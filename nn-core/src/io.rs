@@ -66,3 +66,60 @@ pub fn atomic_write(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> io:
     }
     result.map_err(io_err)
 }
+
+/// Opens `path` for reading if it is a regular file, with its length.
+///
+/// The check is made on the opened file (no window for a swap between a check and the
+/// open), and on Unix the open itself does not block: a FIFO without a writer would
+/// otherwise hang in `open` forever.
+///
+/// ```
+/// let e = nn_core::io::open_regular("/dev/null").unwrap_err();
+/// assert!(e.to_string().contains("is not a regular file (a character device)"), "{e}");
+/// ```
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be opened; [`Error::NotARegularFile`] for a
+/// directory, FIFO, socket or device.
+pub fn open_regular(path: impl AsRef<Path>) -> Result<(File, u64)> {
+    let path = path.as_ref();
+    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(io_err)?;
+    let meta = file.metadata().map_err(io_err)?;
+    if !meta.is_file() {
+        return Err(Error::NotARegularFile { path: path.to_path_buf(), kind: file_kind(&meta.file_type()) });
+    }
+    Ok((file, meta.len()))
+}
+
+/// What a non-regular file is, for messages.
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "an unknown kind of file"
+    }
+}

@@ -26,9 +26,21 @@ impl IncompatibleKeys {
     }
 }
 
+/// PyTorch's form, `missing_keys=["a"], unexpected_keys=[]`, naming at most
+/// [`MAX_LISTED_KEYS`](crate::error::MAX_LISTED_KEYS) keys of each kind.
 impl std::fmt::Display for IncompatibleKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "missing_keys={:?}, unexpected_keys={:?}", self.missing_keys, self.unexpected_keys)
+        for (i, (name, keys)) in
+            [("missing_keys", &self.missing_keys), ("unexpected_keys", &self.unexpected_keys)].into_iter().enumerate()
+        {
+            write!(f, "{}{name}=[", if i == 0 { "" } else { ", " })?;
+            let mut first = true;
+            crate::error::write_bounded(f, keys, |f, k| {
+                write!(f, "{}{k:?}", if std::mem::take(&mut first) { "" } else { ", " })
+            })?;
+            f.write_str("]")?;
+        }
+        Ok(())
     }
 }
 
@@ -39,6 +51,9 @@ fn kind(d: DType) -> u8 {
         DType::Bool => 2,
     }
 }
+
+/// Above this many unexpected keys, missing keys get no "did you mean" guess.
+const SUGGEST_LIMIT: usize = 1000;
 
 /// The closest candidate to `key`, if it is close enough to be a plausible typo or a
 /// prefix mismatch (`module.fc.weight` vs `fc.weight`).
@@ -67,10 +82,14 @@ pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> R
     // 2. Validate everything before touching anything.
     let mut err = StateDictError { module: m.type_name().to_string(), ..Default::default() };
     let unexpected: Vec<String> = sd.keys().filter(|k| !expected.contains(k)).map(str::to_string).collect();
+    // Guesses cost a string comparison per (missing, unexpected) pair: a file with a
+    // million stray entries gets none.
+    let guesses = unexpected.len() <= SUGGEST_LIMIT;
     let mut plan: Vec<(&Tensor, &Tensor)> = Vec::new();
     for (key, target) in &targets {
         let Some(src) = sd.get(key) else {
-            err.missing_keys.push((key.clone(), suggest(key, unexpected.iter().map(String::as_str))));
+            let guess = if guesses { suggest(key, unexpected.iter().map(String::as_str)) } else { None };
+            err.missing_keys.push((key.clone(), guess));
             continue;
         };
         let mismatch = |reason| Mismatch {
