@@ -1,6 +1,7 @@
 //! Workspace integration tests, one binary (one link) with a module per topic.
 
 mod checkpoint;
+mod crash;
 mod hooks;
 mod hostile_checkpoints;
 mod init_stats;
