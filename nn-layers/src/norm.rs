@@ -149,7 +149,8 @@ fn bn_forward(x: &Tensor, s: BnState<'_>, training: bool, config: &BatchNormConf
     let mut factor = config.momentum.unwrap_or(0.0);
     if training {
         if let Some(n) = s.num_batches_tracked {
-            let seen = n.to_vec_i64()[0] + 1;
+            // A loaded counter can hold anything: saturate rather than overflow.
+            let seen = n.to_vec_i64()[0].saturating_add(1);
             no_grad(|| n.copy_(&Tensor::from_vec_i64(vec![seen], &[])));
             if config.momentum.is_none() {
                 factor = 1.0 / seen as f64;

@@ -2,6 +2,7 @@
 
 mod checkpoint;
 mod crash;
+mod fuzz;
 mod hooks;
 mod hostile_checkpoints;
 mod init_stats;
