@@ -184,10 +184,9 @@ impl Checkpoint {
     /// every key must match), the optimizer's state, the scheduler's state (which then
     /// sets the optimizer's learning rates) and the global generator.
     ///
-    /// Everything is checked against the model and optimizer before anything is kept:
-    /// on error the model, the optimizer, the scheduler and the generator are exactly
-    /// as they were (the optimizer's previous state is put back if the model refuses its
-    /// state).
+    /// Everything is checked against the model and optimizer before anything is
+    /// changed: on error the model, the optimizer, the scheduler and the generator are
+    /// exactly as they were.
     ///
     /// ```
     /// use nn_core::checkpoint::Checkpoint;
@@ -248,20 +247,13 @@ impl Checkpoint {
             (Some(_), Some(_), None) => return Err(bad("a scheduler is restored together with its optimizer")),
             (None, ..) => None,
         };
-        let previous = match &mut optimizer {
-            Some((o, state)) => {
-                let previous = o.state_dict();
-                o.load_state_dict(state)?;
-                Some(previous)
-            }
-            None => None,
-        };
-        if let Err(e) = model.load_state_dict(&self.model, true) {
-            if let (Some((o, _)), Some(previous)) = (&mut optimizer, previous) {
-                o.load_state_dict(&previous).expect("an optimizer accepts its own state");
-            }
-            return Err(e);
+        // The model's state is checked first, touching nothing; the optimizer's load
+        // checks everything before it keeps anything; the model's load then cannot fail.
+        crate::module::load::check_state_dict(&*model, &self.model, true)?;
+        if let Some((o, state)) = &mut optimizer {
+            o.load_state_dict(state)?;
         }
+        model.load_state_dict(&self.model, true)?;
         if let (Some((s, state)), Some((o, _))) = (scheduler, &mut optimizer) {
             *s.state_mut() = state.clone();
             s.apply(&mut **o);

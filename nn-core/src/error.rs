@@ -141,7 +141,7 @@ pub enum Error {
         first_group: usize,
         /// The group of the entry met second (equal to `first_group` within one group).
         second_group: usize,
-        /// True when both entries are the same parameter (by [`crate::Parameter::id`]);
+        /// True when both entries are the same parameter (by [`crate::Tensor::id`]);
         /// false when two different parameters share the name `key`.
         same_parameter: bool,
     },

@@ -9,7 +9,7 @@
 
 mod display;
 pub mod hooks;
-mod load;
+pub(crate) mod load;
 
 use std::any::Any;
 use std::collections::HashSet;

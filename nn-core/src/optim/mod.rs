@@ -235,10 +235,16 @@ pub trait Optimizer {
     /// Restores a state saved by [`state_dict`](Optimizer::state_dict), matching
     /// parameters by path.
     ///
+    /// Every entry is checked before anything is kept: the group count, finite and
+    /// non-negative learning rates, buffers on the CPU with a floating dtype, the
+    /// parameter's shape and finite values (non-negative for second moments), and step
+    /// counts that are whole numbers in `0..=`[`MAX_COUNTER`](crate::checkpoint::MAX_COUNTER).
+    /// A state holding NaN or infinite buffers (a diverged run) is refused.
+    ///
     /// # Errors
-    /// [`Error::OptimizerState`] when the state names parameters this optimizer does not
-    /// have, has a different number of groups, or has buffers of the wrong shape; the
-    /// optimizer is unchanged then.
+    /// [`Error::OptimizerState`] naming the offending key when the state names parameters
+    /// this optimizer does not hold or fails one of the checks above; the optimizer is
+    /// unchanged then.
     fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()>;
 }
 

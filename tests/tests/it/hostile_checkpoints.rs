@@ -17,8 +17,9 @@ struct Run {
     sched: StepLR,
 }
 
-/// Model values, optimizer buffers, optimizer learning rates, scheduler state.
-type Snapshot = (Vec<(String, Vec<f64>)>, Vec<(String, Vec<f64>)>, Vec<f64>, SchedulerState);
+/// Model values, optimizer buffers, optimizer learning rates (as bits: NaN included),
+/// scheduler state.
+type Snapshot = (Vec<(String, Vec<u64>)>, Vec<(String, Vec<u64>)>, Vec<u64>, SchedulerState);
 
 impl Run {
     fn new() -> Run {
@@ -29,11 +30,14 @@ impl Run {
     }
 
     fn train(&mut self, steps: usize) {
-        let x = Tensor::from_vec((0..6).map(|i| i as f32 / 3.0 - 1.0).collect(), &[2, 3]);
+        self.train_on(&Tensor::from_vec((0..6).map(|i| i as f32 / 3.0 - 1.0).collect(), &[2, 3]), steps);
+    }
+
+    fn train_on(&mut self, x: &Tensor, steps: usize) {
         let y = Tensor::from_vec_i64(vec![0, 1], &[2]);
         for _ in 0..steps {
             self.opt.zero_grad();
-            F::cross_entropy(&self.model.forward(&x), &y).backward();
+            F::cross_entropy(&self.model.forward(x), &y).backward();
             self.opt.step();
             self.sched.step(&mut self.opt);
         }
@@ -49,9 +53,10 @@ impl Run {
 
     /// Everything a resume could change, as plain values.
     fn snapshot(&self) -> Snapshot {
-        let values = |sd: &StateDict| sd.iter().map(|(k, t)| (k.to_string(), t.to_vec_f64())).collect();
+        let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+        let values = |sd: &StateDict| sd.iter().map(|(k, t)| (k.to_string(), bits(t.to_vec_f64()))).collect();
         let opt = self.opt.state_dict();
-        (values(&self.model.state_dict()), values(&opt.tensors), opt.lrs, self.sched.state().clone())
+        (values(&self.model.state_dict()), values(&opt.tensors), bits(opt.lrs), self.sched.state().clone())
     }
 }
 
@@ -246,4 +251,23 @@ fn scheduler_states_are_checked_against_the_optimizer() {
     let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.sched.apply(&mut run.opt))).unwrap_err();
     let msg = e.downcast_ref::<String>().unwrap();
     assert!(msg.contains("the scheduler has 3 base learning rates, the optimizer 1 parameter group(s)"), "{msg}");
+}
+
+#[test]
+fn a_refused_resume_leaves_a_diverged_run_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.safetensors");
+    let mut source = Run::new();
+    source.train(1);
+    let mut ck = source.checkpoint();
+    ck.model.insert("2.bias".into(), Tensor::zeros(&[5]));
+    ck.save(&path).unwrap();
+    // NaN inputs: every weight and Adam buffer of the victim is NaN (a state its own
+    // `load_state_dict` would refuse, so nothing may depend on reloading it).
+    let mut victim = Run::new();
+    victim.train_on(&Tensor::full(&[2, 3], f64::NAN), 1);
+    let before = victim.snapshot();
+    let e = victim.restore(&Checkpoint::load(&path).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("\"2.bias\" is [5]"), "{e}");
+    assert!(victim.snapshot() == before);
 }
