@@ -9,12 +9,22 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::optim::{OptimizerState, SchedulerState};
+use crate::module::Module;
+use crate::optim::{LrScheduler, Optimizer, OptimizerState, SchedulerState};
 use crate::random::RngState;
 use crate::state_dict::StateDict;
 
 const META_KEY: &str = "nn.checkpoint";
 const FORMAT_VERSION: u32 = 1;
+
+/// The largest epoch, step or scheduler count a checkpoint (or an optimizer state) may
+/// hold: 2^53, up to which every whole number is exact in an `f64` (where PyTorch keeps
+/// its counts). No training run gets near it; a larger count is a corrupt file, and
+/// refusing it keeps every `+ 1` on a loaded counter from overflowing.
+pub const MAX_COUNTER: u64 = 1 << 53;
+
+/// One past the largest position of the ChaCha generator: 2^64 blocks of 16 words.
+const RNG_WORD_POS_END: u128 = 1 << 68;
 
 /// Everything needed to resume training.
 #[derive(Clone, Debug)]
@@ -93,29 +103,57 @@ impl Checkpoint {
         all.save_with_metadata(path, Some(HashMap::from([(META_KEY.to_string(), json)])))
     }
 
-    /// Reads a checkpoint written by [`save`](Checkpoint::save).
+    /// Reads a checkpoint written by [`save`](Checkpoint::save). Every field of the
+    /// metadata is checked (the counters against [`MAX_COUNTER`], learning rates finite
+    /// and non-negative, the generator state well-formed); what depends on the model and
+    /// the optimizer is checked by [`restore`](Checkpoint::restore).
     ///
     /// # Errors
-    /// As [`StateDict::load`], and [`Error::Checkpoint`] when the metadata is missing or
-    /// malformed.
+    /// As [`StateDict::load`], and [`Error::Checkpoint`] naming the field when the
+    /// metadata is missing or malformed.
     pub fn load(path: impl AsRef<Path>) -> Result<Checkpoint> {
         let path = path.as_ref();
         let bad = |reason: String| Error::Checkpoint { path: path.to_path_buf(), reason };
         let (all, meta) = StateDict::load_with_metadata(path)?;
         let json =
             meta.get(META_KEY).ok_or_else(|| bad(format!("no `{META_KEY}` metadata: not a training checkpoint")))?;
+        crate::serialization::check_unique_keys(json).map_err(|e| bad(format!("metadata: {e}")))?;
         let m: Meta = serde_json::from_str(json).map_err(|e| bad(format!("metadata: {e}")))?;
         if m.format_version != FORMAT_VERSION {
             return Err(bad(format!("format version {} (this build reads {FORMAT_VERSION})", m.format_version)));
         }
+        let counter = |name: &str, v: u64| {
+            if v > MAX_COUNTER {
+                return Err(bad(format!("`{name}` is {v}, more than the {MAX_COUNTER} a run can count")));
+            }
+            Ok(v)
+        };
+        let lrs =
+            |name: &str, lrs: &[f64]| match lrs.iter().enumerate().find(|(_, lr)| !(lr.is_finite() && **lr >= 0.0)) {
+                Some((i, lr)) => Err(bad(format!("`{name}[{i}]` is {lr}; a learning rate is finite and non-negative"))),
+                None => Ok(()),
+            };
+        counter("epoch", m.epoch)?;
+        counter("step", m.step)?;
+        if let Some(o) = &m.optimizer_lrs {
+            lrs("optimizer_lrs", o)?;
+        }
+        if let Some((last_epoch, base_lrs)) = &m.scheduler {
+            counter("scheduler.last_epoch", *last_epoch)?;
+            lrs("scheduler.base_lrs", base_lrs)?;
+        }
+        let digits = m.rng_seed.as_bytes();
+        if digits.len() != 64 || !digits.iter().all(u8::is_ascii_hexdigit) {
+            return Err(bad(format!("`rng_seed` must be 64 hex digits, got {:?}", Shortened(&m.rng_seed))));
+        }
         let mut seed = [0u8; 32];
-        if m.rng_seed.len() != 64 {
-            return Err(bad("rng seed must be 64 hex digits".into()));
+        for (b, pair) in seed.iter_mut().zip(digits.chunks_exact(2)) {
+            let hex = |d: u8| (d as char).to_digit(16).expect("checked hex digit") as u8;
+            *b = hex(pair[0]) << 4 | hex(pair[1]);
         }
-        for (i, b) in seed.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&m.rng_seed[2 * i..2 * i + 2], 16).map_err(|e| bad(format!("rng seed: {e}")))?;
-        }
-        let word_pos = m.rng_word_pos.parse::<u128>().map_err(|e| bad(format!("rng position: {e}")))?;
+        let word_pos = m.rng_word_pos.parse::<u128>().ok().filter(|&w| w < RNG_WORD_POS_END).ok_or_else(|| {
+            bad(format!("`rng_word_pos` {:?} is not a generator position", Shortened(&m.rng_word_pos)))
+        })?;
         let mut model = StateDict::default();
         let mut opt = StateDict::default();
         for (k, t) in all.iter() {
@@ -126,6 +164,10 @@ impl Checkpoint {
             } else {
                 return Err(bad(format!("unexpected entry `{k}`")));
             }
+        }
+        if m.optimizer_lrs.is_none() && !opt.is_empty() {
+            let first = opt.keys().next().expect("non-empty");
+            return Err(bad(format!("optimizer entries (`optimizer.{first}`, ...) but no `optimizer_lrs`")));
         }
         Ok(Checkpoint {
             model,
@@ -138,8 +180,103 @@ impl Checkpoint {
         })
     }
 
+    /// Resumes a run from this checkpoint, all or nothing: the model's state (strictly:
+    /// every key must match), the optimizer's state, the scheduler's state (which then
+    /// sets the optimizer's learning rates) and the global generator.
+    ///
+    /// Everything is checked against the model and optimizer before anything is
+    /// changed: on error the model, the optimizer, the scheduler and the generator are
+    /// exactly as they were.
+    ///
+    /// ```
+    /// use nn_core::checkpoint::Checkpoint;
+    /// use nn_core::optim::{LrScheduler, Optimizer, Sgd, SgdConfig, StepLR};
+    /// use nn_core::{Module, Parameter, Tensor};
+    ///
+    /// #[derive(Module)]
+    /// struct Net {
+    ///     #[param] w: Parameter,
+    /// }
+    ///
+    /// let dir = std::env::temp_dir().join(format!("nn-ckpt-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("run.safetensors");
+    /// let mut net = Net { w: Parameter::new(Tensor::ones(&[2])) };
+    /// let mut opt = Sgd::new(net.named_parameters(), SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() });
+    /// let mut sched = StepLR::new(&mut opt, 1, 0.5);
+    /// sched.step(&mut opt);
+    /// Checkpoint::new(net.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), 1, 10).save(&path).unwrap();
+    ///
+    /// let mut net2 = Net { w: Parameter::new(Tensor::zeros(&[2])) };
+    /// let mut opt2 = Sgd::new(net2.named_parameters(), SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() });
+    /// let mut sched2 = StepLR::new(&mut opt2, 1, 0.5);
+    /// let ck = Checkpoint::load(&path).unwrap();
+    /// ck.restore(&mut net2, Some(&mut opt2), Some(&mut sched2)).unwrap();
+    /// assert_eq!((net2.w.to_vec(), opt2.group_lr(0)), (vec![1.0, 1.0], 0.05));
+    ///
+    /// // A model the checkpoint does not fit: an error, and nothing changed.
+    /// let mut other = Net { w: Parameter::new(Tensor::zeros(&[3])) };
+    /// let mut opt3 = Sgd::new(other.named_parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+    /// assert!(ck.restore(&mut other, Some(&mut opt3), None).is_err());
+    /// assert_eq!((other.w.to_vec(), opt3.group_lr(0)), (vec![0.0; 3], 0.1));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] when the checkpoint lacks a part that was asked for (or a
+    /// scheduler is given without its optimizer); [`Error::SchedulerState`],
+    /// [`Error::OptimizerState`] or [`Error::StateDict`] when a part does not fit.
+    pub fn restore(
+        &self,
+        model: &mut dyn Module,
+        optimizer: Option<&mut dyn Optimizer>,
+        scheduler: Option<&mut dyn LrScheduler>,
+    ) -> Result<()> {
+        let bad = |reason: &str| Error::Checkpoint { path: "<memory>".into(), reason: reason.to_string() };
+        let mut optimizer = match (optimizer, &self.optimizer) {
+            (Some(o), Some(state)) => Some((o, state)),
+            (Some(_), None) => return Err(bad("no optimizer state to restore")),
+            (None, _) => None,
+        };
+        let scheduler = match (scheduler, &self.scheduler, &optimizer) {
+            (Some(s), Some(state), Some((o, _))) => {
+                state.check(&**o)?;
+                Some((s, state))
+            }
+            (Some(_), None, _) => return Err(bad("no scheduler state to restore")),
+            (Some(_), Some(_), None) => return Err(bad("a scheduler is restored together with its optimizer")),
+            (None, ..) => None,
+        };
+        // The model's state is checked first, touching nothing; the optimizer's load
+        // checks everything before it keeps anything; the model's load then cannot fail.
+        crate::module::load::check_state_dict(&*model, &self.model, true)?;
+        if let Some((o, state)) = &mut optimizer {
+            o.load_state_dict(state)?;
+        }
+        model.load_state_dict(&self.model, true)?;
+        if let (Some((s, state)), Some((o, _))) = (scheduler, &mut optimizer) {
+            *s.state_mut() = state.clone();
+            s.apply(&mut **o);
+        }
+        self.restore_rng();
+        Ok(())
+    }
+
     /// Makes the global generator continue from the checkpoint.
     pub fn restore_rng(&self) {
         crate::random::set_rng_state(&self.rng);
+    }
+}
+
+/// A string as `{:?}` shows it, cut to a readable length (metadata fields can be huge).
+struct Shortened<'a>(&'a str);
+
+impl std::fmt::Debug for Shortened<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MAX: usize = 80;
+        match self.0.char_indices().nth(MAX) {
+            Some((end, _)) => write!(f, "{:?}... ({} bytes)", &self.0[..end], self.0.len()),
+            None => write!(f, "{:?}", self.0),
+        }
     }
 }

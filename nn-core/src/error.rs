@@ -25,6 +25,25 @@ pub enum Error {
         /// The number of values supplied.
         got: usize,
     },
+    /// A shape whose dimensions multiply past [`crate::shape::MAX_NUMEL`] (zero dimensions
+    /// counted as 1): no tensor can have it.
+    #[error("{op}: shape {shape:?} is unrepresentable: its dimensions multiply past isize::MAX (zero dimensions counted as 1)")]
+    ShapeOverflow {
+        /// The constructor, loader or operation that was given the shape.
+        op: &'static str,
+        /// The shape.
+        shape: Vec<usize>,
+    },
+    /// A tensor buffer the allocator could not provide.
+    #[error("{op}: cannot allocate {bytes} bytes for a tensor of shape {shape:?}")]
+    Allocation {
+        /// The constructor or operation.
+        op: &'static str,
+        /// The tensor's shape.
+        shape: Vec<usize>,
+        /// The bytes asked for.
+        bytes: u128,
+    },
     /// A value-dependent operation was asked of a tensor that has no values.
     #[error("{op}: tensor on the meta device has no values (shape {shape:?}); materialise it first with `to_device(Device::Cpu)`")]
     MetaHasNoValues {
@@ -122,6 +141,40 @@ pub enum Error {
     /// An optimizer state that does not fit the optimizer.
     #[error("optimizer state: {0}")]
     OptimizerState(String),
+    /// A learning-rate scheduler state that does not fit the optimizer; nothing changed.
+    #[error("scheduler state: `{key}` {reason}")]
+    SchedulerState {
+        /// The offending field (`base_lrs`, `base_lrs[2]`, `last_epoch`).
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Two entries of an optimizer's parameter groups collide: the same parameter twice,
+    /// or two parameters under one name (whose state would share one `state_dict()` key).
+    /// Nothing was built.
+    #[error("{}", group_conflict_message(.key, .first_key, *.first_group, *.second_group, *.same_parameter))]
+    ParamGroupConflict {
+        /// The name of the entry met second.
+        key: String,
+        /// The name of the entry met first (equal to `key` for a name clash).
+        first_key: String,
+        /// The group of the entry met first.
+        first_group: usize,
+        /// The group of the entry met second (equal to `first_group` within one group).
+        second_group: usize,
+        /// True when both entries are the same parameter (by [`crate::Tensor::id`]);
+        /// false when two different parameters share the name `key`.
+        same_parameter: bool,
+    },
+    /// Invalid optimizer hyper-parameters (a negative learning rate, betas outside
+    /// `[0, 1)`, ...), the cases where PyTorch raises.
+    #[error("{optimizer}: {reason}")]
+    OptimizerConfig {
+        /// The optimizer (`Sgd`, `Adam`, `AdamW`).
+        optimizer: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// A checkpoint whose metadata is missing or malformed.
     #[error("checkpoint `{}`: {reason}", path.display())]
     Checkpoint {
@@ -129,6 +182,15 @@ pub enum Error {
         path: PathBuf,
         /// What is wrong.
         reason: String,
+    },
+    /// A path that names something other than a regular file (a FIFO, a device, a
+    /// socket, a directory): loaders read regular files only.
+    #[error("`{}` is not a regular file ({kind}): only regular files are loaded", path.display())]
+    NotARegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        kind: &'static str,
     },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
@@ -155,6 +217,10 @@ pub struct Mismatch {
 }
 
 /// Every problem found by one `load_state_dict` call, all reported together.
+///
+/// The fields hold every offending key. The message lists up to [`MAX_LISTED_KEYS`] of
+/// each kind by name and counts the rest (`... and 999,990 more`): a hostile file with a
+/// million entries must not produce a ten-megabyte error string.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StateDictError {
     /// Keys the module has and the state dict lacks (each with a "did you mean" guess
@@ -168,33 +234,84 @@ pub struct StateDictError {
     pub module: String,
 }
 
+/// How many keys of each kind an error message names before it only counts the rest.
+pub const MAX_LISTED_KEYS: usize = 100;
+
+/// `1234567` as `1,234,567`.
+pub(crate) fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Writes the first [`MAX_LISTED_KEYS`] items with `item`, then `... and N more`.
+pub(crate) fn write_bounded<T>(
+    f: &mut std::fmt::Formatter<'_>,
+    items: &[T],
+    mut item: impl FnMut(&mut std::fmt::Formatter<'_>, &T) -> std::fmt::Result,
+) -> std::fmt::Result {
+    for it in items.iter().take(MAX_LISTED_KEYS) {
+        item(f, it)?;
+    }
+    if items.len() > MAX_LISTED_KEYS {
+        write!(f, " ... and {} more", thousands(items.len() - MAX_LISTED_KEYS))?;
+    }
+    Ok(())
+}
+
 impl std::fmt::Display for StateDictError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "error(s) in loading state dict for {}:", self.module)?;
         if !self.missing_keys.is_empty() {
             write!(f, "\n  missing key(s):")?;
-            for (k, guess) in &self.missing_keys {
+            write_bounded(f, &self.missing_keys, |f, (k, guess)| {
                 write!(f, " \"{k}\"")?;
                 if let Some(g) = guess {
                     write!(f, " (did you mean \"{g}\"?)")?;
                 }
-                f.write_str(",")?;
-            }
+                f.write_str(",")
+            })?;
         }
         if !self.unexpected_keys.is_empty() {
             write!(f, "\n  unexpected key(s):")?;
-            for k in &self.unexpected_keys {
-                write!(f, " \"{k}\",")?;
-            }
+            write_bounded(f, &self.unexpected_keys, |f, k| write!(f, " \"{k}\","))?;
         }
-        for m in &self.mismatched {
+        write_bounded(f, &self.mismatched, |f, m| {
             write!(
                 f,
                 "\n  {}: \"{}\" is {:?} {} in the state dict but {:?} {} in the module",
                 m.reason, m.key, m.got.0, m.got.1, m.expected.0, m.expected.1
-            )?;
-        }
-        Ok(())
+            )
+        })
+    }
+}
+
+fn group_conflict_message(key: &str, first_key: &str, first: usize, second: usize, same: bool) -> String {
+    let place = |g: usize, k: &str| format!("group {g} (as `{k}`)");
+    if same {
+        let (a, b) = (place(first, first_key), place(second, key));
+        let r#where = if first == second { format!("twice in {a} and {b}") } else { format!("in {a} and in {b}") };
+        format!(
+            "optimizer parameter groups: the same parameter is {where}; a parameter may belong to one group \
+             only (as in PyTorch): remove it from all but one"
+        )
+    } else {
+        let r#where = if first == second {
+            format!("appears twice in group {first}")
+        } else {
+            format!("is used in group {first} and in group {second}")
+        };
+        format!(
+            "optimizer parameter groups: the name `{key}` {where}, so their states would share one \
+             `state_dict()` key and one would be lost; give each group full dotted names, e.g. \
+             `ParamGroup::with_prefix(\"encoder\", model.get_submodule(\"encoder\")?.named_parameters())`"
+        )
     }
 }
 

@@ -1,19 +1,85 @@
 //! Crash-safe file writes: write a temporary file in the destination's folder, flush it
 //! to disk, then rename it over the destination. A crash or error at any point leaves
 //! either the old file or the new one, never a mix.
+//!
+//! # Temporary files and crashed saves
+//!
+//! The temporary file for `dir/NAME` is `dir/.NAME.tmp-<pid>-<n>` (`pid`: the saving
+//! process, `n`: a per-process counter). An error or a panic during the write removes it.
+//! A process killed mid-save cannot, so every save first removes the leftovers of
+//! crashed saves of the same target, by this rule:
+//!
+//! - a temporary file of a process that is no longer running is a leftover;
+//! - a temporary file with this process's pid that this process is not writing now is a
+//!   leftover (an earlier process had the same pid);
+//! - a temporary file of a running process, or one this process is writing on another
+//!   thread, is a save in progress and is left alone.
+//!
+//! Only files matching the target's own pattern are considered; other files in the
+//! folder are never touched. A crashed saver's pid reused by an unrelated process keeps
+//! its leftover until that process ends (the rule errs on the side of keeping files). On
+//! a folder shared between machines (NFS), a pid says nothing about the other machine's
+//! processes: a save from another machine that is in progress there can lose its
+//! temporary file, and then fails with an error; the target itself is never damaged.
+//! Liveness is known on Unix; elsewhere only this process's own leftovers are removed.
 
+use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The temporary files this process is writing now (any thread).
+static IN_FLIGHT: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+fn in_flight() -> MutexGuard<'static, Option<HashSet<PathBuf>>> {
+    IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A temporary file being written: registered as in flight while it lives, removed on
+/// drop unless it was renamed into place (so an error or a panic leaves nothing behind).
+struct TempFile {
+    path: PathBuf,
+    committed: bool,
+}
+
+impl TempFile {
+    fn create(path: PathBuf) -> io::Result<(TempFile, File)> {
+        in_flight().get_or_insert_with(HashSet::new).insert(path.clone());
+        let guard = TempFile { path, committed: false };
+        let file = OpenOptions::new().write(true).create_new(true).open(&guard.path)?;
+        Ok((guard, file))
+    }
+
+    fn commit(mut self, to: &Path) -> io::Result<()> {
+        std::fs::rename(&self.path, to)?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        if let Some(set) = in_flight().as_mut() {
+            set.remove(&self.path);
+        }
+    }
+}
+
 /// Writes `path` atomically: `write` fills a temporary file in the same folder, which is
 /// then synced and renamed over `path` (and the folder synced, so the rename is durable).
-/// If `write` or any step fails, the temporary file is removed and `path` is untouched.
+/// If `write` or any step fails (or panics), the temporary file is removed and `path` is
+/// untouched. Before writing, the leftovers of crashed saves of `path` are removed (see
+/// the [module docs](self) for the rule that keeps concurrent saves safe).
 ///
 /// ```
 /// let dir = std::env::temp_dir().join(format!("nn-doc-{}", std::process::id()));
@@ -28,6 +94,10 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// });
 /// assert!(r.is_err());
 /// assert_eq!(std::fs::read(&p).unwrap(), b"new");
+/// // A crashed save's leftover (pid 0 is never a saver) is removed by the next save.
+/// std::fs::write(dir.join(".x.bin.tmp-0-3"), b"partial").unwrap();
+/// nn_core::io::atomic_write(&p, |f| std::io::Write::write_all(f, b"newer")).unwrap();
+/// assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 ///
@@ -42,27 +112,138 @@ pub fn atomic_write(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> io:
     };
     let name =
         path.file_name().ok_or_else(|| io_err(io::Error::new(io::ErrorKind::InvalidInput, "not a file path")))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        name.to_string_lossy(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+    remove_crash_leftovers(&dir, name);
+    let tmp =
+        dir.join(format!("{}{}-{}", temp_prefix(name), std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    (|| {
+        let (guard, mut file) = TempFile::create(tmp)?;
         write(&mut file)?;
         file.flush()?;
         file.sync_all()?;
         drop(file);
-        std::fs::rename(&tmp, path)?;
+        guard.commit(path)?;
         // Make the rename itself durable (best effort: not every platform can open a dir).
         if let Ok(d) = File::open(&dir) {
             let _ = d.sync_all();
         }
         Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    })()
+    .map_err(io_err)
+}
+
+/// `.NAME.tmp-`: what every temporary file of target `NAME` starts with.
+fn temp_prefix(name: &OsStr) -> String {
+    format!(".{}.tmp-", name.to_string_lossy())
+}
+
+/// The pid in a temporary file name of the target (`<prefix><pid>-<n>`), if it is one.
+fn temp_file_pid(file_name: &OsStr, prefix: &str) -> Option<u32> {
+    let rest = file_name.to_str()?.strip_prefix(prefix)?;
+    let (pid, n) = rest.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(n) {
+        return None;
     }
-    result.map_err(io_err)
+    pid.parse().ok()
+}
+
+/// Removes the temporary files of target `name` in `dir` that no running save owns (the
+/// rule is in the module docs). Best effort: a folder that cannot be listed is skipped.
+fn remove_crash_leftovers(dir: &Path, name: &OsStr) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let prefix = temp_prefix(name);
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = temp_file_pid(&file_name, &prefix) else { continue };
+        let path = entry.path();
+        let leftover = if pid == me {
+            !in_flight().as_ref().is_some_and(|set| set.contains(&path))
+        } else {
+            !process_is_alive(pid)
+        };
+        if leftover {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// Whether a process with this pid runs now (conservatively true where it cannot be told).
+fn process_is_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+        if pid <= 0 {
+            // 0 and negative values address process groups, not a process.
+            return false;
+        }
+        // SAFETY: signal 0 only checks that the process exists and may be signalled.
+        if unsafe { libc::kill(pid, 0) } == 0 {
+            return true;
+        }
+        // EPERM: it exists but belongs to someone else.
+        io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
+/// Opens `path` for reading if it is a regular file, with its length.
+///
+/// The check is made on the opened file (no window for a swap between a check and the
+/// open), and on Unix the open itself does not block: a FIFO without a writer would
+/// otherwise hang in `open` forever.
+///
+/// ```
+/// let e = nn_core::io::open_regular("/dev/null").unwrap_err();
+/// assert!(e.to_string().contains("is not a regular file (a character device)"), "{e}");
+/// ```
+///
+/// # Errors
+/// [`Error::Io`] when the file cannot be opened; [`Error::NotARegularFile`] for a
+/// directory, FIFO, socket or device.
+pub fn open_regular(path: impl AsRef<Path>) -> Result<(File, u64)> {
+    let path = path.as_ref();
+    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(io_err)?;
+    let meta = file.metadata().map_err(io_err)?;
+    if !meta.is_file() {
+        return Err(Error::NotARegularFile { path: path.to_path_buf(), kind: file_kind(&meta.file_type()) });
+    }
+    Ok((file, meta.len()))
+}
+
+/// What a non-regular file is, for messages.
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "an unknown kind of file"
+    }
 }

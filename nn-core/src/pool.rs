@@ -37,7 +37,16 @@ impl Pooled for f64 {
 
 /// An empty vector with capacity for at least `len` elements, recycled when possible (a
 /// pooled buffer is used only if it is at most twice as large as needed).
+///
+/// # Panics
+/// When the allocator cannot provide the buffer (instead of aborting the process).
+#[track_caller]
 pub(crate) fn take<T: Pooled>(len: usize) -> Vec<T> {
+    try_take(len).unwrap_or_else(|| panic!("{}", alloc_failure::<T>(len)))
+}
+
+/// [`take`], or `None` when the allocator cannot provide the buffer.
+pub(crate) fn try_take<T: Pooled>(len: usize) -> Option<Vec<T>> {
     if len >= MIN_ELEMS {
         let mut list = T::list().lock().unwrap_or_else(|e| e.into_inner());
         let best = list
@@ -50,17 +59,36 @@ pub(crate) fn take<T: Pooled>(len: usize) -> Vec<T> {
             let mut v = list.swap_remove(i);
             BYTES.fetch_sub(v.capacity() * std::mem::size_of::<T>(), Ordering::Relaxed);
             v.clear();
-            return v;
+            return Some(v);
         }
     }
-    Vec::with_capacity(len)
+    try_with_capacity(len)
+}
+
+/// An empty vector with capacity for `len` elements, or `None` when the allocator cannot
+/// provide it (a request past `isize::MAX` bytes, or more than the system will give).
+pub(crate) fn try_with_capacity<T>(len: usize) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    Some(v)
+}
+
+/// The message for a buffer of `len` elements of `T` that could not be allocated.
+pub(crate) fn alloc_failure<T>(len: usize) -> String {
+    format!("cannot allocate a tensor buffer of {len} elements ({} bytes)", len as u128 * size_of::<T>() as u128)
 }
 
 /// A vector of `len` copies of `value`, recycled when possible.
+#[track_caller]
 pub(crate) fn filled<T: Pooled + Copy>(len: usize, value: T) -> Vec<T> {
-    let mut v = take(len);
+    try_filled(len, value).unwrap_or_else(|| panic!("{}", alloc_failure::<T>(len)))
+}
+
+/// [`filled`], or `None` when the allocator cannot provide the buffer.
+pub(crate) fn try_filled<T: Pooled + Copy>(len: usize, value: T) -> Option<Vec<T>> {
+    let mut v = try_take(len)?;
     v.resize(len, value);
-    v
+    Some(v)
 }
 
 /// Returns a buffer to the pool (or frees it when the pool is full or it is small).

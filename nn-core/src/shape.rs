@@ -2,6 +2,12 @@
 
 use smallvec::SmallVec;
 
+use crate::error::{Error, Result};
+
+/// How an unrepresentable shape is described in messages.
+pub(crate) const OVERFLOW: &str =
+    "whose dimensions multiply past isize::MAX (zero dimensions counted as 1): no tensor can have that shape";
+
 /// Inline storage for shapes and strides: no heap allocation up to 6 dimensions.
 pub type Dims = SmallVec<[usize; 6]>;
 
@@ -17,8 +23,54 @@ pub struct Layout {
     offset: usize,
 }
 
+/// The most elements a tensor may have, and the bound on the product of its dimensions
+/// (zero dimensions counted as 1): `isize::MAX`, the most elements any buffer can hold.
+/// Every shape a tensor is created with is checked against it, so element counts, strides
+/// and offsets never wrap around.
+pub const MAX_NUMEL: usize = isize::MAX as usize;
+
+/// The number of elements of `shape`, or `None` when the shape is unrepresentable: the
+/// product of its dimensions, with zero dimensions counted as 1 (they still need strides),
+/// exceeds [`MAX_NUMEL`].
+///
+/// ```
+/// use nn_core::shape::checked_numel;
+/// assert_eq!(checked_numel(&[2, 3]), Some(6));
+/// assert_eq!(checked_numel(&[0, 5]), Some(0));
+/// assert_eq!(checked_numel(&[(1 << 63) + 1, 2]), None); // would wrap to 2
+/// assert_eq!(checked_numel(&[0, 1 << 40, 1 << 40]), None); // its strides overflow
+/// ```
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    let mut bound = 1usize;
+    let mut numel = 1usize;
+    for &d in shape {
+        bound = bound.checked_mul(d.max(1)).filter(|&b| b <= MAX_NUMEL)?;
+        numel *= d;
+    }
+    Some(numel)
+}
+
+/// [`checked_numel`], as an error naming `op` and the shape.
+///
+/// # Errors
+/// [`Error::ShapeOverflow`] when the shape is unrepresentable.
+pub fn try_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    checked_numel(shape).ok_or_else(|| Error::ShapeOverflow { op, shape: shape.to_vec() })
+}
+
+/// [`checked_numel`], panicking with a message naming `op` and the shape.
+#[track_caller]
+pub(crate) fn numel_of(op: &'static str, shape: &[usize]) -> usize {
+    try_numel(op, shape).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Row-major (C order) strides for `shape`.
+///
+/// # Panics
+/// When `shape` is unrepresentable (see [`checked_numel`]).
+#[track_caller]
 pub fn contiguous_strides(shape: &[usize]) -> Dims {
+    numel_of("contiguous_strides", shape);
     let mut strides: Dims = smallvec::smallvec![0; shape.len()];
     let mut acc = 1usize;
     for (s, &d) in strides.iter_mut().zip(shape).rev() {
@@ -30,8 +82,23 @@ pub fn contiguous_strides(shape: &[usize]) -> Dims {
 
 impl Layout {
     /// The row-major layout of `shape` starting at offset 0.
+    ///
+    /// # Panics
+    /// When `shape` is unrepresentable (see [`checked_numel`]; [`Layout::try_contiguous`]
+    /// returns an error instead).
+    #[track_caller]
     pub fn contiguous(shape: &[usize]) -> Self {
         Layout { shape: shape.into(), strides: contiguous_strides(shape), offset: 0 }
+    }
+
+    /// The row-major layout of `shape`, or an error naming `op` when the shape is
+    /// unrepresentable.
+    ///
+    /// # Errors
+    /// [`Error::ShapeOverflow`].
+    pub fn try_contiguous(op: &'static str, shape: &[usize]) -> Result<Self> {
+        try_numel(op, shape)?;
+        Ok(Layout::contiguous(shape))
     }
 
     /// A layout from explicit parts (the caller guarantees they fit its storage).
@@ -108,10 +175,15 @@ impl Layout {
     }
 
     /// A view of this layout broadcast to `shape` (stride 0 on expanded dims), if allowed.
+    ///
+    /// # Panics
+    /// When `shape` is unrepresentable (see [`checked_numel`]).
+    #[track_caller]
     pub(crate) fn broadcast_to(&self, shape: &[usize]) -> Option<Layout> {
         if shape.len() < self.rank() {
             return None;
         }
+        numel_of("expand", shape);
         let lead = shape.len() - self.rank();
         let mut strides: Dims = smallvec::smallvec![0; shape.len()];
         for (i, &d) in shape.iter().enumerate() {
@@ -188,6 +260,11 @@ impl Layout {
 }
 
 /// The broadcast shape of `a` and `b` under NumPy/PyTorch rules, or `None`.
+///
+/// # Panics
+/// When the broadcast shape is unrepresentable (see [`checked_numel`]): `[1 << 40, 1]`
+/// and `[1, 1 << 40]` are each fine, their broadcast is not.
+#[track_caller]
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Dims> {
     let rank = a.len().max(b.len());
     let mut out: Dims = smallvec::smallvec![0; rank];
@@ -201,6 +278,9 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Dims> {
         } else {
             return None;
         };
+    }
+    if checked_numel(&out).is_none() {
+        panic!("broadcast: shapes {a:?} and {b:?} broadcast to {out:?}, {}", OVERFLOW);
     }
     Some(out)
 }

@@ -29,6 +29,11 @@ impl StateDict {
         Self::default()
     }
 
+    /// An empty state dict with room for `n` entries.
+    pub fn with_capacity(n: usize) -> Self {
+        StateDict { entries: Vec::with_capacity(n), index: HashMap::with_capacity(n) }
+    }
+
     /// Inserts or replaces `name`; a new name goes last, a replaced one keeps its place.
     /// Returns the previous tensor.
     pub fn insert(&mut self, name: String, tensor: Tensor) -> Option<Tensor> {

@@ -136,27 +136,44 @@ impl CpuStorage {
     }
 
     /// A zero-filled buffer.
+    ///
+    /// # Panics
+    /// When the allocator cannot provide the buffer.
+    #[track_caller]
     pub fn zeros(dtype: DType, len: usize) -> CpuStorage {
-        match dtype {
-            DType::F32 => CpuStorage::F32(crate::pool::filled(len, 0.0)),
-            DType::F64 => CpuStorage::F64(crate::pool::filled(len, 0.0)),
-            DType::I64 => CpuStorage::I64(vec![0; len]),
-            DType::F16 => CpuStorage::F16(vec![f16::ZERO; len]),
-            DType::BF16 => CpuStorage::BF16(vec![bf16::ZERO; len]),
-            DType::Bool => CpuStorage::Bool(vec![false; len]),
-        }
+        CpuStorage::full(dtype, len, 0.0)
     }
 
     /// A buffer filled with `value` converted to `dtype`.
+    ///
+    /// # Panics
+    /// When the allocator cannot provide the buffer ([`try_full`](CpuStorage::try_full)
+    /// returns `None` instead).
+    #[track_caller]
     pub fn full(dtype: DType, len: usize, value: f64) -> CpuStorage {
-        match dtype {
-            DType::F32 => CpuStorage::F32(crate::pool::filled(len, value as f32)),
-            DType::F64 => CpuStorage::F64(crate::pool::filled(len, value)),
-            DType::I64 => CpuStorage::I64(vec![value as i64; len]),
-            DType::F16 => CpuStorage::F16(vec![f16::from_f64(value); len]),
-            DType::BF16 => CpuStorage::BF16(vec![bf16::from_f64(value); len]),
-            DType::Bool => CpuStorage::Bool(vec![value != 0.0; len]),
+        CpuStorage::try_full(dtype, len, value).unwrap_or_else(|| {
+            panic!(
+                "cannot allocate a tensor buffer of {len} {dtype} elements ({} bytes)",
+                len as u128 * dtype.size_in_bytes() as u128
+            )
+        })
+    }
+
+    /// [`full`](CpuStorage::full), or `None` when the allocator cannot provide the buffer.
+    pub fn try_full(dtype: DType, len: usize, value: f64) -> Option<CpuStorage> {
+        fn fill<T: Clone>(len: usize, value: T) -> Option<Vec<T>> {
+            let mut v = crate::pool::try_with_capacity(len)?;
+            v.resize(len, value);
+            Some(v)
         }
+        Some(match dtype {
+            DType::F32 => CpuStorage::F32(crate::pool::try_filled(len, value as f32)?),
+            DType::F64 => CpuStorage::F64(crate::pool::try_filled(len, value)?),
+            DType::I64 => CpuStorage::I64(fill(len, value as i64)?),
+            DType::F16 => CpuStorage::F16(fill(len, f16::from_f64(value))?),
+            DType::BF16 => CpuStorage::BF16(fill(len, bf16::from_f64(value))?),
+            DType::Bool => CpuStorage::Bool(fill(len, value != 0.0)?),
+        })
     }
 
     /// The elements selected by `layout`, in row-major order, as a new buffer.

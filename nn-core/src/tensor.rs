@@ -134,7 +134,7 @@ impl Tensor {
     }
 
     fn try_from_data<T: Element>(data: Vec<T>, shape: &[usize], op: &'static str) -> Result<Tensor> {
-        let expected: usize = shape.iter().product();
+        let expected = crate::shape::try_numel(op, shape)?;
         if expected != data.len() {
             return Err(Error::ElementCount { op, shape: shape.to_vec(), expected, got: data.len() });
         }
@@ -147,19 +147,49 @@ impl Tensor {
     }
 
     /// A tensor filled with `value`, of any dtype and device.
+    ///
+    /// # Panics
+    /// Where [`try_full_on`](Tensor::try_full_on) returns an error, with its message.
+    #[track_caller]
     pub fn full_on(shape: &[usize], value: f64, dtype: DType, device: Device) -> Tensor {
-        let len = shape.iter().product();
-        let storage = match device {
-            Device::Cpu => Storage::Cpu(CpuStorage::full(dtype, len, value)),
-            Device::Meta => Storage::Meta { dtype, len },
-        };
-        Tensor::from_storage(storage, shape)
+        Tensor::try_full_on("Tensor::full_on", shape, value, dtype, device).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`full_on`](Tensor::full_on), returning an error naming `op` instead of
+    /// panicking.
+    ///
+    /// ```
+    /// use nn_core::{DType, Device, Error, Tensor};
+    /// let e = Tensor::try_full_on("zeros", &[1 << 32, 1 << 32], 0.0, DType::F32, Device::Cpu).unwrap_err();
+    /// assert!(matches!(e, Error::ShapeOverflow { .. }));
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeOverflow`] when the shape's dimensions multiply past
+    /// [`crate::shape::MAX_NUMEL`]; [`Error::Allocation`] when the allocator cannot provide
+    /// the buffer.
+    pub fn try_full_on(op: &'static str, shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        let len = crate::shape::try_numel(op, shape)?;
+        let storage =
+            match device {
+                Device::Cpu => Storage::Cpu(CpuStorage::try_full(dtype, len, value).ok_or_else(|| {
+                    Error::Allocation { op, shape: shape.to_vec(), bytes: len as u128 * dtype.size_in_bytes() as u128 }
+                })?),
+                Device::Meta => Storage::Meta { dtype, len },
+            };
+        Ok(Tensor::from_storage(storage, shape))
     }
 
     /// An `f32` tensor filled with `value` (on the default device, see
     /// [`crate::device::with_device`]).
+    ///
+    /// # Panics
+    /// When the shape's dimensions multiply past [`crate::shape::MAX_NUMEL`] or the buffer
+    /// cannot be allocated (see [`try_full_on`](Tensor::try_full_on)).
+    #[track_caller]
     pub fn full(shape: &[usize], value: f64) -> Tensor {
-        Tensor::full_on(shape, value, DType::F32, crate::device::default_device())
+        Tensor::try_full_on("Tensor::full", shape, value, DType::F32, crate::device::default_device())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// A meta tensor when the default device is `Meta` (random factories then draw nothing).
@@ -168,13 +198,39 @@ impl Tensor {
     }
 
     /// An `f32` tensor of zeros.
+    ///
+    /// # Panics
+    /// When the shape's dimensions multiply past [`crate::shape::MAX_NUMEL`] or the buffer
+    /// cannot be allocated ([`try_zeros`](Tensor::try_zeros) returns an error instead):
+    /// `Tensor::zeros: shape [4294967296, 4294967296] is unrepresentable: ...`.
+    #[track_caller]
     pub fn zeros(shape: &[usize]) -> Tensor {
-        Tensor::full(shape, 0.0)
+        Tensor::try_zeros(shape).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`zeros`](Tensor::zeros), returning an error instead of panicking.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// assert_eq!(Tensor::try_zeros(&[2, 0]).unwrap().shape(), &[2, 0]);
+    /// let e = Tensor::try_zeros(&[1 << 32, 1 << 32]).unwrap_err();
+    /// assert!(e.to_string().contains("[4294967296, 4294967296]"), "{e}");
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_full_on`](Tensor::try_full_on).
+    pub fn try_zeros(shape: &[usize]) -> Result<Tensor> {
+        Tensor::try_full_on("Tensor::zeros", shape, 0.0, DType::F32, crate::device::default_device())
     }
 
     /// An `f32` tensor of ones.
+    ///
+    /// # Panics
+    /// As [`zeros`](Tensor::zeros).
+    #[track_caller]
     pub fn ones(shape: &[usize]) -> Tensor {
-        Tensor::full(shape, 1.0)
+        Tensor::try_full_on("Tensor::ones", shape, 1.0, DType::F32, crate::device::default_device())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Zeros with the shape, dtype and device of `t`.
@@ -188,8 +244,9 @@ impl Tensor {
     }
 
     /// The `n x n` identity matrix (`f32`).
+    #[track_caller]
     pub fn eye(n: usize) -> Tensor {
-        let mut v = vec![0.0f32; n * n];
+        let mut v = vec![0.0f32; crate::shape::numel_of("Tensor::eye", &[n, n])];
         for i in 0..n {
             v[i * n + i] = 1.0;
         }
@@ -209,7 +266,11 @@ impl Tensor {
         if step == 0.0 || (end - start) * step < 0.0 {
             panic!("arange: step {step} cannot go from {start} to {end}");
         }
-        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let count = ((end - start) / step).ceil().max(0.0);
+        if count > crate::shape::MAX_NUMEL as f64 {
+            panic!("arange: {count} values from {start} to {end} in steps of {step} are more than a tensor can hold");
+        }
+        let n = count as usize;
         Tensor::from_vec((0..n).map(|i| (start + i as f64 * step) as f32).collect(), &[n])
     }
 
@@ -218,8 +279,7 @@ impl Tensor {
         if let Some(t) = Tensor::meta_default(shape) {
             return t;
         }
-        let n = shape.iter().product();
-        let v: Vec<f32> = with_rng(|r| (0..n).map(|_| StandardNormal.sample(r)).collect());
+        let v: Vec<f32> = random_values("Tensor::randn", shape, |r| StandardNormal.sample(r));
         Tensor::from_vec(v, shape)
     }
 
@@ -233,8 +293,7 @@ impl Tensor {
         if let Some(t) = Tensor::meta_default(shape) {
             return t;
         }
-        let n = shape.iter().product();
-        let v: Vec<f32> = with_rng(|r| (0..n).map(|_| (low + (high - low) * r.random::<f64>()) as f32).collect());
+        let v: Vec<f32> = random_values("Tensor::uniform", shape, |r| (low + (high - low) * r.random::<f64>()) as f32);
         Tensor::from_vec(v, shape)
     }
 
@@ -243,21 +302,23 @@ impl Tensor {
         if let Some(t) = Tensor::meta_default(shape) {
             return t;
         }
-        let n = shape.iter().product();
-        let v: Vec<f32> = with_rng(|r| {
-            (0..n)
-                .map(|_| {
-                    let z: f64 = StandardNormal.sample(r);
-                    (mean + std * z) as f32
-                })
-                .collect()
+        let v: Vec<f32> = random_values("Tensor::normal", shape, |r| {
+            let z: f64 = StandardNormal.sample(r);
+            (mean + std * z) as f32
         });
         Tensor::from_vec(v, shape)
     }
 
     /// A random permutation of `0..n` as `i64`, from the global generator.
+    ///
+    /// # Panics
+    /// When the `n` values cannot be allocated.
+    #[track_caller]
     pub fn randperm(n: usize) -> Tensor {
-        let mut v: Vec<i64> = (0..n as i64).collect();
+        let mut v: Vec<i64> = crate::pool::try_with_capacity(n).unwrap_or_else(|| {
+            panic!("{}", Error::Allocation { op: "Tensor::randperm", shape: vec![n], bytes: n as u128 * 8 })
+        });
+        v.extend(0..n as i64);
         with_rng(|r| {
             for i in (1..n).rev() {
                 let j = r.random_range(0..=i);
@@ -266,6 +327,21 @@ impl Tensor {
         });
         Tensor::from_vec_i64(v, &[n])
     }
+}
+
+/// `numel(shape)` draws of `draw` from the global generator, checking the shape and the
+/// allocation first (a clear panic naming `op`, never a wrapped count or an abort).
+#[track_caller]
+fn random_values(
+    op: &'static str,
+    shape: &[usize],
+    mut draw: impl FnMut(&mut rand_chacha::ChaCha8Rng) -> f32,
+) -> Vec<f32> {
+    let n = crate::shape::numel_of(op, shape);
+    let mut v = crate::pool::try_take(n)
+        .unwrap_or_else(|| panic!("{}", Error::Allocation { op, shape: shape.to_vec(), bytes: n as u128 * 4 }));
+    with_rng(|r| v.extend((0..n).map(|_| draw(r))));
+    v
 }
 
 // ---------------------------------------------------------------------------------------
@@ -753,7 +829,7 @@ mod tests {
 
     use crate::testing::support::{assert_close64, grad, leaf, rng_lock, t64};
     use crate::testing::{gradcheck_with, GradcheckOptions};
-    use crate::{manual_seed, no_grad, DType, Device, Tensor};
+    use crate::{manual_seed, no_grad, DType, Device, Error, Tensor};
 
     // ---- dtype conversions --------------------------------------------------------------
 
@@ -948,6 +1024,69 @@ mod tests {
         assert_eq!(Tensor::from_data(vec![true], &[1]).unwrap().dtype(), DType::Bool);
         assert_eq!(format!("{}", t64(&[1.0, 2.5], &[2])), "tensor([1.0000, 2.5000], dtype=f64)");
         assert_eq!(format!("{}", leaf(&[1.0], &[1]) * 2.0), "tensor([2.0000], dtype=f64, grad_fn=affine)");
+    }
+
+    // ---- shapes whose element count does not fit ---------------------------------------
+
+    /// The panic message of `f`, which must panic.
+    fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+        let e = std::panic::catch_unwind(f).expect_err("no panic");
+        e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap()
+    }
+
+    #[test]
+    fn wrapping_shapes_are_refused_by_every_constructor() {
+        let wraps = [(1usize << 63) + 1, 2]; // the product wraps to 2
+        let e = Tensor::try_from_vec(vec![1.0, 2.0], &wraps).unwrap_err();
+        assert!(matches!(e, Error::ShapeOverflow { op: "Tensor::try_from_vec", .. }), "{e:?}");
+        assert!(e.to_string().contains("[9223372036854775809, 2] is unrepresentable"), "{e}");
+        let m = panic_message(|| drop(Tensor::from_vec(vec![1.0, 2.0], &wraps)));
+        assert!(m.starts_with("Tensor::from_vec: shape [9223372036854775809, 2] is unrepresentable"), "{m}");
+        assert!(Tensor::from_data(vec![1i64, 2], &wraps).is_err());
+        let huge = [1usize << 32, 1 << 32];
+        for (name, f) in [
+            ("Tensor::zeros", Box::new(|| drop(Tensor::zeros(&huge))) as Box<dyn FnOnce() + std::panic::UnwindSafe>),
+            ("Tensor::ones", Box::new(|| drop(Tensor::ones(&huge)))),
+            ("Tensor::full", Box::new(|| drop(Tensor::full(&huge, 2.0)))),
+            ("Tensor::randn", Box::new(|| drop(Tensor::randn(&huge)))),
+            ("Tensor::uniform", Box::new(|| drop(Tensor::rand(&huge)))),
+            ("Tensor::normal", Box::new(|| drop(Tensor::normal(&huge, 0.0, 1.0)))),
+            ("Tensor::eye", Box::new(|| drop(Tensor::eye(1 << 32)))),
+            ("Tensor::full_on", Box::new(|| drop(Tensor::full_on(&huge, 0.0, DType::I64, Device::Meta)))),
+        ] {
+            let m = panic_message(f);
+            assert!(m.starts_with(&format!("{name}: shape [4294967296, 4294967296] is unrepresentable")), "{m}");
+        }
+        assert!(matches!(Tensor::try_zeros(&huge), Err(Error::ShapeOverflow { .. })));
+        // Zero-element shapes count zero dims as 1: their strides must fit too.
+        assert!(Tensor::try_zeros(&[0, 1 << 40, 1 << 40]).is_err());
+        assert_eq!(Tensor::try_zeros(&[0, 1 << 40]).unwrap().numel(), 0);
+        // A representable shape whose buffer cannot exist: an error, not an abort.
+        let e = Tensor::try_zeros(&[1 << 62]).unwrap_err();
+        assert!(matches!(e, Error::Allocation { bytes, .. } if bytes == 1 << 64), "{e:?}");
+        let m = panic_message(|| drop(Tensor::arange(0.0, 1e30, 1.0)));
+        assert!(m.contains("more than a tensor can hold"), "{m}");
+    }
+
+    #[test]
+    fn ops_refuse_results_whose_shape_does_not_fit() {
+        let m = panic_message(|| drop(Tensor::zeros(&[2]).reshape(&[(1 << 63) + 1, 2])));
+        assert!(m.starts_with("reshape: shape [9223372036854775809, 2] is invalid for input of shape [2]"), "{m}");
+        let m = panic_message(|| drop(Tensor::zeros(&[2]).view(&[(1 << 63) + 1, 2])));
+        assert!(m.starts_with("view: shape [9223372036854775809, 2] is invalid"), "{m}");
+        let m = panic_message(|| drop(Tensor::zeros(&[1]).expand(&[1 << 40, 1 << 40])));
+        assert!(m.starts_with("expand: shape [1099511627776, 1099511627776] is unrepresentable"), "{m}");
+        // Each operand is a cheap, valid view; their broadcast is not.
+        let (col, row) = (Tensor::zeros(&[1, 1]).expand(&[1 << 40, 1]), Tensor::zeros(&[1, 1]).expand(&[1, 1 << 40]));
+        let m = panic_message(|| drop(&col + &row));
+        assert!(m.starts_with("broadcast: shapes [1099511627776, 1] and [1, 1099511627776] broadcast to"), "{m}");
+        // k = 0: both operands are empty, the product is not.
+        let (a, b) = (Tensor::zeros(&[1 << 40, 0]), Tensor::zeros(&[0, 1 << 40]));
+        let m = panic_message(|| drop(a.matmul(&b)));
+        assert!(m.starts_with("matmul: shape [1099511627776, 1099511627776] is unrepresentable"), "{m}");
+        let big = Tensor::zeros(&[usize::MAX / 2, 0]);
+        let m = panic_message(|| drop(Tensor::cat(&[&big, &big, &big], 0)));
+        assert!(m.starts_with("cat: shape"), "{m}");
     }
 
     #[test]

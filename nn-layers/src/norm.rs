@@ -93,6 +93,10 @@ macro_rules! batch_norm_layer {
                     if !$ranks.contains(&x.rank()) || x.shape()[1] != self.num_features {
                         panic!("{} expects input {} with C = {}, got {:?}", self, $dims, self.num_features, x.shape());
                     }
+                    let training = self.base.is_training();
+                    if training {
+                        check_batch_statistics(&self.to_string(), x.shape());
+                    }
                     bn_forward(
                         x,
                         BnState {
@@ -102,13 +106,35 @@ macro_rules! batch_norm_layer {
                             running_var: self.running_var.as_ref(),
                             num_batches_tracked: self.num_batches_tracked.as_ref(),
                         },
-                        self.base.is_training(),
+                        training,
                         &self.config,
                     )
 
     }
 }
     };
+}
+
+/// Training mode normalises with the batch's own mean and variance, which need at least
+/// two values per channel; checked before any running statistic is touched.
+///
+/// # Panics
+/// With a message naming the layer and the input shape.
+#[track_caller]
+fn check_batch_statistics(layer: &str, shape: &[usize]) {
+    let per_channel: usize = shape.iter().enumerate().filter(|&(d, _)| d != 1).map(|(_, &n)| n).product();
+    if per_channel > 1 {
+        return;
+    }
+    let why = if shape[0] == 0 {
+        "the batch is empty; skip empty batches, or call `.eval()` to normalise with the running statistics"
+    } else {
+        "a batch of one value per channel has no variance; use larger batches or `.eval()`"
+    };
+    panic!(
+        "{layer}: training mode needs more than 1 value per channel for batch statistics, got input of shape \
+         {shape:?} ({per_channel} per channel): {why}"
+    );
 }
 
 struct BnState<'a> {
@@ -124,7 +150,8 @@ fn bn_forward(x: &Tensor, s: BnState<'_>, training: bool, config: &BatchNormConf
     let mut factor = config.momentum.unwrap_or(0.0);
     if training {
         if let Some(n) = s.num_batches_tracked {
-            let seen = n.to_vec_i64()[0] + 1;
+            // A loaded counter can hold anything: saturate rather than overflow.
+            let seen = n.to_vec_i64()[0].saturating_add(1);
             no_grad(|| n.copy_(&Tensor::from_vec_i64(vec![seen], &[])));
             if config.momentum.is_none() {
                 factor = 1.0 / seen as f64;

@@ -77,12 +77,8 @@ fn resumed_training_is_bit_identical() {
     // A fresh process: different init, different RNG position, then restore everything.
     let mut resumed = Run::new(12345);
     let ck = Checkpoint::load(&path).unwrap();
-    resumed.model.load_state_dict(&ck.model, true).unwrap();
-    resumed.opt.load_state_dict(ck.optimizer.as_ref().unwrap()).unwrap();
-    *resumed.sched.state_mut() = ck.scheduler.clone().unwrap();
-    resumed.sched.apply(&mut resumed.opt);
+    ck.restore(&mut resumed.model, Some(&mut resumed.opt), Some(&mut resumed.sched)).unwrap();
     resumed.step = ck.step;
-    ck.restore_rng();
     let mut resumed_losses = full_losses[..4 * ck.epoch as usize].to_vec();
     for _ in ck.epoch..12 {
         resumed_losses.extend(resumed.epoch(&x, &y));

@@ -53,11 +53,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut start, mut losses) = (0, Vec::new());
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
-        model.load_state_dict(&ck.model, true)?;
-        opt.load_state_dict(ck.optimizer.as_ref().ok_or("no optimizer state")?)?;
-        *sched.state_mut() = ck.scheduler.clone().ok_or("no scheduler state")?;
-        sched.apply(&mut opt);
-        ck.restore_rng();
+        // Model, optimizer, scheduler and RNG, all checked before any is changed.
+        ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
         start = ck.step;
         let mut ks: Vec<(usize, f64)> =
             ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();

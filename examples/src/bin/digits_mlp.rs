@@ -46,18 +46,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut start, mut step, mut losses) = (0, 0, Vec::new());
     if a.resume {
         let ck = Checkpoint::load(&ckpt_path)?;
-        model.load_state_dict(&ck.model, true)?;
-        opt.load_state_dict(ck.optimizer.as_ref().ok_or("checkpoint without optimizer state")?)?;
-        *sched.state_mut() = ck.scheduler.clone().ok_or("checkpoint without scheduler state")?;
-        sched.apply(&mut opt);
-        ck.restore_rng();
+        // Model, optimizer, scheduler and RNG, all checked before any is changed.
+        ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
         (start, step) = (ck.epoch, ck.step);
         losses = (0..ck.extra.len()).filter_map(|i| ck.extra.get(&format!("loss.{i}")).copied()).collect();
         println!("resumed from {} at epoch {start}", ckpt_path.display());
     }
 
     let pb = progress(epochs * loader.num_batches() as u64, "digits");
-    pb.set_position(start * loader.num_batches() as u64);
+    pb.set_position(start.saturating_mul(loader.num_batches() as u64));
     model.train();
     for epoch in start..epochs {
         let (mut total, mut count) = (0.0, 0);

@@ -145,12 +145,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     model.train();
     model.backbone.requires_grad_(true);
     let groups = vec![
-        ParamGroup::new(
-            model.backbone.named_parameters().into_iter().map(|(k, p)| (format!("backbone.{k}"), p)).collect(),
-        )
-        .lr(0.005),
-        ParamGroup::new(model.head.named_parameters().into_iter().map(|(k, p)| (format!("head.{k}"), p)).collect())
-            .lr(0.05),
+        ParamGroup::with_prefix("backbone", model.get_submodule("backbone")?.named_parameters()).lr(0.005),
+        ParamGroup::with_prefix("head", model.get_submodule("head")?.named_parameters()).lr(0.05),
     ];
     let mut opt = Sgd::new(groups, SgdConfig { momentum: 0.9, ..Default::default() });
     println!("fine-tuning with lr {} (backbone) and {} (head)", opt.group_lr(0), opt.group_lr(1));

@@ -141,13 +141,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut start = 0;
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
-        net.load_state_dict(&ck.model, true)?;
-        opt.load_state_dict(ck.optimizer.as_ref().ok_or("no optimizer state")?)?;
-        ck.restore_rng();
+        ck.restore(&mut net, Some(&mut opt), None)?;
         start = ck.epoch;
     }
     let pb = progress(epochs * loader.num_batches() as u64, "stable");
-    pb.set_position(start * loader.num_batches() as u64);
+    pb.set_position(start.saturating_mul(loader.num_batches() as u64));
     let mut losses = Vec::new();
     for epoch in start..epochs {
         let mut total = 0.0;

@@ -112,11 +112,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut start, mut step, mut losses) = (0u64, 0u64, Vec::new());
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
-        model.load_state_dict(&ck.model, true)?;
-        opt.load_state_dict(ck.optimizer.as_ref().ok_or("checkpoint without optimizer state")?)?;
-        *sched.state_mut() = ck.scheduler.clone().ok_or("checkpoint without scheduler state")?;
-        sched.apply(&mut opt);
-        ck.restore_rng();
+        // Model, optimizer, scheduler and RNG, all checked before any is changed.
+        ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
         (start, step) = (ck.epoch, ck.step);
         let mut ks: Vec<(usize, f64)> =
             ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
@@ -126,7 +123,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let t0 = Instant::now();
     let pb = progress(epochs * loader.num_batches() as u64, &name);
-    pb.set_position(start * loader.num_batches() as u64);
+    pb.set_position(start.saturating_mul(loader.num_batches() as u64));
     for epoch in start..epochs {
         model.train();
         let mut running = 0.0;

@@ -63,9 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut start = 0;
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
-        model.load_state_dict(&ck.model, true)?;
-        opt.load_state_dict(ck.optimizer.as_ref().ok_or("no optimizer state")?)?;
-        ck.restore_rng();
+        ck.restore(&mut model, Some(&mut opt), None)?;
         start = ck.epoch;
     }
     let loader = DataLoader::new(xtr, ytr, 32).shuffle(a.seed);

@@ -26,9 +26,21 @@ impl IncompatibleKeys {
     }
 }
 
+/// PyTorch's form, `missing_keys=["a"], unexpected_keys=[]`, naming at most
+/// [`MAX_LISTED_KEYS`](crate::error::MAX_LISTED_KEYS) keys of each kind.
 impl std::fmt::Display for IncompatibleKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "missing_keys={:?}, unexpected_keys={:?}", self.missing_keys, self.unexpected_keys)
+        for (i, (name, keys)) in
+            [("missing_keys", &self.missing_keys), ("unexpected_keys", &self.unexpected_keys)].into_iter().enumerate()
+        {
+            write!(f, "{}{name}=[", if i == 0 { "" } else { ", " })?;
+            let mut first = true;
+            crate::error::write_bounded(f, keys, |f, k| {
+                write!(f, "{}{k:?}", if std::mem::take(&mut first) { "" } else { ", " })
+            })?;
+            f.write_str("]")?;
+        }
+        Ok(())
     }
 }
 
@@ -39,6 +51,9 @@ fn kind(d: DType) -> u8 {
         DType::Bool => 2,
     }
 }
+
+/// Above this many unexpected keys, missing keys get no "did you mean" guess.
+const SUGGEST_LIMIT: usize = 1000;
 
 /// The closest candidate to `key`, if it is close enough to be a plausible typo or a
 /// prefix mismatch (`module.fc.weight` vs `fc.weight`).
@@ -54,7 +69,16 @@ pub(crate) fn suggest<'a>(key: &str, candidates: impl IntoIterator<Item = &'a st
         .map(|(_, c)| c.to_string())
 }
 
-pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
+/// What a load would assign, and the keys it would report.
+struct Plan {
+    /// `(target, source)` pairs, validated.
+    assign: Vec<(Tensor, Tensor)>,
+    missing_keys: Vec<String>,
+    unexpected_keys: Vec<String>,
+}
+
+/// Every check of `load_state_dict`, touching nothing.
+fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
     // 1. The module's entries, by name.
     let mut targets: Vec<(String, Tensor)> = Vec::new();
     walk(m, &mut String::new(), &mut |path, item| match item {
@@ -64,13 +88,17 @@ pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> R
     });
     let expected: std::collections::HashSet<&str> = targets.iter().map(|(k, _)| k.as_str()).collect();
 
-    // 2. Validate everything before touching anything.
+    // 2. Validate everything.
     let mut err = StateDictError { module: m.type_name().to_string(), ..Default::default() };
     let unexpected: Vec<String> = sd.keys().filter(|k| !expected.contains(k)).map(str::to_string).collect();
-    let mut plan: Vec<(&Tensor, &Tensor)> = Vec::new();
+    // Guesses cost a string comparison per (missing, unexpected) pair: a file with a
+    // million stray entries gets none.
+    let guesses = unexpected.len() <= SUGGEST_LIMIT;
+    let mut assign: Vec<(Tensor, Tensor)> = Vec::new();
     for (key, target) in &targets {
         let Some(src) = sd.get(key) else {
-            err.missing_keys.push((key.clone(), suggest(key, unexpected.iter().map(String::as_str))));
+            let guess = if guesses { suggest(key, unexpected.iter().map(String::as_str)) } else { None };
+            err.missing_keys.push((key.clone(), guess));
             continue;
         };
         let mismatch = |reason| Mismatch {
@@ -86,7 +114,7 @@ pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> R
         } else if src.device() == Device::Meta && target.device() != Device::Meta {
             err.mismatched.push(mismatch("no values (meta tensor)"));
         } else {
-            plan.push((target, src));
+            assign.push((target.clone(), src.clone()));
         }
     }
     err.unexpected_keys = unexpected;
@@ -95,21 +123,33 @@ pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> R
     if fatal {
         return Err(Error::StateDict(Box::new(err)));
     }
+    Ok(Plan {
+        assign,
+        missing_keys: err.missing_keys.into_iter().map(|(k, _)| k).collect(),
+        unexpected_keys: err.unexpected_keys,
+    })
+}
 
+/// Whether `load_state_dict(sd, strict)` would succeed, without loading anything.
+pub(crate) fn check_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<()> {
+    plan(m, sd, strict).map(|_| ())
+}
+
+pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
+    let plan = plan(m, sd, strict)?;
     // 3. Assign. Conversions happen first so a failure cannot leave a partial load.
-    let converted: Vec<(&Tensor, Tensor)> = no_grad(|| {
-        plan.into_iter()
+    let converted: Vec<(Tensor, Tensor)> = no_grad(|| {
+        plan.assign
+            .into_iter()
             .map(|(target, src)| {
                 let device = if target.device() == Device::Meta { src.device() } else { target.device() };
-                (target, src.detach().to_dtype(target.dtype()).to_device(device))
+                let value = src.detach().to_dtype(target.dtype()).to_device(device);
+                (target, value)
             })
             .collect()
     });
     for (target, value) in converted {
         target.set_data(&value);
     }
-    Ok(IncompatibleKeys {
-        missing_keys: err.missing_keys.into_iter().map(|(k, _)| k).collect(),
-        unexpected_keys: err.unexpected_keys,
-    })
+    Ok(IncompatibleKeys { missing_keys: plan.missing_keys, unexpected_keys: plan.unexpected_keys })
 }

@@ -10,7 +10,7 @@
 mod display;
 pub mod forward;
 pub mod hooks;
-mod load;
+pub(crate) mod load;
 
 use std::any::Any;
 use std::collections::HashSet;

@@ -539,6 +539,7 @@ impl Tensor {
             }
         }
         let shape = [geo.n, geo.o, geo.ho, geo.wo];
+        crate::shape::numel_of(OP, &shape);
         let x = self.contiguous();
         let w = weight.contiguous();
         let storage = if device == Device::Meta {

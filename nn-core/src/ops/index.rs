@@ -58,6 +58,7 @@ impl Tensor {
         let d = dim.resolve(x.rank(), OP);
         let mut shape: Dims = x.shape().into();
         shape[d] = index.numel();
+        crate::shape::numel_of(OP, &shape);
         let storage = if self.device() == Device::Meta || index.device() == Device::Meta {
             if self.device() != index.device() {
                 panic!("{OP}: input on {} but index on {}", self.device(), index.device());

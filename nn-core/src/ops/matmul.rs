@@ -219,6 +219,7 @@ impl Tensor {
             return None;
         }
         let (m, n) = (self.shape()[0], weight.shape()[0]);
+        crate::shape::numel_of(OP, &[m, n]);
         let lw = weight.layout().permute(&[1, 0]);
         let lb = bias.layout().broadcast_to(&[m, n]).expect("bias [n] broadcasts to [m, n]");
         let (sx, sw, sb) = (self.storage_arc(), weight.storage_arc(), bias.storage_arc());
@@ -340,6 +341,9 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     };
     let mut shape = batch.clone();
     shape.extend_from_slice(&[m, n]);
+    // Operands with k = 0 (or broadcast batch dims) can each be valid while the product
+    // is not: check before anything is allocated or handed to the GEMM.
+    crate::shape::numel_of(OP, &shape);
     let storage = if device == Device::Meta {
         Storage::Meta { dtype, len: shape.iter().product() }
     } else {

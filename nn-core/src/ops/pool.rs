@@ -121,7 +121,7 @@ impl Tensor {
         const OP: &str = "max_pool2d";
         check_float(OP, self);
         let (pl, shape) = planes(OP, self, &options);
-        let numel: usize = shape.iter().product();
+        let numel = crate::shape::numel_of(OP, &shape);
         let in_shape = self.shape().to_vec();
         if self.device() == Device::Meta {
             // Fix: record the node on meta too (a bare meta tensor was returned, so the
@@ -428,7 +428,7 @@ fn pool_generic(
     shape: &[usize],
     windows: impl Fn(usize, usize) -> (usize, usize, usize, usize, f64) + Copy + Send + Sync + 'static,
 ) -> Tensor {
-    let numel: usize = shape.iter().product();
+    let numel = crate::shape::numel_of(op, shape);
     let storage = if x.device() == Device::Meta {
         Storage::Meta { dtype: x.dtype(), len: numel }
     } else {

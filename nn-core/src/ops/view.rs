@@ -37,8 +37,7 @@ impl Tensor {
     /// When the element counts differ.
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        if n != self.numel() {
+        if crate::shape::checked_numel(shape) != Some(self.numel()) {
             panic!(
                 "reshape: shape {:?} is invalid for input of shape {:?} ({} elements)",
                 shape,
@@ -67,8 +66,7 @@ impl Tensor {
     /// Like [`reshape`](Tensor::reshape) but panics instead of copying (PyTorch's `view`).
     #[track_caller]
     pub fn view(&self, shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        if n != self.numel() {
+        if crate::shape::checked_numel(shape) != Some(self.numel()) {
             panic!(
                 "view: shape {:?} is invalid for input of shape {:?} ({} elements)",
                 shape,
@@ -299,8 +297,9 @@ impl Tensor {
                     t.shape()
                 );
             }
-            shape[d] += t.shape()[d];
+            shape[d] = shape[d].saturating_add(t.shape()[d]);
         }
+        crate::shape::numel_of(OP, &shape);
         let out_layout = Layout::contiguous(&shape);
         let storage = if device == Device::Meta {
             Storage::Meta { dtype, len: out_layout.numel() }

@@ -1,8 +1,8 @@
 //! Adam and AdamW.
 
 use super::{
-    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, update_param, Bufs, Group, IntoParamGroups,
-    Optimizer, OptimizerState,
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, step_from_tensor, update_param,
+    Bufs, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
@@ -66,8 +66,11 @@ const BUFS: [&str; 3] = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
 #[allow(clippy::too_many_arguments)]
 fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [Vec<T>], step: u64, lr: f64, wd: f64, c: &AdamCore) {
     let (b1, b2) = c.betas;
-    let bc1 = 1.0 - b1.powi(step as i32);
-    let bc2_sqrt = T::from_f64((1.0 - b2.powi(step as i32)).sqrt());
+    // `powi` (as PyTorch's results were matched with) while the exponent fits an i32;
+    // beyond, `powf`, never a wrapped exponent.
+    let pow = |b: f64| i32::try_from(step).map_or_else(|_| b.powf(step as f64), |t| b.powi(t));
+    let bc1 = 1.0 - pow(b1);
+    let bc2_sqrt = T::from_f64((1.0 - pow(b2)).sqrt());
     let step_size = T::from_f64(lr / bc1);
     let (w1, w2, eps) = (T::from_f64(1.0 - b1), T::from_f64(1.0 - b2), T::from_f64(c.eps));
     let b2t = T::from_f64(b2);
@@ -110,7 +113,7 @@ impl AdamCore {
                     continue;
                 }
                 let mut slot = self.state[gi][pi].0.take();
-                let step = self.state[gi][pi].1 + 1;
+                let step = self.state[gi][pi].1.saturating_add(1);
                 let this = &*self;
                 update_param(
                     &p,
@@ -130,7 +133,8 @@ impl AdamCore {
         for (g, st) in self.groups.iter().zip(&self.state) {
             for ((name, p), (b, step)) in g.params.iter().zip(st) {
                 if let Some(b) = b {
-                    tensors.insert(format!("{name}.step"), Tensor::scalar(*step as f32));
+                    // f64: exact for every count up to `MAX_COUNTER` (f32 stops at 2^24).
+                    tensors.insert(format!("{name}.step"), Tensor::from_vec_f64(vec![*step as f64], &[]));
                     bufs_to_tensors(name, names, b, p.shape(), &mut tensors);
                 }
             }
@@ -148,10 +152,14 @@ impl AdamCore {
             let mut st = Vec::new();
             for (name, p) in &g.params {
                 let b = bufs_from_tensors(name, names, p, &state.tensors)?;
-                let step = match (&b, state.tensors.get(&format!("{name}.step"))) {
-                    (None, _) => 0,
-                    (Some(_), Some(t)) if t.numel() == 1 => t.item() as u64,
-                    (Some(_), _) => return Err(Error::OptimizerState(format!("missing `{name}.step`"))),
+                let key = format!("{name}.step");
+                let step = match (&b, state.tensors.get(&key)) {
+                    (None, None) => 0,
+                    (None, Some(_)) => {
+                        return Err(Error::OptimizerState(format!("`{key}` without `{name}.{}`", names[0])))
+                    }
+                    (Some(_), Some(t)) => step_from_tensor(&key, t)?,
+                    (Some(_), None) => return Err(Error::OptimizerState(format!("missing `{key}`"))),
                 };
                 let b = b.map(|b| pad_bufs(b, p.numel()));
                 st.push((b, step));
@@ -189,17 +197,37 @@ macro_rules! adam_optimizer {
             /// An optimizer over `params` (`Vec<Parameter>`, `named_parameters()`, or groups).
             ///
             /// # Panics
-            /// On invalid hyper-parameters, as PyTorch raises.
+            #[doc = concat!("Where [`try_new`](", stringify!($name), "::try_new) returns an error, with its message.")]
             #[track_caller]
             pub fn new(params: impl IntoParamGroups, config: $config) -> Self {
+                $name::try_new(params, config).unwrap_or_else(|e| panic!("{e}"))
+            }
+
+            #[doc = concat!("Like [`new`](", stringify!($name), "::new), returning an error instead of panicking.")]
+            ///
+            /// # Errors
+            /// [`Error::OptimizerConfig`] on invalid hyper-parameters (negative rates or
+            /// epsilon, betas outside `[0, 1)`), as PyTorch raises;
+            /// [`Error::ParamGroupConflict`] when a parameter is in two groups or two
+            /// parameters share a name (see [`ParamGroup`](super::ParamGroup)).
+            pub fn try_new(params: impl IntoParamGroups, config: $config) -> Result<Self> {
+                let bad = |reason: String| Err(Error::OptimizerConfig { optimizer: stringify!($name), reason });
                 let (b1, b2) = config.betas;
-                assert!(config.lr >= 0.0, "{}: invalid learning rate {}", stringify!($name), config.lr);
-                assert!(config.eps >= 0.0, "{}: invalid epsilon {}", stringify!($name), config.eps);
-                assert!((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2), "{}: invalid betas {:?}", stringify!($name), config.betas);
-                assert!(config.weight_decay >= 0.0, "{}: invalid weight_decay {}", stringify!($name), config.weight_decay);
-                let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay);
+                if !non_negative(config.lr) {
+                    return bad(format!("invalid learning rate {}", config.lr));
+                }
+                if !non_negative(config.eps) {
+                    return bad(format!("invalid epsilon {}", config.eps));
+                }
+                if !((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2)) {
+                    return bad(format!("invalid betas {:?}", config.betas));
+                }
+                if !non_negative(config.weight_decay) {
+                    return bad(format!("invalid weight_decay {}", config.weight_decay));
+                }
+                let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay)?;
                 let state = groups.iter().map(|g| vec![(None, 0); g.params.len()]).collect();
-                $name(AdamCore { groups, betas: config.betas, eps: config.eps, amsgrad: config.amsgrad, decoupled: $decoupled, state })
+                Ok($name(AdamCore { groups, betas: config.betas, eps: config.eps, amsgrad: config.amsgrad, decoupled: $decoupled, state }))
             }
         }
 

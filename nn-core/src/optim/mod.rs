@@ -27,6 +27,57 @@ use crate::tensor::Tensor;
 /// A set of parameters with its own hyper-parameters (PyTorch's param groups), e.g. a
 /// smaller learning rate for a pretrained backbone.
 ///
+/// Optimizer state is keyed by each parameter's name (`opt.state_dict()` holds
+/// `"<name>.exp_avg"`, ...), so the names must be unique across all groups. A sub-module's
+/// `named_parameters()` are named relative to that sub-module (`weight`, `bias`): build
+/// its group with [`with_prefix`](ParamGroup::with_prefix), which restores the full dotted
+/// names, the same ones the model's own `named_parameters()` uses:
+///
+/// ```
+/// use nn_core::optim::{Adam, AdamConfig, Optimizer, ParamGroup};
+/// use nn_core::{Module, Parameter, Tensor};
+///
+/// #[derive(Module)]
+/// struct Fc {
+///     #[param] weight: Parameter,
+///     #[param] bias: Parameter,
+/// }
+///
+/// #[derive(Module)]
+/// struct Net {
+///     #[module] encoder: Fc,
+///     #[module] head: Fc,
+/// }
+///
+/// # fn fc(o: usize, i: usize) -> Fc { Fc { weight: Parameter::new(Tensor::zeros(&[o, i])), bias: Parameter::new(Tensor::zeros(&[o])) } }
+/// # fn main() -> Result<(), nn_core::Error> {
+/// let model = Net { encoder: fc(8, 4), head: fc(2, 8) };
+/// let opt = Adam::try_new(
+///     vec![
+///         ParamGroup::with_prefix("encoder", model.get_submodule("encoder")?.named_parameters()).lr(1e-4),
+///         ParamGroup::with_prefix("head", model.get_submodule("head")?.named_parameters()),
+///     ],
+///     AdamConfig { lr: 1e-3, ..Default::default() },
+/// )?;
+/// assert_eq!((opt.group_lr(0), opt.group_lr(1)), (1e-4, 1e-3));
+///
+/// // Without the prefix both groups name their tensors `weight` and `bias`: refused.
+/// let err = Adam::try_new(
+///     vec![
+///         ParamGroup::new(model.get_submodule("encoder")?.named_parameters()),
+///         ParamGroup::new(model.get_submodule("head")?.named_parameters()),
+///     ],
+///     AdamConfig::default(),
+/// )
+/// .err()
+/// .unwrap();
+/// assert!(err.to_string().contains("the name `weight` is used in group 0 and in group 1"));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Names can also be given by hand:
+///
 /// ```
 /// use nn_core::optim::{ParamGroup, Sgd, SgdConfig, Optimizer};
 /// use nn_core::{Parameter, Tensor};
@@ -52,6 +103,23 @@ impl ParamGroup {
     /// A group with the optimizer's default hyper-parameters.
     pub fn new(params: Vec<(String, Parameter)>) -> Self {
         ParamGroup { params, lr: None, weight_decay: None }
+    }
+
+    /// A group whose names are `"<prefix>.<name>"`: the full dotted names of a
+    /// sub-module's parameters, given the sub-module's path and its `named_parameters()`.
+    /// An empty prefix leaves the names as they are.
+    ///
+    /// ```
+    /// use nn_core::optim::ParamGroup;
+    /// use nn_core::{Parameter, Tensor};
+    /// let g = ParamGroup::with_prefix("encoder.0", vec![("weight".into(), Parameter::new(Tensor::ones(&[2])))]);
+    /// assert_eq!(g.params[0].0, "encoder.0.weight");
+    /// ```
+    pub fn with_prefix(prefix: &str, params: Vec<(String, Parameter)>) -> Self {
+        if prefix.is_empty() {
+            return ParamGroup::new(params);
+        }
+        ParamGroup::new(params.into_iter().map(|(name, p)| (format!("{prefix}.{name}"), p)).collect())
     }
 
     /// Sets the group's learning rate.
@@ -99,17 +167,48 @@ pub(crate) struct Group {
     pub(crate) weight_decay: f64,
 }
 
-pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) -> Vec<Group> {
-    let mut seen = std::collections::HashSet::new();
-    groups
-        .into_iter()
-        .map(|g| {
-            for (name, p) in &g.params {
-                assert!(seen.insert(p.id()), "optimizer: parameter `{name}` appears in more than one group");
+/// Builds the groups, refusing the same parameter twice (by identity) and two parameters
+/// under one name (their state would share one key), anywhere in or across groups.
+pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) -> Result<Vec<Group>> {
+    let mut by_id: HashMap<crate::tensor::TensorId, (usize, &str)> = HashMap::new();
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (gi, g) in groups.iter().enumerate() {
+        for (name, p) in &g.params {
+            if let Some(&(first_group, first_key)) = by_id.get(&p.id()) {
+                return Err(Error::ParamGroupConflict {
+                    key: name.clone(),
+                    first_key: first_key.to_string(),
+                    first_group,
+                    second_group: gi,
+                    same_parameter: true,
+                });
             }
-            Group { params: g.params, lr: g.lr.unwrap_or(lr), weight_decay: g.weight_decay.unwrap_or(weight_decay) }
+            if let Some(&first_group) = by_name.get(name.as_str()) {
+                return Err(Error::ParamGroupConflict {
+                    key: name.clone(),
+                    first_key: name.clone(),
+                    first_group,
+                    second_group: gi,
+                    same_parameter: false,
+                });
+            }
+            by_id.insert(p.id(), (gi, name));
+            by_name.insert(name, gi);
+        }
+    }
+    Ok(groups
+        .into_iter()
+        .map(|g| Group {
+            params: g.params,
+            lr: g.lr.unwrap_or(lr),
+            weight_decay: g.weight_decay.unwrap_or(weight_decay),
         })
-        .collect()
+        .collect())
+}
+
+/// `x >= 0`, false for NaN (the hyper-parameter checks PyTorch makes).
+pub(crate) fn non_negative(x: f64) -> bool {
+    x >= 0.0
 }
 
 /// An optimizer: `step` updates the parameters from their gradients.
@@ -136,10 +235,16 @@ pub trait Optimizer {
     /// Restores a state saved by [`state_dict`](Optimizer::state_dict), matching
     /// parameters by path.
     ///
+    /// Every entry is checked before anything is kept: the group count, finite and
+    /// non-negative learning rates, buffers on the CPU with a floating dtype, the
+    /// parameter's shape and finite values (non-negative for second moments), and step
+    /// counts that are whole numbers in `0..=`[`MAX_COUNTER`](crate::checkpoint::MAX_COUNTER).
+    /// A state holding NaN or infinite buffers (a diverged run) is refused.
+    ///
     /// # Errors
-    /// [`Error::OptimizerState`] when the state names parameters this optimizer does not
-    /// have, has a different number of groups, or has buffers of the wrong shape; the
-    /// optimizer is unchanged then.
+    /// [`Error::OptimizerState`] naming the offending key when the state names parameters
+    /// this optimizer does not hold or fails one of the checks above; the optimizer is
+    /// unchanged then.
     fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()>;
 }
 
@@ -225,32 +330,76 @@ pub(crate) fn bufs_to_tensors(prefix: &str, names: &[&str], b: &Bufs, shape: &[u
     }
 }
 
-/// Buffers back from a state dict; `None` when absent, an error when malformed.
+/// Buffers back from a state dict; `None` when absent, an error naming the key when
+/// malformed: a buffer missing while its siblings are present, on the meta device, not
+/// floating point, of another shape than the parameter, holding a non-finite value, or a
+/// negative value in a second-moment buffer (`*_sq`, a running mean of squares).
 pub(crate) fn bufs_from_tensors(prefix: &str, names: &[&str], p: &Parameter, sd: &StateDict) -> Result<Option<Bufs>> {
-    if !names.iter().any(|n| sd.contains_key(&format!("{prefix}.{n}"))) {
+    let Some(present) = names.iter().map(|n| format!("{prefix}.{n}")).find(|k| sd.contains_key(k)) else {
         return Ok(None);
-    }
+    };
+    let bad = |msg: String| Err(Error::OptimizerState(msg));
     let mut f32s = Vec::new();
     let mut f64s = Vec::new();
     for n in names {
         let key = format!("{prefix}.{n}");
-        let t = sd.get(&key).ok_or_else(|| Error::OptimizerState(format!("missing `{key}`")))?;
+        let Some(t) = sd.get(&key) else {
+            return bad(format!("missing `{key}` (the state has `{present}`)"));
+        };
+        if t.device() != crate::Device::Cpu {
+            return bad(format!("`{key}` is on the {} device and has no values", t.device()));
+        }
+        if !t.dtype().is_float() {
+            return bad(format!("`{key}` has dtype {}; optimizer buffers are floating point", t.dtype()));
+        }
         if t.shape() != p.shape() {
-            return Err(Error::OptimizerState(format!(
-                "`{key}` has shape {:?}, the parameter {:?}",
-                t.shape(),
-                p.shape()
-            )));
+            return bad(format!("`{key}` has shape {:?}, the parameter {:?}", t.shape(), p.shape()));
+        }
+        let values = t.to_vec_f64();
+        let second_moment = n.ends_with("_sq");
+        if let Some(v) = values.iter().find(|v| !v.is_finite() || (second_moment && **v < 0.0)) {
+            let what = if second_moment { "a mean of squares is finite and non-negative" } else { "it must be finite" };
+            return bad(format!("`{key}` holds the value {v}; {what}"));
         }
         match p.dtype() {
-            crate::DType::F64 => f64s.push(t.to_vec_f64()),
-            _ => f32s.push(t.to_vec()),
+            crate::DType::F64 => f64s.push(values),
+            _ => f32s.push(values.into_iter().map(|v| v as f32).collect()),
         }
     }
     Ok(Some(if p.dtype() == crate::DType::F64 { Bufs::F64(f64s) } else { Bufs::F32(f32s) }))
 }
 
-/// Checks that every parameter path in `state` exists and the group count matches.
+/// A step counter saved by `state_dict`: one value, a whole number in
+/// `0..=`[`MAX_COUNTER`](crate::checkpoint::MAX_COUNTER).
+pub(crate) fn step_from_tensor(key: &str, t: &Tensor) -> Result<u64> {
+    let bad = |msg: String| Err(Error::OptimizerState(msg));
+    if t.numel() != 1 {
+        return bad(format!("`{key}` must hold one value, has shape {:?}", t.shape()));
+    }
+    if t.device() != crate::Device::Cpu {
+        return bad(format!("`{key}` is on the {} device and has no values", t.device()));
+    }
+    let max = crate::checkpoint::MAX_COUNTER;
+    let step = match t.dtype() {
+        crate::DType::Bool => None,
+        crate::DType::I64 => u64::try_from(t.to_vec_i64()[0]).ok(),
+        _ => {
+            let v = t.to_vec_f64()[0];
+            (v >= 0.0 && v <= max as f64 && v.fract() == 0.0).then_some(v as u64)
+        }
+    };
+    match step {
+        Some(s) if s <= max => Ok(s),
+        _ => bad(format!(
+            "`{key}` is {} {}; a step count is a whole number in 0..={max}",
+            t.dtype(),
+            if t.dtype() == crate::DType::I64 { t.to_vec_i64()[0].to_string() } else { t.to_vec_f64()[0].to_string() }
+        )),
+    }
+}
+
+/// Checks the group count and learning rates of `state`, and that every entry is
+/// `"<path>.<suffix>"` for a parameter this optimizer holds and a buffer it keeps.
 pub(crate) fn check_state_paths(groups: &[Group], state: &OptimizerState, suffixes: &[&str]) -> Result<()> {
     if state.lrs.len() != groups.len() {
         return Err(Error::OptimizerState(format!(
@@ -259,13 +408,25 @@ pub(crate) fn check_state_paths(groups: &[Group], state: &OptimizerState, suffix
             groups.len()
         )));
     }
+    if let Some((i, lr)) = state.lrs.iter().enumerate().find(|(_, lr)| !(lr.is_finite() && **lr >= 0.0)) {
+        return Err(Error::OptimizerState(format!("`lrs[{i}]` is {lr}; a learning rate is finite and non-negative")));
+    }
     let known: HashMap<&str, ()> = groups.iter().flat_map(|g| g.params.iter().map(|(n, _)| (n.as_str(), ()))).collect();
     for key in state.tensors.keys() {
-        let path = suffixes.iter().find_map(|s| key.strip_suffix(&format!(".{s}"))).unwrap_or(key);
-        if !known.contains_key(path) {
-            return Err(Error::OptimizerState(format!(
-                "the state has buffers for `{path}`, which this optimizer does not hold"
-            )));
+        let path = suffixes.iter().find_map(|s| key.strip_suffix(s).and_then(|k| k.strip_suffix('.')));
+        match path {
+            Some(path) if known.contains_key(path) => {}
+            Some(path) => {
+                return Err(Error::OptimizerState(format!(
+                    "the state has buffers for `{path}` (`{key}`), which this optimizer does not hold"
+                )))
+            }
+            None => {
+                return Err(Error::OptimizerState(format!(
+                    "unexpected entry `{key}`: this optimizer keeps `<parameter>.<buffer>` entries with buffers {}",
+                    suffixes.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                )))
+            }
         }
     }
     Ok(())

@@ -3,6 +3,8 @@
 //! optimizer's step, as in PyTorch.
 
 use super::Optimizer;
+use crate::checkpoint::MAX_COUNTER;
+use crate::error::{Error, Result};
 
 /// A scheduler's resumable state.
 #[derive(Clone, Debug, PartialEq)]
@@ -13,24 +15,97 @@ pub struct SchedulerState {
     pub base_lrs: Vec<f64>,
 }
 
+impl SchedulerState {
+    /// Checks that this state can drive `opt`: one base learning rate per parameter
+    /// group, each finite and non-negative, and a step count of at most
+    /// [`MAX_COUNTER`].
+    ///
+    /// ```
+    /// use nn_core::optim::{SchedulerState, Sgd, SgdConfig};
+    /// use nn_core::{Parameter, Tensor};
+    /// let opt = Sgd::new(vec![Parameter::new(Tensor::zeros(&[1]))], SgdConfig::default());
+    /// let e = SchedulerState { last_epoch: 3, base_lrs: vec![0.1, 0.1] }.check(&opt).unwrap_err();
+    /// assert!(e.to_string().contains("`base_lrs` has 2 learning rates, the optimizer 1 parameter group"), "{e}");
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::SchedulerState`] naming the offending field.
+    pub fn check(&self, opt: &dyn Optimizer) -> Result<()> {
+        let bad = |key: String, reason: String| Err(Error::SchedulerState { key, reason });
+        if self.base_lrs.len() != opt.num_groups() {
+            return bad(
+                "base_lrs".into(),
+                format!(
+                    "has {} learning rates, the optimizer {} parameter group(s)",
+                    self.base_lrs.len(),
+                    opt.num_groups()
+                ),
+            );
+        }
+        if let Some((i, lr)) = self.base_lrs.iter().enumerate().find(|(_, lr)| !(lr.is_finite() && **lr >= 0.0)) {
+            return bad(format!("base_lrs[{i}]"), format!("is {lr}; a learning rate is finite and non-negative"));
+        }
+        if self.last_epoch > MAX_COUNTER {
+            return bad(
+                "last_epoch".into(),
+                format!("is {}, more than the {MAX_COUNTER} steps a run can count", self.last_epoch),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Sets the optimizer's learning rates as a function of the step count.
 pub trait LrScheduler {
     /// The factor applied to each base learning rate after `epoch` steps.
     fn lr_at(&self, base_lr: f64, epoch: u64) -> f64;
     /// The scheduler's state.
     fn state(&self) -> &SchedulerState;
-    /// Mutable state.
+    /// Mutable state. A state set here is not checked: restore saved states with
+    /// [`load_state`](LrScheduler::load_state), which is.
     fn state_mut(&mut self) -> &mut SchedulerState;
 
+    /// Restores a state saved from [`state`](LrScheduler::state) after checking it
+    /// against `opt` ([`SchedulerState::check`]), and writes its learning rates into
+    /// `opt`. On error neither the scheduler nor `opt` is changed.
+    ///
+    /// # Errors
+    /// [`Error::SchedulerState`] naming the offending field.
+    fn load_state(&mut self, state: &SchedulerState, opt: &mut dyn Optimizer) -> Result<()> {
+        state.check(opt)?;
+        *self.state_mut() = state.clone();
+        self.apply(opt);
+        Ok(())
+    }
+
     /// Advances one step and writes the new learning rates into `opt`.
+    ///
+    /// # Panics
+    /// As [`apply`](LrScheduler::apply).
+    #[track_caller]
     fn step(&mut self, opt: &mut dyn Optimizer) {
-        self.state_mut().last_epoch += 1;
+        let st = self.state_mut();
+        st.last_epoch = st.last_epoch.saturating_add(1);
         self.apply(opt);
     }
 
     /// Writes the learning rates for the current step into `opt`.
+    ///
+    /// # Panics
+    /// When the state's number of base learning rates differs from the optimizer's number
+    /// of groups (a state set through [`state_mut`](LrScheduler::state_mut) for another
+    /// optimizer; [`load_state`](LrScheduler::load_state) refuses those).
+    #[track_caller]
     fn apply(&self, opt: &mut dyn Optimizer) {
         let st = self.state();
+        if st.base_lrs.len() != opt.num_groups() {
+            panic!(
+                "LrScheduler::apply: the scheduler has {} base learning rates, the optimizer {} parameter group(s); \
+                 restore saved states with `load_state`, which checks them",
+                st.base_lrs.len(),
+                opt.num_groups()
+            );
+        }
         for (i, &b) in st.base_lrs.iter().enumerate() {
             opt.set_group_lr(i, self.lr_at(b, st.last_epoch));
         }
@@ -73,7 +148,7 @@ impl StepLR {
 
 impl LrScheduler for StepLR {
     fn lr_at(&self, b: f64, epoch: u64) -> f64 {
-        b * self.gamma.powi((epoch / self.step_size) as i32)
+        b * self.gamma.powi(i32::try_from(epoch / self.step_size).unwrap_or(i32::MAX))
     }
     fn state(&self) -> &SchedulerState {
         &self.state
@@ -100,7 +175,7 @@ impl CosineAnnealingLR {
 
 impl LrScheduler for CosineAnnealingLR {
     fn lr_at(&self, b: f64, epoch: u64) -> f64 {
-        let t = (epoch % (2 * self.t_max)) as f64;
+        let t = (epoch % self.t_max.saturating_mul(2)) as f64;
         self.eta_min + (b - self.eta_min) * (1.0 + (std::f64::consts::PI * t / self.t_max as f64).cos()) / 2.0
     }
     fn state(&self) -> &SchedulerState {

@@ -1,11 +1,11 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
 use super::{
-    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, update_param, Bufs, Group, IntoParamGroups,
-    Optimizer, OptimizerState,
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, update_param, Bufs, Group,
+    IntoParamGroups, Optimizer, OptimizerState,
 };
 use crate::dtype::FloatElement;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::state_dict::StateDict;
 
 /// SGD hyper-parameters (PyTorch's defaults but `lr`, which PyTorch requires).
@@ -58,20 +58,36 @@ impl Sgd {
     /// An optimizer over `params` (`Vec<Parameter>`, `named_parameters()`, or groups).
     ///
     /// # Panics
-    /// On invalid hyper-parameters (negative rates, Nesterov without momentum or with
-    /// dampening), as PyTorch raises.
+    /// Where [`try_new`](Sgd::try_new) returns an error, with its message.
     #[track_caller]
     pub fn new(params: impl IntoParamGroups, config: SgdConfig) -> Self {
-        assert!(config.lr >= 0.0, "Sgd: invalid learning rate {}", config.lr);
-        assert!(config.momentum >= 0.0, "Sgd: invalid momentum {}", config.momentum);
-        assert!(config.weight_decay >= 0.0, "Sgd: invalid weight_decay {}", config.weight_decay);
-        assert!(
-            !config.nesterov || (config.momentum > 0.0 && config.dampening == 0.0),
-            "Sgd: Nesterov momentum requires a momentum and zero dampening"
-        );
-        let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay);
+        Sgd::try_new(params, config).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`new`](Sgd::new), returning an error instead of panicking.
+    ///
+    /// # Errors
+    /// [`Error::OptimizerConfig`] on invalid hyper-parameters (negative rates, Nesterov
+    /// without momentum or with dampening), as PyTorch raises;
+    /// [`Error::ParamGroupConflict`] when a parameter is in two groups or two parameters
+    /// share a name (see [`ParamGroup`](super::ParamGroup)).
+    pub fn try_new(params: impl IntoParamGroups, config: SgdConfig) -> Result<Self> {
+        let bad = |reason: String| Err(Error::OptimizerConfig { optimizer: "Sgd", reason });
+        if !non_negative(config.lr) {
+            return bad(format!("invalid learning rate {}", config.lr));
+        }
+        if !non_negative(config.momentum) {
+            return bad(format!("invalid momentum {}", config.momentum));
+        }
+        if !non_negative(config.weight_decay) {
+            return bad(format!("invalid weight_decay {}", config.weight_decay));
+        }
+        if config.nesterov && !(config.momentum > 0.0 && config.dampening == 0.0) {
+            return bad("Nesterov momentum requires a momentum and zero dampening".into());
+        }
+        let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay)?;
         let state = groups.iter().map(|g| vec![None; g.params.len()]).collect();
-        Sgd { groups, config, state }
+        Ok(Sgd { groups, config, state })
     }
 }
 

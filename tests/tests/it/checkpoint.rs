@@ -208,8 +208,85 @@ fn hostile_files_are_errors() {
         StateDict::from_safetensors_bytes(&forge(r#"{"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}}"#, 4))
             .unwrap();
     assert_eq!(sd.get("a").unwrap().to_vec_i64(), vec![0]);
+    // A zero-element tensor whose strides would overflow (it panicked in
+    // `contiguous_strides` under the overflow-checked test profile).
+    let e =
+        load_err(&forge(r#"{"a":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}}"#, 0));
+    assert!(e.contains("tensor `a` has shape [0, 1099511627776, 1099511627776]"), "{e}");
+    // Names given twice: serde_json would keep the last one silently.
+    let e = load_err(&forge(
+        r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#,
+        8,
+    ));
+    assert!(e.contains("names tensor `a` twice"), "{e}");
+    let e = load_err(&forge(r#"{"__metadata__":{"k":"1","k":"2"}}"#, 0));
+    assert!(e.contains("duplicate key `k` in `__metadata__`"), "{e}");
+    let e = load_err(&forge(r#"{"__metadata__":{},"__metadata__":{}}"#, 0));
+    assert!(e.contains("duplicate key `__metadata__`"), "{e}");
+    let e = load_err(&forge(r#"{"a":{"dtype":"F32","dtype":"F64","shape":[1],"data_offsets":[0,4]}}"#, 4));
+    assert!(e.contains("duplicate field `dtype`"), "{e}");
+    // The format's 100 MB header limit, checked before anything is read.
+    let mut big = 100_000_001u64.to_le_bytes().to_vec();
+    big.extend(b"{}");
+    let e = load_err(&big);
+    assert!(e.contains("header length 100000001 is over the format's limit of 100000000 bytes"), "{e}");
     let missing = StateDict::load("/nonexistent/nn/x.safetensors").unwrap_err();
     assert!(matches!(missing, Error::Io { .. }) && missing.to_string().contains("/nonexistent/nn/x.safetensors"));
+}
+
+#[test]
+fn only_regular_files_are_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.safetensors");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // On a thread, so that a regression fails the test instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let paths = [fifo.clone(), "/dev/zero".into(), dir.path().to_path_buf()];
+    std::thread::spawn(move || {
+        for p in paths {
+            let r = StateDict::load(&p).map(|_| ()).map_err(|e| e.to_string());
+            tx.send(r).unwrap();
+        }
+    });
+    for want in ["(a FIFO)", "(a character device)", "(a directory)"] {
+        let r = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("load blocked");
+        let e = r.unwrap_err();
+        assert!(e.contains(want) && e.contains("is not a regular file"), "{e}");
+    }
+    let mut model = Ref::new();
+    assert!(matches!(model.load(&fifo), Err(Error::NotARegularFile { .. })));
+    assert!(matches!(nn_core::checkpoint::Checkpoint::load("/dev/zero"), Err(Error::NotARegularFile { .. })));
+}
+
+#[test]
+fn errors_name_a_bounded_number_of_keys() {
+    // 20,000 stray zero-size entries (the probe used a million).
+    let n = 20_000;
+    let mut header = String::from("{");
+    for i in 0..n {
+        header.push_str(&format!(r#""stray.{i}":{{"dtype":"F32","shape":[0],"data_offsets":[0,0]}},"#));
+    }
+    header.pop();
+    header.push('}');
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stray.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
+    let mut model = Ref::new();
+    let e = model.load(&path).unwrap_err();
+    let Error::StateDict(details) = &e else { panic!("{e:?}") };
+    assert_eq!(details.unexpected_keys.len(), n, "every key is kept for callers");
+    let msg = e.to_string();
+    assert!(msg.len() < 20_000, "{} bytes", msg.len());
+    assert!(msg.contains("\"stray.0\"") && msg.contains(" ... and 19,900 more"), "{msg}");
+    assert!(msg.contains("\"heads.cls.weight\""), "every missing key of this small model is named: {msg}");
+    // Non-strict: the report's display is bounded too.
+    let report = model.load_state_dict(&StateDict::load(&path).unwrap(), false).unwrap();
+    assert_eq!(report.unexpected_keys.len(), n);
+    let shown = report.to_string();
+    assert!(shown.len() < 20_000 && shown.ends_with(" ... and 19,900 more]"), "{shown}");
 }
 
 #[test]

@@ -206,3 +206,29 @@ fn whole_models_load_pytorch_state_dicts_strictly() {
         LOOSE,
     );
 }
+
+#[test]
+fn batch_norm_in_training_mode_refuses_batches_without_statistics() {
+    let message = |f: &dyn Fn()| {
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("no panic");
+        e.downcast_ref::<String>().cloned().unwrap()
+    };
+    let bn = BatchNorm2d::new(8);
+    let before: Vec<Vec<f64>> = bn.state_dict().values().map(|t| t.to_vec_f64()).collect();
+    let m = message(&|| drop(bn.forward(&Tensor::zeros(&[0, 8, 4, 4]))));
+    assert!(
+        m.starts_with("BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True): training mode needs more than 1 value per channel"),
+        "{m}"
+    );
+    assert!(m.contains("got input of shape [0, 8, 4, 4] (0 per channel): the batch is empty"), "{m}");
+    let bn1 = BatchNorm1d::new(3);
+    let m = message(&|| drop(bn1.forward(&Tensor::zeros(&[1, 3]))));
+    assert!(m.starts_with("BatchNorm1d(3, ") && m.contains("(1 per channel): a batch of one value"), "{m}");
+    // Nothing was counted or updated by the refused batches.
+    let after: Vec<Vec<f64>> = bn.state_dict().values().map(|t| t.to_vec_f64()).collect();
+    assert_eq!(before, after);
+    // Evaluation mode normalises an empty batch with the running statistics.
+    let mut bn = bn;
+    bn.eval();
+    assert_eq!(bn.forward(&Tensor::zeros(&[0, 8, 4, 4])).shape(), &[0, 8, 4, 4]);
+}

@@ -1,7 +1,10 @@
 //! Workspace integration tests, one binary (one link) with a module per topic.
 
 mod checkpoint;
+mod crash;
+mod fuzz;
 mod hooks;
+mod hostile_checkpoints;
 mod init_stats;
 mod layers;
 mod module;

@@ -192,3 +192,131 @@ fn optimizer_state_is_keyed_by_path() {
     let e = opt3.load_state_dict(&st).unwrap_err().to_string();
     assert!(e.contains("2.weight") || e.contains("2.bias"), "{e}");
 }
+
+/// The model: an encoder and a head whose own parameters are both named `weight`
+/// and `bias`.
+#[derive(Module)]
+struct EncoderHead {
+    #[module]
+    encoder: Linear,
+    #[module]
+    head: Linear,
+}
+
+impl EncoderHead {
+    fn new() -> Self {
+        EncoderHead { encoder: Linear::new(4, 6), head: Linear::new(6, 3) }
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.head.forward(&self.encoder.forward(x).tanh())
+    }
+
+    /// Layer-wise learning rates, built from `get_submodule` with full names.
+    fn adam(&self) -> Adam {
+        let group = |path: &str| ParamGroup::with_prefix(path, self.get_submodule(path).unwrap().named_parameters());
+        Adam::try_new(vec![group("encoder").lr(1e-3), group("head").lr(1e-2)], AdamConfig::default()).unwrap()
+    }
+}
+
+fn adam_steps(m: &EncoderHead, opt: &mut Adam, x: &Tensor, y: &Tensor, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            opt.zero_grad();
+            let loss = F::cross_entropy(&m.forward(x), y);
+            loss.backward();
+            opt.step();
+            loss.item() as f32
+        })
+        .collect()
+}
+
+#[test]
+fn layer_wise_groups_from_submodules_round_trip_optimizer_state() {
+    manual_seed(3);
+    let x = Tensor::randn(&[5, 4]);
+    let y = Tensor::from_vec_i64(vec![0, 1, 2, 1, 0], &[5]);
+    let model = EncoderHead::new();
+    let mut opt = model.adam();
+    assert_eq!((opt.group_lr(0), opt.group_lr(1)), (1e-3, 1e-2));
+    adam_steps(&model, &mut opt, &x, &y, 3);
+
+    // Every entry survives: 4 parameters x (exp_avg, exp_avg_sq, step), under full names.
+    let state = opt.state_dict();
+    let mut keys: Vec<&str> = state.tensors.keys().collect();
+    keys.sort();
+    let mut want = vec![];
+    for p in ["encoder.weight", "encoder.bias", "head.weight", "head.bias"] {
+        for b in ["exp_avg", "exp_avg_sq", "step"] {
+            want.push(format!("{p}.{b}"));
+        }
+    }
+    want.sort();
+    assert_eq!(keys, want);
+
+    // Through a checkpoint file into a fresh model and optimizer.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ckpt.safetensors");
+    nn_core::checkpoint::Checkpoint::new(model.state_dict(), Some(state), None, 0, 3).save(&path).unwrap();
+    let ck = nn_core::checkpoint::Checkpoint::load(&path).unwrap();
+    let mut fresh = EncoderHead::new();
+    fresh.load_state_dict(&ck.model, true).unwrap();
+    let mut fresh_opt = fresh.adam();
+    fresh_opt.load_state_dict(ck.optimizer.as_ref().unwrap()).unwrap();
+    assert_eq!(fresh_opt.state_dict().tensors.len(), 12);
+
+    // Both continue bit for bit alike.
+    let a = adam_steps(&model, &mut opt, &x, &y, 4);
+    let b = adam_steps(&fresh, &mut fresh_opt, &x, &y, 4);
+    assert_eq!(a, b);
+    for ((k, u), (_, v)) in model.state_dict().iter().zip(fresh.state_dict().iter()) {
+        assert_eq!(u.to_vec(), v.to_vec(), "{k}");
+    }
+}
+
+#[test]
+fn colliding_parameter_groups_are_refused_at_construction() {
+    let model = EncoderHead::new();
+    let before: Vec<Vec<f32>> = model.parameters().iter().map(|p| p.to_vec()).collect();
+    let sub = |path: &str| model.get_submodule(path).unwrap().named_parameters();
+
+    // The natural form without prefixes: both groups hold `weight` and `bias`.
+    let natural = || vec![ParamGroup::new(sub("encoder")).lr(1e-3), ParamGroup::new(sub("head"))];
+    let e = Adam::try_new(natural(), AdamConfig::default()).err().expect("duplicate names accepted");
+    assert!(matches!(e, nn_core::Error::ParamGroupConflict { same_parameter: false, .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("`weight` is used in group 0 and in group 1"), "{msg}");
+    assert!(msg.contains("ParamGroup::with_prefix"), "{msg}");
+    // `new` keeps its signature and panics with the same message.
+    let panic = std::panic::catch_unwind(|| Sgd::new(natural(), SgdConfig::default())).err().unwrap();
+    assert_eq!(panic.downcast_ref::<String>().unwrap(), &msg);
+
+    // Within one group, too.
+    let mut twice = sub("head");
+    twice.push(("weight".to_string(), nn_core::Parameter::new(Tensor::zeros(&[1]))));
+    let msg = AdamW::try_new(vec![ParamGroup::new(twice)], AdamWConfig::default()).err().unwrap().to_string();
+    assert!(msg.contains("`weight` appears twice in group 0"), "{msg}");
+
+    // The same parameter in two groups, even under different names (PyTorch raises).
+    let all = model.named_parameters();
+    let e = Sgd::try_new(
+        vec![ParamGroup::with_prefix("", all.clone()), ParamGroup::with_prefix("again", sub("head"))],
+        SgdConfig::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(e, nn_core::Error::ParamGroupConflict { same_parameter: true, .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("the same parameter is in group 0 (as `head.weight`) and in group 1 (as `again.weight`)"),
+        "{msg}"
+    );
+
+    // Hyper-parameters are checked by `try_new` too.
+    let e = Sgd::try_new(all, SgdConfig { lr: -1.0, ..Default::default() }).err().unwrap();
+    assert_eq!(e.to_string(), "Sgd: invalid learning rate -1");
+
+    // Nothing was touched.
+    let after: Vec<Vec<f32>> = model.parameters().iter().map(|p| p.to_vec()).collect();
+    assert_eq!(before, after);
+}

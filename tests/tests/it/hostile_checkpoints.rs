@@ -1,0 +1,273 @@
+//! Checkpoint metadata, optimizer state and scheduler state are untrusted: every hostile
+//! value the reliability probe found is an error naming the field, and a refused resume
+//! leaves the model, the optimizer and the scheduler exactly as they were.
+
+use std::path::Path;
+
+use nn_core::checkpoint::{Checkpoint, MAX_COUNTER};
+use nn_core::functional as F;
+use nn_core::optim::{Adam, AdamConfig, LrScheduler, Optimizer, OptimizerState, SchedulerState, StepLR};
+use nn_core::{DType, Device, Forward, Module, StateDict, Tensor};
+use nn_layers::{Linear, Sequential, Tanh};
+use serde_json::{json, Value};
+
+struct Run {
+    model: Sequential,
+    opt: Adam,
+    sched: StepLR,
+}
+
+/// Model values, optimizer buffers, optimizer learning rates (as bits: NaN included),
+/// scheduler state.
+type Snapshot = (Vec<(String, Vec<u64>)>, Vec<(String, Vec<u64>)>, Vec<u64>, SchedulerState);
+
+impl Run {
+    fn new() -> Run {
+        let model = Sequential::new().add(Linear::new(3, 4)).add(Tanh::new()).add(Linear::new(4, 2));
+        let mut opt = Adam::new(model.named_parameters(), AdamConfig { lr: 1e-2, ..Default::default() });
+        let sched = StepLR::new(&mut opt, 2, 0.5);
+        Run { model, opt, sched }
+    }
+
+    fn train(&mut self, steps: usize) {
+        self.train_on(&Tensor::from_vec((0..6).map(|i| i as f32 / 3.0 - 1.0).collect(), &[2, 3]), steps);
+    }
+
+    fn train_on(&mut self, x: &Tensor, steps: usize) {
+        let y = Tensor::from_vec_i64(vec![0, 1], &[2]);
+        for _ in 0..steps {
+            self.opt.zero_grad();
+            F::cross_entropy(&self.model.forward(x), &y).backward();
+            self.opt.step();
+            self.sched.step(&mut self.opt);
+        }
+    }
+
+    fn checkpoint(&self) -> Checkpoint {
+        Checkpoint::new(self.model.state_dict(), Some(self.opt.state_dict()), Some(self.sched.state().clone()), 1, 2)
+    }
+
+    fn restore(&mut self, ck: &Checkpoint) -> nn_core::Result<()> {
+        ck.restore(&mut self.model, Some(&mut self.opt), Some(&mut self.sched))
+    }
+
+    /// Everything a resume could change, as plain values.
+    fn snapshot(&self) -> Snapshot {
+        let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+        let values = |sd: &StateDict| sd.iter().map(|(k, t)| (k.to_string(), bits(t.to_vec_f64()))).collect();
+        let opt = self.opt.state_dict();
+        (values(&self.model.state_dict()), values(&opt.tensors), bits(opt.lrs), self.sched.state().clone())
+    }
+}
+
+/// A copy of the checkpoint at `good` with its metadata JSON and tensors edited.
+fn forge(good: &Path, out: &Path, edit: impl FnOnce(&mut Value, &mut StateDict)) {
+    let (mut sd, mut meta) = StateDict::load_with_metadata(good).unwrap();
+    let mut json: Value = serde_json::from_str(&meta["nn.checkpoint"]).unwrap();
+    edit(&mut json, &mut sd);
+    meta.insert("nn.checkpoint".into(), json.to_string());
+    sd.save_with_metadata(out, Some(meta)).unwrap();
+}
+
+type Edit = Box<dyn FnOnce(&mut Value, &mut StateDict)>;
+
+#[test]
+fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.safetensors");
+    let mut source = Run::new();
+    source.train(3);
+    source.checkpoint().save(&good).unwrap();
+
+    let mut victim = Run::new();
+    victim.train(1);
+    let before = victim.snapshot();
+
+    let set =
+        |field: &'static str, v: Value| -> Edit { Box::new(move |j: &mut Value, _: &mut StateDict| j[field] = v) };
+    let tensor = |key: &'static str, t: Tensor| -> Edit {
+        Box::new(move |_: &mut Value, sd: &mut StateDict| {
+            sd.insert(key.to_string(), t);
+        })
+    };
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        // Four two-byte characters: 64 bytes but not 64 hex digits (the old check sliced
+        // the string by bytes and panicked).
+        ("non-ASCII rng seed", set("rng_seed", json!("é".repeat(32))), "`rng_seed` must be 64 hex digits"),
+        ("short rng seed", set("rng_seed", json!("ab")), "`rng_seed` must be 64 hex digits"),
+        ("rng position past the stream", set("rng_word_pos", json!((1u128 << 68).to_string())), "`rng_word_pos`"),
+        ("rng position not a number", set("rng_word_pos", json!("-1")), "`rng_word_pos`"),
+        ("epoch past the counter range", set("epoch", json!(u64::MAX)), "`epoch` is 18446744073709551615"),
+        ("step past the counter range", set("step", json!(MAX_COUNTER + 1)), "`step` is 9007199254740993"),
+        (
+            "scheduler last_epoch u64::MAX",
+            set("scheduler", json!([u64::MAX, [0.01]])),
+            "`scheduler.last_epoch` is 18446744073709551615",
+        ),
+        ("negative base lr", set("scheduler", json!([1, [-0.5]])), "`scheduler.base_lrs[0]` is -0.5"),
+        ("negative optimizer lr", set("optimizer_lrs", json!([-1.0])), "`optimizer_lrs[0]` is -1"),
+        ("unknown format", set("format_version", json!(99)), "format version 99"),
+        // Loads (it is self-consistent), then refused against the optimizer: the old
+        // resume path panicked with an index out of bounds in `sched.apply`.
+        (
+            "more scheduler groups than optimizer groups",
+            set("scheduler", json!([1, [0.01, 0.01, 0.01]])),
+            "`base_lrs` has 3 learning rates, the optimizer 1 parameter group(s)",
+        ),
+        ("more optimizer groups", set("optimizer_lrs", json!([0.01, 0.02])), "the state has 2 parameter groups"),
+        ("optimizer entries without learning rates", set("optimizer_lrs", Value::Null), "no `optimizer_lrs`"),
+        ("Adam step 1e30", tensor("optimizer.0.weight.step", Tensor::from_vec_f64(vec![1e30], &[])), "0.weight.step"),
+        ("Adam step inf", tensor("optimizer.0.weight.step", Tensor::scalar(f32::INFINITY)), "0.weight.step"),
+        ("Adam step -1", tensor("optimizer.0.weight.step", Tensor::scalar(-1.0)), "0.weight.step"),
+        ("Adam step 1.5", tensor("optimizer.0.weight.step", Tensor::scalar(1.5)), "0.weight.step"),
+        ("Adam step i64 -3", tensor("optimizer.2.bias.step", Tensor::from_vec_i64(vec![-3], &[])), "2.bias.step"),
+        (
+            "two-element step",
+            tensor("optimizer.0.weight.step", Tensor::from_vec(vec![1.0, 2.0], &[2])),
+            "`0.weight.step` must hold one value, has shape [2]",
+        ),
+        (
+            "i64 exp_avg",
+            tensor("optimizer.0.bias.exp_avg", Tensor::from_vec_i64(vec![0; 4], &[4])),
+            "`0.bias.exp_avg` has dtype i64",
+        ),
+        (
+            "negative second moment",
+            tensor("optimizer.0.bias.exp_avg_sq", Tensor::from_vec(vec![-1.0; 4], &[4])),
+            "`0.bias.exp_avg_sq` holds the value -1",
+        ),
+        (
+            "infinite first moment",
+            tensor("optimizer.0.bias.exp_avg", Tensor::from_vec(vec![f32::INFINITY; 4], &[4])),
+            "`0.bias.exp_avg` holds the value inf",
+        ),
+        (
+            "misshapen buffer",
+            tensor("optimizer.0.bias.exp_avg", Tensor::zeros(&[5])),
+            "`0.bias.exp_avg` has shape [5], the parameter [4]",
+        ),
+        ("buffer without a suffix", tensor("optimizer.0.bias", Tensor::zeros(&[4])), "unexpected entry `0.bias`"),
+        (
+            "buffer of a stranger",
+            tensor("optimizer.9.bias.exp_avg", Tensor::zeros(&[4])),
+            "buffers for `9.bias` (`9.bias.exp_avg`)",
+        ),
+        ("model entry of the wrong shape", tensor("model.2.bias", Tensor::zeros(&[7])), "2.bias"),
+        ("entry outside model and optimizer", tensor("stray", Tensor::zeros(&[1])), "unexpected entry `stray`"),
+    ];
+    let n = cases.len();
+    for (i, (name, edit, want)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("case{i}.safetensors"));
+        forge(&good, &path, edit);
+        let err = match Checkpoint::load(&path) {
+            Err(e) => e,
+            Ok(ck) => victim.restore(&ck).expect_err(name),
+        };
+        let msg = err.to_string();
+        assert!(msg.contains(want), "{name}: {msg}");
+        assert!(victim.snapshot() == before, "{name}: a refused resume changed the run");
+    }
+    assert!(n >= 25);
+
+    // Duplicate keys in the metadata JSON are refused too (serde_json keeps the last).
+    let (sd, mut meta) = StateDict::load_with_metadata(&good).unwrap();
+    let json = meta["nn.checkpoint"].clone();
+    meta.insert("nn.checkpoint".into(), json.replacen("{", "{\"epoch\":5,", 1));
+    let path = dir.path().join("dup.safetensors");
+    sd.save_with_metadata(&path, Some(meta)).unwrap();
+    let msg = Checkpoint::load(&path).unwrap_err().to_string();
+    assert!(msg.contains("duplicate"), "{msg}");
+
+    // The good checkpoint resumes, and the scheduler then drives the optimizer.
+    victim.restore(&Checkpoint::load(&good).unwrap()).unwrap();
+    assert_eq!(victim.snapshot(), source.snapshot());
+    victim.train(1);
+    source.train(1);
+    assert_eq!(victim.snapshot(), source.snapshot());
+}
+
+#[test]
+fn a_large_but_whole_adam_step_keeps_the_weights_finite() {
+    // 2^31 used to wrap the bias-correction exponent to a negative i32: every weight NaN.
+    let mut run = Run::new();
+    run.train(1);
+    let mut state = run.opt.state_dict();
+    for key in state.tensors.keys().filter(|k| k.ends_with(".step")).map(String::from).collect::<Vec<_>>() {
+        state.tensors.insert(key, Tensor::from_vec_f64(vec![2f64.powi(31)], &[]));
+    }
+    run.opt.load_state_dict(&state).unwrap();
+    let before: Vec<f32> = run.model.parameters().iter().flat_map(|p| p.to_vec()).collect();
+    run.train(2);
+    let after: Vec<f32> = run.model.parameters().iter().flat_map(|p| p.to_vec()).collect();
+    assert!(after.iter().all(|v| v.is_finite()), "{after:?}");
+    assert_ne!(before, after);
+    let step = run.opt.state_dict().tensors.get("0.weight.step").unwrap().to_vec_f64();
+    assert_eq!(step, vec![2f64.powi(31) + 2.0], "counts stay exact past f32's 2^24");
+}
+
+#[test]
+fn meta_tensors_in_an_optimizer_state_are_errors() {
+    let mut run = Run::new();
+    run.train(1);
+    let mut state = run.opt.state_dict();
+    let before = run.snapshot();
+    state.tensors.insert("0.bias.exp_avg".into(), Tensor::full_on(&[4], 0.0, DType::F32, Device::Meta));
+    let msg = run.opt.load_state_dict(&state).unwrap_err().to_string();
+    assert!(msg.contains("`0.bias.exp_avg` is on the meta device"), "{msg}");
+    let mut state = run.opt.state_dict();
+    state.tensors.insert("0.bias.step".into(), Tensor::full_on(&[], 0.0, DType::F32, Device::Meta));
+    let msg = run.opt.load_state_dict(&state).unwrap_err().to_string();
+    assert!(msg.contains("`0.bias.step` is on the meta device"), "{msg}");
+    // A step without its buffers.
+    let mut state = OptimizerState { tensors: StateDict::default(), lrs: vec![0.01] };
+    state.tensors.insert("0.bias.step".into(), Tensor::scalar(1.0));
+    let msg = run.opt.load_state_dict(&state).unwrap_err().to_string();
+    assert!(msg.contains("`0.bias.step` without `0.bias.exp_avg`"), "{msg}");
+    assert!(run.snapshot() == before);
+}
+
+#[test]
+fn scheduler_states_are_checked_against_the_optimizer() {
+    let mut run = Run::new();
+    let before = (run.sched.state().clone(), run.opt.group_lr(0));
+    for (state, want) in [
+        (SchedulerState { last_epoch: 1, base_lrs: vec![0.1, 0.1] }, "`base_lrs` has 2 learning rates"),
+        (SchedulerState { last_epoch: u64::MAX, base_lrs: vec![0.1] }, "`last_epoch` is 18446744073709551615"),
+        (SchedulerState { last_epoch: 1, base_lrs: vec![f64::NAN] }, "`base_lrs[0]` is NaN"),
+    ] {
+        let msg = run.sched.load_state(&state, &mut run.opt).unwrap_err().to_string();
+        assert!(msg.contains(want), "{msg}");
+        assert_eq!((run.sched.state().clone(), run.opt.group_lr(0)), before);
+    }
+    run.sched.load_state(&SchedulerState { last_epoch: 4, base_lrs: vec![0.1] }, &mut run.opt).unwrap();
+    assert_eq!(run.opt.group_lr(0), 0.025); // 0.1 * 0.5^(4 / 2)
+                                            // A state set by hand past the checks saturates instead of overflowing.
+    run.sched.state_mut().last_epoch = u64::MAX;
+    run.sched.step(&mut run.opt);
+    assert_eq!(run.sched.state().last_epoch, u64::MAX);
+    assert_eq!(run.opt.group_lr(0), 0.0);
+    // ... and one for another optimizer is a clear panic, not an index out of bounds.
+    run.sched.state_mut().base_lrs = vec![0.1; 3];
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.sched.apply(&mut run.opt))).unwrap_err();
+    let msg = e.downcast_ref::<String>().unwrap();
+    assert!(msg.contains("the scheduler has 3 base learning rates, the optimizer 1 parameter group(s)"), "{msg}");
+}
+
+#[test]
+fn a_refused_resume_leaves_a_diverged_run_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.safetensors");
+    let mut source = Run::new();
+    source.train(1);
+    let mut ck = source.checkpoint();
+    ck.model.insert("2.bias".into(), Tensor::zeros(&[5]));
+    ck.save(&path).unwrap();
+    // NaN inputs: every weight and Adam buffer of the victim is NaN (a state its own
+    // `load_state_dict` would refuse, so nothing may depend on reloading it).
+    let mut victim = Run::new();
+    victim.train_on(&Tensor::full(&[2, 3], f64::NAN), 1);
+    let before = victim.snapshot();
+    let e = victim.restore(&Checkpoint::load(&path).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("\"2.bias\" is [5]"), "{e}");
+    assert!(victim.snapshot() == before);
+}
