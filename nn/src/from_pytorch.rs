@@ -131,13 +131,26 @@
 //! assert_eq!(model.num_trainable_parameters(), 4 * 2 + 2);
 //! model.get_submodule("encoder").unwrap().requires_grad_(true);
 //!
-//! let group = |prefix: &str| -> Vec<(String, Parameter)> {
-//!     model.named_parameters().into_iter().filter(|(k, _)| k.starts_with(prefix)).collect()
-//! };
-//! let opt = Sgd::new(
-//!     vec![ParamGroup::new(group("encoder.")).lr(1e-4), ParamGroup::new(group("head."))],
-//!     SgdConfig { lr: 1e-2, ..Default::default() },
+//! // Groups from sub-modules keep full names with `with_prefix`; the same parameter in two
+//! // groups, or two parameters under one name, is refused at construction.
+//! let part = |path: &str| model.get_submodule(path).unwrap().named_parameters();
+//! let mut opt = Sgd::new(
+//!     vec![
+//!         ParamGroup::with_prefix("encoder", part("encoder")).lr(1e-4),
+//!         ParamGroup::with_prefix("head", part("head")),
+//!     ],
+//!     SgdConfig { lr: 1e-2, momentum: 0.9, ..Default::default() },
 //! );
+//! model.forward(&Tensor::ones(&[1, 4])).sum().backward();
+//! opt.step();
+//! let state = opt.state_dict();
+//! assert_eq!(state.tensors.len(), 4); // one momentum buffer per parameter, under full names
+//! assert!(state.tensors.get("encoder.weight.momentum_buffer").is_some());
+//! let clash = Sgd::try_new(
+//!     vec![ParamGroup::new(part("encoder")), ParamGroup::new(part("head"))], // both say "weight"
+//!     SgdConfig::default(),
+//! );
+//! assert!(clash.is_err());
 //! assert_eq!((opt.group_lr(0), opt.group_lr(1)), (1e-4, 1e-2));
 //! ```
 //!
