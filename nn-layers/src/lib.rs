@@ -22,12 +22,10 @@ mod linear;
 mod norm;
 mod pool;
 mod repr;
+mod transformer;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
-pub use attention::{
-    Activation, AttentionInput, EncoderInput, MultiheadAttention, NonDynamicallyQuantizableLinear, TransformerEncoder,
-    TransformerEncoderLayer, TransformerEncoderLayerConfig,
-};
+pub use attention::{AttentionInput, MultiheadAttention, NonDynamicallyQuantizableLinear};
 pub use containers::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, LazyConv2d};
 pub use dropout::Dropout;
@@ -36,3 +34,6 @@ pub use linear::{Bilinear, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
 pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, GroupNorm, LayerNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use transformer::{
+    Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+};

@@ -1,0 +1,109 @@
+//! What hand-written `Module` impls share: the accessor macro and the `Box<M>` impl.
+
+use std::any::Any;
+
+use super::{Item, Module, ModuleBase, Name, SetChild};
+
+/// The six accessor methods every hand-written `Module` impl repeats (`base`, `base_mut`,
+/// `as_any`, `as_any_mut`, `as_dyn`, `as_dyn_mut`); `#[derive(Module)]` writes them itself.
+/// Pass the name of the `ModuleBase` field, or nothing when `base`/`base_mut` are written by
+/// hand. A hand-written module with a base either implements [`Compute`](super::Compute) (and
+/// [`HasBase`](super::HasBase)) or overrides [`Module::runs_forward`] to return false, as the containers
+/// do: a hook on it must be able to fire.
+///
+/// ```
+/// use nn_core::module::HoldsState;
+/// use nn_core::{Item, Module, ModuleBase, Name, Parameter, Tensor};
+///
+/// /// A run-time list of parameters, named "0", "1", ...
+/// struct ParamList {
+///     params: Vec<Parameter>,
+///     base: ModuleBase,
+/// }
+/// impl HoldsState for ParamList {}
+/// impl Module for ParamList {
+///     fn runs_forward(&self) -> bool {
+///         false // it holds parameters; it has no forward
+///     }
+///     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+///         for (i, p) in self.params.iter().enumerate() {
+///             f(Name::Index(i), Item::Param(p));
+///         }
+///     }
+///     fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
+///     fn type_name(&self) -> &'static str {
+///         "ParamList"
+///     }
+///     nn_core::module_accessors!(base);
+/// }
+///
+/// let mut l = ParamList { params: vec![Parameter::new(Tensor::ones(&[2]))], base: ModuleBase::new() };
+/// assert_eq!(l.state_dict().keys().collect::<Vec<_>>(), ["0"]);
+/// l.eval();
+/// assert!(!l.is_training());
+/// ```
+#[macro_export]
+macro_rules! module_accessors {
+    ($field:ident) => {
+        fn base(&self) -> ::core::option::Option<&$crate::ModuleBase> {
+            ::core::option::Option::Some(&self.$field)
+        }
+        fn base_mut(&mut self) -> ::core::option::Option<&mut $crate::ModuleBase> {
+            ::core::option::Option::Some(&mut self.$field)
+        }
+        $crate::module_accessors!();
+    };
+    () => {
+        fn as_any(&self) -> &dyn ::core::any::Any {
+            self
+        }
+        fn as_any_mut(&mut self) -> &mut dyn ::core::any::Any {
+            self
+        }
+        fn as_dyn(&self) -> &dyn $crate::Module {
+            self
+        }
+        fn as_dyn_mut(&mut self) -> &mut dyn $crate::Module {
+            self
+        }
+    };
+}
+
+impl<M: Module + ?Sized> Module for Box<M> {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+        (**self).visit(f)
+    }
+    fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
+        (**self).visit_modules_mut(f)
+    }
+    fn runs_forward(&self) -> bool {
+        (**self).runs_forward()
+    }
+    fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
+        (**self).__set_child(name, slot)
+    }
+    fn type_name(&self) -> &'static str {
+        (**self).type_name()
+    }
+    fn extra_repr(&self) -> String {
+        (**self).extra_repr()
+    }
+    fn base(&self) -> Option<&ModuleBase> {
+        (**self).base()
+    }
+    fn base_mut(&mut self) -> Option<&mut ModuleBase> {
+        (**self).base_mut()
+    }
+    fn as_any(&self) -> &dyn Any {
+        (**self).as_any()
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        (**self).as_any_mut()
+    }
+    fn as_dyn(&self) -> &dyn Module {
+        (**self).as_dyn()
+    }
+    fn as_dyn_mut(&mut self) -> &mut dyn Module {
+        (**self).as_dyn_mut()
+    }
+}

@@ -1,0 +1,167 @@
+//! [`Hooks`]: registering hooks on any module, `&dyn Module` items included.
+
+use super::{hooks, HookHandle, Module, ModuleBase};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// Hook registration, for every module and for the `&dyn Module` items of
+/// `named_modules()` alike (in the [`prelude`](crate::prelude)). Hooks stay registered
+/// until `handle.remove()`; see [`hooks`].
+pub trait Hooks: Module {
+    /// The base that holds this module's hooks: the module's own, when it runs.
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] naming the module type when it does not run.
+    fn hook_base(&self) -> Result<&ModuleBase> {
+        match self.base() {
+            Some(b) if self.runs_forward() => Ok(b),
+            _ => Err(Error::NoHooks { module: self.type_name(), path: None }),
+        }
+    }
+
+    /// Registers a forward pre-hook: it sees the primary input and may return a
+    /// replacement.
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_forward_pre_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_forward_pre_hook(hook))
+    }
+
+    /// Registers a forward hook: it sees the primary input and output and may return a
+    /// replacement output. Works on the `&dyn Module` items of `named_modules()`:
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use nn_core::prelude::*;
+    /// # #[derive(Module)] struct Double { #[base] base: ModuleBase }
+    /// # impl Compute for Double { type Input = Tensor; type Output = Tensor; fn compute(&self, x: &Tensor) -> Tensor { x * 2.0 } }
+    /// #[derive(Module)]
+    /// struct Net { #[module] a: Double, #[module] b: Double, #[base] base: ModuleBase }
+    /// impl Compute for Net {
+    ///     type Input = Tensor;
+    ///     type Output = Tensor;
+    ///     fn compute(&self, x: &Tensor) -> Tensor { self.b.forward(&self.a.forward(x)) }
+    /// }
+    /// let net = Net { a: Double { base: ModuleBase::new() }, b: Double { base: ModuleBase::new() }, base: ModuleBase::new() };
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// for (name, m) in net.named_modules() {
+    ///     let seen = seen.clone();
+    ///     let _ = m.register_forward_hook(move |_, y| { seen.lock().unwrap().push((name.clone(), y.item())); None });
+    /// }
+    /// net.forward(&Tensor::ones(&[]));
+    /// let seen = seen.lock().unwrap();
+    /// assert_eq!(*seen, [("a".to_string(), 2.0), ("b".to_string(), 4.0), ("".to_string(), 4.0)]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_forward_hook(
+        &self,
+        hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_forward_hook(hook))
+    }
+
+    /// Registers a full backward hook: it sees `grad_input` (`None` when the input needs
+    /// no gradient) and `grad_output`, and may return a replacement `grad_input`.
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_full_backward_hook(
+        &self,
+        hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_full_backward_hook(hook))
+    }
+
+    /// Registers a forward hook on every module of the tree (the root included) for which
+    /// `make(path, module)` returns one, e.g. to capture every named activation. Modules
+    /// that do not run (containers) are not offered to `make`.
+    ///
+    /// # Errors
+    /// None today; kept fallible for symmetry with the path forms.
+    fn register_forward_hooks_all(
+        &self,
+        mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::ForwardHook>,
+    ) -> Result<Vec<HookHandle>> {
+        let mut handles = Vec::new();
+        for (path, m) in self.as_dyn().named_modules() {
+            if !m.runs_forward() {
+                continue;
+            }
+            if let Some(h) = make(&path, m) {
+                handles.push(m.register_forward_hook(move |x, y| h(x, y))?);
+            }
+        }
+        Ok(handles)
+    }
+
+    /// Registers a full backward hook on every module that runs for which `make` returns
+    /// one (a per-layer NaN detector or gradient clipper).
+    ///
+    /// # Errors
+    /// As `register_forward_hooks_all`.
+    fn register_full_backward_hooks_all(
+        &self,
+        mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::BackwardHook>,
+    ) -> Result<Vec<HookHandle>> {
+        let mut handles = Vec::new();
+        for (path, m) in self.as_dyn().named_modules() {
+            if !m.runs_forward() {
+                continue;
+            }
+            if let Some(h) = make(&path, m) {
+                handles.push(m.register_full_backward_hook(move |gi, go| h(gi, go))?);
+            }
+        }
+        Ok(handles)
+    }
+
+    /// Registers a forward hook on the sub-module at `path` (`"encoder.layers.0"`).
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`], or [`Error::NoHooks`] naming the path.
+    fn register_forward_hook_at(
+        &self,
+        path: &str,
+        hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(hook_base_at(self.as_dyn(), path)?.register_forward_hook(hook))
+    }
+
+    /// Registers a forward pre-hook on the sub-module at `path`.
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`], or [`Error::NoHooks`] naming the path.
+    fn register_forward_pre_hook_at(
+        &self,
+        path: &str,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(hook_base_at(self.as_dyn(), path)?.register_forward_pre_hook(hook))
+    }
+
+    /// Registers a full backward hook on the sub-module at `path`.
+    ///
+    /// # Errors
+    /// [`Error::SubmoduleNotFound`], or [`Error::NoHooks`] naming the path.
+    fn register_full_backward_hook_at(
+        &self,
+        path: &str,
+        hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(hook_base_at(self.as_dyn(), path)?.register_full_backward_hook(hook))
+    }
+}
+
+impl<M: Module + ?Sized> Hooks for M {}
+
+/// The hook base of the module at `path`, or an error naming the path.
+fn hook_base_at<'a>(root: &'a dyn Module, path: &str) -> Result<&'a ModuleBase> {
+    let m = root.get_submodule(path)?;
+    m.hook_base().map_err(|_| Error::NoHooks { module: m.type_name(), path: Some(path.to_string()) })
+}
