@@ -7,15 +7,15 @@
 //!   the original fields for spans. Attribute names are spelled once, in `symbol.rs`.
 //! - **Validate** (`validate.rs`): the rules that span fields.
 //! - **Expand** (`expand.rs`): the impls. Unannotated fields get the plain-data check of
-//!   `unregistered.rs`; generated code names `nn_core` through `paths.rs`, and is spanned at
-//!   the user's fields with the helpers of `spans.rs`.
+//!   `unregistered.rs`; generated code names `nn_core` through `paths.rs`, bounds `Self:
+//!   'static` with `bounds.rs`, and is spanned at the user's fields with `spans.rs`.
 //!
-//! Every error is collected in a [`Ctxt`](ctxt::Ctxt) (serde's), so a user with three
-//! mistakes sees three errors in one build; a `Ctxt` dropped unchecked panics, so none is
-//! lost. On invalid input the derive still emits a stub impl next to the errors
-//! (`fallback.rs`, thiserror's), so a user's other code does not light up with secondary
-//! errors. `types.rs` reads field types for hints, and prints them as the user wrote them.
-//! Errors about a field underline its whole `name: Type`, and say what to write instead.
+//! Every error is collected in a `Ctxt` (`ctxt.rs`, serde's), so a user with three mistakes
+//! sees three errors in one build; a `Ctxt` dropped unchecked panics, so none is lost. On
+//! invalid input the derive still emits a stub impl next to the errors (`fallback.rs`,
+//! thiserror's), so a user's other code does not light up with secondary errors. `types.rs`
+//! reads field types for hints, and prints them as the user wrote them. Errors about a field
+//! underline its whole `name: Type`, and say what to write instead.
 
 #![warn(clippy::missing_docs_in_private_items)]
 
