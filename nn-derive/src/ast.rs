@@ -2,19 +2,26 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields, LitStr, Member, Type};
 
-use crate::attr::{self, Ctxt, Kind};
+use crate::attr::{self, Kind};
+use crate::ctxt::Ctxt;
 
+/// The struct the derive is on.
 pub struct Input<'a> {
+    /// The input as syn parsed it: its name and generics.
     pub original: &'a DeriveInput,
     /// `#[module(extra_repr)]`, spanned at `extra_repr`.
     pub extra_repr: Option<Span>,
+    /// Every field, annotated or not, in declaration order.
     pub fields: Vec<Field<'a>>,
 }
 
+/// One field of the struct.
 pub struct Field<'a> {
+    /// The field as syn parsed it, for spans.
     pub original: &'a syn::Field,
     /// `self.<member>`.
     pub member: Member,
@@ -22,10 +29,12 @@ pub struct Field<'a> {
     pub name: String,
     /// The `rename = "..."` literal, for errors about the name.
     pub rename: Option<LitStr>,
+    /// How the field is registered; `None` for an unannotated field.
     pub kind: Option<Kind>,
     /// An attribute that looks like a misspelled `#[param]` & co. is on the field: rustc
     /// already reports it, so the field is not also reported as unregistered.
     pub misspelled: bool,
+    /// The field's type, as written.
     pub ty: &'a Type,
 }
 
@@ -60,7 +69,7 @@ impl Field<'_> {
     /// suggested declaration.
     pub fn decl_prefix(&self) -> String {
         match &self.original.ident {
-            Some(i) => format!("{}: ", i.to_string().trim_start_matches("r#")),
+            Some(i) => format!("{}: ", i.unraw()),
             None => String::new(),
         }
     }
@@ -68,7 +77,7 @@ impl Field<'_> {
     /// How the field is named in messages: ``field `name` `` or `field 0`.
     pub fn label(&self) -> String {
         match (&self.original.ident, &self.member) {
-            (Some(i), _) => format!("field `{}`", i.to_string().trim_start_matches("r#")),
+            (Some(i), _) => format!("field `{}`", i.unraw()),
             (None, Member::Unnamed(index)) => format!("field {}", index.index),
             (None, Member::Named(i)) => format!("field `{i}`"),
         }
@@ -76,12 +85,14 @@ impl Field<'_> {
 }
 
 impl<'a> Input<'a> {
+    /// Parses the struct and the attributes of it and its fields, reporting every attribute
+    /// error at once.
     pub fn from_syn(input: &'a DeriveInput) -> Result<Self, syn::Error> {
-        let mut cx = Ctxt::default();
+        let mut cx = Ctxt::new();
         let container = attr::container_attrs(&mut cx, &input.attrs);
         // Only a struct has fields to register; an enum or a union is an error, reported
         // together with any struct-level attribute errors.
-        let list: Vec<&syn::Field> = match &input.data {
+        let syn_fields: Vec<&syn::Field> = match &input.data {
             Data::Struct(s) => match &s.fields {
                 Fields::Named(n) => n.named.iter().collect(),
                 Fields::Unnamed(u) => u.unnamed.iter().collect(),
@@ -106,24 +117,24 @@ impl<'a> Input<'a> {
                 Vec::new()
             }
         };
-        let mut out = Vec::new();
-        for (i, f) in list.into_iter().enumerate() {
-            let attrs = attr::field_attrs(&mut cx, &f.attrs);
-            let (member, default_name) = match &f.ident {
-                Some(id) => (Member::Named(id.clone()), id.to_string().trim_start_matches("r#").to_string()),
-                None => (Member::Unnamed(i.into()), i.to_string()),
+        let mut fields = Vec::new();
+        for (index, field) in syn_fields.into_iter().enumerate() {
+            let attrs = attr::field_attrs(&mut cx, &field.attrs);
+            let (member, default_name) = match &field.ident {
+                Some(ident) => (Member::Named(ident.clone()), ident.unraw().to_string()),
+                None => (Member::Unnamed(index.into()), index.to_string()),
             };
-            out.push(Field {
-                original: f,
+            fields.push(Field {
+                original: field,
                 member,
                 name: attrs.rename.as_ref().map_or(default_name, LitStr::value),
                 rename: attrs.rename,
                 kind: attrs.kind,
                 misspelled: attrs.misspelled,
-                ty: &f.ty,
+                ty: &field.ty,
             });
         }
         cx.check()?;
-        Ok(Input { original: input, extra_repr: container.extra_repr, fields: out })
+        Ok(Input { original: input, extra_repr: container.extra_repr, fields })
     }
 }

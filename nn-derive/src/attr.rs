@@ -1,80 +1,84 @@
-//! Attribute parsing: `#[module]`, `#[param]`, `#[buffer(...)]`, `#[base]` on fields and
-//! `#[module(extra_repr)]` on the struct. Errors are collected in a [`Ctxt`], never
-//! panicked.
+//! Attribute parsing: `#[module]`, `#[param]`, `#[buffer(...)]`, `#[base]` on fields, `#[module(...)]` on the struct.
 
 use proc_macro2::Span;
-use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
-use syn::{Attribute, LitBool, LitStr};
+use syn::{Attribute, LitBool, LitStr, Meta};
 
-/// Collects errors so that a user with three mistakes sees three errors in one build.
-#[derive(Default)]
-pub struct Ctxt {
-    errors: Vec<syn::Error>,
-}
-
-impl Ctxt {
-    pub fn error(&mut self, span: Span, msg: impl std::fmt::Display) {
-        self.errors.push(syn::Error::new(span, msg));
-    }
-
-    /// An error underlining all of `tokens` (from their first token to their last).
-    pub fn error_spanned(&mut self, tokens: impl ToTokens, msg: impl std::fmt::Display) {
-        self.errors.push(syn::Error::new_spanned(tokens, msg));
-    }
-
-    pub fn push(&mut self, e: syn::Error) {
-        self.errors.push(e);
-    }
-
-    /// All errors as one, or `Ok` when there were none.
-    pub fn check(self) -> Result<(), syn::Error> {
-        let mut it = self.errors.into_iter();
-        match it.next() {
-            None => Ok(()),
-            Some(mut first) => {
-                for e in it {
-                    first.combine(e);
-                }
-                Err(first)
-            }
-        }
-    }
-}
+use crate::ctxt::Ctxt;
+use crate::symbol::{BASE, BUFFER, BUILTIN, EXTRA_REPR, FIELD_KINDS, MODULE, PARAM, PERSISTENT, RENAME};
 
 /// How a field is registered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// `#[module]`: a sub-module, or an `Option` of one.
     Module,
+    /// `#[param]`: a `Parameter`, or an `Option` of one.
     Param,
-    Buffer { persistent: bool },
+    /// `#[buffer]`: a `Tensor`, or an `Option` of one; `persistent` says whether it is
+    /// saved in the `state_dict`.
+    Buffer {
+        /// `false` with `#[buffer(persistent = false)]`.
+        persistent: bool,
+    },
+    /// `#[base]`: the `ModuleBase`.
     Base,
 }
 
 impl Kind {
+    /// The kind an attribute of this name declares, or `None` for an attribute not ours.
+    /// A buffer starts persistent; its options may say otherwise.
+    fn from_attr_name(name: &str) -> Option<Kind> {
+        match name {
+            MODULE => Some(Kind::Module),
+            PARAM => Some(Kind::Param),
+            BUFFER => Some(Kind::Buffer { persistent: true }),
+            BASE => Some(Kind::Base),
+            _ => None,
+        }
+    }
+
+    /// The attribute that declares this kind, as written between `#[` and `]`.
     pub fn attr_name(self) -> &'static str {
         match self {
-            Kind::Module => "module",
-            Kind::Param => "param",
-            Kind::Buffer { .. } => "buffer",
-            Kind::Base => "base",
+            Kind::Module => MODULE,
+            Kind::Param => PARAM,
+            Kind::Buffer { .. } => BUFFER,
+            Kind::Base => BASE,
+        }
+    }
+
+    /// The options this kind accepts in parentheses.
+    fn options(self) -> &'static [&'static str] {
+        match self {
+            Kind::Buffer { .. } => &[RENAME, PERSISTENT],
+            Kind::Base => &[],
+            Kind::Module | Kind::Param => &[RENAME],
         }
     }
 }
 
 /// What the attributes of one field say.
 pub struct FieldAttrs {
+    /// How the field is registered; `None` for an unannotated field.
     pub kind: Option<Kind>,
+    /// The `rename = "..."` literal, if given.
     pub rename: Option<LitStr>,
     /// An unknown attribute is close to one of ours (`#[parm]`).
     pub misspelled: bool,
 }
 
-const KINDS: [&str; 4] = ["module", "param", "buffer", "base"];
+/// Struct-level `#[module(...)]` options.
+pub struct ContainerAttrs {
+    /// Where `extra_repr` was written, if it was.
+    pub extra_repr: Option<Span>,
+}
 
-/// Built-in attributes that are never a misspelling of ours.
-const BUILTIN: [&str; 10] =
-    ["doc", "cfg", "cfg_attr", "allow", "warn", "deny", "expect", "forbid", "deprecated", "must_use"];
+/// The most edits an unknown option may be from a known one to be suggested in its place.
+const SUGGESTION_MAX_EDITS: usize = 3;
+
+/// The most edits an unknown attribute (lowercased) may be from one of ours to be taken for
+/// a misspelling of it.
+const MISSPELLING_MAX_EDITS: usize = 2;
 
 /// Edit distance, for "did you mean" hints.
 fn distance(a: &str, b: &str) -> usize {
@@ -83,50 +87,52 @@ fn distance(a: &str, b: &str) -> usize {
 
 /// The closest of `options` to `got`, for "did you mean" hints.
 fn closest<'a>(got: &str, options: &[&'a str]) -> Option<&'a str> {
-    options.iter().copied().filter(|o| distance(got, o) <= 3).min_by_key(|o| distance(got, o))
+    options.iter().copied().filter(|o| distance(got, o) <= SUGGESTION_MAX_EDITS).min_by_key(|o| distance(got, o))
 }
 
+/// `options` as a list of code spans: `` `rename`, `persistent` ``.
 fn options_list(options: &[&str]) -> String {
     options.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", ")
 }
 
+/// Whether an attribute that is not ours looks like a misspelling of one of ours
+/// (`#[parm]`, `#[Param]`), which rustc reports on its own as an unknown attribute.
+fn looks_misspelled(name: &str) -> bool {
+    let lower = name.to_lowercase();
+    !BUILTIN.contains(&name) && FIELD_KINDS.iter().any(|ours| distance(&lower, ours) <= MISSPELLING_MAX_EDITS)
+}
+
+/// Reads the attributes of one field, reporting every mistake to `cx`.
 pub fn field_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> FieldAttrs {
     let mut out = FieldAttrs { kind: None, rename: None, misspelled: false };
     for attr in attrs {
         let Some(ident) = attr.path().get_ident() else { continue };
         let name = ident.to_string();
-        if !KINDS.contains(&name.as_str()) {
-            let lower = name.to_lowercase();
-            out.misspelled |= !BUILTIN.contains(&name.as_str()) && KINDS.iter().any(|k| distance(&lower, k) <= 2);
+        let Some(kind) = Kind::from_attr_name(&name) else {
+            out.misspelled |= looks_misspelled(&name);
             continue;
-        }
-        let mut kind = match name.as_str() {
-            "module" => Kind::Module,
-            "param" => Kind::Param,
-            "buffer" => Kind::Buffer { persistent: true },
-            _ => Kind::Base,
         };
         match out.kind {
-            Some(k) if k.attr_name() == name => {
+            Some(earlier) if earlier.attr_name() == name => {
                 cx.error_spanned(attr, format!("duplicate `#[{name}]` attribute; remove one"));
                 continue;
             }
-            Some(k) => {
+            Some(earlier) => {
                 cx.error_spanned(
                     attr,
                     format!(
                         "a field is registered once: it cannot be both `#[{}]` and `#[{name}]`; keep the one that \
                          matches its type",
-                        k.attr_name()
+                        earlier.attr_name()
                     ),
                 );
                 continue;
             }
             None => {}
         }
-        match &attr.meta {
-            syn::Meta::Path(_) => {}
-            syn::Meta::NameValue(_) => {
+        let kind = match &attr.meta {
+            Meta::Path(_) => kind,
+            Meta::NameValue(_) => {
                 let example = match kind {
                     Kind::Buffer { .. } => "`#[buffer]` or `#[buffer(rename = \"name\", persistent = false)]`",
                     Kind::Base => "`#[base]`",
@@ -134,44 +140,41 @@ pub fn field_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> FieldAttrs {
                     Kind::Param => "`#[param]` or `#[param(rename = \"name\")]`",
                 };
                 cx.error_spanned(attr, format!("expected {example}, not `#[{name} = ...]`"));
+                kind
             }
-            syn::Meta::List(_) => {
-                let mut seen: Vec<String> = Vec::new();
-                let res = attr.parse_nested_meta(|meta| {
-                    let opt = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
-                    let known = matches!(
-                        (opt.as_str(), kind),
-                        ("rename", Kind::Module | Kind::Param | Kind::Buffer { .. })
-                            | ("persistent", Kind::Buffer { .. })
-                    );
-                    if !known {
-                        return Err(unknown_option(&meta, &name, &opt, kind));
-                    }
-                    if seen.contains(&opt) {
-                        return Err(meta.error(format!("duplicate option `{opt}` in `#[{name}]`; remove one")));
-                    }
-                    seen.push(opt.clone());
-                    if opt == "rename" {
-                        out.rename = Some(rename_value(&meta)?);
-                    } else {
-                        if !meta.input.peek(syn::Token![=]) {
-                            return Err(meta.error("expected `persistent = true` or `persistent = false`"));
-                        }
-                        let lit: LitBool = meta.value()?.parse().map_err(|e| {
-                            syn::Error::new(e.span(), "expected `persistent = true` or `persistent = false`")
-                        })?;
-                        kind = Kind::Buffer { persistent: lit.value };
-                    }
-                    Ok(())
-                });
-                if let Err(e) = res {
-                    cx.push(e);
-                }
-            }
-        }
+            Meta::List(_) => field_options(cx, attr, kind, &mut out.rename),
+        };
         out.kind = Some(kind);
     }
     out
+}
+
+/// Reads the options in `#[name(...)]` of a field attribute declaring `kind`: sets `rename`,
+/// and returns `kind` with the buffer's `persistent` as written. Stops at the first
+/// malformed option, reporting it to `cx`.
+fn field_options(cx: &mut Ctxt, attr: &Attribute, mut kind: Kind, rename: &mut Option<LitStr>) -> Kind {
+    let name = kind.attr_name();
+    let mut seen: Vec<String> = Vec::new();
+    let parsed = attr.parse_nested_meta(|meta| {
+        let option = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+        if !kind.options().contains(&option.as_str()) {
+            return Err(unknown_option(&meta, name, &option, kind));
+        }
+        if seen.contains(&option) {
+            return Err(meta.error(format!("duplicate option `{option}` in `#[{name}]`; remove one")));
+        }
+        seen.push(option.clone());
+        if option == RENAME {
+            *rename = Some(rename_value(&meta)?);
+        } else {
+            kind = Kind::Buffer { persistent: persistent_value(&meta)? };
+        }
+        Ok(())
+    });
+    if let Err(e) = parsed {
+        cx.push(e);
+    }
+    kind
 }
 
 /// `rename = "name"`: a string that is a valid path component.
@@ -198,34 +201,37 @@ fn rename_value(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {
     Ok(lit)
 }
 
-fn unknown_option(meta: &ParseNestedMeta<'_>, name: &str, opt: &str, kind: Kind) -> syn::Error {
-    let allowed: &[&str] = match kind {
-        Kind::Buffer { .. } => &["rename", "persistent"],
-        Kind::Base => &[],
-        Kind::Module | Kind::Param => &["rename"],
-    };
-    let hint = match closest(opt, allowed) {
+/// `persistent = true` or `persistent = false`.
+fn persistent_value(meta: &ParseNestedMeta<'_>) -> syn::Result<bool> {
+    let expected = "expected `persistent = true` or `persistent = false`";
+    if !meta.input.peek(syn::Token![=]) {
+        return Err(meta.error(expected));
+    }
+    let lit: LitBool = meta.value()?.parse().map_err(|e| syn::Error::new(e.span(), expected))?;
+    Ok(lit.value)
+}
+
+/// The error for an option that `#[name(...)]` does not take, with the closest known one
+/// or the list of those it does take.
+fn unknown_option(meta: &ParseNestedMeta<'_>, name: &str, option: &str, kind: Kind) -> syn::Error {
+    let allowed = kind.options();
+    let hint = match closest(option, allowed) {
         Some(c) => format!("; did you mean `{c}`?"),
         None if allowed.is_empty() => format!("; `#[{name}]` takes no options"),
-        None if opt == "persistent" => "; only `#[buffer]` takes `persistent`".to_string(),
+        None if option == PERSISTENT => "; only `#[buffer]` takes `persistent`".to_string(),
         None => format!("; expected {}", options_list(allowed)),
     };
-    meta.error(format!("unknown `#[{name}]` option `{opt}`{hint}"))
+    meta.error(format!("unknown `#[{name}]` option `{option}`{hint}"))
 }
 
-/// Struct-level `#[module(...)]` options.
-pub struct ContainerAttrs {
-    /// Where `extra_repr` was written, if it was.
-    pub extra_repr: Option<Span>,
-}
-
+/// Reads the struct's own attributes, reporting every mistake to `cx`.
 pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
     let mut out = ContainerAttrs { extra_repr: None };
     for attr in attrs {
         let Some(ident) = attr.path().get_ident() else { continue };
         let name = ident.to_string();
-        if name == "module" {
-            if !matches!(attr.meta, syn::Meta::List(_)) {
+        if name == MODULE {
+            if !matches!(attr.meta, Meta::List(_)) {
                 cx.error_spanned(
                     attr,
                     "on the struct, `#[module]` takes options: `#[module(extra_repr)]`; sub-modules are \
@@ -233,16 +239,16 @@ pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
                 );
                 continue;
             }
-            let res = attr.parse_nested_meta(|meta| {
-                let opt = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
-                match opt.as_str() {
-                    "extra_repr" if out.extra_repr.is_none() => {
+            let parsed = attr.parse_nested_meta(|meta| {
+                let option = meta.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
+                match option.as_str() {
+                    EXTRA_REPR if out.extra_repr.is_none() => {
                         out.extra_repr = Some(meta.path.get_ident().map_or_else(Span::call_site, |i| i.span()));
                         Ok(())
                     }
-                    "extra_repr" => Err(meta.error("duplicate option `extra_repr`; remove one")),
+                    EXTRA_REPR => Err(meta.error("duplicate option `extra_repr`; remove one")),
                     _ => {
-                        let hint = closest(&opt, &["extra_repr"]).map_or_else(
+                        let hint = closest(&option, &[EXTRA_REPR]).map_or_else(
                             || {
                                 "; the only struct option is `extra_repr` (print `ExtraRepr::extra_repr` in the \
                                  module's line)"
@@ -250,14 +256,14 @@ pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
                             },
                             |c| format!("; did you mean `{c}`?"),
                         );
-                        Err(meta.error(format!("unknown `#[module]` struct option `{opt}`{hint}")))
+                        Err(meta.error(format!("unknown `#[module]` struct option `{option}`{hint}")))
                     }
                 }
             });
-            if let Err(e) = res {
+            if let Err(e) = parsed {
                 cx.push(e);
             }
-        } else if KINDS.contains(&name.as_str()) {
+        } else if FIELD_KINDS.contains(&name.as_str()) {
             cx.error_spanned(attr, format!("`#[{name}]` belongs on a field, not on the struct"));
         }
     }
@@ -284,14 +290,15 @@ mod tests {
             #[Param]
             x: u8
         };
-        let mut cx = Ctxt::default();
+        let mut cx = Ctxt::new();
         let attrs = field_attrs(&mut cx, &field.attrs);
         assert!(attrs.misspelled && attrs.kind.is_none());
         assert!(cx.check().is_ok());
 
         let field: syn::Field = syn::parse_quote!(#[doc = "x"] #[serde(skip)] x: u8);
-        let mut cx = Ctxt::default();
+        let mut cx = Ctxt::new();
         assert!(!field_attrs(&mut cx, &field.attrs).misspelled);
+        assert!(cx.check().is_ok());
     }
 
     #[test]
@@ -302,7 +309,7 @@ mod tests {
             #[buffer(persistent = "no")]
             x: u8
         };
-        let mut cx = Ctxt::default();
+        let mut cx = Ctxt::new();
         field_attrs(&mut cx, &field.attrs);
         let err = cx.check().expect_err("three errors");
         let messages: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
@@ -310,5 +317,15 @@ mod tests {
         assert!(messages[0].contains("did you mean `rename`"));
         assert!(messages[1].contains("duplicate `#[param]`"));
         assert!(messages[2].contains("cannot be both `#[param]` and `#[buffer]`"));
+    }
+
+    #[test]
+    fn buffer_options_set_the_name_and_persistence() {
+        let field: syn::Field = syn::parse_quote!(#[buffer(rename = "stats", persistent = false)] x: Tensor);
+        let mut cx = Ctxt::new();
+        let attrs = field_attrs(&mut cx, &field.attrs);
+        assert!(cx.check().is_ok());
+        assert_eq!(attrs.kind, Some(Kind::Buffer { persistent: false }));
+        assert_eq!(attrs.rename.map(|lit| lit.value()).as_deref(), Some("stats"));
     }
 }

@@ -1,15 +1,35 @@
 //! `#[derive(Module)]` for the `nn` framework (see `nn_core::Module`).
 //!
-//! The macro runs in three stages: `ast.rs` (with `attr.rs`) parses the input into a small
-//! typed tree that keeps the original fields for spans, collecting every attribute error
-//! (serde's `Ctxt` approach); `validate.rs` applies cross-field rules; `expand.rs` writes
-//! the impls. On invalid input it still emits a stub impl next to the errors, so a user's
-//! other code does not light up with secondary errors. Errors about a field underline its
-//! whole `name: Type`, and say what to write instead.
+//! The macro runs in three stages, as thiserror's does: `let input = Input::from_syn(input)?;
+//! input.validate()?;` then expand.
+//!
+//! - **Parse** (`ast.rs`, with `attr.rs`): a small typed tree that borrows from syn and keeps
+//!   the original fields for spans. Attribute names are spelled once, in `symbol.rs`.
+//! - **Validate** (`validate.rs`): the rules that span fields.
+//! - **Expand** (`expand.rs`): the impls. Unannotated fields get the plain-data check of
+//!   `unregistered.rs`; generated code names `nn_core` through `paths.rs`, bounds `Self:
+//!   'static` with `bounds.rs`, and is spanned at the user's fields with `spans.rs`.
+//!
+//! Every error is collected in a `Ctxt` (`ctxt.rs`, serde's), so a user with three mistakes
+//! sees three errors in one build; a `Ctxt` dropped unchecked panics, so none is lost. On
+//! invalid input the derive still emits a stub impl next to the errors (`fallback.rs`,
+//! thiserror's), so a user's other code does not light up with secondary errors. `types.rs`
+//! reads field types for hints, and prints them as the user wrote them. Errors about a field
+//! underline its whole `name: Type`, and say what to write instead.
+
+#![warn(clippy::missing_docs_in_private_items)]
 
 mod ast;
 mod attr;
+mod bounds;
+mod ctxt;
 mod expand;
+mod fallback;
+mod paths;
+mod spans;
+mod symbol;
+mod types;
+mod unregistered;
 mod validate;
 
 use proc_macro::TokenStream;

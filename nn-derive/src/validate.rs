@@ -1,15 +1,18 @@
-//! Cross-field rules: unique registered names, at most one `#[base]`, and `#[module]` on
-//! plain collections (which the type system would reject with a less helpful message).
+//! Cross-field rules: unique registered names, one `#[base]` at most, no `#[module]` on a plain collection.
 
 use std::collections::HashMap;
 
 use crate::ast::{Field, Input};
-use crate::attr::{Ctxt, Kind};
-use crate::expand::{code, shape_of, TypeShape};
+use crate::attr::Kind;
+use crate::ctxt::Ctxt;
+use crate::types::{code, shape_of, TypeShape};
 
 impl Input<'_> {
+    /// Checks the rules that span fields, reporting every violation at once. `#[module]` on
+    /// a `Vec`, a map or a tuple is caught here because the type system would reject it
+    /// with a less helpful message.
     pub fn validate(&self) -> Result<(), syn::Error> {
-        let mut cx = Ctxt::default();
+        let mut cx = Ctxt::new();
         let mut names: HashMap<&str, &Field<'_>> = HashMap::new();
         let mut base: Option<&Field<'_>> = None;
         for f in &self.fields {
