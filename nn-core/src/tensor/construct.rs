@@ -1,0 +1,295 @@
+//! Building tensors: from data, filled, ranges and random draws.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock};
+
+use rand::Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+use crate::autograd::Node;
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::random::with_rng;
+use crate::shape::Layout;
+use crate::storage::{CpuStorage, Storage};
+
+use super::{Tensor, TensorId, TensorImpl};
+
+impl Tensor {
+    pub(crate) fn from_parts(storage: Arc<Storage>, layout: Layout, grad_fn: Option<Arc<Node>>) -> Tensor {
+        debug_assert!(layout.storage_span() <= storage.len(), "layout exceeds storage");
+        Tensor(Arc::new(TensorImpl {
+            id: TensorId::next(),
+            layout,
+            storage: RwLock::new(storage),
+            grad_fn,
+            requires_grad: AtomicBool::new(false),
+            grad: Mutex::new(None),
+        }))
+    }
+
+    /// A contiguous tensor over `storage` (a leaf with no graph).
+    pub(crate) fn from_storage(storage: Storage, shape: &[usize]) -> Tensor {
+        Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), None)
+    }
+
+    pub(crate) fn from_cpu(storage: CpuStorage, shape: &[usize]) -> Tensor {
+        Tensor::from_storage(Storage::Cpu(storage), shape)
+    }
+
+    /// A tensor of `f32` values with the given shape.
+    ///
+    /// # Panics
+    /// When `data.len()` is not the product of `shape` (use
+    /// [`try_from_vec`](Tensor::try_from_vec) for a `Result`).
+    #[track_caller]
+    pub fn from_vec(data: Vec<f32>, shape: &[usize]) -> Tensor {
+        Tensor::try_from_data(data, shape, "Tensor::from_vec").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`from_vec`](Tensor::from_vec), returning an error on a length mismatch.
+    pub fn try_from_vec(data: Vec<f32>, shape: &[usize]) -> Result<Tensor> {
+        Tensor::try_from_data(data, shape, "Tensor::try_from_vec")
+    }
+
+    /// A tensor of `f64` values.
+    #[track_caller]
+    pub fn from_vec_f64(data: Vec<f64>, shape: &[usize]) -> Tensor {
+        Tensor::try_from_data(data, shape, "Tensor::from_vec_f64").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A tensor of `i64` values (class indices, token ids).
+    ///
+    /// ```
+    /// use nn_core::{DType, Tensor};
+    /// let t = Tensor::from_vec_i64(vec![3, 1], &[2]);
+    /// assert_eq!(t.dtype(), DType::I64);
+    /// assert_eq!(t.to_vec_i64(), vec![3, 1]);
+    /// ```
+    #[track_caller]
+    pub fn from_vec_i64(data: Vec<i64>, shape: &[usize]) -> Tensor {
+        Tensor::try_from_data(data, shape, "Tensor::from_vec_i64").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A tensor of booleans (masks).
+    #[track_caller]
+    pub fn from_vec_bool(data: Vec<bool>, shape: &[usize]) -> Tensor {
+        Tensor::try_from_data(data, shape, "Tensor::from_vec_bool").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A tensor of any element type, checking the length.
+    pub fn from_data<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        Tensor::try_from_data(data, shape, "Tensor::from_data")
+    }
+
+    fn try_from_data<T: Element>(data: Vec<T>, shape: &[usize], op: &'static str) -> Result<Tensor> {
+        let expected = crate::shape::try_numel(op, shape)?;
+        if expected != data.len() {
+            return Err(Error::ElementCount { op, shape: shape.to_vec(), expected, got: data.len() });
+        }
+        Ok(Tensor::from_cpu(T::into_storage(data), shape))
+    }
+
+    /// A 0-dimensional `f32` tensor.
+    pub fn scalar(v: f32) -> Tensor {
+        Tensor::from_cpu(CpuStorage::F32(vec![v]), &[])
+    }
+
+    /// A tensor filled with `value`, of any dtype and device.
+    ///
+    /// # Panics
+    /// Where [`try_full_on`](Tensor::try_full_on) returns an error, with its message.
+    #[track_caller]
+    pub fn full_on(shape: &[usize], value: f64, dtype: DType, device: Device) -> Tensor {
+        Tensor::try_full_on("Tensor::full_on", shape, value, dtype, device).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`full_on`](Tensor::full_on), returning an error naming `op` instead of
+    /// panicking.
+    ///
+    /// ```
+    /// use nn_core::{DType, Device, Error, Tensor};
+    /// let e = Tensor::try_full_on("zeros", &[1 << 32, 1 << 32], 0.0, DType::F32, Device::Cpu).unwrap_err();
+    /// assert!(matches!(e, Error::ShapeOverflow { .. }));
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeOverflow`] when the shape's dimensions multiply past
+    /// [`crate::shape::MAX_NUMEL`]; [`Error::Allocation`] when the allocator cannot provide
+    /// the buffer.
+    pub fn try_full_on(op: &'static str, shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        let len = crate::shape::try_numel(op, shape)?;
+        let storage =
+            match device {
+                Device::Cpu => Storage::Cpu(CpuStorage::try_full(dtype, len, value).ok_or_else(|| {
+                    Error::Allocation { op, shape: shape.to_vec(), bytes: len as u128 * dtype.size_in_bytes() as u128 }
+                })?),
+                Device::Meta => Storage::Meta { dtype, len },
+            };
+        Ok(Tensor::from_storage(storage, shape))
+    }
+
+    /// An `f32` tensor filled with `value` (on the default device, see
+    /// [`crate::device::with_device`]).
+    ///
+    /// # Panics
+    /// When the shape's dimensions multiply past [`crate::shape::MAX_NUMEL`] or the buffer
+    /// cannot be allocated (see [`try_full_on`](Tensor::try_full_on)).
+    #[track_caller]
+    pub fn full(shape: &[usize], value: f64) -> Tensor {
+        Tensor::try_full_on("Tensor::full", shape, value, DType::F32, crate::device::default_device())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A meta tensor when the default device is `Meta` (random factories then draw nothing).
+    fn meta_default(shape: &[usize]) -> Option<Tensor> {
+        (crate::device::default_device() == Device::Meta).then(|| Tensor::full_on(shape, 0.0, DType::F32, Device::Meta))
+    }
+
+    /// An `f32` tensor of zeros.
+    ///
+    /// # Panics
+    /// When the shape's dimensions multiply past [`crate::shape::MAX_NUMEL`] or the buffer
+    /// cannot be allocated ([`try_zeros`](Tensor::try_zeros) returns an error instead):
+    /// `Tensor::zeros: shape [4294967296, 4294967296] is unrepresentable: ...`.
+    #[track_caller]
+    pub fn zeros(shape: &[usize]) -> Tensor {
+        Tensor::try_zeros(shape).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`zeros`](Tensor::zeros), returning an error instead of panicking.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// assert_eq!(Tensor::try_zeros(&[2, 0]).unwrap().shape(), &[2, 0]);
+    /// let e = Tensor::try_zeros(&[1 << 32, 1 << 32]).unwrap_err();
+    /// assert!(e.to_string().contains("[4294967296, 4294967296]"), "{e}");
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_full_on`](Tensor::try_full_on).
+    pub fn try_zeros(shape: &[usize]) -> Result<Tensor> {
+        Tensor::try_full_on("Tensor::zeros", shape, 0.0, DType::F32, crate::device::default_device())
+    }
+
+    /// An `f32` tensor of ones.
+    ///
+    /// # Panics
+    /// As [`zeros`](Tensor::zeros).
+    #[track_caller]
+    pub fn ones(shape: &[usize]) -> Tensor {
+        Tensor::try_full_on("Tensor::ones", shape, 1.0, DType::F32, crate::device::default_device())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Zeros with the shape, dtype and device of `t`.
+    pub fn zeros_like(t: &Tensor) -> Tensor {
+        Tensor::full_on(t.shape(), 0.0, t.dtype(), t.device())
+    }
+
+    /// Ones with the shape, dtype and device of `t`.
+    pub fn ones_like(t: &Tensor) -> Tensor {
+        Tensor::full_on(t.shape(), 1.0, t.dtype(), t.device())
+    }
+
+    /// The `n x n` identity matrix (`f32`).
+    #[track_caller]
+    pub fn eye(n: usize) -> Tensor {
+        let mut v = vec![0.0f32; crate::shape::numel_of("Tensor::eye", &[n, n])];
+        for i in 0..n {
+            v[i * n + i] = 1.0;
+        }
+        Tensor::from_vec(v, &[n, n])
+    }
+
+    /// `f32` values `start, start + step, ...` up to (excluding) `end`, like `torch.arange`.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// assert_eq!(Tensor::arange(0.0, 2.0, 0.5).to_vec(), vec![0.0, 0.5, 1.0, 1.5]);
+    /// ```
+    ///
+    /// # Panics
+    /// When `step` is zero or has the wrong sign for the range.
+    pub fn arange(start: f64, end: f64, step: f64) -> Tensor {
+        if step == 0.0 || (end - start) * step < 0.0 {
+            panic!("arange: step {step} cannot go from {start} to {end}");
+        }
+        let count = ((end - start) / step).ceil().max(0.0);
+        if count > crate::shape::MAX_NUMEL as f64 {
+            panic!("arange: {count} values from {start} to {end} in steps of {step} are more than a tensor can hold");
+        }
+        let n = count as usize;
+        Tensor::from_vec((0..n).map(|i| (start + i as f64 * step) as f32).collect(), &[n])
+    }
+
+    /// Standard normal `f32` samples from the global generator ([`crate::manual_seed`]).
+    pub fn randn(shape: &[usize]) -> Tensor {
+        if let Some(t) = Tensor::meta_default(shape) {
+            return t;
+        }
+        let v: Vec<f32> = random_values("Tensor::randn", shape, |r| StandardNormal.sample(r));
+        Tensor::from_vec(v, shape)
+    }
+
+    /// Uniform `f32` samples in `[0, 1)` from the global generator.
+    pub fn rand(shape: &[usize]) -> Tensor {
+        Tensor::uniform(shape, 0.0, 1.0)
+    }
+
+    /// Uniform `f32` samples in `[low, high)` from the global generator.
+    pub fn uniform(shape: &[usize], low: f64, high: f64) -> Tensor {
+        if let Some(t) = Tensor::meta_default(shape) {
+            return t;
+        }
+        let v: Vec<f32> = random_values("Tensor::uniform", shape, |r| (low + (high - low) * r.random::<f64>()) as f32);
+        Tensor::from_vec(v, shape)
+    }
+
+    /// Normal `f32` samples with the given mean and standard deviation.
+    pub fn normal(shape: &[usize], mean: f64, std: f64) -> Tensor {
+        if let Some(t) = Tensor::meta_default(shape) {
+            return t;
+        }
+        let v: Vec<f32> = random_values("Tensor::normal", shape, |r| {
+            let z: f64 = StandardNormal.sample(r);
+            (mean + std * z) as f32
+        });
+        Tensor::from_vec(v, shape)
+    }
+
+    /// A random permutation of `0..n` as `i64`, from the global generator.
+    ///
+    /// # Panics
+    /// When the `n` values cannot be allocated.
+    #[track_caller]
+    pub fn randperm(n: usize) -> Tensor {
+        let mut v: Vec<i64> = crate::pool::try_with_capacity(n).unwrap_or_else(|| {
+            panic!("{}", Error::Allocation { op: "Tensor::randperm", shape: vec![n], bytes: n as u128 * 8 })
+        });
+        v.extend(0..n as i64);
+        with_rng(|r| {
+            for i in (1..n).rev() {
+                let j = r.random_range(0..=i);
+                v.swap(i, j);
+            }
+        });
+        Tensor::from_vec_i64(v, &[n])
+    }
+}
+
+/// `numel(shape)` draws of `draw` from the global generator, checking the shape and the
+/// allocation first (a clear panic naming `op`, never a wrapped count or an abort).
+#[track_caller]
+fn random_values(
+    op: &'static str,
+    shape: &[usize],
+    mut draw: impl FnMut(&mut rand_chacha::ChaCha8Rng) -> f32,
+) -> Vec<f32> {
+    let n = crate::shape::numel_of(op, shape);
+    let mut v = crate::pool::try_take(n)
+        .unwrap_or_else(|| panic!("{}", Error::Allocation { op, shape: shape.to_vec(), bytes: n as u128 * 4 }));
+    with_rng(|r| v.extend((0..n).map(|_| draw(r))));
+    v
+}

@@ -1,0 +1,77 @@
+//! Autograd state of a tensor: `requires_grad`, `.grad`, `detach`.
+
+use std::sync::atomic::Ordering;
+
+use super::Tensor;
+
+impl Tensor {
+    /// True when gradients flow to or through this tensor: a leaf marked with
+    /// [`requires_grad_`](Tensor::requires_grad_), or the result of an op on one.
+    pub fn requires_grad(&self) -> bool {
+        self.0.grad_fn.is_some() || self.0.requires_grad.load(Ordering::Relaxed)
+    }
+
+    /// Marks a leaf as requiring (or not) gradients; returns the same tensor.
+    ///
+    /// # Panics
+    /// When asked to require grad on a non-floating dtype, or to stop requiring grad on a
+    /// non-leaf (use [`detach`](Tensor::detach)), as PyTorch does.
+    #[track_caller]
+    pub fn requires_grad_(&self, requires_grad: bool) -> Tensor {
+        if self.0.grad_fn.is_some() {
+            if !requires_grad {
+                panic!("requires_grad_: you can only change requires_grad flags of leaf tensors; use `detach()` to get a tensor without a graph");
+            }
+            return self.clone();
+        }
+        if requires_grad && !self.dtype().is_float() {
+            panic!("requires_grad_: only tensors of floating-point dtype can require gradients, got {}", self.dtype());
+        }
+        self.0.requires_grad.store(requires_grad, Ordering::Relaxed);
+        self.clone()
+    }
+
+    /// True for tensors not produced by a recorded op (user-created, detached, or results
+    /// computed under `no_grad`).
+    pub fn is_leaf(&self) -> bool {
+        self.0.grad_fn.is_none()
+    }
+
+    /// The accumulated gradient of a leaf, if a backward pass has reached it.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.0.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the accumulated gradient (`None` clears it, like `zero_grad(set_to_none=True)`).
+    ///
+    /// # Panics
+    /// When the new gradient's shape differs from the tensor's.
+    pub fn set_grad(&self, grad: Option<Tensor>) {
+        if let Some(g) = &grad {
+            assert_eq!(
+                g.shape(),
+                self.shape(),
+                "set_grad: gradient of shape {:?} for a tensor of shape {:?}",
+                g.shape(),
+                self.shape()
+            );
+        }
+        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad.map(|g| g.detach());
+    }
+
+    /// Clears the accumulated gradient.
+    pub fn zero_grad(&self) {
+        self.set_grad(None);
+    }
+
+    /// The name of the op that produced this tensor, for non-leaves (`"matmul"`, ...).
+    pub fn grad_fn_name(&self) -> Option<&'static str> {
+        self.0.grad_fn.as_ref().map(|n| n.name)
+    }
+
+    /// A new tensor sharing this one's values but cut from the graph (a leaf that does not
+    /// require grad).
+    pub fn detach(&self) -> Tensor {
+        Tensor::from_parts(self.storage_arc(), self.layout().clone(), None)
+    }
+}

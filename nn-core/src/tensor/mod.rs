@@ -1,0 +1,64 @@
+//! The [`Tensor`] handle: shared storage, an immutable strided layout, and autograd state.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::autograd::Node;
+use crate::shape::Layout;
+use crate::storage::Storage;
+
+/// A unique tensor identity. Graph bookkeeping keys on ids, never on values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(u64);
+
+static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(1);
+
+impl TensorId {
+    fn next() -> Self {
+        TensorId(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// An n-dimensional array with reverse-mode autograd.
+///
+/// A `Tensor` is a cheap-to-clone handle (an `Arc`): clones are the *same* tensor, like two
+/// Python references to one `torch.Tensor` (same id, same `.grad`, same
+/// `requires_grad`). Views (`transpose`, `permute`, `narrow`, `expand`, `reshape` of a
+/// contiguous tensor) share the storage buffer and only change the layout.
+///
+/// In-place updates ([`copy_`](Tensor::copy_), [`add_`](Tensor::add_), ...) are
+/// copy-on-write at the buffer level: they never write through into the buffer of another
+/// handle (a view, or a value saved for backward). Where PyTorch raises a version-counter
+/// error when a saved value was modified, here the saved value simply stays what it was.
+///
+/// Values are row-major; the default dtype is `f32`.
+///
+/// ```
+/// use nn_core::Tensor;
+/// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+/// assert_eq!(x.shape(), &[2, 3]);
+/// let t = x.t(); // a view: no copy
+/// assert_eq!(t.shape(), &[3, 2]);
+/// assert_eq!(t.to_vec(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+/// ```
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<TensorImpl>);
+
+pub(crate) struct TensorImpl {
+    pub(crate) id: TensorId,
+    pub(crate) layout: Layout,
+    pub(crate) storage: RwLock<Arc<Storage>>,
+    pub(crate) grad_fn: Option<Arc<Node>>,
+    pub(crate) requires_grad: AtomicBool,
+    pub(crate) grad: Mutex<Option<Tensor>>,
+}
+
+mod construct;
+mod grad;
+mod print;
+#[cfg(test)]
+mod tests;
+mod values;
+mod write;
+
+pub(crate) use write::scatter_into;

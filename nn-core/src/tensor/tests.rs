@@ -1,0 +1,368 @@
+use std::sync::Arc;
+
+use crate::testing::support::{assert_close64, grad, leaf, rng_lock, t64};
+use crate::testing::{gradcheck_with, GradcheckOptions};
+use crate::{manual_seed, no_grad, DType, Device, Error, Tensor};
+
+// ---- dtype conversions --------------------------------------------------------------
+
+#[test]
+fn float_round_trips_are_exact_where_representable() {
+    let v = vec![1.5f32, -2.25, 0.0, 65504.0, -0.125, 1024.0];
+    let x = Tensor::from_vec(v.clone(), &[6]);
+    for d in [DType::F64, DType::F16, DType::BF16] {
+        if d == DType::BF16 {
+            // bf16 has 8 significant bits: 65504 rounds, the rest are exact.
+            let back = x.to_dtype(d).to_dtype(DType::F32).to_vec();
+            assert_eq!(back, vec![1.5, -2.25, 0.0, 65536.0, -0.125, 1024.0]);
+            continue;
+        }
+        let y = x.to_dtype(d);
+        assert_eq!(y.dtype(), d);
+        assert_eq!(y.to_dtype(DType::F32).to_vec(), v, "f32 -> {d} -> f32");
+    }
+    // f16 -> bf16 -> f64 -> f16 for values both half types hold exactly.
+    let h = Tensor::from_vec(vec![0.5, -3.0, 96.0], &[3]).to_dtype(DType::F16);
+    assert_eq!(h.to_dtype(DType::BF16).to_dtype(DType::F64).to_dtype(DType::F16).to_vec(), vec![0.5, -3.0, 96.0]);
+}
+
+#[test]
+fn float_conversions_round_to_nearest_even() {
+    let x = t64(&[0.1, 1.0 + 2f64.powi(-11), 1.0 + 3.0 * 2f64.powi(-11), 70000.0], &[4]);
+    assert_eq!(x.to_dtype(DType::F16).to_vec_f64(), vec![0.0999755859375, 1.0, 1.001953125, f64::INFINITY]);
+    let b = t64(&[0.1, 1.0 + 2f64.powi(-8), 1.0 + 3.0 * 2f64.powi(-8), 1e38], &[4]);
+    let bv = b.to_dtype(DType::BF16).to_vec_f64();
+    assert_eq!(bv[..3], [0.10009765625, 1.0, 1.015625]);
+    assert!(bv[3].is_finite() && (bv[3] / 1e38 - 1.0).abs() < 4e-3, "bf16 keeps f32's range");
+    let third = t64(&[1.0 / 3.0], &[1]).to_dtype(DType::F32).to_vec_f64();
+    assert_eq!(third, vec![0.3333333432674408]);
+}
+
+#[test]
+fn integer_and_bool_conversions() {
+    let x = Tensor::from_vec(vec![1.9, -1.9, 2.5, -0.4, 0.0], &[5]);
+    assert_eq!(x.to_dtype(DType::I64).to_vec_i64(), vec![1, -1, 2, 0, 0], "truncation toward zero");
+    assert_eq!(x.to_dtype(DType::Bool).to_vec_bool(), vec![true, true, true, true, false]);
+    let i = Tensor::from_vec_i64(vec![3, -2, 0, 1 << 53], &[4]);
+    assert_eq!(i.to_dtype(DType::F64).to_vec_f64(), vec![3.0, -2.0, 0.0, 9007199254740992.0]);
+    assert_eq!(i.to_dtype(DType::Bool).to_vec_bool(), vec![true, true, false, true]);
+    assert_eq!(i.to_dtype(DType::F16).to_vec(), vec![3.0, -2.0, 0.0, f32::INFINITY]);
+    let b = Tensor::from_vec_bool(vec![true, false], &[2]);
+    assert_eq!(b.to_dtype(DType::F32).to_vec(), vec![1.0, 0.0]);
+    assert_eq!(b.to_dtype(DType::I64).to_vec_i64(), vec![1, 0]);
+    assert_eq!(b.to_dtype(DType::BF16).to_dtype(DType::Bool).to_vec_bool(), vec![true, false]);
+    // Round trip i64 -> f32 -> i64 is exact below 2^24.
+    let j = Tensor::from_vec_i64(vec![16_777_215, -7], &[2]);
+    assert_eq!(j.to_dtype(DType::F32).to_dtype(DType::I64).to_vec_i64(), vec![16_777_215, -7]);
+}
+
+#[test]
+fn to_dtype_of_a_strided_view_and_the_same_dtype() {
+    let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let y = x.t().to_dtype(DType::F64);
+    assert!(y.is_contiguous());
+    assert_eq!(y.to_vec_f64(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    assert_eq!(x.to_dtype(DType::F32).id(), x.id(), "same dtype returns the tensor itself");
+}
+
+#[test]
+fn to_dtype_backward_converts_the_gradient_back() {
+    let x = Tensor::from_vec(vec![1.0, 2.0], &[2]).requires_grad_(true);
+    let y = x.to_dtype(DType::F64);
+    assert_eq!(y.grad_fn_name(), Some("to_dtype"));
+    (y.exp() * t64(&[1.0, 3.0], &[2])).sum().backward();
+    let g = x.grad().unwrap();
+    assert_eq!(g.dtype(), DType::F32);
+    crate::testing::assert_close(&g.to_vec(), &[1f32.exp(), 3.0 * 2f32.exp()], 1e-6, 1e-6);
+    // A half-precision leaf gets a half-precision gradient.
+    let h = Tensor::from_vec(vec![0.5, -1.0], &[2]).to_dtype(DType::F16).requires_grad_(true);
+    (h.to_dtype(DType::F32) * 4.0).sum().backward();
+    let gh = h.grad().unwrap();
+    assert_eq!((gh.dtype(), gh.to_vec()), (DType::F16, vec![4.0, 4.0]));
+    // Conversions to non-float types cut the graph.
+    assert!(!x.to_dtype(DType::I64).requires_grad());
+    // Finite differences through an f32 round trip need a coarser step.
+    let o = GradcheckOptions { eps: 1e-3, atol: 1e-3, rtol: 1e-3 };
+    gradcheck_with(|t| t[0].to_dtype(DType::F32).exp().to_dtype(DType::F64), &[t64(&[0.3, -1.2, 0.8], &[3])], o)
+        .unwrap();
+}
+
+// ---- meta device --------------------------------------------------------------------
+
+#[test]
+fn meta_tensors_propagate_shapes_and_dtypes_through_a_model() {
+    let x = Tensor::full_on(&[8, 3, 16, 16], 0.0, DType::F32, Device::Meta);
+    let w = Tensor::full_on(&[4, 3, 3, 3], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+    let l = Tensor::full_on(&[10, 64], 0.0, DType::F32, Device::Meta).requires_grad_(true);
+    let h = x.conv2d(&w, None, crate::ops::Conv2dOptions { padding: (1, 1), ..Default::default() });
+    let h = h.relu().max_pool2d(crate::ops::Pool2dOptions::new(4)).flatten(1, -1);
+    assert_eq!(h.shape(), &[8, 64]);
+    let logits = h.matmul(&l.t());
+    let loss = logits.log_softmax(-1).mean();
+    assert_eq!((loss.shape(), loss.dtype(), loss.device()), (&[] as &[usize], DType::F32, Device::Meta));
+    assert!(loss.requires_grad());
+    loss.backward();
+    assert_eq!((w.grad().unwrap().shape(), w.grad().unwrap().device()), (&[4, 3, 3, 3][..], Device::Meta));
+    assert_eq!(format!("{l}"), "tensor(..., size=[10, 64], device=meta, requires_grad=true)");
+}
+
+#[test]
+fn to_device_round_trip() {
+    let x = Tensor::from_vec(vec![1.0, 2.0], &[2]);
+    let m = x.to_device(Device::Meta);
+    assert_eq!((m.device(), m.shape(), m.dtype()), (Device::Meta, &[2][..], DType::F32));
+    let back = m.to_device(Device::Cpu);
+    assert_eq!(back.to_vec(), vec![0.0, 0.0], "materialising gives zeros, like to_empty");
+    assert_eq!(x.to_device(Device::Cpu).id(), x.id());
+}
+
+#[test]
+#[should_panic(
+    expected = "to_vec: tensor on the meta device has no values (shape [2, 3]); materialise it first with `to_device(Device::Cpu)`"
+)]
+fn to_vec_on_meta_panics_with_a_clear_message() {
+    Tensor::full_on(&[2, 3], 0.0, DType::F32, Device::Meta).to_vec();
+}
+
+#[test]
+#[should_panic(expected = "tensor on the meta device has no values (shape [])")]
+fn item_on_meta_panics_with_a_clear_message() {
+    Tensor::full_on(&[], 0.0, DType::F64, Device::Meta).item();
+}
+
+#[test]
+#[should_panic(expected = "matmul: expected all tensors on one device, got meta (shape [2, 2]) and cpu (shape [2, 2])")]
+fn mixing_meta_and_cpu_panics() {
+    Tensor::full_on(&[2, 2], 0.0, DType::F32, Device::Meta).matmul(&Tensor::ones(&[2, 2]));
+}
+
+// ---- random generator ---------------------------------------------------------------
+
+#[test]
+fn manual_seed_makes_randn_and_rand_reproducible() {
+    let _rng = rng_lock();
+    manual_seed(123);
+    let (a, b) = (Tensor::randn(&[50]).to_vec(), Tensor::rand(&[50]).to_vec());
+    manual_seed(123);
+    assert_eq!(Tensor::randn(&[50]).to_vec(), a);
+    assert_eq!(Tensor::rand(&[50]).to_vec(), b);
+    manual_seed(124);
+    assert_ne!(Tensor::randn(&[50]).to_vec(), a);
+    manual_seed(5);
+    let p = Tensor::randperm(10).to_vec_i64();
+    manual_seed(5);
+    assert_eq!(Tensor::randperm(10).to_vec_i64(), p);
+    let mut sorted = p.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..10).collect::<Vec<i64>>());
+}
+
+#[test]
+fn random_constructors_have_the_right_distributions() {
+    let _rng = rng_lock();
+    manual_seed(0);
+    let n = 20_000;
+    let u = Tensor::rand(&[n]).to_vec();
+    assert!(u.iter().all(|&v| (0.0..1.0).contains(&v)));
+    let mean = u.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+    assert!((mean - 0.5).abs() < 0.01, "uniform mean {mean}");
+    let z = Tensor::randn(&[n]);
+    let (m, v) = (z.mean().item(), z.var_dims::<usize>(&[], 1, false).item());
+    assert!(m.abs() < 0.03 && (v - 1.0).abs() < 0.05, "normal mean {m} var {v}");
+    let g = Tensor::normal(&[n], 3.0, 0.5);
+    assert!((g.mean().item() - 3.0).abs() < 0.02 && (g.var_dims::<usize>(&[], 1, false).item() - 0.25).abs() < 0.02);
+    let w = Tensor::uniform(&[n], -2.0, -1.0).to_vec();
+    assert!(w.iter().all(|&v| (-2.0..-1.0).contains(&v)));
+}
+
+// ---- constructors and values --------------------------------------------------------
+
+#[test]
+fn constructors() {
+    assert_eq!(Tensor::eye(2).to_vec(), vec![1.0, 0.0, 0.0, 1.0]);
+    assert_eq!(Tensor::arange(1.0, 0.0, -0.25).to_vec(), vec![1.0, 0.75, 0.5, 0.25]);
+    assert_eq!(Tensor::full(&[2], 1.5).to_vec(), vec![1.5, 1.5]);
+    let i = Tensor::from_vec_i64(vec![1, 2], &[2]);
+    assert_eq!((Tensor::ones_like(&i).dtype(), Tensor::ones_like(&i).to_vec_i64()), (DType::I64, vec![1, 1]));
+    assert_eq!(Tensor::scalar(2.0).shape(), &[] as &[usize]);
+    assert!(Tensor::try_from_vec(vec![1.0; 3], &[2, 2]).is_err());
+    assert_eq!(
+        Tensor::try_from_vec(vec![1.0; 3], &[2, 2]).unwrap_err().to_string(),
+        "Tensor::try_from_vec: shape [2, 2] needs 4 elements, got 3"
+    );
+    assert_eq!(Tensor::from_data(vec![true], &[1]).unwrap().dtype(), DType::Bool);
+    assert_eq!(format!("{}", t64(&[1.0, 2.5], &[2])), "tensor([1.0000, 2.5000], dtype=f64)");
+    assert_eq!(format!("{}", leaf(&[1.0], &[1]) * 2.0), "tensor([2.0000], dtype=f64, grad_fn=affine)");
+}
+
+// ---- shapes whose element count does not fit ---------------------------------------
+
+/// The panic message of `f`, which must panic.
+fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+    let e = std::panic::catch_unwind(f).expect_err("no panic");
+    e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap()
+}
+
+#[test]
+fn wrapping_shapes_are_refused_by_every_constructor() {
+    let wraps = [(1usize << 63) + 1, 2]; // the product wraps to 2
+    let e = Tensor::try_from_vec(vec![1.0, 2.0], &wraps).unwrap_err();
+    assert!(matches!(e, Error::ShapeOverflow { op: "Tensor::try_from_vec", .. }), "{e:?}");
+    assert!(e.to_string().contains("[9223372036854775809, 2] is unrepresentable"), "{e}");
+    let m = panic_message(|| drop(Tensor::from_vec(vec![1.0, 2.0], &wraps)));
+    assert!(m.starts_with("Tensor::from_vec: shape [9223372036854775809, 2] is unrepresentable"), "{m}");
+    assert!(Tensor::from_data(vec![1i64, 2], &wraps).is_err());
+    let huge = [1usize << 32, 1 << 32];
+    for (name, f) in [
+        ("Tensor::zeros", Box::new(|| drop(Tensor::zeros(&huge))) as Box<dyn FnOnce() + std::panic::UnwindSafe>),
+        ("Tensor::ones", Box::new(|| drop(Tensor::ones(&huge)))),
+        ("Tensor::full", Box::new(|| drop(Tensor::full(&huge, 2.0)))),
+        ("Tensor::randn", Box::new(|| drop(Tensor::randn(&huge)))),
+        ("Tensor::uniform", Box::new(|| drop(Tensor::rand(&huge)))),
+        ("Tensor::normal", Box::new(|| drop(Tensor::normal(&huge, 0.0, 1.0)))),
+        ("Tensor::eye", Box::new(|| drop(Tensor::eye(1 << 32)))),
+        ("Tensor::full_on", Box::new(|| drop(Tensor::full_on(&huge, 0.0, DType::I64, Device::Meta)))),
+    ] {
+        let m = panic_message(f);
+        assert!(m.starts_with(&format!("{name}: shape [4294967296, 4294967296] is unrepresentable")), "{m}");
+    }
+    assert!(matches!(Tensor::try_zeros(&huge), Err(Error::ShapeOverflow { .. })));
+    // Zero-element shapes count zero dims as 1: their strides must fit too.
+    assert!(Tensor::try_zeros(&[0, 1 << 40, 1 << 40]).is_err());
+    assert_eq!(Tensor::try_zeros(&[0, 1 << 40]).unwrap().numel(), 0);
+    // A representable shape whose buffer cannot exist: an error, not an abort.
+    let e = Tensor::try_zeros(&[1 << 62]).unwrap_err();
+    assert!(matches!(e, Error::Allocation { bytes, .. } if bytes == 1 << 64), "{e:?}");
+    let m = panic_message(|| drop(Tensor::arange(0.0, 1e30, 1.0)));
+    assert!(m.contains("more than a tensor can hold"), "{m}");
+}
+
+#[test]
+fn ops_refuse_results_whose_shape_does_not_fit() {
+    let m = panic_message(|| drop(Tensor::zeros(&[2]).reshape(&[(1 << 63) + 1, 2])));
+    assert!(m.starts_with("reshape: shape [9223372036854775809, 2] is invalid for input of shape [2]"), "{m}");
+    let m = panic_message(|| drop(Tensor::zeros(&[2]).view(&[(1 << 63) + 1, 2])));
+    assert!(m.starts_with("view: shape [9223372036854775809, 2] is invalid"), "{m}");
+    let m = panic_message(|| drop(Tensor::zeros(&[1]).expand(&[1 << 40, 1 << 40])));
+    assert!(m.starts_with("expand: shape [1099511627776, 1099511627776] is unrepresentable"), "{m}");
+    // Each operand is a cheap, valid view; their broadcast is not.
+    let (col, row) = (Tensor::zeros(&[1, 1]).expand(&[1 << 40, 1]), Tensor::zeros(&[1, 1]).expand(&[1, 1 << 40]));
+    let m = panic_message(|| drop(&col + &row));
+    assert!(m.starts_with("broadcast: shapes [1099511627776, 1] and [1, 1099511627776] broadcast to"), "{m}");
+    // k = 0: both operands are empty, the product is not.
+    let (a, b) = (Tensor::zeros(&[1 << 40, 0]), Tensor::zeros(&[0, 1 << 40]));
+    let m = panic_message(|| drop(a.matmul(&b)));
+    assert!(m.starts_with("matmul: shape [1099511627776, 1099511627776] is unrepresentable"), "{m}");
+    let big = Tensor::zeros(&[usize::MAX / 2, 0]);
+    let m = panic_message(|| drop(Tensor::cat(&[&big, &big, &big], 0)));
+    assert!(m.starts_with("cat: shape"), "{m}");
+}
+
+#[test]
+#[should_panic(expected = "Tensor::from_vec: shape [2, 2] needs 4 elements, got 3")]
+fn from_vec_with_wrong_length_panics() {
+    Tensor::from_vec(vec![1.0; 3], &[2, 2]);
+}
+
+#[test]
+#[should_panic(expected = "item: a tensor with 2 elements (shape [2]) cannot be converted to a scalar")]
+fn item_of_a_vector_panics() {
+    Tensor::ones(&[2]).item();
+}
+
+// ---- in-place updates and autograd state --------------------------------------------
+
+#[test]
+fn in_place_updates_are_copy_on_write() {
+    let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let view = x.t();
+    x.add_(&Tensor::from_vec(vec![10.0, 20.0], &[2]));
+    assert_eq!(x.to_vec(), vec![11.0, 22.0, 13.0, 24.0]);
+    assert_eq!(view.to_vec(), vec![1.0, 3.0, 2.0, 4.0], "the old view keeps its values");
+    x.mul_(0.5);
+    assert_eq!(x.to_vec(), vec![5.5, 11.0, 6.5, 12.0]);
+    x.fill_(7.0);
+    assert_eq!(x.to_vec(), vec![7.0; 4]);
+    x.zero_();
+    assert_eq!(x.to_vec(), vec![0.0; 4]);
+    // copy_ into a strided view writes through its own layout.
+    let t = Tensor::from_vec(vec![0.0; 4], &[2, 2]).t();
+    t.copy_(&Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]));
+    assert_eq!(t.to_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+}
+
+#[test]
+fn in_place_on_a_parameter_inside_no_grad_is_allowed() {
+    let w = Tensor::ones(&[2]).requires_grad_(true);
+    no_grad(|| w.add_(&Tensor::full(&[2], 0.5)));
+    assert_eq!(w.to_vec(), vec![1.5, 1.5]);
+    assert!(w.requires_grad() && w.is_leaf());
+}
+
+#[test]
+#[should_panic(expected = "add_: in-place update of a tensor that requires grad; run it inside `no_grad(|| ...)`")]
+fn in_place_on_a_tensor_requiring_grad_panics() {
+    Tensor::ones(&[2]).requires_grad_(true).add_(&Tensor::ones(&[2]));
+}
+
+#[test]
+#[should_panic(expected = "copy_: in-place update of a tensor that requires grad")]
+fn copy_into_a_tensor_requiring_grad_panics() {
+    Tensor::ones(&[2]).requires_grad_(true).copy_(&Tensor::ones(&[2]));
+}
+
+#[test]
+#[should_panic(expected = "requires_grad_: only tensors of floating-point dtype can require gradients, got i64")]
+fn requires_grad_on_integers_panics() {
+    Tensor::from_vec_i64(vec![1], &[1]).requires_grad_(true);
+}
+
+#[test]
+#[should_panic(expected = "requires_grad_: you can only change requires_grad flags of leaf tensors")]
+fn clearing_requires_grad_on_a_non_leaf_panics() {
+    (Tensor::ones(&[1]).requires_grad_(true) * 2.0).requires_grad_(false);
+}
+
+#[test]
+fn detach_shares_values_but_not_the_graph() {
+    let x = leaf(&[1.0, 2.0], &[2]);
+    let y = &x * 3.0;
+    let d = y.detach();
+    assert!(!d.requires_grad() && d.is_leaf() && d.grad_fn_name().is_none());
+    assert!(Arc::ptr_eq(&d.storage_arc(), &y.storage_arc()));
+    assert_ne!(d.id(), y.id());
+    (&d * &x).sum().backward();
+    assert_eq!(grad(&x), vec![3.0, 6.0], "no gradient flows through the detached factor");
+}
+
+#[test]
+fn clones_are_the_same_tensor() {
+    let x = leaf(&[1.0], &[1]);
+    let c = x.clone();
+    assert_eq!(c.id(), x.id());
+    (&c * 2.0).sum().backward();
+    assert_eq!(grad(&x), vec![2.0]);
+    x.zero_grad();
+    assert!(c.grad().is_none());
+    x.set_grad(Some(t64(&[5.0], &[1])));
+    assert_eq!(grad(&c), vec![5.0]);
+}
+
+#[test]
+#[should_panic(expected = "set_grad: gradient of shape [2] for a tensor of shape [1]")]
+fn set_grad_with_the_wrong_shape_panics() {
+    leaf(&[1.0], &[1]).set_grad(Some(t64(&[1.0, 2.0], &[2])));
+}
+
+#[test]
+fn contiguous_and_to_device_backward() {
+    let x = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    (x.t().contiguous() * t64(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])).sum().backward();
+    assert_eq!(grad(&x), vec![1.0, 3.0, 5.0, 2.0, 4.0, 6.0]);
+    // Through a meta round trip the values are gone but the gradient still arrives.
+    let y = leaf(&[1.0, 2.0], &[2]);
+    let back = y.to_device(Device::Meta).to_device(Device::Cpu);
+    assert!(back.requires_grad());
+    (back + 1.0).exp().sum().backward();
+    assert_close64(&grad(&y), &[1f64.exp(), 1f64.exp()], 1e-15);
+}
