@@ -10,13 +10,12 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::{check_float, check_same, cpu};
 use crate::autograd::{op_result, Grads};
 use crate::device::Device;
-use crate::dtype::{Element, FloatElement};
+use crate::dtype::Element;
 use crate::shape::Layout;
 use crate::storage::{with_float, Storage};
 use crate::tensor::Tensor;
@@ -41,33 +40,47 @@ impl Default for Conv2dOptions {
     }
 }
 
-/// Every size a convolution kernel needs, validated once.
+/// Every size a convolution kernel needs, validated once (PyTorch's letters: input
+/// `[n, c, h, w]`, weight `[o, c / groups, kh, kw]`, output `[n, o, ho, wo]`).
 #[derive(Clone, Copy, Debug)]
-struct Geometry {
-    n: usize,
-    c: usize,
-    h: usize,
-    w: usize,
-    o: usize,
-    kh: usize,
-    kw: usize,
-    ho: usize,
-    wo: usize,
-    opt: Conv2dOptions,
+pub(super) struct Geometry {
+    /// Batch size.
+    pub(super) n: usize,
+    /// Input channels.
+    pub(super) c: usize,
+    /// Input height.
+    pub(super) h: usize,
+    /// Input width.
+    pub(super) w: usize,
+    /// Output channels.
+    pub(super) o: usize,
+    /// Kernel height.
+    pub(super) kh: usize,
+    /// Kernel width.
+    pub(super) kw: usize,
+    /// Output height.
+    pub(super) ho: usize,
+    /// Output width.
+    pub(super) wo: usize,
+    /// Stride, padding, dilation, groups.
+    pub(super) opt: Conv2dOptions,
 }
 
 impl Geometry {
-    fn cg(&self) -> usize {
+    /// Input channels each group sees.
+    pub(super) fn in_channels_per_group(&self) -> usize {
         self.c / self.opt.groups
     }
-    fn og(&self) -> usize {
+    /// Output channels each group produces.
+    pub(super) fn out_channels_per_group(&self) -> usize {
         self.o / self.opt.groups
     }
-    /// Rows of the column matrix: `C/g * kh * kw`.
-    fn ckk(&self) -> usize {
-        self.cg() * self.kh * self.kw
+    /// Rows of the column matrix: `c / groups * kh * kw`.
+    pub(super) fn col_rows(&self) -> usize {
+        self.in_channels_per_group() * self.kh * self.kw
     }
-    fn hw_out(&self) -> usize {
+    /// Output positions per channel: `ho * wo`.
+    pub(super) fn out_pixels(&self) -> usize {
         self.ho * self.wo
     }
 }
@@ -123,394 +136,7 @@ fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dOptions) -> Geometry {
     Geometry { n, c, h, w: wd, o, kh, kw, ho, wo, opt }
 }
 
-/// The input columns `lo..hi` of output row `oh` that kernel tap `(ki, kj)` reads, and the
-/// input row and first input column: `None` when the tap falls in the vertical padding.
-/// Columns outside `lo..hi` read the horizontal padding (zeros).
-#[inline]
-fn tap_run(g: &Geometry, oh: usize, ki: usize, kj: usize) -> Option<(usize, usize, usize, usize)> {
-    let (sh, sw) = g.opt.stride;
-    let (ph, pw) = g.opt.padding;
-    let (dh, dw) = g.opt.dilation;
-    let ih = (oh * sh + ki * dh) as isize - ph as isize;
-    if ih < 0 || ih >= g.h as isize {
-        return None;
-    }
-    let off = (kj * dw) as isize - pw as isize;
-    let lo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(sw) }.min(g.wo);
-    let hi = if (g.w as isize) <= off { 0 } else { ((g.w as isize - off) as usize).div_ceil(sw) }.clamp(lo, g.wo);
-    Some((lo, hi, ih as usize, ((lo * sw) as isize + off).max(0) as usize))
-}
-
-/// Fills the columns of one sample in a column matrix `[C/g * kh * kw, row_stride]` from
-/// one group of that sample, `x` (`[C/g, H, W]` contiguous): row `r` of the sample's
-/// block is `cols[r * row_stride + offset..][..Ho * Wo]`.
-fn im2col<T: FloatElement>(x: &[T], g: &Geometry, cols: &mut [T], row_stride: usize, offset: usize) {
-    let sw = g.opt.stride.1;
-    let hw = g.hw_out();
-    for c in 0..g.cg() {
-        let plane = &x[c * g.h * g.w..(c + 1) * g.h * g.w];
-        for ki in 0..g.kh {
-            for kj in 0..g.kw {
-                let row = ((c * g.kh + ki) * g.kw + kj) * row_stride + offset;
-                let dst = &mut cols[row..row + hw];
-                for oh in 0..g.ho {
-                    let line = &mut dst[oh * g.wo..(oh + 1) * g.wo];
-                    let Some((lo, hi, ih, first)) = tap_run(g, oh, ki, kj) else {
-                        line.fill(T::zero());
-                        continue;
-                    };
-                    // Zeros around a copied (or strided-gathered) middle run.
-                    let src = &plane[ih * g.w..(ih + 1) * g.w];
-                    line[..lo].fill(T::zero());
-                    line[hi..].fill(T::zero());
-                    if sw == 1 {
-                        line[lo..hi].copy_from_slice(&src[first..first + (hi - lo)]);
-                    } else {
-                        for (k, v) in line[lo..hi].iter_mut().enumerate() {
-                            *v = src[first + k * sw];
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Adds one sample's block of a column matrix (laid out as for [`im2col`]) back into one
-/// group of that sample's input gradient.
-fn col2im<T: FloatElement>(cols: &[T], g: &Geometry, dx: &mut [T], row_stride: usize, offset: usize) {
-    let sw = g.opt.stride.1;
-    let hw = g.hw_out();
-    for c in 0..g.cg() {
-        let plane = &mut dx[c * g.h * g.w..(c + 1) * g.h * g.w];
-        for ki in 0..g.kh {
-            for kj in 0..g.kw {
-                let row = ((c * g.kh + ki) * g.kw + kj) * row_stride + offset;
-                let src = &cols[row..row + hw];
-                for oh in 0..g.ho {
-                    let Some((lo, hi, ih, first)) = tap_run(g, oh, ki, kj) else { continue };
-                    let line = &mut plane[ih * g.w..(ih + 1) * g.w];
-                    let run = &src[oh * g.wo + lo..oh * g.wo + hi];
-                    if sw == 1 {
-                        for (d, &v) in line[first..first + run.len()].iter_mut().zip(run) {
-                            *d = *d + v;
-                        }
-                    } else {
-                        for (k, &v) in run.iter().enumerate() {
-                            line[first + k * sw] = line[first + k * sw] + v;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// How one sample's output positions map to columns of the column matrix.
-///
-/// `Exact` has one column per output position (`Ho * Wo`). `Wide`, used for stride 1,
-/// has one per position of the (padded) input row: `Ho * Wp` columns, of which the first
-/// `Wo` of every `Wp` are real outputs. Its payoff is that a kernel tap's row of the
-/// column matrix is then one contiguous run of the padded input plane, so im2col and
-/// col2im are a copy (or add) per tap instead of one per tap and output row (for a
-/// 11-wide output, 11x fewer and 13x longer runs). The extra columns cost `Wp / Wo - 1`
-/// more GEMM work (18% on 13-wide inputs, 2% at 224); their outputs are dropped, and their
-/// output gradients are zero, so they add nothing to the input or weight gradients.
-#[derive(Clone, Copy)]
-struct Cols {
-    /// Padded input height and width (`Wide`), or `(0, 0)` for `Exact`.
-    hp: usize,
-    wp: usize,
-    /// Columns per output row (`Wo` or `Wp`) and per sample.
-    row: usize,
-    span: usize,
-}
-
-impl Cols {
-    fn new(g: &Geometry) -> Cols {
-        if g.opt.stride == (1, 1) {
-            let (hp, wp) = (g.h + 2 * g.opt.padding.0, g.w + 2 * g.opt.padding.1);
-            Cols { hp, wp, row: wp, span: g.ho * wp }
-        } else {
-            Cols { hp: 0, wp: 0, row: g.wo, span: g.hw_out() }
-        }
-    }
-    fn wide(&self) -> bool {
-        self.hp > 0
-    }
-    /// Start of tap `(ki, kj)`'s run in the padded plane.
-    fn tap_offset(&self, g: &Geometry, ki: usize, kj: usize) -> usize {
-        ki * g.opt.dilation.0 * self.wp + kj * g.opt.dilation.1
-    }
-}
-
-/// Copies one group of one sample (`[C/g, H, W]`) into `out` (`[C/g, Hp, Wp]`) with zeros
-/// around it, or returns the input itself when there is no padding.
-fn padded<'a, T: FloatElement>(x: &'a [T], g: &Geometry, l: &Cols, out: &'a mut Vec<T>) -> &'a [T] {
-    let (ph, pw) = g.opt.padding;
-    if (ph, pw) == (0, 0) {
-        return x;
-    }
-    out.clear();
-    out.resize(g.cg() * l.hp * l.wp, T::zero());
-    for c in 0..g.cg() {
-        for ih in 0..g.h {
-            let dst = &mut out[(c * l.hp + ih + ph) * l.wp + pw..][..g.w];
-            dst.copy_from_slice(&x[(c * g.h + ih) * g.w..][..g.w]);
-        }
-    }
-    out
-}
-
-/// [`im2col`] for the `Wide` layout, from the padded planes `xp` (`[C/g, Hp, Wp]`).
-fn im2col_wide<T: FloatElement>(xp: &[T], g: &Geometry, l: &Cols, cols: &mut [T], row_stride: usize, offset: usize) {
-    let plane = l.hp * l.wp;
-    for c in 0..g.cg() {
-        let src = &xp[c * plane..(c + 1) * plane];
-        for ki in 0..g.kh {
-            for kj in 0..g.kw {
-                let row = ((c * g.kh + ki) * g.kw + kj) * row_stride + offset;
-                let dst = &mut cols[row..row + l.span];
-                // The run may reach past the plane's end only in dropped columns.
-                let start = l.tap_offset(g, ki, kj);
-                let n = l.span.min(plane - start);
-                dst[..n].copy_from_slice(&src[start..start + n]);
-                dst[n..].fill(T::zero());
-            }
-        }
-    }
-}
-
-/// [`col2im`] for the `Wide` layout, adding into padded planes `dxp` (`[C/g, Hp, Wp]`).
-fn col2im_wide<T: FloatElement>(cols: &[T], g: &Geometry, l: &Cols, dxp: &mut [T], row_stride: usize, offset: usize) {
-    let plane = l.hp * l.wp;
-    for c in 0..g.cg() {
-        let dst = &mut dxp[c * plane..(c + 1) * plane];
-        for ki in 0..g.kh {
-            for kj in 0..g.kw {
-                let row = ((c * g.kh + ki) * g.kw + kj) * row_stride + offset;
-                let start = l.tap_offset(g, ki, kj);
-                let n = l.span.min(plane - start);
-                for (d, &v) in dst[start..start + n].iter_mut().zip(&cols[row..row + n]) {
-                    *d = *d + v;
-                }
-            }
-        }
-    }
-}
-
-/// `c = a(m x k) * b(k x n)` for row-major slices, with `transpose_a`/`transpose_b`
-/// reading the operands as stored transposed, and `accumulate` adding into `c`.
-#[allow(clippy::too_many_arguments)]
-fn gemm<T: FloatElement>(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[T],
-    ta: bool,
-    b: &[T],
-    tb: bool,
-    c: &mut [T],
-    accumulate: bool,
-) {
-    let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
-    let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
-    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
-    // SAFETY: the assert above bounds every index the strides can produce.
-    unsafe {
-        T::gemm(
-            m,
-            k,
-            n,
-            T::one(),
-            a.as_ptr(),
-            rsa,
-            csa,
-            b.as_ptr(),
-            rsb,
-            csb,
-            if accumulate { T::one() } else { T::zero() },
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        )
-    }
-}
-
-/// Scratch memory for one column matrix, at most this many bytes per task: samples are
-/// processed in blocks that fit (at least one sample per block).
-const COLS_BYTES: usize = 8 << 20;
-
-/// How many samples each task takes: the batch split evenly over the threads when the
-/// work is worth splitting, capped so one block's column matrix fits [`COLS_BYTES`].
-fn samples_per_task<T>(g: &Geometry, l: &Cols) -> usize {
-    let per_sample = g.ckk() * l.span;
-    let fit = (COLS_BYTES / std::mem::size_of::<T>() / per_sample.max(1)).max(1);
-    let flops = 2 * g.n * per_sample * g.og() * g.opt.groups;
-    let threads = if flops >= 1 << 21 { rayon::current_num_threads() } else { 1 };
-    g.n.div_ceil(threads).clamp(1, fit)
-}
-
-/// Forward over blocks of samples: one im2col for the whole block (`[C/g * kh * kw,
-/// B * span]`, see [`Cols`]) and one GEMM per group, so the GEMM sees a wide matrix instead
-/// of one small product per sample; the `[O/g, B * span]` result is copied into the
-/// `[B, O, Ho, Wo]` output with the bias added.
-fn conv_forward<T: FloatElement>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry) -> Vec<T> {
-    let (cg, og, ckk, hw) = (g.cg(), g.og(), g.ckk(), g.hw_out());
-    let (in_sample, out_sample, group_in) = (g.c * g.h * g.w, g.o * hw, g.cg() * g.h * g.w);
-    let l = Cols::new(g);
-    let block = samples_per_task::<T>(g, &l);
-    let mut out = T::alloc_buffer(g.n * out_sample);
-    out.resize(g.n * out_sample, T::zero());
-    out.par_chunks_mut((block * out_sample).max(1)).enumerate().for_each(|(bi, y)| {
-        let nb = y.len() / out_sample.max(1);
-        let cols_n = nb * l.span;
-        let mut cols = T::alloc_buffer(ckk * cols_n);
-        cols.resize(ckk * cols_n, T::zero());
-        let mut yg = T::alloc_buffer(og * cols_n);
-        yg.resize(og * cols_n, T::zero());
-        let mut pad = Vec::new();
-        for gi in 0..g.opt.groups {
-            for i in 0..nb {
-                let xg = &x[(bi * block + i) * in_sample + gi * cg * g.h * g.w..][..group_in];
-                if l.wide() {
-                    im2col_wide(padded(xg, g, &l, &mut pad), g, &l, &mut cols, cols_n, i * l.span);
-                } else {
-                    im2col(xg, g, &mut cols, cols_n, i * l.span);
-                }
-            }
-            gemm(og, ckk, cols_n, &w[gi * og * ckk..(gi + 1) * og * ckk], false, &cols, false, &mut yg, false);
-            for i in 0..nb {
-                for o in 0..og {
-                    let oc = gi * og + o;
-                    let b = bias.map_or(T::zero(), |b| b[oc]);
-                    let src = &yg[o * cols_n + i * l.span..][..l.span];
-                    let dst = &mut y[i * out_sample + oc * hw..][..hw];
-                    for (d, s) in dst.chunks_exact_mut(g.wo).zip(src.chunks(l.row)) {
-                        for (d, &v) in d.iter_mut().zip(s) {
-                            *d = v + b;
-                        }
-                    }
-                }
-            }
-        }
-        crate::pool::recycle(cols);
-        crate::pool::recycle(yg);
-    });
-    out
-}
-
-/// Input and weight gradients over the same sample blocks as the forward: the block's
-/// output gradient is gathered to `[O/g, B * span]` (zeros in dropped columns), then one
-/// GEMM gives the weight gradient (against the recomputed columns) and one the column
-/// gradient (scattered back by col2im). Each task accumulates its own weight-gradient
-/// partial.
-fn conv_backward<T: FloatElement>(
-    x: &[T],
-    w: &[T],
-    gy: &[T],
-    geo: &Geometry,
-    need_dx: bool,
-    need_dw: bool,
-) -> (Vec<T>, Vec<T>) {
-    let (cg, og, ckk, hw) = (geo.cg(), geo.og(), geo.ckk(), geo.hw_out());
-    let (in_sample, out_sample, group_in) = (geo.c * geo.h * geo.w, geo.o * hw, geo.cg() * geo.h * geo.w);
-    let l = Cols::new(geo);
-    let block = samples_per_task::<T>(geo, &l);
-    let mut dx = T::alloc_buffer(if need_dx { x.len() } else { 0 });
-    dx.resize(if need_dx { x.len() } else { 0 }, T::zero());
-    let wlen = w.len();
-    let (ph, pw) = geo.opt.padding;
-    // One block of samples starting at sample `n0`; `dxs` is the block's input gradient.
-    let per_block = |n0: usize, nb: usize, dxs: &mut [T], dw: &mut Vec<T>| {
-        let cols_n = nb * l.span;
-        let mut cols = T::alloc_buffer(ckk * cols_n);
-        cols.resize(ckk * cols_n, T::zero());
-        let mut gyg = T::alloc_buffer(og * cols_n);
-        gyg.resize(og * cols_n, T::zero());
-        let (mut pad, mut dpad) = (Vec::new(), Vec::new());
-        for gi in 0..geo.opt.groups {
-            for i in 0..nb {
-                for o in 0..og {
-                    let src = &gy[(n0 + i) * out_sample + (gi * og + o) * hw..][..hw];
-                    let dst = &mut gyg[o * cols_n + i * l.span..][..l.span];
-                    for (d, s) in dst.chunks_mut(l.row).zip(src.chunks_exact(geo.wo)) {
-                        d[..geo.wo].copy_from_slice(s);
-                        d[geo.wo..].fill(T::zero());
-                    }
-                }
-            }
-            let xg = |i: usize| &x[(n0 + i) * in_sample + gi * group_in..][..group_in];
-            if need_dw {
-                for i in 0..nb {
-                    if l.wide() {
-                        im2col_wide(padded(xg(i), geo, &l, &mut pad), geo, &l, &mut cols, cols_n, i * l.span);
-                    } else {
-                        im2col(xg(i), geo, &mut cols, cols_n, i * l.span);
-                    }
-                }
-                // dW_g += gy_g (og x B span) * cols^T (B span x ckk)
-                gemm(og, cols_n, ckk, &gyg, false, &cols, true, &mut dw[gi * og * ckk..(gi + 1) * og * ckk], true);
-            }
-            if need_dx {
-                // dcols = W_g^T (ckk x og) * gy_g (og x B span)
-                gemm(ckk, og, cols_n, &w[gi * og * ckk..(gi + 1) * og * ckk], true, &gyg, false, &mut cols, false);
-                for i in 0..nb {
-                    let d = &mut dxs[i * in_sample + gi * group_in..][..group_in];
-                    if !l.wide() {
-                        col2im(&cols, geo, d, cols_n, i * l.span);
-                    } else if (ph, pw) == (0, 0) {
-                        col2im_wide(&cols, geo, &l, d, cols_n, i * l.span);
-                    } else {
-                        // Into a padded scratch plane, then its interior into the gradient.
-                        dpad.clear();
-                        dpad.resize(cg * l.hp * l.wp, T::zero());
-                        col2im_wide(&cols, geo, &l, &mut dpad, cols_n, i * l.span);
-                        for c in 0..cg {
-                            for ih in 0..geo.h {
-                                let src = &dpad[(c * l.hp + ih + ph) * l.wp + pw..][..geo.w];
-                                for (d, &v) in d[(c * geo.h + ih) * geo.w..][..geo.w].iter_mut().zip(src) {
-                                    *d = *d + v;
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        crate::pool::recycle(cols);
-        crate::pool::recycle(gyg);
-    };
-    let zeros = || vec![T::zero(); if need_dw { wlen } else { 0 }];
-    let dw = if need_dx {
-        dx.par_chunks_mut((block * in_sample).max(1))
-            .enumerate()
-            .fold(zeros, |mut dw, (bi, dxs)| {
-                per_block(bi * block, dxs.len() / in_sample.max(1), dxs, &mut dw);
-                dw
-            })
-            .reduce(zeros, add_vecs)
-    } else {
-        (0..geo.n.div_ceil(block))
-            .into_par_iter()
-            .fold(zeros, |mut dw, bi| {
-                per_block(bi * block, block.min(geo.n - bi * block), &mut [], &mut dw);
-                dw
-            })
-            .reduce(zeros, add_vecs)
-    };
-    (dx, dw)
-}
-
-fn add_vecs<T: FloatElement>(mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
-    if a.is_empty() {
-        return b;
-    }
-    for (x, y) in a.iter_mut().zip(b) {
-        *x = *x + y;
-    }
-    a
-}
+use super::conv_cpu::{conv_backward, conv_forward};
 
 impl Tensor {
     /// 2-D convolution (cross-correlation, as PyTorch) of `self` (`[N, C, H, W]`) with

@@ -10,6 +10,7 @@ pub(crate) mod activation;
 pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod conv;
+mod conv_cpu;
 pub(crate) mod dropout;
 pub(crate) mod index;
 pub(crate) mod inplace;
