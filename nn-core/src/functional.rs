@@ -20,16 +20,8 @@ use crate::tensor::Tensor;
 /// ```
 #[track_caller]
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    if let (Some(b), true) = (bias, x.rank() >= 2) {
-        // One fused product-plus-bias (batch dims folded into rows) when the operands fit;
-        // otherwise the plain ops below, whose panics name the mismatch.
-        let rows: usize = x.shape()[..x.rank() - 1].iter().product();
-        let x2 = if x.rank() == 2 { x.clone() } else { x.reshape(&[rows, x.shape()[x.rank() - 1]]) };
-        if let Some(y) = x2.addmm_t(weight, b) {
-            let mut shape = x.shape()[..x.rank() - 1].to_vec();
-            shape.push(weight.shape()[0]);
-            return if x.rank() == 2 { y } else { y.reshape(&shape) };
-        }
+    if let Some(y) = bias.and_then(|b| x.fused_linear(weight, b)) {
+        return y;
     }
     let y = x.matmul(&weight.t());
     match bias {

@@ -118,15 +118,12 @@ impl Tensor {
             panic!("matmul: {:?} x {:?}: inner dimensions {inner_a} and {inner_b} differ", self.shape(), other.shape());
         }
         if ra > 2 && rb == 2 {
-            // `[..., m, k] x [k, n]` (every Linear on a sequence): fold the batch dims into
-            // the rows, one `[B m, k] x [k, n]` GEMM (as PyTorch does). Against a GEMM per
-            // batch entry it is big enough to be split over threads, and its weight
-            // gradient is one GEMM over `B m` instead of B products and a sum (measured:
-            // the Transformer layer step went from no 2-thread speed-up to 1.4x).
-            let rows: usize = self.shape()[..ra - 1].iter().product();
-            let mut shape = self.shape()[..ra - 1].to_vec();
-            shape.push(other.shape()[1]);
-            return self.reshape(&[rows, inner_a]).matmul(other).reshape(&shape);
+            // `[..., m, k] x [k, n]` (every Linear on a sequence): one `[B m, k] x [k, n]`
+            // GEMM (as PyTorch does). Against a GEMM per batch entry it is big enough to be
+            // split over threads, and its weight gradient is one GEMM over `B m` instead of
+            // B products and a sum (measured: the Transformer layer step went from no
+            // 2-thread speed-up to 1.4x).
+            return fold_rows(self, |x| Some(x.matmul(other))).expect("matmul always runs");
         }
         let a = if ra == 1 { self.unsqueeze(0) } else { self.clone() };
         let b = if rb == 1 { other.unsqueeze(1) } else { other.clone() };
@@ -202,7 +199,33 @@ fn addmm_kernel<T: FloatElement>(
     out
 }
 
+/// Runs `f` on `x` (`[..., k]`, rank >= 2) with its batch dims folded into the rows
+/// (`[rows, k]`, a view when `x` is contiguous) and unfolds `f`'s `[rows, n]` result to
+/// `[..., n]`; `None` when `f` declines.
+fn fold_rows(x: &Tensor, f: impl FnOnce(&Tensor) -> Option<Tensor>) -> Option<Tensor> {
+    let lead = &x.shape()[..x.rank() - 1];
+    if x.rank() == 2 {
+        return f(x);
+    }
+    let rows: usize = lead.iter().product();
+    let y = f(&x.reshape(&[rows, x.shape()[x.rank() - 1]]))?;
+    let mut shape = lead.to_vec();
+    shape.push(y.shape()[1]);
+    Some(y.reshape(&shape))
+}
+
 impl Tensor {
+    /// `x @ weight^T + bias` (`x: [..., k]`, rank >= 2) as one fused op: batch dims folded
+    /// into rows, the GEMM accumulating into the bias rows ([`addmm_t`](Tensor::addmm_t)).
+    /// `None` when the operands do not fit that path (the caller then runs the plain ops,
+    /// whose panics name the mismatch). The one place that decides fusing `linear`.
+    pub(crate) fn fused_linear(&self, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
+        if self.rank() < 2 {
+            return None;
+        }
+        fold_rows(self, |x| x.addmm_t(weight, bias))
+    }
+
     /// `self [m, k] @ weight[n, k]^T + bias [n]` as one op through [`addmm_kernel`] (the
     /// bias broadcast over the rows, `weight^T` a strided view: no copies).
     /// `None` (the caller falls back to the two ops, and their error messages) unless the
