@@ -134,7 +134,6 @@ pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossOption
     let (x, t, c) = flatten_class("cross_entropy", logits, target);
     let logp = x.log_softmax(1);
     if opt.label_smoothing == 0.0 {
-        // (Fix: the unreduced loss used to be computed here as well, and thrown away.)
         let nll = nll_loss_with(&logp, &t, opt);
         return if matches!(opt.reduction, Reduction::None) { nll.reshape(target.shape()) } else { nll };
     }

@@ -44,11 +44,22 @@ impl std::fmt::Display for IncompatibleKeys {
     }
 }
 
-fn kind(d: DType) -> u8 {
+/// What a dtype holds: a loaded value converts to the entry's dtype only within one kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ValueKind {
+    /// F32, F64, F16, BF16.
+    Float,
+    /// I64.
+    Integer,
+    /// Bool.
+    Bool,
+}
+
+fn kind(d: DType) -> ValueKind {
     match d {
-        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => 0,
-        DType::I64 => 1,
-        DType::Bool => 2,
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => ValueKind::Float,
+        DType::I64 => ValueKind::Integer,
+        DType::Bool => ValueKind::Bool,
     }
 }
 

@@ -196,10 +196,9 @@ impl Tensor {
                         let (dx, dw) = conv_backward(xv, wv, gv, &geo, need_dx, need_dw);
                         (T::into_storage(dx), T::into_storage(dw))
                     });
-                    // Fix: `conv_backward` returns an empty buffer for a gradient that is not
-                    // needed; wrapping it in a tensor of the full shape anyway tripped the
-                    // layout-exceeds-storage assertion (e.g. whenever the input is data that
-                    // does not require grad). Only build the gradients asked for.
+                    // `conv_backward` returns an empty buffer for a gradient that is not
+                    // needed (the input is data, say): only the gradients asked for become
+                    // tensors.
                     (need_dx.then(|| Tensor::from_cpu(dx, x.shape())), need_dw.then(|| Tensor::from_cpu(dw, w.shape())))
                 };
                 let mut out: Grads = smallvec![dx, dw];

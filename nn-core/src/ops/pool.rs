@@ -124,8 +124,8 @@ impl Tensor {
         let numel = crate::shape::numel_of(OP, &shape);
         let in_shape = self.shape().to_vec();
         if self.device() == Device::Meta {
-            // Fix: record the node on meta too (a bare meta tensor was returned, so the
-            // result of pooling a meta tensor that requires grad did not require grad).
+            // The node is recorded on meta too, so pooling a meta tensor that requires grad
+            // gives one that requires grad (shapes flow through backward as on the CPU).
             let storage = Arc::new(Storage::Meta { dtype: self.dtype(), len: numel });
             let v = op_result(OP, storage, Layout::contiguous(&shape), &[self], || {
                 move |g: &Tensor, _: &[bool]| -> Grads {

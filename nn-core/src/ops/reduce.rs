@@ -323,9 +323,9 @@ impl Tensor {
 
     /// Full reduction to the largest (or smallest) element.
     ///
-    /// Fix: this used to be `max_dim(0).0` of the flattened tensor, which sends the whole
-    /// gradient to the first tied element; PyTorch's full `max()`/`min()` spread it evenly
-    /// over every element equal to the result (NaN matching NaN).
+    /// The gradient is spread evenly over every element equal to the result (NaN matching
+    /// NaN), as PyTorch's full `max()`/`min()` do; `max_dim` would send it all to the
+    /// first tied element.
     #[track_caller]
     fn extreme_all(&self, largest: bool) -> Tensor {
         let op = if largest { "max" } else { "min" };
@@ -346,8 +346,8 @@ impl Tensor {
         let d = dim.resolve(self.rank(), "logsumexp");
         let m = no_grad(|| self.max_dim(d, true).0);
         let m = no_grad(|| {
-            // A row whose max is infinite would give inf - inf = NaN; shift by 0 there, as
-            // PyTorch does. (Fix: only -inf was masked, so a row holding +inf gave NaN.)
+            // A row whose max is +inf or -inf would give inf - inf = NaN; shift by 0 there,
+            // as PyTorch does (both signs: a row holding +inf must give +inf).
             let inf = m.abs().eq(&m.scalar_like(f64::INFINITY));
             m.masked_fill(&inf, 0.0)
         });

@@ -133,8 +133,8 @@ impl Tensor {
     pub fn transpose<D1: Dim, D2: Dim>(&self, d0: D1, d1: D2) -> Tensor {
         let (a, b) = (d0.resolve(self.rank(), "transpose"), d1.resolve(self.rank(), "transpose"));
         if self.rank() == 0 {
-            // Fix: a 0-d tensor (dims 0 and -1 both resolve to 0) is its own transpose, as in
-            // PyTorch; swapping in the empty permutation panicked with an index error.
+            // A 0-d tensor (dims 0 and -1 both resolve to 0) is its own transpose, as in
+            // PyTorch; there is no permutation to swap in.
             return self.clone();
         }
         let mut perm: Vec<usize> = (0..self.rank()).collect();
