@@ -8,6 +8,7 @@ use half::{bf16, f16};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 
+use crate::autograd::hooks::GradHooks;
 use crate::autograd::{is_grad_enabled, op_result, Grads, Node};
 use crate::device::Device;
 use crate::dtype::{DType, Element};
@@ -60,6 +61,8 @@ pub(crate) struct TensorImpl {
     pub(crate) grad_fn: Option<Arc<Node>>,
     pub(crate) requires_grad: AtomicBool,
     pub(crate) grad: Mutex<Option<Tensor>>,
+    /// Post-accumulate-grad hooks (leaves only; see `autograd::hooks`).
+    pub(crate) grad_hooks: GradHooks,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -76,6 +79,7 @@ impl Tensor {
             grad_fn,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
+            grad_hooks: GradHooks::default(),
         }))
     }
 
