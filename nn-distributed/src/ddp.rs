@@ -10,7 +10,7 @@ use nn_core::{is_grad_enabled, no_grad, Compute, DType, HasBase, HookHandle, Ite
 use crate::comm::{wire_dtype, Buf, Op};
 use crate::error::{DistError, Result};
 use crate::group::{recv, ProcessGroup};
-use crate::reducer::Reducer;
+use crate::reducer::{Reducer, ReductionStats};
 
 /// Options of [`DistributedDataParallel`], with PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -127,7 +127,7 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
         for (name, cap) in
             [("bucket_cap_mb", config.bucket_cap_mb), ("first_bucket_cap_mb", config.first_bucket_cap_mb)]
         {
-            if !(cap > 0.0) {
+            if cap.is_nan() || cap <= 0.0 {
                 return Err(DistError::InvalidConfig(format!("{name} must be positive, got {cap}")));
             }
         }
@@ -204,6 +204,12 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
     /// The options.
     pub fn config(&self) -> &DdpConfig {
         &self.config
+    }
+
+    /// How the last synchronised backward reduced its gradients: how many buckets, and how
+    /// many of them started communicating before backward had produced every gradient.
+    pub fn reduction_stats(&self) -> ReductionStats {
+        self.reducer.stats()
     }
 
     /// The names of the parameters of each gradient bucket, in the order the buckets are

@@ -65,4 +65,5 @@ pub use comm::ReduceOp;
 pub use ddp::{DdpConfig, DistributedDataParallel};
 pub use error::{DistError, Result};
 pub use group::{ProcessGroup, Work};
+pub use reducer::ReductionStats;
 pub use sync_bn::SyncBatchNorm;

@@ -78,6 +78,21 @@ struct State {
     next: usize,
     works: Vec<Option<Receiver<Buf>>>,
     finalize_queued: bool,
+    /// Buckets launched while some gradient of this backward was still to come.
+    overlapped: usize,
+    /// What the last synchronised backward did.
+    last: ReductionStats,
+}
+
+/// How the last synchronised backward reduced its gradients
+/// ([`DistributedDataParallel::reduction_stats`](crate::DistributedDataParallel::reduction_stats)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReductionStats {
+    /// Buckets reduced.
+    pub buckets: usize,
+    /// Buckets whose all-reduce started while backward was still producing other gradients:
+    /// the ones whose communication overlapped computation. With one bucket it is 0.
+    pub overlapped: usize,
 }
 
 pub(crate) struct Reducer {
@@ -118,6 +133,8 @@ impl Reducer {
             next: 0,
             works: buckets.iter().map(|_| None).collect(),
             finalize_queued: false,
+            overlapped: 0,
+            last: ReductionStats::default(),
         };
         let reducer = Arc::new(Reducer {
             group,
@@ -197,7 +214,14 @@ impl Reducer {
             let b = st.next;
             st.works[b] = Some(self.launch(b));
             st.next += 1;
+            if st.ready.iter().any(|r| !r) {
+                st.overlapped += 1;
+            }
         }
+    }
+
+    pub(crate) fn stats(&self) -> ReductionStats {
+        self.lock().last
     }
 
     /// Flattens bucket `b`'s gradients (zeros for a parameter without one) and starts their
@@ -244,6 +268,7 @@ impl Reducer {
             self.group.submit(Op::AllReduce { buf: Buf::F32(flags), op: ReduceOp::Sum })
         });
         let works: Vec<Receiver<Buf>> = st.works.iter_mut().map(|w| w.take().expect("launched")).collect();
+        st.last = ReductionStats { buckets: works.len(), overlapped: st.overlapped };
         reset(&mut st, &self.buckets);
         drop(st);
         let used_anywhere: Option<Vec<bool>> = used_anywhere.map(|rx| match recv(&rx, "find_unused_parameters") {
@@ -292,6 +317,7 @@ fn reset(st: &mut State, buckets: &[Bucket]) {
     st.next = 0;
     st.works.iter_mut().for_each(|w| *w = None);
     st.finalize_queued = false;
+    st.overlapped = 0;
 }
 
 #[cfg(test)]

@@ -393,7 +393,7 @@ mod checks {
     }
 
     fn gradients_equal_one_process(group: &ProcessGroup) {
-        for (config, min_buckets) in [(DdpConfig::default(), 1), (small_buckets(), 3)] {
+        for (config, buckets) in [(DdpConfig::default(), 1), (small_buckets(), 3)] {
             manual_seed(7);
             let x = Tensor::randn(&[24, 6]);
             let y = labels(24, 3, 1);
@@ -402,9 +402,12 @@ mod checks {
             cross_entropy(&reference.forward(&x), &y).backward();
             manual_seed(11);
             let ddp = DistributedDataParallel::with_config(mlp(), group, config).unwrap();
-            assert!(ddp.bucket_parameter_names().len() >= min_buckets);
+            assert_eq!(ddp.bucket_parameter_names().len(), buckets);
             cross_entropy(&ddp.forward(&share(group, &x)), &share(group, &y)).backward();
             assert_close(&grads_of(&ddp), &grads_of(&reference), 1e-6, "gradients vs one process");
+            // Every bucket but the last started while backward was still running.
+            let stats = ddp.reduction_stats();
+            assert_eq!((stats.buckets, stats.overlapped), (buckets, buckets - 1));
             assert!(identical_across_ranks(group, &grads_of(&ddp)), "gradients differ across ranks");
         }
     }
