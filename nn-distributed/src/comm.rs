@@ -17,6 +17,7 @@ use mpi::datatype::Equivalence;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Threading;
+use nn_core::storage::{CpuStorage, Storage};
 use nn_core::{DType, Device, Tensor};
 
 use crate::error::{DistError, Result};
@@ -57,8 +58,18 @@ impl Buf {
         }
     }
 
-    /// Appends `t`'s values (row-major, converted to the wire type).
+    /// Appends `t`'s values (row-major, converted to the wire type), straight from its
+    /// buffer when it is contiguous and of the wire type (gradients, parameters).
     pub(crate) fn extend_from(&mut self, t: &Tensor) {
+        let storage = t.storage_arc();
+        if let (Storage::Cpu(c), Some(r)) = (&*storage, t.layout().contiguous_range()) {
+            match (&mut *self, c) {
+                (Buf::F32(v), CpuStorage::F32(s)) => return v.extend_from_slice(&s[r]),
+                (Buf::F64(v), CpuStorage::F64(s)) => return v.extend_from_slice(&s[r]),
+                (Buf::I64(v), CpuStorage::I64(s)) => return v.extend_from_slice(&s[r]),
+                _ => {}
+            }
+        }
         match self {
             Buf::F32(v) => v.extend(t.to_vec_of::<f32>()),
             Buf::F64(v) => v.extend(t.to_vec_of::<f64>()),

@@ -212,7 +212,7 @@ impl Reducer {
     fn launch_ready(&self, st: &mut State) {
         while st.next < self.buckets.len() && st.pending[st.next] == 0 {
             let b = st.next;
-            st.works[b] = Some(self.launch(b));
+            st.works[b] = self.launch(b);
             st.next += 1;
             if st.ready.iter().any(|r| !r) {
                 st.overlapped += 1;
@@ -225,8 +225,12 @@ impl Reducer {
     }
 
     /// Flattens bucket `b`'s gradients (zeros for a parameter without one) and starts their
-    /// averaging all-reduce.
-    fn launch(&self, b: usize) -> Receiver<Buf> {
+    /// averaging all-reduce; in a world of one there is nothing to average, and nothing is
+    /// sent.
+    fn launch(&self, b: usize) -> Option<Receiver<Buf>> {
+        if self.group.world_size() == 1 {
+            return None;
+        }
         let bucket = &self.buckets[b];
         let numel = bucket.params.iter().map(|&i| self.params[i].numel()).sum();
         let mut buf = Buf::for_dtype(bucket.wire, numel);
@@ -236,7 +240,7 @@ impl Reducer {
                 None => buf.extend_zeros(self.params[i].numel()),
             }
         }
-        self.group.submit(Op::AllReduce { buf, op: ReduceOp::Avg })
+        Some(self.group.submit(Op::AllReduce { buf, op: ReduceOp::Avg }))
     }
 
     /// The end of backward: launches what is left (unused parameters, when allowed), waits
@@ -263,11 +267,11 @@ impl Reducer {
         debug_assert_eq!(st.next, self.buckets.len(), "every bucket is launched at the end of backward");
         // With unused parameters allowed, learn which ones no rank used: they keep their
         // `.grad` (usually none), as PyTorch leaves globally unused parameters alone.
-        let used_anywhere = self.find_unused.then(|| {
+        let used_anywhere = (self.find_unused && self.group.world_size() > 1).then(|| {
             let flags: Vec<f32> = locally_used.iter().map(|&u| if u { 1.0 } else { 0.0 }).collect();
             self.group.submit(Op::AllReduce { buf: Buf::F32(flags), op: ReduceOp::Sum })
         });
-        let works: Vec<Receiver<Buf>> = st.works.iter_mut().map(|w| w.take().expect("launched")).collect();
+        let works: Vec<Option<Receiver<Buf>>> = st.works.iter_mut().map(Option::take).collect();
         st.last = ReductionStats { buckets: works.len(), overlapped: st.overlapped };
         reset(&mut st, &self.buckets);
         drop(st);
@@ -276,6 +280,7 @@ impl Reducer {
             _ => unreachable!("sent as f32"),
         });
         for (bucket, rx) in self.buckets.iter().zip(works) {
+            let Some(rx) = rx else { continue }; // a world of one
             let reduced = recv(&rx, "DistributedDataParallel gradient all_reduce");
             let mut offset = 0;
             for &i in &bucket.params {
