@@ -72,7 +72,7 @@ impl Tensor {
     /// (&*w * 2.0).sum().backward(); // accumulates: 5 + 2, 7 + 2
     /// assert_eq!(seen.lock().unwrap()[1], [7.0, 9.0]);
     /// handle.remove();
-    /// (&*w).sum().backward();
+    /// w.sum().backward();
     /// assert_eq!(seen.lock().unwrap().len(), 2);
     /// ```
     ///
@@ -247,7 +247,7 @@ mod tests {
         b.remove();
         log.lock().unwrap().clear();
         p.zero_grad();
-        (&*p).sum().backward();
+        p.sum().backward();
         assert_eq!(*log.lock().unwrap(), ["a=[1.0, 1.0]"]);
     }
 
