@@ -69,6 +69,40 @@ pub fn accuracy<M: Layer>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f6
     })
 }
 
+/// The `mnist` example's MLP: 784 -> 256 -> 10 with dropout 0.1 (also trained by
+/// nn-distributed's `mnist_ddp`).
+pub fn mnist_mlp() -> nn_layers::Sequential {
+    use nn_layers::{Dropout, Flatten, Linear, ReLU, Sequential};
+    Sequential::new()
+        .add(Flatten::new())
+        .add(Linear::new(784, 256))
+        .add(ReLU::new())
+        .add(Dropout::new(0.1))
+        .add(Linear::new(256, 10))
+}
+
+/// The `mnist` example's CNN: two 3x3 conv / batch-norm / ReLU / 2x2 max-pool stages (16 and
+/// 32 channels), then 1568 -> 128 -> 10 with dropout 0.25 (also trained by nn-distributed's
+/// `mnist_ddp` and timed by its `ddp_bench`).
+pub fn mnist_cnn() -> nn_layers::Sequential {
+    use nn_layers::{BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential};
+    let pad = Conv2dConfig { padding: 1, ..Default::default() };
+    Sequential::new()
+        .add(Conv2d::with_config(1, 16, 3, pad))
+        .add(BatchNorm2d::new(16))
+        .add(ReLU::new())
+        .add(MaxPool2d::new(2))
+        .add(Conv2d::with_config(16, 32, 3, pad))
+        .add(BatchNorm2d::new(32))
+        .add(ReLU::new())
+        .add(MaxPool2d::new(2))
+        .add(Flatten::new())
+        .add(Linear::new(32 * 7 * 7, 128))
+        .add(ReLU::new())
+        .add(Dropout::new(0.25))
+        .add(Linear::new(128, 10))
+}
+
 /// Takes the first `limit` samples of `(x, y)`, if a limit is given.
 pub fn limit(x: Tensor, y: Tensor, limit: Option<usize>) -> (Tensor, Tensor) {
     match limit {

@@ -1,5 +1,6 @@
 //! Datasets for the `nn` framework: an IDX reader (MNIST, Fashion-MNIST; gzip or not), a
-//! reader for scikit-learn's bundled CSV sets, and a seeded shuffling mini-batch loader.
+//! reader for scikit-learn's bundled CSV sets, a seeded shuffling mini-batch loader, and the
+//! sampler that gives each process of a data-parallel job its share ([`DistributedSampler`]).
 //!
 //! ```
 //! use nn_core::Tensor;
@@ -18,10 +19,12 @@
 mod csv;
 mod idx;
 mod loader;
+mod sampler;
 
 pub use csv::{load_digits, load_sklearn_csv, TabularDataset};
 pub use idx::{load_mnist, read_idx, IdxArray, Split};
 pub use loader::DataLoader;
+pub use sampler::DistributedSampler;
 
 use std::path::PathBuf;
 

@@ -32,7 +32,7 @@ pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use linear::{Bilinear, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
-pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, GroupNorm, LayerNorm};
+pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,

@@ -1,5 +1,7 @@
 //! `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `GroupNorm`.
 
+use std::sync::Arc;
+
 use nn_core::{functional, no_grad, Compute, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::{py_bool, py_float, py_tuple};
@@ -26,6 +28,18 @@ impl Default for BatchNormConfig {
     }
 }
 
+/// Sums a tensor over the processes of a data-parallel job: the communication that turns a
+/// batch norm into a synchronised one (PyTorch's `SyncBatchNorm`), plugged in with
+/// `set_stats_sync`. `nn-distributed` implements it on MPI; nothing here depends on one.
+///
+/// `all_reduce_sum` must return the element-wise sum of `t` over every process (the same
+/// result on each) and be differentiable, its backward being the same sum of the incoming
+/// gradients; every process calls it in the same order.
+pub trait BatchStatsSync: Send + Sync {
+    /// The sum of `t` over all processes.
+    fn all_reduce_sum(&self, t: &Tensor) -> Tensor;
+}
+
 macro_rules! batch_norm_layer {
     ($(#[$doc:meta])* $name:ident, $ranks:expr, $dims:literal) => {
         $(#[$doc])*
@@ -34,6 +48,11 @@ macro_rules! batch_norm_layer {
         /// `running_var` (`[C]`, zeros and ones) and `num_batches_tracked` (0-d `i64`), as
         /// PyTorch. Training mode normalises with batch statistics and updates the running
         /// ones (with the unbiased variance); evaluation mode uses the running ones.
+        ///
+        /// With a [`BatchStatsSync`] set ([`set_stats_sync`](Self::set_stats_sync)), training
+        /// mode uses the statistics of the batches of every process together (PyTorch's
+        /// `SyncBatchNorm`): the per-channel sums, counts and squared deviations are summed
+        /// over the processes (two reductions per forward, two per backward).
         #[derive(Module)]
         #[module(extra_repr)]
         pub struct $name {
@@ -56,6 +75,7 @@ macro_rules! batch_norm_layer {
             base: ModuleBase,
             num_features: usize,
             config: BatchNormConfig,
+            sync: Option<Arc<dyn BatchStatsSync>>,
         }
 
         impl $name {
@@ -76,7 +96,26 @@ macro_rules! batch_norm_layer {
                     base: ModuleBase::default(),
                     num_features,
                     config,
+                    sync: None,
                 }
+            }
+
+            /// Synchronises the batch statistics of training mode over the processes that
+            /// `sync` reaches (PyTorch's `SyncBatchNorm`); `None` makes the layer a
+            /// per-process batch norm again. Parameters, buffers and state-dict keys are
+            /// unchanged.
+            pub fn set_stats_sync(&mut self, sync: Option<Arc<dyn BatchStatsSync>>) {
+                self.sync = sync;
+            }
+
+            /// Whether training mode synchronises its statistics.
+            pub fn is_synced(&self) -> bool {
+                self.sync.is_some()
+            }
+
+            /// The options.
+            pub fn config(&self) -> &BatchNormConfig {
+                &self.config
             }
         }
 
@@ -108,6 +147,7 @@ macro_rules! batch_norm_layer {
                         },
                         training,
                         &self.config,
+                        self.sync.as_deref(),
                     )
 
     }
@@ -145,8 +185,14 @@ struct BnState<'a> {
     num_batches_tracked: Option<&'a Tensor>,
 }
 
-/// PyTorch's `_BatchNorm.forward`.
-fn bn_forward(x: &Tensor, s: BnState<'_>, training: bool, config: &BatchNormConfig) -> Tensor {
+/// PyTorch's `_BatchNorm.forward` (and `SyncBatchNorm.forward` when `sync` is given).
+fn bn_forward(
+    x: &Tensor,
+    s: BnState<'_>,
+    training: bool,
+    config: &BatchNormConfig,
+    sync: Option<&dyn BatchStatsSync>,
+) -> Tensor {
     let mut factor = config.momentum.unwrap_or(0.0);
     if training {
         if let Some(n) = s.num_batches_tracked {
@@ -158,9 +204,50 @@ fn bn_forward(x: &Tensor, s: BnState<'_>, training: bool, config: &BatchNormConf
             }
         }
     }
+    if let (true, Some(sync)) = (training, sync) {
+        return synced_batch_norm(x, &s, factor, config.eps, sync);
+    }
     let use_batch_stats = training || s.running_mean.is_none();
     let (rm, rv) = if !training || config.track_running_stats { (s.running_mean, s.running_var) } else { (None, None) };
     x.batch_norm(rm, rv, s.weight, s.bias, use_batch_stats, factor, config.eps)
+}
+
+/// Batch norm in training mode over the batches of every process: the mean from the summed
+/// per-channel sums and counts, then the biased variance from the summed squared deviations
+/// (two passes, as the single-process layer). Running statistics get the unbiased variance
+/// over the global count, as PyTorch's `SyncBatchNorm`.
+fn synced_batch_norm(x: &Tensor, s: &BnState<'_>, momentum: f64, eps: f64, sync: &dyn BatchStatsSync) -> Tensor {
+    let c = x.shape()[1];
+    let mut bshape = vec![1; x.rank()];
+    bshape[1] = c;
+    let dims: Vec<usize> = (0..x.rank()).filter(|&d| d != 1).collect();
+    let local = Tensor::full_on(&[1], (x.numel() / c.max(1)) as f64, x.dtype(), x.device());
+    let sums = sync.all_reduce_sum(&Tensor::cat(&[&x.sum_dims(&dims, false), &local], 0));
+    let n = sums.narrow(0, c, 1).item();
+    if n <= 1.0 {
+        panic!(
+            "batch_norm: expected more than 1 value per channel when training, got {n} over all processes (input of \
+             shape {:?} here)",
+            x.shape()
+        );
+    }
+    let mean = sums.narrow(0, 0, c) / n;
+    let centered = x - &mean.reshape(&bshape);
+    let var = sync.all_reduce_sum(&centered.square().sum_dims(&dims, false)) / n;
+    if let (Some(rm), Some(rv)) = (s.running_mean, s.running_var) {
+        no_grad(|| {
+            rm.copy_(&(rm * (1.0 - momentum) + &mean * momentum));
+            rv.copy_(&(rv * (1.0 - momentum) + &var * (n / (n - 1.0) * momentum)));
+        });
+    }
+    let mut y = &centered * &(var.reshape(&bshape) + eps).sqrt().recip();
+    if let Some(w) = s.weight {
+        y = &y * &w.reshape(&bshape);
+    }
+    if let Some(b) = s.bias {
+        y = &y + &b.reshape(&bshape);
+    }
+    y
 }
 
 fn bn_repr(num_features: usize, c: &BatchNormConfig) -> String {

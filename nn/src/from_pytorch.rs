@@ -116,6 +116,36 @@
 //! assert_eq!(feats.last().unwrap(), &("".to_string(), vec![5, 2])); // the root fires last
 //! ```
 //!
+//! ## Per-parameter gradient hooks (the optimizer step inside backward)
+//!
+//! ```python
+//! for p in model.parameters():
+//!     p.register_post_accumulate_grad_hook(lambda p: (p.data.add_(p.grad, alpha=-0.1), setattr(p, "grad", None)))
+//! ```
+//! The hook runs once per backward pass, when the parameter's gradient is complete (a
+//! parameter used twice gets one call); an update made there frees each gradient as soon as
+//! it is used. Data-parallel training (`nn-distributed`) starts its gradient all-reduces from
+//! the same hook. Values that backward still needs are not disturbed: in-place updates are
+//! copy-on-write.
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, Sequential};
+//!
+//! let model = Sequential::new().add(Linear::new(3, 4)).add(Linear::new(4, 1));
+//! let before: Vec<Vec<f32>> = model.parameters().iter().map(|p| p.to_vec()).collect();
+//! for p in model.parameters() {
+//!     p.register_post_accumulate_grad_hook(|p| {
+//!         let g = p.grad().expect("the hook runs after accumulation");
+//!         nn::no_grad(|| p.add_(&(g * -0.1)));
+//!         p.set_grad(None);
+//!     });
+//! }
+//! model.forward(&Tensor::ones(&[2, 3])).sum().backward(); // updates every parameter
+//! for (p, old) in model.parameters().iter().zip(&before) {
+//!     assert!(p.grad().is_none() && p.to_vec() != *old);
+//! }
+//! ```
+//!
 //! ## Freezing, parameter groups, layer-wise learning rates
 //!
 //! `for p in model.encoder.parameters(): p.requires_grad = False`, and

@@ -20,7 +20,7 @@ use nn_core::optim::{Adam, AdamConfig, LrScheduler, Optimizer, StepLR};
 use nn_core::{manual_seed, Forward, Module};
 use nn_data::{load_mnist, DataLoader, Split};
 use nn_examples::{accuracy, progress, write_loss_svg, CommonArgs};
-use nn_layers::{BatchNorm2d, Conv2d, Conv2dConfig, Dropout, Flatten, Linear, MaxPool2d, ReLU, Sequential};
+use nn_layers::Sequential;
 
 #[derive(Clone, Copy, ValueEnum, Debug)]
 enum Model {
@@ -55,29 +55,8 @@ struct Args {
 
 fn build(model: Model) -> Sequential {
     match model {
-        Model::Mlp => Sequential::new()
-            .add(Flatten::new())
-            .add(Linear::new(784, 256))
-            .add(ReLU::new())
-            .add(Dropout::new(0.1))
-            .add(Linear::new(256, 10)),
-        Model::Cnn => {
-            let pad = Conv2dConfig { padding: 1, ..Default::default() };
-            Sequential::new()
-                .add(Conv2d::with_config(1, 16, 3, pad))
-                .add(BatchNorm2d::new(16))
-                .add(ReLU::new())
-                .add(MaxPool2d::new(2))
-                .add(Conv2d::with_config(16, 32, 3, pad))
-                .add(BatchNorm2d::new(32))
-                .add(ReLU::new())
-                .add(MaxPool2d::new(2))
-                .add(Flatten::new())
-                .add(Linear::new(32 * 7 * 7, 128))
-                .add(ReLU::new())
-                .add(Dropout::new(0.25))
-                .add(Linear::new(128, 10))
-        }
+        Model::Mlp => nn_examples::mnist_mlp(),
+        Model::Cnn => nn_examples::mnist_cnn(),
     }
 }
 

@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::hooks::CallbackFrame;
 use super::{Edge, GradModeGuard, Node};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorId};
 
 const SECOND_BACKWARD: &str = "backward: trying to backward through the graph a second time \
 (or to use values that were freed after the first backward); pass `retain_graph = true` to \
@@ -50,34 +51,45 @@ impl Tensor {
             panic!("backward: gradient has dtype {} but the tensor has dtype {}", grad.dtype(), self.dtype());
         }
         let _no_grad = GradModeGuard::set(false);
+        let callbacks = CallbackFrame::open();
         match &self.0.grad_fn {
-            None if self.requires_grad() => self.accumulate_grad(grad.detach(), "backward"),
+            None if self.requires_grad() => {
+                self.accumulate_grad(grad.detach());
+                self.run_post_accumulate_grad_hooks();
+            }
             None => panic!(
                 "backward: element 0 of tensors does not require grad and does not have a grad_fn \
                  (call `requires_grad_(true)` on the leaves, and do not compute the loss inside `no_grad`)"
             ),
             Some(root) => run(root, grad.detach(), retain_graph),
         }
+        callbacks.finish();
     }
 }
 
 fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
-    // 1. Count, for every reachable node, how many edges lead into it.
+    // 1. Count, for every reachable node and leaf, how many edges lead into it.
     let mut deps: HashMap<u64, usize> = HashMap::new();
+    let mut leaf_uses: HashMap<TensorId, usize> = HashMap::new();
     let mut stack = vec![root.clone()];
     let mut seen = std::collections::HashSet::from([root.id]);
     while let Some(n) = stack.pop() {
         let guard = n.state.lock().unwrap_or_else(|e| e.into_inner());
         let st = guard.as_ref().unwrap_or_else(|| panic!("{SECOND_BACKWARD}"));
         for e in st.inputs.iter().flatten() {
-            if let Edge::Node(m) = e {
-                *deps.entry(m.id).or_insert(0) += 1;
-                if seen.insert(m.id) {
-                    stack.push(m.clone());
+            match e {
+                Edge::Node(m) => {
+                    *deps.entry(m.id).or_insert(0) += 1;
+                    if seen.insert(m.id) {
+                        stack.push(m.clone());
+                    }
                 }
+                Edge::Leaf(t) => *leaf_uses.entry(t.id()).or_insert(0) += 1,
             }
         }
     }
+    // Gradients of leaves that still expect contributions from nodes not yet run.
+    let mut leaf_grads: HashMap<TensorId, Tensor> = HashMap::new();
     // 2. Run nodes whose consumers have all contributed.
     let mut grads: HashMap<u64, Tensor> = HashMap::from([(root.id, grad)]);
     let mut ready = vec![root.clone()];
@@ -106,7 +118,27 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
                 None => {}
                 Some(Edge::Leaf(t)) => {
                     if let Some(ig) = ig {
-                        t.accumulate_grad(ig, n.name);
+                        assert_eq!(
+                            ig.shape(),
+                            t.shape(),
+                            "internal: backward of `{}` produced a gradient of shape {:?} for a leaf of shape {:?}",
+                            n.name,
+                            ig.shape(),
+                            t.shape()
+                        );
+                        match leaf_grads.remove(&t.id()) {
+                            Some(prev) => leaf_grads.insert(t.id(), &prev + &ig),
+                            None => leaf_grads.insert(t.id(), ig),
+                        };
+                    }
+                    let uses = leaf_uses.get_mut(&t.id()).expect("leaf counted in discovery");
+                    *uses -= 1;
+                    // The last contribution of this pass: accumulate once, then the hooks.
+                    if *uses == 0 {
+                        if let Some(g) = leaf_grads.remove(&t.id()) {
+                            t.accumulate_grad(g);
+                            t.run_post_accumulate_grad_hooks();
+                        }
                     }
                 }
                 Some(Edge::Node(m)) => {
@@ -136,15 +168,9 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
 }
 
 impl Tensor {
-    /// Adds `g` into this leaf's `.grad` (a fresh handle, so two leaves never share one).
-    pub(crate) fn accumulate_grad(&self, g: Tensor, op: &str) {
-        assert_eq!(
-            g.shape(),
-            self.shape(),
-            "internal: backward of `{op}` produced a gradient of shape {:?} for a leaf of shape {:?}",
-            g.shape(),
-            self.shape()
-        );
+    /// Adds `g` (of this leaf's shape) into its `.grad` (a fresh handle, so two leaves
+    /// never share one).
+    fn accumulate_grad(&self, g: Tensor) {
         let mut slot = self.0.grad.lock().unwrap_or_else(|e| e.into_inner());
         let new = match slot.take() {
             Some(prev) => &prev + &g,

@@ -7,9 +7,15 @@
 //! consumers have contributed (a reverse topological order), accumulating into leaves.
 //! Unless `retain_graph` is asked for, each node's saved values and edges are freed as it
 //! runs, so the graph is released even while the loss tensor is still alive.
+//!
+//! A leaf receives one accumulation per backward pass: the engine sums every gradient the
+//! pass produces for it first, then adds that sum into `.grad` and runs the leaf's
+//! post-accumulate-grad hooks ([`Tensor::register_post_accumulate_grad_hook`]). Hooks may
+//! queue work for the end of the pass with [`queue_callback`].
 
 mod engine;
 mod grad_mode;
+pub mod hooks;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +26,7 @@ pub use grad_mode::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, GradModeGuard,
     InferenceModeGuard, NoGradGuard,
 };
+pub use hooks::{queue_callback, PostAccumulateGradHook};
 
 use crate::shape::{Dims, Layout};
 use crate::storage::Storage;

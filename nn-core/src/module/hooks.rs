@@ -54,54 +54,61 @@ impl HookStore {
     fn refresh(&self, l: &Lists) {
         self.any.store(!(l.pre.is_empty() && l.fwd.is_empty() && l.bwd.is_empty()), Ordering::Release);
     }
+}
 
-    fn contains(&self, kind: Kind, id: u64) -> bool {
+/// Ids are unique across the three lists of a module, so a handle needs no list tag.
+impl HookOwner for HookStore {
+    fn has_hook(&self, id: u64) -> bool {
         let l = self.lock();
-        match kind {
-            Kind::Pre => l.pre.iter().any(|(i, _)| *i == id),
-            Kind::Forward => l.fwd.iter().any(|(i, _)| *i == id),
-            Kind::Backward => l.bwd.iter().any(|(i, _)| *i == id),
-        }
+        l.pre.iter().any(|(i, _)| *i == id)
+            || l.fwd.iter().any(|(i, _)| *i == id)
+            || l.bwd.iter().any(|(i, _)| *i == id)
     }
 
-    fn remove(&self, kind: Kind, id: u64) {
+    fn remove_hook(&self, id: u64) {
         let mut l = self.lock();
-        match kind {
-            Kind::Pre => l.pre.retain(|(i, _)| *i != id),
-            Kind::Forward => l.fwd.retain(|(i, _)| *i != id),
-            Kind::Backward => l.bwd.retain(|(i, _)| *i != id),
-        }
+        l.pre.retain(|(i, _)| *i != id);
+        l.fwd.retain(|(i, _)| *i != id);
+        l.bwd.retain(|(i, _)| *i != id);
         self.refresh(&l);
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Pre,
-    Forward,
-    Backward,
+/// Whatever holds hooks a [`HookHandle`] can remove: a module's hook lists, or a leaf
+/// tensor's post-accumulate-grad hooks.
+pub(crate) trait HookOwner: Send + Sync {
+    /// Whether the hook `id` is registered.
+    fn has_hook(&self, id: u64) -> bool;
+    /// Removes the hook `id` (a no-op when it is not registered).
+    fn remove_hook(&self, id: u64);
 }
 
 /// Removes its hook on [`remove`](HookHandle::remove). Dropping the handle does not
 /// remove the hook (PyTorch's `RemovableHandle`); [`scoped`](HookHandle::scoped) gives a
-/// guard that does.
+/// guard that does. Returned by the module hooks and by
+/// [`Tensor::register_post_accumulate_grad_hook`].
 pub struct HookHandle {
-    store: Weak<HookStore>,
-    kind: Kind,
+    owner: Weak<dyn HookOwner>,
+    kind: &'static str,
     id: u64,
 }
 
 impl HookHandle {
-    /// Removes the hook now (a no-op when the module is gone).
+    /// A handle on hook `id` of `owner`; `kind` names the hook in `Debug` output.
+    pub(crate) fn new(owner: Weak<dyn HookOwner>, kind: &'static str, id: u64) -> Self {
+        HookHandle { owner, kind, id }
+    }
+
+    /// Removes the hook now (a no-op when the module or tensor is gone).
     pub fn remove(self) {
-        if let Some(s) = self.store.upgrade() {
-            s.remove(self.kind, self.id);
+        if let Some(s) = self.owner.upgrade() {
+            s.remove_hook(self.id);
         }
     }
 
-    /// Whether the hook is still registered on a live module.
+    /// Whether the hook is still registered on a live module or tensor.
     pub fn is_registered(&self) -> bool {
-        self.store.upgrade().is_some_and(|s| s.contains(self.kind, self.id))
+        self.owner.upgrade().is_some_and(|s| s.has_hook(self.id))
     }
 
     /// A guard that removes the hook when it goes out of scope (RAII):
@@ -204,13 +211,14 @@ impl ModuleBase {
         self.training = training;
     }
 
-    fn register(&self, kind: Kind, add: impl FnOnce(&mut Lists, u64)) -> HookHandle {
+    fn register(&self, kind: &'static str, add: impl FnOnce(&mut Lists, u64)) -> HookHandle {
         let mut l = self.hooks.lock();
         l.next += 1;
         let id = l.next;
         add(&mut l, id);
         self.hooks.refresh(&l);
-        HookHandle { store: Arc::downgrade(&self.hooks), kind, id }
+        let owner: Arc<dyn HookOwner> = self.hooks.clone();
+        HookHandle::new(Arc::downgrade(&owner), kind, id)
     }
 
     /// Registers a forward pre-hook (fired in registration order before `forward`).
@@ -218,7 +226,7 @@ impl ModuleBase {
         &self,
         hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register(Kind::Pre, |l, id| l.pre.push((id, Arc::new(hook))))
+        self.register("forward_pre", |l, id| l.pre.push((id, Arc::new(hook))))
     }
 
     /// Registers a forward hook (fired in registration order after `forward`).
@@ -226,7 +234,7 @@ impl ModuleBase {
         &self,
         hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register(Kind::Forward, |l, id| l.fwd.push((id, Arc::new(hook))))
+        self.register("forward", |l, id| l.fwd.push((id, Arc::new(hook))))
     }
 
     /// Registers a full backward hook (fired in registration order when the gradient with
@@ -235,7 +243,7 @@ impl ModuleBase {
         &self,
         hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register(Kind::Backward, |l, id| l.bwd.push((id, Arc::new(hook))))
+        self.register("full_backward", |l, id| l.bwd.push((id, Arc::new(hook))))
     }
 
     /// Runs a module's computation `f` on `input` with this base's hooks around it: what

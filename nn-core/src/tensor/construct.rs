@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 
+use crate::autograd::hooks::GradHooks;
 use crate::autograd::Node;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
@@ -26,6 +27,7 @@ impl Tensor {
             grad_fn,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
+            grad_hooks: GradHooks::default(),
         }))
     }
 

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::autograd::hooks::GradHooks;
 use crate::autograd::Node;
 use crate::shape::Layout;
 use crate::storage::Storage;
@@ -51,6 +52,8 @@ pub(crate) struct TensorImpl {
     pub(crate) grad_fn: Option<Arc<Node>>,
     pub(crate) requires_grad: AtomicBool,
     pub(crate) grad: Mutex<Option<Tensor>>,
+    /// Post-accumulate-grad hooks (leaves only; see `autograd::hooks`).
+    pub(crate) grad_hooks: GradHooks,
 }
 
 mod construct;

@@ -4,10 +4,11 @@
 //! Tolerance: 1e-5 relative (1e-4 for convolutions, attention and whole models).
 
 use std::path::Path;
+use std::sync::{Arc, Barrier, Mutex};
 
 use nn_core::module::{ForwardArg, ModuleIo};
+use nn_core::{no_grad, DType, Forward, Module, StateDict, Tensor};
 use nn_core::{Compute, Layer};
-use nn_core::{Forward, Module, StateDict, Tensor};
 use nn_layers::*;
 
 fn load(name: &str) -> StateDict {
@@ -231,4 +232,86 @@ fn batch_norm_in_training_mode_refuses_batches_without_statistics() {
     let mut bn = bn;
     bn.eval();
     assert_eq!(bn.forward(&Tensor::zeros(&[0, 8, 4, 4])).shape(), &[0, 8, 4, 4]);
+}
+
+/// Two "processes" as two threads: `all_reduce_sum` hands each thread's tensor to the other
+/// at a rendezvous and returns the sum; its backward does the same with the gradients.
+struct ThreadPair {
+    slots: Mutex<[Option<Tensor>; 2]>,
+    barrier: Barrier,
+}
+
+/// One thread's end of a [`ThreadPair`].
+struct Replica {
+    pair: Arc<ThreadPair>,
+    rank: usize,
+}
+
+impl Replica {
+    fn exchange(pair: &ThreadPair, rank: usize, t: &Tensor) -> Tensor {
+        pair.slots.lock().unwrap()[rank] = Some(t.detach());
+        pair.barrier.wait();
+        let sum = {
+            let s = pair.slots.lock().unwrap();
+            s[0].as_ref().unwrap() + s[1].as_ref().unwrap()
+        };
+        pair.barrier.wait(); // nobody overwrites a slot before both have read
+        sum
+    }
+}
+
+impl BatchStatsSync for Replica {
+    fn all_reduce_sum(&self, t: &Tensor) -> Tensor {
+        let out = Replica::exchange(&self.pair, self.rank, t);
+        let (pair, rank) = (self.pair.clone(), self.rank);
+        nn_core::autograd::custom_op("all_reduce_sum", &[t], &out, move |g| {
+            vec![Some(Replica::exchange(&pair, rank, g))]
+        })
+    }
+}
+
+#[test]
+fn synced_batch_norm_on_two_half_batches_equals_batch_norm_on_the_whole_batch() {
+    nn_core::manual_seed(3);
+    let x = Tensor::randn(&[8, 3, 2, 2]).to_dtype(DType::F64);
+    let w_out = Tensor::randn(&[8, 3, 2, 2]).to_dtype(DType::F64);
+    let build = || {
+        let mut bn = BatchNorm2d::new(3);
+        bn.to_dtype(DType::F64);
+        no_grad(|| bn.weight.as_ref().unwrap().copy_(&Tensor::from_vec(vec![0.5, 1.5, -1.0], &[3])));
+        bn
+    };
+    // One process, the whole batch.
+    let bn = build();
+    let xf = x.detach().requires_grad_(true);
+    (bn.forward(&xf) * &w_out).sum().backward();
+    let want_gx = xf.grad().unwrap().to_vec_f64();
+    let want_gw = bn.weight.as_ref().unwrap().grad().unwrap().to_vec_f64();
+    let want_rv = bn.running_var.as_ref().unwrap().to_vec_f64();
+    // Two replicas, four samples each, in two threads.
+    let pair = Arc::new(ThreadPair { slots: Mutex::new([None, None]), barrier: Barrier::new(2) });
+    let results: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|rank| {
+                let (pair, x, w_out) = (pair.clone(), &x, &w_out);
+                s.spawn(move || {
+                    let mut bn = build();
+                    bn.set_stats_sync(Some(Arc::new(Replica { pair, rank })));
+                    assert!(bn.is_synced());
+                    let xr = x.narrow(0, 4 * rank, 4).contiguous().requires_grad_(true);
+                    (bn.forward(&xr) * &w_out.narrow(0, 4 * rank, 4)).sum().backward();
+                    let gw = bn.weight.as_ref().unwrap().grad().unwrap().to_vec_f64();
+                    (xr.grad().unwrap().to_vec_f64(), gw, bn.running_var.as_ref().unwrap().to_vec_f64())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let gx: Vec<f64> = [results[0].0.clone(), results[1].0.clone()].concat();
+    let gw: Vec<f64> = (0..3).map(|c| results[0].1[c] + results[1].1[c]).collect();
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(a, b)| (a - b).abs() < 1e-12);
+    assert!(close(&gx, &want_gx), "input gradients {gx:?} vs {want_gx:?}");
+    assert!(close(&gw, &want_gw), "weight gradients {gw:?} vs {want_gw:?}");
+    // Running statistics use the unbiased variance over all 16 values per channel.
+    assert!(close(&results[0].2, &want_rv) && close(&results[1].2, &want_rv), "{results:?} vs {want_rv:?}");
 }

@@ -1,0 +1,384 @@
+//! `DistributedDataParallel`: one model replica per process, gradients averaged during backward.
+
+use std::any::Any;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use nn_core::module::{HoldsState, SetChild};
+use nn_core::{is_grad_enabled, no_grad, Compute, DType, HasBase, HookHandle, Item, Module, ModuleBase, Name, Tensor};
+
+use crate::comm::{wire_dtype, Buf, Op};
+use crate::error::{DistError, Result};
+use crate::group::{recv, ProcessGroup};
+use crate::reducer::{Reducer, ReductionStats};
+
+/// Options of [`DistributedDataParallel`], with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DdpConfig {
+    /// Size of every bucket after the first, in MiB (PyTorch's `bucket_cap_mb`, default 25).
+    pub bucket_cap_mb: f64,
+    /// Size of the first bucket, in MiB: the last layers' gradients, ready first, so a small
+    /// bucket starts communicating early (default 1, PyTorch's first-bucket size).
+    /// Both caps `f64::INFINITY` make one bucket, reduced once backward has produced every
+    /// gradient: no overlap.
+    pub first_bucket_cap_mb: f64,
+    /// Broadcast rank 0's buffers (batch-norm running statistics) to every rank at the start
+    /// of each forward that will be followed by a synchronised backward (default `true`).
+    pub broadcast_buffers: bool,
+    /// Allow parameters that get no gradient in a backward pass (default `false`: such a
+    /// pass is an error naming them). With `true`, their buckets are reduced at the end of
+    /// backward with zeros in their place, and a parameter that no rank used keeps its
+    /// `.grad` untouched; this costs the overlap of those buckets and one more all-reduce.
+    pub find_unused_parameters: bool,
+}
+
+impl Default for DdpConfig {
+    fn default() -> Self {
+        DdpConfig {
+            bucket_cap_mb: 25.0,
+            first_bucket_cap_mb: 1.0,
+            broadcast_buffers: true,
+            find_unused_parameters: false,
+        }
+    }
+}
+
+/// Data-parallel training across processes (PyTorch's `DistributedDataParallel`): every
+/// rank holds a replica of the model and trains it on its own share of each batch; backward
+/// averages the gradients over the ranks, so after `opt.step()` the replicas stay identical.
+///
+/// - **Construction** checks that every rank holds the same structure (names, shapes,
+///   dtypes; an error names the first difference) and broadcasts rank 0's parameters and
+///   buffers to all ranks.
+/// - **Backward**: gradients are grouped into buckets in reverse registration order (the
+///   order backward produces them): a first bucket of about 1 MiB, then about 25 MiB each
+///   ([`DdpConfig`]). Each parameter has a post-accumulate-grad hook; when the last gradient
+///   of a bucket is accumulated, the bucket's averaging all-reduce is handed to the
+///   communication thread and backward goes on, so communication overlaps the rest of
+///   backward. Buckets are always reduced in the same order on every rank. When backward
+///   ends, the averaged gradients are in every parameter's `.grad`.
+/// - **Forward** runs the wrapped model (hooks included), after broadcasting rank 0's
+///   buffers when `broadcast_buffers` is on.
+/// - A parameter that gets no gradient makes backward panic with its name (and the job
+///   end, see [`ProcessGroup::init`]) unless `find_unused_parameters` is set.
+/// - [`no_sync`](DistributedDataParallel::no_sync) accumulates gradients locally over
+///   several backward passes; the next synchronised one reduces the sum.
+///
+/// The wrapper is a [`Module`] whose parameters, buffers, sub-modules and `state_dict` keys
+/// are the wrapped model's own (no `module.` prefix), so checkpoints load into the bare
+/// model and back. Its hooks are its own: register them on the wrapper or on the model.
+///
+/// ```
+/// use nn_core::functional::cross_entropy;
+/// use nn_core::optim::{Optimizer, Sgd, SgdConfig};
+/// use nn_core::{Forward, Module, Tensor};
+/// use nn_distributed::{DistributedDataParallel, ProcessGroup};
+/// use nn_layers::{Linear, ReLU, Sequential};
+///
+/// let group = ProcessGroup::init()?;
+/// let model = Sequential::new().add(Linear::new(4, 8)).add(ReLU::new()).add(Linear::new(8, 3));
+/// let ddp = DistributedDataParallel::new(model, &group)?;
+/// assert_eq!(ddp.state_dict().keys().collect::<Vec<_>>(), ["0.weight", "0.bias", "2.weight", "2.bias"]);
+/// let mut opt = Sgd::new(ddp.parameters(), SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() });
+/// // Each rank feeds its own share of the batch (see nn_data::DistributedSampler).
+/// let (x, y) = (Tensor::randn(&[6, 4]), Tensor::from_vec_i64(vec![0, 1, 2, 0, 1, 2], &[6]));
+/// opt.zero_grad();
+/// cross_entropy(&ddp.forward(&x), &y).backward(); // gradients averaged over the ranks here
+/// opt.step();
+/// # Ok::<(), nn_distributed::DistError>(())
+/// ```
+pub struct DistributedDataParallel<M: Module> {
+    module: M,
+    group: ProcessGroup,
+    reducer: Arc<Reducer>,
+    config: DdpConfig,
+    base: ModuleBase,
+    _hooks: RemoveOnDrop,
+}
+
+/// Removes the gradient hooks when the wrapper goes (also by `into_inner`).
+struct RemoveOnDrop(Vec<HookHandle>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        for h in self.0.drain(..) {
+            h.remove();
+        }
+    }
+}
+
+impl<M: Module + Compute> DistributedDataParallel<M> {
+    /// Wraps `module` with the default [`DdpConfig`]; every rank calls it with the same
+    /// model structure.
+    ///
+    /// # Errors
+    /// [`DistError::ModelMismatch`] naming the first parameter or buffer whose shape or dtype
+    /// differs across ranks (every rank gets the error).
+    pub fn new(module: M, group: &ProcessGroup) -> Result<Self> {
+        Self::with_config(module, group, DdpConfig::default())
+    }
+
+    /// Wraps `module` with explicit options.
+    ///
+    /// # Errors
+    /// As [`new`](DistributedDataParallel::new), and [`DistError::InvalidConfig`] for a
+    /// bucket cap that is not positive.
+    pub fn with_config(module: M, group: &ProcessGroup, config: DdpConfig) -> Result<Self> {
+        for (name, cap) in
+            [("bucket_cap_mb", config.bucket_cap_mb), ("first_bucket_cap_mb", config.first_bucket_cap_mb)]
+        {
+            if cap.is_nan() || cap <= 0.0 {
+                return Err(DistError::InvalidConfig(format!("{name} must be positive, got {cap}")));
+            }
+        }
+        verify_same_structure(&module, group)?;
+        let states = unique_tensors(module.named_parameters().into_iter().map(|(_, p)| p.tensor().clone()));
+        let buffers = unique_tensors(module.named_buffers().into_iter().map(|(_, t)| t));
+        broadcast_from_rank0(group, &[states, buffers].concat());
+        let trained = module.named_parameters().into_iter().filter(|(_, p)| p.requires_grad()).collect();
+        let (reducer, hooks) = Reducer::new(
+            group.clone(),
+            trained,
+            config.first_bucket_cap_mb,
+            config.bucket_cap_mb,
+            config.find_unused_parameters,
+        );
+        Ok(DistributedDataParallel {
+            module,
+            group: group.clone(),
+            reducer,
+            config,
+            base: ModuleBase::new(),
+            _hooks: RemoveOnDrop(hooks),
+        })
+    }
+
+    /// Runs `f` without gradient synchronisation (PyTorch's `no_sync` context): forward
+    /// passes made inside it are followed by backward passes that only accumulate into the
+    /// local `.grad`; the first synchronised backward after it reduces the accumulated sum.
+    /// Gradient accumulation over `k` micro-batches:
+    ///
+    /// ```
+    /// # use nn_core::{Forward, Tensor};
+    /// # use nn_distributed::{DistributedDataParallel, ProcessGroup};
+    /// # let group = ProcessGroup::init()?;
+    /// # let ddp = DistributedDataParallel::new(nn_layers::Linear::new(2, 1), &group)?;
+    /// # let micro = vec![Tensor::ones(&[4, 2]); 3];
+    /// let (last, rest) = micro.split_last().unwrap();
+    /// ddp.no_sync(|| for x in rest { ddp.forward(x).sum().backward() });
+    /// ddp.forward(last).sum().backward(); // reduces the gradients of all three
+    /// # Ok::<(), nn_distributed::DistError>(())
+    /// ```
+    pub fn no_sync<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore<'a>(&'a Reducer, bool);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.0.set_no_sync(self.1);
+            }
+        }
+        let _restore = Restore(&self.reducer, self.reducer.set_no_sync(true));
+        f()
+    }
+
+    /// The wrapped model.
+    pub fn module(&self) -> &M {
+        &self.module
+    }
+
+    /// The wrapped model, mutably. Do not add, remove or replace its parameters: the
+    /// buckets were built from them.
+    pub fn module_mut(&mut self) -> &mut M {
+        &mut self.module
+    }
+
+    /// Unwraps the model (its gradient hooks are removed).
+    pub fn into_inner(self) -> M {
+        self.module
+    }
+
+    /// The process group.
+    pub fn group(&self) -> &ProcessGroup {
+        &self.group
+    }
+
+    /// The options.
+    pub fn config(&self) -> &DdpConfig {
+        &self.config
+    }
+
+    /// How the last synchronised backward reduced its gradients: how many buckets, and how
+    /// many of them started communicating before backward had produced every gradient.
+    pub fn reduction_stats(&self) -> ReductionStats {
+        self.reducer.stats()
+    }
+
+    /// The names of the parameters of each gradient bucket, in the order the buckets are
+    /// reduced (and each bucket's parameters in their order in the flat buffer).
+    pub fn bucket_parameter_names(&self) -> Vec<Vec<String>> {
+        self.reducer.bucket_names()
+    }
+}
+
+impl<M: Module + Compute> HasBase for DistributedDataParallel<M> {
+    fn module_base(&self) -> &ModuleBase {
+        &self.base
+    }
+}
+
+impl<M: Module + Compute> Compute for DistributedDataParallel<M> {
+    type Input = M::Input;
+    type Output = M::Output;
+
+    /// Arms the reducer for the coming backward (or not, inside `no_sync` or without
+    /// grad), broadcasts buffers when asked, and runs the model.
+    fn compute(&self, input: &M::Input) -> M::Output {
+        let sync = is_grad_enabled() && !self.reducer.no_sync.load(std::sync::atomic::Ordering::Acquire);
+        if sync && self.config.broadcast_buffers && self.group.world_size() > 1 {
+            let buffers = unique_tensors(self.module.named_buffers().into_iter().map(|(_, t)| t));
+            broadcast_from_rank0(&self.group, &buffers);
+        }
+        self.reducer.prepare_for_forward(sync);
+        nn_core::Forward::forward(&self.module, input)
+    }
+}
+
+impl<M: Module> HoldsState for DistributedDataParallel<M> {}
+
+impl<M: Module + Compute> Module for DistributedDataParallel<M> {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+        self.module.visit(f)
+    }
+    fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {
+        self.module.visit_modules_mut(f)
+    }
+    fn type_name(&self) -> &'static str {
+        "DistributedDataParallel"
+    }
+    fn extra_repr(&self) -> String {
+        self.module.extra_repr()
+    }
+    fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
+        self.module.__set_child(name, slot)
+    }
+    fn is_uninitialized(&self) -> bool {
+        self.module.is_uninitialized()
+    }
+    /// The wrapper's flag and the whole model's.
+    fn set_training(&mut self, training: bool) {
+        self.base.set_training(training);
+        self.module.set_training(training);
+    }
+    /// `f` on the model's sub-modules and the model itself (children first), then on the
+    /// wrapper.
+    fn apply(&mut self, f: &mut dyn FnMut(&mut dyn Module)) {
+        self.module.apply(f);
+        f(self);
+    }
+    nn_core::module_accessors!(base);
+}
+
+impl<M: Module + Compute> std::fmt::Display for DistributedDataParallel<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        nn_core::module::fmt_module(self, f)
+    }
+}
+
+/// Tensors deduplicated by identity, in order (tied parameters are sent once).
+fn unique_tensors(ts: impl Iterator<Item = Tensor>) -> Vec<Tensor> {
+    let mut seen = HashSet::new();
+    ts.filter(|t| seen.insert(t.id())).collect()
+}
+
+/// Copies rank 0's values into `tensors` on every rank: one broadcast per wire dtype.
+fn broadcast_from_rank0(group: &ProcessGroup, tensors: &[Tensor]) {
+    if group.world_size() == 1 {
+        return;
+    }
+    let kinds = [DType::F32, DType::F64, DType::I64];
+    let mut pending = Vec::new();
+    for wire in kinds {
+        let members: Vec<&Tensor> = tensors.iter().filter(|t| wire_dtype(t.dtype()) == wire).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let mut buf = Buf::for_dtype(wire, members.iter().map(|t| t.numel()).sum());
+        members.iter().for_each(|t| buf.extend_from(t));
+        pending.push((members, group.submit(Op::Broadcast { buf, root: 0 })));
+    }
+    for (members, rx) in pending {
+        let buf = recv(&rx, "DistributedDataParallel broadcast");
+        if group.rank() == 0 {
+            continue;
+        }
+        let mut offset = 0;
+        no_grad(|| {
+            for t in members {
+                t.copy_(&buf.tensor(offset, t.shape(), t.dtype()));
+                offset += t.numel();
+            }
+        });
+    }
+}
+
+/// Every rank's parameter and buffer signature (name order, dtype, requires_grad, shape)
+/// must agree with rank 0's; all ranks see all signatures, so all fail alike.
+fn verify_same_structure<M: Module>(module: &M, group: &ProcessGroup) -> Result<()> {
+    if group.world_size() == 1 {
+        return Ok(());
+    }
+    let mut entries: Vec<(String, Tensor, bool)> =
+        module.named_parameters().into_iter().map(|(n, p)| (n, p.tensor().clone(), p.requires_grad())).collect();
+    entries.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, false)));
+    // Per entry: dtype code, requires_grad, rank, dims.
+    let describe = |t: &Tensor, rg: bool| -> Vec<i64> {
+        let mut d = vec![t.dtype() as i64, rg as i64, t.rank() as i64];
+        d.extend(t.shape().iter().map(|&s| s as i64));
+        d
+    };
+    let sig: Vec<i64> = entries.iter().flat_map(|(_, t, rg)| describe(t, *rg)).collect();
+    let count = Tensor::from_vec_i64(vec![entries.len() as i64, sig.len() as i64], &[2]);
+    let counts: Vec<Vec<i64>> = group.all_gather(&count).iter().map(Tensor::to_vec_i64).collect();
+    if let Some(r) = counts.iter().position(|c| c[0] != counts[0][0]) {
+        return Err(DistError::ModelMismatch(format!(
+            "rank 0 has {} parameters and buffers, rank {r} has {}",
+            counts[0][0], counts[r][0]
+        )));
+    }
+    // Same counts: compare entry by entry (a length mismatch shows up in the first entry
+    // whose rank differs); pad to the longest signature so one all_gather fits every rank.
+    let longest = counts.iter().map(|c| c[1]).max().unwrap_or(0) as usize;
+    let mut padded = sig.clone();
+    padded.resize(longest, -1);
+    let all: Vec<Vec<i64>> =
+        group.all_gather(&Tensor::from_vec_i64(padded, &[longest])).iter().map(Tensor::to_vec_i64).collect();
+    let parse = |s: &[i64], at: usize| -> (usize, Vec<i64>) {
+        let len = 3 + s.get(at + 2).copied().unwrap_or(0).max(0) as usize;
+        let end = (at + len).min(s.len());
+        (at + len, s[at.min(end)..end].to_vec())
+    };
+    let show = |e: &[i64]| -> String {
+        let dtype = [DType::F32, DType::F64, DType::I64, DType::F16, DType::BF16, DType::Bool]
+            .into_iter()
+            .find(|d| *d as i64 == e[0])
+            .map(|d| d.to_string())
+            .unwrap_or_else(|| "?".into());
+        let shape: Vec<i64> = e.get(3..).map(<[i64]>::to_vec).unwrap_or_default();
+        format!("{shape:?} {dtype}{}", if e.get(1) == Some(&1) { "" } else { " (no grad)" })
+    };
+    for (r, other) in all.iter().enumerate().skip(1) {
+        let (mut a, mut b) = (0, 0);
+        for (name, _, _) in &entries {
+            let (na, ea) = parse(&all[0], a);
+            let (nb, eb) = parse(other, b);
+            if ea != eb {
+                return Err(DistError::ModelMismatch(format!(
+                    "`{name}` is {} on rank 0 but {} on rank {r}",
+                    show(&ea),
+                    show(&eb)
+                )));
+            }
+            (a, b) = (na, nb);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,628 @@
+//! The MPI tests. `cargo test` starts this binary without `mpirun`; it then launches itself
+//! as MPI jobs and checks how each one ends:
+//!
+//! - every check in [`checks`] in a one-process world (no `mpirun`), on 2 ranks
+//!   (`mpirun -np 2`) and on 3 ranks oversubscribing 2 cores (`mpirun -np 3 --oversubscribe`);
+//!   each rank reports the checks it passed, and every rank must report all of them;
+//! - a rank that panics while the others wait in a collective: the job must end, non-zero,
+//!   with the panic's message, within a bounded time;
+//! - a model with a parameter outside the loss: the job must end with an error naming it.
+//!
+//! A launched copy finds its scenario in `NN_DISTRIBUTED_SCENARIO`. Arguments that do not
+//! start with `-` filter the launches by name, as libtest's do.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SCENARIO: &str = "NN_DISTRIBUTED_SCENARIO";
+/// A job that has not ended by then is reported as a hang.
+const JOB_TIMEOUT: Duration = Duration::from_secs(240);
+/// A panicking rank must have ended its job within this (mpirun start-up included).
+const ABORT_BOUND: Duration = Duration::from_secs(30);
+
+fn main() {
+    match std::env::var(SCENARIO) {
+        Ok(scenario) => checks::run(&scenario),
+        Err(_) => orchestrate(),
+    }
+}
+
+/// How a launch must end.
+enum Expect {
+    /// Exit 0, and every rank reports all checks passed.
+    AllPassed,
+    /// A non-zero exit within `within`, with each string somewhere in the output.
+    Failure { within: Duration, output_has: &'static [&'static str] },
+}
+
+struct Launch {
+    name: &'static str,
+    /// `None`: run directly, a one-process world.
+    np: Option<usize>,
+    scenario: &'static str,
+    expect: Expect,
+}
+
+const LAUNCHES: &[Launch] = &[
+    Launch { name: "all_checks_in_a_one_process_world", np: None, scenario: "all", expect: Expect::AllPassed },
+    Launch { name: "all_checks_on_2_ranks", np: Some(2), scenario: "all", expect: Expect::AllPassed },
+    Launch { name: "all_checks_on_3_ranks_oversubscribed", np: Some(3), scenario: "all", expect: Expect::AllPassed },
+    Launch {
+        name: "a_panicking_rank_ends_the_job_with_its_message",
+        np: Some(2),
+        scenario: "panic",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            output_has: &["rank 1 exploded on purpose", "rank 1 of 2 panicked; aborting the MPI job"],
+        },
+    },
+    Launch {
+        name: "a_panic_in_a_one_process_world_ends_it",
+        np: None,
+        scenario: "panic",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            output_has: &["rank 0 exploded on purpose", "rank 0 of 1 panicked; aborting the MPI job"],
+        },
+    },
+    Launch {
+        name: "unused_parameters_end_the_job_naming_them",
+        np: Some(2),
+        scenario: "unused",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            output_has: &[
+                "2 parameter(s) received no gradient",
+                "`unused.weight`, `unused.bias`",
+                "find_unused_parameters",
+            ],
+        },
+    },
+];
+
+fn orchestrate() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let selected: Vec<&Launch> =
+        LAUNCHES.iter().filter(|l| filters.is_empty() || filters.iter().any(|f| l.name.contains(f.as_str()))).collect();
+    if args.iter().any(|a| a == "--list") {
+        for l in &selected {
+            println!("{}: test", l.name);
+        }
+        return;
+    }
+    println!("\nrunning {} tests", selected.len());
+    let mut failures = Vec::new();
+    for l in &selected {
+        print!("test {} ... ", l.name);
+        let _ = std::io::stdout().flush();
+        match launch(l) {
+            Ok(()) => println!("ok"),
+            Err(why) => {
+                println!("FAILED");
+                failures.push((l.name, why));
+            }
+        }
+    }
+    for (name, why) in &failures {
+        println!("\n---- {name} ----\n{why}");
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed",
+        if failures.is_empty() { "ok" } else { "FAILED" },
+        selected.len() - failures.len(),
+        failures.len()
+    );
+    if !failures.is_empty() {
+        std::process::exit(1);
+    }
+}
+
+/// Runs one launch and checks how it ended.
+fn launch(l: &Launch) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this test binary: {e}"))?;
+    let mut cmd = match l.np {
+        None => Command::new(&exe),
+        Some(np) => {
+            let mut c = Command::new("mpirun");
+            c.args(["-np", &np.to_string(), "--bind-to", "none"]);
+            c.args(["--timeout", &JOB_TIMEOUT.as_secs().to_string()]);
+            if np > 2 {
+                c.arg("--oversubscribe");
+            }
+            c.arg(&exe);
+            c
+        }
+    };
+    // Root may run the tests (CI containers); one compute thread per rank on a small machine.
+    cmd.env(SCENARIO, l.scenario)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RAYON_NUM_THREADS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| match l.np {
+        Some(_) => format!("cannot run `mpirun` ({e}): install OpenMPI (`apt-get install openmpi-bin libopenmpi-dev`)"),
+        None => format!("cannot run {}: {e}", exe.display()),
+    })?;
+    let pipe = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = pipe(Box::new(child.stdout.take().expect("piped")));
+    let err = pipe(Box::new(child.stderr.take().expect("piped")));
+    // mpirun's own --timeout ends a hung job first; this is the backstop.
+    let deadline = JOB_TIMEOUT + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(s);
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let elapsed = start.elapsed();
+    let output = format!("{}{}", out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    let report = |what: String| format!("{what} after {:.1} s; output:\n{output}", elapsed.as_secs_f64());
+    let Some(status) = status else { return Err(report("the job hung and was killed".into())) };
+    match &l.expect {
+        Expect::AllPassed => {
+            let ranks = l.np.unwrap_or(1);
+            let done = output.lines().filter(|line| line.contains(checks::ALL_PASSED)).count();
+            if !status.success() || done != ranks {
+                return Err(report(format!("exit {status}, {done} of {ranks} ranks passed every check")));
+            }
+        }
+        Expect::Failure { within, output_has } => {
+            if status.success() {
+                return Err(report("the job succeeded but had to fail".into()));
+            }
+            if elapsed > *within {
+                return Err(report(format!("the job took longer than {:.0} s to end", within.as_secs_f64())));
+            }
+            if let Some(missing) = output_has.iter().find(|s| !output.contains(*s)) {
+                return Err(report(format!("exit {status}, but the output lacks {missing:?}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What each rank of a launched job runs.
+mod checks {
+    use std::sync::{Arc, Mutex};
+
+    use nn_core::functional::cross_entropy;
+    use nn_core::optim::{Optimizer, Sgd, SgdConfig};
+    use nn_core::prelude::*;
+    use nn_core::{manual_seed, no_grad};
+    use nn_distributed::{DdpConfig, DistError, DistributedDataParallel, ProcessGroup, ReduceOp, SyncBatchNorm};
+    use nn_layers::{BatchNorm1d, BatchNorm2d, Conv2d, Flatten, Linear, ReLU, Sequential};
+
+    /// What a rank prints once every check of its scenario has passed.
+    pub const ALL_PASSED: &str = "passed every check";
+
+    type Check = (&'static str, fn(&ProcessGroup));
+
+    const ALL: &[Check] = &[
+        ("collectives_reduce_broadcast_and_gather", collectives),
+        ("construction_broadcasts_rank_0s_state", construction_broadcasts_rank_0s_state),
+        ("models_that_differ_across_ranks_are_refused", models_that_differ_across_ranks_are_refused),
+        ("gradients_of_shares_equal_one_process_on_the_whole_batch", gradients_equal_one_process),
+        ("twenty_sgd_momentum_steps_stay_identical_across_ranks", twenty_sgd_momentum_steps),
+        ("no_sync_accumulates_locally_then_reduces_the_sum", no_sync_accumulates),
+        ("buffers_follow_rank_0_at_each_forward", buffers_follow_rank_0),
+        ("sync_batch_norm_equals_one_process_batch_norm", sync_batch_norm_equals_one_process),
+        ("find_unused_parameters_reduces_what_was_used", find_unused_parameters),
+        ("the_wrapper_has_the_models_keys_and_hooks", wrapper_keys_and_hooks),
+    ];
+
+    pub fn run(scenario: &str) {
+        let group = ProcessGroup::init().expect("MPI starts");
+        let list: &[Check] = match scenario {
+            "all" => ALL,
+            "panic" => &[("a_rank_panics", a_rank_panics)],
+            "unused" => &[("an_unused_parameter", an_unused_parameter)],
+            other => panic!("unknown scenario {other:?}"),
+        };
+        for (name, check) in list {
+            check(&group);
+            if group.rank() == 0 {
+                println!("  {name}: ok on {} rank(s)", group.world_size());
+            }
+        }
+        group.barrier();
+        println!("rank {} of {}: {ALL_PASSED} ({})", group.rank(), group.world_size(), list.len());
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Helpers
+    // ------------------------------------------------------------------------------------
+
+    fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "lengths differ");
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    }
+
+    #[track_caller]
+    fn assert_close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+        let d = max_abs_diff(got, want);
+        assert!(d <= tol, "{what}: max |difference| {d:e} exceeds {tol:e}");
+    }
+
+    fn params_of(m: &dyn Module) -> Vec<f32> {
+        m.parameters().iter().flat_map(|p| p.to_vec()).collect()
+    }
+
+    fn grads_of(m: &dyn Module) -> Vec<f32> {
+        m.parameters().iter().flat_map(|p| p.grad().expect("a gradient").to_vec()).collect()
+    }
+
+    /// True when every rank holds exactly rank 0's `values`, bit for bit.
+    fn identical_across_ranks(group: &ProcessGroup, values: &[f32]) -> bool {
+        let t = Tensor::from_vec(values.to_vec(), &[values.len()]);
+        let all = group.all_gather(&t);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let first = bits(&all[0].to_vec());
+        all.iter().all(|t| bits(&t.to_vec()) == first)
+    }
+
+    /// This rank's rows of a batch of `n` split in equal contiguous shares.
+    fn share(group: &ProcessGroup, t: &Tensor) -> Tensor {
+        let n = t.shape()[0];
+        assert_eq!(n % group.world_size(), 0, "the batch must split evenly");
+        let k = n / group.world_size();
+        t.narrow(0, group.rank() * k, k).contiguous()
+    }
+
+    fn labels(n: usize, classes: i64, salt: i64) -> Tensor {
+        Tensor::from_vec_i64((0..n as i64).map(|i| (i * 7 + salt) % classes).collect(), &[n])
+    }
+
+    fn mlp() -> Sequential {
+        Sequential::new()
+            .add(Linear::new(6, 32))
+            .add(ReLU::new())
+            .add(Linear::new(32, 16))
+            .add(ReLU::new())
+            .add(Linear::new(16, 3))
+    }
+
+    fn cnn() -> Sequential {
+        Sequential::new()
+            .add(Conv2d::new(1, 4, 3))
+            .add(ReLU::new())
+            .add(Conv2d::new(4, 6, 3))
+            .add(ReLU::new())
+            .add(Flatten::new())
+            .add(Linear::new(6 * 4 * 4, 5))
+    }
+
+    /// Tiny buckets: several of them, so the overlap and ordering paths run.
+    fn small_buckets() -> DdpConfig {
+        DdpConfig { first_bucket_cap_mb: 0.000_1, bucket_cap_mb: 0.000_5, ..Default::default() }
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Checks
+    // ------------------------------------------------------------------------------------
+
+    fn collectives(group: &ProcessGroup) {
+        let (r, w) = (group.rank() as f32, group.world_size() as f32);
+        let s = w * (w - 1.0) / 2.0;
+        let t = Tensor::from_vec(vec![r, r + 1.0, -r], &[3]);
+        assert_eq!(group.all_reduce(&t, ReduceOp::Sum).to_vec(), [s, s + w, -s]);
+        assert_eq!(group.all_reduce(&t, ReduceOp::Max).to_vec(), [w - 1.0, w, 0.0]);
+        assert_eq!(group.all_reduce(&t, ReduceOp::Min).to_vec(), [0.0, 1.0, 1.0 - w]);
+        let factorial: f32 = (1..=group.world_size()).map(|k| k as f32).product();
+        assert_eq!(group.all_reduce(&t, ReduceOp::Product).to_vec()[1], factorial);
+        assert_eq!(group.all_reduce(&t, ReduceOp::Avg).to_vec(), [s / w, (s + w) / w, -s / w]);
+        // Other dtypes keep theirs; integers are exact.
+        let big = Tensor::from_vec_i64(vec![1_000_000_007 * (group.rank() as i64 + 1)], &[1]);
+        let n = group.world_size() as i64;
+        assert_eq!(group.all_reduce(&big, ReduceOp::Sum).to_vec_i64(), [1_000_000_007 * n * (n + 1) / 2]);
+        let h = t.to_dtype(DType::F16);
+        let hs = group.all_reduce(&h, ReduceOp::Sum);
+        assert_eq!((hs.dtype(), hs.to_vec()), (DType::F16, vec![s, s + w, -s]));
+        let d = Tensor::from_vec_f64(vec![0.25 * (r as f64)], &[1, 1]);
+        assert_eq!(group.all_reduce(&d, ReduceOp::Sum).to_vec_f64(), [0.25 * s as f64]);
+        // Two reductions in flight at once complete in order.
+        let a = group.all_reduce_async(&t, ReduceOp::Sum);
+        let b = group.all_reduce_async(&(&t * 2.0), ReduceOp::Sum);
+        assert_eq!(b.wait().to_vec(), [2.0 * s, 2.0 * (s + w), -2.0 * s]);
+        assert_eq!(a.wait().to_vec(), [s, s + w, -s]);
+        for root in 0..group.world_size() {
+            let mine = Tensor::from_vec(vec![10.0 * r, 1.0], &[1, 2]);
+            let got = group.broadcast(&mine, root);
+            assert_eq!((got.shape(), got.to_vec()), (&[1, 2][..], vec![10.0 * root as f32, 1.0]));
+        }
+        let gathered = group.all_gather(&Tensor::from_vec(vec![r, r * r], &[2]));
+        assert_eq!(gathered.len(), group.world_size());
+        for (k, g) in gathered.iter().enumerate() {
+            assert_eq!(g.to_vec(), [k as f32, (k * k) as f32]);
+        }
+        group.barrier();
+    }
+
+    fn construction_broadcasts_rank_0s_state(group: &ProcessGroup) {
+        // Every rank initialises differently; after wrapping, all hold rank 0's values.
+        manual_seed(100 + group.rank() as u64);
+        let model = Sequential::new().add(Linear::new(5, 7)).add(BatchNorm1d::new(7)).add(Linear::new(7, 2));
+        model.get::<BatchNorm1d>(1).unwrap().running_mean.as_ref().unwrap().fill_(group.rank() as f64);
+        let before = params_of(&model);
+        let ddp = DistributedDataParallel::new(model, group).unwrap();
+        let after = params_of(&ddp);
+        assert!(identical_across_ranks(group, &after), "parameters differ across ranks after construction");
+        if group.rank() == 0 {
+            assert_eq!(before, after, "rank 0 keeps its own values");
+        } else {
+            assert_ne!(before, after, "rank {} took rank 0's values", group.rank());
+        }
+        let bufs: Vec<f32> = ddp.buffers().iter().flat_map(|b| b.to_vec()).collect();
+        assert!(identical_across_ranks(group, &bufs), "buffers differ across ranks after construction");
+        assert!(bufs[..7].iter().all(|&v| v == 0.0), "rank 0's running mean everywhere");
+        // Buckets in reverse registration order; a 1 MiB first bucket holds this whole model.
+        assert_eq!(ddp.bucket_parameter_names(), [["2.bias", "2.weight", "1.bias", "1.weight", "0.bias", "0.weight"]]);
+    }
+
+    fn models_that_differ_across_ranks_are_refused(group: &ProcessGroup) {
+        let last = group.world_size() - 1;
+        let out = if group.rank() == last && last > 0 { 5 } else { 4 };
+        let model = Sequential::new().add(Linear::new(3, 3)).add(Linear::new(3, out));
+        match DistributedDataParallel::new(model, group) {
+            Ok(_) => assert_eq!(last, 0, "a world of one cannot disagree with itself"),
+            Err(DistError::ModelMismatch(msg)) => {
+                assert!(last > 0);
+                let want = format!("`1.weight` is [4, 3] f32 on rank 0 but [5, 3] f32 on rank {last}");
+                assert_eq!(msg, want);
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        }
+        let bad =
+            DistributedDataParallel::with_config(mlp(), group, DdpConfig { bucket_cap_mb: 0.0, ..Default::default() });
+        assert!(matches!(bad, Err(DistError::InvalidConfig(m)) if m == "bucket_cap_mb must be positive, got 0"));
+    }
+
+    fn gradients_equal_one_process(group: &ProcessGroup) {
+        for (config, buckets) in [(DdpConfig::default(), 1), (small_buckets(), 3)] {
+            manual_seed(7);
+            let x = Tensor::randn(&[24, 6]);
+            let y = labels(24, 3, 1);
+            manual_seed(11);
+            let reference = mlp();
+            cross_entropy(&reference.forward(&x), &y).backward();
+            manual_seed(11);
+            let ddp = DistributedDataParallel::with_config(mlp(), group, config).unwrap();
+            assert_eq!(ddp.bucket_parameter_names().len(), buckets);
+            cross_entropy(&ddp.forward(&share(group, &x)), &share(group, &y)).backward();
+            assert_close(&grads_of(&ddp), &grads_of(&reference), 1e-6, "gradients vs one process");
+            // Every bucket but the last started while backward was still running.
+            let stats = ddp.reduction_stats();
+            assert_eq!((stats.buckets, stats.overlapped), (buckets, buckets - 1));
+            assert!(identical_across_ranks(group, &grads_of(&ddp)), "gradients differ across ranks");
+        }
+    }
+
+    fn twenty_sgd_momentum_steps(group: &ProcessGroup) {
+        let sgd = SgdConfig { lr: 0.05, momentum: 0.9, weight_decay: 1e-4, ..Default::default() };
+        manual_seed(3);
+        let reference = cnn();
+        manual_seed(3);
+        let ddp = DistributedDataParallel::with_config(cnn(), group, small_buckets()).unwrap();
+        let mut ref_opt = Sgd::new(reference.parameters(), sgd);
+        let mut opt = Sgd::new(ddp.parameters(), sgd);
+        for step in 0..20 {
+            manual_seed(1000 + step);
+            let x = Tensor::randn(&[12, 1, 8, 8]);
+            let y = labels(12, 5, step as i64);
+            ref_opt.zero_grad();
+            cross_entropy(&reference.forward(&x), &y).backward();
+            ref_opt.step();
+            opt.zero_grad();
+            cross_entropy(&ddp.forward(&share(group, &x)), &share(group, &y)).backward();
+            opt.step();
+        }
+        let p = params_of(&ddp);
+        assert!(identical_across_ranks(group, &p), "parameters differ across ranks after 20 steps");
+        assert_close(&p, &params_of(&reference), 1e-5, "parameters after 20 steps vs one process");
+        assert_ne!(p, params_of(&cnn()), "training moved the parameters");
+    }
+
+    fn no_sync_accumulates(group: &ProcessGroup) {
+        manual_seed(21);
+        let micro: Vec<(Tensor, Tensor)> = (0..3).map(|k| (Tensor::randn(&[6, 6]), labels(6, 3, k))).collect();
+        manual_seed(5);
+        let reference = mlp();
+        for (x, y) in &micro {
+            cross_entropy(&reference.forward(x), y).backward();
+        }
+        manual_seed(5);
+        let local = mlp();
+        manual_seed(5);
+        let ddp = DistributedDataParallel::with_config(mlp(), group, small_buckets()).unwrap();
+        let (last, rest) = micro.split_last().unwrap();
+        ddp.no_sync(|| {
+            for (x, y) in rest {
+                cross_entropy(&ddp.forward(&share(group, x)), &share(group, y)).backward();
+                cross_entropy(&local.forward(&share(group, x)), &share(group, y)).backward();
+            }
+        });
+        // Inside no_sync nothing was reduced: each rank holds its own shares' gradients.
+        assert_eq!(grads_of(&ddp), grads_of(&local));
+        cross_entropy(&ddp.forward(&share(group, &last.0)), &share(group, &last.1)).backward();
+        assert_close(&grads_of(&ddp), &grads_of(&reference), 1e-6, "accumulated gradients vs one process");
+    }
+
+    fn buffers_follow_rank_0(group: &ProcessGroup) {
+        for broadcast_buffers in [true, false] {
+            manual_seed(8);
+            let model = Sequential::new().add(Linear::new(4, 3)).add(BatchNorm1d::new(3));
+            let config = DdpConfig { broadcast_buffers, ..Default::default() };
+            let ddp = DistributedDataParallel::with_config(model, group, config).unwrap();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let log = seen.clone();
+            let bn = ddp.module().get::<BatchNorm1d>(1).unwrap();
+            let rm = bn.running_mean.clone().unwrap();
+            bn.register_forward_pre_hook(move |_| {
+                log.lock().unwrap().push(rm.to_vec());
+                None
+            })
+            .unwrap();
+            // Each rank's batch has its own mean, so its running mean moves its own way.
+            let x = |step: usize| Tensor::full(&[4, 4], (group.rank() + 1) as f64 * (step + 1) as f64);
+            ddp.forward(&x(0)).sum().backward();
+            let after_first = bn.running_mean.as_ref().unwrap().to_vec();
+            ddp.forward(&x(1)).sum().backward();
+            let at_second = seen.lock().unwrap()[1].clone();
+            let rank0_after_first = group.broadcast(&Tensor::from_vec(after_first.clone(), &[3]), 0).to_vec();
+            if broadcast_buffers {
+                assert_eq!(at_second, rank0_after_first, "the second forward starts from rank 0's statistics");
+            } else {
+                assert_eq!(at_second, after_first, "without broadcast_buffers each rank keeps its own");
+            }
+            // Forward without grad (evaluation) does not communicate, so ranks may differ.
+            no_grad(|| ddp.forward(&x(2)));
+        }
+    }
+
+    fn sync_batch_norm_equals_one_process(group: &ProcessGroup) {
+        let build = || {
+            Sequential::new()
+                .add(Conv2d::new(2, 3, 3))
+                .add(BatchNorm2d::new(3))
+                .add(ReLU::new())
+                .add(Flatten::new())
+                .add(Linear::new(3 * 3 * 3, 4))
+        };
+        manual_seed(9);
+        let x = Tensor::randn(&[12, 2, 5, 5]) * 2.0 + 0.5;
+        let y = labels(12, 4, 3);
+        manual_seed(4);
+        let reference = build();
+        cross_entropy(&reference.forward(&x), &y).backward();
+        manual_seed(4);
+        let mut model = build();
+        assert_eq!(SyncBatchNorm::convert_sync_batchnorm(&mut model, group), 1);
+        let ddp = DistributedDataParallel::new(model, group).unwrap();
+        cross_entropy(&ddp.forward(&share(group, &x)), &share(group, &y)).backward();
+        assert_close(&grads_of(&ddp), &grads_of(&reference), 1e-5, "SyncBatchNorm gradients vs one process");
+        let stats = |m: &dyn Module| -> Vec<f32> {
+            m.named_buffers().iter().filter(|(n, _)| n.contains("running")).flat_map(|(_, t)| t.to_vec()).collect()
+        };
+        assert_close(&stats(&ddp), &stats(&reference), 1e-6, "SyncBatchNorm running statistics");
+        assert!(identical_across_ranks(group, &stats(&ddp)));
+    }
+
+    #[derive(Module)]
+    struct TwoHeads {
+        #[module]
+        used: Linear,
+        #[module]
+        unused: Linear,
+        #[base]
+        base: ModuleBase,
+        /// Ranks whose forward uses `unused` too.
+        users: Vec<usize>,
+        rank: usize,
+    }
+
+    impl Compute for TwoHeads {
+        type Input = Tensor;
+        type Output = Tensor;
+        fn compute(&self, x: &Tensor) -> Tensor {
+            let y = self.used.forward(x);
+            if self.users.contains(&self.rank) {
+                y + self.unused.forward(x)
+            } else {
+                y
+            }
+        }
+    }
+
+    fn two_heads(group: &ProcessGroup, users: Vec<usize>) -> TwoHeads {
+        manual_seed(6);
+        TwoHeads {
+            used: Linear::new(4, 2),
+            unused: Linear::new(4, 2),
+            base: ModuleBase::new(),
+            users,
+            rank: group.rank(),
+        }
+    }
+
+    fn find_unused_parameters(group: &ProcessGroup) {
+        let config = DdpConfig { find_unused_parameters: true, ..small_buckets() };
+        manual_seed(12);
+        let x = Tensor::randn(&[group.world_size() * 2, 4]);
+        // Only rank 0 uses the second head: the others contribute zeros to its average.
+        let ddp = DistributedDataParallel::with_config(two_heads(group, vec![0]), group, config).unwrap();
+        ddp.forward(&share(group, &x)).square().sum().backward();
+        let rank0 = two_heads(group, vec![0]);
+        let mut alone = rank0;
+        alone.rank = 0;
+        alone.forward(&x.narrow(0, 0, 2)).square().sum().backward();
+        let w = group.world_size() as f32;
+        let want: Vec<f32> = alone.unused.weight.grad().unwrap().to_vec().iter().map(|g| g / w).collect();
+        assert_close(&ddp.module().unused.weight.grad().unwrap().to_vec(), &want, 1e-6, "partly used head");
+        // Nobody uses it: its gradient stays unset, and the rest is reduced as usual.
+        let ddp = DistributedDataParallel::with_config(two_heads(group, vec![]), group, config).unwrap();
+        ddp.forward(&share(group, &x)).square().sum().backward();
+        assert!(
+            ddp.module().unused.weight.grad().is_none() && ddp.module().unused.bias.as_ref().unwrap().grad().is_none()
+        );
+        assert!(identical_across_ranks(group, &ddp.module().used.weight.grad().unwrap().to_vec()));
+    }
+
+    fn wrapper_keys_and_hooks(group: &ProcessGroup) {
+        manual_seed(2);
+        let mut ddp = DistributedDataParallel::new(mlp(), group).unwrap();
+        let keys: Vec<String> = ddp.state_dict().keys().map(String::from).collect();
+        assert_eq!(keys, mlp().state_dict().keys().map(String::from).collect::<Vec<_>>());
+        let mut bare = mlp();
+        bare.load_state_dict(&ddp.state_dict(), true).unwrap();
+        assert_eq!(params_of(&bare), params_of(&ddp));
+        assert!(ddp.to_string().starts_with("DistributedDataParallel(\n  (0): Linear(in_features=6"));
+        let calls = Arc::new(Mutex::new(0));
+        let c = calls.clone();
+        let h = ddp
+            .register_forward_hook(move |_, _| {
+                *c.lock().unwrap() += 1;
+                None
+            })
+            .unwrap();
+        ddp.eval();
+        assert!(!ddp.is_training() && !ddp.module().get::<Linear>(0).unwrap().is_training());
+        ddp.forward(&Tensor::ones(&[1, 6]));
+        assert_eq!(*calls.lock().unwrap(), 1);
+        h.remove();
+        // Unwrapping removes the gradient hooks: backward on the bare model is local only.
+        let model = ddp.into_inner();
+        model.forward(&Tensor::ones(&[2, 6])).sum().backward();
+        assert!(model.parameters().iter().all(|p| p.grad().is_some()));
+    }
+
+    fn a_rank_panics(group: &ProcessGroup) {
+        let last = group.world_size() - 1;
+        if group.rank() == last {
+            panic!("rank {last} exploded on purpose");
+        }
+        // The others wait for it in a collective that would never complete.
+        group.all_reduce(&Tensor::ones(&[4]), ReduceOp::Sum);
+        unreachable!("the job should have been aborted");
+    }
+
+    fn an_unused_parameter(group: &ProcessGroup) {
+        let ddp = DistributedDataParallel::new(two_heads(group, vec![]), group).unwrap();
+        ddp.forward(&Tensor::ones(&[2, 4])).sum().backward();
+        unreachable!("backward should have panicked");
+    }
+}
