@@ -88,16 +88,9 @@ pub trait Hooks: Module {
         &self,
         mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::ForwardHook>,
     ) -> Result<Vec<HookHandle>> {
-        let mut handles = Vec::new();
-        for (path, m) in self.as_dyn().named_modules() {
-            if !m.runs_forward() {
-                continue;
-            }
-            if let Some(h) = make(&path, m) {
-                handles.push(m.register_forward_hook(move |x, y| h(x, y))?);
-            }
-        }
-        Ok(handles)
+        register_all(self.as_dyn(), |path, m| {
+            make(path, m).map(|h| Ok(m.hook_base()?.register_forward_hook(move |x, y| h(x, y))))
+        })
     }
 
     /// Registers a full backward hook on every module that runs for which `make` returns
@@ -109,16 +102,9 @@ pub trait Hooks: Module {
         &self,
         mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::BackwardHook>,
     ) -> Result<Vec<HookHandle>> {
-        let mut handles = Vec::new();
-        for (path, m) in self.as_dyn().named_modules() {
-            if !m.runs_forward() {
-                continue;
-            }
-            if let Some(h) = make(&path, m) {
-                handles.push(m.register_full_backward_hook(move |gi, go| h(gi, go))?);
-            }
-        }
-        Ok(handles)
+        register_all(self.as_dyn(), |path, m| {
+            make(path, m).map(|h| Ok(m.hook_base()?.register_full_backward_hook(move |gi, go| h(gi, go))))
+        })
     }
 
     /// Registers a forward hook on the sub-module at `path` (`"encoder.layers.0"`).
@@ -159,6 +145,21 @@ pub trait Hooks: Module {
 }
 
 impl<M: Module + ?Sized> Hooks for M {}
+
+/// Offers every module of the tree that runs to `register`, which returns the handle of
+/// the hook it registered, if any.
+fn register_all(
+    root: &dyn Module,
+    mut register: impl FnMut(&str, &dyn Module) -> Option<Result<HookHandle>>,
+) -> Result<Vec<HookHandle>> {
+    let mut handles = Vec::new();
+    for (path, m) in root.named_modules() {
+        if let Some(handle) = m.runs_forward().then(|| register(&path, m)).flatten() {
+            handles.push(handle?);
+        }
+    }
+    Ok(handles)
+}
 
 /// The hook base of the module at `path`, or an error naming the path.
 fn hook_base_at<'a>(root: &'a dyn Module, path: &str) -> Result<&'a ModuleBase> {
