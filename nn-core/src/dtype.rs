@@ -5,8 +5,6 @@ use std::fmt;
 
 use half::{bf16, f16};
 
-use crate::storage::CpuStorage;
-
 /// The element type of a tensor.
 ///
 /// `F32` and `F64` are compute types (every op supports them; gradient checks run in
@@ -89,20 +87,6 @@ pub trait Element: Copy + Send + Sync + fmt::Debug + PartialOrd + 'static + seal
     fn as_f64(self) -> f64;
     /// Converts from `f64` with the usual `as` rounding (saturating for integers).
     fn from_f64(v: f64) -> Self;
-    /// Wraps a vector of this type into CPU storage.
-    #[doc(hidden)]
-    fn into_storage(v: Vec<Self>) -> CpuStorage;
-    /// Borrows the values when `s` holds this type.
-    #[doc(hidden)]
-    fn slice(s: &CpuStorage) -> Option<&[Self]>;
-    /// Mutably borrows the values when `s` holds this type.
-    #[doc(hidden)]
-    fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
-    /// An empty buffer with room for `len` values (recycled for `f32`/`f64`).
-    #[doc(hidden)]
-    fn alloc_buffer(len: usize) -> Vec<Self> {
-        Vec::with_capacity(len)
-    }
 }
 
 /// An element type arithmetic kernels run in: `f32` and `f64`.
@@ -111,41 +95,10 @@ pub trait FloatElement: Element + num_traits::Float + num_traits::FloatConst + s
     fn erf(self) -> Self;
     /// Converts from `f32` (exact for both types).
     fn from_f32(v: f32) -> Self;
-    /// The general matrix multiply for this type (`C = alpha * A B + beta * C`),
-    /// strides in elements, through the backend chosen in `crate::gemm`.
-    ///
-    /// # Safety
-    /// The pointers and strides must describe valid, non-aliasing (for `c`) matrices.
-    #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: Self,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    );
 }
 
 macro_rules! impl_element {
-    ($t:ty, $variant:ident, $to:expr, $from:expr, pooled) => {
-        impl_element!(@impl $t, $variant, $to, $from, fn alloc_buffer(len: usize) -> Vec<Self> {
-            crate::pool::take(len)
-        });
-    };
     ($t:ty, $variant:ident, $to:expr, $from:expr) => {
-        impl_element!(@impl $t, $variant, $to, $from,);
-    };
-    (@impl $t:ty, $variant:ident, $to:expr, $from:expr, $($extra:item)*) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
@@ -157,28 +110,12 @@ macro_rules! impl_element {
             fn from_f64(v: f64) -> Self {
                 ($from)(v)
             }
-            fn into_storage(v: Vec<Self>) -> CpuStorage {
-                CpuStorage::$variant(v)
-            }
-            fn slice(s: &CpuStorage) -> Option<&[Self]> {
-                match s {
-                    CpuStorage::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn slice_mut(s: &mut CpuStorage) -> Option<&mut [Self]> {
-                match s {
-                    CpuStorage::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-            $($extra)*
         }
     };
 }
 
-impl_element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32, pooled);
-impl_element!(f64, F64, |x: f64| x, |v: f64| v, pooled);
+impl_element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
+impl_element!(f64, F64, |x: f64| x, |v: f64| v);
 impl_element!(i64, I64, |x: i64| x as f64, |v: f64| v as i64);
 impl_element!(f16, F16, |x: f16| x.to_f64(), f16::from_f64);
 impl_element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);
@@ -193,26 +130,6 @@ impl FloatElement for f32 {
     fn from_f32(v: f32) -> Self {
         v
     }
-    unsafe fn gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: Self,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    ) {
-        let g = crate::gemm::Gemm { m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc };
-        // SAFETY: forwarded contract of this function.
-        unsafe { crate::gemm::run(g) }
-    }
 }
 
 impl FloatElement for f64 {
@@ -223,25 +140,5 @@ impl FloatElement for f64 {
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
         v as f64
-    }
-    unsafe fn gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: Self,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    ) {
-        let g = crate::gemm::Gemm { m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc };
-        // SAFETY: forwarded contract of this function.
-        unsafe { crate::gemm::run(g) }
     }
 }

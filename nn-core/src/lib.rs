@@ -94,7 +94,7 @@
 //! ```
 //!
 //! Layout of the crate: [`tensor`] (the handle), [`shape`] (layouts and broadcasting),
-//! [`storage`] (backend buffers), [`autograd`] (graph and engine), [`ops`] (every op with
+//! [`backend`] (the interface to device kernels, and the CPU backend), [`autograd`] (graph and engine), [`ops`] (every op with
 //! its backward), [`functional`] (PyTorch-style free functions), [`random`] (the seeded
 //! generator) and [`testing`] (the shared gradient checker).
 
@@ -103,19 +103,18 @@
 extern crate self as nn_core;
 
 pub mod autograd;
+pub mod backend;
 pub mod checkpoint;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod functional;
-mod gemm;
 pub mod init;
 pub mod io;
 mod loss;
 pub mod module;
 pub mod ops;
 pub mod optim;
-mod pool;
 pub mod random;
 pub mod serialization;
 pub mod shape;

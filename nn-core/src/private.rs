@@ -232,7 +232,7 @@ impl<T: ExtraRepr + ?Sized> ExtraReprField for T {
 /// One f32 GEMM `c = a b` (row-major; `ta`/`tb` read `a`/`b` as stored transposed) on an
 /// explicit backend, `"gemm"` or `"matrixmultiply"`, with the usual thread policy: the
 /// hook behind `benches/benches/kernels.rs`'s `gemm_backends` group, which is how the
-/// backend choice in `nn_core::gemm` is measured. Not API.
+/// backend choice in `nn_core::backend::cpu::gemm` is measured. Not API.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_f32_with_backend(
     backend: &str,
@@ -243,16 +243,12 @@ pub fn gemm_f32_with_backend(
     tb: bool,
     c: &mut [f32],
 ) {
-    use crate::gemm::{run_with, Backend, Gemm};
+    use crate::backend::cpu::gemm::{gemm_on, Backend, MatRef};
     let backend = match backend {
         "gemm" => Backend::Gemm,
         "matrixmultiply" => Backend::MatrixMultiply,
         other => panic!("unknown GEMM backend {other:?} (expected \"gemm\" or \"matrixmultiply\")"),
     };
     assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n, "gemm: operand lengths do not match {m}x{k}x{n}");
-    let sa = if ta { (1, m) } else { (k, 1) };
-    let sb = if tb { (1, k) } else { (n, 1) };
-    let g = Gemm::over((m, k, n), 1.0, (a, sa), (b, sb), 0.0, c);
-    // SAFETY: the lengths are checked above; `c` is a distinct exclusive slice.
-    unsafe { run_with(backend, g) }
+    gemm_on(backend, (m, k, n), 1.0, MatRef::row_major(a, (m, k), ta), MatRef::row_major(b, (k, n), tb), 0.0, c)
 }

@@ -16,11 +16,11 @@ use std::path::Path;
 use half::{bf16, f16};
 use safetensors::{Dtype, View};
 
+use crate::backend::Storage;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::state_dict::StateDict;
-use crate::storage::{CpuStorage, Storage};
 use crate::tensor::Tensor;
 
 /// Files at least this large are memory-mapped for loading; smaller ones are read.
@@ -60,37 +60,7 @@ impl View for TensorBytes<'_> {
 
 /// The tensor's values, row-major, little-endian.
 fn le_bytes(t: &Tensor) -> Vec<u8> {
-    let s = t.storage_arc();
-    let Storage::Cpu(c) = &*s else { unreachable!("meta tensors are rejected before serialising") };
-    let l = t.layout();
-    // A contiguous tensor is encoded straight from its storage; a strided view is gathered
-    // first.
-    let gathered;
-    let (c, range) = match l.contiguous_range() {
-        Some(r) => (c, r),
-        None => {
-            gathered = c.gather_layout(l);
-            (&gathered, 0..l.numel())
-        }
-    };
-    match c {
-        CpuStorage::F32(v) => encode(&v[range], f32::to_le_bytes),
-        CpuStorage::F64(v) => encode(&v[range], f64::to_le_bytes),
-        CpuStorage::I64(v) => encode(&v[range], i64::to_le_bytes),
-        CpuStorage::F16(v) => encode(&v[range], |x: f16| x.to_bits().to_le_bytes()),
-        CpuStorage::BF16(v) => encode(&v[range], |x: bf16| x.to_bits().to_le_bytes()),
-        CpuStorage::Bool(v) => v[range].iter().map(|&b| b as u8).collect(),
-    }
-}
-
-/// Fixed-width little-endian encoding into a pre-sized buffer: a loop the compiler turns
-/// into a plain copy on little-endian targets.
-fn encode<const N: usize, T: Copy>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    let mut out = vec![0u8; v.len() * N];
-    for (o, &x) in out.chunks_exact_mut(N).zip(v) {
-        o.copy_from_slice(&f(x));
-    }
-    out
+    t.storage_arc().to_le_bytes(t.layout()).expect("meta tensors are rejected before serialising")
 }
 
 fn decode<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
@@ -101,18 +71,18 @@ fn decode<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
 /// bits widen to `i64` (lossless); formats with no counterpart here are an error.
 fn tensor_from_view(key: &str, dtype: Dtype, shape: &[usize], bytes: &[u8], origin: &Path) -> Result<Tensor> {
     let storage = match dtype {
-        Dtype::F32 => CpuStorage::F32(decode(bytes, f32::from_le_bytes)),
-        Dtype::F64 => CpuStorage::F64(decode(bytes, f64::from_le_bytes)),
-        Dtype::I64 => CpuStorage::I64(decode(bytes, i64::from_le_bytes)),
-        Dtype::F16 => CpuStorage::F16(decode(bytes, |b| f16::from_bits(u16::from_le_bytes(b)))),
-        Dtype::BF16 => CpuStorage::BF16(decode(bytes, |b| bf16::from_bits(u16::from_le_bytes(b)))),
-        Dtype::BOOL => CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect()),
-        Dtype::I32 => CpuStorage::I64(decode(bytes, |b| i32::from_le_bytes(b) as i64)),
-        Dtype::I16 => CpuStorage::I64(decode(bytes, |b| i16::from_le_bytes(b) as i64)),
-        Dtype::I8 => CpuStorage::I64(bytes.iter().map(|&b| b as i8 as i64).collect()),
-        Dtype::U8 => CpuStorage::I64(bytes.iter().map(|&b| b as i64).collect()),
-        Dtype::U16 => CpuStorage::I64(decode(bytes, |b| u16::from_le_bytes(b) as i64)),
-        Dtype::U32 => CpuStorage::I64(decode(bytes, |b| u32::from_le_bytes(b) as i64)),
+        Dtype::F32 => Storage::from_vec(decode(bytes, f32::from_le_bytes)),
+        Dtype::F64 => Storage::from_vec(decode(bytes, f64::from_le_bytes)),
+        Dtype::I64 => Storage::from_vec(decode(bytes, i64::from_le_bytes)),
+        Dtype::F16 => Storage::from_vec(decode(bytes, |b| f16::from_bits(u16::from_le_bytes(b)))),
+        Dtype::BF16 => Storage::from_vec(decode(bytes, |b| bf16::from_bits(u16::from_le_bytes(b)))),
+        Dtype::BOOL => Storage::from_vec(bytes.iter().map(|&b| b != 0).collect()),
+        Dtype::I32 => Storage::from_vec(decode(bytes, |b| i32::from_le_bytes(b) as i64)),
+        Dtype::I16 => Storage::from_vec(decode(bytes, |b| i16::from_le_bytes(b) as i64)),
+        Dtype::I8 => Storage::from_vec(bytes.iter().map(|&b| b as i8 as i64).collect()),
+        Dtype::U8 => Storage::from_vec(bytes.iter().map(|&b| b as i64).collect()),
+        Dtype::U16 => Storage::from_vec(decode(bytes, |b| u16::from_le_bytes(b) as i64)),
+        Dtype::U32 => Storage::from_vec(decode(bytes, |b| u32::from_le_bytes(b) as i64)),
         other => {
             return Err(Error::UnsupportedFileDType {
                 path: origin.to_path_buf(),
@@ -121,7 +91,7 @@ fn tensor_from_view(key: &str, dtype: Dtype, shape: &[usize], bytes: &[u8], orig
             })
         }
     };
-    Ok(Tensor::from_cpu(storage, shape))
+    Ok(Tensor::from_storage(storage, shape))
 }
 
 impl StateDict {

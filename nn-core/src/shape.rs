@@ -378,6 +378,12 @@ pub(crate) fn for_each_offset<const N: usize>(
     }
 }
 
+/// `shape` with the dims where `mask` is true kept as size 1 (a reduction's `keepdim`
+/// shape).
+pub(crate) fn kept_shape(shape: &[usize], mask: &[bool]) -> Dims {
+    shape.iter().zip(mask).map(|(&d, &m)| if m { 1 } else { d }).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,8 +28,8 @@ pub use grad_mode::{
 };
 pub use hooks::{queue_callback, PostAccumulateGradHook};
 
+use crate::backend::Storage;
 use crate::shape::{Dims, Layout};
-use crate::storage::Storage;
 use crate::tensor::Tensor;
 
 /// Gradients returned by a backward rule, one per input, `None` where not needed.

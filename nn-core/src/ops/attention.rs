@@ -1,8 +1,6 @@
 //! Scaled dot-product attention, composed from differentiable primitives.
 
-use crate::device::Device;
 use crate::dtype::DType;
-use crate::storage::CpuStorage;
 use crate::tensor::Tensor;
 
 /// Options of [`Tensor::scaled_dot_product_attention`].
@@ -75,8 +73,8 @@ impl Tensor {
         let causal;
         let mask = if options.is_causal {
             let m: Vec<bool> = (0..l).flat_map(|i| (0..s).map(move |j| j <= i)).collect();
-            causal = Tensor::from_cpu(CpuStorage::Bool(m), &[l, s]);
-            Some(if q.device() == Device::Meta { causal.to_device(Device::Meta) } else { causal })
+            causal = Tensor::from_vec_bool(m, &[l, s]).to_device(q.device());
+            Some(causal)
         } else {
             options.attn_mask.cloned()
         };

@@ -6,24 +6,13 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::{check_same, cpu, map2, map3};
+use super::check_same;
 use crate::autograd::{op_result, Grads};
-use crate::device::Device;
-use crate::dtype::{DType, Element, FloatElement};
+pub(crate) use crate::backend::BinaryOp;
+use crate::backend::Operand;
+use crate::dtype::{DType, FloatElement};
 use crate::shape::{broadcast_shapes, Layout};
-use crate::storage::{with_cpu, with_float, CpuStorage, Storage};
 use crate::tensor::Tensor;
-
-/// An elementwise function of two arguments with its partial derivatives.
-pub(crate) trait BinaryOp: Copy + Send + Sync + 'static {
-    const NAME: &'static str;
-    fn f<T: FloatElement>(a: T, b: T) -> T;
-    fn da<T: FloatElement>(a: T, b: T) -> T;
-    fn db<T: FloatElement>(a: T, b: T) -> T;
-    /// Constant partial derivatives, when they are constants (add, sub): the backward then
-    /// skips the elementwise product.
-    const CONST_GRADS: Option<(f64, f64)> = None;
-}
 
 macro_rules! binary_op {
     ($name:ident, $label:literal, $consts:expr, |$a:ident, $b:ident| $f:expr, $da:expr, $db:expr) => {
@@ -129,18 +118,10 @@ pub(crate) fn broadcast_pair(op: &str, a: &Tensor, b: &Tensor) -> (Layout, Layou
 /// Applies a broadcasting binary op, recording its backward.
 #[track_caller]
 pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
-    let (device, dtype) = check_same(O::NAME, &[a, b]);
+    check_same(O::NAME, &[a, b]);
     super::check_float(O::NAME, a);
     let (la, lb, lo) = broadcast_pair(O::NAME, a, b);
-    let storage = if device == Device::Meta {
-        Storage::Meta { dtype, len: lo.numel() }
-    } else {
-        let (sa, sb) = (a.storage_arc(), b.storage_arc());
-        Storage::Cpu(with_float!(cpu(&sa), O::NAME, T, va => {
-            let vb = T::slice(cpu(&sb)).expect("same dtype");
-            T::into_storage(map2(va, &la, vb, &lb, |x: T, y: T| O::f(x, y)))
-        }))
-    };
+    let storage = a.storage_arc().binary::<O>(&la, &b.storage_arc(), &lb);
     op_result(O::NAME, Arc::new(storage), lo, &[a, b], || {
         let (a, b) = (a.detach(), b.detach());
         move |g: &Tensor, needs: &[bool]| -> Grads {
@@ -155,7 +136,7 @@ pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
                             g * k
                         }
                     }
-                    None => binary_grad::<O>(g, &a, &b, which),
+                    None => binary_grad::<O>(g, &a, &b, if which == 0 { Operand::Lhs } else { Operand::Rhs }),
                 };
                 full.sum_to_shape(target)
             };
@@ -165,40 +146,20 @@ pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
 }
 
 /// `g * d op / d input` at the broadcast shape.
-fn binary_grad<O: BinaryOp>(g: &Tensor, a: &Tensor, b: &Tensor, which: usize) -> Tensor {
+fn binary_grad<O: BinaryOp>(g: &Tensor, a: &Tensor, b: &Tensor, wrt: Operand) -> Tensor {
     let shape = g.shape();
-    if g.device() == Device::Meta {
-        return Tensor::full_on(shape, 0.0, g.dtype(), Device::Meta);
-    }
     let la = a.layout().broadcast_to(shape).expect("broadcastable");
     let lb = b.layout().broadcast_to(shape).expect("broadcastable");
-    let (gs, sa, sb) = (g.storage_arc(), a.storage_arc(), b.storage_arc());
-    let out = with_float!(cpu(&gs), O::NAME, T, gv => {
-        let va = T::slice(cpu(&sa)).expect("same dtype");
-        let vb = T::slice(cpu(&sb)).expect("same dtype");
-        T::into_storage(if which == 0 {
-            map3(gv, g.layout(), va, &la, vb, &lb, |g: T, x: T, y: T| g * O::da(x, y))
-        } else {
-            map3(gv, g.layout(), va, &la, vb, &lb, |g: T, x: T, y: T| g * O::db(x, y))
-        })
-    });
-    Tensor::from_cpu(out, shape)
+    let out = g.storage_arc().binary_grad::<O>(g.layout(), (&a.storage_arc(), &la), (&b.storage_arc(), &lb), wrt);
+    Tensor::from_storage(out, shape)
 }
 
 /// A comparison producing a `Bool` tensor (no gradient).
 #[track_caller]
 fn compare(op: &'static str, a: &Tensor, b: &Tensor, f: fn(std::cmp::Ordering) -> bool) -> Tensor {
-    let (device, _) = check_same(op, &[a, b]);
+    check_same(op, &[a, b]);
     let (la, lb, lo) = broadcast_pair(op, a, b);
-    if device == Device::Meta {
-        return Tensor::full_on(lo.shape(), 0.0, DType::Bool, Device::Meta);
-    }
-    let (sa, sb) = (a.storage_arc(), b.storage_arc());
-    let out = with_cpu!(cpu(&sa), T, va => {
-        let vb = T::slice(cpu(&sb)).expect("same dtype");
-        map2(va, &la, vb, &lb, |x: T, y: T| x.partial_cmp(&y).is_some_and(f))
-    });
-    Tensor::from_cpu(CpuStorage::Bool(out), lo.shape())
+    Tensor::from_storage(a.storage_arc().compare(&la, &b.storage_arc(), &lb, f), lo.shape())
 }
 
 impl Tensor {
@@ -320,7 +281,7 @@ impl Tensor {
         if cond.dtype() != DType::Bool {
             panic!("{OP}: condition must be a bool tensor, got {} (shape {:?})", cond.dtype(), cond.shape());
         }
-        let (device, dtype) = check_same(OP, &[a, b]);
+        let (device, _) = check_same(OP, &[a, b]);
         if cond.device() != device {
             panic!("{OP}: condition on {} but values on {device}", cond.device());
         }
@@ -331,26 +292,10 @@ impl Tensor {
             panic!("{OP}: condition of shape {:?} cannot be broadcast to {:?}", cond.shape(), s1.as_slice());
         };
         let lo = Layout::contiguous(&shape);
-        let storage = if device == Device::Meta {
-            Storage::Meta { dtype, len: lo.numel() }
-        } else {
-            let lc = cond.layout().broadcast_to(&shape).expect("broadcastable");
-            let la = a.layout().broadcast_to(&shape).expect("broadcastable");
-            let lb = b.layout().broadcast_to(&shape).expect("broadcastable");
-            let (sc, sa, sb) = (cond.storage_arc(), a.storage_arc(), b.storage_arc());
-            let cv = bool::slice(cpu(&sc)).expect("bool");
-            Storage::Cpu(with_cpu!(cpu(&sa), T, va => {
-                let vb = T::slice(cpu(&sb)).expect("same dtype");
-                let mut out = Vec::with_capacity(lo.numel());
-                crate::shape::for_each_offset(
-                    &shape,
-                    [lc.strides(), la.strides(), lb.strides()],
-                    [lc.offset(), la.offset(), lb.offset()],
-                    |[i, j, k]| out.push(if cv[i] { va[j] } else { vb[k] }),
-                );
-                T::into_storage(out)
-            }))
-        };
+        let lc = cond.layout().broadcast_to(&shape).expect("broadcastable");
+        let la = a.layout().broadcast_to(&shape).expect("broadcastable");
+        let lb = b.layout().broadcast_to(&shape).expect("broadcastable");
+        let storage = cond.storage_arc().select(&lc, (&a.storage_arc(), &la), (&b.storage_arc(), &lb));
         op_result(OP, Arc::new(storage), lo, &[a, b], || {
             let cond = cond.detach();
             let (sa, sb): (crate::shape::Dims, crate::shape::Dims) = (a.shape().into(), b.shape().into());
@@ -404,10 +349,7 @@ impl Tensor {
         if self.dtype() != DType::Bool {
             panic!("logical_not: expected a bool tensor, got {}", self.dtype());
         }
-        if self.device() == Device::Meta {
-            return self.detach();
-        }
-        Tensor::from_cpu(CpuStorage::Bool(self.to_vec_bool().into_iter().map(|v| !v).collect()), self.shape())
+        Tensor::from_storage(self.storage_arc().logical_not(self.layout()), self.shape())
     }
 }
 

@@ -12,78 +12,12 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::{check_float, check_same, cpu};
+use super::{check_float, check_same};
 use crate::autograd::{op_result, Grads};
-use crate::device::Device;
-use crate::dtype::Element;
+pub use crate::backend::Conv2dOptions;
+use crate::backend::ConvGeometry as Geometry;
 use crate::shape::Layout;
-use crate::storage::{with_float, Storage};
 use crate::tensor::Tensor;
-
-/// Stride, zero padding, dilation and groups of a 2-D convolution (PyTorch's defaults:
-/// 1, 0, 1, 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Conv2dOptions {
-    /// Step between output positions, `(height, width)`.
-    pub stride: (usize, usize),
-    /// Zeros added on both sides, `(height, width)`.
-    pub padding: (usize, usize),
-    /// Spacing between kernel taps, `(height, width)`.
-    pub dilation: (usize, usize),
-    /// Number of channel groups; input and output channels must both divide by it.
-    pub groups: usize,
-}
-
-impl Default for Conv2dOptions {
-    fn default() -> Self {
-        Conv2dOptions { stride: (1, 1), padding: (0, 0), dilation: (1, 1), groups: 1 }
-    }
-}
-
-/// Every size a convolution kernel needs, validated once (PyTorch's letters: input
-/// `[n, c, h, w]`, weight `[o, c / groups, kh, kw]`, output `[n, o, ho, wo]`).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Geometry {
-    /// Batch size.
-    pub(super) n: usize,
-    /// Input channels.
-    pub(super) c: usize,
-    /// Input height.
-    pub(super) h: usize,
-    /// Input width.
-    pub(super) w: usize,
-    /// Output channels.
-    pub(super) o: usize,
-    /// Kernel height.
-    pub(super) kh: usize,
-    /// Kernel width.
-    pub(super) kw: usize,
-    /// Output height.
-    pub(super) ho: usize,
-    /// Output width.
-    pub(super) wo: usize,
-    /// Stride, padding, dilation, groups.
-    pub(super) opt: Conv2dOptions,
-}
-
-impl Geometry {
-    /// Input channels each group sees.
-    pub(super) fn in_channels_per_group(&self) -> usize {
-        self.c / self.opt.groups
-    }
-    /// Output channels each group produces.
-    pub(super) fn out_channels_per_group(&self) -> usize {
-        self.o / self.opt.groups
-    }
-    /// Rows of the column matrix: `c / groups * kh * kw`.
-    pub(super) fn col_rows(&self) -> usize {
-        self.in_channels_per_group() * self.kh * self.kw
-    }
-    /// Output positions per channel: `ho * wo`.
-    pub(super) fn out_pixels(&self) -> usize {
-        self.ho * self.wo
-    }
-}
 
 /// Output size of one spatial dim, or `None` when the kernel does not fit.
 pub(crate) fn out_size(input: usize, kernel: usize, stride: usize, pad: usize, dilation: usize) -> Option<usize> {
@@ -136,8 +70,6 @@ fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dOptions) -> Geometry {
     Geometry { n, c, h, w: wd, o, kh, kw, ho, wo, opt }
 }
 
-use super::conv_cpu::{conv_backward, conv_forward};
-
 impl Tensor {
     /// 2-D convolution (cross-correlation, as PyTorch) of `self` (`[N, C, H, W]`) with
     /// `weight` (`[O, C / groups, kH, kW]`) and optional `bias` (`[O]`). Output
@@ -156,7 +88,7 @@ impl Tensor {
         const OP: &str = "conv2d";
         let mut operands = vec![self, weight];
         operands.extend(bias);
-        let (device, dtype) = check_same(OP, &operands);
+        check_same(OP, &operands);
         check_float(OP, self);
         let geo = geometry(self, weight, options);
         if let Some(b) = bias {
@@ -168,17 +100,8 @@ impl Tensor {
         crate::shape::numel_of(OP, &shape);
         let x = self.contiguous();
         let w = weight.contiguous();
-        let storage = if device == Device::Meta {
-            Storage::Meta { dtype, len: shape.iter().product() }
-        } else {
-            let (sx, sw) = (x.storage_arc(), w.storage_arc());
-            let sb = bias.map(|b| b.contiguous().storage_arc());
-            Storage::Cpu(with_float!(cpu(&sx), OP, T, xv => {
-                let wv = T::slice(cpu(&sw)).expect("same dtype");
-                let bv = sb.as_ref().map(|s| T::slice(cpu(s)).expect("same dtype"));
-                T::into_storage(conv_forward(xv, wv, bv, &geo))
-            }))
-        };
+        let sb = bias.map(|b| b.contiguous().storage_arc());
+        let storage = x.storage_arc().conv2d(&w.storage_arc(), sb.as_deref(), &geo);
         op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &operands, || {
             let (x, w) = (x.detach(), w.detach());
             move |g: &Tensor, needs: &[bool]| -> Grads {
@@ -186,21 +109,14 @@ impl Tensor {
                 let need_dx = needs[0];
                 let need_dw = needs[1];
                 let need_db = needs.get(2).copied().unwrap_or(false);
-                let (dx, dw) = if g.device() == Device::Meta {
-                    (need_dx.then(|| Tensor::zeros_like(&x)), need_dw.then(|| Tensor::zeros_like(&w)))
-                } else {
-                    let (sx, sw, sg) = (x.storage_arc(), w.storage_arc(), g.storage_arc());
-                    let (dx, dw) = with_float!(cpu(&sx), OP, T, xv => {
-                        let wv = T::slice(cpu(&sw)).expect("same dtype");
-                        let gv = T::slice(cpu(&sg)).expect("same dtype");
-                        let (dx, dw) = conv_backward(xv, wv, gv, &geo, need_dx, need_dw);
-                        (T::into_storage(dx), T::into_storage(dw))
-                    });
-                    // `conv_backward` returns an empty buffer for a gradient that is not
-                    // needed (the input is data, say): only the gradients asked for become
-                    // tensors.
-                    (need_dx.then(|| Tensor::from_cpu(dx, x.shape())), need_dw.then(|| Tensor::from_cpu(dw, w.shape())))
-                };
+                let (dx, dw) =
+                    g.storage_arc().conv2d_backward(&x.storage_arc(), &w.storage_arc(), &geo, (need_dx, need_dw));
+                // The backend returns an empty buffer for a gradient that is not needed
+                // (the input is data, say): only the gradients asked for become tensors.
+                let (dx, dw) = (
+                    need_dx.then(|| Tensor::from_storage(dx, x.shape())),
+                    need_dw.then(|| Tensor::from_storage(dw, w.shape())),
+                );
                 let mut out: Grads = smallvec![dx, dw];
                 if needs.len() > 2 {
                     out.push(need_db.then(|| g.sum_dims(&[0usize, 2, 3], false)));

@@ -4,7 +4,6 @@
 use rand::Rng;
 
 use crate::random::with_rng;
-use crate::storage::CpuStorage;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -41,7 +40,7 @@ impl Tensor {
         let scale = 1.0 / keep;
         let n = self.numel();
         let mask: Vec<f64> = with_rng(|r| (0..n).map(|_| if r.random::<f64>() < keep { scale } else { 0.0 }).collect());
-        let mask = Tensor::from_cpu(CpuStorage::F64(mask), self.shape()).to_dtype(self.dtype());
+        let mask = Tensor::from_vec_f64(mask, self.shape()).to_dtype(self.dtype()).to_device(self.device());
         self * &mask
     }
 }

@@ -5,38 +5,21 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::{check_same, cpu};
+use super::check_same;
 use crate::autograd::{op_result, Grads};
+use crate::backend::IndexArg;
 use crate::device::Device;
-use crate::dtype::{DType, Element};
-
-use crate::shape::{for_each_offset, Dim, Dims, Layout};
-use crate::storage::{with_cpu, with_float, Storage};
+use crate::dtype::DType;
+use crate::shape::{Dim, Dims, Layout};
 use crate::tensor::Tensor;
 
-/// The index values, checked to be `i64` and within `0..size` (negative indices count from
-/// the back, as in PyTorch).
+/// Panics unless `index` holds `i64` values (their range is checked by the backend, which
+/// reads them).
 #[track_caller]
-fn checked_indices(op: &str, index: &Tensor, size: usize, dim: usize) -> Vec<usize> {
+fn check_index_dtype(op: &str, index: &Tensor) {
     if index.dtype() != DType::I64 {
         panic!("{op}: index must be an i64 tensor, got {}", index.dtype());
     }
-    index
-        .to_vec_i64()
-        .into_iter()
-        .map(|i| {
-            let j = if i < 0 { i + size as i64 } else { i };
-            if j < 0 || j >= size as i64 {
-                panic!("{op}: index {i} is out of bounds for dimension {dim} with size {size}");
-            }
-            j as usize
-        })
-        .collect()
-}
-
-/// `(outer, size, inner)` for `shape` split around `dim`.
-fn split_at(shape: &[usize], dim: usize) -> (usize, usize, usize) {
-    (shape[..dim].iter().product(), shape[dim], shape[dim + 1..].iter().product())
 }
 
 impl Tensor {
@@ -59,32 +42,12 @@ impl Tensor {
         let mut shape: Dims = x.shape().into();
         shape[d] = index.numel();
         crate::shape::numel_of(OP, &shape);
-        let storage = if self.device() == Device::Meta || index.device() == Device::Meta {
-            if self.device() != index.device() {
-                panic!("{OP}: input on {} but index on {}", self.device(), index.device());
-            }
-            Storage::Meta { dtype: self.dtype(), len: shape.iter().product() }
-        } else {
-            let idx = checked_indices(OP, index, x.shape()[d], d);
-            let (outer, n, inner) = split_at(x.shape(), d);
-            let s = x.storage_arc();
-            Storage::Cpu(with_cpu!(cpu(&s), T, v => {
-                // Read a contiguous source in place: copying it first would cost the whole
-                // tensor per call (a data loader selecting 64 rows of 60,000).
-                let src: std::borrow::Cow<'_, [T]> = match x.layout().contiguous_range() {
-                    Some(r) => std::borrow::Cow::Borrowed(&v[r]),
-                    None => std::borrow::Cow::Owned(crate::storage::strided_to_vec(v, x.layout())),
-                };
-                let mut out = Vec::with_capacity(outer * idx.len() * inner);
-                for o in 0..outer {
-                    for &i in &idx {
-                        let base = (o * n + i) * inner;
-                        out.extend_from_slice(&src[base..base + inner]);
-                    }
-                }
-                T::into_storage(out)
-            }))
-        };
+        if self.device() != index.device() {
+            panic!("{OP}: input on {} but index on {}", self.device(), index.device());
+        }
+        check_index_dtype(OP, index);
+        let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
+        let storage = x.storage_arc().index_select(x.layout(), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[&x], || {
             let index = index.detach();
             let in_shape: Dims = x.shape().into();
@@ -100,7 +63,7 @@ impl Tensor {
     #[track_caller]
     pub fn index_add<D: Dim>(&self, dim: D, index: &Tensor, source: &Tensor) -> Tensor {
         const OP: &str = "index_add";
-        let (device, dtype) = check_same(OP, &[self, source]);
+        check_same(OP, &[self, source]);
         let d = dim.resolve(self.rank(), OP);
         let mut expect: Dims = self.shape().into();
         expect[d] = index.numel();
@@ -113,28 +76,9 @@ impl Tensor {
                 expect.as_slice()
             );
         }
-        let storage = if device == Device::Meta {
-            Storage::Meta { dtype, len: self.numel() }
-        } else {
-            let idx = checked_indices(OP, index, self.shape()[d], d);
-            let (outer, n, inner) = split_at(self.shape(), d);
-            let (s, ss) = (self.storage_arc(), source.storage_arc());
-            Storage::Cpu(with_float!(cpu(&s), OP, T, v => {
-                let mut out = crate::storage::strided_to_vec(v, self.layout());
-                let src = crate::storage::strided_to_vec(T::slice(cpu(&ss)).expect("same dtype"), source.layout());
-                let k = idx.len();
-                for o in 0..outer {
-                    for (j, &i) in idx.iter().enumerate() {
-                        let dst = (o * n + i) * inner;
-                        let from = (o * k + j) * inner;
-                        for t in 0..inner {
-                            out[dst + t] += src[from + t];
-                        }
-                    }
-                }
-                T::into_storage(out)
-            }))
-        };
+        check_index_dtype(OP, index);
+        let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
+        let storage = self.storage_arc().index_add(self.layout(), (&source.storage_arc(), source.layout()), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(self.shape()), &[self, source], || {
             let index = index.detach();
             move |g: &Tensor, needs: &[bool]| -> Grads {
@@ -157,27 +101,8 @@ impl Tensor {
         const OP: &str = "gather";
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
-        let storage = if self.device() == Device::Meta {
-            Storage::Meta { dtype: self.dtype(), len: index.numel() }
-        } else {
-            let idx = checked_indices(OP, index, self.shape().get(d).copied().unwrap_or(1), d);
-            let mut strides: Dims = self.strides().into();
-            let step = strides.get(d).copied().unwrap_or(0);
-            if !strides.is_empty() {
-                strides[d] = 0;
-            }
-            let s = self.storage_arc();
-            Storage::Cpu(with_cpu!(cpu(&s), T, v => {
-                let mut out = Vec::with_capacity(index.numel());
-                let mut j = 0;
-                let il = Layout::contiguous(index.shape());
-                for_each_offset(index.shape(), [il.strides(), &strides], [0, self.layout().offset()], |[_, o]| {
-                    out.push(v[o + idx[j] * step]);
-                    j += 1;
-                });
-                T::into_storage(out)
-            }))
-        };
+        let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
+        let storage = self.storage_arc().gather(self.layout(), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(index.shape()), &[self], || {
             let index = index.detach();
             let in_shape: Dims = self.shape().into();
@@ -193,34 +118,14 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_add<D: Dim>(&self, dim: D, index: &Tensor, src: &Tensor) -> Tensor {
         const OP: &str = "scatter_add";
-        let (device, dtype) = check_same(OP, &[self, src]);
+        check_same(OP, &[self, src]);
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
         if src.shape() != index.shape() {
             panic!("{OP}: src of shape {:?} must match index of shape {:?}", src.shape(), index.shape());
         }
-        let storage = if device == Device::Meta {
-            Storage::Meta { dtype, len: self.numel() }
-        } else {
-            let idx = checked_indices(OP, index, self.shape().get(d).copied().unwrap_or(1), d);
-            let mut ostrides = crate::shape::contiguous_strides(self.shape());
-            let step = ostrides.get(d).copied().unwrap_or(0);
-            if !ostrides.is_empty() {
-                ostrides[d] = 0;
-            }
-            let (s, ss) = (self.storage_arc(), src.storage_arc());
-            Storage::Cpu(with_float!(cpu(&s), OP, T, v => {
-                let mut out = crate::storage::strided_to_vec(v, self.layout());
-                let sv = T::slice(cpu(&ss)).expect("same dtype");
-                let mut j = 0;
-                for_each_offset(index.shape(), [src.strides(), &ostrides], [src.layout().offset(), 0], |[si, o]| {
-                    let t = o + idx[j] * step;
-                    out[t] += sv[si];
-                    j += 1;
-                });
-                T::into_storage(out)
-            }))
-        };
+        let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
+        let storage = self.storage_arc().scatter_add(self.layout(), (&src.storage_arc(), src.layout()), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(self.shape()), &[self, src], || {
             let index = index.detach();
             move |g: &Tensor, needs: &[bool]| -> Grads {

@@ -4,11 +4,12 @@
 use std::ops::{AddAssign, MulAssign, SubAssign};
 
 use crate::autograd::no_grad;
+use crate::backend::Storage;
 use crate::device::Device;
-use crate::dtype::{DType, Element};
+use crate::dtype::DType;
 use crate::module::Parameter;
-use crate::storage::{strided_to_vec, CpuStorage, Storage};
-use crate::tensor::{scatter_into, Tensor};
+use crate::shape::Layout;
+use crate::tensor::Tensor;
 
 /// The right-hand side of in-place arithmetic ([`Tensor::add_`], [`Tensor::sub_`],
 /// [`Tensor::mul_`] and `+=`, `-=`, `*=`): a tensor, broadcast to the updated tensor's
@@ -236,11 +237,7 @@ impl Tensor {
             Operand::Int(v) => vec![v; self.numel()],
             Operand::Broadcast(t) => {
                 let layout = t.layout().broadcast_to(self.shape()).expect("checked in arith_");
-                match &*t.storage_arc() {
-                    Storage::Cpu(CpuStorage::I64(v)) => strided_to_vec(v, &layout),
-                    Storage::Cpu(c) => i64::slice(&c.convert_layout(&layout, DType::I64)).expect("i64").to_vec(),
-                    Storage::Meta { .. } => unreachable!("same device as a CPU tensor"),
-                }
+                t.storage_arc().to_vec_of::<i64>(&layout).expect("same device as this tensor, which has values")
             }
             Operand::Float(_) => unreachable!("refused above"),
         };
@@ -259,7 +256,9 @@ impl Tensor {
                 })
             })
             .collect();
-        self.modify_storage(name, |dst, layout| scatter_into(dst, layout, &CpuStorage::I64(new)));
+        let n = new.len();
+        let new = Storage::from_vec(new);
+        self.modify_storage(name, |dst, layout| dst.write_from(layout, &new, &Layout::contiguous(&[n])));
         self
     }
 }

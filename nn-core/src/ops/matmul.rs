@@ -1,91 +1,15 @@
-//! Matrix multiplication (batched, broadcasting) through the GEMM interface of
-//! `crate::gemm`, with strides passed straight through: a transposed view is multiplied
-//! without a copy.
+//! Matrix multiplication (batched, broadcasting) and `addmm`, with strides passed straight
+//! to the backend: a transposed view is multiplied without a copy.
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use smallvec::smallvec;
 
-use super::{check_float, check_same, cpu};
+use super::{check_float, check_same};
 use crate::autograd::{op_result, Grads};
 use crate::device::Device;
-use crate::dtype::{Element, FloatElement};
-use crate::shape::{broadcast_shapes, for_each_offset, Dims, Layout};
-use crate::storage::{with_float, Storage};
+use crate::shape::{broadcast_shapes, Dims, Layout};
 use crate::tensor::Tensor;
-
-/// Below this many multiply-adds per matrix, batches are spread over threads (each GEMM
-/// then runs on its task's thread) instead of running one after another.
-const SMALL_GEMM: usize = 96 * 96 * 96;
-
-/// Batched GEMM over broadcast batch dims: `a: [..., m, k]`, `b: [..., k, n]`.
-#[allow(clippy::too_many_arguments)]
-fn bmm_kernel<T: FloatElement>(
-    a: &[T],
-    la: &Layout,
-    b: &[T],
-    lb: &Layout,
-    batch: &[usize],
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Vec<T> {
-    let (ra, rb) = (la.rank(), lb.rank());
-    let (rsa, csa) = (la.strides()[ra - 2] as isize, la.strides()[ra - 1] as isize);
-    let (rsb, csb) = (lb.strides()[rb - 2] as isize, lb.strides()[rb - 1] as isize);
-    // Batch offsets of both operands, with stride 0 on broadcast batch dims.
-    let ba = la.broadcast_batch(batch);
-    let bb = lb.broadcast_batch(batch);
-    let mut offsets = Vec::with_capacity(batch.iter().product());
-    for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| offsets.push((oa, ob)));
-    let mut out = T::alloc_buffer(offsets.len() * m * n);
-    out.resize(offsets.len() * m * n, T::zero());
-    if m == 0 || n == 0 || k == 0 {
-        return out;
-    }
-    let run = |(oa, ob): (usize, usize), c: &mut [T]| {
-        // SAFETY: `oa`/`ob` plus the strides stay inside `a`/`b` (they come from valid
-        // layouts of those buffers); `c` is an exclusive m x n row-major block.
-        unsafe {
-            T::gemm(
-                m,
-                k,
-                n,
-                T::one(),
-                a.as_ptr().add(oa),
-                rsa,
-                csa,
-                b.as_ptr().add(ob),
-                rsb,
-                csb,
-                T::zero(),
-                c.as_mut_ptr(),
-                n as isize,
-                1,
-            )
-        }
-    };
-    if offsets.len() > 1 && m * n * k < SMALL_GEMM {
-        out.par_chunks_mut(m * n).zip(offsets.par_iter()).for_each(|(c, &o)| run(o, c));
-    } else {
-        for (c, &o) in out.chunks_mut(m * n).zip(&offsets) {
-            run(o, c);
-        }
-    }
-    out
-}
-
-impl Layout {
-    /// Strides of the leading (batch) dims, right-aligned to `batch` with 0 where broadcast.
-    fn broadcast_batch(&self, batch: &[usize]) -> Dims {
-        let r = self.rank() - 2;
-        let lead = batch.len() - r;
-        (0..batch.len())
-            .map(|i| if i < lead || self.shape()[i - lead] == 1 { 0 } else { self.strides()[i - lead] })
-            .collect()
-    }
-}
 
 impl Tensor {
     /// Matrix product with PyTorch's `matmul` semantics: 1-D operands are promoted (and the
@@ -138,67 +62,6 @@ impl Tensor {
     }
 }
 
-/// `beta * input + alpha * a @ b` for `a: [m, k]`, `b: [k, n]` and `input` viewed through
-/// `li` (already broadcast to `[m, n]`): the output starts as a copy of the input rows and
-/// the GEMM accumulates into it, instead of a product followed by a broadcast add (another
-/// pass over the output and another buffer). With `beta = 0` the input is not read, so its
-/// NaN and infinities do not propagate (BLAS and PyTorch semantics).
-#[allow(clippy::too_many_arguments)]
-fn addmm_kernel<T: FloatElement>(
-    input: &[T],
-    li: &Layout,
-    a: &[T],
-    la: &Layout,
-    b: &[T],
-    lb: &Layout,
-    beta: T,
-    alpha: T,
-) -> Vec<T> {
-    let (m, k, n) = (la.shape()[0], la.shape()[1], lb.shape()[1]);
-    let mut out = T::alloc_buffer(m * n);
-    if beta == T::zero() {
-        out.resize(m * n, T::zero());
-    } else {
-        let (rs, cs) = (li.strides()[0], li.strides()[1]);
-        for i in 0..m {
-            let o = li.offset() + i * rs;
-            if cs == 1 && n > 0 {
-                out.extend_from_slice(&input[o..o + n]);
-            } else {
-                out.extend((0..n).map(|j| input[o + j * cs]));
-            }
-        }
-    }
-    if k == 0 || m == 0 || n == 0 {
-        // No product to accumulate: only the scaling of the input remains.
-        if beta != T::one() {
-            out.iter_mut().for_each(|c| *c = *c * beta);
-        }
-        return out;
-    }
-    // SAFETY: the layouts describe valid views of their buffers; `out` is a fresh m x n
-    // row-major buffer.
-    unsafe {
-        T::gemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr().add(la.offset()),
-            la.strides()[0] as isize,
-            la.strides()[1] as isize,
-            b.as_ptr().add(lb.offset()),
-            lb.strides()[0] as isize,
-            lb.strides()[1] as isize,
-            beta,
-            out.as_mut_ptr(),
-            n as isize,
-            1,
-        )
-    }
-    out
-}
-
 /// Runs `f` on `x` (`[..., k]`, rank >= 2) with its batch dims folded into the rows
 /// (`[rows, k]`, a view when `x` is contiguous) and unfolds `f`'s `[rows, n]` result to
 /// `[..., n]`; `None` when `f` declines.
@@ -226,10 +89,10 @@ impl Tensor {
         fold_rows(self, |x| x.addmm_t(weight, bias))
     }
 
-    /// `self [m, k] @ weight[n, k]^T + bias [n]` as one op through [`addmm_kernel`] (the
+    /// `self [m, k] @ weight[n, k]^T + bias [n]` as one `addmm` of the backend (the
     /// bias broadcast over the rows, `weight^T` a strided view: no copies).
     /// `None` (the caller falls back to the two ops, and their error messages) unless the
-    /// shapes fit, all three share a float dtype and they are on the CPU.
+    /// shapes fit, all three share a float dtype and device, and it holds values.
     pub(crate) fn addmm_t(&self, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
         const OP: &str = "linear";
         let fits = self.rank() == 2
@@ -238,20 +101,21 @@ impl Tensor {
             && self.shape()[1] == weight.shape()[1]
             && bias.shape()[0] == weight.shape()[0];
         let same = [weight, bias].iter().all(|t| t.dtype() == self.dtype() && t.device() == self.device());
-        if !fits || !same || !self.dtype().is_compute_float() || self.device() != Device::Cpu {
+        if !fits || !same || !self.dtype().is_compute_float() || self.device() == Device::Meta {
             return None;
         }
         let (m, n) = (self.shape()[0], weight.shape()[0]);
         crate::shape::numel_of(OP, &[m, n]);
         let lw = weight.layout().permute(&[1, 0]);
         let lb = bias.layout().broadcast_to(&[m, n]).expect("bias [n] broadcasts to [m, n]");
-        let (sx, sw, sb) = (self.storage_arc(), weight.storage_arc(), bias.storage_arc());
-        let out = with_float!(cpu(&sx), OP, T, xv => {
-            let (wv, bv) = (T::slice(cpu(&sw))?, T::slice(cpu(&sb))?);
-            T::into_storage(addmm_kernel(bv, &lb, xv, self.layout(), wv, &lw, T::from_f64(1.0), T::from_f64(1.0)))
-        });
+        let out = bias.storage_arc().addmm(
+            &lb,
+            (&self.storage_arc(), self.layout()),
+            (&weight.storage_arc(), &lw),
+            (1.0, 1.0),
+        );
         let (x, w) = (self.detach(), weight.detach());
-        Some(op_result(OP, Arc::new(Storage::Cpu(out)), Layout::contiguous(&[m, n]), &[self, weight, bias], || {
+        Some(op_result(OP, Arc::new(out), Layout::contiguous(&[m, n]), &[self, weight, bias], || {
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 smallvec![
                     needs[0].then(|| g.matmul(&w)),
@@ -305,7 +169,7 @@ impl Tensor {
     #[track_caller]
     pub fn addmm_with(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
         const OP: &str = "addmm";
-        let (device, dtype) = check_same(OP, &[self, mat1, mat2]);
+        check_same(OP, &[self, mat1, mat2]);
         check_float(OP, self);
         if mat1.rank() != 2 || mat2.rank() != 2 {
             panic!("{OP}: mat1 and mat2 must be matrices, got shapes {:?} and {:?}", mat1.shape(), mat2.shape());
@@ -327,16 +191,12 @@ impl Tensor {
                 mat2.shape()
             );
         };
-        let storage = if device == Device::Meta {
-            Storage::Meta { dtype, len: m * n }
-        } else {
-            let (si, sa, sb) = (self.storage_arc(), mat1.storage_arc(), mat2.storage_arc());
-            Storage::Cpu(with_float!(cpu(&si), OP, T, iv => {
-                let (av, bv) = (T::slice(cpu(&sa)).expect("same dtype"), T::slice(cpu(&sb)).expect("same dtype"));
-                let (beta, alpha) = (T::from_f64(beta), T::from_f64(alpha));
-                T::into_storage(addmm_kernel(iv, &li, av, mat1.layout(), bv, mat2.layout(), beta, alpha))
-            }))
-        };
+        let storage = self.storage_arc().addmm(
+            &li,
+            (&mat1.storage_arc(), mat1.layout()),
+            (&mat2.storage_arc(), mat2.layout()),
+            (beta, alpha),
+        );
         op_result(OP, Arc::new(storage), Layout::contiguous(&[m, n]), &[self, mat1, mat2], || {
             let (a, b, in_shape): (Tensor, Tensor, Dims) = (mat1.detach(), mat2.detach(), self.shape().into());
             let scale = |t: Tensor, s: f64| if s == 1.0 { t } else { t * s };
@@ -355,7 +215,7 @@ impl Tensor {
 #[track_caller]
 fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     const OP: &str = "matmul";
-    let (device, dtype) = check_same(OP, &[a, b]);
+    check_same(OP, &[a, b]);
     check_float(OP, a);
     let (ra, rb) = (a.rank(), b.rank());
     let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
@@ -367,15 +227,7 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     // Operands with k = 0 (or broadcast batch dims) can each be valid while the product
     // is not: check before anything is allocated or handed to the GEMM.
     crate::shape::numel_of(OP, &shape);
-    let storage = if device == Device::Meta {
-        Storage::Meta { dtype, len: shape.iter().product() }
-    } else {
-        let (sa, sb) = (a.storage_arc(), b.storage_arc());
-        Storage::Cpu(with_float!(cpu(&sa), OP, T, va => {
-            let vb = T::slice(cpu(&sb)).expect("same dtype");
-            T::into_storage(bmm_kernel(va, a.layout(), vb, b.layout(), &batch, m, k, n))
-        }))
-    };
+    let storage = a.storage_arc().matmul(a.layout(), &b.storage_arc(), b.layout(), &batch, (m, k, n));
     op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[a, b], || {
         let (a, b) = (a.detach(), b.detach());
         move |g: &Tensor, needs: &[bool]| -> Grads {

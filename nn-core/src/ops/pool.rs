@@ -1,47 +1,16 @@
 //! 2-D pooling: max (with the argmax saved for backward), average, adaptive average.
-//! Each `[H, W]` plane is independent; planes are spread over threads.
+//! Each `[H, W]` plane is independent (the backend spreads planes over threads).
 
 use std::sync::Arc;
 
-use num_traits::{Float, Zero};
-use rayon::prelude::*;
 use smallvec::smallvec;
 
-use super::{check_float, cpu};
+use super::check_float;
 use crate::autograd::{op_result, Grads};
-use crate::device::Device;
-use crate::dtype::Element;
+pub use crate::backend::Pool2dOptions;
+use crate::backend::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
 use crate::shape::Layout;
-use crate::storage::{with_float, Storage};
 use crate::tensor::Tensor;
-
-/// Window, stride, padding, dilation and rounding of a 2-D pooling op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pool2dOptions {
-    /// Window size `(height, width)`.
-    pub kernel: (usize, usize),
-    /// Step between windows; PyTorch's default is the kernel size.
-    pub stride: (usize, usize),
-    /// Implicit padding on both sides (`-inf` for max, zeros for average).
-    pub padding: (usize, usize),
-    /// Spacing between window taps (max pooling only).
-    pub dilation: (usize, usize),
-    /// Round the output size up instead of down.
-    pub ceil_mode: bool,
-}
-
-impl Pool2dOptions {
-    /// A `k x k` window with stride `k` and no padding (PyTorch's defaults).
-    pub fn new(kernel: usize) -> Self {
-        Pool2dOptions {
-            kernel: (kernel, kernel),
-            stride: (kernel, kernel),
-            padding: (0, 0),
-            dilation: (1, 1),
-            ceil_mode: false,
-        }
-    }
-}
 
 fn pooled(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> Option<usize> {
     let eff = d * (k - 1) + 1;
@@ -54,17 +23,8 @@ fn pooled(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> O
     Some(out)
 }
 
-#[derive(Clone, Copy)]
-struct Planes {
-    planes: usize,
-    h: usize,
-    w: usize,
-    ho: usize,
-    wo: usize,
-}
-
 #[track_caller]
-fn planes(op: &str, x: &Tensor, o: &Pool2dOptions) -> (Planes, Vec<usize>) {
+fn planes(op: &str, x: &Tensor, o: &Pool2dOptions) -> (PoolPlanes, Vec<usize>) {
     if x.rank() != 3 && x.rank() != 4 {
         panic!("{op}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {:?}", x.shape());
     }
@@ -83,7 +43,7 @@ fn planes(op: &str, x: &Tensor, o: &Pool2dOptions) -> (Planes, Vec<usize>) {
     };
     let mut shape = x.shape()[..r - 2].to_vec();
     shape.extend([ho, wo]);
-    (Planes { planes: x.shape()[..r - 2].iter().product(), h, w, ho, wo }, shape)
+    (PoolPlanes { planes: x.shape()[..r - 2].iter().product(), h, w, ho, wo }, shape)
 }
 
 impl Tensor {
@@ -104,169 +64,31 @@ impl Tensor {
     #[track_caller]
     pub fn max_pool2d_with_indices(&self, options: Pool2dOptions) -> (Tensor, Tensor) {
         let (out, argmax) = self.max_pool2d_impl(options);
-        let indices = match argmax {
-            None => Tensor::full_on(out.shape(), 0.0, crate::DType::I64, Device::Meta),
-            Some(a) => {
-                let (r, w) = (out.rank(), self.shape()[self.rank() - 1]);
-                let flat = a.flat_indices(out.shape()[r - 2] * out.shape()[r - 1], out.shape()[r - 1], w);
-                Tensor::from_cpu(crate::storage::CpuStorage::I64(flat), out.shape())
-            }
-        };
+        let pl = planes("max_pool2d", self, &options).0;
+        let indices = Tensor::from_storage(argmax.flat_indices(&pl), out.shape());
         (out, indices)
     }
 
-    /// The pooled values and (on CPU) where each maximum came from, shared with backward.
+    /// The pooled values and where each maximum came from, shared with backward.
     #[track_caller]
-    fn max_pool2d_impl(&self, options: Pool2dOptions) -> (Tensor, Option<Arc<Argmax>>) {
+    fn max_pool2d_impl(&self, options: Pool2dOptions) -> (Tensor, Arc<Argmax>) {
         const OP: &str = "max_pool2d";
         check_float(OP, self);
         let (pl, shape) = planes(OP, self, &options);
-        let numel = crate::shape::numel_of(OP, &shape);
+        crate::shape::numel_of(OP, &shape);
         let in_shape = self.shape().to_vec();
-        if self.device() == Device::Meta {
-            // The node is recorded on meta too, so pooling a meta tensor that requires grad
-            // gives one that requires grad (shapes flow through backward as on the CPU).
-            let storage = Arc::new(Storage::Meta { dtype: self.dtype(), len: numel });
-            let v = op_result(OP, storage, Layout::contiguous(&shape), &[self], || {
-                move |g: &Tensor, _: &[bool]| -> Grads {
-                    smallvec![Some(Tensor::full_on(&in_shape, 0.0, g.dtype(), Device::Meta))]
-                }
-            });
-            return (v, None);
-        }
+        let pool = MaxPool { planes: pl, options };
         let x = self.contiguous();
-        let s = x.storage_arc();
-        let (k, st, p, d) = (options.kernel, options.stride, options.padding, options.dilation);
-        let plane_out = (pl.ho * pl.wo).max(1);
-        // Spread planes over threads only when there is enough work per task.
-        let parallel = numel * k.0 * k.1 >= super::PAR_THRESHOLD * 8;
-        let window2x2 = k == (2, 2) && st == (2, 2) && p == (0, 0) && d == (1, 1) && pl.wo >= 4;
-        let (vals, argmax) = with_float!(cpu(&s), OP, T, v => {
-            let mut out = T::alloc_buffer(numel);
-            out.resize(numel, T::zero());
-            let argmax = if window2x2 {
-                // The pooling of almost every CNN has its own vectorised kernel.
-                let mut codes = vec![0u8; numel];
-                let plane = |q: usize, y: &mut [T], c: &mut [u8]| {
-                    let src = &v[q * pl.h * pl.w..(q + 1) * pl.h * pl.w];
-                    for oh in 0..pl.ho {
-                        let (r, o) = (2 * oh * pl.w, oh * pl.wo);
-                        let rows = (&src[r..r + 2 * pl.wo], &src[r + pl.w..r + pl.w + 2 * pl.wo]);
-                        max_2x2_row(rows.0, rows.1, &mut y[o..o + pl.wo], &mut c[o..o + pl.wo]);
-                    }
-                };
-                if parallel {
-                    out.par_chunks_mut(plane_out).zip(codes.par_chunks_mut(plane_out)).enumerate().for_each(|(q, (y, c))| plane(q, y, c));
-                } else {
-                    out.chunks_mut(plane_out).zip(codes.chunks_mut(plane_out)).enumerate().for_each(|(q, (y, c))| plane(q, y, c));
-                }
-                Argmax::Window2x2(codes)
-            } else {
-                let mut idx = vec![0i64; numel];
-                let fits = (pl.ho - 1) * st.0 + k.0 <= pl.h && (pl.wo - 1) * st.1 + k.1 <= pl.w;
-                let plane = |q: usize, y: &mut [T], ix: &mut [i64]| {
-                    let src = &v[q * pl.h * pl.w..(q + 1) * pl.h * pl.w];
-                    if p == (0, 0) && d == (1, 1) && fits {
-                        // No padding and every window inside the plane (not so with
-                        // `ceil_mode`): walk window rows as slices, no per-tap bounds logic.
-                        for oh in 0..pl.ho {
-                            for ow in 0..pl.wo {
-                                let base = oh * st.0 * pl.w + ow * st.1;
-                                let (mut best, mut bi) = (src[base], base);
-                                for ki in 0..k.0 {
-                                    let start = base + ki * pl.w;
-                                    for (kj, &val) in src[start..start + k.1].iter().enumerate() {
-                                        let take = beats(val, best);
-                                        best = if take { val } else { best };
-                                        bi = if take { start + kj } else { bi };
-                                    }
-                                }
-                                y[oh * pl.wo + ow] = best;
-                                ix[oh * pl.wo + ow] = bi as i64;
-                            }
-                        }
-                        return;
-                    }
-                    for oh in 0..pl.ho {
-                        for ow in 0..pl.wo {
-                            let mut best = T::neg_infinity();
-                            let mut bi: i64 = -1;
-                            for ki in 0..k.0 {
-                                let ih = (oh * st.0 + ki * d.0) as isize - p.0 as isize;
-                                if ih < 0 || ih >= pl.h as isize {
-                                    continue;
-                                }
-                                for kj in 0..k.1 {
-                                    let iw = (ow * st.1 + kj * d.1) as isize - p.1 as isize;
-                                    if iw < 0 || iw >= pl.w as isize {
-                                        continue;
-                                    }
-                                    let flat = ih as usize * pl.w + iw as usize;
-                                    let val = src[flat];
-                                    if bi < 0 || beats(val, best) {
-                                        best = val;
-                                        bi = flat as i64;
-                                    }
-                                }
-                            }
-                            y[oh * pl.wo + ow] = best;
-                            ix[oh * pl.wo + ow] = bi.max(0);
-                        }
-                    }
-                };
-                if parallel {
-                    out.par_chunks_mut(plane_out).zip(idx.par_chunks_mut(plane_out)).enumerate().for_each(|(q, (y, ix))| plane(q, y, ix));
-                } else {
-                    out.chunks_mut(plane_out).zip(idx.chunks_mut(plane_out)).enumerate().for_each(|(q, (y, ix))| plane(q, y, ix));
-                }
-                Argmax::Flat(idx)
-            };
-            (T::into_storage(out), argmax)
-        });
+        let (vals, argmax) = x.storage_arc().max_pool2d(&pool);
         let argmax = Arc::new(argmax);
         let saved = argmax.clone();
-        let out = op_result(OP, Arc::new(Storage::Cpu(vals)), Layout::contiguous(&shape), &[self], || {
+        let out = op_result(OP, Arc::new(vals), Layout::contiguous(&shape), &[self], || {
             move |g: &Tensor, _: &[bool]| -> Grads {
-                let g = g.contiguous();
-                let sg = g.storage_arc();
-                let flat = match &*saved {
-                    Argmax::Flat(idx) => Some(&idx[..]),
-                    Argmax::Window2x2(_) => None,
-                };
-                let dx = with_float!(cpu(&sg), OP, T, gv => {
-                    let n = pl.planes * pl.h * pl.w;
-                    let mut dx = T::alloc_buffer(n);
-                    dx.resize(n, T::zero());
-                    let scatter = |q: usize, dxp: &mut [T]| {
-                        let gq = &gv[q * plane_out..(q + 1) * plane_out];
-                        match (&*saved, flat) {
-                            (Argmax::Window2x2(codes), _) => {
-                                let cq = &codes[q * plane_out..(q + 1) * plane_out];
-                                for oh in 0..pl.ho {
-                                    let (rows, o) = (&mut dxp[2 * oh * pl.w..(2 * oh + 2) * pl.w], oh * pl.wo);
-                                    let (r0, r1) = rows.split_at_mut(pl.w);
-                                    max_2x2_row_backward(&cq[o..o + pl.wo], &gq[o..o + pl.wo], r0, r1);
-                                }
-                            }
-                            (_, Some(idx)) => {
-                                for (&t, &gj) in idx[q * plane_out..(q + 1) * plane_out].iter().zip(gq) {
-                                    dxp[t as usize] += gj;
-                                }
-                            }
-                            _ => unreachable!(),
-                        }
-                    };
-                    if n >= super::PAR_THRESHOLD * 4 {
-                        dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| scatter(q, dxp));
-                    } else {
-                        dx.chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| scatter(q, dxp));
-                    }
-                    T::into_storage(dx)
-                });
-                smallvec![Some(Tensor::from_cpu(dx, &in_shape))]
+                let dx = g.contiguous().storage_arc().max_pool2d_backward(&saved, &pool);
+                smallvec![Some(Tensor::from_storage(dx, &in_shape))]
             }
         });
-        (out, Some(argmax))
+        (out, argmax)
     }
 
     /// 2-D average pooling; `count_include_pad` counts padded zeros in the divisor
@@ -286,19 +108,12 @@ impl Tensor {
         }
         let (pl, shape) = planes(OP, self, &options);
         let (k, s, p) = (options.kernel, options.stride, options.padding);
-        // Window bounds and divisor for every output position, shared by both passes.
-        let windows = move |oh: usize, ow: usize| -> (usize, usize, usize, usize, f64) {
-            let hs = (oh * s.0) as isize - p.0 as isize;
-            let ws = (ow * s.1) as isize - p.1 as isize;
-            let he = (hs + k.0 as isize).min((pl.h + p.0) as isize);
-            let we = (ws + k.1 as isize).min((pl.w + p.1) as isize);
-            let pool = ((he - hs) * (we - ws)) as f64;
-            let (hs, ws) = (hs.max(0) as usize, ws.max(0) as usize);
-            let (he, we) = (he.min(pl.h as isize) as usize, we.min(pl.w as isize) as usize);
-            let div = if count_include_pad { pool } else { ((he - hs) * (we - ws)) as f64 };
-            (hs, he, ws, we, div)
-        };
-        pool_generic(OP, self, pl, &shape, windows)
+        avg_pool(
+            OP,
+            self,
+            AvgPool { planes: pl, windows: AvgWindows::Fixed { kernel: k, stride: s, padding: p, count_include_pad } },
+            &shape,
+        )
     }
 
     /// Adaptive average pooling to a fixed `(out_h, out_w)`: window `i` spans
@@ -324,162 +139,21 @@ impl Tensor {
         let (h, w) = (self.shape()[r - 2], self.shape()[r - 1]);
         let mut shape = self.shape()[..r - 2].to_vec();
         shape.extend([oh_n, ow_n]);
-        let pl = Planes { planes: self.shape()[..r - 2].iter().product(), h, w, ho: oh_n, wo: ow_n };
-        let windows = move |oh: usize, ow: usize| -> (usize, usize, usize, usize, f64) {
-            let (hs, he) = (oh * h / oh_n, ((oh + 1) * h).div_ceil(oh_n));
-            let (ws, we) = (ow * w / ow_n, ((ow + 1) * w).div_ceil(ow_n));
-            (hs, he, ws, we, ((he - hs) * (we - ws)) as f64)
-        };
-        pool_generic(OP, self, pl, &shape, windows)
+        let pl = PoolPlanes { planes: self.shape()[..r - 2].iter().product(), h, w, ho: oh_n, wo: ow_n };
+        avg_pool(OP, self, AvgPool { planes: pl, windows: AvgWindows::Adaptive }, &shape)
     }
 }
 
-/// Whether `val` replaces `best` as the running maximum: it is larger, or the first NaN
-/// (NaN propagates, as in PyTorch). Ties keep the earlier position.
-#[inline(always)]
-fn beats<T: Float>(val: T, best: T) -> bool {
-    // Non-short-circuit `|`/`&`: a select, not a jump; on real data the comparison is a
-    // coin toss the branch predictor loses.
-    (val > best) | (val.is_nan() & !best.is_nan())
-}
-
-/// Where each maximum of a max pool came from, saved for backward.
-enum Argmax {
-    /// 2x2 windows with stride 2: the winner's position in its window (`0..4`, row-major).
-    Window2x2(Vec<u8>),
-    /// Any other window: the flat `H * W` index in the plane.
-    Flat(Vec<i64>),
-}
-
-impl Argmax {
-    /// PyTorch's flat in-plane indices, for planes of `plane_out` outputs `wo` wide, over
-    /// inputs `w` wide.
-    fn flat_indices(&self, plane_out: usize, wo: usize, w: usize) -> Vec<i64> {
-        match self {
-            Argmax::Flat(idx) => idx.clone(),
-            Argmax::Window2x2(codes) => codes
-                .iter()
-                .enumerate()
-                .map(|(j, &c)| {
-                    let (oh, ow) = ((j % plane_out.max(1)) / wo, j % wo);
-                    ((2 * oh + (c as usize >> 1)) * w + 2 * ow + (c as usize & 1)) as i64
-                })
-                .collect(),
-        }
-    }
-}
-
-/// Four outputs of a 2x2, stride-2 max pool from eight values of each of the two input
-/// rows. A tree of three comparisons per window (left pair, right pair, then the two
-/// winners) picks the same element as a row-major scan would; written over fixed-size
-/// arrays without branches so the compiler turns the four lanes into vector instructions
-/// (measured 6x faster than the scalar loop on a `[32, 8, 26, 26]` input).
-#[inline(always)]
-fn max_2x2_group<T: Float>(r0: &[T; 8], r1: &[T; 8], y: &mut [T; 4], code: &mut [u8; 4]) {
-    for l in 0..4 {
-        let (a, b, c, d) = (r0[2 * l], r0[2 * l + 1], r1[2 * l], r1[2 * l + 1]);
-        let tb = beats(b, a);
-        let m0 = if tb { b } else { a };
-        let td = beats(d, c);
-        let m1 = if td { d } else { c };
-        let t = beats(m1, m0);
-        y[l] = if t { m1 } else { m0 };
-        code[l] = if t { 2 + td as u8 } else { tb as u8 };
-    }
-}
-
-/// One output row (`y.len() >= 4` outputs) of a 2x2, stride-2 max pool from its two input
-/// rows. Groups of four; the last group overlaps the one before when the width is not a
-/// multiple of four (rewriting the same values), so there is no scalar tail.
-#[inline]
-fn max_2x2_row<T: Float>(r0: &[T], r1: &[T], y: &mut [T], code: &mut [u8]) {
-    let wo = y.len();
-    let mut ow = 0;
-    loop {
-        let s = ow.min(wo - 4);
-        let (a, b) = (&r0[2 * s..2 * s + 8], &r1[2 * s..2 * s + 8]);
-        let (ys, cs) = (&mut y[s..s + 4], &mut code[s..s + 4]);
-        max_2x2_group(a.try_into().unwrap(), b.try_into().unwrap(), ys.try_into().unwrap(), cs.try_into().unwrap());
-        if s == wo - 4 {
-            break;
-        }
-        ow += 4;
-    }
-}
-
-/// Backward of [`max_2x2_row`]: routes each gradient to its window's winner and writes
-/// zeros to the other three positions (windows do not overlap), branch-free.
-#[inline]
-fn max_2x2_row_backward<T: Float>(code: &[u8], g: &[T], r0: &mut [T], r1: &mut [T]) {
-    for (((&c, &g), d0), d1) in code.iter().zip(g).zip(r0.chunks_exact_mut(2)).zip(r1.chunks_exact_mut(2)) {
-        let z = T::zero();
-        d0[0] = if c == 0 { g } else { z };
-        d0[1] = if c == 1 { g } else { z };
-        d1[0] = if c == 2 { g } else { z };
-        d1[1] = if c == 3 { g } else { z };
-    }
-}
-
-/// Average pooling over windows given by `windows(oh, ow) -> (h0, h1, w0, w1, divisor)`.
-fn pool_generic(
-    op: &'static str,
-    x: &Tensor,
-    pl: Planes,
-    shape: &[usize],
-    windows: impl Fn(usize, usize) -> (usize, usize, usize, usize, f64) + Copy + Send + Sync + 'static,
-) -> Tensor {
-    let numel = crate::shape::numel_of(op, shape);
-    let storage = if x.device() == Device::Meta {
-        Storage::Meta { dtype: x.dtype(), len: numel }
-    } else {
-        let xc = x.contiguous();
-        let s = xc.storage_arc();
-        Storage::Cpu(with_float!(cpu(&s), op, T, v => {
-            let mut out = vec![T::zero(); numel];
-            out.par_chunks_mut((pl.ho * pl.wo).max(1)).enumerate().for_each(|(q, y)| {
-                let src = &v[q * pl.h * pl.w..(q + 1) * pl.h * pl.w];
-                for oh in 0..pl.ho {
-                    for ow in 0..pl.wo {
-                        let (h0, h1, w0, w1, div) = windows(oh, ow);
-                        let mut acc = T::zero();
-                        for ih in h0..h1 {
-                            for iw in w0..w1 {
-                                acc += src[ih * pl.w + iw];
-                            }
-                        }
-                        y[oh * pl.wo + ow] = acc / T::from_f64(div);
-                    }
-                }
-            });
-            T::into_storage(out)
-        }))
-    };
+/// Average pooling of `x` as `pool` describes, into `shape`.
+#[track_caller]
+fn avg_pool(op: &'static str, x: &Tensor, pool: AvgPool, shape: &[usize]) -> Tensor {
+    crate::shape::numel_of(op, shape);
+    let storage = x.contiguous().storage_arc().avg_pool2d(&pool);
     let in_shape = x.shape().to_vec();
     op_result(op, Arc::new(storage), Layout::contiguous(shape), &[x], || {
         move |g: &Tensor, _: &[bool]| -> Grads {
-            if g.device() == Device::Meta {
-                return smallvec![Some(Tensor::full_on(&in_shape, 0.0, g.dtype(), Device::Meta))];
-            }
-            let g = g.contiguous();
-            let sg = g.storage_arc();
-            let dx = with_float!(cpu(&sg), op, T, gv => {
-                let mut dx = vec![T::zero(); pl.planes * pl.h * pl.w];
-                dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| {
-                    for oh in 0..pl.ho {
-                        for ow in 0..pl.wo {
-                            let (h0, h1, w0, w1, div) = windows(oh, ow);
-                            let share = gv[q * pl.ho * pl.wo + oh * pl.wo + ow] / T::from_f64(div);
-                            for ih in h0..h1 {
-                                for iw in w0..w1 {
-                                    dxp[ih * pl.w + iw] += share;
-                                }
-                            }
-                        }
-                    }
-                });
-                T::into_storage(dx)
-            });
-            smallvec![Some(Tensor::from_cpu(dx, &in_shape))]
+            let dx = g.contiguous().storage_arc().avg_pool2d_backward(&pool);
+            smallvec![Some(Tensor::from_storage(dx, &in_shape))]
         }
     })
 }

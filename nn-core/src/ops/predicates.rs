@@ -1,21 +1,13 @@
 //! Elementwise predicates (`isnan`, `isinf`, `isfinite`) and boolean reductions (`any`,
 //! `all`): `Bool` results, no gradient; plus [`Tensor::item_bool`] to read one.
 
-use super::{cpu, map1};
-use crate::device::Device;
-use crate::dtype::{DType, Element};
+use crate::dtype::DType;
 use crate::shape::Dim;
-use crate::storage::{strided_to_vec, with_cpu, CpuStorage};
 use crate::tensor::Tensor;
 
 /// `f(x)` for every element, as a `Bool` tensor of the same shape.
 fn predicate(x: &Tensor, f: fn(f64) -> bool) -> Tensor {
-    if x.device() == Device::Meta {
-        return Tensor::full_on(x.shape(), 0.0, DType::Bool, Device::Meta);
-    }
-    let s = x.storage_arc();
-    let out = with_cpu!(cpu(&s), T, v => map1(v, x.layout(), |a: T| f(a.as_f64())));
-    Tensor::from_cpu(CpuStorage::Bool(out), x.shape())
+    Tensor::from_storage(x.storage_arc().predicate(x.layout(), f), x.shape())
 }
 
 impl Tensor {
@@ -118,9 +110,6 @@ impl Tensor {
                 .map(|i| if i == d { 1 } else { self.shape()[i] })
                 .collect(),
         };
-        if self.device() == Device::Meta {
-            return Tensor::full_on(&oshape, 0.0, DType::Bool, Device::Meta);
-        }
         // Rows of the reduced extent: `dim` moved last (a view), or everything as one row.
         let b = self.to_dtype(DType::Bool);
         let (layout, n) = match dim {
@@ -130,16 +119,8 @@ impl Tensor {
             }
             None => (b.layout().clone(), self.numel()),
         };
-        let s = b.storage_arc();
-        let vals = strided_to_vec(bool::slice(cpu(&s)).expect("bool"), &layout);
-        let out: Vec<bool> = if n == 0 {
-            vec![all; oshape.iter().product()]
-        } else if all {
-            vals.chunks(n).map(|row| row.iter().all(|&v| v)).collect()
-        } else {
-            vals.chunks(n).map(|row| row.iter().any(|&v| v)).collect()
-        };
-        Tensor::from_cpu(CpuStorage::Bool(out), &oshape)
+        let out_len = oshape.iter().product();
+        Tensor::from_storage(b.storage_arc().bool_reduce(&layout, n, out_len, all), &oshape)
     }
 
     /// The single value of a one-element tensor as a `bool` (non-zero is `true`, as

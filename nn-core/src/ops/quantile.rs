@@ -6,61 +6,10 @@ use smallvec::smallvec;
 
 use super::check_float;
 use crate::autograd::{op_result, Grads};
-use crate::dtype::{Element, FloatElement};
 use crate::shape::{Dim, Dims, Layout};
-use crate::storage::{strided_to_vec, with_float, CpuStorage, Storage};
 use crate::tensor::Tensor;
 
 const OP: &str = "quantile";
-
-/// Per slice: the quantile value and what its backward needs (the positions of the two
-/// neighbours along the slice, and the weight of the upper one).
-struct Picked<T> {
-    values: Vec<T>,
-    below: Vec<i64>,
-    above: Vec<i64>,
-    weights: Vec<T>,
-}
-
-/// PyTorch's `lerp`: `a + w (b - a)` for small weights, `b - (b - a)(1 - w)` otherwise
-/// (exact at both ends).
-fn lerp<T: FloatElement>(a: T, b: T, w: T) -> T {
-    if w.abs() < T::from_f64(0.5) {
-        a + w * (b - a)
-    } else {
-        b - (b - a) * (T::one() - w)
-    }
-}
-
-/// The `q`-quantile of each row of `rows` (rows of length `n`, `n > 0`). Sorting is
-/// stable with NaN after every number; a row holding a NaN takes rank `n - 1` (its last
-/// NaN), so its quantile is NaN, as PyTorch's.
-fn quantile_rows<T: FloatElement>(rows: &[T], n: usize, q: f64) -> Picked<T> {
-    let count = rows.len() / n;
-    let mut p = Picked {
-        values: Vec::with_capacity(count),
-        below: Vec::with_capacity(count),
-        above: Vec::with_capacity(count),
-        weights: Vec::with_capacity(count),
-    };
-    let last = T::from_f64((n - 1) as f64);
-    let mut order: Vec<usize> = Vec::with_capacity(n);
-    for row in rows.chunks(n) {
-        order.clear();
-        order.extend(0..n);
-        order.sort_by(|&i, &j| row[i].partial_cmp(&row[j]).unwrap_or_else(|| row[i].is_nan().cmp(&row[j].is_nan())));
-        // The rank in the input's precision, as PyTorch computes `q * (n - 1)`.
-        let rank = if row.iter().any(|v| v.is_nan()) { last } else { T::from_f64(q) * last };
-        let (lo, hi) = (rank.floor(), rank.ceil());
-        let w = rank - lo;
-        let (ib, ia) = (order[lo.as_f64() as usize], order[hi.as_f64() as usize]);
-        p.values.push(lerp(row[ib], row[ia], w));
-        p.below.push(ib as i64);
-        p.above.push(ia as i64);
-        p.weights.push(w);
-    }
-    p
-}
 
 impl Tensor {
     /// The `q`-th quantile with linear interpolation, `torch.quantile(x, q, dim, keepdim)`:
@@ -125,20 +74,17 @@ fn quantile_along(x: &Tensor, q: f64, d: usize) -> Tensor {
     let mut kept: Dims = x.shape().into();
     kept[d] = 1;
     let out_len: usize = kept.iter().product();
-    let (storage, saved) = match &*x.storage_arc() {
-        Storage::Meta { dtype, .. } => (Storage::Meta { dtype: *dtype, len: out_len }, None),
-        Storage::Cpu(c) => {
-            // `d` moved last: each row of the permuted view is one slice.
-            let perm: Vec<usize> = (0..x.rank()).filter(|&i| i != d).chain([d]).collect();
-            let moved = x.layout().permute(&perm);
-            with_float!(c, OP, T, v => {
-                let p = quantile_rows(&strided_to_vec(v, &moved), n, q);
-                let idx = |i: Vec<i64>| Tensor::from_cpu(CpuStorage::I64(i), &kept);
-                let w = Tensor::from_cpu(T::into_storage(p.weights), &kept);
-                (Storage::Cpu(T::into_storage(p.values)), Some((idx(p.below), idx(p.above), w)))
-            })
-        }
-    };
+    // `d` moved last: each row of the permuted view is one slice.
+    let perm: Vec<usize> = (0..x.rank()).filter(|&i| i != d).chain([d]).collect();
+    let moved = x.layout().permute(&perm);
+    let [values, below, above, weights] = x.storage_arc().quantile(&moved, n, q);
+    debug_assert_eq!(values.len(), out_len);
+    let storage = values;
+    let saved = Some((
+        Tensor::from_storage(below, &kept),
+        Tensor::from_storage(above, &kept),
+        Tensor::from_storage(weights, &kept),
+    ));
     op_result(OP, Arc::new(storage), Layout::contiguous(&kept), &[x], || {
         let in_shape: Dims = x.shape().into();
         move |g: &Tensor, _: &[bool]| -> Grads {

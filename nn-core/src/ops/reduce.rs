@@ -2,15 +2,12 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use smallvec::smallvec;
 
-use super::{check_float, cpu};
+use super::check_float;
 use crate::autograd::{no_grad, op_result, Grads};
-use crate::device::Device;
-use crate::dtype::{DType, Element, FloatElement};
-use crate::shape::{contiguous_strides, for_each_offset, Dim, Dims, Layout};
-use crate::storage::{with_cpu, with_float, CpuStorage, Storage};
+use crate::dtype::DType;
+use crate::shape::{kept_shape, Dim, Dims, Layout};
 use crate::tensor::Tensor;
 
 /// Resolves and deduplicates reduction dims; an empty list means "all dims" (PyTorch).
@@ -29,93 +26,12 @@ fn resolve_dims<D: Dim>(op: &str, dims: &[D], rank: usize) -> Vec<bool> {
     mask
 }
 
-fn kept_shape(shape: &[usize], mask: &[bool]) -> Dims {
-    shape.iter().zip(mask).map(|(&d, &m)| if m { 1 } else { d }).collect()
-}
-
 fn out_shape(shape: &[usize], mask: &[bool], keepdim: bool) -> Dims {
     if keepdim {
         kept_shape(shape, mask)
     } else {
         shape.iter().zip(mask).filter(|(_, &m)| !m).map(|(&d, _)| d).collect()
     }
-}
-
-/// Sum of a contiguous run in `f64`, over 8 independent lanes (vectorisable, and more
-/// accurate than a sequential sum).
-#[inline]
-fn sum_run<T: FloatElement>(c: &[T]) -> f64 {
-    let mut lanes = [0f64; 8];
-    let chunks = c.chunks_exact(8);
-    let rem = chunks.remainder();
-    for ch in chunks {
-        for k in 0..8 {
-            lanes[k] += ch[k].as_f64();
-        }
-    }
-    lanes.iter().sum::<f64>() + rem.iter().map(|x| x.as_f64()).sum::<f64>()
-}
-
-/// Sums `v` (viewed through `layout`) over the masked dims into a row-major buffer of the
-/// kept shape. Accumulates in `f64` for accuracy at any length. Works a whole innermost
-/// row at a time: a row sum when the last dim is reduced, a row add when it is kept.
-fn sum_kernel<T: FloatElement>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
-    let shape = layout.shape();
-    let kept = kept_shape(shape, mask);
-    let n_out: usize = kept.iter().product();
-    if shape.contains(&0) {
-        return vec![T::zero(); n_out];
-    }
-    // Fast path: contiguous input reduced over a suffix of dims -> independent rows.
-    let first_reduced = mask.iter().position(|&m| m).unwrap_or(mask.len());
-    let suffix = mask[first_reduced..].iter().all(|&m| m);
-    if let (Some(r), true) = (layout.contiguous_range(), suffix) {
-        let src = &v[r];
-        let row: usize = shape[first_reduced..].iter().product();
-        let sum_row = |c: &[T]| T::from_f64(sum_run(c));
-        return if src.len() >= super::PAR_THRESHOLD && n_out > 1 {
-            src.par_chunks(row).map(sum_row).collect()
-        } else {
-            src.chunks(row).map(sum_row).collect()
-        };
-    }
-    let mut acc = crate::pool::filled(n_out, 0f64);
-    let mut ostrides = contiguous_strides(&kept);
-    for (s, &m) in ostrides.iter_mut().zip(mask) {
-        if m {
-            *s = 0;
-        }
-    }
-    let rank = shape.len();
-    let (len, in_step) = (shape[rank - 1], layout.strides()[rank - 1]);
-    let last_reduced = mask[rank - 1];
-    for_each_offset(
-        &shape[..rank - 1],
-        [&layout.strides()[..rank - 1], &ostrides[..rank - 1]],
-        [layout.offset(), 0],
-        |[i, o]| {
-            if in_step == 1 {
-                let row = &v[i..i + len];
-                if last_reduced {
-                    acc[o] += sum_run(row);
-                } else {
-                    for (a, x) in acc[o..o + len].iter_mut().zip(row) {
-                        *a += x.as_f64();
-                    }
-                }
-            } else {
-                for k in 0..len {
-                    let x = v[i + k * in_step].as_f64();
-                    if last_reduced {
-                        acc[o] += x;
-                    } else {
-                        acc[o + k] += x;
-                    }
-                }
-            }
-        },
-    );
-    acc.into_iter().map(T::from_f64).collect()
 }
 
 impl Tensor {
@@ -151,13 +67,7 @@ impl Tensor {
         check_float(OP, self);
         let mask = resolve_dims(OP, dims, self.rank());
         let oshape = out_shape(self.shape(), &mask, keepdim);
-        let numel: usize = oshape.iter().product();
-        let storage = match &*self.storage_arc() {
-            Storage::Meta { dtype, .. } => Storage::Meta { dtype: *dtype, len: numel },
-            Storage::Cpu(c) => {
-                Storage::Cpu(with_float!(c, OP, T, v => T::into_storage(sum_kernel(v, self.layout(), &mask))))
-            }
-        };
+        let storage = self.storage_arc().sum(self.layout(), &mask);
         op_result(OP, Arc::new(storage), Layout::contiguous(&oshape), &[self], || {
             let in_shape: Dims = self.shape().into();
             let kept = kept_shape(self.shape(), &mask);
@@ -238,36 +148,11 @@ impl Tensor {
         let mut mask = vec![false; x.rank()];
         mask[d] = true;
         let oshape = if rank == 0 { Dims::new() } else { out_shape(self.shape(), &mask, keepdim) };
-        if self.device() == Device::Meta {
-            return Tensor::full_on(&oshape, 0.0, DType::I64, Device::Meta);
-        }
-        // Move `dim` last, then scan contiguous rows.
+        // Move `dim` last: the backend scans contiguous rows of `n`.
         let mut perm: Vec<usize> = (0..x.rank()).filter(|&i| i != d).collect();
         perm.push(d);
         let moved = x.layout().permute(&perm);
-        let s = x.storage_arc();
-        let idx: Vec<i64> = with_cpu!(cpu(&s), T, v => {
-            let rows = crate::storage::strided_to_vec(v, &moved);
-            rows.chunks(n)
-                .map(|row| {
-                    let mut best = 0usize;
-                    for (i, val) in row.iter().enumerate().skip(1) {
-                        let b = &row[best];
-                        // NaN (val != val) wins over everything and keeps the first NaN.
-                        #[allow(clippy::eq_op)]
-                        let val_nan = val != val;
-                        #[allow(clippy::eq_op)]
-                        let b_nan = b != b;
-                        let better = if b_nan { false } else if val_nan { true } else if largest { val > b } else { val < b };
-                        if better {
-                            best = i;
-                        }
-                    }
-                    best as i64
-                })
-                .collect()
-        });
-        Tensor::from_cpu(CpuStorage::I64(idx), &oshape)
+        Tensor::from_storage(x.storage_arc().arg_extreme(&moved, n, largest), &oshape)
     }
 
     /// Maximum along `dim`: `(values, indices)`; the gradient flows to the returned
@@ -296,7 +181,7 @@ impl Tensor {
         let op = if largest { "max" } else { "min" };
         check_float(op, self);
         if self.rank() == 0 {
-            return (self.clone(), Tensor::from_cpu(CpuStorage::I64(vec![0]), &[]));
+            return (self.clone(), Tensor::full_on(&[], 0.0, DType::I64, self.device()));
         }
         let d = dim.resolve(self.rank(), op);
         let idx = self.arg_extreme(op, d, true, largest);

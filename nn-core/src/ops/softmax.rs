@@ -2,63 +2,12 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use smallvec::smallvec;
 
 use super::check_float;
 use crate::autograd::{op_result, Grads};
-use crate::dtype::{Element, FloatElement};
 use crate::shape::{Dim, Layout};
-use crate::storage::{with_float, Storage};
 use crate::tensor::Tensor;
-
-/// Softmax (or log-softmax) of contiguous `x` viewed as `[outer, n, inner]` along `n`.
-/// Each line subtracts its maximum first, so no `exp` overflows.
-fn softmax_kernel<T: FloatElement>(x: &[T], outer: usize, n: usize, inner: usize, log: bool) -> Vec<T> {
-    let mut out = T::alloc_buffer(x.len());
-    out.resize(x.len(), T::zero());
-    if x.is_empty() {
-        return out;
-    }
-    let block = n * inner;
-    let run = |(xs, ys): (&[T], &mut [T])| {
-        for j in 0..inner {
-            let mut m = T::neg_infinity();
-            for i in 0..n {
-                let v = xs[i * inner + j];
-                if v > m || v.is_nan() {
-                    m = v;
-                }
-            }
-            if m == T::neg_infinity() {
-                m = T::zero(); // all -inf: exp gives 0/0 = NaN below, as PyTorch
-            }
-            let mut s = T::zero();
-            for i in 0..n {
-                let e = (xs[i * inner + j] - m).exp();
-                ys[i * inner + j] = e;
-                s = s + e;
-            }
-            if log {
-                let ls = s.ln();
-                for i in 0..n {
-                    ys[i * inner + j] = xs[i * inner + j] - m - ls;
-                }
-            } else {
-                let r = s.recip();
-                for i in 0..n {
-                    ys[i * inner + j] = ys[i * inner + j] * r;
-                }
-            }
-        }
-    };
-    if x.len() >= super::PAR_THRESHOLD && outer > 1 {
-        x.par_chunks(block).zip(out.par_chunks_mut(block)).for_each(run);
-    } else {
-        x.chunks(block).zip(out.chunks_mut(block)).for_each(run);
-    }
-    out
-}
 
 fn softmax_impl<D: Dim>(x: &Tensor, dim: D, log: bool) -> Tensor {
     let op = if log { "log_softmax" } else { "softmax" };
@@ -67,13 +16,7 @@ fn softmax_impl<D: Dim>(x: &Tensor, dim: D, log: bool) -> Tensor {
     let d = dim.resolve(x0.rank(), op);
     let shape = x0.shape();
     let (outer, n, inner) = (shape[..d].iter().product(), shape[d], shape[d + 1..].iter().product());
-    let storage = Arc::new(match &*x.storage_arc() {
-        Storage::Meta { dtype, .. } => Storage::Meta { dtype: *dtype, len: x.numel() },
-        Storage::Cpu(c) => Storage::Cpu(with_float!(c, op, T, v => {
-            let contiguous = crate::storage::strided_to_vec(v, x.layout());
-            T::into_storage(softmax_kernel(&contiguous, outer, n, inner, log))
-        })),
-    });
+    let storage = Arc::new(x.storage_arc().softmax(x.layout(), (outer, n, inner), log));
     let y = storage.clone();
     op_result(op, storage, Layout::contiguous(x.shape()), &[x], || {
         let shape: crate::shape::Dims = x.shape().into();

@@ -5,22 +5,12 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use super::{check_float, cpu, map1, map3};
+use super::check_float;
 use crate::autograd::{op_result, Grads};
+pub(crate) use crate::backend::UnaryOp;
 use crate::dtype::FloatElement;
 use crate::shape::Layout;
-use crate::storage::{with_float, Storage};
 use crate::tensor::Tensor;
-
-/// An elementwise function with its derivative.
-pub(crate) trait UnaryOp: Copy + Send + Sync + 'static {
-    /// The op's name in messages and `grad_fn_name`.
-    const NAME: &'static str;
-    /// The forward value at `x`.
-    fn f<T: FloatElement>(&self, x: T) -> T;
-    /// The derivative at input `x` with forward output `y` (whichever is cheaper to use).
-    fn df<T: FloatElement>(&self, x: T, y: T) -> T;
-}
 
 #[inline(always)]
 pub(crate) fn c<T: FloatElement>(v: f64) -> T {
@@ -30,32 +20,16 @@ pub(crate) fn c<T: FloatElement>(v: f64) -> T {
 /// Applies `op` elementwise, recording its backward.
 pub(crate) fn unary<O: UnaryOp>(x: &Tensor, op: O) -> Tensor {
     check_float(O::NAME, x);
-    let storage = Arc::new(match &*x.storage_arc() {
-        Storage::Meta { dtype, .. } => Storage::Meta { dtype: *dtype, len: x.numel() },
-        Storage::Cpu(cs) => Storage::Cpu(with_float!(cs, O::NAME, T, v => {
-            crate::dtype::Element::into_storage(map1(v, x.layout(), |a: T| op.f(a)))
-        })),
-    });
+    let storage = Arc::new(x.storage_arc().unary(x.layout(), op));
     let y = storage.clone();
     op_result(O::NAME, storage, Layout::contiguous(x.shape()), &[x], || {
         let x = x.detach();
-        move |g: &Tensor, _: &[bool]| -> Grads { smallvec![Some(unary_backward(op, g, &x, &y))] }
+        move |g: &Tensor, _: &[bool]| -> Grads {
+            let ly = Layout::contiguous(x.shape());
+            let dx = g.storage_arc().unary_grad(g.layout(), (&x.storage_arc(), x.layout()), (&y, &ly), op);
+            smallvec![Some(Tensor::from_storage(dx, x.shape()))]
+        }
     })
-}
-
-/// `g * df(x, y)` elementwise.
-fn unary_backward<O: UnaryOp>(op: O, g: &Tensor, x: &Tensor, y: &Arc<Storage>) -> Tensor {
-    let (gs, xs) = (g.storage_arc(), x.storage_arc());
-    if let Storage::Meta { dtype, .. } = &*gs {
-        return Tensor::full_on(x.shape(), 0.0, *dtype, crate::Device::Meta);
-    }
-    let ly = Layout::contiguous(x.shape());
-    let out = with_float!(cpu(&gs), O::NAME, T, gv => {
-        let xv = <T as crate::dtype::Element>::slice(cpu(&xs)).expect("same dtype");
-        let yv = <T as crate::dtype::Element>::slice(cpu(y)).expect("same dtype");
-        crate::dtype::Element::into_storage(map3(gv, g.layout(), xv, x.layout(), yv, &ly, |g: T, x: T, y: T| g * op.df(x, y)))
-    });
-    Tensor::from_cpu(out, x.shape())
 }
 
 macro_rules! unary_op {

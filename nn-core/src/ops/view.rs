@@ -7,9 +7,8 @@ use smallvec::smallvec;
 
 use super::check_same;
 use crate::autograd::{op_result, Grads};
-use crate::device::Device;
+use crate::backend::Storage;
 use crate::shape::{Dim, Dims, Layout};
-use crate::storage::{CpuStorage, Storage};
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -301,20 +300,13 @@ impl Tensor {
         }
         crate::shape::numel_of(OP, &shape);
         let out_layout = Layout::contiguous(&shape);
-        let storage = if device == Device::Meta {
-            Storage::Meta { dtype, len: out_layout.numel() }
-        } else {
-            let mut out = CpuStorage::zeros(dtype, out_layout.numel());
-            let mut start = 0;
-            for t in tensors {
-                let len = t.shape()[d];
-                let target = out_layout.narrow(d, start, len);
-                let s = t.storage_arc();
-                crate::tensor::scatter_into(&mut out, &target, &super::cpu(&s).gather_layout(t.layout()));
-                start += len;
-            }
-            Storage::Cpu(out)
-        };
+        let mut storage = Storage::full(device, dtype, out_layout.numel(), 0.0);
+        let mut start = 0;
+        for t in tensors {
+            let len = t.shape()[d];
+            storage.write_from(&out_layout.narrow(d, start, len), &t.storage_arc(), t.layout());
+            start += len;
+        }
         let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[d]).collect();
         op_result(OP, Arc::new(storage), out_layout, tensors, || {
             move |g: &Tensor, needs: &[bool]| -> Grads {
@@ -362,15 +354,10 @@ impl Tensor {
 
 /// Zeros of `shape` with `g` written at `start..` along `dim` (backward of `narrow`).
 fn pad_narrow(g: &Tensor, shape: &[usize], dim: usize, start: usize) -> Tensor {
-    let out = Tensor::full_on(shape, 0.0, g.dtype(), g.device());
-    if g.device() == Device::Meta {
-        return out;
-    }
     let target = Layout::contiguous(shape).narrow(dim, start, g.shape()[dim]);
-    let s = g.storage_arc();
-    let vals = super::cpu(&s).gather_layout(g.layout());
-    out.modify_storage("narrow backward", |dst, _| crate::tensor::scatter_into(dst, &target, &vals));
-    out
+    let mut out = Storage::full(g.device(), g.dtype(), shape.iter().product(), 0.0);
+    out.write_from(&target, &g.storage_arc(), g.layout());
+    Tensor::from_storage(out, shape)
 }
 
 #[cfg(test)]

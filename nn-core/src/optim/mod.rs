@@ -21,7 +21,10 @@ pub use sgd::{Sgd, SgdConfig};
 use crate::error::{Error, Result};
 use crate::module::Parameter;
 use crate::state_dict::StateDict;
-use crate::storage::{CpuStorage, Storage};
+// Optimizer state is kept in host vectors and updated by host closures: the one place
+// outside `backend` that reads CPU buffers (moving the state onto a device is the GPU
+// backend's part).
+use crate::backend::{CpuStorage, Storage};
 use crate::tensor::Tensor;
 
 /// A set of parameters with its own hyper-parameters (PyTorch's param groups), e.g. a
@@ -311,6 +314,7 @@ pub(crate) fn update_param(
     }
     p.modify_storage("optimizer step", |pc, layout| {
         let r = layout.contiguous_range().expect("checked contiguous");
+        let Storage::Cpu(pc) = pc else { unreachable!("modify_storage refuses the meta device") };
         match (pc, gc, b) {
             (CpuStorage::F32(pv), CpuStorage::F32(gv), Bufs::F32(bv)) => f32_fn(&mut pv[r], gv, bv, fresh),
             (CpuStorage::F64(pv), CpuStorage::F64(gv), Bufs::F64(bv)) => f64_fn(&mut pv[r], gv, bv, fresh),

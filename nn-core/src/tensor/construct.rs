@@ -8,12 +8,12 @@ use rand_distr::{Distribution, StandardNormal};
 
 use crate::autograd::hooks::GradHooks;
 use crate::autograd::Node;
+use crate::backend::Storage;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::random::with_rng;
 use crate::shape::Layout;
-use crate::storage::{CpuStorage, Storage};
 
 use super::{Tensor, TensorId, TensorImpl};
 
@@ -34,10 +34,6 @@ impl Tensor {
     /// A contiguous tensor over `storage` (a leaf with no graph).
     pub(crate) fn from_storage(storage: Storage, shape: &[usize]) -> Tensor {
         Tensor::from_parts(Arc::new(storage), Layout::contiguous(shape), None)
-    }
-
-    pub(crate) fn from_cpu(storage: CpuStorage, shape: &[usize]) -> Tensor {
-        Tensor::from_storage(Storage::Cpu(storage), shape)
     }
 
     /// A tensor of `f32` values with the given shape.
@@ -90,12 +86,12 @@ impl Tensor {
         if expected != data.len() {
             return Err(Error::ElementCount { op, shape: shape.to_vec(), expected, got: data.len() });
         }
-        Ok(Tensor::from_cpu(T::into_storage(data), shape))
+        Ok(Tensor::from_storage(Storage::from_vec(data), shape))
     }
 
     /// A 0-dimensional `f32` tensor.
     pub fn scalar(v: f32) -> Tensor {
-        Tensor::from_cpu(CpuStorage::F32(vec![v]), &[])
+        Tensor::from_storage(Storage::from_vec(vec![v]), &[])
     }
 
     /// A tensor filled with `value`, of any dtype and device.
@@ -122,13 +118,11 @@ impl Tensor {
     /// the buffer.
     pub fn try_full_on(op: &'static str, shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
         let len = crate::shape::try_numel(op, shape)?;
-        let storage =
-            match device {
-                Device::Cpu => Storage::Cpu(CpuStorage::try_full(dtype, len, value).ok_or_else(|| {
-                    Error::Allocation { op, shape: shape.to_vec(), bytes: len as u128 * dtype.size_in_bytes() as u128 }
-                })?),
-                Device::Meta => Storage::Meta { dtype, len },
-            };
+        let storage = Storage::try_full(device, dtype, len, value).ok_or_else(|| Error::Allocation {
+            op,
+            shape: shape.to_vec(),
+            bytes: len as u128 * dtype.size_in_bytes() as u128,
+        })?;
         Ok(Tensor::from_storage(storage, shape))
     }
 
@@ -267,7 +261,7 @@ impl Tensor {
     /// When the `n` values cannot be allocated.
     #[track_caller]
     pub fn randperm(n: usize) -> Tensor {
-        let mut v: Vec<i64> = crate::pool::try_with_capacity(n).unwrap_or_else(|| {
+        let mut v: Vec<i64> = crate::backend::try_host_vec(n).unwrap_or_else(|| {
             panic!("{}", Error::Allocation { op: "Tensor::randperm", shape: vec![n], bytes: n as u128 * 8 })
         });
         v.extend(0..n as i64);
@@ -290,7 +284,7 @@ fn random_values(
     mut draw: impl FnMut(&mut rand_chacha::ChaCha8Rng) -> f32,
 ) -> Vec<f32> {
     let n = crate::shape::numel_of(op, shape);
-    let mut v = crate::pool::try_take(n)
+    let mut v = crate::backend::try_host_vec(n)
         .unwrap_or_else(|| panic!("{}", Error::Allocation { op, shape: shape.to_vec(), bytes: n as u128 * 4 }));
     with_rng(|r| v.extend((0..n).map(|_| draw(r))));
     v

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::autograd::hooks::GradHooks;
 use crate::autograd::Node;
+use crate::backend::Storage;
 use crate::shape::Layout;
-use crate::storage::Storage;
 
 /// A unique tensor identity. Graph bookkeeping keys on ids, never on values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,5 +63,3 @@ mod print;
 mod tests;
 mod values;
 mod write;
-
-pub(crate) use write::scatter_into;

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
+use crate::backend::Storage;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::Error;
 use crate::shape::Layout;
-use crate::storage::Storage;
 
 use super::{Tensor, TensorId};
 
@@ -74,15 +74,7 @@ impl Tensor {
     /// The values, row-major, converted to `T`.
     #[track_caller]
     pub fn to_vec_of<T: Element>(&self) -> Vec<T> {
-        let s = self.cpu_storage("to_vec");
-        let Storage::Cpu(c) = &*s else { unreachable!() };
-        match T::slice(c) {
-            Some(v) => crate::storage::strided_to_vec(v, self.layout()),
-            None => {
-                let conv = c.convert_layout(self.layout(), T::DTYPE);
-                T::slice(&conv).expect("converted").to_vec()
-            }
-        }
+        self.cpu_storage("to_vec").to_vec_of(self.layout()).expect("checked: not on the meta device")
     }
 
     /// The values as `f32`, row-major, whatever the dtype.

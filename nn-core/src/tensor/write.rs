@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use crate::autograd::{is_grad_enabled, op_result, Grads};
+use crate::backend::Storage;
 use crate::device::Device;
-use crate::dtype::{DType, Element};
-use crate::shape::{for_each_offset, Layout};
-use crate::storage::{with_cpu, CpuStorage, Storage};
+use crate::dtype::DType;
+use crate::shape::Layout;
 
 use super::Tensor;
 
@@ -16,10 +16,7 @@ impl Tensor {
         if self.is_contiguous() && self.0.layout.offset() == 0 && self.storage_arc().len() == self.numel() {
             return self.clone();
         }
-        let storage = match &*self.storage_arc() {
-            Storage::Cpu(c) => Storage::Cpu(c.gather_layout(self.layout())),
-            Storage::Meta { dtype, .. } => Storage::Meta { dtype: *dtype, len: self.numel() },
-        };
+        let storage = self.storage_arc().gather_layout(self.layout());
         op_result("contiguous", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {
             |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.clone())] }
         })
@@ -40,10 +37,7 @@ impl Tensor {
         if src == dtype {
             return self.clone();
         }
-        let storage = match &*self.storage_arc() {
-            Storage::Cpu(c) => Storage::Cpu(c.convert_layout(self.layout(), dtype)),
-            Storage::Meta { .. } => Storage::Meta { dtype, len: self.numel() },
-        };
+        let storage = self.storage_arc().convert(self.layout(), dtype);
         let inputs: &[&Tensor] = if dtype.is_float() { &[self] } else { &[] };
         op_result("to_dtype", Arc::new(storage), Layout::contiguous(self.shape()), inputs, || {
             move |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.to_dtype(src))] }
@@ -57,13 +51,14 @@ impl Tensor {
         if self.device() == device {
             return self.clone();
         }
-        let dtype = self.dtype();
-        let storage = match device {
-            Device::Meta => Storage::Meta { dtype, len: self.numel() },
-            Device::Cpu => Storage::Cpu(CpuStorage::zeros(dtype, self.numel())),
-        };
+        let from = self.device();
+        let storage = self.storage_arc().to_device(self.layout(), device);
         op_result("to_device", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {
-            move |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.to_device(Device::Cpu))] }
+            // The gradient returns to the source device; a meta source cannot hold values, so
+            // there it passes through as it is (a meta round trip still delivers gradients).
+            move |g: &Tensor, _: &[bool]| -> Grads {
+                smallvec::smallvec![Some(if from == Device::Meta { g.clone() } else { g.to_device(from) })]
+            }
         })
     }
 
@@ -94,30 +89,26 @@ impl Tensor {
             src.detach().contiguous().storage_arc()
         } else {
             // A strided leaf: rebuild a buffer in this tensor's own layout.
-            let span = self.layout().storage_span();
-            match &*src.storage_arc() {
-                Storage::Meta { dtype, .. } => Arc::new(Storage::Meta { dtype: *dtype, len: span }),
-                Storage::Cpu(c) => {
-                    let vals = c.gather_layout(src.layout());
-                    let mut out = CpuStorage::zeros(vals.dtype(), span);
-                    scatter_into(&mut out, self.layout(), &vals);
-                    Arc::new(Storage::Cpu(out))
-                }
-            }
+            let src_storage = src.storage_arc();
+            let mut out = Storage::full(src.device(), src.dtype(), self.layout().storage_span(), 0.0);
+            out.write_from(self.layout(), &src_storage, src.layout());
+            Arc::new(out)
         };
         *self.0.storage.write().unwrap_or_else(|e| e.into_inner()) = new;
     }
 
     /// Runs `f` on this tensor's buffer for writing, copying the buffer first if any other
     /// handle shares it (copy-on-write).
-    pub(crate) fn modify_storage<R>(&self, op: &str, f: impl FnOnce(&mut CpuStorage, &Layout) -> R) -> R {
-        let mut guard = self.0.storage.write().unwrap_or_else(|e| e.into_inner());
-        match Arc::make_mut(&mut guard) {
-            Storage::Cpu(c) => f(c, &self.0.layout),
-            Storage::Meta { .. } => {
-                panic!("{op}: tensor on the meta device has no values to update")
-            }
+    ///
+    /// # Panics
+    /// On the meta device, naming `op`.
+    #[track_caller]
+    pub(crate) fn modify_storage<R>(&self, op: &str, f: impl FnOnce(&mut Storage, &Layout) -> R) -> R {
+        if self.device() == Device::Meta {
+            panic!("{op}: tensor on the meta device has no values to update");
         }
+        let mut guard = self.0.storage.write().unwrap_or_else(|e| e.into_inner());
+        f(Arc::make_mut(&mut guard), &self.0.layout)
     }
 
     /// Copies `src` (broadcast to this shape, converted to this dtype) into this tensor's
@@ -138,11 +129,8 @@ impl Tensor {
         let Some(b) = src.layout().broadcast_to(self.shape()) else {
             panic!("copy_: source of shape {:?} cannot be broadcast to {:?}", src.shape(), self.shape());
         };
-        let dtype = self.dtype();
         let s = src.cpu_storage("copy_");
-        let Storage::Cpu(c) = &*s else { unreachable!() };
-        let vals = c.convert_layout(&b, dtype);
-        self.modify_storage("copy_", |dst, layout| scatter_into(dst, layout, &vals));
+        self.modify_storage("copy_", |dst, layout| dst.write_from(layout, &s, &b));
         self
     }
 
@@ -159,26 +147,4 @@ impl Tensor {
     }
 
     // In-place arithmetic (`add_`, `sub_`, `mul_`, `+=`, ...) lives in `ops/inplace.rs`.
-}
-
-/// Writes row-major `vals` into the positions of `layout` inside `dst` (same dtype).
-pub(crate) fn scatter_into(dst: &mut CpuStorage, layout: &Layout, vals: &CpuStorage) {
-    fn go<T: Element>(dst: &mut [T], layout: &Layout, vals: &[T]) {
-        if let Some(r) = layout.contiguous_range() {
-            dst[r].copy_from_slice(vals);
-            return;
-        }
-        let mut i = 0;
-        for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| {
-            dst[o] = vals[i];
-            i += 1;
-        });
-    }
-    let dtype = dst.dtype();
-    let vals = if vals.dtype() == dtype {
-        std::borrow::Cow::Borrowed(vals)
-    } else {
-        std::borrow::Cow::Owned(vals.convert_layout(&Layout::contiguous(&[vals.len()]), dtype))
-    };
-    with_cpu!(dst, T, d => go::<T>(d, layout, T::slice(&vals).expect("same dtype")))
 }

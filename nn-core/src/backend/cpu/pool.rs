@@ -107,7 +107,7 @@ pub(crate) fn give<T: Pooled>(v: Vec<T>) {
 
 /// Returns a scratch buffer of any element type to the pool (through the storage drop,
 /// which pools `f32`/`f64` and frees the rest).
-pub(crate) fn recycle<T: crate::dtype::Element>(v: Vec<T>) {
+pub(crate) fn recycle<T: super::CpuElement>(v: Vec<T>) {
     drop(T::into_storage(v));
 }
 

@@ -3,8 +3,9 @@
 
 use rayon::prelude::*;
 
-use super::conv::Geometry;
-use crate::dtype::FloatElement;
+use super::gemm::{gemm, MatRef};
+use super::{pool, with_float, CpuElement, CpuFloat, CpuStorage};
+use crate::backend::ConvGeometry as Geometry;
 
 /// The input columns `lo..hi` of output row `oh` that kernel tap `(ki, kj)` reads, and the
 /// input row and first input column: `None` when the tap falls in the vertical padding.
@@ -27,7 +28,7 @@ fn tap_run(g: &Geometry, oh: usize, ki: usize, kj: usize) -> Option<(usize, usiz
 /// Fills the columns of one sample in a column matrix `[C/g * kh * kw, row_stride]` from
 /// one group of that sample, `x` (`[C/g, H, W]` contiguous): row `r` of the sample's
 /// block is `cols[r * row_stride + offset..][..Ho * Wo]`.
-fn im2col<T: FloatElement>(x: &[T], g: &Geometry, cols: &mut [T], row_stride: usize, offset: usize) {
+fn im2col<T: CpuFloat>(x: &[T], g: &Geometry, cols: &mut [T], row_stride: usize, offset: usize) {
     let sw = g.opt.stride.1;
     let hw = g.out_pixels();
     for c in 0..g.in_channels_per_group() {
@@ -61,7 +62,7 @@ fn im2col<T: FloatElement>(x: &[T], g: &Geometry, cols: &mut [T], row_stride: us
 
 /// Adds one sample's block of a column matrix (laid out as for [`im2col`]) back into one
 /// group of that sample's input gradient.
-fn col2im<T: FloatElement>(cols: &[T], g: &Geometry, dx: &mut [T], row_stride: usize, offset: usize) {
+fn col2im<T: CpuFloat>(cols: &[T], g: &Geometry, dx: &mut [T], row_stride: usize, offset: usize) {
     let sw = g.opt.stride.1;
     let hw = g.out_pixels();
     for c in 0..g.in_channels_per_group() {
@@ -129,7 +130,7 @@ impl Cols {
 
 /// Copies one group of one sample (`[C/g, H, W]`) into `out` (`[C/g, Hp, Wp]`) with zeros
 /// around it, or returns the input itself when there is no padding.
-fn padded<'a, T: FloatElement>(x: &'a [T], g: &Geometry, l: &Cols, out: &'a mut Vec<T>) -> &'a [T] {
+fn padded<'a, T: CpuFloat>(x: &'a [T], g: &Geometry, l: &Cols, out: &'a mut Vec<T>) -> &'a [T] {
     let (ph, pw) = g.opt.padding;
     if (ph, pw) == (0, 0) {
         return x;
@@ -146,7 +147,7 @@ fn padded<'a, T: FloatElement>(x: &'a [T], g: &Geometry, l: &Cols, out: &'a mut 
 }
 
 /// [`im2col`] for the `Wide` layout, from the padded planes `xp` (`[C/g, Hp, Wp]`).
-fn im2col_wide<T: FloatElement>(xp: &[T], g: &Geometry, l: &Cols, cols: &mut [T], row_stride: usize, offset: usize) {
+fn im2col_wide<T: CpuFloat>(xp: &[T], g: &Geometry, l: &Cols, cols: &mut [T], row_stride: usize, offset: usize) {
     let plane = l.hp * l.wp;
     for c in 0..g.in_channels_per_group() {
         let src = &xp[c * plane..(c + 1) * plane];
@@ -165,7 +166,7 @@ fn im2col_wide<T: FloatElement>(xp: &[T], g: &Geometry, l: &Cols, cols: &mut [T]
 }
 
 /// [`col2im`] for the `Wide` layout, adding into padded planes `dxp` (`[C/g, Hp, Wp]`).
-fn col2im_wide<T: FloatElement>(cols: &[T], g: &Geometry, l: &Cols, dxp: &mut [T], row_stride: usize, offset: usize) {
+fn col2im_wide<T: CpuFloat>(cols: &[T], g: &Geometry, l: &Cols, dxp: &mut [T], row_stride: usize, offset: usize) {
     let plane = l.hp * l.wp;
     for c in 0..g.in_channels_per_group() {
         let dst = &mut dxp[c * plane..(c + 1) * plane];
@@ -179,44 +180,6 @@ fn col2im_wide<T: FloatElement>(cols: &[T], g: &Geometry, l: &Cols, dxp: &mut [T
                 }
             }
         }
-    }
-}
-
-/// `c = a(m x k) * b(k x n)` for row-major slices, with `transpose_a`/`transpose_b`
-/// reading the operands as stored transposed, and `accumulate` adding into `c`.
-#[allow(clippy::too_many_arguments)]
-fn gemm<T: FloatElement>(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[T],
-    ta: bool,
-    b: &[T],
-    tb: bool,
-    c: &mut [T],
-    accumulate: bool,
-) {
-    let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
-    let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
-    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
-    // SAFETY: the assert above bounds every index the strides can produce.
-    unsafe {
-        T::gemm(
-            m,
-            k,
-            n,
-            T::one(),
-            a.as_ptr(),
-            rsa,
-            csa,
-            b.as_ptr(),
-            rsb,
-            csb,
-            if accumulate { T::one() } else { T::zero() },
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        )
     }
 }
 
@@ -234,11 +197,36 @@ fn samples_per_task<T>(g: &Geometry, l: &Cols) -> usize {
     g.n.div_ceil(threads).clamp(1, fit)
 }
 
+/// The convolution of contiguous buffers (see [`crate::backend::Storage::conv2d`]).
+pub(crate) fn forward(x: &CpuStorage, w: &CpuStorage, bias: Option<&CpuStorage>, g: &Geometry) -> CpuStorage {
+    with_float!(x, "conv2d", T, xv => {
+        let wv = T::slice(w).expect("same dtype");
+        let bv = bias.map(|b| T::slice(b).expect("same dtype"));
+        T::into_storage(conv_forward(xv, wv, bv, g))
+    })
+}
+
+/// The input and weight gradients (see [`crate::backend::Storage::conv2d_backward`]).
+pub(crate) fn backward(
+    gy: &CpuStorage,
+    x: &CpuStorage,
+    w: &CpuStorage,
+    g: &Geometry,
+    (need_dx, need_dw): (bool, bool),
+) -> (CpuStorage, CpuStorage) {
+    with_float!(x, "conv2d", T, xv => {
+        let wv = T::slice(w).expect("same dtype");
+        let gv = T::slice(gy).expect("same dtype");
+        let (dx, dw) = conv_backward(xv, wv, gv, g, need_dx, need_dw);
+        (T::into_storage(dx), T::into_storage(dw))
+    })
+}
+
 /// Forward over blocks of samples: one im2col for the whole block (`[C/g * kh * kw,
 /// B * span]`, see [`Cols`]) and one GEMM per group, so the GEMM sees a wide matrix instead
 /// of one small product per sample; the `[O/g, B * span]` result is copied into the
 /// `[B, O, Ho, Wo]` output with the bias added.
-pub(super) fn conv_forward<T: FloatElement>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry) -> Vec<T> {
+fn conv_forward<T: CpuFloat>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry) -> Vec<T> {
     let (cg, og, ckk, hw) = (g.in_channels_per_group(), g.out_channels_per_group(), g.col_rows(), g.out_pixels());
     let (in_sample, out_sample, group_in) = (g.c * g.h * g.w, g.o * hw, g.in_channels_per_group() * g.h * g.w);
     let l = Cols::new(g);
@@ -262,7 +250,8 @@ pub(super) fn conv_forward<T: FloatElement>(x: &[T], w: &[T], bias: Option<&[T]>
                     im2col(xg, g, &mut cols, cols_n, i * l.span);
                 }
             }
-            gemm(og, ckk, cols_n, &w[gi * og * ckk..(gi + 1) * og * ckk], false, &cols, false, &mut yg, false);
+            let wg = MatRef::row_major(&w[gi * og * ckk..(gi + 1) * og * ckk], (og, ckk), false);
+            gemm((og, ckk, cols_n), T::one(), wg, MatRef::row_major(&cols, (ckk, cols_n), false), T::zero(), &mut yg);
             for i in 0..nb {
                 for o in 0..og {
                     let oc = gi * og + o;
@@ -277,8 +266,8 @@ pub(super) fn conv_forward<T: FloatElement>(x: &[T], w: &[T], bias: Option<&[T]>
                 }
             }
         }
-        crate::pool::recycle(cols);
-        crate::pool::recycle(yg);
+        pool::recycle(cols);
+        pool::recycle(yg);
     });
     out
 }
@@ -288,7 +277,7 @@ pub(super) fn conv_forward<T: FloatElement>(x: &[T], w: &[T], bias: Option<&[T]>
 /// GEMM gives the weight gradient (against the recomputed columns) and one the column
 /// gradient (scattered back by col2im). Each task accumulates its own weight-gradient
 /// partial.
-pub(super) fn conv_backward<T: FloatElement>(
+fn conv_backward<T: CpuFloat>(
     x: &[T],
     w: &[T],
     gy: &[T],
@@ -335,11 +324,28 @@ pub(super) fn conv_backward<T: FloatElement>(
                     }
                 }
                 // dW_g += gy_g (og x B span) * cols^T (B span x ckk)
-                gemm(og, cols_n, ckk, &gyg, false, &cols, true, &mut dw[gi * og * ckk..(gi + 1) * og * ckk], true);
+                let (gy_rows, cols_t) =
+                    (MatRef::row_major(&gyg, (og, cols_n), false), MatRef::row_major(&cols, (cols_n, ckk), true));
+                gemm(
+                    (og, cols_n, ckk),
+                    T::one(),
+                    gy_rows,
+                    cols_t,
+                    T::one(),
+                    &mut dw[gi * og * ckk..(gi + 1) * og * ckk],
+                );
             }
             if need_dx {
                 // dcols = W_g^T (ckk x og) * gy_g (og x B span)
-                gemm(ckk, og, cols_n, &w[gi * og * ckk..(gi + 1) * og * ckk], true, &gyg, false, &mut cols, false);
+                let wt = MatRef::row_major(&w[gi * og * ckk..(gi + 1) * og * ckk], (ckk, og), true);
+                gemm(
+                    (ckk, og, cols_n),
+                    T::one(),
+                    wt,
+                    MatRef::row_major(&gyg, (og, cols_n), false),
+                    T::zero(),
+                    &mut cols,
+                );
                 for i in 0..nb {
                     let d = &mut dxs[i * in_sample + gi * group_in..][..group_in];
                     if !l.wide() {
@@ -363,8 +369,8 @@ pub(super) fn conv_backward<T: FloatElement>(
                 }
             }
         }
-        crate::pool::recycle(cols);
-        crate::pool::recycle(gyg);
+        pool::recycle(cols);
+        pool::recycle(gyg);
     };
     let zeros = || vec![T::zero(); if need_dw { wlen } else { 0 }];
     let dw = if need_dx {
@@ -387,7 +393,7 @@ pub(super) fn conv_backward<T: FloatElement>(
     (dx, dw)
 }
 
-fn add_vecs<T: FloatElement>(mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
+fn add_vecs<T: CpuFloat>(mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
     if a.is_empty() {
         return b;
     }

@@ -1,5 +1,6 @@
-//! The one GEMM interface every op goes through (`C = alpha A B + beta C`, any strides),
-//! and the choice of kernel and threads behind it.
+//! The GEMM every CPU kernel goes through, [`gemm`] (`C = alpha A B + beta C`, operands
+//! with any non-negative strides, bounds checked), and the choice of kernel and threads
+//! behind it.
 //!
 //! Two backends, chosen once per process by measurement on this project's reference
 //! machine (2-core Sapphire Rapids; `cargo bench -p nn-bench -- gemm_backends` reruns it):
@@ -103,6 +104,7 @@ unsafe impl<T: Sync> Sync for Gemm<T> {}
 impl<T: Copy> Gemm<T> {
     /// `c = alpha a b + beta c` over slices: `a` is `m x k` and `b` is `k x n` with the
     /// given (row, column) strides, `c` is row-major. (Only the pointers are kept.)
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn over(
         (m, k, n): (usize, usize, usize),
@@ -136,7 +138,7 @@ pub(crate) trait Kernels: Copy + Send + Sync + num_traits::Float + 'static {
     /// `matrixmultiply`'s kernel for this type.
     ///
     /// # Safety
-    /// As [`run`].
+    /// As [`run_with`].
     unsafe fn matrixmultiply(g: &Gemm<Self>);
 }
 
@@ -162,20 +164,105 @@ impl Kernels for f64 {
     }
 }
 
-/// Runs one GEMM with the process's backend and thread policy.
+/// A read-only matrix operand of [`gemm`]: element `(i, j)` is
+/// `data[offset + i * row_stride + j * col_stride]` (a stride may be 0, for a broadcast).
+#[derive(Clone, Copy)]
+pub(crate) struct MatRef<'a, T> {
+    /// The buffer holding the matrix.
+    pub data: &'a [T],
+    /// Index of element `(0, 0)`.
+    pub offset: usize,
+    /// Step between rows.
+    pub row_stride: usize,
+    /// Step between columns.
+    pub col_stride: usize,
+}
+
+impl<'a, T> MatRef<'a, T> {
+    /// A row-major `rows x cols` matrix at the start of `data`, or its transpose read in
+    /// place (`transposed`: `data` holds the `cols x rows` matrix).
+    pub(crate) fn row_major(data: &'a [T], (rows, cols): (usize, usize), transposed: bool) -> Self {
+        let (row_stride, col_stride) = if transposed { (1, rows) } else { (cols, 1) };
+        MatRef { data, offset: 0, row_stride, col_stride }
+    }
+
+    /// Panics unless every element of a `rows x cols` view lies inside `data`.
+    #[track_caller]
+    fn check(&self, what: &str, rows: usize, cols: usize) {
+        if rows == 0 || cols == 0 {
+            return;
+        }
+        let last = (rows - 1)
+            .checked_mul(self.row_stride)
+            .and_then(|r| (cols - 1).checked_mul(self.col_stride).and_then(|c| r.checked_add(c)))
+            .and_then(|rc| rc.checked_add(self.offset));
+        assert!(
+            last.is_some_and(|l| l < self.data.len()),
+            "gemm: operand {what} ({rows} x {cols}, strides {} and {}, offset {}) overruns its buffer of {}",
+            self.row_stride,
+            self.col_stride,
+            self.offset,
+            self.data.len()
+        );
+    }
+}
+
+/// `c = alpha a b + beta c` for `a: m x k`, `b: k x n` and `c` an `m x n` row-major
+/// slice, with the process's kernel library and thread policy; every operand's extent is
+/// checked against its buffer. With `beta = 0`, `c` is not read (BLAS semantics: its NaN
+/// do not propagate). The one way into GEMM for every kernel.
+#[track_caller]
+pub(crate) fn gemm<T: Kernels>(
+    dims: (usize, usize, usize),
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: &mut [T],
+) {
+    gemm_on(backend(), dims, alpha, a, b, beta, c)
+}
+
+/// [`gemm`] on an explicit kernel library (the benchmark that chose the default calls it).
+#[track_caller]
+pub(crate) fn gemm_on<T: Kernels>(
+    library: Backend,
+    (m, k, n): (usize, usize, usize),
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    c: &mut [T],
+) {
+    a.check("a", m, k);
+    b.check("b", k, n);
+    assert!(c.len() >= m * n, "gemm: output of {} elements for {m} x {n}", c.len());
+    let g = Gemm {
+        m,
+        k,
+        n,
+        alpha,
+        a: a.data[a.offset.min(a.data.len())..].as_ptr(),
+        rsa: a.row_stride as isize,
+        csa: a.col_stride as isize,
+        b: b.data[b.offset.min(b.data.len())..].as_ptr(),
+        rsb: b.row_stride as isize,
+        csb: b.col_stride as isize,
+        beta,
+        c: c.as_mut_ptr(),
+        rsc: n as isize,
+        csc: 1,
+    };
+    // SAFETY: the checks above bound every element the strides reach in `a`, `b` and
+    // `c`; `c` is an exclusive borrow, so it overlaps neither operand.
+    unsafe { run_with(library, g) }
+}
+
+/// Runs one GEMM with an explicit kernel library and the thread policy.
 ///
 /// # Safety
 /// `a`, `b` and `c` with their strides must describe valid matrices of the given sizes;
 /// `c` must not overlap `a` or `b`, and no two of its elements may share an address.
-pub(crate) unsafe fn run<T: Kernels>(g: Gemm<T>) {
-    // SAFETY: forwarded contract.
-    unsafe { run_with(backend(), g) }
-}
-
-/// [`run`] with an explicit backend (tests compare the two).
-///
-/// # Safety
-/// As [`run`].
 pub(crate) unsafe fn run_with<T: Kernels>(backend: Backend, g: Gemm<T>) {
     if g.m == 0 || g.n == 0 {
         return;
@@ -215,7 +302,7 @@ pub(crate) unsafe fn run_with<T: Kernels>(backend: Backend, g: Gemm<T>) {
 /// One GEMM on the calling thread.
 ///
 /// # Safety
-/// As [`run`].
+/// As [`run_with`].
 unsafe fn single<T: Kernels>(backend: Backend, g: &Gemm<T>) {
     match backend {
         // The gemm crate computes `dst = alpha dst + beta lhs rhs` and takes column

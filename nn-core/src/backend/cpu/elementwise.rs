@@ -1,0 +1,235 @@
+//! Elementwise CPU kernels and the strided map loops under them.
+
+use std::cmp::Ordering;
+
+use rayon::prelude::*;
+
+use super::{with_cpu, with_float, CpuElement, CpuStorage};
+use crate::backend::elementwise::Operand;
+use crate::backend::{BinaryOp, UnaryOp};
+use crate::shape::{for_each_offset, Layout};
+
+/// Below this many elements, elementwise kernels stay on one thread.
+pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
+
+/// `op.f(x)` elementwise.
+pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage {
+    with_float!(x, O::NAME, T, v => T::into_storage(map1(v, l, |a: T| op.f(a))))
+}
+
+/// `g * op.df(x, y)` elementwise.
+pub(crate) fn unary_grad<O: UnaryOp>(
+    g: &CpuStorage,
+    lg: &Layout,
+    (x, lx): (&CpuStorage, &Layout),
+    (y, ly): (&CpuStorage, &Layout),
+    op: O,
+) -> CpuStorage {
+    with_float!(g, O::NAME, T, gv => {
+        let xv = T::slice(x).expect("same dtype");
+        let yv = T::slice(y).expect("same dtype");
+        T::into_storage(map3(gv, lg, xv, lx, yv, ly, |g: T, x: T, y: T| g * op.df(x, y)))
+    })
+}
+
+/// `O::f(a, b)` elementwise.
+pub(crate) fn binary<O: BinaryOp>(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> CpuStorage {
+    with_float!(a, O::NAME, T, va => {
+        let vb = T::slice(b).expect("same dtype");
+        T::into_storage(map2(va, la, vb, lb, |x: T, y: T| O::f(x, y)))
+    })
+}
+
+/// `g * dO/d(wrt)` elementwise.
+pub(crate) fn binary_grad<O: BinaryOp>(
+    g: &CpuStorage,
+    lg: &Layout,
+    (a, la): (&CpuStorage, &Layout),
+    (b, lb): (&CpuStorage, &Layout),
+    wrt: Operand,
+) -> CpuStorage {
+    with_float!(g, O::NAME, T, gv => {
+        let va = T::slice(a).expect("same dtype");
+        let vb = T::slice(b).expect("same dtype");
+        T::into_storage(match wrt {
+            Operand::Lhs => map3(gv, lg, va, la, vb, lb, |g: T, x: T, y: T| g * O::da(x, y)),
+            Operand::Rhs => map3(gv, lg, va, la, vb, lb, |g: T, x: T, y: T| g * O::db(x, y)),
+        })
+    })
+}
+
+/// `test(a.partial_cmp(b))` elementwise, as `Bool`.
+pub(crate) fn compare(
+    a: &CpuStorage,
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+    test: fn(Ordering) -> bool,
+) -> CpuStorage {
+    CpuStorage::Bool(with_cpu!(a, T, va => {
+        let vb = T::slice(b).expect("same dtype");
+        map2(va, la, vb, lb, |x: T, y: T| x.partial_cmp(&y).is_some_and(test))
+    }))
+}
+
+/// `a` where `c` is true, `b` elsewhere.
+pub(crate) fn select(
+    c: &CpuStorage,
+    lc: &Layout,
+    (a, la): (&CpuStorage, &Layout),
+    (b, lb): (&CpuStorage, &Layout),
+) -> CpuStorage {
+    let cv = bool::slice(c).expect("a bool condition");
+    with_cpu!(a, T, va => {
+        let vb = T::slice(b).expect("same dtype");
+        let mut out = Vec::with_capacity(lc.numel());
+        for_each_offset(
+            lc.shape(),
+            [lc.strides(), la.strides(), lb.strides()],
+            [lc.offset(), la.offset(), lb.offset()],
+            |[i, j, k]| out.push(if cv[i] { va[j] } else { vb[k] }),
+        );
+        T::into_storage(out)
+    })
+}
+
+/// Logical not of a `Bool` buffer.
+pub(crate) fn logical_not(x: &CpuStorage, l: &Layout) -> CpuStorage {
+    CpuStorage::Bool(map1(bool::slice(x).expect("a bool tensor"), l, |v: bool| !v))
+}
+
+/// Elementwise map of one strided input to a contiguous vector.
+pub(crate) fn map1<T: Copy + Send + Sync, U: CpuElement>(
+    a: &[T],
+    la: &Layout,
+    f: impl Fn(T) -> U + Sync + Send,
+) -> Vec<U> {
+    if let Some(r) = la.contiguous_range() {
+        let src = &a[r];
+        if src.len() >= PAR_THRESHOLD {
+            let mut out = U::alloc_buffer(src.len());
+            src.par_iter().map(|&x| f(x)).collect_into_vec(&mut out);
+            return out;
+        }
+        let mut out = U::alloc_buffer(src.len());
+        out.extend(src.iter().map(|&x| f(x)));
+        return out;
+    }
+    let mut out = U::alloc_buffer(la.numel());
+    let shape = la.shape();
+    if shape.is_empty() {
+        out.push(f(a[la.offset()]));
+        return out;
+    }
+    let r = shape.len() - 1;
+    let (len, sa) = (shape[r], la.strides()[r]);
+    for_each_offset(&shape[..r], [&la.strides()[..r]], [la.offset()], |[i]| {
+        if sa == 1 {
+            out.extend(a[i..i + len].iter().map(|&x| f(x)));
+        } else {
+            out.extend((0..len).map(|k| f(a[i + k * sa])));
+        }
+    });
+    out
+}
+
+/// Elementwise map of two strided inputs with the same shape (broadcast already applied).
+pub(crate) fn map2<T: Copy + Send + Sync, U: CpuElement>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    f: impl Fn(T, T) -> U + Sync + Send,
+) -> Vec<U> {
+    debug_assert_eq!(la.shape(), lb.shape());
+    if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
+        let (sa, sb) = (&a[ra], &b[rb]);
+        if sa.len() >= PAR_THRESHOLD {
+            let mut out = U::alloc_buffer(sa.len());
+            sa.par_iter().zip(sb.par_iter()).map(|(&x, &y)| f(x, y)).collect_into_vec(&mut out);
+            return out;
+        }
+        let mut out = U::alloc_buffer(sa.len());
+        out.extend(sa.iter().zip(sb).map(|(&x, &y)| f(x, y)));
+        return out;
+    }
+    // Outer dims by odometer, the innermost as a run: contiguous (stride 1) or broadcast
+    // (stride 0) operands become slice loops the compiler can vectorise.
+    let mut out = U::alloc_buffer(la.numel());
+    let shape = la.shape();
+    if shape.is_empty() {
+        out.push(f(a[la.offset()], b[lb.offset()]));
+        return out;
+    }
+    let r = shape.len() - 1;
+    let (len, sa, sb) = (shape[r], la.strides()[r], lb.strides()[r]);
+    for_each_offset(
+        &shape[..r],
+        [&la.strides()[..r], &lb.strides()[..r]],
+        [la.offset(), lb.offset()],
+        |[i, j]| match (sa, sb) {
+            (1, 1) => out.extend(a[i..i + len].iter().zip(&b[j..j + len]).map(|(&x, &y)| f(x, y))),
+            (1, 0) => {
+                let y = b[j];
+                out.extend(a[i..i + len].iter().map(|&x| f(x, y)));
+            }
+            (0, 1) => {
+                let x = a[i];
+                out.extend(b[j..j + len].iter().map(|&y| f(x, y)));
+            }
+            _ => out.extend((0..len).map(|k| f(a[i + k * sa], b[j + k * sb]))),
+        },
+    );
+    out
+}
+
+/// Elementwise map of three strided inputs with the same shape.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn map3<T: Copy + Send + Sync, U: CpuElement>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    c: &[T],
+    lc: &Layout,
+    f: impl Fn(T, T, T) -> U + Sync + Send,
+) -> Vec<U> {
+    if let (Some(ra), Some(rb), Some(rc)) = (la.contiguous_range(), lb.contiguous_range(), lc.contiguous_range()) {
+        let (sa, sb, sc) = (&a[ra], &b[rb], &c[rc]);
+        if sa.len() >= PAR_THRESHOLD {
+            let mut out = U::alloc_buffer(sa.len());
+            sa.par_iter()
+                .zip(sb.par_iter())
+                .zip(sc.par_iter())
+                .map(|((&x, &y), &z)| f(x, y, z))
+                .collect_into_vec(&mut out);
+            return out;
+        }
+        let mut out = U::alloc_buffer(sa.len());
+        out.extend(sa.iter().zip(sb).zip(sc).map(|((&x, &y), &z)| f(x, y, z)));
+        return out;
+    }
+    let mut out = U::alloc_buffer(la.numel());
+    let shape = la.shape();
+    if shape.is_empty() {
+        out.push(f(a[la.offset()], b[lb.offset()], c[lc.offset()]));
+        return out;
+    }
+    let r = shape.len() - 1;
+    let (len, sa, sb, sc) = (shape[r], la.strides()[r], lb.strides()[r], lc.strides()[r]);
+    for_each_offset(
+        &shape[..r],
+        [&la.strides()[..r], &lb.strides()[..r], &lc.strides()[..r]],
+        [la.offset(), lb.offset(), lc.offset()],
+        |[i, j, k]| {
+            if (sa, sb, sc) == (1, 1, 1) {
+                out.extend(
+                    a[i..i + len].iter().zip(&b[j..j + len]).zip(&c[k..k + len]).map(|((&x, &y), &z)| f(x, y, z)),
+                );
+            } else {
+                out.extend((0..len).map(|t| f(a[i + t * sa], b[j + t * sb], c[k + t * sc])));
+            }
+        },
+    );
+    out
+}

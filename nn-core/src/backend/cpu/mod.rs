@@ -1,0 +1,372 @@
+//! The CPU backend: typed host buffers ([`CpuStorage`]), the buffer pool, the GEMM, and
+//! every kernel behind the backend interface (see [`crate::backend`]).
+//!
+//! Kernels here see typed slices and [`Layout`]s, never a `Tensor`: shape rules, checks and
+//! autograd stay in `ops`.
+
+use half::{bf16, f16};
+
+use crate::dtype::{DType, Element};
+use crate::shape::{for_each_offset, Layout};
+
+pub(crate) mod bytes;
+pub(crate) mod conv;
+pub(crate) mod elementwise;
+pub(crate) mod gemm;
+pub(crate) mod index;
+pub(crate) mod linalg;
+pub(crate) mod misc;
+pub(crate) mod pool;
+pub(crate) mod pooling;
+pub(crate) mod reduce;
+
+/// The CPU side of an [`Element`]: how a typed vector sits in a [`CpuStorage`] and where
+/// its buffers come from. Implemented for the six element types; kept here so that
+/// `dtype` knows nothing of storage.
+pub(crate) trait CpuElement: Element {
+    /// Wraps a vector of this type into CPU storage.
+    fn into_storage(v: Vec<Self>) -> CpuStorage;
+    /// Borrows the values when `s` holds this type.
+    fn slice(s: &CpuStorage) -> Option<&[Self]>;
+    /// An empty buffer with room for `len` values (recycled for `f32`/`f64`).
+    fn alloc_buffer(len: usize) -> Vec<Self> {
+        Vec::with_capacity(len)
+    }
+}
+
+/// A float type CPU kernels compute in: `f32` and `f64`, with their GEMM kernels.
+pub(crate) trait CpuFloat: crate::dtype::FloatElement + CpuElement + gemm::Kernels {}
+impl<T: crate::dtype::FloatElement + CpuElement + gemm::Kernels> CpuFloat for T {}
+
+macro_rules! impl_cpu_element {
+    ($t:ty, $variant:ident $(, $alloc:item)?) => {
+        impl CpuElement for $t {
+            fn into_storage(v: Vec<Self>) -> CpuStorage {
+                CpuStorage::$variant(v)
+            }
+            fn slice(s: &CpuStorage) -> Option<&[Self]> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            $($alloc)?
+        }
+    };
+}
+
+impl_cpu_element!(
+    f32,
+    F32,
+    fn alloc_buffer(len: usize) -> Vec<Self> {
+        pool::take(len)
+    }
+);
+impl_cpu_element!(
+    f64,
+    F64,
+    fn alloc_buffer(len: usize) -> Vec<Self> {
+        pool::take(len)
+    }
+);
+impl_cpu_element!(i64, I64);
+impl_cpu_element!(f16, F16);
+impl_cpu_element!(bf16, BF16);
+impl_cpu_element!(bool, Bool);
+
+/// Typed host buffers. Large `f32`/`f64` buffers return to a recycling pool when dropped
+/// (see `pool.rs`).
+#[derive(Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum CpuStorage {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    Bool(Vec<bool>),
+}
+
+/// Runs `$body` with `$v` bound to the typed vector of any [`CpuStorage`] variant and
+/// `$T` aliased to its element type.
+macro_rules! with_cpu {
+    ($s:expr, $T:ident, $v:ident => $body:expr) => {
+        match $s {
+            $crate::backend::cpu::CpuStorage::F32($v) => {
+                #[allow(dead_code)]
+                type $T = f32;
+                $body
+            }
+            $crate::backend::cpu::CpuStorage::F64($v) => {
+                #[allow(dead_code)]
+                type $T = f64;
+                $body
+            }
+            $crate::backend::cpu::CpuStorage::I64($v) => {
+                #[allow(dead_code)]
+                type $T = i64;
+                $body
+            }
+            $crate::backend::cpu::CpuStorage::F16($v) => {
+                #[allow(dead_code)]
+                type $T = half::f16;
+                $body
+            }
+            $crate::backend::cpu::CpuStorage::BF16($v) => {
+                #[allow(dead_code)]
+                type $T = half::bf16;
+                $body
+            }
+            $crate::backend::cpu::CpuStorage::Bool($v) => {
+                #[allow(dead_code)]
+                type $T = bool;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_cpu;
+
+/// Like [`with_cpu`] for the compute types `F32`/`F64`; other dtypes panic with a message
+/// naming `$op`.
+macro_rules! with_float {
+    ($s:expr, $op:expr, $T:ident, $v:ident => $body:expr) => {
+        match $s {
+            $crate::backend::cpu::CpuStorage::F32($v) => {
+                #[allow(dead_code)]
+                type $T = f32;
+                $body
+            }
+            $crate::backend::cpu::CpuStorage::F64($v) => {
+                #[allow(dead_code)]
+                type $T = f64;
+                $body
+            }
+            other => panic!(
+                "{}: expected a floating-point tensor (f32 or f64), got {}{}",
+                $op,
+                other.dtype(),
+                if other.dtype().is_float() { "; convert with `.to_dtype(DType::F32)` first" } else { "" }
+            ),
+        }
+    };
+}
+pub(crate) use with_float;
+
+impl Clone for CpuStorage {
+    fn clone(&self) -> Self {
+        match self {
+            CpuStorage::F32(v) => {
+                let mut out = pool::take(v.len());
+                out.extend_from_slice(v);
+                CpuStorage::F32(out)
+            }
+            CpuStorage::F64(v) => {
+                let mut out = pool::take(v.len());
+                out.extend_from_slice(v);
+                CpuStorage::F64(out)
+            }
+            CpuStorage::I64(v) => CpuStorage::I64(v.clone()),
+            CpuStorage::F16(v) => CpuStorage::F16(v.clone()),
+            CpuStorage::BF16(v) => CpuStorage::BF16(v.clone()),
+            CpuStorage::Bool(v) => CpuStorage::Bool(v.clone()),
+        }
+    }
+}
+
+impl Drop for CpuStorage {
+    fn drop(&mut self) {
+        match self {
+            CpuStorage::F32(v) => pool::give(std::mem::take(v)),
+            CpuStorage::F64(v) => pool::give(std::mem::take(v)),
+            _ => {}
+        }
+    }
+}
+
+impl CpuStorage {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        with_cpu!(self, T, _v => T::DTYPE)
+    }
+
+    /// Number of elements in the buffer.
+    pub fn len(&self) -> usize {
+        with_cpu!(self, T, v => v.len())
+    }
+
+    /// True when the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A zero-filled buffer.
+    ///
+    /// # Panics
+    /// When the allocator cannot provide the buffer.
+    #[track_caller]
+    pub fn zeros(dtype: DType, len: usize) -> CpuStorage {
+        CpuStorage::full(dtype, len, 0.0)
+    }
+
+    /// A buffer filled with `value` converted to `dtype`.
+    ///
+    /// # Panics
+    /// When the allocator cannot provide the buffer ([`try_full`](CpuStorage::try_full)
+    /// returns `None` instead).
+    #[track_caller]
+    pub fn full(dtype: DType, len: usize, value: f64) -> CpuStorage {
+        CpuStorage::try_full(dtype, len, value).unwrap_or_else(|| {
+            panic!(
+                "cannot allocate a tensor buffer of {len} {dtype} elements ({} bytes)",
+                len as u128 * dtype.size_in_bytes() as u128
+            )
+        })
+    }
+
+    /// [`full`](CpuStorage::full), or `None` when the allocator cannot provide the buffer.
+    pub fn try_full(dtype: DType, len: usize, value: f64) -> Option<CpuStorage> {
+        fn fill<T: Clone>(len: usize, value: T) -> Option<Vec<T>> {
+            let mut v = pool::try_with_capacity(len)?;
+            v.resize(len, value);
+            Some(v)
+        }
+        Some(match dtype {
+            DType::F32 => CpuStorage::F32(pool::try_filled(len, value as f32)?),
+            DType::F64 => CpuStorage::F64(pool::try_filled(len, value)?),
+            DType::I64 => CpuStorage::I64(fill(len, value as i64)?),
+            DType::F16 => CpuStorage::F16(fill(len, f16::from_f64(value))?),
+            DType::BF16 => CpuStorage::BF16(fill(len, bf16::from_f64(value))?),
+            DType::Bool => CpuStorage::Bool(fill(len, value != 0.0)?),
+        })
+    }
+
+    /// The elements selected by `layout`, in row-major order, as a new buffer.
+    pub fn gather_layout(&self, layout: &Layout) -> CpuStorage {
+        with_cpu!(self, T, v => T::into_storage(strided_to_vec(v, layout)))
+    }
+
+    /// The elements selected by `layout`, converted to `dtype` (copied as they are when
+    /// `dtype` is already the buffer's: an `i64` above 2^53 must not go through `f64`).
+    pub fn convert_layout(&self, layout: &Layout, dtype: DType) -> CpuStorage {
+        if dtype == self.dtype() {
+            return self.gather_layout(layout);
+        }
+        fn conv<S: CpuElement, D: CpuElement>(src: &[S], layout: &Layout) -> Vec<D> {
+            let mut out = Vec::with_capacity(layout.numel());
+            if let Some(r) = layout.contiguous_range() {
+                out.extend(src[r].iter().map(|&x| convert::<S, D>(x)));
+            } else {
+                for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| {
+                    out.push(convert::<S, D>(src[o]))
+                });
+            }
+            out
+        }
+        with_cpu!(self, S, v => match dtype {
+            DType::F32 => CpuStorage::F32(conv::<S, f32>(v, layout)),
+            DType::F64 => CpuStorage::F64(conv::<S, f64>(v, layout)),
+            DType::I64 => CpuStorage::I64(conv::<S, i64>(v, layout)),
+            DType::F16 => CpuStorage::F16(conv::<S, f16>(v, layout)),
+            DType::BF16 => CpuStorage::BF16(conv::<S, bf16>(v, layout)),
+            DType::Bool => CpuStorage::Bool(conv::<S, bool>(v, layout)),
+        })
+    }
+}
+
+/// Converts one element between types through `f64`. Every source value except `i64`
+/// above 2^53 is exact in `f64`, so the single rounding to the target (round-to-nearest-even
+/// for floats, truncation toward zero for integers, as PyTorch) is correct.
+#[inline(always)]
+fn convert<S: CpuElement, D: CpuElement>(x: S) -> D {
+    D::from_f64(x.as_f64())
+}
+
+/// Copies the elements selected by `layout` out of `v`, row-major.
+pub(crate) fn strided_to_vec<T: CpuElement>(v: &[T], layout: &Layout) -> Vec<T> {
+    let mut out = T::alloc_buffer(layout.numel());
+    if let Some(r) = layout.contiguous_range() {
+        out.extend_from_slice(&v[r]);
+        return out;
+    }
+    for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| out.push(v[o]));
+    out
+}
+
+/// Writes row-major `vals` into the positions of `layout` inside `dst` (same dtype).
+pub(crate) fn scatter_into(dst: &mut CpuStorage, layout: &Layout, vals: &CpuStorage) {
+    fn go<T: CpuElement>(dst: &mut [T], layout: &Layout, vals: &[T]) {
+        if let Some(r) = layout.contiguous_range() {
+            dst[r].copy_from_slice(vals);
+            return;
+        }
+        let mut i = 0;
+        for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| {
+            dst[o] = vals[i];
+            i += 1;
+        });
+    }
+    let dtype = dst.dtype();
+    let vals = if vals.dtype() == dtype {
+        std::borrow::Cow::Borrowed(vals)
+    } else {
+        std::borrow::Cow::Owned(vals.convert_layout(&Layout::contiguous(&[vals.len()]), dtype))
+    };
+    with_cpu!(dst, T, d => go::<T>(d, layout, T::slice(&vals).expect("same dtype")))
+}
+
+/// Takes the vector out of `slot` when it holds `Vec<D>` (a type-checked identity: the
+/// public constructors take any sealed [`Element`], while buffers are typed by variant).
+fn take_as<D: 'static>(slot: &mut dyn std::any::Any) -> Option<Vec<D>> {
+    slot.downcast_mut::<Option<Vec<D>>>().and_then(Option::take)
+}
+
+impl CpuStorage {
+    /// Moves a host vector into the variant of its element type.
+    pub(crate) fn from_vec<T: Element>(v: Vec<T>) -> CpuStorage {
+        let slot: &mut dyn std::any::Any = &mut Some(v);
+        if let Some(v) = take_as(slot) {
+            return CpuStorage::F32(v);
+        }
+        if let Some(v) = take_as(slot) {
+            return CpuStorage::F64(v);
+        }
+        if let Some(v) = take_as(slot) {
+            return CpuStorage::I64(v);
+        }
+        if let Some(v) = take_as(slot) {
+            return CpuStorage::F16(v);
+        }
+        if let Some(v) = take_as(slot) {
+            return CpuStorage::BF16(v);
+        }
+        if let Some(v) = take_as(slot) {
+            return CpuStorage::Bool(v);
+        }
+        unreachable!("`Element` is sealed to the six storage types")
+    }
+
+    /// The buffer as a `Vec<T>`, converted when it holds another type; the elements
+    /// `layout` selects, row-major.
+    pub(crate) fn to_vec_of<T: Element>(&self, layout: &Layout) -> Vec<T> {
+        let mut converted = self.convert_layout(layout, T::DTYPE);
+        with_cpu!(&mut converted, U, v => {
+            let slot: &mut dyn std::any::Any = &mut Some(std::mem::take(v));
+            take_as::<T>(slot).expect("converted to T's dtype")
+        })
+    }
+}
+
+/// An empty host vector with room for `len` values, recycled for `f32`/`f64`; `None` when
+/// the allocator cannot provide it.
+pub(crate) fn try_alloc<T: Element>(len: usize) -> Option<Vec<T>> {
+    let pooled: Option<Box<dyn std::any::Any>> = match T::DTYPE {
+        DType::F32 => Some(Box::new(Some(pool::try_take::<f32>(len)?))),
+        DType::F64 => Some(Box::new(Some(pool::try_take::<f64>(len)?))),
+        _ => None,
+    };
+    match pooled {
+        Some(mut b) => take_as::<T>(b.as_mut()),
+        None => pool::try_with_capacity(len),
+    }
+}

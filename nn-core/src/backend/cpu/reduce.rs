@@ -1,0 +1,116 @@
+//! Reductions on the CPU.
+
+use rayon::prelude::*;
+
+use super::elementwise::PAR_THRESHOLD;
+use super::{pool, strided_to_vec, with_cpu, with_float, CpuElement, CpuFloat, CpuStorage};
+use crate::shape::{contiguous_strides, for_each_offset, kept_shape, Layout};
+
+/// The sum over the masked dims (see [`crate::backend::Storage::sum`]).
+pub(crate) fn sum(x: &CpuStorage, l: &Layout, mask: &[bool]) -> CpuStorage {
+    with_float!(x, "sum", T, v => T::into_storage(sum_kernel(v, l, mask)))
+}
+
+/// The index of the largest (or smallest) element of each row (see
+/// [`crate::backend::Storage::arg_extreme`]); NaN wins over everything, and the first of
+/// equal candidates is kept.
+pub(crate) fn arg_extreme(x: &CpuStorage, rows: &Layout, n: usize, largest: bool) -> CpuStorage {
+    CpuStorage::I64(with_cpu!(x, T, v => {
+        let rows = strided_to_vec(v, rows);
+        rows.chunks(n)
+            .map(|row| {
+                let mut best = 0usize;
+                for (i, val) in row.iter().enumerate().skip(1) {
+                    let b = &row[best];
+                    // NaN (val != val) wins over everything and keeps the first NaN.
+                    #[allow(clippy::eq_op)]
+                    let val_nan = val != val;
+                    #[allow(clippy::eq_op)]
+                    let b_nan = b != b;
+                    let better = if b_nan { false } else if val_nan { true } else if largest { val > b } else { val < b };
+                    if better {
+                        best = i;
+                    }
+                }
+                best as i64
+            })
+            .collect()
+    }))
+}
+
+/// Sum of a contiguous run in `f64`, over 8 independent lanes (vectorisable, and more
+/// accurate than a sequential sum).
+#[inline]
+fn sum_run<T: CpuFloat>(c: &[T]) -> f64 {
+    let mut lanes = [0f64; 8];
+    let chunks = c.chunks_exact(8);
+    let rem = chunks.remainder();
+    for ch in chunks {
+        for k in 0..8 {
+            lanes[k] += ch[k].as_f64();
+        }
+    }
+    lanes.iter().sum::<f64>() + rem.iter().map(|x| x.as_f64()).sum::<f64>()
+}
+
+/// Sums `v` (viewed through `layout`) over the masked dims into a row-major buffer of the
+/// kept shape. Accumulates in `f64` for accuracy at any length. Works a whole innermost
+/// row at a time: a row sum when the last dim is reduced, a row add when it is kept.
+fn sum_kernel<T: CpuFloat>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
+    let shape = layout.shape();
+    let kept = kept_shape(shape, mask);
+    let n_out: usize = kept.iter().product();
+    if shape.contains(&0) {
+        return vec![T::zero(); n_out];
+    }
+    // Fast path: contiguous input reduced over a suffix of dims -> independent rows.
+    let first_reduced = mask.iter().position(|&m| m).unwrap_or(mask.len());
+    let suffix = mask[first_reduced..].iter().all(|&m| m);
+    if let (Some(r), true) = (layout.contiguous_range(), suffix) {
+        let src = &v[r];
+        let row: usize = shape[first_reduced..].iter().product();
+        let sum_row = |c: &[T]| T::from_f64(sum_run(c));
+        return if src.len() >= PAR_THRESHOLD && n_out > 1 {
+            src.par_chunks(row).map(sum_row).collect()
+        } else {
+            src.chunks(row).map(sum_row).collect()
+        };
+    }
+    let mut acc = pool::filled(n_out, 0f64);
+    let mut ostrides = contiguous_strides(&kept);
+    for (s, &m) in ostrides.iter_mut().zip(mask) {
+        if m {
+            *s = 0;
+        }
+    }
+    let rank = shape.len();
+    let (len, in_step) = (shape[rank - 1], layout.strides()[rank - 1]);
+    let last_reduced = mask[rank - 1];
+    for_each_offset(
+        &shape[..rank - 1],
+        [&layout.strides()[..rank - 1], &ostrides[..rank - 1]],
+        [layout.offset(), 0],
+        |[i, o]| {
+            if in_step == 1 {
+                let row = &v[i..i + len];
+                if last_reduced {
+                    acc[o] += sum_run(row);
+                } else {
+                    for (a, x) in acc[o..o + len].iter_mut().zip(row) {
+                        *a += x.as_f64();
+                    }
+                }
+            } else {
+                for k in 0..len {
+                    let x = v[i + k * in_step].as_f64();
+                    if last_reduced {
+                        acc[o] += x;
+                    } else {
+                        acc[o + k] += x;
+                    }
+                }
+            }
+        },
+    );
+    acc.into_iter().map(T::from_f64).collect()
+}

@@ -1,0 +1,122 @@
+//! Elementwise kernels: the [`UnaryOp`] and [`BinaryOp`] tables (an op's value and its
+//! derivatives, written once, generic over the float type), comparisons, selection and
+//! copies between layouts and dtypes.
+
+use std::cmp::Ordering;
+
+use super::{cpu, Storage};
+use crate::dtype::{DType, FloatElement};
+use crate::shape::Layout;
+
+/// An elementwise function with its derivative.
+pub(crate) trait UnaryOp: Copy + Send + Sync + 'static {
+    /// The op's name in messages and `grad_fn_name`.
+    const NAME: &'static str;
+    /// The forward value at `x`.
+    fn f<T: FloatElement>(&self, x: T) -> T;
+    /// The derivative at input `x` with forward output `y` (whichever is cheaper to use).
+    fn df<T: FloatElement>(&self, x: T, y: T) -> T;
+}
+
+/// An elementwise function of two arguments with its partial derivatives.
+pub(crate) trait BinaryOp: Copy + Send + Sync + 'static {
+    /// The op's name in messages and `grad_fn_name`.
+    const NAME: &'static str;
+    /// The forward value.
+    fn f<T: FloatElement>(a: T, b: T) -> T;
+    /// The partial derivative in `a`.
+    fn da<T: FloatElement>(a: T, b: T) -> T;
+    /// The partial derivative in `b`.
+    fn db<T: FloatElement>(a: T, b: T) -> T;
+    /// Constant partial derivatives, when they are constants (add, sub): the backward then
+    /// skips the elementwise product.
+    const CONST_GRADS: Option<(f64, f64)> = None;
+}
+
+/// Which operand of a binary op a gradient is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Operand {
+    /// The first operand, `a`.
+    Lhs,
+    /// The second operand, `b`.
+    Rhs,
+}
+
+impl Storage {
+    /// `op.f(x)` elementwise over the elements `l` selects.
+    pub(crate) fn unary<O: UnaryOp>(&self, l: &Layout, op: O) -> Storage {
+        Storage::run([self], (self.dtype(), l.numel()), |[x]| cpu::elementwise::unary(x, l, op))
+    }
+
+    /// `g * op.df(x, y)` elementwise (the three layouts have one shape).
+    pub(crate) fn unary_grad<O: UnaryOp>(
+        &self,
+        lg: &Layout,
+        (x, lx): (&Storage, &Layout),
+        (y, ly): (&Storage, &Layout),
+        op: O,
+    ) -> Storage {
+        Storage::run([self, x, y], (self.dtype(), lg.numel()), |[g, x, y]| {
+            cpu::elementwise::unary_grad(g, lg, (x, lx), (y, ly), op)
+        })
+    }
+
+    /// `O::f(a, b)` elementwise; the layouts are already broadcast to one shape.
+    pub(crate) fn binary<O: BinaryOp>(&self, la: &Layout, b: &Storage, lb: &Layout) -> Storage {
+        Storage::run([self, b], (self.dtype(), la.numel()), |[a, b]| cpu::elementwise::binary::<O>(a, la, b, lb))
+    }
+
+    /// `g * dO/d(wrt)` at the broadcast shape of `g`.
+    pub(crate) fn binary_grad<O: BinaryOp>(
+        &self,
+        lg: &Layout,
+        (a, la): (&Storage, &Layout),
+        (b, lb): (&Storage, &Layout),
+        wrt: Operand,
+    ) -> Storage {
+        Storage::run([self, a, b], (self.dtype(), lg.numel()), |[g, a, b]| {
+            cpu::elementwise::binary_grad::<O>(g, lg, (a, la), (b, lb), wrt)
+        })
+    }
+
+    /// A `Bool` buffer: `test(a.partial_cmp(b))` elementwise (false where unordered).
+    pub(crate) fn compare(&self, la: &Layout, b: &Storage, lb: &Layout, test: fn(Ordering) -> bool) -> Storage {
+        Storage::run([self, b], (DType::Bool, la.numel()), |[a, b]| cpu::elementwise::compare(a, la, b, lb, test))
+    }
+
+    /// `a` where `self` (a `Bool` buffer) is true, `b` elsewhere; layouts of one shape.
+    pub(crate) fn select(&self, lc: &Layout, (a, la): (&Storage, &Layout), (b, lb): (&Storage, &Layout)) -> Storage {
+        Storage::run([self, a, b], (a.dtype(), lc.numel()), |[c, a, b]| {
+            cpu::elementwise::select(c, lc, (a, la), (b, lb))
+        })
+    }
+
+    /// Logical not of a `Bool` buffer.
+    pub(crate) fn logical_not(&self, l: &Layout) -> Storage {
+        Storage::run([self], (DType::Bool, l.numel()), |[x]| cpu::elementwise::logical_not(x, l))
+    }
+
+    /// The elements `l` selects, row-major, as a new buffer.
+    pub(crate) fn gather_layout(&self, l: &Layout) -> Storage {
+        Storage::run([self], (self.dtype(), l.numel()), |[x]| x.gather_layout(l))
+    }
+
+    /// The elements `l` selects, converted to `dtype` (copied as they are when it is
+    /// already the buffer's).
+    pub(crate) fn convert(&self, l: &Layout, dtype: DType) -> Storage {
+        Storage::run([self], (dtype, l.numel()), |[x]| x.convert_layout(l, dtype))
+    }
+
+    /// Writes the elements `src_layout` selects from `src` (converted to this buffer's
+    /// dtype) into the positions `layout` selects here, in place.
+    pub(crate) fn write_from(&mut self, layout: &Layout, src: &Storage, src_layout: &Layout) {
+        match (self, src) {
+            (Storage::Cpu(dst), Storage::Cpu(src)) => {
+                let vals = src.convert_layout(src_layout, dst.dtype());
+                cpu::scatter_into(dst, layout, &vals)
+            }
+            (Storage::Meta { .. }, _) => {}
+            (dst, src) => panic!("write_from: a {} buffer cannot take values from {}", dst.device(), src.device()),
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Row kernels: softmax, quantiles, elementwise predicates and boolean reductions.
+
+use super::{cpu, Storage};
+use crate::dtype::DType;
+use crate::shape::Layout;
+
+impl Storage {
+    /// Softmax (or log-softmax, `log`) of the elements `l` selects, viewed as
+    /// `[outer, n, inner]`, along `n`: a contiguous buffer. Each line subtracts its maximum
+    /// first (no `exp` overflows); a line of `-inf` gives NaN, as PyTorch.
+    pub(crate) fn softmax(&self, l: &Layout, dims: (usize, usize, usize), log: bool) -> Storage {
+        Storage::run([self], (self.dtype(), l.numel()), |[x]| cpu::misc::softmax(x, l, dims, log))
+    }
+
+    /// The `q`-quantile (linear interpolation) of each row of `n` elements of `rows`:
+    /// `[values, below, above, weights]`, where `values = (1 - w) x[below] + w x[above]`
+    /// (`below`/`above` are `i64` positions in the row; `weights` has the input's dtype).
+    /// A row holding NaN gives NaN.
+    pub(crate) fn quantile(&self, rows: &Layout, n: usize, q: f64) -> [Storage; 4] {
+        let len = rows.numel() / n.max(1);
+        match self {
+            Storage::Cpu(x) => cpu::misc::quantile(x, rows, n, q).map(Storage::Cpu),
+            Storage::Meta { dtype, .. } => {
+                [*dtype, DType::I64, DType::I64, *dtype].map(|dtype| Storage::Meta { dtype, len })
+            }
+        }
+    }
+
+    /// `f(x as f64)` for every element `l` selects, as a `Bool` buffer.
+    pub(crate) fn predicate(&self, l: &Layout, f: fn(f64) -> bool) -> Storage {
+        Storage::run([self], (DType::Bool, l.numel()), |[x]| cpu::misc::predicate(x, l, f))
+    }
+
+    /// `all` (or any) of each row of `n` elements of the `Bool` buffer through `rows`;
+    /// `out_len` results (an empty row gives `all`).
+    pub(crate) fn bool_reduce(&self, rows: &Layout, n: usize, out_len: usize, all: bool) -> Storage {
+        Storage::run([self], (DType::Bool, out_len), |[x]| cpu::misc::bool_reduce(x, rows, n, out_len, all))
+    }
+}

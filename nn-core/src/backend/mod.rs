@@ -1,0 +1,198 @@
+//! The backend boundary: where device-independent ops meet device kernels.
+//!
+//! # The contract
+//!
+//! An op in [`crate::ops`] owns everything a user can see: shape rules and broadcasting,
+//! dtype and device checks, error messages, the autograd wiring. It then asks for values
+//! through the methods of [`Storage`] defined in this module and its children, passing
+//! only [`Storage`]s, [`Layout`]s and plain kernel descriptions (the [`UnaryOp`] and
+//! [`BinaryOp`] tables, [`ConvGeometry`], ...). Those methods are the whole interface; no
+//! code outside `backend` names a backend's buffer type.
+//!
+//! Every interface method:
+//! - receives operands already checked by the op: one device, matching dtypes, layouts
+//!   that fit their buffers, output sizes that were validated (a kernel may assume, and
+//!   only `debug_assert!`, what the op checked);
+//! - returns fresh, contiguous, row-major storage of the stated length (it never aliases
+//!   an input), except the in-place methods, which write into the storage they are given;
+//! - computes exactly the values the CPU backend computes, up to floating-point
+//!   reassociation (the CPU backend is the reference every other backend is tested
+//!   against, op by op);
+//! - panics only for conditions the op could not check without reading values (an index
+//!   out of range, an integer overflow), with a message naming the op.
+//!
+//! The meta device is handled in one place, [`Storage::run`]: when any operand is a meta
+//! buffer the kernel is skipped and a meta buffer of the output's dtype and length is
+//! returned. Kernels never see meta storage.
+//!
+//! # Adding a device
+//!
+//! A new device is a new child module (as [`cpu`]) providing one kernel per interface
+//! method over its own buffer type, a variant of [`Storage`] holding that buffer, a
+//! [`Device`] variant, and an arm for it in [`Storage::run`] and the methods below; the
+//! compiler lists every method that lacks one. Nothing in `ops`, `module`, `autograd`,
+//! `optim` or `nn-layers` changes.
+
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::shape::Layout;
+
+mod conv;
+pub(crate) mod cpu;
+mod elementwise;
+mod index;
+mod linalg;
+mod misc;
+mod pooling;
+mod reduce;
+
+pub use conv::Conv2dOptions;
+pub(crate) use conv::ConvGeometry;
+pub(crate) use cpu::try_alloc as try_host_vec;
+pub use cpu::CpuStorage;
+pub(crate) use elementwise::{BinaryOp, Operand, UnaryOp};
+pub(crate) use index::IndexArg;
+pub use pooling::Pool2dOptions;
+pub(crate) use pooling::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
+
+/// A tensor's buffer on some device.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Storage {
+    /// Values in host memory.
+    Cpu(CpuStorage),
+    /// No values: only the dtype and the element count.
+    Meta {
+        /// Element type.
+        dtype: DType,
+        /// Number of elements the buffer would hold.
+        len: usize,
+    },
+}
+
+impl Storage {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::Cpu(c) => c.dtype(),
+            Storage::Meta { dtype, .. } => *dtype,
+        }
+    }
+
+    /// The device the buffer lives on.
+    pub fn device(&self) -> Device {
+        match self {
+            Storage::Cpu(_) => Device::Cpu,
+            Storage::Meta { .. } => Device::Meta,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::Cpu(c) => c.len(),
+            Storage::Meta { len, .. } => *len,
+        }
+    }
+
+    /// True when the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A buffer of `len` elements of `dtype`, all `value`, on `device`.
+    ///
+    /// # Panics
+    /// When the allocator cannot provide the buffer.
+    #[track_caller]
+    pub(crate) fn full(device: Device, dtype: DType, len: usize, value: f64) -> Storage {
+        match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::full(dtype, len, value)),
+            Device::Meta => Storage::Meta { dtype, len },
+        }
+    }
+
+    /// [`full`](Storage::full), or `None` when the allocator cannot provide the buffer.
+    pub(crate) fn try_full(device: Device, dtype: DType, len: usize, value: f64) -> Option<Storage> {
+        Some(match device {
+            Device::Cpu => Storage::Cpu(CpuStorage::try_full(dtype, len, value)?),
+            Device::Meta => Storage::Meta { dtype, len },
+        })
+    }
+
+    /// Host values moved into a buffer in host memory (on the CPU device).
+    pub(crate) fn from_vec<T: Element>(v: Vec<T>) -> Storage {
+        Storage::Cpu(CpuStorage::from_vec(v))
+    }
+
+    /// The elements `l` selects, row-major, converted to `T` and copied to the host;
+    /// `None` on the meta device.
+    pub(crate) fn to_vec_of<T: Element>(&self, l: &Layout) -> Option<Vec<T>> {
+        match self {
+            Storage::Cpu(c) => Some(c.to_vec_of(l)),
+            Storage::Meta { .. } => None,
+        }
+    }
+
+    /// The elements `l` selects, row-major, little-endian, copied to the host (the
+    /// safetensors encoding); `None` on the meta device.
+    pub(crate) fn to_le_bytes(&self, l: &Layout) -> Option<Vec<u8>> {
+        match self {
+            Storage::Cpu(c) => Some(cpu::bytes::le_bytes(c, l)),
+            Storage::Meta { .. } => None,
+        }
+    }
+
+    /// The elements `l` selects, as a buffer on `device`. Moving to `Meta` drops the
+    /// values; moving a meta buffer to a device with memory allocates zeros (PyTorch's
+    /// `to_empty`, with defined contents).
+    pub(crate) fn to_device(&self, l: &Layout, device: Device) -> Storage {
+        match (self, device) {
+            (Storage::Cpu(c), Device::Cpu) => Storage::Cpu(c.gather_layout(l)),
+            (_, Device::Meta) => Storage::Meta { dtype: self.dtype(), len: l.numel() },
+            (Storage::Meta { dtype, .. }, Device::Cpu) => Storage::Cpu(CpuStorage::zeros(*dtype, l.numel())),
+        }
+    }
+
+    /// The one place the meta device is handled: runs `cpu` on the operands' CPU buffers,
+    /// or returns a meta buffer of `dtype` and `len` when any operand is a meta buffer.
+    fn run<const N: usize>(
+        operands: [&Storage; N],
+        (dtype, len): (DType, usize),
+        cpu: impl FnOnce([&CpuStorage; N]) -> CpuStorage,
+    ) -> Storage {
+        match Storage::cpu_all(operands) {
+            Some(buffers) => Storage::Cpu(cpu(buffers)),
+            None => Storage::Meta { dtype, len },
+        }
+    }
+
+    /// [`run`](Storage::run) for a kernel with two outputs.
+    fn run2<const N: usize>(
+        operands: [&Storage; N],
+        meta: [(DType, usize); 2],
+        cpu: impl FnOnce([&CpuStorage; N]) -> (CpuStorage, CpuStorage),
+    ) -> (Storage, Storage) {
+        match Storage::cpu_all(operands) {
+            Some(buffers) => {
+                let (a, b) = cpu(buffers);
+                (Storage::Cpu(a), Storage::Cpu(b))
+            }
+            None => {
+                let [(da, la), (db, lb)] = meta;
+                (Storage::Meta { dtype: da, len: la }, Storage::Meta { dtype: db, len: lb })
+            }
+        }
+    }
+
+    /// The CPU buffers of all operands, or `None` when any is a meta buffer.
+    fn cpu_all<const N: usize>(operands: [&Storage; N]) -> Option<[&CpuStorage; N]> {
+        let mut out = [None; N];
+        for (slot, s) in out.iter_mut().zip(operands) {
+            match s {
+                Storage::Cpu(c) => *slot = Some(c),
+                Storage::Meta { .. } => return None,
+            }
+        }
+        Some(out.map(|c| c.expect("filled above")))
+    }
+}

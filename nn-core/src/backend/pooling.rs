@@ -1,0 +1,171 @@
+//! Pooling kernels: the validated plane geometry and window rules an op hands over.
+
+use super::{cpu, Storage};
+use crate::dtype::DType;
+
+/// Window, stride, padding, dilation and rounding of a 2-D pooling op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pool2dOptions {
+    /// Window size `(height, width)`.
+    pub kernel: (usize, usize),
+    /// Step between windows; PyTorch's default is the kernel size.
+    pub stride: (usize, usize),
+    /// Implicit padding on both sides (`-inf` for max, zeros for average).
+    pub padding: (usize, usize),
+    /// Spacing between window taps (max pooling only).
+    pub dilation: (usize, usize),
+    /// Round the output size up instead of down.
+    pub ceil_mode: bool,
+}
+
+impl Pool2dOptions {
+    /// A `k x k` window with stride `k` and no padding (PyTorch's defaults).
+    pub fn new(kernel: usize) -> Self {
+        Pool2dOptions {
+            kernel: (kernel, kernel),
+            stride: (kernel, kernel),
+            padding: (0, 0),
+            dilation: (1, 1),
+            ceil_mode: false,
+        }
+    }
+}
+
+/// The planes of a 2-D pooling: `planes` independent `[h, w]` inputs, each pooled to
+/// `[ho, wo]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolPlanes {
+    /// Number of planes (the product of the leading dims).
+    pub planes: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output height.
+    pub ho: usize,
+    /// Output width.
+    pub wo: usize,
+}
+
+/// A max pooling: its planes and options (padded positions never win; NaN propagates; ties
+/// keep the earlier position).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MaxPool {
+    /// The plane geometry.
+    pub planes: PoolPlanes,
+    /// Window, stride, padding, dilation.
+    pub options: Pool2dOptions,
+}
+
+/// How an average pooling places its windows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AvgWindows {
+    /// PyTorch's `avg_pool2d`.
+    Fixed {
+        /// Window size.
+        kernel: (usize, usize),
+        /// Step between windows.
+        stride: (usize, usize),
+        /// Zeros on both sides.
+        padding: (usize, usize),
+        /// Whether padded zeros count in the divisor.
+        count_include_pad: bool,
+    },
+    /// PyTorch's `adaptive_avg_pool2d`: window `i` spans
+    /// `floor(i * H / ho) .. ceil((i + 1) * H / ho)`.
+    Adaptive,
+}
+
+/// An average pooling: its planes and windows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AvgPool {
+    /// The plane geometry.
+    pub planes: PoolPlanes,
+    /// Where the windows lie.
+    pub windows: AvgWindows,
+}
+
+impl AvgPool {
+    /// The input rows `h0..h1` and columns `w0..w1` averaged into output `(oh, ow)`, and
+    /// the divisor: `(h0, h1, w0, w1, divisor)`.
+    pub(crate) fn window(&self, oh: usize, ow: usize) -> (usize, usize, usize, usize, f64) {
+        let pl = &self.planes;
+        match self.windows {
+            AvgWindows::Fixed { kernel: k, stride: s, padding: p, count_include_pad } => {
+                let hs = (oh * s.0) as isize - p.0 as isize;
+                let ws = (ow * s.1) as isize - p.1 as isize;
+                let he = (hs + k.0 as isize).min((pl.h + p.0) as isize);
+                let we = (ws + k.1 as isize).min((pl.w + p.1) as isize);
+                let pool = ((he - hs) * (we - ws)) as f64;
+                let (hs, ws) = (hs.max(0) as usize, ws.max(0) as usize);
+                let (he, we) = (he.min(pl.h as isize) as usize, we.min(pl.w as isize) as usize);
+                let div = if count_include_pad { pool } else { ((he - hs) * (we - ws)) as f64 };
+                (hs, he, ws, we, div)
+            }
+            AvgWindows::Adaptive => {
+                let (h, w, oh_n, ow_n) = (pl.h, pl.w, pl.ho, pl.wo);
+                let (hs, he) = (oh * h / oh_n, ((oh + 1) * h).div_ceil(oh_n));
+                let (ws, we) = (ow * w / ow_n, ((ow + 1) * w).div_ceil(ow_n));
+                (hs, he, ws, we, ((he - hs) * (we - ws)) as f64)
+            }
+        }
+    }
+}
+
+/// Where each maximum of a max pooling came from, in the backend's own form (kept for
+/// backward, and turned into PyTorch's flat indices on request).
+pub(crate) enum Argmax {
+    /// Recorded by the CPU kernels.
+    Cpu(cpu::pooling::Argmax),
+    /// A meta pooling: no values, only the count.
+    Meta {
+        /// Number of outputs.
+        len: usize,
+    },
+}
+
+impl Argmax {
+    /// PyTorch's flat in-plane indices (`i64`, `h * w + w` of each maximum).
+    pub(crate) fn flat_indices(&self, pl: &PoolPlanes) -> Storage {
+        match self {
+            Argmax::Cpu(a) => Storage::Cpu(a.flat_indices(pl)),
+            Argmax::Meta { len } => Storage::Meta { dtype: DType::I64, len: *len },
+        }
+    }
+}
+
+impl Storage {
+    /// Max pooling of contiguous planes: the values and where they came from.
+    pub(crate) fn max_pool2d(&self, pool: &MaxPool) -> (Storage, Argmax) {
+        let pl = &pool.planes;
+        let len = pl.planes * pl.ho * pl.wo;
+        match self {
+            Storage::Cpu(x) => {
+                let (values, argmax) = cpu::pooling::max_pool2d(x, pool);
+                (Storage::Cpu(values), Argmax::Cpu(argmax))
+            }
+            Storage::Meta { dtype, .. } => (Storage::Meta { dtype: *dtype, len }, Argmax::Meta { len }),
+        }
+    }
+
+    /// The input gradient of a max pooling from the contiguous output gradient `self`.
+    pub(crate) fn max_pool2d_backward(&self, argmax: &Argmax, pool: &MaxPool) -> Storage {
+        let pl = &pool.planes;
+        match (self, argmax) {
+            (Storage::Cpu(g), Argmax::Cpu(a)) => Storage::Cpu(cpu::pooling::max_pool2d_backward(g, a, pool)),
+            _ => Storage::Meta { dtype: self.dtype(), len: pl.planes * pl.h * pl.w },
+        }
+    }
+
+    /// Average pooling of contiguous planes.
+    pub(crate) fn avg_pool2d(&self, pool: &AvgPool) -> Storage {
+        let pl = &pool.planes;
+        Storage::run([self], (self.dtype(), pl.planes * pl.ho * pl.wo), |[x]| cpu::pooling::avg_pool2d(x, pool))
+    }
+
+    /// The input gradient of an average pooling from the contiguous output gradient.
+    pub(crate) fn avg_pool2d_backward(&self, pool: &AvgPool) -> Storage {
+        let pl = &pool.planes;
+        Storage::run([self], (self.dtype(), pl.planes * pl.h * pl.w), |[g]| cpu::pooling::avg_pool2d_backward(g, pool))
+    }
+}
