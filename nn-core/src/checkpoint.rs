@@ -17,11 +17,7 @@ use crate::state_dict::StateDict;
 const META_KEY: &str = "nn.checkpoint";
 const FORMAT_VERSION: u32 = 1;
 
-/// The largest epoch, step or scheduler count a checkpoint (or an optimizer state) may
-/// hold: 2^53, up to which every whole number is exact in an `f64` (where PyTorch keeps
-/// its counts). No training run gets near it; a larger count is a corrupt file, and
-/// refusing it keeps every `+ 1` on a loaded counter from overflowing.
-pub const MAX_COUNTER: u64 = 1 << 53;
+pub use crate::optim::MAX_COUNTER;
 
 /// One past the largest position of the ChaCha generator: 2^64 blocks of 16 words.
 const RNG_WORD_POS_END: u128 = 1 << 68;

@@ -15,8 +15,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::module::hooks::HookOwner;
-use crate::module::HookHandle;
+use super::handle::{HookHandle, HookOwner};
 use crate::tensor::{Tensor, TensorImpl};
 
 /// A post-accumulate-grad hook: sees the leaf whose `.grad` was just updated.

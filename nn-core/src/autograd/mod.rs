@@ -15,6 +15,7 @@
 
 mod engine;
 mod grad_mode;
+pub(crate) mod handle;
 pub mod hooks;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,6 +2,7 @@
 
 use std::ops::Deref;
 
+use crate::ops::Operand;
 use crate::tensor::Tensor;
 
 /// A tensor registered as trainable module state (PyTorch's `nn.Parameter`).
@@ -64,5 +65,12 @@ impl AsRef<Tensor> for Parameter {
 impl std::fmt::Debug for Parameter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Parameter containing:\n{}", self.0)
+    }
+}
+
+/// A parameter as the operand of in-place arithmetic (`x.add_(&p)`).
+impl<'a> From<&'a Parameter> for Operand<'a> {
+    fn from(p: &'a Parameter) -> Self {
+        Operand::Broadcast(p)
     }
 }

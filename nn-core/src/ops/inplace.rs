@@ -7,7 +7,6 @@ use crate::autograd::no_grad;
 use crate::backend::Storage;
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::module::Parameter;
 use crate::shape::Layout;
 use crate::tensor::Tensor;
 
@@ -37,12 +36,6 @@ pub enum Operand<'a> {
 impl<'a> From<&'a Tensor> for Operand<'a> {
     fn from(t: &'a Tensor) -> Self {
         Operand::Broadcast(t)
-    }
-}
-
-impl<'a> From<&'a Parameter> for Operand<'a> {
-    fn from(p: &'a Parameter) -> Self {
-        Operand::Broadcast(p)
     }
 }
 

@@ -27,6 +27,12 @@ use crate::state_dict::StateDict;
 use crate::backend::{CpuStorage, Storage};
 use crate::tensor::Tensor;
 
+/// The largest epoch, step or scheduler count a checkpoint (or an optimizer state) may
+/// hold: 2^53, up to which every whole number is exact in an `f64` (where PyTorch keeps
+/// its counts). No training run gets near it; a larger count is a corrupt file, and
+/// refusing it keeps every `+ 1` on a loaded counter from overflowing.
+pub const MAX_COUNTER: u64 = 1 << 53;
+
 /// A set of parameters with its own hyper-parameters (PyTorch's param groups), e.g. a
 /// smaller learning rate for a pretrained backbone.
 ///
@@ -383,7 +389,7 @@ pub(crate) fn step_from_tensor(key: &str, t: &Tensor) -> Result<u64> {
     if t.device() != crate::Device::Cpu {
         return bad(format!("`{key}` is on the {} device and has no values", t.device()));
     }
-    let max = crate::checkpoint::MAX_COUNTER;
+    let max = MAX_COUNTER;
     let step = match t.dtype() {
         crate::DType::Bool => None,
         crate::DType::I64 => u64::try_from(t.to_vec_i64()[0]).ok(),

@@ -3,7 +3,7 @@
 //! optimizer's step, as in PyTorch.
 
 use super::Optimizer;
-use crate::checkpoint::MAX_COUNTER;
+use super::MAX_COUNTER;
 use crate::error::{Error, Result};
 
 /// A scheduler's resumable state.

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Fails when nn-core's top-level modules import each other in a circle.
+
+Each file's `crate::...`/`super::...` paths (outside comments and test modules) are
+resolved to the file that defines them and folded to nn-core's top-level modules
+(`backend`, `dtype`, `ops`, `tensor`, ...). The one circle allowed is tensor <-> autograd:
+a tensor holds its graph node, and the graph is made of tensors.
+"""
+import os
+import re
+import sys
+
+ALLOWED = [{"autograd", "tensor"}]
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "nn-core", "src")
+
+
+def modpath(p):
+    parts = p[:-3].split("/")
+    return parts[:-1] if parts[-1] in ("mod", "lib") else parts
+
+
+def main():
+    files = {}
+    for root, _, names in os.walk(SRC):
+        for f in names:
+            if f.endswith(".rs") and f != "tests.rs":
+                p = os.path.relpath(os.path.join(root, f), SRC)
+                text = open(os.path.join(root, f)).read().split("#[cfg(test)]\nmod tests")[0]
+                files[p] = re.sub(r"//.*", "", text)
+    mods = {tuple(modpath(p)): p for p in files}
+
+    def resolve(parts):
+        for n in range(len(parts), 0, -1):
+            if tuple(parts[:n]) in mods:
+                return mods[tuple(parts[:n])]
+        return None
+
+    edges = {}
+    for p, s in files.items():
+        me = modpath(p)
+        here = me if p.endswith("mod.rs") else me[:-1]
+        deps = set()
+        paths = [(m.group(1), m.group(2).split("::")[1:]) for m in re.finditer(r"\b(crate|super)((?:::\w+)+)", s)]
+        for m in re.finditer(r"use (crate|super)::\{([^}]*)\}", s):
+            paths += [(m.group(1), item.strip().split(" ")[0].split("::")) for item in m.group(2).split(",") if item.strip()]
+        for root, rest in paths:
+            parts = ([] if root == "crate" else (here[:-1] if p.endswith("mod.rs") else here)) + rest
+            while "super" in parts:
+                i = parts.index("super")
+                parts = parts[: i - 1] + parts[i + 1 :]
+            r = resolve(parts)
+            if r and r != p:
+                deps.add(r)
+        top = p.split("/")[0].removesuffix(".rs")
+        for d in deps:
+            other = d.split("/")[0].removesuffix(".rs")
+            if other != top:
+                edges.setdefault(top, set()).add(other)
+
+    # Tarjan's strongly connected components.
+    index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(comp)
+
+    for v in list(edges):
+        if v not in index:
+            visit(v)
+    bad = [c for c in comps if c not in ALLOWED]
+    for c in bad:
+        print("import circle among nn-core modules:", " <-> ".join(sorted(c)))
+        for a in sorted(c):
+            print(f"  {a} imports {sorted(edges[a] & c)}")
+    if bad:
+        sys.exit(1)
+    print(f"nn-core: no import circle among {len(set(edges) | {d for ds in edges.values() for d in ds})} modules (tensor <-> autograd allowed)")
+
+
+main()
