@@ -18,6 +18,15 @@ pub(crate) struct IndexArg<'a> {
 }
 
 impl Storage {
+    /// The first `i64` value `l` selects that lies outside `0..n` (row-major order), or
+    /// `None` when all lie inside (or on the meta device, which has no values).
+    pub(crate) fn first_outside(&self, l: &Layout, n: usize) -> Option<i64> {
+        match self {
+            Storage::Cpu(c) => cpu::index::first_outside(c, l, n),
+            Storage::Meta { .. } => None,
+        }
+    }
+
     /// `index_select`: the slices of `self` (viewed through `l`, rank >= 1) at the 1-D
     /// `index` along its dim, a contiguous buffer of `l`'s shape with that dim replaced by
     /// the index length. Negative indices count from the back.

@@ -5,6 +5,13 @@ use crate::dtype::DType;
 use crate::shape::Layout;
 
 impl Storage {
+    /// A dropout mask on this buffer's device: `len` `f64` values, each `1 / keep` with
+    /// probability `keep` and 0 otherwise, drawn in order from the global generator (no
+    /// draw on the meta device).
+    pub(crate) fn dropout_mask(&self, len: usize, keep: f64) -> Storage {
+        Storage::run([self], (DType::F64, len), |_| cpu::misc::dropout_mask(len, keep))
+    }
+
     /// Softmax (or log-softmax, `log`) of the elements `l` selects, viewed as
     /// `[outer, n, inner]`, along `n`: a contiguous buffer. Each line subtracts its maximum
     /// first (no `exp` overflows); a line of `-inf` gives NaN, as PyTorch.

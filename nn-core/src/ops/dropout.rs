@@ -1,9 +1,6 @@
 //! Dropout with inverted scaling: kept elements are multiplied by `1 / (1 - p)` so the
 //! expected value is unchanged, and evaluation mode is the identity.
 
-use rand::Rng;
-
-use crate::random::with_rng;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -30,17 +27,11 @@ impl Tensor {
             return self.clone();
         }
         super::check_float("dropout", self);
-        if self.device() == crate::Device::Meta {
-            return self * 1.0;
-        }
         if p == 1.0 {
             return self * 0.0;
         }
-        let keep = 1.0 - p;
-        let scale = 1.0 / keep;
-        let n = self.numel();
-        let mask: Vec<f64> = with_rng(|r| (0..n).map(|_| if r.random::<f64>() < keep { scale } else { 0.0 }).collect());
-        let mask = Tensor::from_vec_f64(mask, self.shape()).to_dtype(self.dtype()).to_device(self.device());
+        let mask = Tensor::from_storage(self.storage_arc().dropout_mask(self.numel(), 1.0 - p), self.shape());
+        let mask = mask.to_dtype(self.dtype());
         self * &mask
     }
 }

@@ -8,7 +8,6 @@ use smallvec::smallvec;
 use super::check_same;
 use crate::autograd::{op_result, Grads};
 use crate::backend::IndexArg;
-use crate::device::Device;
 use crate::dtype::DType;
 use crate::shape::{Dim, Dims, Layout};
 use crate::tensor::Tensor;
@@ -153,11 +152,9 @@ impl Tensor {
         if indices.dtype() != DType::I64 {
             panic!("embedding: indices must be an i64 tensor, got {}", indices.dtype());
         }
-        if indices.device() != Device::Meta {
-            let n = weight.shape()[0] as i64;
-            if let Some(bad) = indices.to_vec_i64().into_iter().find(|&i| i < 0 || i >= n) {
-                panic!("embedding: index {bad} is out of range for {n} embeddings");
-            }
+        let n = weight.shape()[0];
+        if let Some(bad) = indices.storage_arc().first_outside(indices.layout(), n) {
+            panic!("embedding: index {bad} is out of range for {n} embeddings");
         }
         let flat = indices.reshape(&[indices.numel()]);
         let mut shape: Dims = indices.shape().into();

@@ -193,9 +193,6 @@ impl Tensor {
 
     #[track_caller]
     fn float_arith_(&self, op: Arith, rhs: Operand<'_>) -> &Tensor {
-        if self.device() == Device::Meta {
-            return self;
-        }
         let compute = if self.dtype().is_compute_float() { self.dtype() } else { DType::F32 };
         let result = no_grad(|| {
             let a = self.to_dtype(compute);

@@ -20,6 +20,12 @@ fn checked(op: &str, (index, li): (&CpuStorage, &Layout), size: usize, dim: usiz
         .collect()
 }
 
+/// See [`crate::backend::Storage::first_outside`].
+pub(crate) fn first_outside(index: &CpuStorage, l: &Layout, n: usize) -> Option<i64> {
+    let values = i64::slice(index).expect("an i64 index (checked by the op)");
+    strided_to_vec(values, l).into_iter().find(|&i| i < 0 || i >= n as i64)
+}
+
 /// `(outer, size, inner)` for `shape` split around `dim`.
 fn split_at(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     (shape[..dim].iter().product(), shape[dim], shape[dim + 1..].iter().product())

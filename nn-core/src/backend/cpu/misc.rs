@@ -8,6 +8,14 @@ use super::{strided_to_vec, with_cpu, with_float, CpuElement, CpuFloat, CpuStora
 use crate::dtype::Element;
 use crate::shape::Layout;
 
+/// See [`crate::backend::Storage::dropout_mask`].
+pub(crate) fn dropout_mask(len: usize, keep: f64) -> CpuStorage {
+    let scale = 1.0 / keep;
+    CpuStorage::F64(crate::random::with_rng(|r| {
+        (0..len).map(|_| if rand::Rng::random::<f64>(r) < keep { scale } else { 0.0 }).collect()
+    }))
+}
+
 /// See [`crate::backend::Storage::softmax`].
 pub(crate) fn softmax(x: &CpuStorage, l: &Layout, (outer, n, inner): (usize, usize, usize), log: bool) -> CpuStorage {
     with_float!(x, if log { "log_softmax" } else { "softmax" }, T, v => {
