@@ -8,7 +8,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use nn_bench::{cnn, mlp, Step};
-use nn_core::{manual_seed, no_grad, ops::Conv2dOptions, Forward, Module, Tensor};
+use nn_core::{manual_seed, no_grad, ops::Conv2dConfig, Forward, Module, Tensor};
 
 fn matmul(c: &mut Criterion) {
     manual_seed(0);
@@ -59,7 +59,7 @@ fn conv2d(c: &mut Criterion) {
     let x = Tensor::randn(&[32, 8, 14, 14]);
     let w = Tensor::randn(&[16, 8, 3, 3]);
     let b = Tensor::randn(&[16]);
-    let opt = Conv2dOptions { padding: (1, 1), ..Default::default() };
+    let opt = Conv2dConfig { padding: (1, 1), ..Default::default() };
     let flops = 2 * 32 * 16 * 14 * 14 * 8 * 9;
     g.throughput(Throughput::Elements(flops as u64));
     g.bench_function("forward_32x8x14x14_k3", |bench| bench.iter(|| x.conv2d(&w, Some(&b), opt)));

@@ -3,9 +3,12 @@
 
 pub use crate::loss::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_with, l1_loss, mse_loss, nll_loss, nll_loss_with,
-    ClassLossOptions, Reduction,
+    ClassLossConfig, Reduction,
 };
-use crate::ops::{AttentionOptions, Conv2dOptions, Pool2dOptions};
+/// Former name of [`ClassLossConfig`] (option structs are `...Config` in every crate).
+#[deprecated(since = "0.1.0", note = "renamed to `ClassLossConfig`")]
+pub type ClassLossOptions = ClassLossConfig;
+use crate::ops::{AttentionConfig, Conv2dConfig, Pool2dConfig};
 use crate::shape::Dim;
 use crate::tensor::Tensor;
 
@@ -84,19 +87,19 @@ pub fn log_softmax<D: Dim>(x: &Tensor, dim: D) -> Tensor {
 
 /// See [`Tensor::conv2d`].
 #[track_caller]
-pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dOptions) -> Tensor {
+pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dConfig) -> Tensor {
     x.conv2d(weight, bias, options)
 }
 
 /// See [`Tensor::max_pool2d`].
 #[track_caller]
-pub fn max_pool2d(x: &Tensor, options: Pool2dOptions) -> Tensor {
+pub fn max_pool2d(x: &Tensor, options: Pool2dConfig) -> Tensor {
     x.max_pool2d(options)
 }
 
 /// See [`Tensor::avg_pool2d`].
 #[track_caller]
-pub fn avg_pool2d(x: &Tensor, options: Pool2dOptions, count_include_pad: bool) -> Tensor {
+pub fn avg_pool2d(x: &Tensor, options: Pool2dConfig, count_include_pad: bool) -> Tensor {
     x.avg_pool2d(options, count_include_pad)
 }
 
@@ -132,7 +135,7 @@ pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
 
 /// See [`Tensor::scaled_dot_product_attention`].
 #[track_caller]
-pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionOptions<'_>) -> Tensor {
+pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> Tensor {
     q.scaled_dot_product_attention(k, v, options)
 }
 

@@ -25,7 +25,7 @@ fn reduce(per: Tensor, reduction: Reduction) -> Tensor {
 
 /// Options of [`cross_entropy_with`] and [`nll_loss_with`].
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ClassLossOptions {
+pub struct ClassLossConfig {
     /// Reduction (default mean over the non-ignored samples).
     pub reduction: Reduction,
     /// Target value whose samples contribute nothing (PyTorch's default is -100).
@@ -34,9 +34,9 @@ pub struct ClassLossOptions {
     pub label_smoothing: f64,
 }
 
-impl Default for ClassLossOptions {
+impl Default for ClassLossConfig {
     fn default() -> Self {
-        ClassLossOptions { reduction: Reduction::Mean, ignore_index: -100, label_smoothing: 0.0 }
+        ClassLossConfig { reduction: Reduction::Mean, ignore_index: -100, label_smoothing: 0.0 }
     }
 }
 
@@ -79,12 +79,12 @@ fn flatten_class(op: &str, input: &Tensor, target: &Tensor) -> (Tensor, Tensor, 
 /// `target` (`[N]`, `i64`), mean over the batch.
 #[track_caller]
 pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
-    nll_loss_with(input, target, ClassLossOptions::default())
+    nll_loss_with(input, target, ClassLossConfig::default())
 }
 
 /// [`nll_loss`] with options (label smoothing is ignored here, as in PyTorch).
 #[track_caller]
-pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossOptions) -> Tensor {
+pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossConfig) -> Tensor {
     let (x, t, c) = flatten_class("nll_loss", input, target);
     let tv = t.to_vec_i64();
     let keep: Vec<bool> = tv.iter().map(|&v| v != opt.ignore_index).collect();
@@ -121,13 +121,13 @@ fn finish_class(per: Tensor, mask: &Tensor, input: &Tensor, target: &Tensor, red
 /// ```
 #[track_caller]
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Tensor {
-    cross_entropy_with(logits, target, ClassLossOptions::default())
+    cross_entropy_with(logits, target, ClassLossConfig::default())
 }
 
 /// [`cross_entropy`] with a reduction, `ignore_index` and label smoothing (PyTorch's
 /// formula: `(1 - s) * nll + s * mean over classes of -log p`).
 #[track_caller]
-pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossOptions) -> Tensor {
+pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossConfig) -> Tensor {
     if !(0.0..=1.0).contains(&opt.label_smoothing) {
         panic!("cross_entropy: label_smoothing must be in [0, 1], got {}", opt.label_smoothing);
     }
@@ -137,7 +137,7 @@ pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossOption
         let nll = nll_loss_with(&logp, &t, opt);
         return if matches!(opt.reduction, Reduction::None) { nll.reshape(target.shape()) } else { nll };
     }
-    let nll = nll_loss_with(&logp, &t, ClassLossOptions { reduction: Reduction::None, ..opt });
+    let nll = nll_loss_with(&logp, &t, ClassLossConfig { reduction: Reduction::None, ..opt });
     let tv = t.to_vec_i64();
     let mask =
         Tensor::from_vec_bool(tv.iter().map(|&v| v != opt.ignore_index).collect(), &[tv.len()]).to_dtype(x.dtype());

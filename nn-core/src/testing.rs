@@ -5,10 +5,14 @@ use crate::autograd::no_grad;
 use crate::dtype::DType;
 use crate::tensor::Tensor;
 
+/// Former name of [`GradcheckConfig`] (option structs are `...Config` in every crate).
+#[deprecated(since = "0.1.0", note = "renamed to `GradcheckConfig`")]
+pub type GradcheckOptions = GradcheckConfig;
+
 /// Tolerances of [`gradcheck_with`]. The defaults are PyTorch's `gradcheck` defaults
 /// (`eps = 1e-6`, `atol = 1e-5`, `rtol = 1e-3`).
 #[derive(Clone, Copy, Debug)]
-pub struct GradcheckOptions {
+pub struct GradcheckConfig {
     /// Central-difference step.
     pub eps: f64,
     /// Absolute tolerance.
@@ -17,9 +21,9 @@ pub struct GradcheckOptions {
     pub rtol: f64,
 }
 
-impl Default for GradcheckOptions {
+impl Default for GradcheckConfig {
     fn default() -> Self {
-        GradcheckOptions { eps: 1e-6, atol: 1e-5, rtol: 1e-3 }
+        GradcheckConfig { eps: 1e-6, atol: 1e-5, rtol: 1e-3 }
     }
 }
 
@@ -36,11 +40,11 @@ impl Default for GradcheckOptions {
 /// gradcheck(|t| (&t[0] * &t[0]).exp(), &[x]).unwrap();
 /// ```
 pub fn gradcheck(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor]) -> Result<(), String> {
-    gradcheck_with(f, inputs, GradcheckOptions::default())
+    gradcheck_with(f, inputs, GradcheckConfig::default())
 }
 
 /// [`gradcheck`] with explicit tolerances.
-pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: GradcheckOptions) -> Result<(), String> {
+pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: GradcheckConfig) -> Result<(), String> {
     let is_float = |t: &Tensor| t.dtype().is_float();
     let base: Vec<Tensor> = inputs
         .iter()

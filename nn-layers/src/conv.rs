@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use nn_core::ops::Conv2dOptions;
+use nn_core::ops;
 use nn_core::{init, Compute, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::py_tuple;
@@ -121,9 +121,10 @@ impl Conv2d {
         Conv2d { weight, bias, base: ModuleBase::default(), in_channels, out_channels, kernel_size, config }
     }
 
-    fn options(&self) -> Conv2dOptions {
+    /// The op's configuration: this layer's square settings on both axes.
+    fn options(&self) -> ops::Conv2dConfig {
         let c = &self.config;
-        Conv2dOptions {
+        ops::Conv2dConfig {
             stride: (c.stride, c.stride),
             padding: (c.padding, c.padding),
             dilation: (c.dilation, c.dilation),

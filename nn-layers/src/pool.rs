@@ -1,6 +1,6 @@
 //! `MaxPool2d`, `AvgPool2d`, `AdaptiveAvgPool2d`.
 
-use nn_core::ops::Pool2dOptions;
+use nn_core::ops::Pool2dConfig;
 use nn_core::{Compute, ExtraRepr, Module, ModuleBase, Tensor};
 
 use crate::repr::{py_bool, py_tuple};
@@ -37,9 +37,9 @@ impl MaxPool2d {
         MaxPool2d { base: ModuleBase::default(), kernel_size, stride, padding, dilation, ceil_mode }
     }
 
-    fn options(&self) -> Pool2dOptions {
+    fn options(&self) -> Pool2dConfig {
         let d = |v| (v, v);
-        Pool2dOptions {
+        Pool2dConfig {
             kernel: d(self.kernel_size),
             stride: d(self.stride),
             padding: d(self.padding),
@@ -118,7 +118,7 @@ impl Compute for AvgPool2d {
             panic!("{} expects input [N, C, H, W] or [C, H, W], got {:?}", self, x.shape());
         }
         let d = |v| (v, v);
-        let o = Pool2dOptions {
+        let o = Pool2dConfig {
             kernel: d(self.kernel_size),
             stride: d(self.stride),
             padding: d(self.padding),

@@ -2,7 +2,7 @@
 //! upstream gradient (scratch tool for finding hot spots; `nn_bench` and the criterion
 //! benches are the benchmarks).
 
-use nn_core::ops::{Conv2dOptions, Pool2dOptions};
+use nn_core::ops::{Conv2dConfig, Pool2dConfig};
 use nn_core::{manual_seed, Tensor};
 
 fn time(name: &str, f: &mut dyn FnMut()) {
@@ -39,8 +39,8 @@ fn main() {
     let p = Tensor::randn(&[32, 8, 13, 13]).requires_grad_(true);
     let w2 = Tensor::randn(&[16, 8, 3, 3]).requires_grad_(true);
     let h2 = Tensor::randn(&[32, 16, 11, 11]).requires_grad_(true);
-    let o = Conv2dOptions::default();
-    let pool = Pool2dOptions::new(2);
+    let o = Conv2dConfig::default();
+    let pool = Pool2dConfig::new(2);
     time("conv1 fwd", &mut || drop(x.conv2d(&w1.detach(), None, o)));
     time("conv1 fwd+bwd (w only)", &mut fwd_bwd(&x, |x| x.conv2d(&w1, None, o)));
     time("relu1 fwd", &mut || drop(h.detach().relu()));

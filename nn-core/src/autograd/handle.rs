@@ -14,7 +14,7 @@ pub(crate) trait HookOwner: Send + Sync {
 /// Removes its hook on [`remove`](HookHandle::remove). Dropping the handle does not
 /// remove the hook (PyTorch's `RemovableHandle`); [`scoped`](HookHandle::scoped) gives a
 /// guard that does. Returned by the module hooks and by
-/// [`Tensor::register_post_accumulate_grad_hook`].
+/// [`Tensor::register_post_accumulate_grad_hook`](crate::Tensor::register_post_accumulate_grad_hook).
 pub struct HookHandle {
     owner: Weak<dyn HookOwner>,
     kind: &'static str,

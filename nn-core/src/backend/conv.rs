@@ -5,7 +5,7 @@ use super::{cpu, Storage};
 /// Stride, zero padding, dilation and groups of a 2-D convolution (PyTorch's defaults:
 /// 1, 0, 1, 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Conv2dOptions {
+pub struct Conv2dConfig {
     /// Step between output positions, `(height, width)`.
     pub stride: (usize, usize),
     /// Zeros added on both sides, `(height, width)`.
@@ -16,9 +16,9 @@ pub struct Conv2dOptions {
     pub groups: usize,
 }
 
-impl Default for Conv2dOptions {
+impl Default for Conv2dConfig {
     fn default() -> Self {
-        Conv2dOptions { stride: (1, 1), padding: (0, 0), dilation: (1, 1), groups: 1 }
+        Conv2dConfig { stride: (1, 1), padding: (0, 0), dilation: (1, 1), groups: 1 }
     }
 }
 
@@ -45,7 +45,7 @@ pub(crate) struct ConvGeometry {
     /// Output width.
     pub(crate) wo: usize,
     /// Stride, padding, dilation, groups.
-    pub(crate) opt: Conv2dOptions,
+    pub(crate) opt: Conv2dConfig,
 }
 
 impl ConvGeometry {

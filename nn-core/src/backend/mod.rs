@@ -5,8 +5,8 @@
 //! An op in [`crate::ops`] owns everything a user can see: shape rules and broadcasting,
 //! dtype and device checks, error messages, the autograd wiring. It then asks for values
 //! through the methods of [`Storage`] defined in this module and its children, passing
-//! only [`Storage`]s, [`Layout`]s and plain kernel descriptions (the [`UnaryOp`] and
-//! [`BinaryOp`] tables, [`ConvGeometry`], ...). Those methods are the whole interface; no
+//! only [`Storage`]s, [`Layout`]s and plain kernel descriptions (the `UnaryOp` and
+//! `BinaryOp` tables, `ConvGeometry`, ...). Those methods are the whole interface; no
 //! code outside `backend` names a backend's buffer type.
 //!
 //! Every interface method:
@@ -21,15 +21,15 @@
 //! - panics only for conditions the op could not check without reading values (an index
 //!   out of range, an integer overflow), with a message naming the op.
 //!
-//! The meta device is handled in one place, [`Storage::run`]: when any operand is a meta
+//! The meta device is handled in one place, `Storage::run`: when any operand is a meta
 //! buffer the kernel is skipped and a meta buffer of the output's dtype and length is
 //! returned. Kernels never see meta storage.
 //!
 //! # Adding a device
 //!
-//! A new device is a new child module (as [`cpu`]) providing one kernel per interface
+//! A new device is a new child module (as `cpu`) providing one kernel per interface
 //! method over its own buffer type, a variant of [`Storage`] holding that buffer, a
-//! [`Device`] variant, and an arm for it in [`Storage::run`] and the methods below; the
+//! [`Device`] variant, and an arm for it in `Storage::run` and the methods below; the
 //! compiler lists every method that lacks one. Nothing in `ops`, `module`, `autograd`,
 //! `optim` or `nn-layers` changes.
 
@@ -46,13 +46,13 @@ mod misc;
 mod pooling;
 mod reduce;
 
-pub use conv::Conv2dOptions;
+pub use conv::Conv2dConfig;
 pub(crate) use conv::ConvGeometry;
 pub(crate) use cpu::try_alloc as try_host_vec;
 pub use cpu::CpuStorage;
 pub(crate) use elementwise::{BinaryOp, Operand, UnaryOp};
 pub(crate) use index::IndexArg;
-pub use pooling::Pool2dOptions;
+pub use pooling::Pool2dConfig;
 pub(crate) use pooling::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
 
 /// A tensor's buffer on some device.

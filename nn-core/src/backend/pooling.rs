@@ -5,7 +5,7 @@ use crate::dtype::DType;
 
 /// Window, stride, padding, dilation and rounding of a 2-D pooling op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pool2dOptions {
+pub struct Pool2dConfig {
     /// Window size `(height, width)`.
     pub kernel: (usize, usize),
     /// Step between windows; PyTorch's default is the kernel size.
@@ -18,10 +18,10 @@ pub struct Pool2dOptions {
     pub ceil_mode: bool,
 }
 
-impl Pool2dOptions {
+impl Pool2dConfig {
     /// A `k x k` window with stride `k` and no padding (PyTorch's defaults).
     pub fn new(kernel: usize) -> Self {
-        Pool2dOptions {
+        Pool2dConfig {
             kernel: (kernel, kernel),
             stride: (kernel, kernel),
             padding: (0, 0),
@@ -54,7 +54,7 @@ pub(crate) struct MaxPool {
     /// The plane geometry.
     pub planes: PoolPlanes,
     /// Window, stride, padding, dilation.
-    pub options: Pool2dOptions,
+    pub options: Pool2dConfig,
 }
 
 /// How an average pooling places its windows.

@@ -5,7 +5,7 @@ use crate::tensor::Tensor;
 
 /// Options of [`Tensor::scaled_dot_product_attention`].
 #[derive(Clone, Debug, Default)]
-pub struct AttentionOptions<'a> {
+pub struct AttentionConfig<'a> {
     /// A mask broadcastable to `[..., L, S]`: `Bool` (true = may attend, as PyTorch's
     /// `scaled_dot_product_attention`) or floating point (added to the scores).
     pub attn_mask: Option<&'a Tensor>,
@@ -23,16 +23,16 @@ impl Tensor {
     /// NaN, as in PyTorch.
     ///
     /// ```
-    /// use nn_core::{ops::AttentionOptions, Tensor};
+    /// use nn_core::{ops::AttentionConfig, Tensor};
     /// let q = Tensor::ones(&[1, 2, 4]);
     /// let v = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 2, 2]);
-    /// let causal = AttentionOptions { is_causal: true, ..Default::default() };
+    /// let causal = AttentionConfig { is_causal: true, ..Default::default() };
     /// let y = q.scaled_dot_product_attention(&q, &v, &causal);
     /// // Row 0 only sees position 0; row 1 averages both (equal scores).
     /// assert_eq!(y.to_vec(), vec![1.0, 2.0, 2.0, 3.0]);
     /// ```
     #[track_caller]
-    pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, options: &AttentionOptions<'_>) -> Tensor {
+    pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, options: &AttentionConfig<'_>) -> Tensor {
         self.scaled_dot_product_attention_with_weights(key, value, options).0
     }
 
@@ -44,7 +44,7 @@ impl Tensor {
         &self,
         key: &Tensor,
         value: &Tensor,
-        options: &AttentionOptions<'_>,
+        options: &AttentionConfig<'_>,
     ) -> (Tensor, Tensor) {
         const OP: &str = "scaled_dot_product_attention";
         let (q, k, v) = (self, key, value);
@@ -103,7 +103,7 @@ impl Tensor {
 
 #[cfg(test)]
 mod tests {
-    use super::AttentionOptions;
+    use super::AttentionConfig;
     use crate::testing::gradcheck;
     use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, rng_lock, t64};
     use crate::{manual_seed, DType, Device, Tensor};
@@ -130,12 +130,12 @@ mod tests {
     #[test]
     fn attention_forward_default_scale() {
         let (q, k, v) = qkv();
-        let (y, w) = q.scaled_dot_product_attention_with_weights(&k, &v, &AttentionOptions::default());
+        let (y, w) = q.scaled_dot_product_attention_with_weights(&k, &v, &AttentionConfig::default());
         assert_eq!(y.shape(), &[2, 2]);
         assert_close64(&y.to_vec_f64(), &[3.0, 4.0, 3.4066725560787154, 4.406672556078716], 1e-15);
         let p = [0.4011120926797859, 0.1977758146404282, 0.4011120926797859];
         assert_close64(&w.to_vec_f64(), &[p[0], p[1], p[2], p[1], p[0], p[2]], 1e-15);
-        let s1 = AttentionOptions { scale: Some(1.0), ..Default::default() };
+        let s1 = AttentionConfig { scale: Some(1.0), ..Default::default() };
         assert_close64(
             &q.scaled_dot_product_attention(&k, &v, &s1).to_vec_f64(),
             &[3.0, 4.0, 3.5339127895091087, 4.53391278950911],
@@ -147,21 +147,21 @@ mod tests {
     fn attention_forward_masks() {
         let (q, k, v) = qkv();
         let m = bool_mask();
-        let bm = AttentionOptions { attn_mask: Some(&m), ..Default::default() };
+        let bm = AttentionConfig { attn_mask: Some(&m), ..Default::default() };
         let e = [3.0, 4.0, 2.3395230986533138, 3.3395230986533138];
         assert_close64(&q.scaled_dot_product_attention(&k, &v, &bm).to_vec_f64(), &e, 1e-15);
         // A float mask is added to the scores.
         let f = t64(&[0.0, 0.5, 0.0, 1.0, 0.0, 0.0], &[2, 3]);
-        let fm = AttentionOptions { attn_mask: Some(&f), ..Default::default() };
+        let fm = AttentionConfig { attn_mask: Some(&f), ..Default::default() };
         let e = [3.0, 4.0, 2.796246026864504, 3.7962460268645035];
         assert_close64(&q.scaled_dot_product_attention(&k, &v, &fm).to_vec_f64(), &e, 1e-15);
         // -inf in a float mask is the same as false in a bool mask.
         let fi = m.logical_not().to_dtype(DType::F64) * -1e300;
-        let fim = AttentionOptions { attn_mask: Some(&fi), ..Default::default() };
+        let fim = AttentionConfig { attn_mask: Some(&fi), ..Default::default() };
         let b = q.scaled_dot_product_attention(&k, &v, &bm).to_vec_f64();
         assert_close64(&q.scaled_dot_product_attention(&k, &v, &fim).to_vec_f64(), &b, 1e-15);
         // Causal: row 0 sees position 0, row 1 positions 0 and 1.
-        let c = AttentionOptions { is_causal: true, ..Default::default() };
+        let c = AttentionConfig { is_causal: true, ..Default::default() };
         let e = [1.0, 2.0, 2.3395230986533138, 3.3395230986533138];
         assert_close64(&q.scaled_dot_product_attention(&k, &v, &c).to_vec_f64(), &e, 1e-15);
     }
@@ -170,7 +170,7 @@ mod tests {
     fn attention_fully_masked_rows_are_nan() {
         let (q, k, v) = qkv();
         let m = Tensor::from_vec_bool(vec![false, false, false, true, true, true], &[2, 3]);
-        let o = AttentionOptions { attn_mask: Some(&m), ..Default::default() };
+        let o = AttentionConfig { attn_mask: Some(&m), ..Default::default() };
         let y = q.scaled_dot_product_attention(&k, &v, &o).to_vec_f64();
         assert!(y[0].is_nan() && y[1].is_nan());
         assert!(y[2].is_finite());
@@ -180,7 +180,7 @@ mod tests {
     fn attention_backward() {
         let (q, k, v) = qkv();
         let m = bool_mask();
-        let o = AttentionOptions { attn_mask: Some(&m), ..Default::default() };
+        let o = AttentionConfig { attn_mask: Some(&m), ..Default::default() };
         (q.scaled_dot_product_attention(&k, &v, &o) * t64(&[1.0, 2.0, 3.0, 4.0], &[2, 2])).sum().backward();
         // grad_v = P^T w_out with P the attention weights.
         let e = [1.4907153520200294, 2.3209538026933725, 2.0092846479799706, 2.6790461973066275, 0.5, 1.0];
@@ -198,10 +198,10 @@ mod tests {
     #[test]
     fn attention_gradcheck() {
         let (q, k, v) = (vals(&[2, 3, 2], 1), vals(&[2, 4, 2], 2), vals(&[2, 4, 3], 3));
-        let f = |o: AttentionOptions<'static>| move |t: &[Tensor]| t[0].scaled_dot_product_attention(&t[1], &t[2], &o);
-        gradcheck(f(AttentionOptions::default()), &[q.clone(), k.clone(), v.clone()]).unwrap();
+        let f = |o: AttentionConfig<'static>| move |t: &[Tensor]| t[0].scaled_dot_product_attention(&t[1], &t[2], &o);
+        gradcheck(f(AttentionConfig::default()), &[q.clone(), k.clone(), v.clone()]).unwrap();
         gradcheck(
-            f(AttentionOptions { is_causal: true, scale: Some(0.7), ..Default::default() }),
+            f(AttentionConfig { is_causal: true, scale: Some(0.7), ..Default::default() }),
             &[q.clone(), k.clone(), v.clone()],
         )
         .unwrap();
@@ -214,7 +214,7 @@ mod tests {
                 t[0].scaled_dot_product_attention(
                     &t[1],
                     &t[2],
-                    &AttentionOptions { attn_mask: Some(&m), ..Default::default() },
+                    &AttentionConfig { attn_mask: Some(&m), ..Default::default() },
                 )
             },
             &[q.clone(), k.clone(), v.clone()],
@@ -226,7 +226,7 @@ mod tests {
                 t[0].scaled_dot_product_attention(
                     &t[1],
                     &t[2],
-                    &AttentionOptions { attn_mask: Some(&t[3]), ..Default::default() },
+                    &AttentionConfig { attn_mask: Some(&t[3]), ..Default::default() },
                 )
             },
             &[q, k, v, vals(&[3, 4], 4)],
@@ -239,7 +239,7 @@ mod tests {
         // [B = 2, H = 2, L = 3, E = 4] against keys of length 5, mask [L, S] broadcast.
         let (q, k, v) = (vals(&[2, 2, 3, 4], 1), vals(&[2, 2, 5, 4], 2), vals(&[2, 2, 5, 3], 3));
         let m = Tensor::from_vec_bool((0..15).map(|i| i % 4 != 1).collect(), &[3, 5]);
-        let o = AttentionOptions { attn_mask: Some(&m), ..Default::default() };
+        let o = AttentionConfig { attn_mask: Some(&m), ..Default::default() };
         let y = q.scaled_dot_product_attention(&k, &v, &o);
         assert_eq!(y.shape(), &[2, 2, 3, 3]);
         // The same composed by hand.
@@ -256,7 +256,7 @@ mod tests {
                 t[0].scaled_dot_product_attention(
                     &t[1],
                     &t[2],
-                    &AttentionOptions { is_causal: true, ..Default::default() },
+                    &AttentionConfig { is_causal: true, ..Default::default() },
                 )
             },
             &[q.clone(), k.clone(), v.clone()],
@@ -266,7 +266,7 @@ mod tests {
         let proj = vals(&[2, 3, 4], 5);
         let heads = proj.reshape(&[2, 3, 2, 2]).transpose(1, 2);
         assert!(!heads.is_contiguous());
-        let o = AttentionOptions::default();
+        let o = AttentionConfig::default();
         assert_eq!(
             heads.scaled_dot_product_attention(&heads, &heads, &o).to_vec_f64(),
             heads.contiguous().scaled_dot_product_attention(&heads.contiguous(), &heads.contiguous(), &o).to_vec_f64()
@@ -277,8 +277,8 @@ mod tests {
     fn attention_dropout_drops_weights_reproducibly() {
         let _rng = rng_lock();
         let (q, k, v) = (vals(&[4, 2], 1), vals(&[5, 2], 2), vals(&[5, 3], 3));
-        let plain = q.scaled_dot_product_attention_with_weights(&k, &v, &AttentionOptions::default()).1.to_vec_f64();
-        let o = AttentionOptions { dropout_p: 0.5, ..Default::default() };
+        let plain = q.scaled_dot_product_attention_with_weights(&k, &v, &AttentionConfig::default()).1.to_vec_f64();
+        let o = AttentionConfig { dropout_p: 0.5, ..Default::default() };
         manual_seed(9);
         let (y, w) = q.scaled_dot_product_attention_with_weights(&k, &v, &o);
         for (d, p) in w.to_vec_f64().iter().zip(&plain) {
@@ -293,9 +293,9 @@ mod tests {
     fn attention_on_meta() {
         let q = Tensor::full_on(&[2, 4, 6, 8], 0.0, DType::F32, Device::Meta).requires_grad_(true);
         let kv = Tensor::full_on(&[2, 4, 7, 8], 0.0, DType::F32, Device::Meta);
-        let y = q.scaled_dot_product_attention(&kv, &kv, &AttentionOptions::default());
+        let y = q.scaled_dot_product_attention(&kv, &kv, &AttentionConfig::default());
         assert_eq!((y.shape(), y.device()), (&[2, 4, 6, 8][..], Device::Meta));
-        let c = q.scaled_dot_product_attention(&q, &q, &AttentionOptions { is_causal: true, ..Default::default() });
+        let c = q.scaled_dot_product_attention(&q, &q, &AttentionConfig { is_causal: true, ..Default::default() });
         assert_eq!((c.shape(), c.device()), (&[2, 4, 6, 8][..], Device::Meta));
         c.sum().backward();
         assert_eq!(q.grad().unwrap().shape(), &[2, 4, 6, 8]);
@@ -309,7 +309,7 @@ mod tests {
         q.scaled_dot_product_attention(
             &k,
             &v,
-            &AttentionOptions { attn_mask: Some(&m), is_causal: true, ..Default::default() },
+            &AttentionConfig { attn_mask: Some(&m), is_causal: true, ..Default::default() },
         );
     }
 
@@ -321,7 +321,7 @@ mod tests {
         Tensor::zeros(&[2, 3]).scaled_dot_product_attention(
             &Tensor::zeros(&[4, 2]),
             &Tensor::zeros(&[4, 2]),
-            &AttentionOptions::default(),
+            &AttentionConfig::default(),
         );
     }
 
@@ -332,6 +332,6 @@ mod tests {
     fn attention_mask_shape_mismatch_panics() {
         let (q, k, v) = qkv();
         let m = Tensor::from_vec_bool(vec![true; 9], &[3, 3]);
-        q.scaled_dot_product_attention(&k, &v, &AttentionOptions { attn_mask: Some(&m), ..Default::default() });
+        q.scaled_dot_product_attention(&k, &v, &AttentionConfig { attn_mask: Some(&m), ..Default::default() });
     }
 }

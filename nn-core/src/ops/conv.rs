@@ -14,7 +14,7 @@ use smallvec::smallvec;
 
 use super::{check_float, check_same};
 use crate::autograd::{op_result, Grads};
-pub use crate::backend::Conv2dOptions;
+pub use crate::backend::Conv2dConfig;
 use crate::backend::ConvGeometry as Geometry;
 use crate::shape::Layout;
 use crate::tensor::Tensor;
@@ -27,7 +27,7 @@ pub(crate) fn out_size(input: usize, kernel: usize, stride: usize, pad: usize, d
 }
 
 #[track_caller]
-fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dOptions) -> Geometry {
+fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dConfig) -> Geometry {
     const OP: &str = "conv2d";
     if x.rank() != 4 {
         panic!("{OP}: expected a 4-D input [N, C, H, W], got shape {:?}", x.shape());
@@ -76,15 +76,15 @@ impl Tensor {
     /// `[N, O, Ho, Wo]` with `Ho = (H + 2 pad - dilation (kH - 1) - 1) / stride + 1`.
     ///
     /// ```
-    /// use nn_core::{ops::Conv2dOptions, Tensor};
+    /// use nn_core::{ops::Conv2dConfig, Tensor};
     /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape(&[1, 1, 4, 4]);
     /// let w = Tensor::ones(&[1, 1, 2, 2]);
-    /// let y = x.conv2d(&w, None, Conv2dOptions { stride: (2, 2), ..Default::default() });
+    /// let y = x.conv2d(&w, None, Conv2dConfig { stride: (2, 2), ..Default::default() });
     /// assert_eq!(y.shape(), &[1, 1, 2, 2]);
     /// assert_eq!(y.to_vec(), vec![10.0, 18.0, 42.0, 50.0]);
     /// ```
     #[track_caller]
-    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dOptions) -> Tensor {
+    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dConfig) -> Tensor {
         const OP: &str = "conv2d";
         let mut operands = vec![self, weight];
         operands.extend(bias);
@@ -145,20 +145,20 @@ impl Tensor {
                 weight.shape()
             );
         }
-        let opt = Conv2dOptions { stride: (1, stride), padding: (0, padding), dilation: (1, dilation), groups };
+        let opt = Conv2dConfig { stride: (1, stride), padding: (0, padding), dilation: (1, dilation), groups };
         self.unsqueeze(2).conv2d(&weight.unsqueeze(2), bias, opt).squeeze_dim(2)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Conv2dOptions;
+    use super::Conv2dConfig;
     use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64, transposed_storage};
-    use crate::testing::{gradcheck, gradcheck_with, GradcheckOptions};
+    use crate::testing::{gradcheck, gradcheck_with, GradcheckConfig};
     use crate::{DType, Device, Tensor};
 
-    fn opts(stride: usize, padding: usize, dilation: usize, groups: usize) -> Conv2dOptions {
-        Conv2dOptions { stride: (stride, stride), padding: (padding, padding), dilation: (dilation, dilation), groups }
+    fn opts(stride: usize, padding: usize, dilation: usize, groups: usize) -> Conv2dConfig {
+        Conv2dConfig { stride: (stride, stride), padding: (padding, padding), dilation: (dilation, dilation), groups }
     }
 
     /// A deterministic, varied input of `shape`.
@@ -169,7 +169,7 @@ mod tests {
     }
 
     /// Direct-loop convolution, for reference.
-    fn naive(x: &Tensor, w: &Tensor, b: Option<&Tensor>, o: Conv2dOptions) -> (Vec<usize>, Vec<f64>) {
+    fn naive(x: &Tensor, w: &Tensor, b: Option<&Tensor>, o: Conv2dConfig) -> (Vec<usize>, Vec<f64>) {
         let (xs, ws) = (x.shape(), w.shape());
         let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
         let (oc, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
@@ -219,12 +219,12 @@ mod tests {
 
     #[test]
     fn conv2d_forward_basic_and_bias() {
-        let y = x9().conv2d(&w4(), None, Conv2dOptions::default());
+        let y = x9().conv2d(&w4(), None, Conv2dConfig::default());
         // y[i][j] = x[i][j] + 2 x[i][j+1] + 3 x[i+1][j] + 4 x[i+1][j+1]
         assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 1, 2, 2][..], vec![27.0, 37.0, 57.0, 67.0]));
         let b = t64(&[0.5], &[1]);
-        assert_eq!(x9().conv2d(&w4(), Some(&b), Conv2dOptions::default()).to_vec_f64(), vec![27.5, 37.5, 57.5, 67.5]);
-        let y32 = x9().to_dtype(DType::F32).conv2d(&w4().to_dtype(DType::F32), None, Conv2dOptions::default());
+        assert_eq!(x9().conv2d(&w4(), Some(&b), Conv2dConfig::default()).to_vec_f64(), vec![27.5, 37.5, 57.5, 67.5]);
+        let y32 = x9().to_dtype(DType::F32).conv2d(&w4().to_dtype(DType::F32), None, Conv2dConfig::default());
         assert_eq!(y32.to_vec(), vec![27.0, 37.0, 57.0, 67.0]);
     }
 
@@ -235,7 +235,7 @@ mod tests {
         let d = x9().conv2d(&w4(), None, opts(1, 0, 2, 1));
         assert_eq!((d.shape(), d.to_vec_f64()), (&[1, 1, 1, 1][..], vec![54.0]));
         // Asymmetric options: stride (1, 2), padding (0, 1).
-        let o = Conv2dOptions { stride: (1, 2), padding: (0, 1), ..Default::default() };
+        let o = Conv2dConfig { stride: (1, 2), padding: (0, 1), ..Default::default() };
         let a = x9().conv2d(&w4(), None, o);
         assert_eq!(a.shape(), &[1, 1, 2, 2]);
         assert_eq!(a.to_vec_f64(), naive(&x9(), &w4(), None, o).1);
@@ -246,7 +246,7 @@ mod tests {
         let x = leaf(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[1, 2, 2, 2]);
         let grouped = x.conv2d(&t64(&[2.0, -1.0], &[2, 1, 1, 1]), None, opts(1, 0, 1, 2));
         assert_eq!(grouped.to_vec_f64(), vec![2.0, 4.0, 6.0, 8.0, -5.0, -6.0, -7.0, -8.0]);
-        let summed = x.conv2d(&Tensor::ones(&[1, 2, 2, 2]).to_dtype(DType::F64), None, Conv2dOptions::default());
+        let summed = x.conv2d(&Tensor::ones(&[1, 2, 2, 2]).to_dtype(DType::F64), None, Conv2dConfig::default());
         assert_eq!(summed.to_vec_f64(), vec![36.0]);
     }
 
@@ -272,7 +272,7 @@ mod tests {
     fn conv2d_backward() {
         let (x, w) = (x9(), w4());
         let b = leaf(&[0.5], &[1]);
-        let y = x.conv2d(&w, Some(&b), Conv2dOptions::default());
+        let y = x.conv2d(&w, Some(&b), Conv2dConfig::default());
         (y * t64(&[1.0, -1.0, 2.0, 0.5], &[1, 1, 2, 2])).sum().backward();
         // Each input pixel collects weight taps times the output weights it feeds.
         assert_eq!(grad(&x), vec![1.0, 1.0, -2.0, 5.0, 5.5, -3.0, 6.0, 9.5, 2.0]);
@@ -296,14 +296,14 @@ mod tests {
         let x = vals(&[2, 1, 3, 3], 1);
         let w = w4();
         let b = leaf(&[0.5], &[1]);
-        x.conv2d(&w, Some(&b), Conv2dOptions::default()).sum().backward();
+        x.conv2d(&w, Some(&b), Conv2dConfig::default()).sum().backward();
         assert!(w.grad().is_some() && b.grad().is_some());
         assert_eq!(grad(&b), vec![8.0]);
         let xl = x9();
-        xl.conv2d(&t64(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]), None, Conv2dOptions::default()).sum().backward();
+        xl.conv2d(&t64(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]), None, Conv2dConfig::default()).sum().backward();
         assert_eq!(grad(&xl), vec![1.0, 3.0, 2.0, 4.0, 10.0, 6.0, 3.0, 7.0, 4.0]);
         let bl = leaf(&[0.0], &[1]);
-        x.conv2d(&t64(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]), Some(&bl), Conv2dOptions::default()).sum().backward();
+        x.conv2d(&t64(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]), Some(&bl), Conv2dConfig::default()).sum().backward();
         assert_eq!(grad(&bl), vec![8.0]);
     }
 
@@ -328,7 +328,7 @@ mod tests {
         // non-square kernel, groups and several samples in one block; then stride (1, 2),
         // which takes the exact layout.
         for stride in [(1, 1), (1, 2)] {
-            let o = Conv2dOptions { stride, padding: (0, 2), dilation: (2, 1), groups: 2 };
+            let o = Conv2dConfig { stride, padding: (0, 2), dilation: (2, 1), groups: 2 };
             let b = vals(&[4], 3);
             gradcheck(|t| t[0].conv2d(&t[1], Some(&t[2]), o), &[vals(&[3, 4, 6, 5], 1), vals(&[4, 2, 2, 3], 2), b])
                 .unwrap_or_else(|e| panic!("stride {stride:?}: {e}"));
@@ -418,7 +418,7 @@ mod tests {
     #[test]
     fn conv2d_gradcheck_with_a_looser_step_on_f64_works_for_deep_chains() {
         // Two stacked convolutions: gradients compose through both.
-        let o = GradcheckOptions { eps: 1e-5, ..Default::default() };
+        let o = GradcheckConfig { eps: 1e-5, ..Default::default() };
         gradcheck_with(
             |t| t[0].conv2d(&t[1], None, opts(1, 1, 1, 1)).tanh().conv2d(&t[2], None, opts(2, 0, 1, 1)),
             &[vals(&[1, 1, 4, 4], 1), vals(&[2, 1, 3, 3], 2), vals(&[1, 2, 2, 2], 3)],
@@ -432,7 +432,7 @@ mod tests {
         expected = "conv2d: input [1, 3, 4, 4] x weight [2, 2, 3, 3]: expected input with 2 channels (weight in_channels 2 x groups 1), got 3"
     )]
     fn conv2d_channel_mismatch_names_both_shapes() {
-        Tensor::zeros(&[1, 3, 4, 4]).conv2d(&Tensor::zeros(&[2, 2, 3, 3]), None, Conv2dOptions::default());
+        Tensor::zeros(&[1, 3, 4, 4]).conv2d(&Tensor::zeros(&[2, 2, 3, 3]), None, Conv2dConfig::default());
     }
 
     #[test]
@@ -447,7 +447,7 @@ mod tests {
         Tensor::zeros(&[1, 1, 4, 4]).conv2d(
             &Tensor::zeros(&[2, 1, 3, 3]),
             Some(&Tensor::zeros(&[3])),
-            Conv2dOptions::default(),
+            Conv2dConfig::default(),
         );
     }
 
@@ -456,13 +456,13 @@ mod tests {
         expected = "conv2d: input [1, 1, 2, 2] (padded by (0, 0)) is smaller than the dilated kernel (3, 3)"
     )]
     fn conv2d_kernel_larger_than_input() {
-        Tensor::zeros(&[1, 1, 2, 2]).conv2d(&Tensor::zeros(&[1, 1, 3, 3]), None, Conv2dOptions::default());
+        Tensor::zeros(&[1, 1, 2, 2]).conv2d(&Tensor::zeros(&[1, 1, 3, 3]), None, Conv2dConfig::default());
     }
 
     #[test]
     #[should_panic(expected = "conv2d: expected a 4-D input [N, C, H, W], got shape [3, 4, 4]")]
     fn conv2d_needs_4d_input() {
-        Tensor::zeros(&[3, 4, 4]).conv2d(&Tensor::zeros(&[1, 3, 3, 3]), None, Conv2dOptions::default());
+        Tensor::zeros(&[3, 4, 4]).conv2d(&Tensor::zeros(&[1, 3, 3, 3]), None, Conv2dConfig::default());
     }
 
     #[test]

@@ -26,10 +26,20 @@ pub(crate) mod vector_norm;
 pub(crate) mod view;
 
 pub use activation::GeluApproximate;
-pub use attention::AttentionOptions;
-pub use conv::Conv2dOptions;
+pub use attention::AttentionConfig;
+pub use conv::Conv2dConfig;
 pub use inplace::Operand;
-pub use pool::Pool2dOptions;
+pub use pool::Pool2dConfig;
+
+/// Former name of [`Conv2dConfig`] (option structs are `...Config` in every crate).
+#[deprecated(since = "0.1.0", note = "renamed to `Conv2dConfig`")]
+pub type Conv2dOptions = Conv2dConfig;
+/// Former name of [`Pool2dConfig`].
+#[deprecated(since = "0.1.0", note = "renamed to `Pool2dConfig`")]
+pub type Pool2dOptions = Pool2dConfig;
+/// Former name of [`AttentionConfig`].
+#[deprecated(since = "0.1.0", note = "renamed to `AttentionConfig`")]
+pub type AttentionOptions<'a> = AttentionConfig<'a>;
 pub use vector_norm::NormOrd;
 
 use crate::device::Device;

@@ -7,7 +7,7 @@ use smallvec::smallvec;
 
 use super::check_float;
 use crate::autograd::{op_result, Grads};
-pub use crate::backend::Pool2dOptions;
+pub use crate::backend::Pool2dConfig;
 use crate::backend::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
 use crate::shape::Layout;
 use crate::tensor::Tensor;
@@ -24,7 +24,7 @@ fn pooled(input: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> O
 }
 
 #[track_caller]
-fn planes(op: &str, x: &Tensor, o: &Pool2dOptions) -> (PoolPlanes, Vec<usize>) {
+fn planes(op: &str, x: &Tensor, o: &Pool2dConfig) -> (PoolPlanes, Vec<usize>) {
     if x.rank() != 3 && x.rank() != 4 {
         panic!("{op}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {:?}", x.shape());
     }
@@ -50,19 +50,19 @@ impl Tensor {
     /// 2-D max pooling over `[N, C, H, W]` (or `[C, H, W]`); padded positions never win.
     ///
     /// ```
-    /// use nn_core::{ops::Pool2dOptions, Tensor};
+    /// use nn_core::{ops::Pool2dConfig, Tensor};
     /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape(&[1, 1, 4, 4]);
-    /// assert_eq!(x.max_pool2d(Pool2dOptions::new(2)).to_vec(), vec![5.0, 7.0, 13.0, 15.0]);
+    /// assert_eq!(x.max_pool2d(Pool2dConfig::new(2)).to_vec(), vec![5.0, 7.0, 13.0, 15.0]);
     /// ```
     #[track_caller]
-    pub fn max_pool2d(&self, options: Pool2dOptions) -> Tensor {
+    pub fn max_pool2d(&self, options: Pool2dConfig) -> Tensor {
         self.max_pool2d_impl(options).0
     }
 
     /// Max pooling that also returns the flat `H * W` index of each maximum (`i64`), as
     /// PyTorch's `return_indices=True`.
     #[track_caller]
-    pub fn max_pool2d_with_indices(&self, options: Pool2dOptions) -> (Tensor, Tensor) {
+    pub fn max_pool2d_with_indices(&self, options: Pool2dConfig) -> (Tensor, Tensor) {
         let (out, argmax) = self.max_pool2d_impl(options);
         let pl = planes("max_pool2d", self, &options).0;
         let indices = Tensor::from_storage(argmax.flat_indices(&pl), out.shape());
@@ -71,7 +71,7 @@ impl Tensor {
 
     /// The pooled values and where each maximum came from, shared with backward.
     #[track_caller]
-    fn max_pool2d_impl(&self, options: Pool2dOptions) -> (Tensor, Arc<Argmax>) {
+    fn max_pool2d_impl(&self, options: Pool2dConfig) -> (Tensor, Arc<Argmax>) {
         const OP: &str = "max_pool2d";
         check_float(OP, self);
         let (pl, shape) = planes(OP, self, &options);
@@ -95,12 +95,12 @@ impl Tensor {
     /// (PyTorch's default is `true`).
     ///
     /// ```
-    /// use nn_core::{ops::Pool2dOptions, Tensor};
+    /// use nn_core::{ops::Pool2dConfig, Tensor};
     /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape(&[1, 1, 4, 4]);
-    /// assert_eq!(x.avg_pool2d(Pool2dOptions::new(2), true).to_vec(), vec![2.5, 4.5, 10.5, 12.5]);
+    /// assert_eq!(x.avg_pool2d(Pool2dConfig::new(2), true).to_vec(), vec![2.5, 4.5, 10.5, 12.5]);
     /// ```
     #[track_caller]
-    pub fn avg_pool2d(&self, options: Pool2dOptions, count_include_pad: bool) -> Tensor {
+    pub fn avg_pool2d(&self, options: Pool2dConfig, count_include_pad: bool) -> Tensor {
         const OP: &str = "avg_pool2d";
         check_float(OP, self);
         if options.dilation != (1, 1) {
@@ -160,7 +160,7 @@ fn avg_pool(op: &'static str, x: &Tensor, pool: AvgPool, shape: &[usize]) -> Ten
 
 #[cfg(test)]
 mod tests {
-    use super::Pool2dOptions;
+    use super::Pool2dConfig;
     use crate::testing::gradcheck;
     use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64};
     use crate::{DType, Device, Tensor};
@@ -172,8 +172,8 @@ mod tests {
         (0..25).map(|i| ((i * 7) % 25) as f64).collect()
     }
 
-    fn opt(k: usize, s: usize, p: usize, d: usize, ceil_mode: bool) -> Pool2dOptions {
-        Pool2dOptions { kernel: (k, k), stride: (s, s), padding: (p, p), dilation: (d, d), ceil_mode }
+    fn opt(k: usize, s: usize, p: usize, d: usize, ceil_mode: bool) -> Pool2dConfig {
+        Pool2dConfig { kernel: (k, k), stride: (s, s), padding: (p, p), dilation: (d, d), ceil_mode }
     }
 
     fn ramp(n: usize) -> Vec<f64> {
@@ -189,7 +189,7 @@ mod tests {
     #[test]
     fn max_pool2d_forward() {
         let x = t64(&V, &[1, 1, 4, 4]);
-        let (y, i) = x.max_pool2d_with_indices(Pool2dOptions::new(2));
+        let (y, i) = x.max_pool2d_with_indices(Pool2dConfig::new(2));
         assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 1, 2, 2][..], vec![9.0, 8.0, 13.0, 15.0]));
         assert_eq!(i.to_vec_i64(), vec![1, 6, 12, 10]);
         // 3x3 windows, stride 1, padding 1: padded positions never win.
@@ -229,7 +229,7 @@ mod tests {
         (e[1], e[6], e[10], e[12]) = (11.0, 4.0, 99.0, 22.0);
         assert_eq!(grad(&x), e);
         let x = leaf(&V, &[1, 1, 4, 4]);
-        x.max_pool2d(Pool2dOptions::new(2)).exp().mean().backward();
+        x.max_pool2d(Pool2dConfig::new(2)).exp().mean().backward();
         let mut e = vec![0.0; 16];
         for (i, v) in [(1, 9.0f64), (6, 8.0), (12, 13.0), (10, 15.0)] {
             e[i] = v.exp() / 4.0;
@@ -282,7 +282,7 @@ mod tests {
             let (ev, ei) = reference_2x2(&v, 3, h, w);
             for dtype in [DType::F64, DType::F32] {
                 let x = t64(&v, &[3, h, w]).to_dtype(dtype).requires_grad_(true);
-                let (y, i) = x.max_pool2d_with_indices(Pool2dOptions::new(2));
+                let (y, i) = x.max_pool2d_with_indices(Pool2dConfig::new(2));
                 assert_eq!(y.shape(), &[3, h / 2, w / 2]);
                 let got = y.to_vec_f64();
                 assert!(got.iter().zip(&ev).all(|(a, b)| a == b || a.is_nan() && b.is_nan()), "{h}x{w} {dtype:?}");
@@ -303,12 +303,12 @@ mod tests {
 
     #[test]
     fn max_pool2d_2x2_kernel_gradcheck_and_strided_input() {
-        gradcheck(|t| t[0].max_pool2d(Pool2dOptions::new(2)), &[distinct(&[2, 2, 6, 9])]).unwrap();
+        gradcheck(|t| t[0].max_pool2d(Pool2dConfig::new(2)), &[distinct(&[2, 2, 6, 9])]).unwrap();
         // A transposed (non-contiguous) input pools like its contiguous copy.
         let x = distinct(&[2, 10, 8]).transpose(1, 2);
         assert_eq!(
-            x.max_pool2d(Pool2dOptions::new(2)).to_vec_f64(),
-            x.contiguous().max_pool2d(Pool2dOptions::new(2)).to_vec_f64()
+            x.max_pool2d(Pool2dConfig::new(2)).to_vec_f64(),
+            x.contiguous().max_pool2d(Pool2dConfig::new(2)).to_vec_f64()
         );
     }
 
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!((inc.shape(), inc.to_vec_f64()), (&[1, 1, 2, 2][..], vec![0.25, 1.25, 2.75, 7.0]));
         assert_eq!(x.avg_pool2d(o, false).to_vec_f64(), vec![1.0, 2.5, 5.5, 7.0]);
         let plain = t64(&(0..16).map(f64::from).collect::<Vec<_>>(), &[1, 1, 4, 4]);
-        assert_eq!(plain.avg_pool2d(Pool2dOptions::new(2), true).to_vec_f64(), vec![2.5, 4.5, 10.5, 12.5]);
+        assert_eq!(plain.avg_pool2d(Pool2dConfig::new(2), true).to_vec_f64(), vec![2.5, 4.5, 10.5, 12.5]);
         let ov = plain.avg_pool2d(opt(3, 1, 0, 1, false), true);
         assert_eq!(ov.to_vec_f64(), vec![5.0, 6.0, 9.0, 10.0]);
     }
@@ -408,30 +408,30 @@ mod tests {
         check_noncontig(|t| t[0].adaptive_avg_pool2d((3, 3)), std::slice::from_ref(&x));
         let nhwc = x.permute(&[0, 2, 3, 1]).contiguous().permute(&[0, 3, 1, 2]);
         assert_eq!(
-            nhwc.max_pool2d(Pool2dOptions::new(2)).to_vec_f64(),
-            x.max_pool2d(Pool2dOptions::new(2)).to_vec_f64()
+            nhwc.max_pool2d(Pool2dConfig::new(2)).to_vec_f64(),
+            x.max_pool2d(Pool2dConfig::new(2)).to_vec_f64()
         );
         let t = x.transpose(2, 3);
         assert_eq!(
-            t.avg_pool2d(Pool2dOptions::new(2), true).to_vec_f64(),
-            t.contiguous().avg_pool2d(Pool2dOptions::new(2), true).to_vec_f64()
+            t.avg_pool2d(Pool2dConfig::new(2), true).to_vec_f64(),
+            t.contiguous().avg_pool2d(Pool2dConfig::new(2), true).to_vec_f64()
         );
     }
 
     #[test]
     fn pooling_in_f32_and_on_meta() {
         let x = Tensor::arange(0.0, 16.0, 1.0).reshape(&[1, 1, 4, 4]);
-        assert_eq!(x.max_pool2d(Pool2dOptions::new(2)).to_vec(), vec![5.0, 7.0, 13.0, 15.0]);
+        assert_eq!(x.max_pool2d(Pool2dConfig::new(2)).to_vec(), vec![5.0, 7.0, 13.0, 15.0]);
         assert_eq!(x.adaptive_avg_pool2d((2, 2)).to_vec(), vec![2.5, 4.5, 10.5, 12.5]);
         let m = Tensor::full_on(&[8, 3, 7, 7], 0.0, DType::F32, Device::Meta).requires_grad_(true);
         assert_eq!(m.max_pool2d(opt(3, 2, 1, 1, true)).shape(), &[8, 3, 4, 4]);
-        assert_eq!(m.max_pool2d_with_indices(Pool2dOptions::new(2)).1.dtype(), DType::I64);
+        assert_eq!(m.max_pool2d_with_indices(Pool2dConfig::new(2)).1.dtype(), DType::I64);
         let a = m.avg_pool2d(opt(2, 2, 0, 1, false), true);
         assert_eq!((a.shape(), a.device()), (&[8, 3, 3, 3][..], Device::Meta));
         let ad = m.adaptive_avg_pool2d((5, 5));
         assert_eq!(ad.shape(), &[8, 3, 5, 5]);
         // Regression: max pooling on meta dropped the graph (the result did not require grad).
-        let mp = m.max_pool2d(Pool2dOptions::new(2));
+        let mp = m.max_pool2d(Pool2dConfig::new(2));
         assert!(mp.requires_grad());
         (a.sum() + ad.sum() + mp.sum()).backward();
         assert_eq!(m.grad().unwrap().shape(), &[8, 3, 7, 7]);
@@ -446,7 +446,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "avg_pool2d: input of shape [1, 1, 2, 2] is smaller than the (dilated) window (3, 3)")]
     fn pool_window_larger_than_input_panics() {
-        Tensor::zeros(&[1, 1, 2, 2]).avg_pool2d(Pool2dOptions::new(3), true);
+        Tensor::zeros(&[1, 1, 2, 2]).avg_pool2d(Pool2dConfig::new(3), true);
     }
 
     #[test]

@@ -247,7 +247,7 @@ pub trait Optimizer {
     /// Every entry is checked before anything is kept: the group count, finite and
     /// non-negative learning rates, buffers on the CPU with a floating dtype, the
     /// parameter's shape and finite values (non-negative for second moments), and step
-    /// counts that are whole numbers in `0..=`[`MAX_COUNTER`](crate::checkpoint::MAX_COUNTER).
+    /// counts that are whole numbers in `0..=`[`MAX_COUNTER`].
     /// A state holding NaN or infinite buffers (a diverged run) is refused.
     ///
     /// # Errors
@@ -380,7 +380,7 @@ pub(crate) fn bufs_from_tensors(prefix: &str, names: &[&str], p: &Parameter, sd:
 }
 
 /// A step counter saved by `state_dict`: one value, a whole number in
-/// `0..=`[`MAX_COUNTER`](crate::checkpoint::MAX_COUNTER).
+/// `0..=`[`MAX_COUNTER`].
 pub(crate) fn step_from_tensor(key: &str, t: &Tensor) -> Result<u64> {
     let bad = |msg: String| Err(Error::OptimizerState(msg));
     if t.numel() != 1 {

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use crate::testing::support::{assert_close64, grad, leaf, rng_lock, t64};
-use crate::testing::{gradcheck_with, GradcheckOptions};
+use crate::testing::{gradcheck_with, GradcheckConfig};
 use crate::{manual_seed, no_grad, DType, Device, Error, Tensor};
 
 // ---- dtype conversions --------------------------------------------------------------
@@ -82,7 +82,7 @@ fn to_dtype_backward_converts_the_gradient_back() {
     // Conversions to non-float types cut the graph.
     assert!(!x.to_dtype(DType::I64).requires_grad());
     // Finite differences through an f32 round trip need a coarser step.
-    let o = GradcheckOptions { eps: 1e-3, atol: 1e-3, rtol: 1e-3 };
+    let o = GradcheckConfig { eps: 1e-3, atol: 1e-3, rtol: 1e-3 };
     gradcheck_with(|t| t[0].to_dtype(DType::F32).exp().to_dtype(DType::F64), &[t64(&[0.3, -1.2, 0.8], &[3])], o)
         .unwrap();
 }
@@ -94,8 +94,8 @@ fn meta_tensors_propagate_shapes_and_dtypes_through_a_model() {
     let x = Tensor::full_on(&[8, 3, 16, 16], 0.0, DType::F32, Device::Meta);
     let w = Tensor::full_on(&[4, 3, 3, 3], 0.0, DType::F32, Device::Meta).requires_grad_(true);
     let l = Tensor::full_on(&[10, 64], 0.0, DType::F32, Device::Meta).requires_grad_(true);
-    let h = x.conv2d(&w, None, crate::ops::Conv2dOptions { padding: (1, 1), ..Default::default() });
-    let h = h.relu().max_pool2d(crate::ops::Pool2dOptions::new(4)).flatten(1, -1);
+    let h = x.conv2d(&w, None, crate::ops::Conv2dConfig { padding: (1, 1), ..Default::default() });
+    let h = h.relu().max_pool2d(crate::ops::Pool2dConfig::new(4)).flatten(1, -1);
     assert_eq!(h.shape(), &[8, 64]);
     let logits = h.matmul(&l.t());
     let loss = logits.log_softmax(-1).mean();

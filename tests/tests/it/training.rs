@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use nn_core::functional::{self as F, ClassLossOptions, Reduction};
+use nn_core::functional::{self as F, ClassLossConfig, Reduction};
 use nn_core::optim::{
     clip_grad_norm_, Adam, AdamConfig, AdamW, AdamWConfig, CosineAnnealingLR, LinearLR, LrScheduler, Optimizer,
     ParamGroup, Sgd, SgdConfig, StepLR,
@@ -88,7 +88,7 @@ fn losses_match_pytorch() {
     let f = fixture("losses.safetensors");
     let g = |k: &str| f.get(k).unwrap().clone();
     let (target, target3) = (g("target"), g("target3"));
-    let smooth = |s: f64, r: Reduction| ClassLossOptions { label_smoothing: s, reduction: r, ..Default::default() };
+    let smooth = |s: f64, r: Reduction| ClassLossConfig { label_smoothing: s, reduction: r, ..Default::default() };
     let cases: Vec<LossCase<'_>> = vec![
         ("ce", g("logits"), Box::new(|z| F::cross_entropy(z, &target))),
         ("ce_smooth_sum", g("logits"), Box::new(|z| F::cross_entropy_with(z, &target, smooth(0.2, Reduction::Sum)))),
