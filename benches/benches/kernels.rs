@@ -22,7 +22,7 @@ fn matmul(c: &mut Criterion) {
     g.finish();
 }
 
-/// The two GEMM backends on the shapes nn's workloads produce (what `nn_core::gemm`'s
+/// The two GEMM backends on the shapes nn's workloads produce (what `nn_core::backend::cpu::gemm`'s
 /// choice rests on): square sizes, the MLP's forward and gradient products, the CNN's
 /// convolution products (im2col'd, batch 32), a Transformer layer's projections.
 fn gemm_backends(c: &mut Criterion) {

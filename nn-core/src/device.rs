@@ -9,8 +9,8 @@ use std::fmt;
 /// (parameter count, state-dict schema) in O(1) memory and materialised later. Reading
 /// values (`to_vec`, `item`) from a meta tensor panics with a message saying so.
 ///
-/// Storage is an enum behind this tag, so another backend adds a variant here and in
-/// `storage.rs` without touching modules. Ops never copy silently between devices: mixing
+/// Storage is an enum behind this tag, so another backend adds a variant here and a module
+/// under [`crate::backend`] (see its docs for the contract) without touching ops or modules. Ops never copy silently between devices: mixing
 /// devices in one op panics and names both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Device {

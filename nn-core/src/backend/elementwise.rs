@@ -107,6 +107,28 @@ impl Storage {
         Storage::run([self], (dtype, l.numel()), |[x]| x.convert_layout(l, dtype))
     }
 
+    /// In-place integer arithmetic on an `i64` buffer: `dst = f(dst, rhs)` at the
+    /// positions `layout` selects, `rhs` (any integer or bool buffer, read as `i64`)
+    /// through `rhs_layout` of the same shape. Every result is computed before any is
+    /// written: on the first `(a, b)` for which `f` returns `None` (an overflow) nothing
+    /// changes and that pair is returned. A meta buffer has nothing to update.
+    pub(crate) fn checked_int_update(
+        &mut self,
+        layout: &Layout,
+        (rhs, rhs_layout): (&Storage, &Layout),
+        f: &dyn Fn(i64, i64) -> Option<i64>,
+    ) -> Option<(i64, i64)> {
+        match (self, rhs) {
+            (Storage::Cpu(dst), Storage::Cpu(rhs)) => {
+                cpu::elementwise::checked_int_update(dst, layout, (rhs, rhs_layout), f)
+            }
+            (Storage::Meta { .. }, _) => None,
+            (dst, rhs) => {
+                panic!("checked_int_update: a {} buffer cannot take values from {}", dst.device(), rhs.device())
+            }
+        }
+    }
+
     /// Writes the elements `src_layout` selects from `src` (converted to this buffer's
     /// dtype) into the positions `layout` selects here, in place.
     pub(crate) fn write_from(&mut self, layout: &Layout, src: &Storage, src_layout: &Layout) {

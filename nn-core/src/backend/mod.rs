@@ -6,8 +6,12 @@
 //! dtype and device checks, error messages, the autograd wiring. It then asks for values
 //! through the methods of [`Storage`] defined in this module and its children, passing
 //! only [`Storage`]s, [`Layout`]s and plain kernel descriptions (the `UnaryOp` and
-//! `BinaryOp` tables, `ConvGeometry`, ...). Those methods are the whole interface; no
-//! code outside `backend` names a backend's buffer type.
+//! `BinaryOp` tables, `ConvGeometry`, ...). Those methods are the whole interface: no
+//! op, module or autograd code names a backend's buffer type. (Two places outside
+//! `backend` still do, both host-side by nature: the optimizers keep their state in host
+//! vectors and update it with host closures, and `__private` exposes the CPU GEMM to the
+//! benchmark that chose its kernel library. Device-resident optimizer state comes with
+//! the GPU backend.)
 //!
 //! Every interface method:
 //! - receives operands already checked by the op: one device, matching dtypes, layouts
@@ -21,17 +25,19 @@
 //! - panics only for conditions the op could not check without reading values (an index
 //!   out of range, an integer overflow), with a message naming the op.
 //!
-//! The meta device is handled in one place, `Storage::run`: when any operand is a meta
-//! buffer the kernel is skipped and a meta buffer of the output's dtype and length is
-//! returned. Kernels never see meta storage.
+//! The meta device is handled in this module only: `Storage::run` (and `run2`) skip the
+//! kernel when any operand is a meta buffer and return meta buffers of the outputs' dtypes
+//! and lengths; the few methods that are not one kernel call (transfers to and from the
+//! host, max pooling with its saved argmax, quantiles) match the meta variant themselves.
+//! Kernels never see meta storage, and no op in `ops` tests for a device.
 //!
 //! # Adding a device
 //!
 //! A new device is a new child module (as `cpu`) providing one kernel per interface
 //! method over its own buffer type, a variant of [`Storage`] holding that buffer, a
 //! [`Device`] variant, and an arm for it in `Storage::run` and the methods below; the
-//! compiler lists every method that lacks one. Nothing in `ops`, `module`, `autograd`,
-//! `optim` or `nn-layers` changes.
+//! compiler lists every method that lacks one. Nothing in `ops`, `module`, `autograd` or
+//! `nn-layers` changes.
 
 use crate::device::Device;
 use crate::dtype::{DType, Element};

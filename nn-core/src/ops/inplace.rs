@@ -4,10 +4,7 @@
 use std::ops::{AddAssign, MulAssign, SubAssign};
 
 use crate::autograd::no_grad;
-use crate::backend::Storage;
-use crate::device::Device;
 use crate::dtype::DType;
-use crate::shape::Layout;
 use crate::tensor::Tensor;
 
 /// The right-hand side of in-place arithmetic ([`Tensor::add_`], [`Tensor::sub_`],
@@ -220,35 +217,21 @@ impl Tensor {
                 self.shape()
             );
         }
-        if self.device() == Device::Meta {
-            return self;
-        }
-        let rhs: Vec<i64> = match rhs {
-            Operand::Int(v) => vec![v; self.numel()],
-            Operand::Broadcast(t) => {
-                let layout = t.layout().broadcast_to(self.shape()).expect("checked in arith_");
-                t.storage_arc().to_vec_of::<i64>(&layout).expect("same device as this tensor, which has values")
-            }
+        let rhs = match rhs {
+            Operand::Int(v) => Tensor::full_on(&[], v as f64, DType::I64, self.device()),
+            Operand::Broadcast(t) => t.clone(),
             Operand::Float(_) => unreachable!("refused above"),
         };
-        // All results first, so that an overflow panics before anything is written.
-        let new: Vec<i64> = self
-            .to_vec_i64()
-            .into_iter()
-            .zip(rhs)
-            .map(|(a, b)| {
-                op.checked(a, b).unwrap_or_else(|| {
-                    panic!(
-                        "{name}: i64 overflow computing {a} {} {b} (tensor of shape {:?})",
-                        op.symbol(),
-                        self.shape()
-                    )
-                })
-            })
-            .collect();
-        let n = new.len();
-        let new = Storage::from_vec(new);
-        self.modify_storage(name, |dst, layout| dst.write_from(layout, &new, &Layout::contiguous(&[n])));
+        let rhs_layout = rhs.layout().broadcast_to(self.shape()).expect("checked in arith_");
+        let rhs_storage = rhs.storage_arc();
+        // The backend computes every result before writing any, so an overflow panics with
+        // the tensor unchanged.
+        let overflow = self.update_storage(|dst, layout| {
+            dst.checked_int_update(layout, (&rhs_storage, &rhs_layout), &|a, b| op.checked(a, b))
+        });
+        if let Some((a, b)) = overflow {
+            panic!("{name}: i64 overflow computing {a} {} {b} (tensor of shape {:?})", op.symbol(), self.shape());
+        }
         self
     }
 }

@@ -7,7 +7,6 @@ use smallvec::smallvec;
 
 use super::{check_float, check_same};
 use crate::autograd::{op_result, Grads};
-use crate::device::Device;
 use crate::shape::{broadcast_shapes, Dims, Layout};
 use crate::tensor::Tensor;
 
@@ -92,7 +91,7 @@ impl Tensor {
     /// `self [m, k] @ weight[n, k]^T + bias [n]` as one `addmm` of the backend (the
     /// bias broadcast over the rows, `weight^T` a strided view: no copies).
     /// `None` (the caller falls back to the two ops, and their error messages) unless the
-    /// shapes fit, all three share a float dtype and device, and it holds values.
+    /// shapes fit and all three share a float dtype and a device.
     pub(crate) fn addmm_t(&self, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
         const OP: &str = "linear";
         let fits = self.rank() == 2
@@ -101,7 +100,7 @@ impl Tensor {
             && self.shape()[1] == weight.shape()[1]
             && bias.shape()[0] == weight.shape()[0];
         let same = [weight, bias].iter().all(|t| t.dtype() == self.dtype() && t.device() == self.device());
-        if !fits || !same || !self.dtype().is_compute_float() || self.device() == Device::Meta {
+        if !fits || !same || !self.dtype().is_compute_float() {
             return None;
         }
         let (m, n) = (self.shape()[0], weight.shape()[0]);
@@ -396,7 +395,7 @@ mod tests {
         assert_eq!(y.dtype(), DType::F32);
         y.sum().backward();
         assert_close64(&grad(&w32), &x.sum_dims(&[0usize], true).expand(&[4, 3]).to_vec_f64(), 1e-5);
-        // Meta falls back to the plain ops (shapes only); a bad shape still names matmul.
+        // Meta gives shapes only; a bad shape still names matmul.
         let xm = Tensor::full_on(&[5, 3], 0.0, DType::F32, Device::Meta);
         let (wm, bm) = (
             Tensor::full_on(&[4, 3], 0.0, DType::F32, Device::Meta),

@@ -407,10 +407,7 @@ mod tests {
         check_noncontig(|t| t[0].avg_pool2d(opt(3, 2, 1, 1, true), false), std::slice::from_ref(&x));
         check_noncontig(|t| t[0].adaptive_avg_pool2d((3, 3)), std::slice::from_ref(&x));
         let nhwc = x.permute(&[0, 2, 3, 1]).contiguous().permute(&[0, 3, 1, 2]);
-        assert_eq!(
-            nhwc.max_pool2d(Pool2dConfig::new(2)).to_vec_f64(),
-            x.max_pool2d(Pool2dConfig::new(2)).to_vec_f64()
-        );
+        assert_eq!(nhwc.max_pool2d(Pool2dConfig::new(2)).to_vec_f64(), x.max_pool2d(Pool2dConfig::new(2)).to_vec_f64());
         let t = x.transpose(2, 3);
         assert_eq!(
             t.avg_pool2d(Pool2dConfig::new(2), true).to_vec_f64(),

@@ -107,6 +107,13 @@ impl Tensor {
         if self.device() == Device::Meta {
             panic!("{op}: tensor on the meta device has no values to update");
         }
+        self.update_storage(f)
+    }
+
+    /// Runs `f` on this tensor's buffer for writing (copy-on-write, as
+    /// [`modify_storage`](Tensor::modify_storage)), on any device: the backend's in-place
+    /// methods leave a meta buffer as it is.
+    pub(crate) fn update_storage<R>(&self, f: impl FnOnce(&mut Storage, &Layout) -> R) -> R {
         let mut guard = self.0.storage.write().unwrap_or_else(|e| e.into_inner());
         f(Arc::make_mut(&mut guard), &self.0.layout)
     }

@@ -93,6 +93,26 @@ pub(crate) fn select(
     })
 }
 
+/// See [`crate::backend::Storage::checked_int_update`].
+pub(crate) fn checked_int_update(
+    dst: &mut CpuStorage,
+    layout: &Layout,
+    (rhs, rhs_layout): (&CpuStorage, &Layout),
+    f: &dyn Fn(i64, i64) -> Option<i64>,
+) -> Option<(i64, i64)> {
+    let a = dst.to_vec_of::<i64>(layout);
+    let b = rhs.to_vec_of::<i64>(rhs_layout);
+    let mut new = Vec::with_capacity(a.len());
+    for (&x, &y) in a.iter().zip(&b) {
+        match f(x, y) {
+            Some(v) => new.push(v),
+            None => return Some((x, y)),
+        }
+    }
+    super::scatter_into(dst, layout, &CpuStorage::I64(new));
+    None
+}
+
 /// Logical not of a `Bool` buffer.
 pub(crate) fn logical_not(x: &CpuStorage, l: &Layout) -> CpuStorage {
     CpuStorage::Bool(map1(bool::slice(x).expect("a bool tensor"), l, |v: bool| !v))
