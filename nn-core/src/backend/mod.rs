@@ -202,3 +202,52 @@ impl Storage {
         Some(out.map(|c| c.expect("filled above")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_meta_operand_skips_the_kernel_and_gives_the_stated_output() {
+        let cpu = Storage::full(Device::Cpu, DType::F32, 6, 1.0);
+        let meta = Storage::full(Device::Meta, DType::F32, 6, 0.0);
+        let out = Storage::run([&cpu, &meta], (DType::Bool, 4), |_| panic!("the kernel must not run"));
+        assert_eq!(out, Storage::Meta { dtype: DType::Bool, len: 4 });
+        let both = Storage::run([&cpu, &cpu], (DType::F32, 6), |[a, _]| a.clone());
+        assert_eq!(both, cpu);
+        let (x, y) = Storage::run2([&meta], [(DType::F64, 2), (DType::I64, 3)], |_| panic!("not run"));
+        assert_eq!((x.len(), y.dtype()), (2, DType::I64));
+    }
+
+    #[test]
+    fn host_vectors_round_trip_through_every_element_type() {
+        let l = Layout::contiguous(&[3]);
+        let s = Storage::from_vec(vec![1.5f64, -2.0, 3.25]);
+        assert_eq!(s.dtype(), DType::F64);
+        assert_eq!(s.to_vec_of::<f32>(&l), Some(vec![1.5f32, -2.0, 3.25]));
+        assert_eq!(s.to_vec_of::<i64>(&l), Some(vec![1, -2, 3]));
+        assert_eq!(s.to_vec_of::<bool>(&l), Some(vec![true, true, true]));
+        let h = Storage::from_vec(vec![half::f16::from_f32(0.5); 3]);
+        assert_eq!(h.dtype(), DType::F16);
+        assert_eq!(h.to_vec_of::<f64>(&l), Some(vec![0.5; 3]));
+        let b = Storage::from_vec(vec![half::bf16::from_f32(2.0), half::bf16::ZERO]);
+        assert_eq!(b.to_vec_of::<i64>(&Layout::contiguous(&[2])), Some(vec![2, 0]));
+        // i64 above 2^53 is copied, not rounded through f64.
+        let big = Storage::from_vec(vec![(1i64 << 53) + 1]);
+        assert_eq!(big.to_vec_of::<i64>(&Layout::contiguous(&[1])), Some(vec![(1i64 << 53) + 1]));
+        assert_eq!(Storage::full(Device::Meta, DType::F32, 3, 0.0).to_vec_of::<f32>(&l), None);
+    }
+
+    #[test]
+    fn an_integer_update_that_overflows_changes_nothing() {
+        let l = Layout::contiguous(&[3]);
+        let mut dst = Storage::from_vec(vec![1i64, i64::MAX, 3]);
+        let rhs = Storage::from_vec(vec![1i64, 1, 1]);
+        let bad = dst.checked_int_update(&l, (&rhs, &l), &|a, b| a.checked_add(b));
+        assert_eq!(bad, Some((i64::MAX, 1)));
+        assert_eq!(dst.to_vec_of::<i64>(&l), Some(vec![1, i64::MAX, 3]), "nothing written");
+        let mut ok = Storage::from_vec(vec![1i64, 2, 3]);
+        assert_eq!(ok.checked_int_update(&l, (&rhs, &l), &|a, b| a.checked_add(b)), None);
+        assert_eq!(ok.to_vec_of::<i64>(&l), Some(vec![2, 3, 4]));
+    }
+}

@@ -404,4 +404,35 @@ mod tests {
         let inside = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         assert_eq!(inside.install(|| threads_for(1024, 1024, 1024)), 1);
     }
+
+    #[test]
+    fn the_safe_entry_refuses_an_operand_that_overruns_its_buffer() {
+        let (a, b) = (vec![1.0f64; 6], vec![1.0f64; 5]);
+        let mut c = vec![0.0; 4];
+        let err = std::panic::catch_unwind(move || {
+            gemm(
+                (2, 3, 2),
+                1.0,
+                MatRef::row_major(&a, (2, 3), false),
+                MatRef::row_major(&b, (3, 2), false),
+                0.0,
+                &mut c,
+            )
+        })
+        .unwrap_err();
+        let msg = err.downcast_ref::<String>().expect("a formatted message");
+        assert!(msg.contains("operand b (3 x 2, strides 2 and 1, offset 0) overruns its buffer of 5"), "{msg}");
+    }
+
+    #[test]
+    fn the_safe_entry_multiplies_strided_and_broadcast_operands() {
+        // a: three rows of [1, 2] (row stride 0, a broadcast); b: [[1, 1, 1], [0, 0, 1]] read
+        // through the transpose of its storage [[1, 0], [1, 0], [1, 1]].
+        let a = [1.0f32, 2.0];
+        let b = [1.0f32, 0.0, 1.0, 0.0, 1.0, 1.0];
+        let mut c = [0.0f32; 9];
+        let a = MatRef { data: &a, offset: 0, row_stride: 0, col_stride: 1 };
+        gemm((3, 2, 3), 1.0, a, MatRef::row_major(&b, (2, 3), true), 0.0, &mut c);
+        assert_eq!(c, [1.0, 1.0, 3.0, 1.0, 1.0, 3.0, 1.0, 1.0, 3.0]);
+    }
 }
