@@ -47,11 +47,11 @@ impl Embedding {
             panic!("Embedding: padding_idx {padding_idx} must be within num_embeddings {num_embeddings}");
         }
         let mut e = Self::new(num_embeddings, embedding_dim);
-        if e.weight.device() != nn_core::Device::Meta {
-            let mut w = e.weight.to_vec();
-            w[padding_idx * embedding_dim..(padding_idx + 1) * embedding_dim].fill(0.0);
-            nn_core::no_grad(|| e.weight.copy_(&Tensor::from_vec(w, &[num_embeddings, embedding_dim])));
-        }
+        // Zero the padding row with tensor ops, so it works on whatever device the table is.
+        let mut rows = vec![false; num_embeddings];
+        rows[padding_idx] = true;
+        let padding_row = Tensor::from_vec_bool(rows, &[num_embeddings, 1]).to_device(e.weight.device());
+        nn_core::no_grad(|| e.weight.copy_(&e.weight.masked_fill(&padding_row, 0.0)));
         e.padding_idx = Some(padding_idx);
         e
     }
