@@ -123,6 +123,7 @@ pub mod state_dict;
 pub mod storage;
 pub mod tensor;
 pub mod testing;
+pub mod trace;
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -144,7 +144,9 @@ pub(crate) fn op_result<B: Backward>(
     } else {
         None
     };
-    Tensor::from_parts(storage, layout, grad_fn)
+    let out = Tensor::from_parts(storage, layout, grad_fn);
+    crate::trace::on_op_result(name, inputs, &out);
+    out
 }
 
 /// Records a user-defined differentiable function, like `torch.autograd.Function`.

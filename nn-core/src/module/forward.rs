@@ -192,6 +192,7 @@ impl<M: Compute + ?Sized> Forward for M {
         M::Input: 'a,
     {
         let input = input.into_input();
+        let _scope = crate::trace::module(self.module_base());
         self.module_base().call(&*input, |x| self.compute(x))
     }
 }

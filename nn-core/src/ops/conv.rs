@@ -153,6 +153,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dOptions) -> Tensor {
+        let _t = crate::trace::op_with("conv2d", &[self, weight], &[bias], || crate::trace::conv_attrs(&options));
         const OP: &str = "conv2d";
         let mut operands = vec![self, weight];
         operands.extend(bias);

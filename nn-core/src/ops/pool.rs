@@ -96,6 +96,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_pool2d(&self, options: Pool2dOptions) -> Tensor {
+        let _t = crate::trace::op("max_pool2d", &[self], || crate::trace::pool_attrs(&options));
         self.max_pool2d_impl(options).0
     }
 
@@ -103,6 +104,7 @@ impl Tensor {
     /// PyTorch's `return_indices=True`.
     #[track_caller]
     pub fn max_pool2d_with_indices(&self, options: Pool2dOptions) -> (Tensor, Tensor) {
+        let _t = crate::trace::op("max_pool2d_with_indices", &[self], || crate::trace::pool_attrs(&options));
         let (out, argmax) = self.max_pool2d_impl(options);
         let indices = match argmax {
             None => Tensor::full_on(out.shape(), 0.0, crate::DType::I64, Device::Meta),
@@ -279,6 +281,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn avg_pool2d(&self, options: Pool2dOptions, count_include_pad: bool) -> Tensor {
+        let _t = crate::trace::op("avg_pool2d", &[self], || [crate::trace::pool_attrs(&options), vec![("count_include_pad", crate::trace::Attr::Bool(count_include_pad))]].concat());
         const OP: &str = "avg_pool2d";
         check_float(OP, self);
         if options.dilation != (1, 1) {
@@ -311,6 +314,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn adaptive_avg_pool2d(&self, output_size: (usize, usize)) -> Tensor {
+        let _t = crate::trace::op("adaptive_avg_pool2d", &[self], || vec![("output_size", crate::trace::ints(&[output_size.0, output_size.1]))]);
         const OP: &str = "adaptive_avg_pool2d";
         check_float(OP, self);
         if self.rank() != 3 && self.rank() != 4 {

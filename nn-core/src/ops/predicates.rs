@@ -29,6 +29,7 @@ impl Tensor {
     /// assert_eq!(x.isnan().dtype(), DType::Bool);
     /// ```
     pub fn isnan(&self) -> Tensor {
+        let _t = crate::trace::op("isnan", &[self], Vec::new);
         predicate(self, f64::is_nan)
     }
 
@@ -40,6 +41,7 @@ impl Tensor {
     /// assert_eq!(x.isinf().to_vec_bool(), vec![false, false, true]);
     /// ```
     pub fn isinf(&self) -> Tensor {
+        let _t = crate::trace::op("isinf", &[self], Vec::new);
         predicate(self, f64::is_infinite)
     }
 
@@ -53,6 +55,7 @@ impl Tensor {
     /// assert!(x.isfinite().any().item_bool() && !x.isfinite().all().item_bool());
     /// ```
     pub fn isfinite(&self) -> Tensor {
+        let _t = crate::trace::op("isfinite", &[self], Vec::new);
         predicate(self, f64::is_finite)
     }
 
@@ -65,6 +68,7 @@ impl Tensor {
     /// assert!(!Tensor::zeros(&[0]).any().item_bool());
     /// ```
     pub fn any(&self) -> Tensor {
+        let _t = crate::trace::op("any", &[self], Vec::new);
         self.bool_reduce(None, false, false)
     }
 
@@ -78,6 +82,7 @@ impl Tensor {
     /// assert!(!x.gt(&Tensor::scalar(1.0)).all().item_bool());
     /// ```
     pub fn all(&self) -> Tensor {
+        let _t = crate::trace::op("all", &[self], Vec::new);
         self.bool_reduce(None, false, true)
     }
 
@@ -157,6 +162,7 @@ impl Tensor {
     /// When the tensor does not hold exactly one element, or is on the meta device.
     #[track_caller]
     pub fn item_bool(&self) -> bool {
+        crate::trace::on_access(crate::trace::OpKind::HostRead, "item_bool", self);
         if self.numel() != 1 {
             panic!(
                 "item_bool: a tensor with {} elements (shape {:?}) cannot be converted to a scalar",

@@ -102,6 +102,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax<D: Dim>(&self, dim: D) -> Tensor {
+        let _t = crate::trace::op("softmax", &[self], || vec![("dim", crate::trace::int(dim.resolve(self.rank(), "softmax")))]);
         softmax_impl(self, dim, false)
     }
 
@@ -114,6 +115,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax<D: Dim>(&self, dim: D) -> Tensor {
+        let _t = crate::trace::op("log_softmax", &[self], || vec![("dim", crate::trace::int(dim.resolve(self.rank(), "log_softmax")))]);
         softmax_impl(self, dim, true)
     }
 }

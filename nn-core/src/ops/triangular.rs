@@ -44,6 +44,7 @@ impl Tensor {
     /// When the tensor has fewer than 2 dims.
     #[track_caller]
     pub fn tril(&self, diagonal: i64) -> Tensor {
+        let _t = crate::trace::op("tril", &[self], || vec![("diagonal", crate::trace::Attr::Int(diagonal))]);
         triangle(self, "tril", diagonal, true)
     }
 
@@ -61,6 +62,7 @@ impl Tensor {
     /// When the tensor has fewer than 2 dims.
     #[track_caller]
     pub fn triu(&self, diagonal: i64) -> Tensor {
+        let _t = crate::trace::op("triu", &[self], || vec![("diagonal", crate::trace::Attr::Int(diagonal))]);
         triangle(self, "triu", diagonal, false)
     }
 }

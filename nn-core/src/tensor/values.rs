@@ -74,6 +74,7 @@ impl Tensor {
     /// The values, row-major, converted to `T`.
     #[track_caller]
     pub fn to_vec_of<T: Element>(&self) -> Vec<T> {
+        crate::trace::on_access(crate::trace::OpKind::HostRead, "to_vec", self);
         let s = self.cpu_storage("to_vec");
         let Storage::Cpu(c) = &*s else { unreachable!() };
         match T::slice(c) {
