@@ -64,6 +64,7 @@ where
     for &b in &batches[1..] {
         let input = make(b);
         let want = nn_core::no_grad(|| model.forward(&input)).tensors();
+        dump(what, &bytes, &input.tensors(), &want);
         let got = run_tract(&bytes, &input.tensors());
         assert_eq!(got.len(), want.len(), "{what}: number of outputs");
         for (k, ((gs, gv), w)) in got.iter().zip(&want).enumerate() {
@@ -89,4 +90,23 @@ pub fn vals(shape: &[usize], seed: u64) -> Tensor {
     let n: usize = shape.iter().product();
     let v = (0..n as u64).map(|i| ((i * 7919 + seed * 104_729) % 97) as f32 / 24.0 - 2.0).collect();
     Tensor::from_vec(v, shape)
+}
+
+/// With `NN_ONNX_OUT=DIR`, writes the file and one batch of inputs and nn's outputs
+/// (`<name>.onnx`, `<name>.io.safetensors` with `input_<i>` and `output_<k>`) for
+/// `nn-onnx/check_onnx.py`, which validates them with onnx's checker and onnxruntime.
+fn dump(what: &str, bytes: &[u8], inputs: &[Tensor], outputs: &[Tensor]) {
+    let Ok(dir) = std::env::var("NN_ONNX_OUT") else { return };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let stem: String = what.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    std::fs::write(dir.join(format!("{stem}.onnx")), bytes).unwrap();
+    let mut sd = nn_core::StateDict::new();
+    for (i, t) in inputs.iter().enumerate() {
+        sd.insert(format!("input_{i}"), t.contiguous());
+    }
+    for (k, t) in outputs.iter().enumerate() {
+        sd.insert(format!("output_{k}"), t.contiguous());
+    }
+    sd.save(dir.join(format!("{stem}.io.safetensors"))).unwrap();
 }
