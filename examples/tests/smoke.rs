@@ -97,7 +97,16 @@ fn export_onnx_writes_both_models() {
         write_idx(&data.join(format!("{prefix}-labels-idx1-ubyte")), &[n], &labels);
     }
     let out_dir = dir.path().join("out");
-    let args = ["--epochs", "2", "--cnn-train", "32", "--data-dir", data.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()];
+    let args = [
+        "--epochs",
+        "2",
+        "--cnn-train",
+        "32",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--out-dir",
+        out_dir.to_str().unwrap(),
+    ];
     let out = run(env!("CARGO_BIN_EXE_export_onnx"), &args);
     assert!(out.contains("digits MLP held-out accuracy") && out.contains("MNIST CNN held-out accuracy"), "{out}");
     for (stem, first_op) in [("digits_mlp", "Gemm"), ("mnist_cnn", "Conv")] {
@@ -106,7 +115,10 @@ fn export_onnx_writes_both_models() {
         assert_eq!(s.op_types[0], first_op, "{stem}: {:?}", s.op_types);
         assert!(out_dir.join(format!("{stem}.io.safetensors")).exists());
     }
-    let missing = Command::new(env!("CARGO_BIN_EXE_export_onnx")).args(["--data-dir", "/nonexistent", "--epochs", "1", "--out-dir", out_dir.to_str().unwrap()]).output().unwrap();
+    let missing = Command::new(env!("CARGO_BIN_EXE_export_onnx"))
+        .args(["--data-dir", "/nonexistent", "--epochs", "1", "--out-dir", out_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("--no-cnn"), "the error says how to skip the CNN");
 }

@@ -412,7 +412,12 @@ mod tests {
         // `add_` with a scalar computes with `affine` and writes with `copy_`.
         assert_eq!(
             kinds,
-            [("my_op", OpKind::Untraced), ("add_", OpKind::InPlace), ("copy_", OpKind::InPlace), ("to_vec", OpKind::HostRead)]
+            [
+                ("my_op", OpKind::Untraced),
+                ("add_", OpKind::InPlace),
+                ("copy_", OpKind::InPlace),
+                ("to_vec", OpKind::HostRead)
+            ]
         );
         assert_eq!(t.ops[0].name, "exp");
     }

@@ -68,6 +68,8 @@ pub(crate) struct Builder<'a> {
     /// Tensors a traced op created besides its result: op index.
     internal: HashMap<TensorId, usize>,
     consumed: HashSet<TensorId>,
+    /// Results of layout-only ops (`contiguous`, `detach`): the tensor they alias.
+    aliases: HashMap<TensorId, Tensor>,
     counter: usize,
     /// Path prefix for the nodes of the op being converted.
     scope: String,
@@ -152,6 +154,7 @@ impl<'a> Builder<'a> {
             pending_const: HashMap::new(),
             internal: HashMap::new(),
             consumed: HashSet::new(),
+            aliases: HashMap::new(),
             counter: 0,
             scope: String::new(),
         }
@@ -267,6 +270,7 @@ impl<'a> Builder<'a> {
 
     /// Converts the ops of two aligned traces.
     pub(crate) fn add_trace(&mut self, a: &Trace, b: &Trace) -> Result<(), Error> {
+        let (a, b) = (&self.strip_aliases(a), &self.strip_aliases(b));
         if let Some(i) = (0..a.ops.len().max(b.ops.len()))
             .find(|&i| a.ops.get(i).map(|o| (o.name, o.kind)) != b.ops.get(i).map(|o| (o.name, o.kind)))
         {
@@ -293,6 +297,41 @@ impl<'a> Builder<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Drops the ops that return their input's values unchanged and depend on the layout,
+    /// not the values (`contiguous` copies only non-contiguous inputs, so it may run for one
+    /// batch size and not the other): their results become aliases of their inputs.
+    fn strip_aliases(&mut self, t: &Trace) -> Trace {
+        let mut ops = Vec::with_capacity(t.ops.len());
+        for op in &t.ops {
+            let mut op = op.clone();
+            for i in op.inputs.iter_mut() {
+                while let Some(src) = self.aliases.get(&i.id()) {
+                    *i = src.clone();
+                }
+            }
+            let alias = matches!(
+                (op.kind, op.name),
+                (OpKind::Untraced, "contiguous" | "to_device") | (OpKind::Traced, "detach")
+            );
+            match (&op.output, alias) {
+                (Some(out), true) if op.inputs.len() == 1 => {
+                    self.aliases.insert(out.id(), op.inputs[0].clone());
+                }
+                _ => ops.push(op),
+            }
+        }
+        Trace { ops }
+    }
+
+    /// `t`, or the tensor it is an alias of.
+    pub(crate) fn resolve(&self, t: &Tensor) -> Tensor {
+        let mut t = t.clone();
+        while let Some(src) = self.aliases.get(&t.id()) {
+            t = src.clone();
+        }
+        t
     }
 
     fn add_op(&mut self, op: OpPair<'_>) -> Result<(), Error> {
@@ -386,6 +425,7 @@ impl<'a> Builder<'a> {
 
     /// The ONNX value of a forward's result, writing what it needs.
     pub(crate) fn output_value(&mut self, t: &Tensor, b: &Tensor) -> Result<String, Error> {
+        let (t, b) = (&self.resolve(t), &self.resolve(b));
         let fake = TracedOp {
             name: "output",
             kind: OpKind::Traced,

@@ -286,7 +286,12 @@ where
 ///
 /// # Panics
 /// When the model's forward panics on `example` (a shape the model rejects).
-pub fn export_with<M>(model: &M, example: &M::Input, path: impl AsRef<Path>, options: &ExportOptions) -> Result<(), Error>
+pub fn export_with<M>(
+    model: &M,
+    example: &M::Input,
+    path: impl AsRef<Path>,
+    options: &ExportOptions,
+) -> Result<(), Error>
 where
     M: Forward + Module,
     M::Input: ExportInput,
@@ -388,7 +393,7 @@ where
     let mut outputs = Vec::new();
     for (k, ((ta, tb), name)) in out_a.iter().zip(&out_b).zip(&output_names).enumerate() {
         let value = g.output_value(ta, tb)?;
-        let taken = out_a[..k].iter().any(|p| p.id() == ta.id());
+        let taken = out_a[..k].iter().any(|p| g.resolve(p).id() == g.resolve(ta).id());
         if g.is_node_output(&value) && !taken && !input_names.contains(&value) {
             g.rename(&value, name);
         } else {
@@ -406,7 +411,8 @@ where
                     return DimSpec::Fixed(da);
                 }
                 // Name it after the input axis that moves the same way, if there is one.
-                let same = axes.iter().find(|d| inputs[d.input].shape()[d.axis] == da && grown[d.input].shape()[d.axis] == db);
+                let same =
+                    axes.iter().find(|d| inputs[d.input].shape()[d.axis] == da && grown[d.input].shape()[d.axis] == db);
                 DimSpec::Named(same.map_or_else(|| format!("{name}_dim{i}"), |d| d.name.clone()))
             })
             .collect::<Vec<_>>();
@@ -523,7 +529,12 @@ pub fn inspect(bytes: &[u8]) -> Result<Summary, Error> {
         (v.name.clone().unwrap_or_default(), d)
     };
     Ok(Summary {
-        opset: m.opset_import.iter().find(|o| o.domain.as_deref().unwrap_or("").is_empty()).and_then(|o| o.version).unwrap_or(0),
+        opset: m
+            .opset_import
+            .iter()
+            .find(|o| o.domain.as_deref().unwrap_or("").is_empty())
+            .and_then(|o| o.version)
+            .unwrap_or(0),
         inputs: g.input.iter().map(dims).collect(),
         outputs: g.output.iter().map(dims).collect(),
         initializers: g.initializer.iter().map(|t| t.name.clone().unwrap_or_default()).collect(),

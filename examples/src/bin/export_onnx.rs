@@ -96,7 +96,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.no_cnn {
         return Ok(());
     }
-    let dir = args.data_dir.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mnist"));
+    let dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/mnist"));
     let (x_train, y_train) = load_mnist(&dir, Split::Train)
         .map_err(|e| format!("{e}\n(pass --data-dir with MNIST's IDX files, or --no-cnn; see data/README.md)"))?;
     let (x_test, y_test) = load_mnist(&dir, Split::Test)?;
@@ -106,7 +109,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     train(&mut cnn, &mut opt, &DataLoader::new(x_train, y_train, 64).shuffle(a.seed), 1, "mnist cnn");
     let n = x_test.shape()[0].min(2000);
     let (x_eval, y_eval) = (x_test.narrow(0, 0, n), y_test.narrow(0, 0, n));
-    println!("MNIST CNN held-out accuracy: {:.2}% (first {n} test images)", accuracy(&cnn, &x_eval, &y_eval, 500) * 100.0);
+    println!(
+        "MNIST CNN held-out accuracy: {:.2}% (first {n} test images)",
+        accuracy(&cnn, &x_eval, &y_eval, 500) * 100.0
+    );
     export(&cnn, &x_test, &a.out("mnist_cnn.onnx")?)?;
     Ok(())
 }

@@ -102,7 +102,9 @@ impl Tensor {
 
     /// `x` where positive, `negative_slope * x` elsewhere.
     pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
-        let _t = crate::trace::op("leaky_relu", &[self], || vec![("negative_slope", crate::trace::Attr::Float(negative_slope))]);
+        let _t = crate::trace::op("leaky_relu", &[self], || {
+            vec![("negative_slope", crate::trace::Attr::Float(negative_slope))]
+        });
         unary(self, LeakyRelu(negative_slope))
     }
 
@@ -138,7 +140,12 @@ impl Tensor {
 
     /// GELU with the chosen formula.
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Tensor {
-        let _t = crate::trace::op("gelu", &[self], || vec![("approximate", crate::trace::Attr::Str(if approximate == GeluApproximate::Tanh { "tanh" } else { "none" }))]);
+        let _t = crate::trace::op("gelu", &[self], || {
+            vec![(
+                "approximate",
+                crate::trace::Attr::Str(if approximate == GeluApproximate::Tanh { "tanh" } else { "none" }),
+            )]
+        });
         match approximate {
             GeluApproximate::None => unary(self, Gelu),
             GeluApproximate::Tanh => unary(self, GeluTanh),

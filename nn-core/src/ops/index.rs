@@ -50,7 +50,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn index_select<D: Dim>(&self, dim: D, index: &Tensor) -> Tensor {
-        let _t = crate::trace::op("index_select", &[self, index], || vec![("dim", crate::trace::int(dim.resolve(self.rank().max(1), "index_select")))]);
+        let _t = crate::trace::op("index_select", &[self, index], || {
+            vec![("dim", crate::trace::int(dim.resolve(self.rank().max(1), "index_select")))]
+        });
         const OP: &str = "index_select";
         if index.rank() > 1 {
             panic!("{OP}: index must be 1-D, got shape {:?}", index.shape());
@@ -156,7 +158,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn gather<D: Dim>(&self, dim: D, index: &Tensor) -> Tensor {
-        let _t = crate::trace::op("gather", &[self, index], || vec![("dim", crate::trace::int(dim.resolve(self.rank().max(1), "gather")))]);
+        let _t = crate::trace::op("gather", &[self, index], || {
+            vec![("dim", crate::trace::int(dim.resolve(self.rank().max(1), "gather")))]
+        });
         const OP: &str = "gather";
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);

@@ -305,7 +305,9 @@ impl Tensor {
     /// broadcast to `[m, n]`, or the dtypes or devices differ.
     #[track_caller]
     pub fn addmm_with(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
-        let _t = crate::trace::op("addmm", &[self, mat1, mat2], || vec![("beta", crate::trace::Attr::Float(beta)), ("alpha", crate::trace::Attr::Float(alpha))]);
+        let _t = crate::trace::op("addmm", &[self, mat1, mat2], || {
+            vec![("beta", crate::trace::Attr::Float(beta)), ("alpha", crate::trace::Attr::Float(alpha))]
+        });
         const OP: &str = "addmm";
         let (device, dtype) = check_same(OP, &[self, mat1, mat2]);
         check_float(OP, self);

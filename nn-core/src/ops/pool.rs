@@ -281,7 +281,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn avg_pool2d(&self, options: Pool2dOptions, count_include_pad: bool) -> Tensor {
-        let _t = crate::trace::op("avg_pool2d", &[self], || [crate::trace::pool_attrs(&options), vec![("count_include_pad", crate::trace::Attr::Bool(count_include_pad))]].concat());
+        let _t = crate::trace::op("avg_pool2d", &[self], || {
+            [
+                crate::trace::pool_attrs(&options),
+                vec![("count_include_pad", crate::trace::Attr::Bool(count_include_pad))],
+            ]
+            .concat()
+        });
         const OP: &str = "avg_pool2d";
         check_float(OP, self);
         if options.dilation != (1, 1) {
@@ -314,7 +320,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn adaptive_avg_pool2d(&self, output_size: (usize, usize)) -> Tensor {
-        let _t = crate::trace::op("adaptive_avg_pool2d", &[self], || vec![("output_size", crate::trace::ints(&[output_size.0, output_size.1]))]);
+        let _t = crate::trace::op("adaptive_avg_pool2d", &[self], || {
+            vec![("output_size", crate::trace::ints(&[output_size.0, output_size.1]))]
+        });
         const OP: &str = "adaptive_avg_pool2d";
         check_float(OP, self);
         if self.rank() != 3 && self.rank() != 4 {

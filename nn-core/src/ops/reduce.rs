@@ -147,7 +147,12 @@ impl Tensor {
     /// Sum over several dimensions; an empty list sums everything.
     #[track_caller]
     pub fn sum_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Tensor {
-        let _t = crate::trace::op("sum", &[self], || vec![("dims", crate::trace::reduced_dims(dims, self.rank())), ("keepdim", crate::trace::Attr::Bool(keepdim))]);
+        let _t = crate::trace::op("sum", &[self], || {
+            vec![
+                ("dims", crate::trace::reduced_dims(dims, self.rank())),
+                ("keepdim", crate::trace::Attr::Bool(keepdim)),
+            ]
+        });
         const OP: &str = "sum";
         check_float(OP, self);
         let mask = resolve_dims(OP, dims, self.rank());
@@ -218,14 +223,24 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argmax<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        let _t = crate::trace::op("argmax", &[self], || vec![("dim", crate::trace::int(dim.resolve(self.rank().max(1), "argmax"))), ("keepdim", crate::trace::Attr::Bool(keepdim))]);
+        let _t = crate::trace::op("argmax", &[self], || {
+            vec![
+                ("dim", crate::trace::int(dim.resolve(self.rank().max(1), "argmax"))),
+                ("keepdim", crate::trace::Attr::Bool(keepdim)),
+            ]
+        });
         self.arg_extreme("argmax", dim, keepdim, true)
     }
 
     /// Index of the smallest element along `dim` (first one on ties), as `i64`.
     #[track_caller]
     pub fn argmin<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        let _t = crate::trace::op("argmin", &[self], || vec![("dim", crate::trace::int(dim.resolve(self.rank().max(1), "argmin"))), ("keepdim", crate::trace::Attr::Bool(keepdim))]);
+        let _t = crate::trace::op("argmin", &[self], || {
+            vec![
+                ("dim", crate::trace::int(dim.resolve(self.rank().max(1), "argmin"))),
+                ("keepdim", crate::trace::Attr::Bool(keepdim)),
+            ]
+        });
         self.arg_extreme("argmin", dim, keepdim, false)
     }
 
@@ -350,7 +365,12 @@ impl Tensor {
     /// `log(sum(exp(x)))` along `dim`, computed stably.
     #[track_caller]
     pub fn logsumexp<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        let _t = crate::trace::op("logsumexp", &[self], || vec![("dim", crate::trace::int(dim.resolve(self.rank(), "logsumexp"))), ("keepdim", crate::trace::Attr::Bool(keepdim))]);
+        let _t = crate::trace::op("logsumexp", &[self], || {
+            vec![
+                ("dim", crate::trace::int(dim.resolve(self.rank(), "logsumexp"))),
+                ("keepdim", crate::trace::Attr::Bool(keepdim)),
+            ]
+        });
         let d = dim.resolve(self.rank(), "logsumexp");
         let m = no_grad(|| self.max_dim(d, true).0);
         let m = no_grad(|| {

@@ -102,7 +102,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax<D: Dim>(&self, dim: D) -> Tensor {
-        let _t = crate::trace::op("softmax", &[self], || vec![("dim", crate::trace::int(dim.resolve(self.rank(), "softmax")))]);
+        let _t = crate::trace::op("softmax", &[self], || {
+            vec![("dim", crate::trace::int(dim.resolve(self.rank(), "softmax")))]
+        });
         softmax_impl(self, dim, false)
     }
 
@@ -115,7 +117,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax<D: Dim>(&self, dim: D) -> Tensor {
-        let _t = crate::trace::op("log_softmax", &[self], || vec![("dim", crate::trace::int(dim.resolve(self.rank(), "log_softmax")))]);
+        let _t = crate::trace::op("log_softmax", &[self], || {
+            vec![("dim", crate::trace::int(dim.resolve(self.rank(), "log_softmax")))]
+        });
         softmax_impl(self, dim, true)
     }
 }

@@ -276,7 +276,9 @@ impl Tensor {
     /// # Panics
     /// When `min > max`.
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
-        let _t = crate::trace::op("clamp", &[self], || vec![("min", crate::trace::Attr::Float(min)), ("max", crate::trace::Attr::Float(max))]);
+        let _t = crate::trace::op("clamp", &[self], || {
+            vec![("min", crate::trace::Attr::Float(min)), ("max", crate::trace::Attr::Float(max))]
+        });
         if min > max {
             panic!("clamp: min {min} is greater than max {max}");
         }
@@ -285,7 +287,9 @@ impl Tensor {
 
     /// `a * x + b` elementwise in one pass.
     pub fn affine(&self, a: f64, b: f64) -> Tensor {
-        let _t = crate::trace::op("affine", &[self], || vec![("a", crate::trace::Attr::Float(a)), ("b", crate::trace::Attr::Float(b))]);
+        let _t = crate::trace::op("affine", &[self], || {
+            vec![("a", crate::trace::Attr::Float(a)), ("b", crate::trace::Attr::Float(b))]
+        });
         unary(self, Affine(a, b))
     }
 

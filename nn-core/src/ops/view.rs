@@ -170,7 +170,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn narrow<D: Dim>(&self, dim: D, start: usize, len: usize) -> Tensor {
-        let _t = crate::trace::op("narrow", &[self], || vec![("dim", crate::trace::int(dim.resolve(self.rank(), "narrow"))), ("start", crate::trace::int(start)), ("len", crate::trace::int(len))]);
+        let _t = crate::trace::op("narrow", &[self], || {
+            vec![
+                ("dim", crate::trace::int(dim.resolve(self.rank(), "narrow"))),
+                ("start", crate::trace::int(start)),
+                ("len", crate::trace::int(len)),
+            ]
+        });
         let d = dim.resolve(self.rank(), "narrow");
         let size = self.shape()[d];
         if start.checked_add(len).is_none_or(|end| end > size) {
@@ -280,7 +286,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cat<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
-        let _t = crate::trace::op("cat", tensors, || vec![("dim", crate::trace::int(dim.resolve(tensors.first().map_or(1, |t| t.rank()), "cat")))]);
+        let _t = crate::trace::op("cat", tensors, || {
+            vec![("dim", crate::trace::int(dim.resolve(tensors.first().map_or(1, |t| t.rank()), "cat")))]
+        });
         const OP: &str = "cat";
         if tensors.is_empty() {
             panic!("{OP}: expected a non-empty list of tensors");

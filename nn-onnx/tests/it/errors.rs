@@ -140,7 +140,9 @@ fn max_pool_with_indices_is_refused_inside_nested_module() {
             x.max_pool2d_with_indices(nn_core::ops::Pool2dOptions::new(2)).0
         }
     }
-    let mut net = Sequential::new().add(MaxPool2d::new(1)).add(Sequential::new().add(ReLU::new()).add(Pool { base: ModuleBase::new() }));
+    let mut net = Sequential::new()
+        .add(MaxPool2d::new(1))
+        .add(Sequential::new().add(ReLU::new()).add(Pool { base: ModuleBase::new() }));
     net.eval();
     let err = export_err(&net, &vals(&[1, 1, 4, 4], 3)).to_string();
     assert!(err.starts_with("cannot export `max_pool2d_with_indices` in module `1.1` (Pool)"), "{err}");

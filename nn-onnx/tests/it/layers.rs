@@ -135,7 +135,13 @@ fn transformer_encoder_layers_and_stack() {
     check("encoder layer", &layer, |b| EncoderInput::new(&vals(&[b, 6, 8], 13)));
     let mut enc = TransformerEncoder::new(
         2,
-        || TransformerEncoderLayer::with_config(8, 2, TransformerEncoderLayerConfig { dim_feedforward: 16, batch_first: true, ..Default::default() }),
+        || {
+            TransformerEncoderLayer::with_config(
+                8,
+                2,
+                TransformerEncoderLayerConfig { dim_feedforward: 16, batch_first: true, ..Default::default() },
+            )
+        },
         Some(LayerNorm::new(8)),
     );
     enc.eval();

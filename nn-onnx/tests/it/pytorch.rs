@@ -12,7 +12,9 @@ use nn_onnx::{DynamicAxes, DynamicAxis, ExportInput, ExportOptions, ExportOutput
 use crate::support::{assert_matches, run_tract};
 
 fn fixture(name: &str) -> StateDict {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pytorch/onnx").join(format!("{name}.safetensors"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/pytorch/onnx")
+        .join(format!("{name}.safetensors"));
     StateDict::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -33,9 +35,8 @@ where
     }
     model.load_state_dict(&sd, true).unwrap_or_else(|e| panic!("{name}: {e}"));
     model.eval();
-    let xs = |b: usize| -> Vec<Tensor> {
-        ["x", "x2"].iter().filter_map(|k| f.get(&format!("{k}.b{b}")).cloned()).collect()
-    };
+    let xs =
+        |b: usize| -> Vec<Tensor> { ["x", "x2"].iter().filter_map(|k| f.get(&format!("{k}.b{b}")).cloned()).collect() };
     // A batch-1 example: the first sample of the batch-2 input (the batch axis may be 1).
     let example: Vec<Tensor> = xs(2).iter().map(|t| t.narrow(batch_axis(opts), 0, 1).contiguous()).collect();
     let bytes = nn_onnx::to_bytes(model, &input(example), opts).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -62,7 +63,8 @@ fn one(mut v: Vec<Tensor>) -> Tensor {
 #[test]
 fn example_models_reproduce_pytorch() {
     let d = ExportOptions::default();
-    let mut digits = Sequential::new().add(Linear::new(64, 128)).add(ReLU::new()).add(Dropout::new(0.1)).add(Linear::new(128, 10));
+    let mut digits =
+        Sequential::new().add(Linear::new(64, 128)).add(ReLU::new()).add(Dropout::new(0.1)).add(Linear::new(128, 10));
     reproduce("digits_mlp", &mut digits, "", one, &d);
     let mut mlp = Sequential::new()
         .add(Flatten::new())
@@ -112,7 +114,11 @@ fn layer_mixes_reproduce_pytorch() {
         .add(Linear::new(42, 4))
         .add(Tanh::new());
     reproduce("conv1d_mix", &mut c1, "", one, &d);
-    let mut emb = Sequential::new().add(Embedding::new(20, 6)).add(Flatten::new()).add(Linear::new(18, 5)).add(LeakyReLU::new(0.2));
+    let mut emb = Sequential::new()
+        .add(Embedding::new(20, 6))
+        .add(Flatten::new())
+        .add(Linear::new(18, 5))
+        .add(LeakyReLU::new(0.2));
     reproduce("embedding_mlp", &mut emb, "", one, &d);
     let mut bil = Bilinear::new(4, 3, 5);
     reproduce("bilinear", &mut bil, "", |v| (v[0].clone(), v[1].clone()), &d);
@@ -123,7 +129,13 @@ fn attention_models_reproduce_pytorch() {
     let mut mha = MultiheadAttention::new(8, 2);
     let axes = (0..3).map(|i| DynamicAxis { input: i, axis: 1, name: "batch".into() }).collect();
     let seq_first = ExportOptions { dynamic_axes: DynamicAxes::Custom(axes), ..Default::default() };
-    reproduce("mha_seq_first", &mut mha, "attn.", |v| AttentionInput::new(&v[0], &v[0], &v[0]).need_weights(false), &seq_first);
+    reproduce(
+        "mha_seq_first",
+        &mut mha,
+        "attn.",
+        |v| AttentionInput::new(&v[0], &v[0], &v[0]).need_weights(false),
+        &seq_first,
+    );
     let cfg = TransformerEncoderLayerConfig {
         dim_feedforward: 16,
         dropout: 0.1,
@@ -132,6 +144,7 @@ fn attention_models_reproduce_pytorch() {
         norm_first: true,
         ..Default::default()
     };
-    let mut enc = TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(8, 2, cfg.clone()), Some(LayerNorm::new(8)));
+    let mut enc =
+        TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(8, 2, cfg), Some(LayerNorm::new(8)));
     reproduce("transformer", &mut enc, "", |v| EncoderInput::new(&v[0]), &ExportOptions::default());
 }

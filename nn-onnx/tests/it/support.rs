@@ -54,7 +54,13 @@ pub fn assert_matches(what: &str, got: &[f64], want: &[f64]) {
 
 /// Exports `model` (with `options`) on `make(batches[0])`, then runs the file in tract on
 /// `make(b)` for every other batch size and compares with nn's forward.
-pub fn check_with<M>(what: &str, model: &M, make: impl Fn(usize) -> M::Input, batches: &[usize], options: &ExportOptions) -> Vec<u8>
+pub fn check_with<M>(
+    what: &str,
+    model: &M,
+    make: impl Fn(usize) -> M::Input,
+    batches: &[usize],
+    options: &ExportOptions,
+) -> Vec<u8>
 where
     M: Forward + Module,
     M::Input: ExportInput,

@@ -1,10 +1,10 @@
 //! User-written forward code made of tensor ops traces like built-in layers.
 
-use nn_core::prelude::*;
 use nn_core::manual_seed;
-use nn_layers::{Linear, LayerNorm};
+use nn_core::prelude::*;
+use nn_layers::{LayerNorm, Linear};
 
-use crate::support::{check, vals};
+use crate::support::{check, check_with, vals};
 
 /// A hand-written attention block: projections, head split with view/permute/transpose,
 /// scaled scores with a causal mask built in the forward, softmax, concatenation, a
@@ -74,4 +74,33 @@ fn hand_written_attention_block() {
     };
     m.eval();
     check("hand-written block", &m, |b| vals(&[b, 5, 8], 15));
+    // Opset 18 moved the axes of ReduceLogSumExp to an input; 21 needs IR version 10.
+    for opset in [18, 21] {
+        let opts = nn_onnx::ExportOptions { opset, ..Default::default() };
+        let bytes =
+            check_with(&format!("hand-written block, opset {opset}"), &m, |b| vals(&[b, 5, 8], 16), &[2, 3], &opts);
+        assert_eq!(nn_onnx::inspect(&bytes).unwrap().opset, opset);
+    }
+}
+
+/// Dtype conversions and `contiguous` copies inside the forward.
+#[derive(Module)]
+struct Casts {
+    #[base]
+    base: ModuleBase,
+}
+
+impl Compute for Casts {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        let wide = x.to_dtype(DType::F64).t().contiguous();
+        let positive = wide.gt(&Tensor::full_on(&[], 0.0, DType::F64, Device::Cpu)).to_dtype(DType::F64);
+        (&wide * &positive).t().to_dtype(DType::F32).argmax(1, false).to_dtype(DType::F32) + x.sum_dim(1, false)
+    }
+}
+
+#[test]
+fn dtype_casts_and_copies() {
+    check("casts", &Casts { base: ModuleBase::new() }, |b| vals(&[b, 4], 17));
 }
