@@ -56,6 +56,14 @@
 //! the input, custom autograd ops, constants that depend on the batch size, control flow
 //! that changes with it. Files are written atomically ([`nn_core::io::atomic_write`]).
 //!
+//! Limits: the recorder is per thread, so the forward must run its tensor ops on the
+//! calling thread (nn's kernels may use several threads inside one op; a forward that
+//! spawns threads of its own is not supported). Control flow is checked between the two
+//! traces only: a branch on the batch size that takes the same side for both sizes
+//! traced (batch 2 and 3 for an example of batch 2) is not seen; export with an example
+//! of batch 1 to be safe. Initializers are the parameters and buffers the graph uses
+//! (`num_batches_tracked` is not one).
+//!
 //! ## Several inputs, names, opset, dynamic axes
 //!
 //! [`export_with`] takes [`ExportOptions`]; models with several inputs take a tuple
