@@ -86,6 +86,44 @@ fn mnist_example_reads_idx_and_trains_both_models() {
 }
 
 #[test]
+fn export_onnx_writes_both_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("idx");
+    std::fs::create_dir_all(&data).unwrap();
+    for (prefix, n) in [("train", 32u32), ("t10k", 20)] {
+        let labels: Vec<u8> = (0..n).map(|i| (i % 10) as u8).collect();
+        let px: Vec<u8> = (0..n * 784).map(|i| ((i * 37) % 256) as u8).collect();
+        write_idx(&data.join(format!("{prefix}-images-idx3-ubyte")), &[n, 28, 28], &px);
+        write_idx(&data.join(format!("{prefix}-labels-idx1-ubyte")), &[n], &labels);
+    }
+    let out_dir = dir.path().join("out");
+    let args = [
+        "--epochs",
+        "2",
+        "--cnn-train",
+        "32",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--out-dir",
+        out_dir.to_str().unwrap(),
+    ];
+    let out = run(env!("CARGO_BIN_EXE_export_onnx"), &args);
+    assert!(out.contains("digits MLP held-out accuracy") && out.contains("MNIST CNN held-out accuracy"), "{out}");
+    for (stem, first_op) in [("digits_mlp", "Gemm"), ("mnist_cnn", "Conv")] {
+        let s = nn_onnx::inspect(&std::fs::read(out_dir.join(format!("{stem}.onnx"))).unwrap()).unwrap();
+        assert_eq!(s.inputs[0].1[0], "batch", "{stem}: dynamic batch");
+        assert_eq!(s.op_types[0], first_op, "{stem}: {:?}", s.op_types);
+        assert!(out_dir.join(format!("{stem}.io.safetensors")).exists());
+    }
+    let missing = Command::new(env!("CARGO_BIN_EXE_export_onnx"))
+        .args(["--data-dir", "/nonexistent", "--epochs", "1", "--out-dir", out_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--no-cnn"), "the error says how to skip the CNN");
+}
+
+#[test]
 fn finetune_hooks_interop_and_transformer_run() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();

@@ -23,6 +23,7 @@ use crate::tensor::Tensor;
 /// ```
 #[track_caller]
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    let _t = crate::autograd::trace::op_with("linear", &[x, weight], &[bias], Vec::new);
     if let Some(y) = bias.and_then(|b| x.fused_linear(weight, b)) {
         return y;
     }

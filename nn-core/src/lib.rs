@@ -122,6 +122,7 @@ pub mod state_dict;
 pub mod storage;
 pub mod tensor;
 pub mod testing;
+pub use autograd::trace;
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -17,6 +17,7 @@ mod engine;
 mod grad_mode;
 pub(crate) mod handle;
 pub mod hooks;
+pub mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -145,7 +146,9 @@ pub(crate) fn op_result<B: Backward>(
     } else {
         None
     };
-    Tensor::from_parts(storage, layout, grad_fn)
+    let out = Tensor::from_parts(storage, layout, grad_fn);
+    crate::autograd::trace::on_op_result(name, inputs, &out);
+    out
 }
 
 /// Records a user-defined differentiable function, like `torch.autograd.Function`.

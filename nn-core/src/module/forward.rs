@@ -192,6 +192,7 @@ impl<M: Compute + ?Sized> Forward for M {
         M::Input: 'a,
     {
         let input = input.into_input();
+        let _scope = crate::autograd::trace::module(self.module_base().trace_key());
         self.module_base().call(&*input, |x| self.compute(x))
     }
 }

@@ -117,6 +117,12 @@ impl std::fmt::Debug for ModuleBase {
 }
 
 impl ModuleBase {
+    /// This module's identity in a forward trace (see [`crate::autograd::trace`]): matches
+    /// [`TracedOp::module`](crate::autograd::trace::TracedOp::module) for the ops it ran. Valid while
+    /// the model is not moved.
+    pub fn trace_key(&self) -> crate::autograd::trace::ModuleKey {
+        crate::autograd::trace::ModuleKey::of(self)
+    }
     /// A base in training mode without hooks.
     pub fn new() -> Self {
         Self::default()

@@ -96,26 +96,33 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![-1.0, 2.0], &[2]).relu().to_vec(), vec![0.0, 2.0]);
     /// ```
     pub fn relu(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("relu", &[self], Vec::new);
         unary(self, Relu)
     }
 
     /// `x` where positive, `negative_slope * x` elsewhere.
     pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
+        let _t = crate::autograd::trace::op("leaky_relu", &[self], || {
+            vec![("negative_slope", crate::autograd::trace::Attr::Float(negative_slope))]
+        });
         unary(self, LeakyRelu(negative_slope))
     }
 
     /// `1 / (1 + e^-x)`, stable for large `|x|`.
     pub fn sigmoid(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("sigmoid", &[self], Vec::new);
         unary(self, Sigmoid)
     }
 
     /// Hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("tanh", &[self], Vec::new);
         unary(self, Tanh)
     }
 
     /// `x * sigmoid(x)` (also called swish).
     pub fn silu(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("silu", &[self], Vec::new);
         unary(self, Silu)
     }
 
@@ -127,11 +134,20 @@ impl Tensor {
     /// assert!((y - 0.841_344_7).abs() < 1e-6);
     /// ```
     pub fn gelu(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("gelu", &[self], || {
+            vec![("approximate", crate::autograd::trace::Attr::Str("none"))]
+        });
         unary(self, Gelu)
     }
 
     /// GELU with the chosen formula.
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Tensor {
+        let _t = crate::autograd::trace::op("gelu", &[self], || {
+            vec![(
+                "approximate",
+                crate::autograd::trace::Attr::Str(if approximate == GeluApproximate::Tanh { "tanh" } else { "none" }),
+            )]
+        });
         match approximate {
             GeluApproximate::None => unary(self, Gelu),
             GeluApproximate::Tanh => unary(self, GeluTanh),

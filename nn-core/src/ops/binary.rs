@@ -166,12 +166,14 @@ impl Tensor {
     /// Elementwise sum with broadcasting (also `&a + &b`).
     #[track_caller]
     pub fn add(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("add", &[self, other], Vec::new);
         binary::<AddOp>(self, other)
     }
 
     /// Elementwise difference with broadcasting (also `&a - &b`).
     #[track_caller]
     pub fn sub(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("sub", &[self, other], Vec::new);
         binary::<SubOp>(self, other)
     }
 
@@ -186,30 +188,35 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mul(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("mul", &[self, other], Vec::new);
         binary::<MulOp>(self, other)
     }
 
     /// Elementwise quotient with broadcasting (also `&a / &b`).
     #[track_caller]
     pub fn div(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("div", &[self, other], Vec::new);
         binary::<DivOp>(self, other)
     }
 
     /// Elementwise power `self ^ exponent` with broadcasting.
     #[track_caller]
     pub fn pow(&self, exponent: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("pow", &[self, exponent], Vec::new);
         binary::<PowOp>(self, exponent)
     }
 
     /// Elementwise maximum (NaN propagates; ties split the gradient, as PyTorch).
     #[track_caller]
     pub fn maximum(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("maximum", &[self, other], Vec::new);
         binary::<MaxOp>(self, other)
     }
 
     /// Elementwise minimum (NaN propagates; ties split the gradient, as PyTorch).
     #[track_caller]
     pub fn minimum(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("minimum", &[self, other], Vec::new);
         binary::<MinOp>(self, other)
     }
 
@@ -223,12 +230,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn eq(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("eq", &[self, other], Vec::new);
         compare("eq", self, other, |o| o.is_eq())
     }
 
     /// `self != other` elementwise (NaN compares unequal to everything).
     #[track_caller]
     pub fn ne(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("ne", &[self, other], Vec::new);
         // Through `logical_not`, which handles meta tensors (reading `eq`'s values here
         // panicked on the meta device).
         self.eq(other).logical_not()
@@ -237,24 +246,28 @@ impl Tensor {
     /// `self < other` elementwise.
     #[track_caller]
     pub fn lt(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("lt", &[self, other], Vec::new);
         compare("lt", self, other, |o| o.is_lt())
     }
 
     /// `self <= other` elementwise.
     #[track_caller]
     pub fn le(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("le", &[self, other], Vec::new);
         compare("le", self, other, |o| o.is_le())
     }
 
     /// `self > other` elementwise.
     #[track_caller]
     pub fn gt(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("gt", &[self, other], Vec::new);
         compare("gt", self, other, |o| o.is_gt())
     }
 
     /// `self >= other` elementwise.
     #[track_caller]
     pub fn ge(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("ge", &[self, other], Vec::new);
         compare("ge", self, other, |o| o.is_ge())
     }
 
@@ -277,6 +290,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("where", &[cond, a, b], Vec::new);
         const OP: &str = "where";
         if cond.dtype() != DType::Bool {
             panic!("{OP}: condition must be a bool tensor, got {} (shape {:?})", cond.dtype(), cond.shape());
@@ -346,6 +360,7 @@ impl Tensor {
     /// Elementwise logical not of a `Bool` tensor.
     #[track_caller]
     pub fn logical_not(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("logical_not", &[self], Vec::new);
         if self.dtype() != DType::Bool {
             panic!("logical_not: expected a bool tensor, got {}", self.dtype());
         }

@@ -85,6 +85,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dConfig) -> Tensor {
+        let _t = crate::autograd::trace::op_with("conv2d", &[self, weight], &[bias], || {
+            crate::autograd::trace::conv_attrs(&options)
+        });
         const OP: &str = "conv2d";
         let mut operands = vec![self, weight];
         operands.extend(bias);

@@ -20,6 +20,12 @@ impl Tensor {
     /// When `p` is outside `[0, 1]`.
     #[track_caller]
     pub fn dropout(&self, p: f64, training: bool) -> Tensor {
+        let _t = crate::autograd::trace::op("dropout", &[self], || {
+            vec![
+                ("p", crate::autograd::trace::Attr::Float(p)),
+                ("training", crate::autograd::trace::Attr::Bool(training)),
+            ]
+        });
         if !(0.0..=1.0).contains(&p) {
             panic!("dropout: probability has to be between 0 and 1, but got {p}");
         }

@@ -32,6 +32,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn index_select<D: Dim>(&self, dim: D, index: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("index_select", &[self, index], || {
+            vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "index_select")))]
+        });
         const OP: &str = "index_select";
         if index.rank() > 1 {
             panic!("{OP}: index must be 1-D, got shape {:?}", index.shape());
@@ -61,6 +64,7 @@ impl Tensor {
     /// `index_add_`): `out[.., index[j], ..] += source[.., j, ..]`.
     #[track_caller]
     pub fn index_add<D: Dim>(&self, dim: D, index: &Tensor, source: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("index_add", &[self, index, source], Vec::new);
         const OP: &str = "index_add";
         check_same(OP, &[self, source]);
         let d = dim.resolve(self.rank(), OP);
@@ -97,6 +101,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn gather<D: Dim>(&self, dim: D, index: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("gather", &[self, index], || {
+            vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "gather")))]
+        });
         const OP: &str = "gather";
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
@@ -116,6 +123,7 @@ impl Tensor {
     /// `index[p]` (functional `scatter_add_`); the adjoint of [`gather`](Tensor::gather).
     #[track_caller]
     pub fn scatter_add<D: Dim>(&self, dim: D, index: &Tensor, src: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("scatter_add", &[self, index, src], Vec::new);
         const OP: &str = "scatter_add";
         check_same(OP, &[self, src]);
         let d = dim.resolve(self.rank().max(1), OP);
@@ -146,6 +154,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("embedding", &[indices, weight], Vec::new);
         if weight.rank() != 2 {
             panic!("embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape {:?}", weight.shape());
         }

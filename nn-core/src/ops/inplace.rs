@@ -160,6 +160,7 @@ impl Tensor {
     #[track_caller]
     fn arith_(&self, op: Arith, rhs: Operand<'_>) -> &Tensor {
         let name = op.name();
+        crate::autograd::trace::on_access(crate::autograd::trace::OpKind::InPlace, name, self);
         self.check_inplace(name);
         if let Operand::Broadcast(t) = rhs {
             if t.device() != self.device() {

@@ -27,6 +27,7 @@ impl Tensor {
     /// `matmul: [32, 100] x [784, 256]: inner dimensions 100 and 784 differ`.
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
+        let _t = crate::autograd::trace::op("matmul", &[self, other], Vec::new);
         let (ra, rb) = (self.rank(), other.rank());
         if ra == 0 || rb == 0 {
             panic!(
@@ -167,6 +168,12 @@ impl Tensor {
     /// broadcast to `[m, n]`, or the dtypes or devices differ.
     #[track_caller]
     pub fn addmm_with(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
+        let _t = crate::autograd::trace::op("addmm", &[self, mat1, mat2], || {
+            vec![
+                ("beta", crate::autograd::trace::Attr::Float(beta)),
+                ("alpha", crate::autograd::trace::Attr::Float(alpha)),
+            ]
+        });
         const OP: &str = "addmm";
         check_same(OP, &[self, mat1, mat2]);
         check_float(OP, self);

@@ -22,6 +22,15 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f64,
     ) -> Tensor {
+        let _t = crate::autograd::trace::op_with("layer_norm", &[self], &[weight, bias], || {
+            use crate::autograd::trace::Attr;
+            vec![
+                ("normalized_shape", crate::autograd::trace::ints(normalized_shape)),
+                ("eps", Attr::Float(eps)),
+                ("has_weight", Attr::Bool(weight.is_some())),
+                ("has_bias", Attr::Bool(bias.is_some())),
+            ]
+        });
         let r = self.rank();
         let k = normalized_shape.len();
         if k == 0 || k > r || self.shape()[r - k..] != *normalized_shape {
@@ -80,6 +89,18 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Tensor {
+        let _t =
+            crate::autograd::trace::op_with("batch_norm", &[self], &[running_mean, running_var, weight, bias], || {
+                use crate::autograd::trace::Attr;
+                let has = |t: Option<&Tensor>| Attr::Bool(t.is_some());
+                vec![
+                    ("training", Attr::Bool(training)),
+                    ("eps", Attr::Float(eps)),
+                    ("has_running_stats", has(running_mean.and(running_var))),
+                    ("has_weight", has(weight)),
+                    ("has_bias", has(bias)),
+                ]
+            });
         const OP: &str = "batch_norm";
         if self.rank() < 2 {
             panic!("{OP}: expected an input of at least 2 dims [N, C, ...], got shape {:?}", self.shape());

@@ -56,6 +56,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_pool2d(&self, options: Pool2dConfig) -> Tensor {
+        let _t = crate::autograd::trace::op("max_pool2d", &[self], || crate::autograd::trace::pool_attrs(&options));
         self.max_pool2d_impl(options).0
     }
 
@@ -63,6 +64,9 @@ impl Tensor {
     /// PyTorch's `return_indices=True`.
     #[track_caller]
     pub fn max_pool2d_with_indices(&self, options: Pool2dConfig) -> (Tensor, Tensor) {
+        let _t = crate::autograd::trace::op("max_pool2d_with_indices", &[self], || {
+            crate::autograd::trace::pool_attrs(&options)
+        });
         let (out, argmax) = self.max_pool2d_impl(options);
         let pl = planes("max_pool2d", self, &options).0;
         let indices = Tensor::from_storage(argmax.flat_indices(&pl), out.shape());
@@ -101,6 +105,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn avg_pool2d(&self, options: Pool2dConfig, count_include_pad: bool) -> Tensor {
+        let _t = crate::autograd::trace::op("avg_pool2d", &[self], || {
+            [
+                crate::autograd::trace::pool_attrs(&options),
+                vec![("count_include_pad", crate::autograd::trace::Attr::Bool(count_include_pad))],
+            ]
+            .concat()
+        });
         const OP: &str = "avg_pool2d";
         check_float(OP, self);
         if options.dilation != (1, 1) {
@@ -126,6 +137,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn adaptive_avg_pool2d(&self, output_size: (usize, usize)) -> Tensor {
+        let _t = crate::autograd::trace::op("adaptive_avg_pool2d", &[self], || {
+            vec![("output_size", crate::autograd::trace::ints(&[output_size.0, output_size.1]))]
+        });
         const OP: &str = "adaptive_avg_pool2d";
         check_float(OP, self);
         if self.rank() != 3 && self.rank() != 4 {

@@ -21,6 +21,7 @@ impl Tensor {
     /// assert_eq!(x.isnan().dtype(), DType::Bool);
     /// ```
     pub fn isnan(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("isnan", &[self], Vec::new);
         predicate(self, f64::is_nan)
     }
 
@@ -32,6 +33,7 @@ impl Tensor {
     /// assert_eq!(x.isinf().to_vec_bool(), vec![false, false, true]);
     /// ```
     pub fn isinf(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("isinf", &[self], Vec::new);
         predicate(self, f64::is_infinite)
     }
 
@@ -45,6 +47,7 @@ impl Tensor {
     /// assert!(x.isfinite().any().item_bool() && !x.isfinite().all().item_bool());
     /// ```
     pub fn isfinite(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("isfinite", &[self], Vec::new);
         predicate(self, f64::is_finite)
     }
 
@@ -57,6 +60,7 @@ impl Tensor {
     /// assert!(!Tensor::zeros(&[0]).any().item_bool());
     /// ```
     pub fn any(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("any", &[self], Vec::new);
         self.bool_reduce(None, false, false)
     }
 
@@ -70,6 +74,7 @@ impl Tensor {
     /// assert!(!x.gt(&Tensor::scalar(1.0)).all().item_bool());
     /// ```
     pub fn all(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("all", &[self], Vec::new);
         self.bool_reduce(None, false, true)
     }
 
@@ -138,6 +143,7 @@ impl Tensor {
     /// When the tensor does not hold exactly one element, or is on the meta device.
     #[track_caller]
     pub fn item_bool(&self) -> bool {
+        crate::autograd::trace::on_access(crate::autograd::trace::OpKind::HostRead, "item_bool", self);
         if self.numel() != 1 {
             panic!(
                 "item_bool: a tensor with {} elements (shape {:?}) cannot be converted to a scalar",

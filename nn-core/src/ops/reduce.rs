@@ -63,6 +63,12 @@ impl Tensor {
     /// Sum over several dimensions; an empty list sums everything.
     #[track_caller]
     pub fn sum_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Tensor {
+        let _t = crate::autograd::trace::op("sum", &[self], || {
+            vec![
+                ("dims", crate::autograd::trace::reduced_dims(dims, self.rank())),
+                ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
+            ]
+        });
         const OP: &str = "sum";
         check_float(OP, self);
         let mask = resolve_dims(OP, dims, self.rank());
@@ -127,12 +133,24 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argmax<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
+        let _t = crate::autograd::trace::op("argmax", &[self], || {
+            vec![
+                ("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "argmax"))),
+                ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
+            ]
+        });
         self.arg_extreme("argmax", dim, keepdim, true)
     }
 
     /// Index of the smallest element along `dim` (first one on ties), as `i64`.
     #[track_caller]
     pub fn argmin<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
+        let _t = crate::autograd::trace::op("argmin", &[self], || {
+            vec![
+                ("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "argmin"))),
+                ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
+            ]
+        });
         self.arg_extreme("argmin", dim, keepdim, false)
     }
 
@@ -167,12 +185,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_dim<D: Dim>(&self, dim: D, keepdim: bool) -> (Tensor, Tensor) {
+        let _t = crate::autograd::trace::op("max_dim", &[self], Vec::new);
         self.extreme_dim(dim, keepdim, true)
     }
 
     /// Minimum along `dim`: `(values, indices)`.
     #[track_caller]
     pub fn min_dim<D: Dim>(&self, dim: D, keepdim: bool) -> (Tensor, Tensor) {
+        let _t = crate::autograd::trace::op("min_dim", &[self], Vec::new);
         self.extreme_dim(dim, keepdim, false)
     }
 
@@ -197,12 +217,14 @@ impl Tensor {
     /// the tied elements, as PyTorch's `max()` without a dim.
     #[track_caller]
     pub fn max(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("max", &[self], Vec::new);
         self.extreme_all(true)
     }
 
     /// The smallest element, as a 0-d tensor (ties share the gradient, like [`max`](Tensor::max)).
     #[track_caller]
     pub fn min(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("min", &[self], Vec::new);
         self.extreme_all(false)
     }
 
@@ -228,6 +250,12 @@ impl Tensor {
     /// `log(sum(exp(x)))` along `dim`, computed stably.
     #[track_caller]
     pub fn logsumexp<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
+        let _t = crate::autograd::trace::op("logsumexp", &[self], || {
+            vec![
+                ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "logsumexp"))),
+                ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
+            ]
+        });
         let d = dim.resolve(self.rank(), "logsumexp");
         let m = no_grad(|| self.max_dim(d, true).0);
         let m = no_grad(|| {

@@ -45,6 +45,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax<D: Dim>(&self, dim: D) -> Tensor {
+        let _t = crate::autograd::trace::op("softmax", &[self], || {
+            vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "softmax")))]
+        });
         softmax_impl(self, dim, false)
     }
 
@@ -57,6 +60,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax<D: Dim>(&self, dim: D) -> Tensor {
+        let _t = crate::autograd::trace::op("log_softmax", &[self], || {
+            vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "log_softmax")))]
+        });
         softmax_impl(self, dim, true)
     }
 }

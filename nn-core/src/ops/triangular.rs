@@ -44,6 +44,9 @@ impl Tensor {
     /// When the tensor has fewer than 2 dims.
     #[track_caller]
     pub fn tril(&self, diagonal: i64) -> Tensor {
+        let _t = crate::autograd::trace::op("tril", &[self], || {
+            vec![("diagonal", crate::autograd::trace::Attr::Int(diagonal))]
+        });
         triangle(self, "tril", diagonal, true)
     }
 
@@ -61,6 +64,9 @@ impl Tensor {
     /// When the tensor has fewer than 2 dims.
     #[track_caller]
     pub fn triu(&self, diagonal: i64) -> Tensor {
+        let _t = crate::autograd::trace::op("triu", &[self], || {
+            vec![("diagonal", crate::autograd::trace::Attr::Int(diagonal))]
+        });
         triangle(self, "triu", diagonal, false)
     }
 }

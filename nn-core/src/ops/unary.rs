@@ -169,6 +169,7 @@ impl UnaryOp for Clamp {
 impl Tensor {
     /// `-x` elementwise.
     pub fn neg(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("neg", &[self], Vec::new);
         unary(self, Neg)
     }
 
@@ -180,41 +181,49 @@ impl Tensor {
     /// assert!((y.to_vec()[1] - std::f32::consts::E).abs() < 1e-6);
     /// ```
     pub fn exp(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("exp", &[self], Vec::new);
         unary(self, Exp)
     }
 
     /// Natural logarithm elementwise.
     pub fn log(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("log", &[self], Vec::new);
         unary(self, Log)
     }
 
     /// Square root elementwise.
     pub fn sqrt(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("sqrt", &[self], Vec::new);
         unary(self, Sqrt)
     }
 
     /// Absolute value elementwise (gradient 0 at 0, as PyTorch).
     pub fn abs(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("abs", &[self], Vec::new);
         unary(self, Abs)
     }
 
     /// Sine elementwise.
     pub fn sin(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("sin", &[self], Vec::new);
         unary(self, Sin)
     }
 
     /// Cosine elementwise.
     pub fn cos(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("cos", &[self], Vec::new);
         unary(self, Cos)
     }
 
     /// `x * x` elementwise.
     pub fn square(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("square", &[self], Vec::new);
         unary(self, Square)
     }
 
     /// `1 / x` elementwise.
     pub fn recip(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("reciprocal", &[self], Vec::new);
         unary(self, Recip)
     }
 
@@ -225,6 +234,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![2.0, 3.0], &[2]).powf(3.0).to_vec(), vec![8.0, 27.0]);
     /// ```
     pub fn powf(&self, exponent: f64) -> Tensor {
+        let _t = crate::autograd::trace::op("powf", &[self], || {
+            vec![("exponent", crate::autograd::trace::Attr::Float(exponent))]
+        });
         unary(self, PowScalar(exponent))
     }
 
@@ -240,6 +252,9 @@ impl Tensor {
     /// # Panics
     /// When `min > max`.
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
+        let _t = crate::autograd::trace::op("clamp", &[self], || {
+            vec![("min", crate::autograd::trace::Attr::Float(min)), ("max", crate::autograd::trace::Attr::Float(max))]
+        });
         if min > max {
             panic!("clamp: min {min} is greater than max {max}");
         }
@@ -248,14 +263,21 @@ impl Tensor {
 
     /// `a * x + b` elementwise in one pass.
     pub fn affine(&self, a: f64, b: f64) -> Tensor {
+        let _t = crate::autograd::trace::op("affine", &[self], || {
+            vec![("a", crate::autograd::trace::Attr::Float(a)), ("b", crate::autograd::trace::Attr::Float(b))]
+        });
         unary(self, Affine(a, b))
     }
 
     pub(crate) fn div_scalar(&self, s: f64) -> Tensor {
+        let _t =
+            crate::autograd::trace::op("div_scalar", &[self], || vec![("s", crate::autograd::trace::Attr::Float(s))]);
         unary(self, DivScalar(s))
     }
 
     pub(crate) fn scalar_div(&self, s: f64) -> Tensor {
+        let _t =
+            crate::autograd::trace::op("scalar_div", &[self], || vec![("s", crate::autograd::trace::Attr::Float(s))]);
         unary(self, ScalarDiv(s))
     }
 }

@@ -36,6 +36,8 @@ impl Tensor {
     /// When the element counts differ.
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
+        let _t =
+            crate::autograd::trace::op("reshape", &[self], || vec![("shape", crate::autograd::trace::ints(shape))]);
         if crate::shape::checked_numel(shape) != Some(self.numel()) {
             panic!(
                 "reshape: shape {:?} is invalid for input of shape {:?} ({} elements)",
@@ -65,6 +67,8 @@ impl Tensor {
     /// Like [`reshape`](Tensor::reshape) but panics instead of copying (PyTorch's `view`).
     #[track_caller]
     pub fn view(&self, shape: &[usize]) -> Tensor {
+        let _t =
+            crate::autograd::trace::op("reshape", &[self], || vec![("shape", crate::autograd::trace::ints(shape))]);
         if crate::shape::checked_numel(shape) != Some(self.numel()) {
             panic!(
                 "view: shape {:?} is invalid for input of shape {:?} ({} elements)",
@@ -112,6 +116,7 @@ impl Tensor {
     /// When `perm` is not a permutation of `0..rank`.
     #[track_caller]
     pub fn permute(&self, perm: &[usize]) -> Tensor {
+        let _t = crate::autograd::trace::op("permute", &[self], || vec![("perm", crate::autograd::trace::ints(perm))]);
         let r = self.rank();
         let mut seen = vec![false; r];
         if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
@@ -166,6 +171,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn narrow<D: Dim>(&self, dim: D, start: usize, len: usize) -> Tensor {
+        let _t = crate::autograd::trace::op("narrow", &[self], || {
+            vec![
+                ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "narrow"))),
+                ("start", crate::autograd::trace::int(start)),
+                ("len", crate::autograd::trace::int(len)),
+            ]
+        });
         let d = dim.resolve(self.rank(), "narrow");
         let size = self.shape()[d];
         if start.checked_add(len).is_none_or(|end| end > size) {
@@ -213,6 +225,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn expand(&self, shape: &[usize]) -> Tensor {
+        let _t = crate::autograd::trace::op("expand", &[self], || vec![("shape", crate::autograd::trace::ints(shape))]);
         if self.shape() == shape {
             return self.clone();
         }
@@ -274,6 +287,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cat<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
+        let _t = crate::autograd::trace::op("cat", tensors, || {
+            vec![("dim", crate::autograd::trace::int(dim.resolve(tensors.first().map_or(1, |t| t.rank()), "cat")))]
+        });
         const OP: &str = "cat";
         if tensors.is_empty() {
             panic!("{OP}: expected a non-empty list of tensors");

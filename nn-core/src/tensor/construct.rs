@@ -20,7 +20,7 @@ use super::{Tensor, TensorId, TensorImpl};
 impl Tensor {
     pub(crate) fn from_parts(storage: Arc<Storage>, layout: Layout, grad_fn: Option<Arc<Node>>) -> Tensor {
         debug_assert!(layout.storage_span() <= storage.len(), "layout exceeds storage");
-        Tensor(Arc::new(TensorImpl {
+        let t = Tensor(Arc::new(TensorImpl {
             id: TensorId::next(),
             layout,
             storage: RwLock::new(storage),
@@ -28,7 +28,9 @@ impl Tensor {
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
             grad_hooks: GradHooks::default(),
-        }))
+        }));
+        crate::autograd::trace::on_create(&t);
+        t
     }
 
     /// A contiguous tensor over `storage` (a leaf with no graph).

@@ -72,6 +72,7 @@ impl Tensor {
     /// A new tensor sharing this one's values but cut from the graph (a leaf that does not
     /// require grad).
     pub fn detach(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
         Tensor::from_parts(self.storage_arc(), self.layout().clone(), None)
     }
 }

@@ -74,6 +74,7 @@ impl Tensor {
     /// The values, row-major, converted to `T`.
     #[track_caller]
     pub fn to_vec_of<T: Element>(&self) -> Vec<T> {
+        crate::autograd::trace::on_access(crate::autograd::trace::OpKind::HostRead, "to_vec", self);
         self.cpu_storage("to_vec").to_vec_of(self.layout()).expect("checked: not on the meta device")
     }
 

@@ -80,6 +80,7 @@ impl Tensor {
     /// When the shapes differ.
     #[track_caller]
     pub fn set_data(&self, src: &Tensor) {
+        crate::autograd::trace::on_access(crate::autograd::trace::OpKind::InPlace, "set_data", self);
         if src.shape() != self.shape() {
             panic!("set_data: source of shape {:?} for a tensor of shape {:?}", src.shape(), self.shape());
         }
@@ -129,6 +130,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> &Tensor {
+        crate::autograd::trace::on_access(crate::autograd::trace::OpKind::InPlace, "copy_", self);
         self.check_inplace("copy_");
         if self.device() == Device::Meta && src.device() == Device::Meta {
             return self;

@@ -1,0 +1,417 @@
+//! One rule per traced op: the ONNX nodes that compute it (opset 17 forms; the few ops
+//! whose form changed in opset 18 follow the requested opset).
+
+use nn_core::trace::{Attr, OpKind, TracedOp};
+use nn_core::DType;
+
+use crate::graph::{Builder, Converted, OpPair};
+use crate::proto::attr;
+
+/// Ops with a conversion rule (untraced ops by their autograd node name).
+pub(crate) fn is_supported(op: &TracedOp) -> bool {
+    match op.kind {
+        OpKind::Untraced => matches!(op.name, "contiguous" | "to_dtype" | "to_device"),
+        OpKind::Traced => !matches!(
+            op.name,
+            "max_dim" | "min_dim" | "max_pool2d_with_indices" | "index_add" | "scatter_add" | "any" | "all"
+        ),
+        OpKind::InPlace | OpKind::HostRead => false,
+    }
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+/// Converts `op`, whose inputs are the ONNX values `x`.
+pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Result<Converted> {
+    let a = op.a;
+    let s = |i: usize| x[i].as_str();
+    let dtype = a.inputs.first().map(|t| t.dtype()).unwrap_or(DType::F32);
+    let e = |err: crate::Error| err.to_string();
+    if a.kind == OpKind::Untraced {
+        return match a.name {
+            "contiguous" | "to_device" => Ok(Converted::Alias),
+            "to_dtype" => {
+                let to = crate::proto::elem_type(op.output().dtype()).map_err(e)?;
+                Ok(v(g.node("Cast", &[s(0)], vec![attr::int("to", to as i64)])))
+            }
+            name => Err(format!(
+                "`{name}` computes its result without a tracing rule (a custom autograd op, or an op the tracer \
+                 does not describe); only ops on constants can be folded into the graph"
+            )),
+        };
+    }
+    let unary = |g: &mut Builder<'_>, ty: &str| v(g.node(ty, &[s(0)], vec![]));
+    let binary = |g: &mut Builder<'_>, ty: &str| v(g.node(ty, &[s(0), s(1)], vec![]));
+    Ok(match a.name {
+        "detach" => Converted::Alias,
+        "relu" => unary(g, "Relu"),
+        "sigmoid" => unary(g, "Sigmoid"),
+        "tanh" => unary(g, "Tanh"),
+        "neg" => unary(g, "Neg"),
+        "exp" => unary(g, "Exp"),
+        "log" => unary(g, "Log"),
+        "sqrt" => unary(g, "Sqrt"),
+        "abs" => unary(g, "Abs"),
+        "sin" => unary(g, "Sin"),
+        "cos" => unary(g, "Cos"),
+        "reciprocal" => unary(g, "Reciprocal"),
+        "logical_not" => unary(g, "Not"),
+        "isnan" => unary(g, "IsNaN"),
+        "isinf" => unary(g, "IsInf"),
+        "isfinite" => {
+            let nan = g.node("IsNaN", &[s(0)], vec![]);
+            let inf = g.node("IsInf", &[s(0)], vec![]);
+            let bad = g.node("Or", &[&nan, &inf], vec![]);
+            v(g.node("Not", &[&bad], vec![]))
+        }
+        "square" => v(g.node("Mul", &[s(0), s(0)], vec![])),
+        "leaky_relu" => v(g.node("LeakyRelu", &[s(0)], vec![attr::float("alpha", op.float("negative_slope"))])),
+        "silu" => {
+            let sig = g.node("Sigmoid", &[s(0)], vec![]);
+            v(g.node("Mul", &[s(0), &sig], vec![]))
+        }
+        "gelu" => gelu(g, s(0), dtype, op.attr("approximate") == Some(&Attr::Str("tanh"))).map_err(e)?,
+        "powf" => {
+            let c = g.const_scalar(op.float("exponent"), dtype).map_err(e)?;
+            v(g.node("Pow", &[s(0), &c], vec![]))
+        }
+        "clamp" => {
+            let lo = g.const_scalar(op.float("min"), dtype).map_err(e)?;
+            let hi = g.const_scalar(op.float("max"), dtype).map_err(e)?;
+            v(g.node("Clip", &[s(0), &lo, &hi], vec![]))
+        }
+        "affine" => {
+            let (m, b) = (op.float("a"), op.float("b"));
+            let mut y = x[0].clone();
+            if m != 1.0 {
+                let c = g.const_scalar(m, dtype).map_err(e)?;
+                y = g.node("Mul", &[&y, &c], vec![]);
+            }
+            if b != 0.0 {
+                let c = g.const_scalar(b, dtype).map_err(e)?;
+                y = g.node("Add", &[&y, &c], vec![]);
+            }
+            if y == x[0] {
+                Converted::Alias
+            } else {
+                v(y)
+            }
+        }
+        "div_scalar" => {
+            let c = g.const_scalar(op.float("s"), dtype).map_err(e)?;
+            v(g.node("Div", &[s(0), &c], vec![]))
+        }
+        "scalar_div" => {
+            let c = g.const_scalar(op.float("s"), dtype).map_err(e)?;
+            v(g.node("Div", &[&c, s(0)], vec![]))
+        }
+        "add" => binary(g, "Add"),
+        "sub" => binary(g, "Sub"),
+        "mul" => binary(g, "Mul"),
+        "div" => binary(g, "Div"),
+        "pow" => binary(g, "Pow"),
+        "maximum" => binary(g, "Max"),
+        "minimum" => binary(g, "Min"),
+        "eq" => binary(g, "Equal"),
+        "ne" => {
+            let eq = g.node("Equal", &[s(0), s(1)], vec![]);
+            v(g.node("Not", &[&eq], vec![]))
+        }
+        "lt" => binary(g, "Less"),
+        "le" => binary(g, "LessOrEqual"),
+        "gt" => binary(g, "Greater"),
+        "ge" => binary(g, "GreaterOrEqual"),
+        "where" => v(g.node("Where", &[s(0), s(1), s(2)], vec![])),
+        "matmul" => binary(g, "MatMul"),
+        "softmax" => v(g.node("Softmax", &[s(0)], vec![attr::int("axis", op.int("dim"))])),
+        "log_softmax" => v(g.node("LogSoftmax", &[s(0)], vec![attr::int("axis", op.int("dim"))])),
+        "dropout" => {
+            if op.flag("training") && op.float("p") > 0.0 {
+                return Err(format!(
+                    "dropout with p={} runs in training mode (random masks); call `model.eval()` before exporting",
+                    op.float("p")
+                ));
+            }
+            Converted::Alias
+        }
+        "linear" => {
+            let rank = op.input(0).rank();
+            let bias = x.get(2).map(String::as_str);
+            if rank == 2 {
+                let mut ins = vec![s(0), s(1)];
+                ins.extend(bias);
+                v(g.node("Gemm", &ins, vec![attr::int("transB", 1)]))
+            } else {
+                let wt = g.node("Transpose", &[s(1)], vec![attr::ints("perm", &[1, 0])]);
+                let y = g.node("MatMul", &[s(0), &wt], vec![]);
+                match bias {
+                    Some(b) => v(g.node("Add", &[&y, b], vec![])),
+                    None => v(y),
+                }
+            }
+        }
+        "addmm" => v(g.node(
+            "Gemm",
+            &[s(1), s(2), s(0)],
+            vec![attr::float("alpha", op.float("alpha")), attr::float("beta", op.float("beta"))],
+        )),
+        "sum" => {
+            let dims = op.ints("dims");
+            if dims.is_empty() {
+                return Ok(Converted::Alias);
+            }
+            let axes = g.const_i64(&dims);
+            v(g.node("ReduceSum", &[s(0), &axes], vec![attr::int("keepdims", op.flag("keepdim") as i64)]))
+        }
+        "max" | "min" => {
+            let ty = if a.name == "max" { "ReduceMax" } else { "ReduceMin" };
+            v(g.node(ty, &[s(0)], vec![attr::int("keepdims", 0)]))
+        }
+        "logsumexp" => {
+            let keep = attr::int("keepdims", op.flag("keepdim") as i64);
+            let dim = op.int("dim");
+            if g.opset >= 18 {
+                let axes = g.const_i64(&[dim]);
+                v(g.node("ReduceLogSumExp", &[s(0), &axes], vec![keep]))
+            } else {
+                v(g.node("ReduceLogSumExp", &[s(0)], vec![attr::ints("axes", &[dim]), keep]))
+            }
+        }
+        "argmax" | "argmin" => {
+            let ty = if a.name == "argmax" { "ArgMax" } else { "ArgMin" };
+            let attrs = vec![attr::int("axis", op.int("dim")), attr::int("keepdims", op.flag("keepdim") as i64)];
+            if op.input(0).rank() == 0 {
+                return Err("arg-reductions of a 0-d tensor are not exported".into());
+            }
+            v(g.node(ty, &[s(0)], attrs))
+        }
+        "reshape" => {
+            let shape = reshape_target(op)?;
+            let c = g.const_i64(&shape);
+            v(g.node("Reshape", &[s(0), &c], vec![]))
+        }
+        "expand" => {
+            let shape = expand_target(op)?;
+            let c = g.const_i64(&shape);
+            v(g.node("Expand", &[s(0), &c], vec![]))
+        }
+        "permute" => v(g.node("Transpose", &[s(0)], vec![attr::ints("perm", &op.ints("perm"))])),
+        "narrow" => {
+            let (dim, start, len) = (op.int("dim"), op.int("start"), op.int("len"));
+            let starts = g.const_i64(&[start]);
+            let ends = g.const_i64(&[start + len]);
+            let axes = g.const_i64(&[dim]);
+            v(g.node("Slice", &[s(0), &starts, &ends, &axes], vec![]))
+        }
+        "cat" => {
+            let ins: Vec<&str> = x.iter().map(String::as_str).collect();
+            v(g.node("Concat", &ins, vec![attr::int("axis", op.int("dim"))]))
+        }
+        "embedding" => v(g.node("Gather", &[s(1), s(0)], vec![attr::int("axis", 0)])),
+        "index_select" => v(g.node("Gather", &[s(0), s(1)], vec![attr::int("axis", op.int("dim"))])),
+        "gather" => v(g.node("GatherElements", &[s(0), s(1)], vec![attr::int("axis", op.int("dim"))])),
+        "tril" | "triu" => {
+            let k = g.constant(crate::proto::i64_scalar(op.int("diagonal")));
+            v(g.node("Trilu", &[s(0), &k], vec![attr::int("upper", (a.name == "triu") as i64)]))
+        }
+        "conv2d" => {
+            let w = op.input(1).shape().to_vec();
+            let (pad, stride, dil) = (op.ints("padding"), op.ints("stride"), op.ints("dilation"));
+            let attrs = vec![
+                attr::ints("kernel_shape", &[w[2] as i64, w[3] as i64]),
+                attr::ints("strides", &stride),
+                attr::ints("pads", &[pad[0], pad[1], pad[0], pad[1]]),
+                attr::ints("dilations", &dil),
+                attr::int("group", op.int("groups")),
+            ];
+            let ins: Vec<&str> = x.iter().map(String::as_str).collect();
+            batched(g, op.input(0).rank(), &ins, |g, ins| g.node("Conv", ins, attrs))
+        }
+        "max_pool2d" | "avg_pool2d" => {
+            let (k, st, pad) = (op.ints("kernel"), op.ints("stride"), op.ints("padding"));
+            let mut attrs = vec![
+                attr::ints("kernel_shape", &k),
+                attr::ints("strides", &st),
+                attr::ints("pads", &[pad[0], pad[1], pad[0], pad[1]]),
+                attr::int("ceil_mode", op.flag("ceil_mode") as i64),
+            ];
+            let ty = if a.name == "max_pool2d" {
+                attrs.push(attr::ints("dilations", &op.ints("dilation")));
+                "MaxPool"
+            } else {
+                attrs.push(attr::int("count_include_pad", op.flag("count_include_pad") as i64));
+                "AveragePool"
+            };
+            batched(g, op.input(0).rank(), &[s(0)], |g, ins| g.node(ty, ins, attrs))
+        }
+        "adaptive_avg_pool2d" => {
+            let out = op.ints("output_size");
+            let (shape, shape_b) = (op.input(0).shape(), op.input_b(0).shape());
+            let r = shape.len();
+            let (h, w) = (shape[r - 2] as i64, shape[r - 1] as i64);
+            if shape_b[r - 2..] != shape[r - 2..] {
+                return Err("adaptive_avg_pool2d over spatial dims that are dynamic axes cannot be exported".into());
+            }
+            if out == [1, 1] {
+                batched(g, r, &[s(0)], |g, ins| g.node("GlobalAveragePool", ins, vec![]))
+            } else if h % out[0] == 0 && w % out[1] == 0 {
+                let k = [h / out[0], w / out[1]];
+                let attrs = vec![attr::ints("kernel_shape", &k), attr::ints("strides", &k)];
+                batched(g, r, &[s(0)], |g, ins| g.node("AveragePool", ins, attrs))
+            } else {
+                return Err(format!(
+                    "adaptive_avg_pool2d from {h}x{w} to {}x{} uses windows of unequal sizes, which ONNX's pools \
+                     cannot express; pick an output size that divides the input",
+                    out[0], out[1]
+                ));
+            }
+        }
+        "batch_norm" => {
+            if op.flag("training") {
+                return Err("batch_norm runs in training mode (batch statistics, running-stat updates); call \
+                            `model.eval()` before exporting"
+                    .into());
+            }
+            if !op.flag("has_running_stats") {
+                return Err("batch_norm without running statistics (track_running_stats=false) normalises with \
+                            the statistics of each batch, which is not exported"
+                    .into());
+            }
+            let c = op.input(0).shape()[1];
+            let mut next = 3;
+            let mut optional = |g: &mut Builder<'_>, present: bool, fill: f64| -> Result<String> {
+                if present {
+                    next += 1;
+                    Ok(x[next - 1].clone())
+                } else {
+                    let t = nn_core::Tensor::full_on(&[c], fill, dtype, nn_core::Device::Cpu);
+                    g.const_tensor(&t).map_err(e)
+                }
+            };
+            let scale = optional(g, op.flag("has_weight"), 1.0)?;
+            let bias = optional(g, op.flag("has_bias"), 0.0)?;
+            let attrs = vec![attr::float("epsilon", op.float("eps"))];
+            v(g.node("BatchNormalization", &[s(0), &scale, &bias, s(1), s(2)], attrs))
+        }
+        "layer_norm" => {
+            let shape = op.ints("normalized_shape");
+            let axis = op.input(0).rank() as i64 - shape.len() as i64;
+            let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+            let scale = if op.flag("has_weight") {
+                x[1].clone()
+            } else {
+                let t = nn_core::Tensor::full_on(&dims, 1.0, dtype, nn_core::Device::Cpu);
+                g.const_tensor(&t).map_err(e)?
+            };
+            let mut ins = vec![s(0), scale.as_str()];
+            if op.flag("has_bias") {
+                ins.push(x.last().expect("bias").as_str());
+            }
+            let attrs = vec![attr::int("axis", axis), attr::float("epsilon", op.float("eps"))];
+            v(g.node("LayerNormalization", &ins, attrs))
+        }
+        name => {
+            return Err(format!(
+                "`{name}` has no ONNX conversion (supported: elementwise math, activations, matmul/linear, \
+                 reshape/permute/narrow/expand/cat, reductions, softmax, conv, pools, norms, embedding, gather)"
+            ))
+        }
+    })
+}
+
+fn v(name: String) -> Converted {
+    Converted::Value(name)
+}
+
+/// Runs a 2-D spatial op on a 3-D `[C, H, W]` input by adding and removing the batch dim.
+fn batched(
+    g: &mut Builder<'_>,
+    rank: usize,
+    ins: &[&str],
+    f: impl FnOnce(&mut Builder<'_>, &[&str]) -> String,
+) -> Converted {
+    if rank != 3 {
+        return v(f(g, ins));
+    }
+    let zero = g.const_i64(&[0]);
+    let x = g.node("Unsqueeze", &[ins[0], &zero], vec![]);
+    let mut all = vec![x.as_str()];
+    all.extend_from_slice(&ins[1..]);
+    let y = f(g, &all);
+    let zero = g.const_i64(&[0]);
+    v(g.node("Squeeze", &[&y, &zero], vec![]))
+}
+
+/// GELU from elementary ops: `0.5 x (1 + erf(x / sqrt 2))`, or the tanh form.
+fn gelu(g: &mut Builder<'_>, x: &str, dtype: DType, tanh: bool) -> std::result::Result<Converted, crate::Error> {
+    let inner = if tanh {
+        // tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
+        let x3 = g.node("Mul", &[x, x], vec![]);
+        let x3 = g.node("Mul", &[&x3, x], vec![]);
+        let c = g.const_scalar(0.044715, dtype)?;
+        let t = g.node("Mul", &[&x3, &c], vec![]);
+        let t = g.node("Add", &[x, &t], vec![]);
+        let k = g.const_scalar((2.0 / std::f64::consts::PI).sqrt(), dtype)?;
+        let t = g.node("Mul", &[&t, &k], vec![]);
+        g.node("Tanh", &[&t], vec![])
+    } else {
+        let r = g.const_scalar(std::f64::consts::SQRT_2, dtype)?;
+        let t = g.node("Div", &[x, &r], vec![]);
+        g.node("Erf", &[&t], vec![])
+    };
+    let one = g.const_scalar(1.0, dtype)?;
+    let t = g.node("Add", &[&inner, &one], vec![]);
+    let t = g.node("Mul", &[x, &t], vec![]);
+    let half = g.const_scalar(0.5, dtype)?;
+    Ok(v(g.node("Mul", &[&t, &half], vec![])))
+}
+
+/// A reshape target for ONNX: dims that follow the dynamic axes become `0` (the input's
+/// dim at the same position) or `-1` (inferred; at most one).
+fn reshape_target(op: &OpPair<'_>) -> Result<Vec<i64>> {
+    let (ta, tb) = (op.ints("shape"), op.ints_b("shape"));
+    let (ia, ib) = (op.input(0).shape(), op.input_b(0).shape());
+    let mut out = ta.clone();
+    let mut inferred = false;
+    for i in 0..ta.len() {
+        if ta[i] == tb[i] {
+            continue;
+        }
+        if ia.get(i) == Some(&(ta[i] as usize)) && ib.get(i) == Some(&(tb[i] as usize)) {
+            out[i] = 0;
+        } else if !inferred {
+            out[i] = -1;
+            inferred = true;
+        } else {
+            return Err(format!(
+                "reshape to {ta:?} has several dims that change with the dynamic axes ({ta:?} vs {tb:?}); ONNX can \
+                 infer only one: reshape in two steps, or export with fewer dynamic axes"
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// An expand target for ONNX: dims that follow the dynamic axes become `1` where the input
+/// already has them (ONNX's Expand broadcasts both ways).
+fn expand_target(op: &OpPair<'_>) -> Result<Vec<i64>> {
+    let (ta, tb) = (op.ints("shape"), op.ints_b("shape"));
+    let (ia, ib) = (op.input(0).shape(), op.input_b(0).shape());
+    let mut out = ta.clone();
+    for i in 0..ta.len() {
+        if ta[i] == tb[i] {
+            continue;
+        }
+        let j = i as isize - (ta.len() as isize - ia.len() as isize);
+        let same = j >= 0 && ia[j as usize] as i64 == ta[i] && ib[j as usize] as i64 == tb[i];
+        if !same {
+            return Err(format!(
+                "expand to {ta:?} creates a dim that follows the dynamic axes from a dim of size 1, which a \
+                 constant shape cannot say; rely on broadcasting in the op that consumes it, or export with fixed \
+                 axes"
+            ));
+        }
+        out[i] = 1;
+    }
+    Ok(out)
+}

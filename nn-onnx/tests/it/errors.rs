@@ -1,0 +1,210 @@
+//! What cannot be exported is an error naming the op and the module path, and writes
+//! nothing (an existing file stays as it was).
+
+use nn_core::prelude::*;
+use nn_layers::{BatchNorm1d, Dropout, Linear, MaxPool2d, ReLU, Sequential};
+use nn_onnx::{DynamicAxes, DynamicAxis, Error, ExportOptions};
+
+use crate::support::vals;
+
+/// Exports `model` to a file that already holds `old`; returns the error and checks the
+/// file was left alone and no temporary file remains.
+fn export_err<M>(model: &M, x: &M::Input) -> Error
+where
+    M: Forward + Module,
+    M::Input: nn_onnx::ExportInput,
+    M::Output: nn_onnx::ExportOutput,
+{
+    export_err_with(model, x, &ExportOptions::default())
+}
+
+fn export_err_with<M>(model: &M, x: &M::Input, opts: &ExportOptions) -> Error
+where
+    M: Forward + Module,
+    M::Input: nn_onnx::ExportInput,
+    M::Output: nn_onnx::ExportOutput,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, b"old").unwrap();
+    let err = nn_onnx::export_with(model, x, &path, opts).expect_err("export must fail");
+    assert_eq!(std::fs::read(&path).unwrap(), b"old", "the existing file is untouched");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file is left");
+    err
+}
+
+#[test]
+fn dropout_in_training_mode_names_op_and_module() {
+    let net = Sequential::new().add(Linear::new(4, 4)).add(Dropout::new(0.5)); // training mode
+    let err = export_err(&net, &Tensor::ones(&[2, 4])).to_string();
+    assert!(err.starts_with("cannot export `dropout` in module `1` (Dropout):"), "{err}");
+    assert!(err.contains("model.eval()"), "{err}");
+}
+
+#[test]
+fn batch_norm_in_training_mode_is_refused() {
+    let net = Sequential::new().add(Linear::new(4, 4)).add(BatchNorm1d::new(4));
+    let err = export_err(&net, &vals(&[3, 4], 1)).to_string();
+    // The layer updates its running statistics in place before normalising.
+    assert!(err.starts_with("cannot export `copy_` in module `1` (BatchNorm1d):"), "{err}");
+    assert!(err.contains("model.eval()"), "{err}");
+}
+
+#[derive(Module)]
+struct Custom {
+    #[module]
+    fc: Linear,
+    #[base]
+    base: ModuleBase,
+    mode: u8,
+}
+
+impl Compute for Custom {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        let h = self.fc.forward(x);
+        match self.mode {
+            // A second result of a multi-result op.
+            0 => h.max_dim(1, true).0,
+            // Rust code reading values that depend on the input.
+            1 => {
+                let scale = h.abs().max().item();
+                &h * scale
+            }
+            // A constant shaped by the batch size.
+            2 => &h + &Tensor::ones(&[x.shape()[0], 4]),
+            // An in-place update of a value the graph uses.
+            3 => {
+                let y = h.relu();
+                y.add_(1.0);
+                y
+            }
+            // A custom autograd op.
+            4 => nn_core::autograd::custom_op("round_ste", &[&h], &h.detach(), |g| vec![Some(g.clone())]),
+            // Control flow on the batch size.
+            5 => {
+                if x.shape()[0] > 1 {
+                    h.relu()
+                } else {
+                    h.sigmoid()
+                }
+            }
+            // Randomness in the forward.
+            _ => &h + &Tensor::randn(&[4]),
+        }
+    }
+}
+
+fn custom(mode: u8) -> Custom {
+    let mut m = Custom { fc: Linear::new(3, 4), base: ModuleBase::new(), mode };
+    m.eval();
+    m
+}
+
+#[test]
+fn user_code_that_cannot_be_a_graph_is_named() {
+    // Batch 1: the second trace runs batch 2, so a branch on `batch > 1` shows.
+    let x = vals(&[1, 3], 2);
+    let cases = [
+        (0, "cannot export `max_dim` in the top-level module (Custom)"),
+        (1, "cannot export `to_vec` in the top-level module (Custom)"),
+        (2, "cannot export `add` in the top-level module (Custom)"),
+        (3, "cannot export `add_` in the top-level module (Custom)"),
+        (4, "cannot export `round_ste` in the top-level module (Custom)"),
+        (5, "cannot export: the forward runs different ops"),
+        (6, "cannot export `add` in the top-level module (Custom)"),
+    ];
+    for (mode, want) in cases {
+        let err = export_err(&custom(mode), &x).to_string();
+        assert!(err.starts_with(want), "mode {mode}: {err}");
+    }
+    // With fixed axes the batch-shaped constant and the branch are fine.
+    let fixed = ExportOptions { dynamic_axes: DynamicAxes::Static, ..Default::default() };
+    for mode in [2, 5] {
+        nn_onnx::to_bytes(&custom(mode), &x, &fixed).unwrap();
+    }
+}
+
+#[test]
+fn max_pool_with_indices_is_refused_inside_nested_module() {
+    #[derive(Module)]
+    struct Pool {
+        #[base]
+        base: ModuleBase,
+    }
+    impl Compute for Pool {
+        type Input = Tensor;
+        type Output = Tensor;
+        fn compute(&self, x: &Tensor) -> Tensor {
+            x.max_pool2d_with_indices(nn_core::ops::Pool2dConfig::new(2)).0
+        }
+    }
+    let mut net = Sequential::new()
+        .add(MaxPool2d::new(1))
+        .add(Sequential::new().add(ReLU::new()).add(Pool { base: ModuleBase::new() }));
+    net.eval();
+    let err = export_err(&net, &vals(&[1, 1, 4, 4], 3)).to_string();
+    assert!(err.starts_with("cannot export `max_pool2d_with_indices` in module `1.1` (Pool)"), "{err}");
+}
+
+#[test]
+fn adaptive_pool_with_unequal_windows_is_refused() {
+    let mut net = Sequential::new().add(nn_layers::AdaptiveAvgPool2d::new((2, 2)));
+    net.eval();
+    let err = export_err(&net, &vals(&[1, 1, 3, 3], 4)).to_string();
+    assert!(err.starts_with("cannot export `adaptive_avg_pool2d` in module `0` (AdaptiveAvgPool2d)"), "{err}");
+}
+
+#[test]
+fn bad_options_are_clear() {
+    let mut net = Sequential::new().add(Linear::new(3, 2));
+    net.eval();
+    let x = Tensor::ones(&[2, 3]);
+    let cases = [
+        (ExportOptions { opset: 13, ..Default::default() }, "opset 13 is not supported"),
+        (ExportOptions { input_names: vec!["a".into(), "b".into()], ..Default::default() }, "2 input names given"),
+        (ExportOptions { output_names: vec![String::new()], ..Default::default() }, "output name `` is empty"),
+        (
+            ExportOptions {
+                dynamic_axes: DynamicAxes::Custom(vec![DynamicAxis { input: 0, axis: 2, name: "n".into() }]),
+                ..Default::default()
+            },
+            "dynamic axis `n` is axis 2 of input 0 (`input`)",
+        ),
+        (
+            ExportOptions {
+                dynamic_axes: DynamicAxes::Custom(vec![DynamicAxis { input: 1, axis: 0, name: "n".into() }]),
+                ..Default::default()
+            },
+            "dynamic axis `n` names input 1",
+        ),
+    ];
+    for (opts, want) in cases {
+        let err = export_err_with(&net, &x, &opts).to_string();
+        assert!(err.contains(want), "{err}");
+    }
+}
+
+#[test]
+fn meta_models_have_no_values_to_write() {
+    let mut net = Sequential::new().add(Linear::new(3, 2));
+    net.eval();
+    net.to_device(Device::Meta);
+    let err = export_err(&net, &Tensor::full_on(&[1, 3], 0.0, DType::F32, Device::Meta)).to_string();
+    assert!(err.contains("`0.weight` is on the meta device"), "{err}");
+}
+
+#[test]
+fn export_writes_a_file_that_reads_back() {
+    let mut net = Sequential::new().add(Linear::new(3, 2)).add(ReLU::new());
+    net.eval();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, b"old").unwrap();
+    nn_onnx::export(&net, &Tensor::ones(&[1, 3]), &path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes, nn_onnx::to_bytes(&net, &Tensor::ones(&[1, 3]), &ExportOptions::default()).unwrap());
+    assert_eq!(nn_onnx::inspect(&bytes).unwrap().op_types, ["Gemm", "Relu"]);
+    assert!(nn_onnx::inspect(b"not a model \xff").is_err());
+}
