@@ -270,6 +270,9 @@ impl<'a> Builder<'a> {
 
     /// Converts the ops of two aligned traces.
     pub(crate) fn add_trace(&mut self, a: &Trace, b: &Trace) -> Result<(), Error> {
+        for t in [a, b] {
+            self.refuse_foreign(t)?;
+        }
         let (a, b) = (&self.strip_aliases(a), &self.strip_aliases(b));
         if let Some(i) = (0..a.ops.len().max(b.ops.len()))
             .find(|&i| a.ops.get(i).map(|o| (o.name, o.kind)) != b.ops.get(i).map(|o| (o.name, o.kind)))
@@ -322,7 +325,29 @@ impl<'a> Builder<'a> {
                 _ => ops.push(op),
             }
         }
-        Trace { ops }
+        let mut out = t.clone();
+        out.ops = ops;
+        out
+    }
+
+    /// Refuses an op input made on another thread while the forward ran: the per-thread
+    /// recorder did not see the ops that made it, and taking it for a constant would bake
+    /// one run's values into the graph.
+    fn refuse_foreign(&self, t: &Trace) -> Result<(), Error> {
+        for op in &t.ops {
+            if let Some(x) = op.inputs.iter().find(|x| t.made_elsewhere(x)) {
+                return Err(Error::Unsupported {
+                    op: op.name.to_string(),
+                    module: self.info.describe(op.module),
+                    reason: format!(
+                        "its input of shape {:?} was computed on another thread during the forward, where the \
+                         tracer cannot see the ops; run that computation on the forward's own thread",
+                        x.shape()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `t`, or the tensor it is an alias of.

@@ -58,7 +58,8 @@
 //!
 //! Limits: the recorder is per thread, so the forward must run its tensor ops on the
 //! calling thread (nn's kernels may use several threads inside one op; a forward that
-//! spawns threads of its own is not supported). Control flow is checked between the two
+//! spawns threads of its own is refused: a tensor made on another thread while the
+//! forward runs is an error naming the op that uses it, never a constant). Control flow is checked between the two
 //! traces only: a branch on the batch size that takes the same side for both sizes
 //! traced (batch 2 and 3 for an example of batch 2) is not seen; export with an example
 //! of batch 1 to be safe. Initializers are the parameters and buffers the graph uses
@@ -390,6 +391,13 @@ where
     let (out_a, trace_a) = nn_core::trace::trace(|| model.forward(example));
     let (out_b, trace_b) = nn_core::trace::trace(|| model.forward(&example_b));
     let (out_a, out_b) = (out_a.tensors(), out_b.tensors());
+    if out_a.iter().any(|t| trace_a.made_elsewhere(t)) || out_b.iter().any(|t| trace_b.made_elsewhere(t)) {
+        return Err(Error::Model(
+            "the forward returns a tensor computed on another thread, where the tracer cannot see the ops; run \
+             that computation on the forward's own thread"
+                .to_string(),
+        ));
+    }
     let output_names = names(&options.output_names, out_a.len(), "output")?;
 
     let mut g = graph::Builder::new(&info, options.opset);

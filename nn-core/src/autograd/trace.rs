@@ -39,6 +39,7 @@
 //! ```
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 
 use crate::tensor::{Tensor, TensorId};
 
@@ -116,6 +117,19 @@ impl TracedOp {
 pub struct Trace {
     /// The ops, in the order they ran.
     pub ops: Vec<TracedOp>,
+    /// Every tensor created while the trace ran has an id at least this.
+    started_at: Option<TensorId>,
+    /// The tensors created on the tracing thread while it ran.
+    created_here: HashSet<TensorId>,
+}
+
+impl Trace {
+    /// Whether `t` was created while the trace ran, but on another thread: the recorder is
+    /// per thread, so the ops that made it were not recorded and a graph cannot rebuild
+    /// it. A consumer must refuse such a tensor rather than take it for a constant.
+    pub fn made_elsewhere(&self, t: &Tensor) -> bool {
+        self.started_at.is_some_and(|s| t.id() >= s) && !self.created_here.contains(&t.id())
+    }
 }
 
 /// Runs `f` with recording on (on this thread) and returns its result and the trace.
@@ -137,12 +151,16 @@ pub fn trace<R>(f: impl FnOnce() -> R) -> (R, Trace) {
         }
     }
     REC.with(|r| *r.borrow_mut() = Recorder::default());
+    let started_at = Some(TensorId::upcoming());
     ACTIVE.with(|a| a.set(true));
     let off = Off;
     let out = crate::no_grad(f);
-    let ops = REC.with(|r| std::mem::take(&mut r.borrow_mut().ops));
+    let (ops, created_here) = REC.with(|r| {
+        let mut r = r.borrow_mut();
+        (std::mem::take(&mut r.ops), std::mem::take(&mut r.created_here))
+    });
     drop(off);
-    (out, Trace { ops })
+    (out, Trace { ops, started_at, created_here })
 }
 
 /// Whether a trace is recording on this thread.
@@ -162,6 +180,20 @@ struct Recorder {
     ops: Vec<TracedOp>,
     /// Tensors created since the outermost frame opened, in order.
     created: Vec<Tensor>,
+    /// Every tensor created on this thread since the trace began.
+    created_here: HashSet<TensorId>,
+}
+
+impl Recorder {
+    /// Records an op that ran outside any traced op's scope (an untraced op, an in-place
+    /// update, a host read); inside a scope it is part of that op and not recorded.
+    fn record_outside(&mut self, name: &'static str, kind: OpKind, inputs: Vec<Tensor>, output: Option<&Tensor>) {
+        if self.frames.is_empty() {
+            let module = self.modules.last().copied();
+            let output = output.cloned();
+            self.ops.push(TracedOp { name, kind, attrs: Vec::new(), inputs, output, created: Vec::new(), module });
+        }
+    }
 }
 
 struct Frame {
@@ -246,6 +278,7 @@ pub(crate) fn op_with(
 pub(crate) fn on_create(t: &Tensor) {
     if ACTIVE.with(Cell::get) {
         with_rec(|r| {
+            r.created_here.insert(t.id());
             if !r.frames.is_empty() {
                 r.created.push(t.clone());
             }
@@ -258,18 +291,7 @@ pub(crate) fn on_create(t: &Tensor) {
 pub(crate) fn on_op_result(name: &'static str, inputs: &[&Tensor], out: &Tensor) {
     if ACTIVE.with(Cell::get) {
         with_rec(|r| {
-            if r.frames.is_empty() {
-                let module = r.modules.last().copied();
-                r.ops.push(TracedOp {
-                    name,
-                    kind: OpKind::Untraced,
-                    attrs: Vec::new(),
-                    inputs: inputs.iter().map(|t| (*t).clone()).collect(),
-                    output: Some(out.clone()),
-                    created: Vec::new(),
-                    module,
-                });
-            }
+            r.record_outside(name, OpKind::Untraced, inputs.iter().map(|t| (*t).clone()).collect(), Some(out))
         });
     }
 }
@@ -279,20 +301,7 @@ pub(crate) fn on_op_result(name: &'static str, inputs: &[&Tensor], out: &Tensor)
 #[inline]
 pub(crate) fn on_access(kind: OpKind, name: &'static str, t: &Tensor) {
     if ACTIVE.with(Cell::get) {
-        with_rec(|r| {
-            if r.frames.is_empty() {
-                let module = r.modules.last().copied();
-                r.ops.push(TracedOp {
-                    name,
-                    kind,
-                    attrs: Vec::new(),
-                    inputs: vec![t.clone()],
-                    output: None,
-                    created: Vec::new(),
-                    module,
-                });
-            }
-        });
+        with_rec(|r| r.record_outside(name, kind, vec![t.clone()], None));
     }
 }
 

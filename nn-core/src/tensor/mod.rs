@@ -18,6 +18,12 @@ impl TensorId {
     fn next() -> Self {
         TensorId(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed))
     }
+
+    /// The id the next tensor created (on any thread) will get, or a later one: every
+    /// tensor created from now on has an id at least this.
+    pub(crate) fn upcoming() -> Self {
+        TensorId(NEXT_TENSOR_ID.load(Ordering::Relaxed))
+    }
 }
 
 /// An n-dimensional array with reverse-mode autograd.

@@ -208,3 +208,43 @@ fn export_writes_a_file_that_reads_back() {
     assert_eq!(nn_onnx::inspect(&bytes).unwrap().op_types, ["Gemm", "Relu"]);
     assert!(nn_onnx::inspect(b"not a model \xff").is_err());
 }
+
+/// The tracer records per thread: a value computed on a thread the forward spawns is refused,
+/// never taken for a constant.
+#[derive(Module)]
+struct OffThread {
+    #[module]
+    fc: Linear,
+    #[base]
+    base: ModuleBase,
+    /// Return the foreign tensor itself (true) or feed it to a traced op (false).
+    as_output: bool,
+}
+
+impl Compute for OffThread {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        let h = self.fc.forward(x);
+        let side = std::thread::scope(|s| s.spawn(|| h.exp().mean_dims(&[0usize], true)).join().unwrap());
+        if self.as_output {
+            side
+        } else {
+            &h * &side
+        }
+    }
+}
+
+#[test]
+fn values_computed_on_another_thread_are_refused() {
+    let x = vals(&[2, 3], 4);
+    for as_output in [false, true] {
+        let mut m = OffThread { fc: Linear::new(3, 4), base: ModuleBase::new(), as_output };
+        m.eval();
+        let err = export_err(&m, &x).to_string();
+        assert!(err.contains("computed on another thread"), "as_output {as_output}: {err}");
+    }
+    // The same computation on the forward's thread exports.
+    let same = Sequential::new().add(Linear::new(3, 4));
+    nn_onnx::to_bytes(&same, &x, &ExportOptions::default()).unwrap();
+}
