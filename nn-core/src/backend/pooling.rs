@@ -153,7 +153,9 @@ impl Storage {
         let pl = &pool.planes;
         match (self, argmax) {
             (Storage::Cpu(g), Argmax::Cpu(a)) => Storage::Cpu(cpu::pooling::max_pool2d_backward(g, a, pool)),
-            _ => Storage::Meta { dtype: self.dtype(), len: pl.planes * pl.h * pl.w },
+            (Storage::Meta { .. }, _) | (_, Argmax::Meta { .. }) => {
+                Storage::Meta { dtype: self.dtype(), len: pl.planes * pl.h * pl.w }
+            }
         }
     }
 
