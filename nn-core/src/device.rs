@@ -9,9 +9,16 @@ use std::fmt;
 /// (parameter count, state-dict schema) in O(1) memory and materialised later. Reading
 /// values (`to_vec`, `item`) from a meta tensor panics with a message saying so.
 ///
+/// `Gpu(n)` is the `n`-th GPU adapter wgpu finds (Vulkan, Metal or DX12), printed `gpu:n`.
+/// Its kernels exist only with nn-core's cargo feature `gpu`; the variant itself is always
+/// there, so that enabling the feature anywhere in a dependency graph never changes the
+/// shape of this enum under someone's exhaustive `match`. Without the feature, or when the
+/// adapter does not exist, moving anything to it is an error that says which
+/// ([`Device::check`]), as PyTorch's "Torch not compiled with CUDA enabled".
+///
 /// Storage is an enum behind this tag, so another backend adds a variant here and a module
-/// under [`crate::backend`] (see its docs for the contract) without touching ops or modules. Ops never copy silently between devices: mixing
-/// devices in one op panics and names both.
+/// under [`crate::backend`] (see its docs for the contract) without touching ops or modules.
+/// Ops never copy silently between devices: mixing devices in one op panics and names both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Device {
     /// Host memory; kernels run on the CPU.
@@ -19,14 +26,38 @@ pub enum Device {
     Cpu,
     /// Shapes and dtypes only, no storage.
     Meta,
+    /// The `n`-th GPU adapter (cargo feature `gpu`); see [`crate::gpu`].
+    Gpu(usize),
+}
+
+impl Device {
+    /// `Ok` when tensors can be placed on this device: always for `Cpu` and `Meta`; for
+    /// `Gpu(n)` when nn-core was built with the `gpu` feature and adapter `n` exists and
+    /// opened. The error says which of those failed.
+    ///
+    /// ```
+    /// use nn_core::Device;
+    /// assert!(Device::Cpu.check().is_ok());
+    /// if !nn_core::gpu::is_available() {
+    ///     let err = Device::Gpu(0).check().unwrap_err().to_string();
+    ///     assert!(err.contains("gpu:0"), "{err}");
+    /// }
+    /// ```
+    pub fn check(self) -> crate::Result<()> {
+        match self {
+            Device::Cpu | Device::Meta => Ok(()),
+            Device::Gpu(n) => crate::gpu::check(n),
+        }
+    }
 }
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Device::Cpu => "cpu",
-            Device::Meta => "meta",
-        })
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Meta => f.write_str("meta"),
+            Device::Gpu(n) => write!(f, "gpu:{n}"),
+        }
     }
 }
 

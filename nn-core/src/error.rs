@@ -192,6 +192,15 @@ pub enum Error {
         /// What it is instead.
         kind: &'static str,
     },
+    /// A device that tensors cannot be placed on: a GPU without the `gpu` feature, or an
+    /// adapter that does not exist or failed to open.
+    #[error("device {device} is not available: {reason}")]
+    DeviceUnavailable {
+        /// The device asked for.
+        device: crate::Device,
+        /// Why it cannot be used (and, when it applies, what to do instead).
+        reason: String,
+    },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
     Io {

@@ -109,6 +109,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod functional;
+pub mod gpu;
 pub mod init;
 pub mod io;
 mod loss;

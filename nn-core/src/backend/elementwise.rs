@@ -123,6 +123,15 @@ impl Storage {
                 cpu::elementwise::checked_int_update(dst, layout, (rhs, rhs_layout), f)
             }
             (Storage::Meta { .. }, _) => None,
+            #[cfg(feature = "gpu")]
+            (Storage::Gpu(dst), Storage::Gpu(rhs)) => {
+                let mut host = dst.host("checked_int_update");
+                let bad = cpu::elementwise::checked_int_update(&mut host, layout, (&rhs.to_cpu(), rhs_layout), f);
+                if bad.is_none() {
+                    dst.overwrite(&host);
+                }
+                bad
+            }
             (dst, rhs) => {
                 panic!("checked_int_update: a {} buffer cannot take values from {}", dst.device(), rhs.device())
             }
@@ -138,6 +147,8 @@ impl Storage {
                 cpu::scatter_into(dst, layout, &vals)
             }
             (Storage::Meta { .. }, _) => {}
+            #[cfg(feature = "gpu")]
+            (Storage::Gpu(dst), Storage::Gpu(src)) => super::gpu::write_from(dst, layout, src, src_layout),
             (dst, src) => panic!("write_from: a {} buffer cannot take values from {}", dst.device(), src.device()),
         }
     }

@@ -24,6 +24,8 @@ impl Storage {
         match self {
             Storage::Cpu(c) => cpu::index::first_outside(c, l, n),
             Storage::Meta { .. } => None,
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(g) => cpu::index::first_outside(&g.host("first_outside"), l, n),
         }
     }
 

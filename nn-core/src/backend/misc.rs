@@ -27,6 +27,10 @@ impl Storage {
         let len = rows.numel() / n.max(1);
         match self {
             Storage::Cpu(x) => cpu::misc::quantile(x, rows, n, q).map(Storage::Cpu),
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(g) => {
+                cpu::misc::quantile(&g.host("quantile"), rows, n, q).map(|c| super::gpu::upload_result(g.ctx(), c))
+            }
             Storage::Meta { dtype, .. } => {
                 [*dtype, DType::I64, DType::I64, *dtype].map(|dtype| Storage::Meta { dtype, len })
             }

@@ -46,6 +46,8 @@ use crate::shape::Layout;
 mod conv;
 pub(crate) mod cpu;
 mod elementwise;
+#[cfg(feature = "gpu")]
+pub(crate) mod gpu;
 mod index;
 mod linalg;
 mod misc;
@@ -57,6 +59,8 @@ pub(crate) use conv::ConvGeometry;
 pub(crate) use cpu::try_alloc as try_host_vec;
 pub use cpu::CpuStorage;
 pub(crate) use elementwise::{BinaryOp, Operand, UnaryOp};
+#[cfg(feature = "gpu")]
+pub use gpu::GpuStorage;
 pub(crate) use index::IndexArg;
 pub use pooling::Pool2dConfig;
 pub(crate) use pooling::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
@@ -73,6 +77,9 @@ pub enum Storage {
         /// Number of elements the buffer would hold.
         len: usize,
     },
+    /// Values in a GPU adapter's memory (cargo feature `gpu`).
+    #[cfg(feature = "gpu")]
+    Gpu(GpuStorage),
 }
 
 impl Storage {
@@ -81,6 +88,8 @@ impl Storage {
         match self {
             Storage::Cpu(c) => c.dtype(),
             Storage::Meta { dtype, .. } => *dtype,
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(g) => g.dtype(),
         }
     }
 
@@ -89,6 +98,8 @@ impl Storage {
         match self {
             Storage::Cpu(_) => Device::Cpu,
             Storage::Meta { .. } => Device::Meta,
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(g) => Device::Gpu(g.ordinal()),
         }
     }
 
@@ -97,6 +108,8 @@ impl Storage {
         match self {
             Storage::Cpu(c) => c.len(),
             Storage::Meta { len, .. } => *len,
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(g) => g.len(),
         }
     }
 
@@ -108,13 +121,27 @@ impl Storage {
     /// A buffer of `len` elements of `dtype`, all `value`, on `device`.
     ///
     /// # Panics
-    /// When the allocator cannot provide the buffer.
+    /// When the allocator cannot provide the buffer, or `device` is a GPU that is not
+    /// available (the message says why).
     #[track_caller]
     pub(crate) fn full(device: Device, dtype: DType, len: usize, value: f64) -> Storage {
         match device {
             Device::Cpu => Storage::Cpu(CpuStorage::full(dtype, len, value)),
             Device::Meta => Storage::Meta { dtype, len },
+            Device::Gpu(n) => Storage::gpu_full(n, dtype, len, value),
         }
+    }
+
+    #[cfg(feature = "gpu")]
+    #[track_caller]
+    fn gpu_full(n: usize, dtype: DType, len: usize, value: f64) -> Storage {
+        Storage::Gpu(GpuStorage::full(crate::gpu::context(n), dtype, len, value))
+    }
+
+    #[cfg(not(feature = "gpu"))]
+    #[track_caller]
+    fn gpu_full(n: usize, _: DType, _: usize, _: f64) -> Storage {
+        crate::gpu::context(n)
     }
 
     /// [`full`](Storage::full), or `None` when the allocator cannot provide the buffer.
@@ -122,6 +149,7 @@ impl Storage {
         Some(match device {
             Device::Cpu => Storage::Cpu(CpuStorage::try_full(dtype, len, value)?),
             Device::Meta => Storage::Meta { dtype, len },
+            Device::Gpu(n) => Storage::gpu_full(n, dtype, len, value),
         })
     }
 
@@ -136,6 +164,8 @@ impl Storage {
         match self {
             Storage::Cpu(c) => Some(c.to_vec_of(l)),
             Storage::Meta { .. } => None,
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(_) => Some(self.to_device(l, Device::Cpu).to_vec_of(&Layout::contiguous(&[l.numel()]))?),
         }
     }
 
@@ -145,62 +175,125 @@ impl Storage {
         match self {
             Storage::Cpu(c) => Some(cpu::bytes::le_bytes(c, l)),
             Storage::Meta { .. } => None,
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(_) => self.to_device(l, Device::Cpu).to_le_bytes(&Layout::contiguous(&[l.numel()])),
         }
     }
 
     /// The elements `l` selects, as a buffer on `device`. Moving to `Meta` drops the
     /// values; moving a meta buffer to a device with memory allocates zeros (PyTorch's
     /// `to_empty`, with defined contents).
+    ///
+    /// # Panics
+    /// When `device` is a GPU that is not available (the message says why).
+    #[track_caller]
     pub(crate) fn to_device(&self, l: &Layout, device: Device) -> Storage {
         match (self, device) {
             (Storage::Cpu(c), Device::Cpu) => Storage::Cpu(c.gather_layout(l)),
             (_, Device::Meta) => Storage::Meta { dtype: self.dtype(), len: l.numel() },
-            (Storage::Meta { dtype, .. }, Device::Cpu) => Storage::Cpu(CpuStorage::zeros(*dtype, l.numel())),
+            (Storage::Meta { dtype, .. }, device) => Storage::full(device, *dtype, l.numel(), 0.0),
+            #[cfg(feature = "gpu")]
+            (Storage::Cpu(c), Device::Gpu(n)) => Storage::Gpu(GpuStorage::from_cpu(crate::gpu::context(n), c, l)),
+            #[cfg(feature = "gpu")]
+            (Storage::Gpu(g), Device::Cpu) => {
+                let whole = g.to_cpu();
+                Storage::Cpu(if l.is_contiguous() && l.offset() == 0 && l.numel() == whole.len() {
+                    whole
+                } else {
+                    whole.gather_layout(l)
+                })
+            }
+            #[cfg(feature = "gpu")]
+            (Storage::Gpu(g), Device::Gpu(n)) if g.ordinal() == n => self.gather_layout(l),
+            #[cfg(feature = "gpu")]
+            (Storage::Gpu(_), Device::Gpu(n)) => {
+                self.to_device(l, Device::Cpu).to_device(&Layout::contiguous(&[l.numel()]), Device::Gpu(n))
+            }
+            #[cfg(not(feature = "gpu"))]
+            (Storage::Cpu(_), Device::Gpu(n)) => crate::gpu::context(n),
         }
     }
 
     /// The one place the meta device is handled: runs `cpu` on the operands' CPU buffers,
-    /// or returns a meta buffer of `dtype` and `len` when any operand is a meta buffer.
-    fn run<const N: usize>(
+    /// or returns a meta buffer of `dtype` and `len` when any operand is a meta buffer. GPU
+    /// operands reaching here have no native kernel for this method yet: `cpu` runs on host
+    /// copies and the result is uploaded (the host path, counted per method).
+    fn run<const N: usize, F: FnOnce([&CpuStorage; N]) -> CpuStorage>(
         operands: [&Storage; N],
         (dtype, len): (DType, usize),
-        cpu: impl FnOnce([&CpuStorage; N]) -> CpuStorage,
+        cpu: F,
     ) -> Storage {
-        match Storage::cpu_all(operands) {
-            Some(buffers) => Storage::Cpu(cpu(buffers)),
-            None => Storage::Meta { dtype, len },
+        match Storage::placement(operands) {
+            Placement::Meta => Storage::Meta { dtype, len },
+            Placement::Cpu => Storage::Cpu(cpu(operands.map(Storage::cpu_ref))),
+            #[cfg(feature = "gpu")]
+            Placement::Gpu(ctx) => {
+                let host = gpu::host_path::<F, N>(ctx, operands);
+                gpu::upload_result(ctx, cpu(std::array::from_fn(|i| &host[i])))
+            }
         }
     }
 
     /// [`run`](Storage::run) for a kernel with two outputs.
-    fn run2<const N: usize>(
+    fn run2<const N: usize, F: FnOnce([&CpuStorage; N]) -> (CpuStorage, CpuStorage)>(
         operands: [&Storage; N],
         meta: [(DType, usize); 2],
-        cpu: impl FnOnce([&CpuStorage; N]) -> (CpuStorage, CpuStorage),
+        cpu: F,
     ) -> (Storage, Storage) {
-        match Storage::cpu_all(operands) {
-            Some(buffers) => {
-                let (a, b) = cpu(buffers);
-                (Storage::Cpu(a), Storage::Cpu(b))
-            }
-            None => {
+        match Storage::placement(operands) {
+            Placement::Meta => {
                 let [(da, la), (db, lb)] = meta;
                 (Storage::Meta { dtype: da, len: la }, Storage::Meta { dtype: db, len: lb })
+            }
+            Placement::Cpu => {
+                let (a, b) = cpu(operands.map(Storage::cpu_ref));
+                (Storage::Cpu(a), Storage::Cpu(b))
+            }
+            #[cfg(feature = "gpu")]
+            Placement::Gpu(ctx) => {
+                let host = gpu::host_path::<F, N>(ctx, operands);
+                let (a, b) = cpu(std::array::from_fn(|i| &host[i]));
+                (gpu::upload_result(ctx, a), gpu::upload_result(ctx, b))
             }
         }
     }
 
-    /// The CPU buffers of all operands, or `None` when any is a meta buffer.
-    fn cpu_all<const N: usize>(operands: [&Storage; N]) -> Option<[&CpuStorage; N]> {
-        let mut out = [None; N];
-        for (slot, s) in out.iter_mut().zip(operands) {
-            match s {
-                Storage::Cpu(c) => *slot = Some(c),
-                Storage::Meta { .. } => return None,
-            }
+    /// Where a kernel over `operands` runs: meta if any is meta, else on their one device.
+    ///
+    /// # Panics
+    /// When the operands are on different devices (ops check this before asking for
+    /// values; reaching here would be a bug, reported rather than copied around).
+    fn placement<const N: usize>(operands: [&Storage; N]) -> Placement {
+        if operands.iter().any(|s| matches!(s, Storage::Meta { .. })) {
+            return Placement::Meta;
         }
-        Some(out.map(|c| c.expect("filled above")))
+        let Some(first) = operands.first() else { return Placement::Cpu };
+        let device = first.device();
+        if let Some(other) = operands.iter().find(|s| s.device() != device) {
+            panic!("backend: one kernel got operands on {device} and {}", other.device());
+        }
+        match first {
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(g) => Placement::Gpu(g.ctx()),
+            _ => Placement::Cpu,
+        }
     }
+
+    /// The CPU buffer of an operand [`placement`](Storage::placement) put on the CPU.
+    fn cpu_ref(&self) -> &CpuStorage {
+        match self {
+            Storage::Cpu(c) => c,
+            other => unreachable!("placement put a {} buffer on the CPU", other.device()),
+        }
+    }
+}
+
+/// Where [`Storage::run`] runs a kernel.
+enum Placement {
+    Meta,
+    Cpu,
+    #[cfg(feature = "gpu")]
+    Gpu(&'static gpu::context::Ctx),
 }
 
 #[cfg(test)]

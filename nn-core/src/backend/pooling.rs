@@ -145,6 +145,11 @@ impl Storage {
                 (Storage::Cpu(values), Argmax::Cpu(argmax))
             }
             Storage::Meta { dtype, .. } => (Storage::Meta { dtype: *dtype, len }, Argmax::Meta { len }),
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(g) => {
+                let (values, argmax) = cpu::pooling::max_pool2d(&g.host("max_pool2d"), pool);
+                (super::gpu::upload_result(g.ctx(), values), Argmax::Cpu(argmax))
+            }
         }
     }
 
@@ -153,6 +158,11 @@ impl Storage {
         let pl = &pool.planes;
         match (self, argmax) {
             (Storage::Cpu(g), Argmax::Cpu(a)) => Storage::Cpu(cpu::pooling::max_pool2d_backward(g, a, pool)),
+            #[cfg(feature = "gpu")]
+            (Storage::Gpu(g), Argmax::Cpu(a)) => super::gpu::upload_result(
+                g.ctx(),
+                cpu::pooling::max_pool2d_backward(&g.host("max_pool2d_backward"), a, pool),
+            ),
             (Storage::Meta { .. }, _) | (_, Argmax::Meta { .. }) => {
                 Storage::Meta { dtype: self.dtype(), len: pl.planes * pl.h * pl.w }
             }

@@ -1,0 +1,233 @@
+//! The GPU backend: device buffers ([`GpuStorage`]) on a wgpu adapter, and WGSL compute
+//! kernels behind the backend interface (see [`crate::backend`]).
+//!
+//! # Buffers
+//! A buffer holds the elements row-major in the safetensors encoding (little-endian `f32`,
+//! `f64`, `i64` as two words, `f16`/`bf16` packed two to a word), except `bool`, which
+//! takes a 32-bit word per element (WGSL has no byte type). Buffers come from a caching
+//! allocator per adapter ([`context`]): a dropped tensor's buffer is reused by the next
+//! request of its size class, so a training step after warm-up allocates nothing.
+//!
+//! # Kernels and the host path
+//! Interface methods with a native kernel for their operands' dtypes run it here; the
+//! others run the CPU kernel on host copies of the operands and upload the result (the
+//! "host path", counted per method by [`crate::gpu::stats`] so that a test can demand zero
+//! of them on a training step). Values are the same either way; only the time differs.
+//! `f64` kernels use only operations Vulkan offers in double precision (arithmetic,
+//! `sqrt`, comparisons); `exp`, `log`, trigonometry and `pow` in `f64` take the host path.
+
+pub(crate) mod context;
+pub(crate) mod kernels;
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+
+use self::context::{Buffer, Ctx};
+use super::cpu::CpuStorage;
+use crate::dtype::DType;
+use crate::shape::Layout;
+
+/// A tensor's buffer on a GPU adapter. Cloning copies the values into a new device buffer
+/// (as cloning a [`CpuStorage`] copies them): in-place writes to one never show in the other.
+pub struct GpuStorage {
+    buf: Arc<Buffer>,
+    dtype: DType,
+    len: usize,
+}
+
+impl Clone for GpuStorage {
+    fn clone(&self) -> Self {
+        let ctx = self.ctx();
+        let out = GpuStorage::uninit(ctx, self.dtype, self.len);
+        let bytes = byte_len(self.dtype, self.len).div_ceil(4) * 4;
+        if bytes > 0 {
+            let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+            enc.copy_buffer_to_buffer(self.buf.raw(), 0, out.buf.raw(), 0, bytes);
+            ctx.queue.submit([enc.finish()]);
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for GpuStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuStorage(gpu:{}, {}, {} elements)", self.buf.ctx.ordinal, self.dtype, self.len)
+    }
+}
+
+/// Equal when they hold the same dtype, length and values (read back to the host).
+impl PartialEq for GpuStorage {
+    fn eq(&self, other: &Self) -> bool {
+        self.dtype == other.dtype && self.len == other.len && self.to_cpu() == other.to_cpu()
+    }
+}
+
+/// Bytes a buffer of `len` elements of `dtype` needs on the device.
+pub(crate) fn byte_len(dtype: DType, len: usize) -> u64 {
+    let len = len as u64;
+    match dtype {
+        DType::F32 | DType::Bool => 4 * len,
+        DType::F64 | DType::I64 => 8 * len,
+        DType::F16 | DType::BF16 => 2 * len,
+    }
+}
+
+impl GpuStorage {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `n` in `gpu:n`.
+    pub fn ordinal(&self) -> usize {
+        self.buf.ctx.ordinal
+    }
+
+    pub(crate) fn ctx(&self) -> &'static Ctx {
+        self.buf.ctx
+    }
+
+    pub(crate) fn buffer(&self) -> &Buffer {
+        &self.buf
+    }
+
+    /// A buffer of `len` elements of `dtype` with unspecified contents, for a kernel to
+    /// fill.
+    ///
+    /// # Panics
+    /// On an adapter without `f64` shaders, for `F64`: the message says so.
+    pub(crate) fn uninit(ctx: &'static Ctx, dtype: DType, len: usize) -> GpuStorage {
+        assert!(
+            dtype != DType::F64 || ctx.f64,
+            "gpu:{}: adapter `{}` offers no f64 in shaders (wgpu feature SHADER_F64); keep f64 tensors on the CPU",
+            ctx.ordinal,
+            ctx.info.name
+        );
+        GpuStorage { buf: Arc::new(ctx.alloc(byte_len(dtype, len))), dtype, len }
+    }
+
+    /// The elements `l` selects from a host buffer, uploaded.
+    pub(crate) fn from_cpu(ctx: &'static Ctx, c: &CpuStorage, l: &Layout) -> GpuStorage {
+        let out = GpuStorage::uninit(ctx, c.dtype(), l.numel());
+        let bytes = match c {
+            CpuStorage::Bool(v) => {
+                let vals = super::cpu::strided_to_vec(v, l);
+                vals.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect()
+            }
+            other => super::cpu::bytes::le_bytes(other, l),
+        };
+        if !bytes.is_empty() {
+            ctx.queue.write_buffer(out.buf.raw(), 0, &pad4(bytes));
+        }
+        out
+    }
+
+    /// Replaces the values with those of a host buffer of the same dtype and length.
+    pub(crate) fn overwrite(&mut self, c: &CpuStorage) {
+        debug_assert_eq!((c.dtype(), c.len()), (self.dtype, self.len));
+        let bytes = match c {
+            CpuStorage::Bool(v) => v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect(),
+            other => super::cpu::bytes::le_bytes(other, &Layout::contiguous(&[c.len()])),
+        };
+        if !bytes.is_empty() {
+            self.ctx().queue.write_buffer(self.buf.raw(), 0, &pad4(bytes));
+        }
+    }
+
+    /// The whole buffer, copied to the host (waits for the kernels that write it).
+    pub(crate) fn to_cpu(&self) -> CpuStorage {
+        let bytes = self.buf.ctx.download(&self.buf, byte_len(self.dtype, self.len) as usize);
+        fn words<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+            b.chunks_exact(N).map(|c| f(c.try_into().expect("chunks of N"))).collect()
+        }
+        match self.dtype {
+            DType::F32 => CpuStorage::F32(words(&bytes, f32::from_le_bytes)),
+            DType::F64 => CpuStorage::F64(words(&bytes, f64::from_le_bytes)),
+            DType::I64 => CpuStorage::I64(words(&bytes, i64::from_le_bytes)),
+            DType::F16 => CpuStorage::F16(words(&bytes, |b| f16::from_bits(u16::from_le_bytes(b)))),
+            DType::BF16 => CpuStorage::BF16(words(&bytes, |b| bf16::from_bits(u16::from_le_bytes(b)))),
+            DType::Bool => CpuStorage::Bool(words(&bytes, |b| u32::from_le_bytes(b) != 0)),
+        }
+    }
+
+    /// A buffer of `len` elements of `dtype`, all `value` (converted as the CPU converts).
+    pub(crate) fn full(ctx: &'static Ctx, dtype: DType, len: usize, value: f64) -> GpuStorage {
+        let out = GpuStorage::uninit(ctx, dtype, len);
+        // The value's encoding, from the CPU's own conversion of it.
+        let one = CpuStorage::full(dtype, 2, value);
+        let mut bytes = match &one {
+            CpuStorage::Bool(v) => v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect(),
+            other => super::cpu::bytes::le_bytes(other, &Layout::contiguous(&[2])),
+        };
+        bytes.truncate(8); // two 16-bit values, or one 32/64-bit value (or two 32-bit ones)
+        let words: Vec<u32> =
+            pad4(bytes).chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+        let (w0, w1) = (words[0], *words.get(1).unwrap_or(&words[0]));
+        let n_words = byte_len(dtype, len).div_ceil(4);
+        kernels::fill(ctx, &out.buf, n_words, [w0, w1]);
+        out
+    }
+}
+
+fn pad4(mut b: Vec<u8>) -> Vec<u8> {
+    b.resize(b.len().div_ceil(4) * 4, 0);
+    b
+}
+
+impl GpuStorage {
+    /// The whole buffer on the host, for the host path of the method `name` (counted).
+    pub(crate) fn host(&self, name: &str) -> CpuStorage {
+        self.ctx().note_fallback(name);
+        self.to_cpu()
+    }
+}
+
+/// Host copies of GPU operands for a kernel without a native GPU version (`F` names it
+/// in the statistics).
+pub(crate) fn host_path<F, const N: usize>(ctx: &'static Ctx, operands: [&super::Storage; N]) -> [CpuStorage; N] {
+    ctx.note_fallback(&kernel_name::<F>());
+    operands.map(|s| match s {
+        super::Storage::Gpu(g) => g.to_cpu(),
+        other => unreachable!("placement found a {} operand among GPU ones", other.device()),
+    })
+}
+
+/// A host result of the host path, uploaded.
+pub(crate) fn upload_result(ctx: &'static Ctx, c: CpuStorage) -> super::Storage {
+    let l = Layout::contiguous(&[c.len()]);
+    super::Storage::Gpu(GpuStorage::from_cpu(ctx, &c, &l))
+}
+
+/// `unary<nn_core::ops::unary::Exp>` from the type name of a closure inside
+/// `Storage::unary`.
+fn kernel_name<F>() -> String {
+    let full = std::any::type_name::<F>();
+    let tail = full.rsplit_once("Storage>::").map_or(full, |(_, t)| t);
+    tail.trim_end_matches("::{{closure}}").replace("nn_core::ops::", "")
+}
+
+/// Writes the elements `src_layout` selects from `src`, converted to `dst`'s dtype, into
+/// the positions `layout` selects in `dst`.
+pub(crate) fn write_from(dst: &mut GpuStorage, layout: &Layout, src: &GpuStorage, src_layout: &Layout) {
+    let vals = kernels::convert(src, src_layout, dst.dtype());
+    match vals {
+        Some(vals) if !matches!(dst.dtype(), DType::F16 | DType::BF16) => kernels::scatter(dst, layout, &vals),
+        _ => {
+            let mut host = dst.host("write_from");
+            let vals = src.to_cpu().convert_layout(src_layout, dst.dtype());
+            super::cpu::scatter_into(&mut host, layout, &vals);
+            dst.overwrite(&host);
+        }
+    }
+}

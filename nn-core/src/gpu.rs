@@ -1,0 +1,139 @@
+//! The GPU device: whether one is there, what it is, and what it has done.
+//!
+//! `Device::Gpu(n)` is the `n`-th adapter wgpu finds (best first: discrete GPUs, then
+//! integrated, virtual and software ones such as Mesa's lavapipe). Kernels are WGSL compute
+//! shaders (nn-core's cargo feature `gpu`); without the feature every function here says
+//! there is no GPU, and moving a tensor to one is an error naming the missing feature.
+//!
+//! ```
+//! use nn_core::{gpu, Device, Tensor};
+//! if gpu::is_available() {
+//!     let x = Tensor::from_vec(vec![1.0, -2.0, 3.0], &[3]).to_device(Device::Gpu(0));
+//!     let y = (&x * &x).sum();
+//!     assert_eq!(y.device(), Device::Gpu(0));
+//!     assert_eq!(y.item(), 14.0); // the host waits only here
+//! } else {
+//!     assert!(Device::Gpu(0).check().is_err());
+//! }
+//! ```
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+
+/// True when `Device::Gpu(0)` can be used: nn-core was built with the `gpu` feature and
+/// wgpu found an adapter that opens.
+pub fn is_available() -> bool {
+    check(0).is_ok()
+}
+
+/// The number of GPU adapters (0 without the `gpu` feature).
+pub fn device_count() -> usize {
+    #[cfg(feature = "gpu")]
+    {
+        crate::backend::gpu::context::count()
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        0
+    }
+}
+
+/// What `gpu:n` is: the adapter's name, driver and graphics API (for logs and benchmark
+/// reports), or `None` when it is not available.
+pub fn adapter_info(n: usize) -> Option<String> {
+    #[cfg(feature = "gpu")]
+    {
+        crate::backend::gpu::context::get(n).ok().map(|c| {
+            format!(
+                "{} ({:?}, {:?}, driver {} {})",
+                c.info.name, c.info.device_type, c.info.backend, c.info.driver, c.info.driver_info
+            )
+        })
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        let _ = n;
+        None
+    }
+}
+
+/// Counters of one GPU since the process started; see [`stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// Device buffers created by the caching allocator (a training step after warm-up
+    /// should add none).
+    pub allocations: u64,
+    /// Requests served from the allocator's cache.
+    pub reuses: u64,
+    /// Kernels dispatched.
+    pub dispatches: u64,
+    /// Backend methods that ran on host copies of their operands (no native GPU kernel
+    /// for them or for their dtype yet), by method, with how often.
+    pub host_path: Vec<(String, u64)>,
+}
+
+impl GpuStats {
+    /// Total host-path calls.
+    pub fn host_path_calls(&self) -> u64 {
+        self.host_path.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The counters of `gpu:n`, or `None` when it is not available (or was never opened).
+pub fn stats(n: usize) -> Option<GpuStats> {
+    #[cfg(feature = "gpu")]
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = crate::backend::gpu::context::get(n).ok()?;
+        let host_path =
+            c.fallbacks.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect();
+        Some(GpuStats {
+            allocations: c.allocations.load(Relaxed),
+            reuses: c.reuses.load(Relaxed),
+            dispatches: c.dispatches.load(Relaxed),
+            host_path,
+        })
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        let _ = n;
+        None
+    }
+}
+
+/// `Ok` when `gpu:n` can be used; the error says why not.
+pub(crate) fn check(n: usize) -> Result<()> {
+    #[cfg(feature = "gpu")]
+    {
+        crate::backend::gpu::context::get(n)
+            .map(|_| ())
+            .map_err(|reason| Error::DeviceUnavailable { device: Device::Gpu(n), reason })
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        Err(Error::DeviceUnavailable {
+            device: Device::Gpu(n),
+            reason: "nn-core was built without its `gpu` cargo feature; enable it (for example \
+                     `nn = { version = \"..\", features = [\"gpu\"] }`)"
+                .into(),
+        })
+    }
+}
+
+/// The context of `gpu:n`.
+///
+/// # Panics
+/// When it is not available, with [`check`]'s reason.
+#[cfg(feature = "gpu")]
+#[track_caller]
+pub(crate) fn context(n: usize) -> &'static crate::backend::gpu::context::Ctx {
+    crate::backend::gpu::context::get(n)
+        .unwrap_or_else(|reason| panic!("{}", Error::DeviceUnavailable { device: Device::Gpu(n), reason }))
+}
+
+/// Without the `gpu` feature there is no context: panics with [`check`]'s reason.
+#[cfg(not(feature = "gpu"))]
+#[track_caller]
+pub(crate) fn context(n: usize) -> ! {
+    panic!("{}", check(n).expect_err("no GPU without the feature"))
+}
