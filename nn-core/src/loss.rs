@@ -86,14 +86,21 @@ pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
 #[track_caller]
 pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossConfig) -> Tensor {
     let (x, t, c) = flatten_class("nll_loss", input, target);
+    if target.device() != input.device() {
+        panic!(
+            "nll_loss: expected the input and the target on one device, got {} (input) and {} (target)",
+            input.device(),
+            target.device()
+        );
+    }
     let tv = t.to_vec_i64();
     let keep: Vec<bool> = tv.iter().map(|&v| v != opt.ignore_index).collect();
     if let Some(bad) = tv.iter().zip(&keep).find(|(&v, &k)| k && (v < 0 || v >= c as i64)) {
         panic!("nll_loss: target {} is out of bounds for {c} classes", bad.0);
     }
     let safe: Vec<i64> = tv.iter().zip(&keep).map(|(&v, &k)| if k { v } else { 0 }).collect();
-    let idx = Tensor::from_vec_i64(safe, &[tv.len(), 1]);
-    let mask = Tensor::from_vec_bool(keep.clone(), &[tv.len()]).to_dtype(x.dtype());
+    let idx = Tensor::from_vec_i64(safe, &[tv.len(), 1]).to_device(x.device());
+    let mask = Tensor::from_vec_bool(keep.clone(), &[tv.len()]).to_device(x.device()).to_dtype(x.dtype());
     let per = -x.gather(1, &idx).reshape(&[tv.len()]) * &mask;
     finish_class(per, &mask, input, target, opt.reduction)
 }
@@ -139,8 +146,9 @@ pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossConfig
     }
     let nll = nll_loss_with(&logp, &t, ClassLossConfig { reduction: Reduction::None, ..opt });
     let tv = t.to_vec_i64();
-    let mask =
-        Tensor::from_vec_bool(tv.iter().map(|&v| v != opt.ignore_index).collect(), &[tv.len()]).to_dtype(x.dtype());
+    let mask = Tensor::from_vec_bool(tv.iter().map(|&v| v != opt.ignore_index).collect(), &[tv.len()])
+        .to_device(x.device())
+        .to_dtype(x.dtype());
     let smooth = -logp.sum_dim(1, false) * &mask * (1.0 / c as f64);
     let per = nll * (1.0 - opt.label_smoothing) + smooth * opt.label_smoothing;
     finish_class(per, &mask, logits, target, opt.reduction)

@@ -27,3 +27,199 @@ fn moves_round_trip_every_dtype_bit_for_bit() {
         assert_eq!(format!("{:?}", back.to_vec_f64()), format!("{:?}", x.to_vec_f64()), "{dtype}");
     }
 }
+
+/// Worst `|gpu - cpu| / max(|cpu|, 1)` over two tensors of one shape.
+fn worst(gpu: &Tensor, cpu: &Tensor) -> f64 {
+    assert_eq!(gpu.shape(), cpu.shape());
+    let (g, c) = (gpu.to_vec_f64(), cpu.to_vec_f64());
+    g.iter()
+        .zip(&c)
+        .map(|(a, b)| if a.is_nan() && b.is_nan() { 0.0 } else { (a - b).abs() / b.abs().max(1.0) })
+        .fold(0.0, |m, e| if e.is_nan() { f64::INFINITY } else { m.max(e) })
+}
+
+/// Runs `f` on CPU leaves and on their GPU copies, then the backward of a random
+/// weighting of the output on both; asserts the outputs and every float input's gradient
+/// agree within `tol` and that the GPU results stay on the GPU. Returns the worst error.
+fn check(name: &str, inputs: &[Tensor], tol: f64, f: impl Fn(&[Tensor]) -> Tensor) -> f64 {
+    require_gpu();
+    let leaf = |t: &Tensor, d: Device| {
+        let t = t.detach().to_device(d);
+        if t.dtype().is_float() {
+            t.requires_grad_(true)
+        } else {
+            t
+        }
+    };
+    let cpu_in: Vec<Tensor> = inputs.iter().map(|t| leaf(t, Device::Cpu)).collect();
+    let gpu_in: Vec<Tensor> = inputs.iter().map(|t| leaf(t, GPU)).collect();
+    let before = gpu::stats(0).unwrap();
+    let (yc, yg) = (f(&cpu_in), f(&gpu_in));
+    assert_eq!(yg.device(), GPU, "{name}: the output left the GPU");
+    let mut err = worst(&yg, &yc);
+    if yc.dtype().is_float() && yc.requires_grad() {
+        let w = Tensor::randn(yc.shape()).to_dtype(yc.dtype());
+        (&yc * &w).sum().backward();
+        (&yg * &w.to_device(GPU)).sum().backward();
+        for (i, (c, g)) in cpu_in.iter().zip(&gpu_in).enumerate() {
+            if let Some(gc) = c.grad() {
+                let gg = g.grad().unwrap_or_else(|| panic!("{name}: input {i} has a CPU gradient and no GPU one"));
+                assert_eq!(gg.device(), GPU, "{name}: the gradient of input {i} left the GPU");
+                err = err.max(worst(&gg, &gc));
+            }
+        }
+    }
+    let after = gpu::stats(0).unwrap();
+    let host: Vec<String> = after
+        .host_path
+        .iter()
+        .filter_map(|(k, n)| {
+            let was = before.host_path.iter().find(|(b, _)| b == k).map_or(0, |(_, m)| *m);
+            (*n > was).then(|| format!("{k} x{}", n - was))
+        })
+        .collect();
+    eprintln!("{name:<24} worst error {err:.2e}  host path: {host:?}");
+    assert!(err <= tol, "{name}: GPU and CPU differ by {err:e} (tolerance {tol:e})");
+    err
+}
+
+fn randn(shape: &[usize]) -> Tensor {
+    Tensor::randn(shape)
+}
+
+fn positive(shape: &[usize]) -> Tensor {
+    Tensor::rand(shape) + 0.5
+}
+
+const F32: f64 = 1e-5;
+
+#[test]
+fn elementwise_ops_match_the_cpu() {
+    nn_core::manual_seed(1);
+    let x = randn(&[7, 33]);
+    let unary: Vec<(&str, Box<dyn Fn(&Tensor) -> Tensor>)> = vec![
+        ("neg", Box::new(|t| t.neg())),
+        ("exp", Box::new(|t| t.exp())),
+        ("abs", Box::new(|t| t.abs())),
+        ("sin", Box::new(|t| t.sin())),
+        ("cos", Box::new(|t| t.cos())),
+        ("square", Box::new(|t| t.square())),
+        ("powf 3", Box::new(|t| t.powf(3.0))),
+        ("powf 2", Box::new(|t| t.powf(2.0))),
+        ("affine", Box::new(|t| t.affine(0.5, -2.0))),
+        ("scalar ops", Box::new(|t| (t * 3.0 - 1.0) / 4.0)),
+        ("clamp", Box::new(|t| t.clamp(-0.5, 0.7))),
+        ("relu", Box::new(|t| t.relu())),
+        ("leaky_relu", Box::new(|t| t.leaky_relu(0.1))),
+        ("sigmoid", Box::new(|t| t.sigmoid())),
+        ("tanh", Box::new(|t| t.tanh())),
+        ("silu", Box::new(|t| t.silu())),
+        ("gelu", Box::new(|t| t.gelu())),
+        ("gelu tanh", Box::new(|t| t.gelu_with(nn_core::ops::GeluApproximate::Tanh))),
+    ];
+    for (name, f) in &unary {
+        check(name, &[x.clone()], F32, |t| f(&t[0]));
+        // Through a strided view as well.
+        check(&format!("{name} (transposed)"), &[x.clone()], F32, |t| f(&t[0].t()));
+    }
+    let p = positive(&[5, 6]);
+    check("log", &[p.clone()], F32, |t| t[0].log());
+    check("sqrt", &[p.clone()], F32, |t| t[0].sqrt());
+    check("recip", &[p.clone()], F32, |t| t[0].recip());
+    check("powf 0.5", &[p.clone()], F32, |t| t[0].powf(0.5));
+    // Broadcasting binary ops.
+    let (a, b) = (randn(&[4, 1, 6]), randn(&[3, 1]));
+    check("add", &[a.clone(), b.clone()], F32, |t| &t[0] + &t[1]);
+    check("sub", &[a.clone(), b.clone()], F32, |t| &t[0] - &t[1]);
+    check("mul", &[a.clone(), b.clone()], F32, |t| &t[0] * &t[1]);
+    check("div", &[a.clone(), positive(&[3, 1])], F32, |t| &t[0] / &t[1]);
+    check("pow", &[positive(&[4, 6]), randn(&[6])], F32, |t| t[0].pow(&t[1]));
+    check("maximum", &[a.clone(), b.clone()], F32, |t| t[0].maximum(&t[1]));
+    check("minimum", &[a.clone(), b.clone()], F32, |t| t[0].minimum(&t[1]));
+    check("where", &[a.clone(), b.clone()], F32, |t| Tensor::where_cond(&t[0].gt(&t[1]), &t[0], &t[1]));
+    check("masked_fill", &[a.clone()], F32, |t| {
+        t[0].masked_fill(&t[0].lt(&Tensor::zeros(&[1]).to_device(t[0].device())), -1.0)
+    });
+}
+
+#[test]
+fn f64_arithmetic_matches_the_cpu() {
+    nn_core::manual_seed(2);
+    let a = randn(&[5, 4]).to_dtype(DType::F64);
+    let b = randn(&[4]).to_dtype(DType::F64);
+    check("f64 mul add", &[a.clone(), b.clone()], 1e-12, |t| &(&t[0] * &t[1]) + &t[1]);
+    check("f64 sqrt", &[a.abs() + 0.5], 1e-12, |t| t[0].sqrt());
+    check("f64 exp (host path)", &[a.clone()], 1e-12, |t| t[0].exp());
+    check("f64 matmul", &[a.clone(), randn(&[4, 3]).to_dtype(DType::F64)], 1e-12, |t| t[0].matmul(&t[1]));
+}
+
+#[test]
+fn reductions_and_softmax_match_the_cpu() {
+    nn_core::manual_seed(3);
+    let x = randn(&[6, 300, 5]);
+    check("sum", &[x.clone()], F32, |t| t[0].sum());
+    check("sum_dim 1", &[x.clone()], F32, |t| t[0].sum_dim(1, true));
+    check("sum_dims 0 2", &[x.clone()], F32, |t| t[0].sum_dims(&[0, 2], false));
+    check("mean_dim", &[x.clone()], F32, |t| t[0].mean_dim(-1, false));
+    check("var", &[x.clone()], F32, |t| t[0].var_dims(&[1], 1, false));
+    check("max_dim", &[x.clone()], F32, |t| t[0].max_dim(1, false).0);
+    check("argmax", &[x.clone()], 0.0, |t| t[0].argmax(1, false));
+    check("softmax last", &[x.clone()], F32, |t| t[0].softmax(-1));
+    check("softmax middle", &[x.clone()], F32, |t| t[0].softmax(1));
+    check("log_softmax", &[x.clone()], F32, |t| t[0].log_softmax(1));
+    check("logsumexp", &[x.clone()], F32, |t| t[0].logsumexp(1, false));
+}
+
+#[test]
+fn matrix_products_match_the_cpu() {
+    nn_core::manual_seed(4);
+    check("matmul", &[randn(&[70, 45]), randn(&[45, 130])], F32, |t| t[0].matmul(&t[1]));
+    check("matmul transposed", &[randn(&[45, 70]), randn(&[130, 45])], F32, |t| t[0].t().matmul(&t[1].t()));
+    check("batched broadcast", &[randn(&[2, 3, 17, 9]), randn(&[3, 9, 11])], F32, |t| t[0].matmul(&t[1]));
+    check("vector", &[randn(&[9]), randn(&[9, 5])], F32, |t| t[0].matmul(&t[1]));
+    check("addmm", &[randn(&[13]), randn(&[8, 21]), randn(&[21, 13])], F32, |t| t[0].addmm(&t[1], &t[2]));
+    check("addmm beta alpha", &[randn(&[8, 13]), randn(&[8, 21]), randn(&[21, 13])], F32, |t| {
+        t[0].addmm_with(&t[1], &t[2], 0.5, -2.0)
+    });
+}
+
+#[test]
+fn layers_ops_match_the_cpu() {
+    use nn_core::backend::{Conv2dConfig, Pool2dConfig};
+    nn_core::manual_seed(5);
+    let img = randn(&[2, 4, 9, 9]);
+    let conv = Conv2dConfig { stride: (2, 1), padding: (1, 2), dilation: (1, 2), groups: 2 };
+    check("conv2d", &[img.clone(), randn(&[6, 2, 3, 3]), randn(&[6])], F32, |t| t[0].conv2d(&t[1], Some(&t[2]), conv));
+    check("conv1d", &[randn(&[2, 4, 15]), randn(&[6, 4, 3])], F32, |t| t[0].conv1d(&t[1], None, 2, 1, 1, 1));
+    let pool = Pool2dConfig { kernel: (3, 3), stride: (2, 2), padding: (1, 1), dilation: (1, 1), ceil_mode: false };
+    check("max_pool2d", &[img.clone()], F32, |t| t[0].max_pool2d(pool));
+    check("avg_pool2d", &[img.clone()], F32, |t| t[0].avg_pool2d(pool, true));
+    check("adaptive_avg_pool2d", &[img.clone()], F32, |t| t[0].adaptive_avg_pool2d((2, 3)));
+    check("layer_norm", &[randn(&[3, 5, 8]), randn(&[8]), randn(&[8])], F32, |t| {
+        t[0].layer_norm(&[8], Some(&t[1]), Some(&t[2]), 1e-5)
+    });
+    check("batch_norm", &[img.clone(), randn(&[4]), randn(&[4])], F32, |t| {
+        t[0].batch_norm(None, None, Some(&t[1]), Some(&t[2]), true, 0.1, 1e-5)
+    });
+    let idx = Tensor::from_vec_i64(vec![3, 0, 2, 2, 1], &[5]);
+    check("embedding", &[idx.clone(), randn(&[4, 6])], F32, |t| Tensor::embedding(&t[0], &t[1]));
+    check("index_select", &[randn(&[4, 6]), idx.clone()], F32, |t| t[0].index_select(0, &t[1]));
+    let gidx = Tensor::from_vec_i64(vec![0, 2, 1, 1, 0, 2], &[2, 3]);
+    check("gather", &[randn(&[2, 3]), gidx], F32, |t| t[0].gather(1, &t[1]));
+    check("cat/stack/narrow", &[randn(&[2, 3]), randn(&[2, 3])], F32, |t| {
+        Tensor::stack(&[&Tensor::cat(&[&t[0], &t[1]], 1).narrow(1, 1, 4), &t[1].narrow(1, 0, 1).expand(&[2, 4])], 0)
+    });
+    check("attention", &[randn(&[2, 3, 5, 8]), randn(&[2, 3, 7, 8]), randn(&[2, 3, 7, 8])], F32, |t| {
+        t[0].scaled_dot_product_attention(&t[1], &t[2], &Default::default())
+    });
+    let target = Tensor::from_vec_i64(vec![1, 0, 3, 2, 2], &[5]);
+    check("cross_entropy", &[randn(&[5, 4]), target], F32, |t| nn_core::functional::cross_entropy(&t[0], &t[1]));
+    check("mse_loss", &[randn(&[5, 4]), randn(&[5, 4])], F32, |t| t[0].mse_loss(&t[1]));
+    nn_core::manual_seed(9);
+    let a = randn(&[40, 30]);
+    nn_core::manual_seed(10);
+    let yc = a.clone().requires_grad_(true).dropout(0.3, true);
+    nn_core::manual_seed(10);
+    let yg = a.to_device(GPU).requires_grad_(true).dropout(0.3, true);
+    assert_eq!(worst(&yg, &yc), 0.0, "one seed, one dropout mask on both devices");
+}

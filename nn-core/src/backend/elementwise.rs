@@ -8,6 +8,36 @@ use super::{cpu, Storage};
 use crate::dtype::{DType, FloatElement};
 use crate::shape::Layout;
 
+/// An elementwise op written in WGSL, for the GPU backend: expressions in the kernel's
+/// float type. Helpers every elementwise kernel has, in `f32`: `powf_(a, b)` (the CPU's
+/// `powf`, negative bases included), `erfc_(x)` (relative error below 1.2e-7) and
+/// `tanh_(x)` (accurate near 0 and finite for large `|x|`, which not every driver's `tanh` is).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+pub(crate) struct Wgsl {
+    /// The value: of `x` (unary; the op's scalars are `p0`, `p1`) or of `a` and `b`.
+    pub f: &'static str,
+    /// Unary: the derivative in `x`, given the forward output `y`; binary: in `a`.
+    pub d1: &'static str,
+    /// Binary: the derivative in `b` (unused for unary ops).
+    pub d2: &'static str,
+    /// Whether the expressions use functions Vulkan has in `f32` only (`exp`, `log`,
+    /// `tanh`, `pow`, trigonometry, the helpers): such ops take the host path in `f64`.
+    pub f32_only: bool,
+}
+
+impl Wgsl {
+    /// A unary op's value and derivative.
+    pub(crate) const fn unary(f: &'static str, df: &'static str, f32_only: bool) -> Wgsl {
+        Wgsl { f, d1: df, d2: "", f32_only }
+    }
+
+    /// A binary op's value and partial derivatives.
+    pub(crate) const fn binary(f: &'static str, da: &'static str, db: &'static str, f32_only: bool) -> Wgsl {
+        Wgsl { f, d1: da, d2: db, f32_only }
+    }
+}
+
 /// An elementwise function with its derivative.
 pub(crate) trait UnaryOp: Copy + Send + Sync + 'static {
     /// The op's name in messages and `grad_fn_name`.
@@ -16,6 +46,11 @@ pub(crate) trait UnaryOp: Copy + Send + Sync + 'static {
     fn f<T: FloatElement>(&self, x: T) -> T;
     /// The derivative at input `x` with forward output `y` (whichever is cheaper to use).
     fn df<T: FloatElement>(&self, x: T, y: T) -> T;
+    /// The op in WGSL with its two scalars (`p0`, `p1`), for GPU kernels; `None` runs
+    /// the CPU kernel on host copies instead.
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        None
+    }
 }
 
 /// An elementwise function of two arguments with its partial derivatives.
@@ -31,6 +66,8 @@ pub(crate) trait BinaryOp: Copy + Send + Sync + 'static {
     /// Constant partial derivatives, when they are constants (add, sub): the backward then
     /// skips the elementwise product.
     const CONST_GRADS: Option<(f64, f64)> = None;
+    /// The op in WGSL, for GPU kernels; `None` runs the CPU kernel on host copies instead.
+    const WGSL: Option<Wgsl> = None;
 }
 
 /// Which operand of a binary op a gradient is for.
@@ -45,6 +82,10 @@ pub(crate) enum Operand {
 impl Storage {
     /// `op.f(x)` elementwise over the elements `l` selects.
     pub(crate) fn unary<O: UnaryOp>(&self, l: &Layout, op: O) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::unary(self, l, &op) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self], (self.dtype(), l.numel()), |[x]| cpu::elementwise::unary(x, l, op))
     }
 
@@ -56,6 +97,10 @@ impl Storage {
         (y, ly): (&Storage, &Layout),
         op: O,
     ) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::unary_grad((self, lg), (x, lx), (y, ly), &op) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, x, y], (self.dtype(), lg.numel()), |[g, x, y]| {
             cpu::elementwise::unary_grad(g, lg, (x, lx), (y, ly), op)
         })
@@ -63,6 +108,10 @@ impl Storage {
 
     /// `O::f(a, b)` elementwise; the layouts are already broadcast to one shape.
     pub(crate) fn binary<O: BinaryOp>(&self, la: &Layout, b: &Storage, lb: &Layout) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::binary::<O>((self, la), (b, lb)) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, b], (self.dtype(), la.numel()), |[a, b]| cpu::elementwise::binary::<O>(a, la, b, lb))
     }
 
@@ -74,6 +123,10 @@ impl Storage {
         (b, lb): (&Storage, &Layout),
         wrt: Operand,
     ) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::binary_grad::<O>((self, lg), (a, la), (b, lb), wrt == Operand::Lhs) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, a, b], (self.dtype(), lg.numel()), |[g, a, b]| {
             cpu::elementwise::binary_grad::<O>(g, lg, (a, la), (b, lb), wrt)
         })
@@ -81,11 +134,19 @@ impl Storage {
 
     /// A `Bool` buffer: `test(a.partial_cmp(b))` elementwise (false where unordered).
     pub(crate) fn compare(&self, la: &Layout, b: &Storage, lb: &Layout, test: fn(Ordering) -> bool) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::compare((self, la), (b, lb), test) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, b], (DType::Bool, la.numel()), |[a, b]| cpu::elementwise::compare(a, la, b, lb, test))
     }
 
     /// `a` where `self` (a `Bool` buffer) is true, `b` elsewhere; layouts of one shape.
     pub(crate) fn select(&self, lc: &Layout, (a, la): (&Storage, &Layout), (b, lb): (&Storage, &Layout)) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::select((self, lc), (a, la), (b, lb)) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, a, b], (a.dtype(), lc.numel()), |[c, a, b]| {
             cpu::elementwise::select(c, lc, (a, la), (b, lb))
         })
@@ -93,17 +154,29 @@ impl Storage {
 
     /// Logical not of a `Bool` buffer.
     pub(crate) fn logical_not(&self, l: &Layout) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::logical_not(self, l) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self], (DType::Bool, l.numel()), |[x]| cpu::elementwise::logical_not(x, l))
     }
 
     /// The elements `l` selects, row-major, as a new buffer.
     pub(crate) fn gather_layout(&self, l: &Layout) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::convert(self, l, self.dtype()) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self], (self.dtype(), l.numel()), |[x]| x.gather_layout(l))
     }
 
     /// The elements `l` selects, converted to `dtype` (copied as they are when it is
     /// already the buffer's).
     pub(crate) fn convert(&self, l: &Layout, dtype: DType) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::convert(self, l, dtype) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self], (dtype, l.numel()), |[x]| x.convert_layout(l, dtype))
     }
 

@@ -15,6 +15,10 @@ impl Storage {
         batch: &[usize],
         (m, k, n): (usize, usize, usize),
     ) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::matmul((self, la), (b, lb), batch, (m, k, n)) {
+            return Storage::Gpu(out);
+        }
         let len = batch.iter().product::<usize>() * m * n;
         Storage::run([self, b], (self.dtype(), len), |[a, b]| cpu::linalg::matmul(a, la, b, lb, batch, (m, k, n)))
     }
@@ -30,6 +34,10 @@ impl Storage {
         (b, lb): (&Storage, &Layout),
         (beta, alpha): (f64, f64),
     ) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::addmm((self, li), (a, la), (b, lb), (beta, alpha)) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, a, b], (self.dtype(), li.numel()), |[input, a, b]| {
             cpu::linalg::addmm(input, li, (a, la), (b, lb), (beta, alpha))
         })

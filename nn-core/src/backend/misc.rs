@@ -16,6 +16,10 @@ impl Storage {
     /// `[outer, n, inner]`, along `n`: a contiguous buffer. Each line subtracts its maximum
     /// first (no `exp` overflows); a line of `-inf` gives NaN, as PyTorch.
     pub(crate) fn softmax(&self, l: &Layout, dims: (usize, usize, usize), log: bool) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::softmax(self, l, dims, log) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self], (self.dtype(), l.numel()), |[x]| cpu::misc::softmax(x, l, dims, log))
     }
 

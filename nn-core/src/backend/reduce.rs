@@ -8,6 +8,10 @@ impl Storage {
     /// The sum of the elements `l` selects over the dims where `mask` is true (accumulated
     /// in `f64`): a contiguous buffer of the shape with those dims kept as 1.
     pub(crate) fn sum(&self, l: &Layout, mask: &[bool]) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::sum(self, l, mask) {
+            return Storage::Gpu(out);
+        }
         let len = kept_shape(l.shape(), mask).iter().product();
         Storage::run([self], (self.dtype(), len), |[x]| cpu::reduce::sum(x, l, mask))
     }

@@ -1,14 +1,20 @@
 //! Activation functions, as table-driven unary ops (see `unary.rs`).
 
 use super::unary::{c, unary, unary_op, UnaryOp};
+use crate::backend::Wgsl;
 use crate::dtype::FloatElement;
 use crate::tensor::Tensor;
 
-unary_op!(Relu, "relu", |s, x| if x > T::zero() { x } else { T::zero() }, |s, x, y| if x > T::zero() {
-    T::one()
-} else {
-    T::zero()
-});
+unary_op!(
+    Relu,
+    "relu",
+    |s, x| if x > T::zero() { x } else { T::zero() },
+    |s, x, y| if x > T::zero() { T::one() } else { T::zero() },
+    wgsl = Wgsl::unary("select(0.0, x, x > 0.0)", "select(0.0, 1.0, x > 0.0)", false)
+);
+
+/// The CPU's stable sigmoid, in WGSL.
+const SIGMOID: &str = "select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)";
 
 #[inline(always)]
 fn sigmoid<T: FloatElement>(x: T) -> T {
@@ -21,12 +27,28 @@ fn sigmoid<T: FloatElement>(x: T) -> T {
     }
 }
 
-unary_op!(Sigmoid, "sigmoid", |s, x| sigmoid(x), |s, x, y| y * (T::one() - y));
-unary_op!(Tanh, "tanh", |s, x| x.tanh(), |s, x, y| T::one() - y * y);
+unary_op!(
+    Sigmoid,
+    "sigmoid",
+    |s, x| sigmoid(x),
+    |s, x, y| y * (T::one() - y),
+    wgsl = Wgsl::unary(SIGMOID, "y * (1.0 - y)", true)
+);
+unary_op!(
+    Tanh,
+    "tanh",
+    |s, x| x.tanh(),
+    |s, x, y| T::one() - y * y,
+    wgsl = Wgsl::unary("tanh_(x)", "1.0 - y * y", true)
+);
 unary_op!(Silu, "silu", |s, x| x * sigmoid(x), |s, x, y| {
     let sg = sigmoid(x);
     sg * (T::one() + x * (T::one() - sg))
-});
+}, wgsl = Wgsl::unary(
+    "x * select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)",
+    "select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0) * (1.0 + x * (1.0 - select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)))",
+    true
+));
 unary_op!(
     /// Exact GELU: `x * Phi(x)` with the normal CDF through `erf`.
     Gelu,
@@ -36,7 +58,12 @@ unary_op!(
         let cdf = c::<T>(0.5) * (T::one() + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf());
         let pdf = (c::<T>(-0.5) * x * x).exp() * c::<T>(0.398_942_280_401_432_7);
         cdf + x * pdf
-    }
+    },
+    wgsl = Wgsl::unary(
+        "0.5 * x * erfc_(-x * 0.7071067811865476)",
+        "0.5 * erfc_(-x * 0.7071067811865476) + x * exp(-0.5 * x * x) * 0.3989422804014327",
+        true
+    )
 );
 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
@@ -54,7 +81,12 @@ unary_op!(
         let t = inner.tanh();
         let dinner = c::<T>(SQRT_2_OVER_PI) * (T::one() + c::<T>(3.0 * 0.044715) * x * x);
         c::<T>(0.5) * (T::one() + t) + c::<T>(0.5) * x * (T::one() - t * t) * dinner
-    }
+    },
+    wgsl = Wgsl::unary(
+        "0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)))",
+        "0.5 * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x))) + 0.5 * x * (1.0 - tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)) * tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x))) * (0.7978845608028654 * (1.0 + 0.134145 * x * x))",
+        true
+    )
 );
 
 /// `x` where positive, `slope * x` elsewhere.
@@ -75,6 +107,9 @@ impl UnaryOp for LeakyRelu {
         } else {
             c(self.0)
         }
+    }
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        Some((Wgsl::unary("select(x * p0, x, x > 0.0)", "select(p0, 1.0, x > 0.0)", false), [self.0, 0.0]))
     }
 }
 

@@ -10,17 +10,19 @@ use super::check_same;
 use crate::autograd::{op_result, Grads};
 pub(crate) use crate::backend::BinaryOp;
 use crate::backend::Operand;
+use crate::backend::Wgsl;
 use crate::dtype::{DType, FloatElement};
 use crate::shape::{broadcast_shapes, Layout};
 use crate::tensor::Tensor;
 
 macro_rules! binary_op {
-    ($name:ident, $label:literal, $consts:expr, |$a:ident, $b:ident| $f:expr, $da:expr, $db:expr) => {
+    ($name:ident, $label:literal, $consts:expr, |$a:ident, $b:ident| $f:expr, $da:expr, $db:expr, wgsl = $w:expr) => {
         #[derive(Clone, Copy)]
         pub(crate) struct $name;
         impl BinaryOp for $name {
             const NAME: &'static str = $label;
             const CONST_GRADS: Option<(f64, f64)> = $consts;
+            const WGSL: Option<Wgsl> = Some($w);
             #[inline(always)]
             fn f<T: FloatElement>($a: T, $b: T) -> T {
                 $f
@@ -39,18 +41,55 @@ macro_rules! binary_op {
     };
 }
 
-binary_op!(AddOp, "add", Some((1.0, 1.0)), |a, b| a + b, T::one(), T::one());
-binary_op!(SubOp, "sub", Some((1.0, -1.0)), |a, b| a - b, T::one(), -T::one());
-binary_op!(MulOp, "mul", None, |a, b| a * b, b, a);
-binary_op!(DivOp, "div", None, |a, b| a / b, b.recip(), -a / (b * b));
-binary_op!(PowOp, "pow", None, |a, b| a.powf(b), if b == T::zero() { T::zero() } else { b * a.powf(b - T::one()) }, {
-    // d/db a^b = a^b ln a; PyTorch defines it as 0 where a == 0 and b >= 0.
-    if a == T::zero() && b >= T::zero() {
-        T::zero()
-    } else {
-        a.powf(b) * a.ln()
-    }
-});
+binary_op!(
+    AddOp,
+    "add",
+    Some((1.0, 1.0)),
+    |a, b| a + b,
+    T::one(),
+    T::one(),
+    wgsl = Wgsl::binary("a + b", "1.0", "1.0", false)
+);
+binary_op!(
+    SubOp,
+    "sub",
+    Some((1.0, -1.0)),
+    |a, b| a - b,
+    T::one(),
+    -T::one(),
+    wgsl = Wgsl::binary("a - b", "1.0", "-1.0", false)
+);
+binary_op!(MulOp, "mul", None, |a, b| a * b, b, a, wgsl = Wgsl::binary("a * b", "b", "a", false));
+binary_op!(
+    DivOp,
+    "div",
+    None,
+    |a, b| a / b,
+    b.recip(),
+    -a / (b * b),
+    wgsl = Wgsl::binary("a / b", "1.0 / b", "-a / (b * b)", false)
+);
+binary_op!(
+    PowOp,
+    "pow",
+    None,
+    |a, b| a.powf(b),
+    if b == T::zero() { T::zero() } else { b * a.powf(b - T::one()) },
+    {
+        // d/db a^b = a^b ln a; PyTorch defines it as 0 where a == 0 and b >= 0.
+        if a == T::zero() && b >= T::zero() {
+            T::zero()
+        } else {
+            a.powf(b) * a.ln()
+        }
+    },
+    wgsl = Wgsl::binary(
+        "powf_(a, b)",
+        "select(b * powf_(a, b - 1.0), 0.0, b == 0.0)",
+        "select(powf_(a, b) * log(a), 0.0, a == 0.0 && b >= 0.0)",
+        true
+    )
+);
 binary_op!(
     MaxOp,
     "maximum",
@@ -75,7 +114,13 @@ binary_op!(
         T::from_f64(0.5)
     } else {
         T::zero()
-    }
+    },
+    wgsl = Wgsl::binary(
+        "select(select(b, a, a >= b), a + b, a != a || b != b)",
+        "select(select(0.0, 0.5, a == b), 1.0, a > b)",
+        "select(select(0.0, 0.5, a == b), 1.0, b > a)",
+        false
+    )
 );
 binary_op!(
     MinOp,
@@ -101,7 +146,13 @@ binary_op!(
         T::from_f64(0.5)
     } else {
         T::zero()
-    }
+    },
+    wgsl = Wgsl::binary(
+        "select(select(b, a, a <= b), a + b, a != a || b != b)",
+        "select(select(0.0, 0.5, a == b), 1.0, a < b)",
+        "select(select(0.0, 0.5, a == b), 1.0, b < a)",
+        false
+    )
 );
 
 /// The broadcast output shape of `a` and `b`, or a panic naming the op and both shapes.

@@ -8,6 +8,7 @@ use smallvec::smallvec;
 use super::check_float;
 use crate::autograd::{op_result, Grads};
 pub(crate) use crate::backend::UnaryOp;
+use crate::backend::Wgsl;
 use crate::dtype::FloatElement;
 use crate::shape::Layout;
 use crate::tensor::Tensor;
@@ -33,7 +34,7 @@ pub(crate) fn unary<O: UnaryOp>(x: &Tensor, op: O) -> Tensor {
 }
 
 macro_rules! unary_op {
-    ($(#[$doc:meta])* $name:ident, $label:literal, |$s:ident, $x:ident| $f:expr, |$s2:ident, $x2:ident, $y2:ident| $df:expr) => {
+    ($(#[$doc:meta])* $name:ident, $label:literal, |$s:ident, $x:ident| $f:expr, |$s2:ident, $x2:ident, $y2:ident| $df:expr, wgsl = $w:expr) => {
         $(#[$doc])*
         #[derive(Clone, Copy)]
         pub(crate) struct $name;
@@ -52,26 +53,35 @@ macro_rules! unary_op {
                 let _ = $s2;
                 $df
             }
+            fn wgsl(&self) -> Option<($crate::backend::Wgsl, [f64; 2])> {
+                Some(($w, [0.0, 0.0]))
+            }
         }
     };
 }
 pub(crate) use unary_op;
 
-unary_op!(Neg, "neg", |s, x| -x, |s, x, y| -T::one());
-unary_op!(Exp, "exp", |s, x| x.exp(), |s, x, y| y);
-unary_op!(Log, "log", |s, x| x.ln(), |s, x, y| x.recip());
-unary_op!(Sqrt, "sqrt", |s, x| x.sqrt(), |s, x, y| c::<T>(0.5) / y);
-unary_op!(Abs, "abs", |s, x| x.abs(), |s, x, y| if x > T::zero() {
-    T::one()
-} else if x < T::zero() {
-    -T::one()
-} else {
-    T::zero()
-});
-unary_op!(Sin, "sin", |s, x| x.sin(), |s, x, y| x.cos());
-unary_op!(Cos, "cos", |s, x| x.cos(), |s, x, y| -x.sin());
-unary_op!(Square, "square", |s, x| x * x, |s, x, y| c::<T>(2.0) * x);
-unary_op!(Recip, "reciprocal", |s, x| x.recip(), |s, x, y| -(y * y));
+unary_op!(Neg, "neg", |s, x| -x, |s, x, y| -T::one(), wgsl = Wgsl::unary("-x", "-1.0", false));
+unary_op!(Exp, "exp", |s, x| x.exp(), |s, x, y| y, wgsl = Wgsl::unary("exp(x)", "y", true));
+unary_op!(Log, "log", |s, x| x.ln(), |s, x, y| x.recip(), wgsl = Wgsl::unary("log(x)", "1.0 / x", true));
+unary_op!(Sqrt, "sqrt", |s, x| x.sqrt(), |s, x, y| c::<T>(0.5) / y, wgsl = Wgsl::unary("sqrt(x)", "0.5 / y", false));
+unary_op!(
+    Abs,
+    "abs",
+    |s, x| x.abs(),
+    |s, x, y| if x > T::zero() {
+        T::one()
+    } else if x < T::zero() {
+        -T::one()
+    } else {
+        T::zero()
+    },
+    wgsl = Wgsl::unary("abs(x)", "select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0)", false)
+);
+unary_op!(Sin, "sin", |s, x| x.sin(), |s, x, y| x.cos(), wgsl = Wgsl::unary("sin(x)", "cos(x)", true));
+unary_op!(Cos, "cos", |s, x| x.cos(), |s, x, y| -x.sin(), wgsl = Wgsl::unary("cos(x)", "-sin(x)", true));
+unary_op!(Square, "square", |s, x| x * x, |s, x, y| c::<T>(2.0) * x, wgsl = Wgsl::unary("x * x", "2.0 * x", false));
+unary_op!(Recip, "reciprocal", |s, x| x.recip(), |s, x, y| -(y * y), wgsl = Wgsl::unary("1.0 / x", "-(y * y)", false));
 
 /// `x ^ e` for a constant exponent.
 #[derive(Clone, Copy)]
@@ -92,6 +102,14 @@ impl UnaryOp for PowScalar {
             c::<T>(self.0) * x.powf(c(self.0 - 1.0))
         }
     }
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        let w = Wgsl::unary(
+            "select(powf_(x, p0), x * x, p0 == 2.0)",
+            "select(p0 * powf_(x, p0 - 1.0), 0.0, p0 == 0.0)",
+            true,
+        );
+        Some((w, [self.0, 0.0]))
+    }
 }
 
 /// `a * x + b` (scalar arithmetic: `x + s`, `x * s`, `s - x`, ...).
@@ -111,6 +129,10 @@ impl UnaryOp for Affine {
     fn df<T: FloatElement>(&self, _x: T, _y: T) -> T {
         c(self.0)
     }
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        // Adding a zero `p1` would turn -0 into +0: the CPU skips it, and so does this.
+        Some((Wgsl::unary("select(x * p0 + p1, x * p0, p1 == 0.0)", "p0 + 0.0 * x", false), [self.0, self.1]))
+    }
 }
 
 /// `x / s` (kept apart from `Affine` so that division rounds exactly like PyTorch's).
@@ -124,6 +146,9 @@ impl UnaryOp for DivScalar {
     fn df<T: FloatElement>(&self, _x: T, _y: T) -> T {
         T::one() / c(self.0)
     }
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        Some((Wgsl::unary("x / p0", "1.0 / p0 + 0.0 * x", false), [self.0, 0.0]))
+    }
 }
 
 /// `s / x`.
@@ -136,6 +161,9 @@ impl UnaryOp for ScalarDiv {
     }
     fn df<T: FloatElement>(&self, x: T, _y: T) -> T {
         -c::<T>(self.0) / (x * x)
+    }
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        Some((Wgsl::unary("p0 / x", "-p0 / (x * x)", false), [self.0, 0.0]))
     }
 }
 
@@ -163,6 +191,10 @@ impl UnaryOp for Clamp {
         } else {
             T::zero()
         }
+    }
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        let f = "select(select(select(x, p1, x > p1), p0, x < p0), x, x != x)";
+        Some((Wgsl::unary(f, "select(0.0, 1.0, x >= p0 && x <= p1)", false), [self.0, self.1]))
     }
 }
 

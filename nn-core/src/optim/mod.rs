@@ -291,6 +291,16 @@ pub(crate) fn update_param(
         return;
     }
     let Some(g) = p.grad() else { return };
+    if let crate::Device::Gpu(_) = p.device() {
+        // The update kernels are host closures: run them on host copies and write the
+        // result back (counted as a host path in `gpu::stats`; the state stays on the host).
+        crate::gpu::note_host_path(p.device(), "optimizer update");
+        let host = Parameter::with_requires_grad(p.detach().to_device(crate::Device::Cpu), true);
+        host.set_grad(Some(g.to_device(crate::Device::Cpu)));
+        update_param(&host, bufs, n_bufs, f32_fn, f64_fn);
+        crate::no_grad(|| p.copy_(&host));
+        return;
+    }
     let g = g.contiguous();
     let gs = g.storage_arc();
     let Storage::Cpu(gc) = &*gs else { panic!("optimizer: gradient of a meta parameter has no values") };

@@ -120,7 +120,9 @@ impl Tensor {
     }
 
     /// Copies `src` (broadcast to this shape, converted to this dtype) into this tensor's
-    /// values, in place. Not recorded by autograd.
+    /// values, in place. Not recorded by autograd. As in PyTorch, `src` may be on another
+    /// device: this is the one op that copies between devices, because copying is what it
+    /// is asked to do.
     ///
     /// ```
     /// use nn_core::Tensor;
@@ -137,6 +139,13 @@ impl Tensor {
         }
         let Some(b) = src.layout().broadcast_to(self.shape()) else {
             panic!("copy_: source of shape {:?} cannot be broadcast to {:?}", src.shape(), self.shape());
+        };
+        let moved;
+        let src = if src.device() != self.device() && self.device() != Device::Meta && src.device() != Device::Meta {
+            moved = src.to_device(self.device());
+            &moved
+        } else {
+            src
         };
         let s = src.cpu_storage("copy_");
         self.modify_storage("copy_", |dst, layout| dst.write_from(layout, &s, &b));

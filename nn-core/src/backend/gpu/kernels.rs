@@ -8,6 +8,7 @@
 
 use super::context::{Buffer, Ctx, WORKGROUP};
 use super::{byte_len, GpuStorage};
+use crate::backend::Wgsl;
 use crate::dtype::DType;
 use crate::shape::Layout;
 
@@ -40,6 +41,38 @@ fn at(i: u32, k: u32) -> u32 {
 // Where the extras after `nops` operands start.
 fn extras(nops: u32) -> u32 {
     return 2u + P[1] + nops * (P[1] + 1u);
+}
+"#;
+
+/// The helpers elementwise expressions may call (see [`Wgsl`]).
+const MATH: &str = r#"
+fn powf_(a: f32, b: f32) -> f32 {
+    if (b == 0.0 || a == 1.0) { return 1.0; }
+    if (a != a || b != b) { return a + b; }
+    let r = exp2(b * log2(abs(a)));
+    if (a < 0.0) {
+        if (fract(b) != 0.0) { return bitcast<f32>(0x7fc00000u); }
+        if (fract(b * 0.5) != 0.0) { return -r; }
+    }
+    return r;
+}
+
+fn erfc_(x: f32) -> f32 {
+    let z = abs(x);
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
+        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))));
+    return select(2.0 - r, r, x >= 0.0);
+}
+
+fn tanh_(x: f32) -> f32 {
+    let z = abs(x);
+    if (z < 0.2) {
+        let x2 = x * x;
+        return x * (1.0 + x2 * (-0.3333333333 + x2 * (0.1333333333 + x2 * (-0.0539682540 + x2 * 0.0218694885))));
+    }
+    let e = exp(-2.0 * z);
+    return sign(x) * (1.0 - e) / (1.0 + e);
 }
 "#;
 
@@ -270,25 +303,11 @@ fn elementwise(
     }
     decls += &binding(next, "Y", array_ty(out_dtype), true);
     bufs.push(out.buffer());
-    let src = format!("{PRELUDE}{decls}{MAIN_1D}    if (i >= P[0]) {{ return; }}\n{reads}    Y[i] = {body};\n}}\n");
+    let src =
+        format!("{PRELUDE}{MATH}{decls}{MAIN_1D}    if (i >= P[0]) {{ return; }}\n{reads}    Y[i] = {body};\n}}\n");
     let layouts: Vec<&Layout> = inputs.iter().map(|(_, l, _)| *l).collect();
     ctx.dispatch(&src, &strided_params(shape, &layouts), &bufs, groups_for(n));
     out
-}
-
-/// The WGSL form of an elementwise op, for [`crate::backend::UnaryOp`] and
-/// [`crate::backend::BinaryOp`] tables.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Wgsl {
-    /// The value, in terms of `x` (unary; scalars `p0`, `p1`) or `a`, `b` (binary).
-    pub f: &'static str,
-    /// The derivative: unary in `x` and the forward output `y`; binary in `a`.
-    pub d1: &'static str,
-    /// Binary only: the derivative in `b`.
-    pub d2: &'static str,
-    /// Whether the expressions use functions Vulkan offers in `f32` only (`exp`, `log`,
-    /// `tanh`, `pow`, trigonometry): such ops take the host path in `f64`.
-    pub f32_only: bool,
 }
 
 fn supports(ctx: &Ctx, dtype: DType, w: &Wgsl) -> bool {

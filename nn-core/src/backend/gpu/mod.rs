@@ -17,6 +17,7 @@
 //! `sqrt`, comparisons); `exp`, `log`, trigonometry and `pow` in `f64` take the host path.
 
 pub(crate) mod context;
+pub(crate) mod interface;
 pub(crate) mod kernels;
 
 use std::sync::Arc;

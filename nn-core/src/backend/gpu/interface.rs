@@ -1,0 +1,134 @@
+//! The backend interface methods' GPU side: each function returns `Some` when every
+//! operand is a GPU buffer and a native kernel covers their dtypes, and `None` otherwise
+//! (the method then runs the CPU kernel, through the host path for GPU operands).
+
+use std::cmp::Ordering;
+
+use super::{kernels, GpuStorage};
+use crate::backend::{BinaryOp, Storage, UnaryOp};
+use crate::dtype::DType;
+use crate::shape::Layout;
+
+fn gpu(s: &Storage) -> Option<&GpuStorage> {
+    match s {
+        Storage::Gpu(g) => Some(g),
+        _ => None,
+    }
+}
+
+pub(crate) fn unary<O: UnaryOp>(x: &Storage, l: &Layout, op: &O) -> Option<GpuStorage> {
+    let (w, k) = op.wgsl()?;
+    kernels::unary(gpu(x)?, l, &w, k)
+}
+
+pub(crate) fn unary_grad<O: UnaryOp>(
+    (g, lg): (&Storage, &Layout),
+    (x, lx): (&Storage, &Layout),
+    (y, ly): (&Storage, &Layout),
+    op: &O,
+) -> Option<GpuStorage> {
+    let (w, k) = op.wgsl()?;
+    kernels::unary_grad((gpu(g)?, lg), (gpu(x)?, lx), (gpu(y)?, ly), &w, k)
+}
+
+pub(crate) fn binary<O: BinaryOp>((a, la): (&Storage, &Layout), (b, lb): (&Storage, &Layout)) -> Option<GpuStorage> {
+    kernels::binary((gpu(a)?, la), (gpu(b)?, lb), &O::WGSL?)
+}
+
+pub(crate) fn binary_grad<O: BinaryOp>(
+    (g, lg): (&Storage, &Layout),
+    (a, la): (&Storage, &Layout),
+    (b, lb): (&Storage, &Layout),
+    lhs: bool,
+) -> Option<GpuStorage> {
+    kernels::binary_grad((gpu(g)?, lg), (gpu(a)?, la), (gpu(b)?, lb), &O::WGSL?, lhs)
+}
+
+pub(crate) fn compare(
+    (a, la): (&Storage, &Layout),
+    (b, lb): (&Storage, &Layout),
+    test: fn(Ordering) -> bool,
+) -> Option<GpuStorage> {
+    let accept = [Ordering::Less, Ordering::Equal, Ordering::Greater].map(test);
+    kernels::compare((gpu(a)?, la), (gpu(b)?, lb), accept)
+}
+
+pub(crate) fn select(
+    (c, lc): (&Storage, &Layout),
+    (a, la): (&Storage, &Layout),
+    (b, lb): (&Storage, &Layout),
+) -> Option<GpuStorage> {
+    kernels::select((gpu(c)?, lc), (gpu(a)?, la), (gpu(b)?, lb))
+}
+
+pub(crate) fn logical_not(x: &Storage, l: &Layout) -> Option<GpuStorage> {
+    Some(kernels::logical_not(gpu(x)?, l))
+}
+
+pub(crate) fn convert(x: &Storage, l: &Layout, dtype: DType) -> Option<GpuStorage> {
+    kernels::convert(gpu(x)?, l, dtype)
+}
+
+/// Element offsets of each batch entry's matrix (stride 0 along broadcast batch dims).
+fn batch_offsets(l: &Layout, batch: &[usize]) -> Vec<usize> {
+    let r = l.rank() - 2;
+    let lead = batch.len() - r;
+    let count: usize = batch.iter().product();
+    (0..count)
+        .map(|mut flat| {
+            let mut off = l.offset();
+            for d in (0..batch.len()).rev() {
+                let i = flat % batch[d];
+                flat /= batch[d];
+                if d >= lead && l.shape()[d - lead] != 1 {
+                    off += i * l.strides()[d - lead];
+                }
+            }
+            off
+        })
+        .collect()
+}
+
+fn last_two(l: &Layout) -> [usize; 2] {
+    let r = l.rank();
+    [l.strides()[r - 2], l.strides()[r - 1]]
+}
+
+pub(crate) fn matmul(
+    (a, la): (&Storage, &Layout),
+    (b, lb): (&Storage, &Layout),
+    batch: &[usize],
+    mkn: (usize, usize, usize),
+) -> Option<GpuStorage> {
+    let (ga, gb) = (gpu(a)?, gpu(b)?);
+    let offsets: Vec<(usize, usize)> = batch_offsets(la, batch).into_iter().zip(batch_offsets(lb, batch)).collect();
+    kernels::matmul(ga, gb, mkn, (last_two(la), last_two(lb)), &offsets, None, (0.0, 1.0))
+}
+
+pub(crate) fn addmm(
+    (input, li): (&Storage, &Layout),
+    (a, la): (&Storage, &Layout),
+    (b, lb): (&Storage, &Layout),
+    (beta, alpha): (f64, f64),
+) -> Option<GpuStorage> {
+    let (gi, ga, gb) = (gpu(input)?, gpu(a)?, gpu(b)?);
+    let mkn = (la.shape()[0], la.shape()[1], lb.shape()[1]);
+    let offsets = [(la.offset(), lb.offset())];
+    kernels::matmul(ga, gb, mkn, (last_two(la), last_two(lb)), &offsets, Some((gi, li)), (beta, alpha))
+}
+
+/// Sums over the dims where `mask` is true: the layout is permuted so that the reduced
+/// dims come last, each output then sums a run of consecutive row-major elements.
+pub(crate) fn sum(x: &Storage, l: &Layout, mask: &[bool]) -> Option<GpuStorage> {
+    let g = gpu(x)?;
+    let kept: Vec<usize> = (0..l.rank()).filter(|&d| !mask[d]).collect();
+    let reduced: Vec<usize> = (0..l.rank()).filter(|&d| mask[d]).collect();
+    let r: usize = reduced.iter().map(|&d| l.shape()[d]).product();
+    let n_out: usize = kept.iter().map(|&d| l.shape()[d]).product();
+    let perm: Vec<usize> = kept.into_iter().chain(reduced).collect();
+    kernels::sum_lines(g, &l.permute(&perm), n_out, r)
+}
+
+pub(crate) fn softmax(x: &Storage, l: &Layout, dims: (usize, usize, usize), log: bool) -> Option<GpuStorage> {
+    kernels::softmax(gpu(x)?, l, dims, log)
+}
