@@ -68,10 +68,11 @@ impl Compute for CharTransformer {
     /// `[B, T]` character ids -> `[B, T, vocab]` next-character logits.
     fn compute(&self, idx: &Tensor) -> Tensor {
         let t = idx.shape()[1];
-        let pos = Tensor::from_vec_i64((0..t as i64).collect(), &[t]);
+        let pos = Tensor::from_vec_i64((0..t as i64).collect(), &[t]).to_device(idx.device());
         let x = self.tok.forward(idx) + self.pos.forward(&pos);
         // true = may not attend (MultiheadAttention's convention): the future.
-        let causal = Tensor::from_vec_bool((0..t * t).map(|k| k % t > k / t).collect(), &[t, t]);
+        let causal =
+            Tensor::from_vec_bool((0..t * t).map(|k| k % t > k / t).collect(), &[t, t]).to_device(idx.device());
         let h = self.encoder.forward(&EncoderInput::new(&x).src_mask(&causal));
         self.head.forward(&self.norm.forward(&h))
     }
@@ -135,9 +136,11 @@ pub fn batch_loss(model: &CharTransformer, x: &Tensor, y: &Tensor, vocab: usize)
 /// batches, without a graph.
 pub fn evaluate(model: &CharTransformer, held: &[i64], vocab: usize, batches: usize) -> (f64, f64) {
     let (mut correct, mut total, mut loss) = (0.0, 0.0, 0.0);
+    let device = model.parameters().first().map_or(nn_core::Device::Cpu, |p| p.device());
     no_grad(|| {
         for _ in 0..batches {
             let (x, y) = batch(held);
+            let (x, y) = (x.to_device(device), y.to_device(device));
             let logits = model.forward(&x).reshape(&[BATCH * BLOCK, vocab]);
             let y = y.reshape(&[BATCH * BLOCK]);
             loss += cross_entropy(&logits, &y).item();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 pub mod char_model;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use nn_core::{no_grad, DType, Forward, Layer, Module, Tensor};
+use nn_core::{no_grad, DType, Device, Forward, Layer, Module, Tensor};
 
 /// The repository's `data/` folder (examples run from any working directory).
 pub fn repo_data_dir() -> PathBuf {
@@ -32,6 +32,10 @@ pub struct CommonArgs {
     /// Use at most this many training samples (for quick runs).
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Where to train: `cpu`, or `gpu` / `gpu:N` (needs the `gpu` cargo feature:
+    /// `cargo run --release -p nn-examples --features gpu --bin ... -- --device gpu`).
+    #[arg(long, default_value = "cpu")]
+    pub device: Device,
 }
 
 impl CommonArgs {
@@ -39,6 +43,13 @@ impl CommonArgs {
     pub fn out(&self, name: &str) -> std::io::Result<PathBuf> {
         std::fs::create_dir_all(&self.out_dir)?;
         Ok(self.out_dir.join(name))
+    }
+
+    /// `--device`, checked: an error saying why when it cannot be used (a GPU without the
+    /// `gpu` feature, or none found).
+    pub fn device(&self) -> nn_core::Result<Device> {
+        self.device.check()?;
+        Ok(self.device)
     }
 }
 
@@ -55,15 +66,17 @@ pub fn progress(len: u64, label: &str) -> ProgressBar {
     pb
 }
 
-/// Classification accuracy of `model` on `(x, y)`, evaluated in batches without a graph.
+/// Classification accuracy of `model` on `(x, y)`, evaluated in batches without a graph
+/// (each batch moved to the device of the model's parameters).
 pub fn accuracy<M: Layer>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
+    let device = model.parameters().first().map_or(Device::Cpu, |p| p.device());
     no_grad(|| {
         let n = x.shape()[0];
         let mut correct = 0.0;
         for start in (0..n).step_by(batch) {
             let len = batch.min(n - start);
-            let pred = model.forward(&x.narrow(0, start, len)).argmax(-1, false);
-            correct += pred.eq(&y.narrow(0, start, len)).to_dtype(DType::F32).sum().item();
+            let pred = model.forward(&x.narrow(0, start, len).to_device(device)).argmax(-1, false);
+            correct += pred.eq(&y.narrow(0, start, len).to_device(device)).to_dtype(DType::F32).sum().item();
         }
         correct / n as f64
     })

@@ -61,6 +61,32 @@ impl fmt::Display for Device {
     }
 }
 
+/// Parses `cpu`, `meta`, `gpu` (that is `gpu:0`) and `gpu:N`, as [`Device`]'s `Display`
+/// prints them (PyTorch's `torch.device("cuda:1")` spelling is `gpu:1` here).
+///
+/// ```
+/// use nn_core::Device;
+/// assert_eq!("gpu:1".parse::<Device>(), Ok(Device::Gpu(1)));
+/// assert_eq!("gpu".parse::<Device>(), Ok(Device::Gpu(0)));
+/// assert!("cuda".parse::<Device>().unwrap_err().contains("expected cpu, meta, gpu or gpu:N"));
+/// ```
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Device, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "meta" => Ok(Device::Meta),
+            "gpu" => Ok(Device::Gpu(0)),
+            _ => s
+                .strip_prefix("gpu:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Gpu)
+                .ok_or_else(|| format!("unknown device `{s}`: expected cpu, meta, gpu or gpu:N")),
+        }
+    }
+}
+
 thread_local! {
     static DEFAULT_DEVICE: std::cell::Cell<Device> = const { std::cell::Cell::new(Device::Cpu) };
 }

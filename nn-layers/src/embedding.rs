@@ -78,7 +78,7 @@ impl Compute for Embedding {
         match self.padding_idx {
             // Rows looked up at the padding index pass no gradient to the table.
             Some(p) => {
-                let pad = idx.eq(&Tensor::from_vec_i64(vec![p as i64], &[])).unsqueeze(-1);
+                let pad = idx.eq(&Tensor::from_vec_i64(vec![p as i64], &[]).to_device(idx.device())).unsqueeze(-1);
                 Tensor::where_cond(&pad, &y.detach(), &y)
             }
             None => y,

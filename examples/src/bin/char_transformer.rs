@@ -45,7 +45,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{} characters, vocabulary of {}, {} for training", ids.len(), vocab.len(), train.len());
 
     let mut model = CharTransformer::new(vocab.len());
-    println!("{model}\n{} parameters", model.num_parameters());
+    let device = a.device()?;
+    model.to_device(device);
+    println!("{model}\n{} parameters, on {device}", model.num_parameters());
     let mut opt =
         AdamW::new(model.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.01, ..Default::default() });
     let mut sched = CosineAnnealingLR::new(&mut opt, steps, 3e-4);
@@ -69,6 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t0 = std::time::Instant::now();
     for step in start..steps {
         let (x, y) = batch(train);
+        let (x, y) = (x.to_device(device), y.to_device(device));
         opt.zero_grad();
         let loss = batch_loss(&model, &x, &y, vocab_n);
         losses.push(loss.item());
@@ -100,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     no_grad(|| {
         for _ in 0..args.sample_len {
             let ctx = &out[out.len().saturating_sub(BLOCK)..];
-            let x = Tensor::from_vec_i64(ctx.to_vec(), &[1, ctx.len()]);
+            let x = Tensor::from_vec_i64(ctx.to_vec(), &[1, ctx.len()]).to_device(device);
             let logits = model.forward(&x).narrow(1, ctx.len() - 1, 1).reshape(&[vocab_n]);
             let p = (logits * (1.0 / 0.8)).softmax(0).to_vec();
             let u: f32 = with_rng(|r| r.random());

@@ -36,7 +36,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut model =
         Sequential::new().add(Linear::new(64, 128)).add(ReLU::new()).add(Dropout::new(0.1)).add(Linear::new(128, 10));
-    println!("{model}\n{} parameters", model.num_parameters());
+    let device = a.device()?;
+    model.to_device(device);
+    println!("{model}\n{} parameters, on {device}", model.num_parameters());
     let mut opt =
         Sgd::new(model.named_parameters(), SgdConfig { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() });
     let mut sched = CosineAnnealingLR::new(&mut opt, epochs, 1e-3);
@@ -59,6 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for epoch in start..epochs {
         let (mut total, mut count) = (0.0, 0);
         for (xb, yb) in loader.epoch(epoch) {
+            let (xb, yb) = (xb.to_device(device), yb.to_device(device));
             opt.zero_grad();
             let loss = cross_entropy(&model.forward(&xb), &yb);
             total += loss.item() * xb.shape()[0] as f64;

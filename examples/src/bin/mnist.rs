@@ -83,7 +83,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     manual_seed(a.seed);
     let mut model = build(args.model);
-    println!("{model}\n{} parameters", model.num_parameters());
+    let device = a.device()?;
+    model.to_device(device);
+    println!("{model}\n{} parameters, on {device}", model.num_parameters());
     let mut opt = Adam::new(model.named_parameters(), AdamConfig { lr: 1e-3, ..Default::default() });
     let mut sched = StepLR::new(&mut opt, 2, 0.5);
     let loader = DataLoader::new(x_train, y_train, args.batch_size).shuffle(a.seed);
@@ -107,6 +109,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         model.train();
         let mut running = 0.0;
         for (i, (xb, yb)) in loader.epoch(epoch).enumerate() {
+            let (xb, yb) = (xb.to_device(device), yb.to_device(device));
             opt.zero_grad();
             let loss = cross_entropy(&model.forward(&xb), &yb);
             let l = loss.item();

@@ -26,6 +26,7 @@ pub(crate) struct Wgsl {
     pub f32_only: bool,
 }
 
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
 impl Wgsl {
     /// A unary op's value and derivative.
     pub(crate) const fn unary(f: &'static str, df: &'static str, f32_only: bool) -> Wgsl {
@@ -48,6 +49,7 @@ pub(crate) trait UnaryOp: Copy + Send + Sync + 'static {
     fn df<T: FloatElement>(&self, x: T, y: T) -> T;
     /// The op in WGSL with its two scalars (`p0`, `p1`), for GPU kernels; `None` runs
     /// the CPU kernel on host copies instead.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
         None
     }
@@ -67,6 +69,7 @@ pub(crate) trait BinaryOp: Copy + Send + Sync + 'static {
     /// skips the elementwise product.
     const CONST_GRADS: Option<(f64, f64)> = None;
     /// The op in WGSL, for GPU kernels; `None` runs the CPU kernel on host copies instead.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     const WGSL: Option<Wgsl> = None;
 }
 

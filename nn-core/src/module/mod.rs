@@ -434,12 +434,45 @@ pub trait Module: HoldsState + Any {
 
     /// Moves every parameter and buffer to `device`, in place (handles held elsewhere,
     /// such as an optimizer's, see the move).
+    ///
+    /// # Panics
+    /// When `device` is not available (a GPU without the `gpu` feature, or one that does
+    /// not exist), before anything moves; [`try_to_device`](Module::try_to_device) returns
+    /// the error instead.
+    #[track_caller]
     fn to_device(&mut self, device: Device) {
+        self.try_to_device(device).unwrap_or_else(|e| panic!("to_device: {e}"))
+    }
+
+    /// [`to_device`](Module::to_device), returning an error (and moving nothing) when
+    /// `device` is not available.
+    ///
+    /// ```
+    /// use nn_core::{Device, Module, Parameter, Tensor};
+    ///
+    /// #[derive(Module)]
+    /// struct Net {
+    ///     #[param] w: Parameter,
+    /// }
+    ///
+    /// let mut net = Net { w: Parameter::new(Tensor::zeros(&[2])) };
+    /// if !nn_core::gpu::is_available() {
+    ///     let err = net.try_to_device(Device::Gpu(7)).unwrap_err().to_string();
+    ///     assert!(err.starts_with("device gpu:7 is not available"), "{err}");
+    ///     assert_eq!(net.w.device(), Device::Cpu, "nothing moved");
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::DeviceUnavailable`](crate::Error::DeviceUnavailable).
+    fn try_to_device(&mut self, device: Device) -> crate::Result<()> {
+        device.check()?;
         for_each_tensor(self.as_dyn(), &mut |t| {
             if t.device() != device {
                 no_grad(|| t.set_data(&t.to_device(device)));
             }
         });
+        Ok(())
     }
 
     /// Converts every floating-point parameter and buffer to `dtype` (integer and bool
