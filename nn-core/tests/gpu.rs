@@ -3,6 +3,8 @@
 //! `gpu:0` and fails, saying why, when it cannot be opened: a suite that was asked for
 //! never passes by skipping.
 #![cfg(feature = "gpu")]
+// One-element input lists read best as `&[x.clone()]`; the op table is a plain list of boxed closures.
+#![allow(clippy::cloned_ref_to_slice_refs, clippy::type_complexity)]
 
 use nn_core::{gpu, DType, Device, Tensor};
 
@@ -14,8 +16,18 @@ fn require_gpu() {
     }
 }
 
+/// The suite's lock: tests seed the global generator and compare what it draws on both
+/// devices, so they run one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    require_gpu();
+    guard
+}
+
 #[test]
 fn moves_round_trip_every_dtype_bit_for_bit() {
+    let _serial = serial();
     require_gpu();
     eprintln!("gpu:0 is {}", gpu::adapter_info(0).unwrap());
     let f = Tensor::from_vec(vec![1.5, -0.0, f32::NAN, f32::INFINITY, 3.25e-39], &[5]);
@@ -95,6 +107,7 @@ const F32: f64 = 1e-5;
 
 #[test]
 fn elementwise_ops_match_the_cpu() {
+    let _serial = serial();
     nn_core::manual_seed(1);
     let x = randn(&[7, 33]);
     let unary: Vec<(&str, Box<dyn Fn(&Tensor) -> Tensor>)> = vec![
@@ -144,6 +157,7 @@ fn elementwise_ops_match_the_cpu() {
 
 #[test]
 fn f64_arithmetic_matches_the_cpu() {
+    let _serial = serial();
     nn_core::manual_seed(2);
     let a = randn(&[5, 4]).to_dtype(DType::F64);
     let b = randn(&[4]).to_dtype(DType::F64);
@@ -155,6 +169,7 @@ fn f64_arithmetic_matches_the_cpu() {
 
 #[test]
 fn reductions_and_softmax_match_the_cpu() {
+    let _serial = serial();
     nn_core::manual_seed(3);
     let x = randn(&[6, 300, 5]);
     check("sum", &[x.clone()], F32, |t| t[0].sum());
@@ -172,6 +187,7 @@ fn reductions_and_softmax_match_the_cpu() {
 
 #[test]
 fn matrix_products_match_the_cpu() {
+    let _serial = serial();
     nn_core::manual_seed(4);
     check("matmul", &[randn(&[70, 45]), randn(&[45, 130])], F32, |t| t[0].matmul(&t[1]));
     check("matmul transposed", &[randn(&[45, 70]), randn(&[130, 45])], F32, |t| t[0].t().matmul(&t[1].t()));
@@ -185,6 +201,7 @@ fn matrix_products_match_the_cpu() {
 
 #[test]
 fn layers_ops_match_the_cpu() {
+    let _serial = serial();
     use nn_core::backend::{Conv2dConfig, Pool2dConfig};
     nn_core::manual_seed(5);
     let img = randn(&[2, 4, 9, 9]);

@@ -142,7 +142,7 @@ impl Tensor {
 
     /// Host-drawn values moved to the default device when it is a GPU: random factories draw
     /// on the host, so one seed gives the same values on every device.
-    fn to_default_device(self) -> Tensor {
+    fn onto_default_device(self) -> Tensor {
         match crate::device::default_device() {
             Device::Cpu => self,
             device => self.to_device(device),
@@ -237,7 +237,7 @@ impl Tensor {
             return t;
         }
         let v: Vec<f32> = random_values("Tensor::randn", shape, |r| StandardNormal.sample(r));
-        Tensor::from_vec(v, shape).to_default_device()
+        Tensor::from_vec(v, shape).onto_default_device()
     }
 
     /// Uniform `f32` samples in `[0, 1)` from the global generator.
@@ -251,7 +251,7 @@ impl Tensor {
             return t;
         }
         let v: Vec<f32> = random_values("Tensor::uniform", shape, |r| (low + (high - low) * r.random::<f64>()) as f32);
-        Tensor::from_vec(v, shape).to_default_device()
+        Tensor::from_vec(v, shape).onto_default_device()
     }
 
     /// Normal `f32` samples with the given mean and standard deviation.
@@ -263,7 +263,7 @@ impl Tensor {
             let z: f64 = StandardNormal.sample(r);
             (mean + std * z) as f32
         });
-        Tensor::from_vec(v, shape).to_default_device()
+        Tensor::from_vec(v, shape).onto_default_device()
     }
 
     /// A random permutation of `0..n` as `i64`, from the global generator.

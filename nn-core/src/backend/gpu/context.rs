@@ -91,7 +91,7 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
         queue,
         info,
         f64,
-        max_binding: u64::from(limits.max_storage_buffer_binding_size).min(limits.max_buffer_size),
+        max_binding: limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
         pipelines: Mutex::default(),
         pool: Mutex::default(),
         allocations: AtomicU64::new(0),
