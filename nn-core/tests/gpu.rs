@@ -240,3 +240,41 @@ fn layers_ops_match_the_cpu() {
     let yg = a.to_device(GPU).requires_grad_(true).dropout(0.3, true);
     assert_eq!(worst(&yg, &yc), 0.0, "one seed, one dropout mask on both devices");
 }
+
+#[test]
+fn index_ops_with_repeats_ties_and_nan_match_the_cpu() {
+    let _serial = serial();
+    nn_core::manual_seed(6);
+    // Repeated rows: the backward adds several slices into one row.
+    let idx = Tensor::from_vec_i64(vec![1, 1, 3, -1, 0, 1], &[6]);
+    check("index_select repeats", &[randn(&[4, 300]), idx.clone()], F32, |t| t[0].index_select(0, &t[1]));
+    check("index_select dim 1", &[randn(&[3, 4, 5]), idx.clone()], F32, |t| t[0].index_select(1, &t[1]));
+    let g = Tensor::from_vec_i64(vec![2, 2, 0, 1, 1, 1, 0, 2], &[4, 2]);
+    check("gather dim 0 repeats", &[randn(&[3, 2]), g], F32, |t| t[0].gather(0, &t[1]));
+    let ties = Tensor::from_vec(vec![1.0, 3.0, 3.0, f32::NAN, 2.0, f32::NAN, -1.0, -1.0, -5.0], &[3, 3]);
+    check("argmax ties and NaN", &[ties.clone()], 0.0, |t| t[0].argmax(1, false));
+    check("argmin ties and NaN", &[ties], 0.0, |t| t[0].argmin(1, false));
+}
+
+#[test]
+#[should_panic(expected = "index_select: index 4 is out of bounds for dimension 0 with size 4")]
+fn an_index_out_of_range_on_the_gpu_panics_with_the_cpu_message() {
+    let _serial = serial();
+    let x = Tensor::zeros(&[4, 2]).to_device(GPU);
+    let _ = x.index_select(0, &Tensor::from_vec_i64(vec![0, 4], &[2]).to_device(GPU));
+}
+
+#[test]
+#[should_panic(expected = "embedding: index 9 is out of range")]
+fn an_embedding_id_out_of_range_on_the_gpu_panics() {
+    let _serial = serial();
+    let w = Tensor::zeros(&[4, 2]).to_device(GPU);
+    let _ = Tensor::embedding(&Tensor::from_vec_i64(vec![0, 9], &[2]).to_device(GPU), &w);
+}
+
+#[test]
+#[should_panic(expected = "add: expected all tensors on one device, got gpu:0 (shape [2]) and cpu (shape [2])")]
+fn mixing_devices_in_one_op_panics_naming_both() {
+    let _serial = serial();
+    let _ = Tensor::zeros(&[2]).to_device(GPU) + Tensor::zeros(&[2]);
+}

@@ -25,7 +25,7 @@ impl Storage {
             Storage::Cpu(c) => cpu::index::first_outside(c, l, n),
             Storage::Meta { .. } => None,
             #[cfg(feature = "gpu")]
-            Storage::Gpu(g) => cpu::index::first_outside(&g.host("first_outside"), l, n),
+            Storage::Gpu(_) => super::gpu::interface::first_outside(self, l, n).expect("a GPU buffer"),
         }
     }
 
@@ -39,6 +39,10 @@ impl Storage {
     pub(crate) fn index_select(&self, l: &Layout, index: IndexArg<'_>) -> Storage {
         let others: usize = l.shape().iter().enumerate().filter(|&(k, _)| k != index.dim).map(|(_, &s)| s).product();
         let len = others * index.layout.numel();
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::index_select(self, l, &index) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, index.index], (self.dtype(), len), |[x, i]| {
             cpu::index::index_select(x, l, (i, index.layout), index.op, index.dim)
         })
@@ -47,6 +51,10 @@ impl Storage {
     /// `index_add`: a contiguous copy of `self` (through `l`) with the slices of `source`
     /// (through its layout) added at `index` along its dim.
     pub(crate) fn index_add(&self, l: &Layout, (source, ls): (&Storage, &Layout), index: IndexArg<'_>) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::index_add(self, l, (source, ls), &index) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, source, index.index], (self.dtype(), l.numel()), |[x, s, i]| {
             cpu::index::index_add(x, l, (s, ls), (i, index.layout), index.op, index.dim)
         })
@@ -55,6 +63,10 @@ impl Storage {
     /// `gather`: `out[p] = self[p with its dim replaced by index[p]]`, a contiguous buffer
     /// of the index's shape (same rank as `l`, no larger outside the dim).
     pub(crate) fn gather(&self, l: &Layout, index: IndexArg<'_>) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::gather(self, l, &index) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, index.index], (self.dtype(), index.layout.numel()), |[x, i]| {
             cpu::index::gather(x, l, (i, index.layout), index.op, index.dim)
         })
@@ -63,6 +75,10 @@ impl Storage {
     /// `scatter_add`: a contiguous copy of `self` (through `l`) with `src[p]` (of the
     /// index's shape) added at `p` with its dim replaced by `index[p]`.
     pub(crate) fn scatter_add(&self, l: &Layout, (src, ls): (&Storage, &Layout), index: IndexArg<'_>) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::scatter_add(self, l, (src, ls), &index) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self, src, index.index], (self.dtype(), l.numel()), |[x, s, i]| {
             cpu::index::scatter_add(x, l, (s, ls), (i, index.layout), index.op, index.dim)
         })

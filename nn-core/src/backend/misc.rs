@@ -9,6 +9,12 @@ impl Storage {
     /// probability `keep` and 0 otherwise, drawn in order from the global generator (no
     /// draw on the meta device).
     pub(crate) fn dropout_mask(&self, len: usize, keep: f64) -> Storage {
+        // Drawn on the host from the global generator on every device (one seed, one mask
+        // everywhere), then uploaded: the operand's values are not read.
+        #[cfg(feature = "gpu")]
+        if let Storage::Gpu(g) = self {
+            return Storage::Gpu(super::gpu::kernels::upload(g.ctx(), &cpu::misc::dropout_mask(len, keep)));
+        }
         Storage::run([self], (DType::F64, len), |_| cpu::misc::dropout_mask(len, keep))
     }
 

@@ -20,6 +20,10 @@ impl Storage {
     /// one), the `I64` index of its largest element (`largest`) or smallest; NaN wins
     /// over every number and the first of equal candidates is kept (PyTorch).
     pub(crate) fn arg_extreme(&self, rows: &Layout, n: usize, largest: bool) -> Storage {
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::arg_extreme(self, rows, n, largest) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self], (DType::I64, rows.numel() / n), |[x]| cpu::reduce::arg_extreme(x, rows, n, largest))
     }
 }

@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use super::{kernels, GpuStorage};
-use crate::backend::{BinaryOp, Storage, UnaryOp};
+use crate::backend::{BinaryOp, IndexArg, Storage, UnaryOp};
 use crate::dtype::DType;
 use crate::shape::Layout;
 
@@ -131,4 +131,63 @@ pub(crate) fn sum(x: &Storage, l: &Layout, mask: &[bool]) -> Option<GpuStorage> 
 
 pub(crate) fn softmax(x: &Storage, l: &Layout, dims: (usize, usize, usize), log: bool) -> Option<GpuStorage> {
     kernels::softmax(gpu(x)?, l, dims, log)
+}
+
+/// The validated indices of `index` for a dim of `size`.
+#[track_caller]
+fn indices(index: &IndexArg<'_>, size: usize) -> Option<super::context::Buffer> {
+    Some(kernels::checked_indices(gpu(index.index)?, index.layout, size, index.op, index.dim))
+}
+
+#[track_caller]
+pub(crate) fn index_select(x: &Storage, l: &Layout, index: &IndexArg<'_>) -> Option<GpuStorage> {
+    let g = gpu(x)?;
+    kernels::words_ok(g.dtype()).then_some(())?;
+    let idx = indices(index, l.shape()[index.dim])?;
+    kernels::index_select(g, l, &idx, index.layout.numel(), index.dim)
+}
+
+#[track_caller]
+pub(crate) fn gather(x: &Storage, l: &Layout, index: &IndexArg<'_>) -> Option<GpuStorage> {
+    let g = gpu(x)?;
+    kernels::words_ok(g.dtype()).then_some(())?;
+    let idx = indices(index, l.shape().get(index.dim).copied().unwrap_or(1))?;
+    kernels::gather(g, l, &idx, index.layout.shape(), index.dim)
+}
+
+#[track_caller]
+pub(crate) fn index_add(
+    x: &Storage,
+    l: &Layout,
+    (src, ls): (&Storage, &Layout),
+    index: &IndexArg<'_>,
+) -> Option<GpuStorage> {
+    let (g, s) = (gpu(x)?, gpu(src)?);
+    (g.dtype() == DType::F32).then_some(())?;
+    let idx = indices(index, l.shape()[index.dim])?;
+    kernels::index_add(g, l, (s, ls), &idx, index.dim)
+}
+
+#[track_caller]
+pub(crate) fn scatter_add(
+    x: &Storage,
+    l: &Layout,
+    (src, ls): (&Storage, &Layout),
+    index: &IndexArg<'_>,
+) -> Option<GpuStorage> {
+    let (g, s) = (gpu(x)?, gpu(src)?);
+    (g.dtype() == DType::F32).then_some(())?;
+    let idx = indices(index, l.shape().get(index.dim).copied().unwrap_or(1))?;
+    kernels::scatter_add(g, l, (s, ls), &idx, index.layout.shape(), index.dim)
+}
+
+pub(crate) fn arg_extreme(x: &Storage, rows: &Layout, n: usize, largest: bool) -> Option<GpuStorage> {
+    kernels::arg_extreme(gpu(x)?, rows, n, largest)
+}
+
+/// The first index value outside `0..n`, found on the device (the host reads one word,
+/// and the offending value only when there is one).
+pub(crate) fn first_outside(x: &Storage, l: &Layout, n: usize) -> Option<Option<i64>> {
+    let g = gpu(x)?;
+    Some(kernels::first_outside(g, l, n))
 }

@@ -673,3 +673,323 @@ pub(crate) fn scatter(dst: &GpuStorage, layout: &Layout, vals: &GpuStorage) {
     let src = format!("{PRELUDE}{}{}{MAIN_1D}{body}}}\n", binding(1, "X", "u32", false), binding(2, "Y", "u32", true));
     dst.ctx().dispatch(&src, &strided_params(layout.shape(), &[layout]), &[vals.buffer(), dst.buffer()], groups_for(n));
 }
+
+/// Validated indices: `index` (i64, through `li`) with negative values counted from the
+/// back of a dim of `size`, as `u32` words. An index outside `-size..size` panics with the
+/// CPU kernels' message naming `op` and `dim` (the host waits here for one word: a wrong
+/// index is reported at the op that used it, never later and never silently clamped).
+#[track_caller]
+pub(crate) fn checked_indices(index: &GpuStorage, li: &Layout, size: usize, op: &str, dim: usize) -> Buffer {
+    let ctx = index.ctx();
+    let n = li.numel();
+    let out = ctx.alloc(4 * n as u64);
+    let flag = ctx.alloc(4);
+    fill(ctx, &flag, 1, [u32::MAX, u32::MAX]);
+    let mut p = strided_params(li.shape(), &[li]);
+    p.push(u32_of("dimension size", size));
+    let src = format!(
+        "{PRELUDE}{}{}{}{MAIN_1D}    if (i >= P[0]) {{ return; }}
+    let size = P[extras(1u)];
+    let o = at(i, 0u);
+    let lo = X[2u * o];
+    let hi = X[2u * o + 1u];
+    var ok = false;
+    var j = 0u;
+    if (hi == 0u && lo < size) {{ ok = true; j = lo; }}
+    if (hi == 0xffffffffu && lo >= 0u - size && size > 0u) {{ ok = true; j = lo + size; }}
+    if (!ok) {{ atomicMin(&F[0], i); }}
+    Y[i] = j;
+}}
+",
+        binding(1, "X", "u32", false),
+        binding(2, "Y", "u32", true),
+        binding(3, "F", "atomic<u32>", true),
+    );
+    ctx.dispatch(&src, &p, &[index.buffer(), &out, &flag], groups_for(n));
+    let first = u32::from_le_bytes(ctx.download(&flag, 4).try_into().expect("4 bytes"));
+    if first != u32::MAX {
+        let values = index.to_cpu().to_vec_of::<i64>(li);
+        let bad = values[first as usize];
+        panic!("{op}: index {bad} is out of bounds for dimension {dim} with size {size}");
+    }
+    out
+}
+
+/// Whether the index kernels copy this dtype (32- and 64-bit elements; 16-bit ones take
+/// the host path).
+pub(crate) fn words_ok(dtype: DType) -> bool {
+    words(dtype).is_some()
+}
+
+/// The first value of the `i64` index (through `li`) outside `0..n`, in row-major order.
+pub(crate) fn first_outside(index: &GpuStorage, li: &Layout, n: usize) -> Option<i64> {
+    let ctx = index.ctx();
+    let count = li.numel();
+    if count == 0 {
+        return None;
+    }
+    let flag = ctx.alloc(4);
+    fill(ctx, &flag, 1, [u32::MAX, u32::MAX]);
+    let mut p = strided_params(li.shape(), &[li]);
+    p.push(u32_of("dimension size", n));
+    let src = format!(
+        "{PRELUDE}{}{}{MAIN_1D}    if (i >= P[0]) {{ return; }}
+    let o = at(i, 0u);
+    if (X[2u * o + 1u] != 0u || X[2u * o] >= P[extras(1u)]) {{ atomicMin(&F[0], i); }}
+}}
+",
+        binding(1, "X", "u32", false),
+        binding(2, "F", "atomic<u32>", true),
+    );
+    ctx.dispatch(&src, &p, &[index.buffer(), &flag], groups_for(count));
+    let first = u32::from_le_bytes(ctx.download(&flag, 4).try_into().expect("4 bytes"));
+    (first != u32::MAX).then(|| index.to_cpu().to_vec_of::<i64>(li)[first as usize])
+}
+
+/// Words per element for the index kernels' copies, or `None` for 16-bit dtypes.
+fn words(dtype: DType) -> Option<u64> {
+    (!matches!(dtype, DType::F16 | DType::BF16)).then(|| byte_len(dtype, 1) / 4)
+}
+
+fn copy_words(w: u64, dst: &str, src: &str) -> String {
+    (0..w).map(|j| format!("    Y[({dst}) * {w}u + {j}u] = X[({src}) * {w}u + {j}u];\n")).collect()
+}
+
+/// `index_select` along `d` of `x` through `l`, with validated indices `idx` (`k` of them).
+pub(crate) fn index_select(x: &GpuStorage, l: &Layout, idx: &Buffer, k: usize, d: usize) -> Option<GpuStorage> {
+    let w = words(x.dtype())?;
+    let ctx = x.ctx();
+    let shape = l.shape();
+    let (outer, n, inner): (usize, usize, usize) =
+        (shape[..d].iter().product(), shape[d], shape[d + 1..].iter().product());
+    let total = outer * k * inner;
+    let out = GpuStorage::uninit(ctx, x.dtype(), total);
+    if total == 0 {
+        return Some(out);
+    }
+    let mut p = strided_params(shape, &[l]);
+    p.extend([u32_of("count", total), u32_of("index count", k), u32_of("size", n), u32_of("inner size", inner)]);
+    let body = format!(
+        "    let ex = extras(1u);
+    if (i >= P[ex]) {{ return; }}
+    let k = P[ex + 1u]; let n = P[ex + 2u]; let inner = P[ex + 3u];
+    let o = i / (k * inner); let j = (i / inner) % k; let t = i % inner;
+    let s = at((o * n + I[j]) * inner + t, 0u);
+{}",
+        copy_words(w, "i", "s")
+    );
+    let src = format!(
+        "{PRELUDE}{}{}{}{MAIN_1D}{body}}}\n",
+        binding(1, "X", "u32", false),
+        binding(2, "I", "u32", false),
+        binding(3, "Y", "u32", true)
+    );
+    ctx.dispatch(&src, &p, &[x.buffer(), idx, out.buffer()], groups_for(total));
+    Some(out)
+}
+
+/// `gather` along `d`: `out[p] = x[p with dim d replaced by idx[p]]` over the index's shape.
+pub(crate) fn gather(x: &GpuStorage, l: &Layout, idx: &Buffer, li_shape: &[usize], d: usize) -> Option<GpuStorage> {
+    let w = words(x.dtype())?;
+    let ctx = x.ctx();
+    let total: usize = li_shape.iter().product();
+    let out = GpuStorage::uninit(ctx, x.dtype(), total);
+    if total == 0 {
+        return Some(out);
+    }
+    let mut strides: Vec<usize> = l.strides().to_vec();
+    let step = strides.get(d).copied().unwrap_or(0);
+    if !strides.is_empty() {
+        strides[d] = 0;
+    }
+    let base = Layout::new(li_shape.into(), strides.as_slice().into(), l.offset());
+    let mut p = strided_params(li_shape, &[&base]);
+    p.push(u32_of("stride", step));
+    let body = format!(
+        "    if (i >= P[0]) {{ return; }}\n    let s = at(i, 0u) + I[i] * P[extras(1u)];\n{}",
+        copy_words(w, "i", "s")
+    );
+    let src = format!(
+        "{PRELUDE}{}{}{}{MAIN_1D}{body}}}\n",
+        binding(1, "X", "u32", false),
+        binding(2, "I", "u32", false),
+        binding(3, "Y", "u32", true)
+    );
+    ctx.dispatch(&src, &p, &[x.buffer(), idx, out.buffer()], groups_for(total));
+    Some(out)
+}
+
+/// Adds `f32` values into `Y` (an `array<atomic<u32>>`) with a compare-exchange loop: the
+/// order of additions to one element is not fixed (as PyTorch's CUDA `index_add_`).
+const ATOMIC_ADD: &str = r#"
+// The offset of row-major element `i` of the shape through strides held at `P[ex..]`.
+fn dst_offset(i: u32, ex: u32) -> u32 {
+    var rem = i;
+    var off = 0u;
+    var d = P[1];
+    loop {
+        if (d == 0u) { break; }
+        d = d - 1u;
+        let s = P[2u + d];
+        off = off + (rem % s) * P[ex + d];
+        rem = rem / s;
+    }
+    return off;
+}
+
+fn add_at(p: u32, v: f32) {
+    var old = atomicLoad(&Y[p]);
+    loop {
+        let r = atomicCompareExchangeWeak(&Y[p], old, bitcast<u32>(bitcast<f32>(old) + v));
+        if (r.exchanged) { break; }
+        old = r.old_value;
+    }
+}
+"#;
+
+/// `out = x + scatter(src)`: `out` starts as a contiguous copy of `x` through `l`, then every
+/// element `e` of `src` (through `ls`, of `shape`) is added at `dst(e)`, a WGSL expression of
+/// `e`, the extras `P[ex..]` and the indices `I`.
+fn scatter_add_into(
+    x: &GpuStorage,
+    l: &Layout,
+    (src, ls): (&GpuStorage, &Layout),
+    shape: &[usize],
+    idx: &Buffer,
+    extras: &[u32],
+    dst: &str,
+) -> Option<GpuStorage> {
+    if x.dtype() != DType::F32 {
+        return None; // float atomics are built on 32-bit words
+    }
+    let out = convert(x, l, DType::F32)?;
+    let total: usize = shape.iter().product();
+    if total == 0 {
+        return Some(out);
+    }
+    let mut p = strided_params(shape, &[ls]);
+    p.extend_from_slice(extras);
+    let src_code = format!(
+        "{PRELUDE}{}{}{}{ATOMIC_ADD}{MAIN_1D}    if (i >= P[0]) {{ return; }}\n    let ex = extras(1u);\n    add_at({dst}, S[at(i, 0u)]);\n}}\n",
+        binding(1, "S", "f32", false),
+        binding(2, "I", "u32", false),
+        binding(3, "Y", "atomic<u32>", true)
+    );
+    out.ctx().dispatch(&src_code, &p, &[src.buffer(), idx, out.buffer()], groups_for(total));
+    Some(out)
+}
+
+/// `index_add` along `d`: a copy of `x` with the slices of `src` added at `idx` (`k`).
+pub(crate) fn index_add(
+    x: &GpuStorage,
+    l: &Layout,
+    (src, ls): (&GpuStorage, &Layout),
+    idx: &Buffer,
+    d: usize,
+) -> Option<GpuStorage> {
+    let shape = l.shape();
+    let (n, inner): (usize, usize) = (shape[d], shape[d + 1..].iter().product());
+    let k = ls.shape()[d];
+    let extras = [u32_of("index count", k), u32_of("size", n), u32_of("inner size", inner)];
+    let dst = "((i / (P[ex] * P[ex + 2u])) * P[ex + 1u] + I[(i / P[ex + 2u]) % P[ex]]) * P[ex + 2u] + i % P[ex + 2u]";
+    scatter_add_into(x, l, (src, ls), ls.shape(), idx, &extras, dst)
+}
+
+/// `scatter_add` along `d`: a copy of `x` with `src[p]` added at `p` with dim `d` replaced
+/// by `idx[p]`, over the index's shape.
+pub(crate) fn scatter_add(
+    x: &GpuStorage,
+    l: &Layout,
+    (src, ls): (&GpuStorage, &Layout),
+    idx: &Buffer,
+    li_shape: &[usize],
+    d: usize,
+) -> Option<GpuStorage> {
+    // The destination offset of `p`: through the output's contiguous strides with dim `d`
+    // zeroed, plus `idx[p]` times that dim's stride. Passed as a second "operand" layout.
+    let mut ostrides: Vec<usize> = crate::shape::contiguous_strides(l.shape()).to_vec();
+    let step = ostrides.get(d).copied().unwrap_or(0);
+    if !ostrides.is_empty() {
+        ostrides[d] = 0;
+    }
+    let src_layout = Layout::new(li_shape.into(), ls.strides().into(), ls.offset());
+    let dst_layout = Layout::new(li_shape.into(), ostrides.as_slice().into(), 0);
+    // Extras: the destination layout's strides (rank of them), then the step.
+    let mut extras: Vec<u32> = dst_layout.strides().iter().map(|&s| u32_of("stride", s)).collect();
+    extras.push(u32_of("stride", step));
+    let rank = li_shape.len();
+    let dst = format!("dst_offset(i, ex) + I[i] * P[ex + {rank}u]");
+    scatter_add_into(x, l, (src, &src_layout), li_shape, idx, &extras, &dst)
+}
+
+/// For each row of `n` elements of `rows`, the `i64` index of its largest (`largest`) or
+/// smallest element; NaN wins over every number and the first of equal candidates is kept.
+pub(crate) fn arg_extreme(x: &GpuStorage, rows: &Layout, n: usize, largest: bool) -> Option<GpuStorage> {
+    if x.dtype() != DType::F32 {
+        return None;
+    }
+    let ctx = x.ctx();
+    let count = rows.numel() / n.max(1);
+    let out = GpuStorage::uninit(ctx, DType::I64, count);
+    if count == 0 {
+        return Some(out);
+    }
+    let mut p = strided_params(rows.shape(), &[rows]);
+    p.extend([u32_of("row length", n), u32_of("row count", count)]);
+    let better = if largest { "b > a" } else { "b < a" };
+    let src = format!(
+        "{PRELUDE}{}{}
+var<workgroup> V: array<f32, 256>;
+var<workgroup> J: array<u32, 256>;
+
+// Whether candidate (b, jb) beats (a, ja): NaN first, then the better value, then the
+// earlier position.
+fn beats(a: f32, ja: u32, b: f32, jb: u32) -> bool {{
+    if (a != a) {{ return b != b && jb < ja; }}
+    if (b != b) {{ return true; }}
+    if ({better}) {{ return true; }}
+    return b == a && jb < ja;
+}}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) t: u32) {{
+    let ex = extras(1u);
+    let n = P[ex]; let rows = P[ex + 1u];
+    let r = wg.x + wg.y * nw.x;
+    var best = 0.0;
+    var bj = 0xffffffffu;
+    if (r < rows) {{
+        for (var j = t; j < n; j += 256u) {{
+            let v = X[at(r * n + j, 0u)];
+            if (bj == 0xffffffffu || beats(best, bj, v, j)) {{ best = v; bj = j; }}
+        }}
+    }}
+    V[t] = best;
+    J[t] = bj;
+    for (var s = 128u; s > 0u; s = s >> 1u) {{
+        workgroupBarrier();
+        if (t < s) {{
+            let jb = J[t + s];
+            if (jb != 0xffffffffu && (J[t] == 0xffffffffu || beats(V[t], J[t], V[t + s], jb))) {{
+                V[t] = V[t + s];
+                J[t] = jb;
+            }}
+        }}
+    }}
+    if (t == 0u && r < rows) {{
+        Y[2u * r] = J[0];
+        Y[2u * r + 1u] = 0u;
+    }}
+}}
+",
+        binding(1, "X", "f32", false),
+        binding(2, "Y", "u32", true)
+    );
+    ctx.dispatch(&src, &p, &[x.buffer(), out.buffer()], count as u64);
+    Some(out)
+}
+
+/// Uploads a host buffer made without reading any device value (dropout masks).
+pub(crate) fn upload(ctx: &'static Ctx, c: &crate::backend::cpu::CpuStorage) -> GpuStorage {
+    GpuStorage::from_cpu(ctx, c, &Layout::contiguous(&[c.len()]))
+}
