@@ -73,6 +73,10 @@ impl Storage {
     /// contiguous `[n, o, ho, wo]` buffer.
     pub(crate) fn conv2d(&self, weight: &Storage, bias: Option<&Storage>, geo: &ConvGeometry) -> Storage {
         let meta = (self.dtype(), geo.n * geo.o * geo.out_pixels());
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::conv2d(self, weight, bias, geo) {
+            return Storage::Gpu(out);
+        }
         match bias {
             Some(b) => Storage::run([self, weight, b], meta, |[x, w, b]| cpu::conv::forward(x, w, Some(b), geo)),
             None => Storage::run([self, weight], meta, |[x, w]| cpu::conv::forward(x, w, None, geo)),
@@ -91,6 +95,10 @@ impl Storage {
         let dtype = self.dtype();
         let dx_len = if need_dx { geo.n * geo.c * geo.h * geo.w } else { 0 };
         let dw_len = if need_dw { weight.len() } else { 0 };
+        #[cfg(feature = "gpu")]
+        if let Some((dx, dw)) = super::gpu::interface::conv2d_backward(self, x, weight, geo, (need_dx, need_dw)) {
+            return (Storage::Gpu(dx), Storage::Gpu(dw));
+        }
         Storage::run2([self, x, weight], [(dtype, dx_len), (dtype, dw_len)], |[g, x, w]| {
             cpu::conv::backward(g, x, w, geo, (need_dx, need_dw))
         })

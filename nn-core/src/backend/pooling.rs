@@ -117,6 +117,9 @@ impl AvgPool {
 pub(crate) enum Argmax {
     /// Recorded by the CPU kernels.
     Cpu(cpu::pooling::Argmax),
+    /// Recorded by the GPU kernels: the `i64` in-plane positions (PyTorch's indices).
+    #[cfg(feature = "gpu")]
+    Gpu(super::gpu::GpuStorage),
     /// A meta pooling: no values, only the count.
     Meta {
         /// Number of outputs.
@@ -129,6 +132,8 @@ impl Argmax {
     pub(crate) fn flat_indices(&self, pl: &PoolPlanes) -> Storage {
         match self {
             Argmax::Cpu(a) => Storage::Cpu(a.flat_indices(pl)),
+            #[cfg(feature = "gpu")]
+            Argmax::Gpu(g) => Storage::Gpu(g.clone()),
             Argmax::Meta { len } => Storage::Meta { dtype: DType::I64, len: *len },
         }
     }
@@ -146,10 +151,13 @@ impl Storage {
             }
             Storage::Meta { dtype, .. } => (Storage::Meta { dtype: *dtype, len }, Argmax::Meta { len }),
             #[cfg(feature = "gpu")]
-            Storage::Gpu(g) => {
-                let (values, argmax) = cpu::pooling::max_pool2d(&g.host("max_pool2d"), pool);
-                (super::gpu::upload_result(g.ctx(), values), Argmax::Cpu(argmax))
-            }
+            Storage::Gpu(g) => match super::gpu::kernels::max_pool2d(g, pool) {
+                Some((values, argmax)) => (Storage::Gpu(values), Argmax::Gpu(argmax)),
+                None => {
+                    let (values, argmax) = cpu::pooling::max_pool2d(&g.host("max_pool2d"), pool);
+                    (super::gpu::upload_result(g.ctx(), values), Argmax::Cpu(argmax))
+                }
+            },
         }
     }
 
@@ -163,6 +171,14 @@ impl Storage {
                 g.ctx(),
                 cpu::pooling::max_pool2d_backward(&g.host("max_pool2d_backward"), a, pool),
             ),
+            #[cfg(feature = "gpu")]
+            (Storage::Gpu(g), Argmax::Gpu(a)) => Storage::Gpu(
+                super::gpu::kernels::max_pool2d_backward(g, a, pool).expect("the forward ran on the GPU, in f32"),
+            ),
+            #[cfg(feature = "gpu")]
+            (Storage::Cpu(_), Argmax::Gpu(_)) => {
+                unreachable!("max_pool2d_backward: a cpu gradient for a pooling recorded on the GPU")
+            }
             (Storage::Meta { .. }, _) | (_, Argmax::Meta { .. }) => {
                 Storage::Meta { dtype: self.dtype(), len: pl.planes * pl.h * pl.w }
             }
@@ -172,12 +188,20 @@ impl Storage {
     /// Average pooling of contiguous planes.
     pub(crate) fn avg_pool2d(&self, pool: &AvgPool) -> Storage {
         let pl = &pool.planes;
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::avg_pool2d(self, pool) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self], (self.dtype(), pl.planes * pl.ho * pl.wo), |[x]| cpu::pooling::avg_pool2d(x, pool))
     }
 
     /// The input gradient of an average pooling from the contiguous output gradient.
     pub(crate) fn avg_pool2d_backward(&self, pool: &AvgPool) -> Storage {
         let pl = &pool.planes;
+        #[cfg(feature = "gpu")]
+        if let Some(out) = super::gpu::interface::avg_pool2d_backward(self, pool) {
+            return Storage::Gpu(out);
+        }
         Storage::run([self], (self.dtype(), pl.planes * pl.h * pl.w), |[g]| cpu::pooling::avg_pool2d_backward(g, pool))
     }
 }

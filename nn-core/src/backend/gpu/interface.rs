@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use super::{kernels, GpuStorage};
-use crate::backend::{BinaryOp, IndexArg, Storage, UnaryOp};
+use crate::backend::{BinaryOp, ConvGeometry, IndexArg, Storage, UnaryOp};
 use crate::dtype::DType;
 use crate::shape::Layout;
 
@@ -190,4 +190,30 @@ pub(crate) fn arg_extreme(x: &Storage, rows: &Layout, n: usize, largest: bool) -
 pub(crate) fn first_outside(x: &Storage, l: &Layout, n: usize) -> Option<Option<i64>> {
     let g = gpu(x)?;
     Some(kernels::first_outside(g, l, n))
+}
+
+pub(crate) fn conv2d(x: &Storage, w: &Storage, bias: Option<&Storage>, geo: &ConvGeometry) -> Option<GpuStorage> {
+    let bias = match bias {
+        Some(b) => Some(gpu(b)?),
+        None => None,
+    };
+    kernels::conv2d(gpu(x)?, gpu(w)?, bias, geo)
+}
+
+pub(crate) fn conv2d_backward(
+    dy: &Storage,
+    x: &Storage,
+    w: &Storage,
+    geo: &ConvGeometry,
+    needs: (bool, bool),
+) -> Option<(GpuStorage, GpuStorage)> {
+    kernels::conv2d_backward(gpu(dy)?, gpu(x)?, gpu(w)?, geo, needs)
+}
+
+pub(crate) fn avg_pool2d(x: &Storage, pool: &crate::backend::AvgPool) -> Option<GpuStorage> {
+    kernels::avg_pool2d(gpu(x)?, pool)
+}
+
+pub(crate) fn avg_pool2d_backward(g: &Storage, pool: &crate::backend::AvgPool) -> Option<GpuStorage> {
+    kernels::avg_pool2d_backward(gpu(g)?, pool)
 }

@@ -993,3 +993,377 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
 pub(crate) fn upload(ctx: &'static Ctx, c: &crate::backend::cpu::CpuStorage) -> GpuStorage {
     GpuStorage::from_cpu(ctx, c, &Layout::contiguous(&[c.len()]))
 }
+
+/// The convolution geometry as kernel parameters: `[n, c, h, w, o, kh, kw, ho, wo, sh, sw,
+/// ph, pw, dh, dw, groups]`.
+fn conv_params(g: &crate::backend::ConvGeometry) -> Vec<u32> {
+    let o = &g.opt;
+    [
+        g.n,
+        g.c,
+        g.h,
+        g.w,
+        g.o,
+        g.kh,
+        g.kw,
+        g.ho,
+        g.wo,
+        o.stride.0,
+        o.stride.1,
+        o.padding.0,
+        o.padding.1,
+        o.dilation.0,
+        o.dilation.1,
+        o.groups,
+    ]
+    .iter()
+    .map(|&v| u32_of("convolution size", v))
+    .collect()
+}
+
+const CONV_PRELUDE: &str = r#"
+@group(0) @binding(0) var<storage, read> P: array<u32>;
+struct Geo { n: u32, c: u32, h: u32, w: u32, o: u32, kh: u32, kw: u32, ho: u32, wo: u32,
+             sh: u32, sw: u32, ph: u32, pw: u32, dh: u32, dw: u32, groups: u32 }
+fn geo() -> Geo {
+    return Geo(P[0], P[1], P[2], P[3], P[4], P[5], P[6], P[7], P[8], P[9], P[10], P[11], P[12], P[13], P[14], P[15]);
+}
+fn flat(id: vec3<u32>, nw: vec3<u32>) -> u32 { return id.x + id.y * nw.x * 256u; }
+"#;
+
+/// The column matrices of a convolution input: `[n * groups, c/groups * kh * kw, ho * wo]`,
+/// zero where a tap falls in the padding.
+fn im2col(x: &GpuStorage, g: &crate::backend::ConvGeometry) -> GpuStorage {
+    let ctx = x.ctx();
+    let t = scalar(x.dtype());
+    let total = g.n * g.opt.groups * g.col_rows() * g.out_pixels();
+    let cols = GpuStorage::uninit(ctx, x.dtype(), total);
+    let src = format!(
+        "{CONV_PRELUDE}{}{}{MAIN_1D}    let G = geo();
+    let cg = G.c / G.groups;
+    let rows = cg * G.kh * G.kw;
+    let px = G.ho * G.wo;
+    if (i >= G.n * G.groups * rows * px) {{ return; }}
+    let p = i % px; let r = (i / px) % rows; let b = i / (px * rows);
+    let s = b / G.groups; let grp = b % G.groups;
+    let cc = r / (G.kh * G.kw); let ki = (r / G.kw) % G.kh; let kj = r % G.kw;
+    let iy = i32((p / G.wo) * G.sh + ki * G.dh) - i32(G.ph);
+    let ix = i32((p % G.wo) * G.sw + kj * G.dw) - i32(G.pw);
+    var v = {t}(0.0);
+    if (iy >= 0 && iy < i32(G.h) && ix >= 0 && ix < i32(G.w)) {{
+        v = X[((s * G.c + grp * cg + cc) * G.h + u32(iy)) * G.w + u32(ix)];
+    }}
+    Y[i] = v;
+}}
+",
+        binding(1, "X", t, false),
+        binding(2, "Y", t, true)
+    );
+    ctx.dispatch(&src, &conv_params(g), &[x.buffer(), cols.buffer()], groups_for(total));
+    cols
+}
+
+/// A convolution: im2col, then one GEMM per (sample, group) whose `[og, ho * wo]` results
+/// land exactly where `[n, o, ho, wo]` wants them; the bias is added after.
+pub(crate) fn conv2d(
+    x: &GpuStorage,
+    w: &GpuStorage,
+    bias: Option<&GpuStorage>,
+    g: &crate::backend::ConvGeometry,
+) -> Option<GpuStorage> {
+    if !is_compute(x.dtype()) {
+        return None;
+    }
+    let (groups, og, rows, px) = (g.opt.groups, g.out_channels_per_group(), g.col_rows(), g.out_pixels());
+    let cols = im2col(x, g);
+    let offsets: Vec<(usize, usize)> = (0..g.n * groups).map(|b| ((b % groups) * og * rows, b * rows * px)).collect();
+    let out = matmul(w, &cols, (og, rows, px), ([rows, 1], [px, 1]), &offsets, None, (0.0, 1.0))?;
+    let Some(bias) = bias else { return Some(out) };
+    let shape = [g.n, g.o, g.ho, g.wo];
+    let lo = Layout::contiguous(&shape);
+    let lb = Layout::new(shape.as_slice().into(), [0, 1, 0, 0].as_slice().into(), 0);
+    let add = Wgsl::binary("a + b", "1.0", "1.0", false);
+    binary((&out, &lo), (bias, &lb), &add)
+}
+
+/// The input and weight gradients of [`conv2d`] (each only when asked for; an empty buffer
+/// otherwise): `dW` sums per-sample GEMMs `dY_g @ cols_g^T`, `dX` is a GEMM `W_g^T @ dY_g`
+/// folded back by col2im (each input pixel gathers the taps that read it: no atomics, one
+/// fixed order).
+pub(crate) fn conv2d_backward(
+    dy: &GpuStorage,
+    x: &GpuStorage,
+    w: &GpuStorage,
+    g: &crate::backend::ConvGeometry,
+    (need_dx, need_dw): (bool, bool),
+) -> Option<(GpuStorage, GpuStorage)> {
+    if !is_compute(x.dtype()) {
+        return None;
+    }
+    let ctx = x.ctx();
+    let dtype = x.dtype();
+    let (groups, og, rows, px) = (g.opt.groups, g.out_channels_per_group(), g.col_rows(), g.out_pixels());
+    let batch = g.n * groups;
+    let dw = if need_dw {
+        let cols = im2col(x, g);
+        // Per (sample, group): dY [og, px] @ cols^T [px, rows] -> [n, groups, og, rows].
+        let offsets: Vec<(usize, usize)> = (0..batch).map(|b| (b * og * px, b * rows * px)).collect();
+        let per = matmul(dy, &cols, (og, px, rows), ([px, 1], [1, px]), &offsets, None, (0.0, 1.0))?;
+        let l = Layout::contiguous(&[g.n, groups * og * rows]).permute(&[1, 0]);
+        sum_lines(&per, &l, groups * og * rows, g.n)?
+    } else {
+        GpuStorage::uninit(ctx, dtype, 0)
+    };
+    let dx = if need_dx {
+        // Per (sample, group): W_g^T [rows, og] @ dY [og, px] -> dcols [n * groups, rows, px].
+        let offsets: Vec<(usize, usize)> = (0..batch).map(|b| ((b % groups) * og * rows, b * og * px)).collect();
+        let dcols = matmul(w, dy, (rows, og, px), ([1, rows], [px, 1]), &offsets, None, (0.0, 1.0))?;
+        let total = g.n * g.c * g.h * g.w;
+        let dx = GpuStorage::uninit(ctx, dtype, total);
+        let t = scalar(dtype);
+        let src = format!(
+            "{CONV_PRELUDE}{}{}{MAIN_1D}    let G = geo();
+    if (i >= G.n * G.c * G.h * G.w) {{ return; }}
+    let x = i % G.w; let y = (i / G.w) % G.h; let ch = (i / (G.w * G.h)) % G.c; let s = i / (G.w * G.h * G.c);
+    let cg = G.c / G.groups;
+    let grp = ch / cg; let cc = ch % cg;
+    let rows = cg * G.kh * G.kw;
+    let px = G.ho * G.wo;
+    let base = (s * G.groups + grp) * rows * px;
+    var acc = {t}(0.0);
+    for (var ki = 0u; ki < G.kh; ki++) {{
+        let ny = i32(y + G.ph) - i32(ki * G.dh);
+        if (ny < 0 || u32(ny) % G.sh != 0u) {{ continue; }}
+        let oy = u32(ny) / G.sh;
+        if (oy >= G.ho) {{ continue; }}
+        for (var kj = 0u; kj < G.kw; kj++) {{
+            let nx = i32(x + G.pw) - i32(kj * G.dw);
+            if (nx < 0 || u32(nx) % G.sw != 0u) {{ continue; }}
+            let ox = u32(nx) / G.sw;
+            if (ox >= G.wo) {{ continue; }}
+            acc = acc + D[base + ((cc * G.kh + ki) * G.kw + kj) * px + oy * G.wo + ox];
+        }}
+    }}
+    Y[i] = acc;
+}}
+",
+            binding(1, "D", t, false),
+            binding(2, "Y", t, true)
+        );
+        ctx.dispatch(&src, &conv_params(g), &[dcols.buffer(), dx.buffer()], groups_for(total));
+        dx
+    } else {
+        GpuStorage::uninit(ctx, dtype, 0)
+    };
+    Some((dx, dw))
+}
+
+/// Pooling parameters: `[planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw, mode]`
+/// (`mode`: 0 max, 1 average with padding counted, 2 average without, 3 adaptive).
+fn pool_params(pl: &crate::backend::PoolPlanes, k: [usize; 8], mode: u32) -> Vec<u32> {
+    let mut p: Vec<u32> =
+        [pl.planes, pl.h, pl.w, pl.ho, pl.wo].iter().chain(&k).map(|&v| u32_of("pooling size", v)).collect();
+    p.push(mode);
+    p
+}
+
+const POOL_PRELUDE: &str = r#"
+@group(0) @binding(0) var<storage, read> P: array<u32>;
+struct Pool { planes: u32, h: u32, w: u32, ho: u32, wo: u32, kh: u32, kw: u32, sh: u32, sw: u32,
+              ph: u32, pw: u32, dh: u32, dw: u32, mode: u32 }
+fn pool() -> Pool {
+    return Pool(P[0], P[1], P[2], P[3], P[4], P[5], P[6], P[7], P[8], P[9], P[10], P[11], P[12], P[13]);
+}
+fn flat(id: vec3<u32>, nw: vec3<u32>) -> u32 { return id.x + id.y * nw.x * 256u; }
+
+// The average-pooling window of output (oh, ow): [hs, he) x [ws, we) and its divisor.
+struct Win { hs: i32, he: i32, ws: i32, we: i32, div: f32 }
+fn window(Q: Pool, oh: u32, ow: u32) -> Win {
+    if (Q.mode == 3u) {
+        let hs = oh * Q.h / Q.ho; let he = ((oh + 1u) * Q.h + Q.ho - 1u) / Q.ho;
+        let ws = ow * Q.w / Q.wo; let we = ((ow + 1u) * Q.w + Q.wo - 1u) / Q.wo;
+        return Win(i32(hs), i32(he), i32(ws), i32(we), f32((he - hs) * (we - ws)));
+    }
+    var hs = i32(oh * Q.sh) - i32(Q.ph);
+    var ws = i32(ow * Q.sw) - i32(Q.pw);
+    var he = min(hs + i32(Q.kh), i32(Q.h + Q.ph));
+    var we = min(ws + i32(Q.kw), i32(Q.w + Q.pw));
+    let pooled = f32((he - hs) * (we - ws));
+    hs = max(hs, 0); ws = max(ws, 0); he = min(he, i32(Q.h)); we = min(we, i32(Q.w));
+    var div = pooled;
+    if (Q.mode == 2u) { div = f32((he - hs) * (we - ws)); }
+    return Win(hs, he, ws, we, div);
+}
+"#;
+
+fn max_params(pool: &crate::backend::MaxPool) -> Vec<u32> {
+    let o = &pool.options;
+    pool_params(
+        &pool.planes,
+        [o.kernel.0, o.kernel.1, o.stride.0, o.stride.1, o.padding.0, o.padding.1, o.dilation.0, o.dilation.1],
+        0,
+    )
+}
+
+/// Max pooling of contiguous planes: the values and the `i64` in-plane positions of the
+/// maxima (PyTorch's indices). NaN wins; ties keep the earlier tap.
+pub(crate) fn max_pool2d(x: &GpuStorage, pool: &crate::backend::MaxPool) -> Option<(GpuStorage, GpuStorage)> {
+    if x.dtype() != DType::F32 {
+        return None;
+    }
+    let ctx = x.ctx();
+    let pl = &pool.planes;
+    let total = pl.planes * pl.ho * pl.wo;
+    let out = GpuStorage::uninit(ctx, DType::F32, total);
+    let idx = GpuStorage::uninit(ctx, DType::I64, total);
+    let src = format!(
+        "{POOL_PRELUDE}{}{}{}{MAIN_1D}    let Q = pool();
+    if (i >= Q.planes * Q.ho * Q.wo) {{ return; }}
+    let ow = i % Q.wo; let oh = (i / Q.wo) % Q.ho; let q = i / (Q.wo * Q.ho);
+    var best = -bitcast<f32>(0x7f800000u);
+    var bi = -1;
+    for (var ki = 0u; ki < Q.kh; ki++) {{
+        let ih = i32(oh * Q.sh + ki * Q.dh) - i32(Q.ph);
+        if (ih < 0 || ih >= i32(Q.h)) {{ continue; }}
+        for (var kj = 0u; kj < Q.kw; kj++) {{
+            let iw = i32(ow * Q.sw + kj * Q.dw) - i32(Q.pw);
+            if (iw < 0 || iw >= i32(Q.w)) {{ continue; }}
+            let f = ih * i32(Q.w) + iw;
+            let v = X[q * Q.h * Q.w + u32(f)];
+            if (bi < 0 || v > best || (v != v && best == best)) {{ best = v; bi = f; }}
+        }}
+    }}
+    Y[i] = best;
+    I[2u * i] = u32(max(bi, 0));
+    I[2u * i + 1u] = 0u;
+}}
+",
+        binding(1, "X", "f32", false),
+        binding(2, "Y", "f32", true),
+        binding(3, "I", "u32", true)
+    );
+    ctx.dispatch(&src, &max_params(pool), &[x.buffer(), out.buffer(), idx.buffer()], groups_for(total));
+    Some((out, idx))
+}
+
+/// The input gradient of a max pooling: each input pixel sums the output gradients of the
+/// windows whose maximum it was (a gather: one fixed order, no atomics).
+pub(crate) fn max_pool2d_backward(
+    g: &GpuStorage,
+    idx: &GpuStorage,
+    pool: &crate::backend::MaxPool,
+) -> Option<GpuStorage> {
+    if g.dtype() != DType::F32 {
+        return None;
+    }
+    let ctx = g.ctx();
+    let pl = &pool.planes;
+    let total = pl.planes * pl.h * pl.w;
+    let dx = GpuStorage::uninit(ctx, DType::F32, total);
+    let src = format!(
+        "{POOL_PRELUDE}{}{}{}{MAIN_1D}    let Q = pool();
+    if (i >= Q.planes * Q.h * Q.w) {{ return; }}
+    let x = i % Q.w; let y = (i / Q.w) % Q.h; let q = i / (Q.w * Q.h);
+    let me = y * Q.w + x;
+    var acc = 0.0;
+    for (var ki = 0u; ki < Q.kh; ki++) {{
+        let ny = i32(y + Q.ph) - i32(ki * Q.dh);
+        if (ny < 0 || u32(ny) % Q.sh != 0u) {{ continue; }}
+        let oh = u32(ny) / Q.sh;
+        if (oh >= Q.ho) {{ continue; }}
+        for (var kj = 0u; kj < Q.kw; kj++) {{
+            let nx = i32(x + Q.pw) - i32(kj * Q.dw);
+            if (nx < 0 || u32(nx) % Q.sw != 0u) {{ continue; }}
+            let ow = u32(nx) / Q.sw;
+            if (ow >= Q.wo) {{ continue; }}
+            let o = (q * Q.ho + oh) * Q.wo + ow;
+            if (I[2u * o] == me) {{ acc = acc + G[o]; }}
+        }}
+    }}
+    Y[i] = acc;
+}}
+",
+        binding(1, "G", "f32", false),
+        binding(2, "I", "u32", false),
+        binding(3, "Y", "f32", true)
+    );
+    ctx.dispatch(&src, &max_params(pool), &[g.buffer(), idx.buffer(), dx.buffer()], groups_for(total));
+    Some(dx)
+}
+
+fn avg_params(pool: &crate::backend::AvgPool) -> Vec<u32> {
+    match pool.windows {
+        crate::backend::AvgWindows::Fixed { kernel: k, stride: s, padding: p, count_include_pad } => {
+            pool_params(&pool.planes, [k.0, k.1, s.0, s.1, p.0, p.1, 1, 1], if count_include_pad { 1 } else { 2 })
+        }
+        crate::backend::AvgWindows::Adaptive => pool_params(&pool.planes, [1, 1, 1, 1, 0, 0, 1, 1], 3),
+    }
+}
+
+/// Average pooling of contiguous planes.
+pub(crate) fn avg_pool2d(x: &GpuStorage, pool: &crate::backend::AvgPool) -> Option<GpuStorage> {
+    if x.dtype() != DType::F32 {
+        return None;
+    }
+    let ctx = x.ctx();
+    let pl = &pool.planes;
+    let total = pl.planes * pl.ho * pl.wo;
+    let out = GpuStorage::uninit(ctx, DType::F32, total);
+    let src = format!(
+        "{POOL_PRELUDE}{}{}{MAIN_1D}    let Q = pool();
+    if (i >= Q.planes * Q.ho * Q.wo) {{ return; }}
+    let ow = i % Q.wo; let oh = (i / Q.wo) % Q.ho; let q = i / (Q.wo * Q.ho);
+    let W = window(Q, oh, ow);
+    var acc = 0.0;
+    for (var y = W.hs; y < W.he; y++) {{
+        for (var x = W.ws; x < W.we; x++) {{ acc = acc + X[(q * Q.h + u32(y)) * Q.w + u32(x)]; }}
+    }}
+    Y[i] = acc / W.div;
+}}
+",
+        binding(1, "X", "f32", false),
+        binding(2, "Y", "f32", true)
+    );
+    ctx.dispatch(&src, &avg_params(pool), &[x.buffer(), out.buffer()], groups_for(total));
+    Some(out)
+}
+
+/// The input gradient of an average pooling: each input pixel gathers `g / divisor` of
+/// every window that holds it.
+pub(crate) fn avg_pool2d_backward(g: &GpuStorage, pool: &crate::backend::AvgPool) -> Option<GpuStorage> {
+    if g.dtype() != DType::F32 {
+        return None;
+    }
+    let ctx = g.ctx();
+    let pl = &pool.planes;
+    let total = pl.planes * pl.h * pl.w;
+    let dx = GpuStorage::uninit(ctx, DType::F32, total);
+    let src = format!(
+        "{POOL_PRELUDE}{}{}{MAIN_1D}    let Q = pool();
+    if (i >= Q.planes * Q.h * Q.w) {{ return; }}
+    let x = i32(i % Q.w); let y = i32((i / Q.w) % Q.h); let q = i / (Q.w * Q.h);
+    // Candidate outputs: all of them for adaptive windows, else those whose stride lands
+    // within a kernel of this pixel.
+    var oh0 = 0u; var oh1 = Q.ho; var ow0 = 0u; var ow1 = Q.wo;
+    if (Q.mode != 3u) {{
+        oh0 = u32(max(0, (y + i32(Q.ph) - i32(Q.kh) + i32(Q.sh)) / i32(Q.sh)));
+        oh1 = min(Q.ho, u32(y + i32(Q.ph)) / Q.sh + 1u);
+        ow0 = u32(max(0, (x + i32(Q.pw) - i32(Q.kw) + i32(Q.sw)) / i32(Q.sw)));
+        ow1 = min(Q.wo, u32(x + i32(Q.pw)) / Q.sw + 1u);
+    }}
+    var acc = 0.0;
+    for (var oh = oh0; oh < oh1; oh++) {{
+        for (var ow = ow0; ow < ow1; ow++) {{
+            let W = window(Q, oh, ow);
+            if (y >= W.hs && y < W.he && x >= W.ws && x < W.we) {{ acc = acc + G[(q * Q.ho + oh) * Q.wo + ow] / W.div; }}
+        }}
+    }}
+    Y[i] = acc;
+}}
+",
+        binding(1, "G", "f32", false),
+        binding(2, "Y", "f32", true)
+    );
+    ctx.dispatch(&src, &avg_params(pool), &[g.buffer(), dx.buffer()], groups_for(total));
+    Some(dx)
+}
