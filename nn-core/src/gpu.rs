@@ -137,16 +137,3 @@ pub(crate) fn context(n: usize) -> &'static crate::backend::gpu::context::Ctx {
 pub(crate) fn context(n: usize) -> ! {
     panic!("{}", check(n).expect_err("no GPU without the feature"))
 }
-
-/// Counts one host round trip of `what` on `device` when it is a GPU (for work outside the
-/// backend that runs on host copies, such as optimizer updates).
-pub(crate) fn note_host_path(device: Device, what: &str) {
-    #[cfg(feature = "gpu")]
-    if let Device::Gpu(n) = device {
-        if let Ok(c) = crate::backend::gpu::context::get(n) {
-            c.note_fallback(what);
-        }
-    }
-    #[cfg(not(feature = "gpu"))]
-    let _ = (device, what);
-}

@@ -274,4 +274,59 @@ fn a_training_step_after_warm_up_allocates_no_device_memory() {
         (after.dispatches - before.dispatches) / 5
     );
     assert_eq!(per_step, 0.0, "the caching allocator serves every buffer of a warm step");
+    assert_eq!(
+        after.host_path_calls(),
+        before.host_path_calls(),
+        "a training step runs every kernel on the device: {:?}",
+        after.host_path
+    );
+    let state = opt.state_dict();
+    assert!(state.tensors.iter().all(|(_, t)| t.device() == GPU), "the optimizer's state lives on the GPU");
+}
+
+#[test]
+fn optimizer_state_resumes_across_devices() {
+    let _gpu = require_gpu();
+    manual_seed(6);
+    let net = || Sequential::new().add(Linear::new(6, 8)).add(ReLU::new()).add(Linear::new(8, 3));
+    let cfg = AdamConfig { lr: 1e-2, ..Default::default() };
+    let (x, y) = (Tensor::randn(&[5, 6]), classes(5, 3));
+    let step = |m: &Sequential, o: &mut Adam, d: Device| {
+        o.zero_grad();
+        cross_entropy(&m.forward(&x.to_device(d)), &y.to_device(d)).backward();
+        o.step();
+    };
+    // Two steps on the GPU, then the checkpoint (model and optimizer) goes on to a CPU
+    // run and a fresh GPU run; one more step each must agree.
+    let mut g = net();
+    g.to_device(GPU);
+    let mut og = Adam::new(g.named_parameters(), cfg);
+    step(&g, &mut og, GPU);
+    step(&g, &mut og, GPU);
+    let (sd, osd) = (g.state_dict(), og.state_dict());
+    let mut c = net();
+    c.load_state_dict(&sd, true).unwrap();
+    let mut oc = Adam::new(c.named_parameters(), cfg);
+    oc.load_state_dict(&osd).unwrap();
+    let mut g2 = net();
+    g2.to_device(GPU);
+    g2.load_state_dict(&sd, true).unwrap();
+    let mut og2 = Adam::new(g2.named_parameters(), cfg);
+    og2.load_state_dict(&osd).unwrap();
+    step(&c, &mut oc, Device::Cpu);
+    step(&g2, &mut og2, GPU);
+    step(&g, &mut og, GPU);
+    let (pc, pg2, pg) = (c.state_dict(), g2.state_dict(), g.state_dict());
+    for (k, t) in pc.iter() {
+        let want = t.to_vec_f64();
+        assert!(
+            max_rel(&pg2.get(k).unwrap().to_vec_f64(), &want) < 1e-5,
+            "{k}: resumed GPU run differs from the CPU one"
+        );
+        assert_eq!(
+            pg.get(k).unwrap().to_vec_f64(),
+            pg2.get(k).unwrap().to_vec_f64(),
+            "{k}: resuming on the GPU is exact"
+        );
+    }
 }

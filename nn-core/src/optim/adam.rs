@@ -2,7 +2,7 @@
 
 use super::{
     bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, step_from_tensor, update_param,
-    Bufs, Group, IntoParamGroups, Optimizer, OptimizerState,
+    Bufs, DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
@@ -64,6 +64,39 @@ struct AdamCore {
 const BUFS: [&str; 3] = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
 
 #[allow(clippy::too_many_arguments)]
+/// [`kernel`] for parameters on a GPU (see [`DeviceKernel`]), with the scalars the CPU
+/// kernel derives: `k = [fresh, step size, sqrt(1 - b2^t), 1 - b1, 1 - b2, eps, b2,
+/// 1 - lr wd, wd, decoupled, amsgrad]`.
+fn device_kernel(step: u64, lr: f64, wd: f64, c: &AdamCore) -> DeviceKernel<'static> {
+    let (b1, b2) = c.betas;
+    let pow = |b: f64| i32::try_from(step).map_or_else(|_| b.powf(step as f64), |t| b.powi(t));
+    let flag = |b: bool| f64::from(u8::from(b));
+    DeviceKernel {
+        body: "
+    var gi = g;
+    if (k[9] != 0.0) { if (k[8] != 0.0) { p = p * k[7]; } } else if (k[8] != 0.0) { gi = gi + k[8] * p; }
+    b0 = b0 + k[3] * (gi - b0);
+    b1 = b1 * k[6] + k[4] * gi * gi;
+    var vv = b1;
+    if (k[10] != 0.0) { if (b1 > b2) { b2 = b1; } vv = b2; }
+    let denom = sqrt(vv) / k[2] + k[5];
+    p = p - k[1] * (b0 / denom);
+",
+        scalars: vec![
+            lr / (1.0 - pow(b1)),
+            (1.0 - pow(b2)).sqrt(),
+            1.0 - b1,
+            1.0 - b2,
+            c.eps,
+            b2,
+            1.0 - lr * wd,
+            wd,
+            flag(c.decoupled),
+            flag(c.amsgrad),
+        ],
+    }
+}
+
 fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [Vec<T>], step: u64, lr: f64, wd: f64, c: &AdamCore) {
     let (b1, b2) = c.betas;
     // `powi` (as PyTorch's results were matched with) while the exponent fits an i32;
@@ -121,6 +154,7 @@ impl AdamCore {
                     3,
                     &mut |pv, gv, b, _| kernel(pv, gv, b, step, lr, wd, this),
                     &mut |pv, gv, b, _| kernel(pv, gv, b, step, lr, wd, this),
+                    &device_kernel(step, lr, wd, this),
                 );
                 self.state[gi][pi] = (slot, step);
             }
@@ -185,6 +219,8 @@ fn pad_bufs(b: Bufs, n: usize) -> Bufs {
             v.resize(3, vec![0.0; n]);
             Bufs::F64(v)
         }
+        #[cfg(feature = "gpu")]
+        Bufs::Gpu(v) => Bufs::Gpu(v),
     }
 }
 

@@ -18,7 +18,13 @@ use crate::module::Parameter;
 /// ```
 pub fn clip_grad_norm_(params: &[Parameter], max_norm: f64) -> f64 {
     let grads: Vec<_> = params.iter().filter_map(|p| p.grad().map(|g| (p, g))).collect();
-    let total: f64 = grads.iter().map(|(_, g)| g.to_vec_f64().iter().map(|v| v * v).sum::<f64>()).sum::<f64>().sqrt();
+    // Squares summed on each gradient's device (in f64 on the CPU); from a GPU the host
+    // reads one number per gradient.
+    let sum_sq = |g: &crate::Tensor| match g.device() {
+        crate::Device::Cpu => g.to_vec_f64().iter().map(|v| v * v).sum::<f64>(),
+        _ => no_grad(|| g.square().sum().item()),
+    };
+    let total: f64 = grads.iter().map(|(_, g)| sum_sq(g)).sum::<f64>().sqrt();
     let coef = (max_norm / (total + 1e-6)).min(1.0);
     if coef < 1.0 {
         no_grad(|| {

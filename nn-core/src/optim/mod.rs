@@ -272,6 +272,20 @@ pub struct OptimizerState {
 pub(crate) enum Bufs {
     F32(Vec<Vec<f32>>),
     F64(Vec<Vec<f64>>),
+    /// On the parameter's GPU, in its dtype.
+    #[cfg(feature = "gpu")]
+    Gpu(Vec<crate::backend::GpuStorage>),
+}
+
+/// An optimizer's update of one element as WGSL statements, for parameters on a GPU: they
+/// read and assign `p` (the parameter), read `g` (its gradient) and update the state `b0`,
+/// `b1`, `b2`, with the scalars `k[0]`, `k[1]`, ... in the parameter's dtype (`k[0]` is 1
+/// on the first step, when the state was just created).
+pub(crate) struct DeviceKernel<'a> {
+    /// The statements.
+    pub body: &'a str,
+    /// `k[1..]`.
+    pub scalars: Vec<f64>,
 }
 
 /// An update kernel for one dtype: `(param values, grad values, buffers, fresh buffers)`.
@@ -286,21 +300,19 @@ pub(crate) fn update_param(
     n_bufs: usize,
     f32_fn: &mut Kernel<'_, f32>,
     f64_fn: &mut Kernel<'_, f64>,
+    device_kernel: &DeviceKernel<'_>,
 ) {
     if !p.requires_grad() {
         return;
     }
     let Some(g) = p.grad() else { return };
-    if let crate::Device::Gpu(_) = p.device() {
-        // The update kernels are host closures: run them on host copies and write the
-        // result back (counted as a host path in `gpu::stats`; the state stays on the host).
-        crate::gpu::note_host_path(p.device(), "optimizer update");
-        let host = Parameter::with_requires_grad(p.detach().to_device(crate::Device::Cpu), true);
-        host.set_grad(Some(g.to_device(crate::Device::Cpu)));
-        update_param(&host, bufs, n_bufs, f32_fn, f64_fn);
-        crate::no_grad(|| p.copy_(&host));
+    #[cfg(feature = "gpu")]
+    if let (crate::Device::Gpu(_), true) = (p.device(), p.is_contiguous()) {
+        device_update(p, &g.contiguous(), bufs, n_bufs, device_kernel);
         return;
     }
+    #[cfg(not(feature = "gpu"))]
+    let _ = device_kernel;
     let g = g.contiguous();
     let gs = g.storage_arc();
     let Storage::Cpu(gc) = &*gs else { panic!("optimizer: gradient of a meta parameter has no values") };
@@ -323,7 +335,7 @@ pub(crate) fn update_param(
         let q = Parameter::with_requires_grad(tmp.clone(), true);
         q.set_grad(Some(g.clone()));
         let mut bb = Some(b.clone());
-        update_param(&q, &mut bb, n_bufs, f32_fn, f64_fn);
+        update_param(&q, &mut bb, n_bufs, f32_fn, f64_fn, device_kernel);
         *b = bb.expect("kept");
         crate::no_grad(|| p.copy_(&tmp));
         return;
@@ -339,12 +351,52 @@ pub(crate) fn update_param(
     });
 }
 
+/// The update of a contiguous parameter on a GPU: one kernel over the parameter, its
+/// gradient and its state, all on the device (state loaded from a state dict, which is on
+/// the host, is uploaded on the first step).
+#[cfg(feature = "gpu")]
+fn device_update(p: &Parameter, g: &Tensor, bufs: &mut Option<Bufs>, n_bufs: usize, kernel: &DeviceKernel<'_>) {
+    use crate::backend::GpuStorage;
+    let gs = g.storage_arc();
+    let Storage::Gpu(gg) = &*gs else { panic!("optimizer: a gpu parameter has a gradient on {}", g.device()) };
+    let (dtype, n) = (p.dtype(), p.numel());
+    if !dtype.is_float() || dtype.size_in_bytes() < 4 {
+        panic!("optimizer: parameters must be f32 or f64, got {dtype}");
+    }
+    let upload = |t: Tensor| match &*t.to_device(p.device()).storage_arc() {
+        Storage::Gpu(s) => s.clone(),
+        _ => unreachable!("moved to the parameter's GPU"),
+    };
+    let (state, fresh) = match bufs.take() {
+        Some(Bufs::Gpu(v)) if v.first().is_none_or(|b| b.dtype() == dtype) => (v, false),
+        Some(Bufs::F32(v)) if dtype == crate::DType::F32 => {
+            (v.into_iter().map(|b| upload(Tensor::from_vec(b, &[n]))).collect(), false)
+        }
+        Some(Bufs::F64(v)) if dtype == crate::DType::F64 => {
+            (v.into_iter().map(|b| upload(Tensor::from_vec_f64(b, &[n]))).collect(), false)
+        }
+        _ => ((0..n_bufs).map(|_| upload(Tensor::full_on(&[n], 0.0, dtype, crate::Device::Cpu))).collect(), true),
+    };
+    let mut scalars = vec![if fresh { 1.0 } else { 0.0 }];
+    scalars.extend_from_slice(&kernel.scalars);
+    p.modify_storage("optimizer step", |ps, layout| match ps {
+        Storage::Gpu(pg) => {
+            let refs: Vec<&GpuStorage> = state.iter().collect();
+            crate::backend::gpu::kernels::optimizer_step(pg, layout.offset(), n, gg, &refs, kernel.body, &scalars);
+        }
+        other => unreachable!("a gpu parameter's storage is on {}", other.device()),
+    });
+    *bufs = Some(Bufs::Gpu(state));
+}
+
 /// Buffers as tensors for a state dict.
 pub(crate) fn bufs_to_tensors(prefix: &str, names: &[&str], b: &Bufs, shape: &[usize], out: &mut StateDict) {
     for (i, name) in names.iter().enumerate() {
         let t = match b {
             Bufs::F32(v) => Tensor::from_vec(v[i].clone(), shape),
             Bufs::F64(v) => Tensor::from_vec_f64(v[i].clone(), shape),
+            #[cfg(feature = "gpu")]
+            Bufs::Gpu(v) => Tensor::from_storage(Storage::Gpu(v[i].clone()), shape),
         };
         out.insert(format!("{prefix}.{name}"), t);
     }
@@ -366,7 +418,7 @@ pub(crate) fn bufs_from_tensors(prefix: &str, names: &[&str], p: &Parameter, sd:
         let Some(t) = sd.get(&key) else {
             return bad(format!("missing `{key}` (the state has `{present}`)"));
         };
-        if t.device() != crate::Device::Cpu {
+        if t.device() == crate::Device::Meta {
             return bad(format!("`{key}` is on the {} device and has no values", t.device()));
         }
         if !t.dtype().is_float() {
@@ -396,7 +448,7 @@ pub(crate) fn step_from_tensor(key: &str, t: &Tensor) -> Result<u64> {
     if t.numel() != 1 {
         return bad(format!("`{key}` must hold one value, has shape {:?}", t.shape()));
     }
-    if t.device() != crate::Device::Cpu {
+    if t.device() == crate::Device::Meta {
         return bad(format!("`{key}` is on the {} device and has no values", t.device()));
     }
     let max = MAX_COUNTER;

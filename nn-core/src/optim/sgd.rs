@@ -1,8 +1,8 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
 use super::{
-    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, update_param, Bufs, Group,
-    IntoParamGroups, Optimizer, OptimizerState,
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, update_param, Bufs,
+    DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
@@ -91,6 +91,21 @@ impl Sgd {
     }
 }
 
+/// [`kernel`] for parameters on a GPU (see [`DeviceKernel`]): `k = [fresh, lr, weight decay,
+/// momentum, 1 - dampening, nesterov]`.
+const DEVICE_KERNEL: &str = "
+    var d = g;
+    if (k[2] != 0.0) { d = g + k[2] * p; }
+    if (k[3] == 0.0) {
+        p = p - k[1] * d;
+    } else {
+        if (k[0] != 0.0) { b0 = d; } else { b0 = k[3] * b0 + k[4] * d; }
+        var s = b0;
+        if (k[5] != 0.0) { s = d + k[3] * b0; }
+        p = p - k[1] * s;
+    }
+";
+
 fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [Vec<T>], fresh: bool, lr: f64, wd: f64, c: &SgdConfig) {
     let (lr, wd) = (T::from_f64(lr), T::from_f64(wd));
     let (m, damp) = (T::from_f64(c.momentum), T::from_f64(1.0 - c.dampening));
@@ -124,6 +139,10 @@ impl Optimizer for Sgd {
                     n_bufs,
                     &mut |pv, gv, b, fresh| kernel(pv, gv, b, fresh, lr, wd, &c),
                     &mut |pv, gv, b, fresh| kernel(pv, gv, b, fresh, lr, wd, &c),
+                    &DeviceKernel {
+                        body: DEVICE_KERNEL,
+                        scalars: vec![lr, wd, c.momentum, 1.0 - c.dampening, f64::from(u8::from(c.nesterov))],
+                    },
                 );
             }
         }

@@ -1367,3 +1367,46 @@ pub(crate) fn avg_pool2d_backward(g: &GpuStorage, pool: &crate::backend::AvgPool
     ctx.dispatch(&src, &avg_params(pool), &[g.buffer(), dx.buffer()], groups_for(total));
     Some(dx)
 }
+
+/// One optimizer step over the `n` elements of a contiguous parameter starting at
+/// `offset` in `p`: the optimizer's WGSL `body` (see `optim::DeviceKernel`) with its
+/// gradient `g` and state buffers.
+pub(crate) fn optimizer_step(
+    p: &GpuStorage,
+    offset: usize,
+    n: usize,
+    g: &GpuStorage,
+    state: &[&GpuStorage],
+    body: &str,
+    scalars: &[f64],
+) {
+    if n == 0 {
+        return;
+    }
+    let ctx = p.ctx();
+    let t = scalar(p.dtype());
+    let mut decls = binding(1, "k", t, false) + &binding(2, "Pp", t, true) + &binding(3, "G", t, false);
+    let mut load = String::new();
+    let mut store = String::new();
+    for j in 0..3 {
+        if j < state.len() {
+            decls += &binding(4 + j as u32, &format!("B{j}"), t, true);
+            load += &format!("    var b{j} = B{j}[i];\n");
+            store += &format!("    B{j}[i] = b{j};\n");
+        } else {
+            load += &format!("    var b{j} = {t}(0.0);\n");
+        }
+    }
+    let src = format!(
+        "{PRELUDE}{decls}{MAIN_1D}    if (i >= P[0]) {{ return; }}\n    let o = P[1] + i;\n    var p = Pp[o];\n    let g = G[i];\n{load}{body}\n    Pp[o] = p;\n{store}}}\n"
+    );
+    let k_bytes: Vec<u8> = if p.dtype() == DType::F64 {
+        scalars.iter().flat_map(|v| v.to_le_bytes()).collect()
+    } else {
+        scalars.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect()
+    };
+    let kb = ctx.upload(&k_bytes);
+    let mut bufs = vec![&kb, p.buffer(), g.buffer()];
+    bufs.extend(state.iter().map(|s| s.buffer()));
+    ctx.dispatch(&src, &[u32_of("element count", n), u32_of("offset", offset)], &bufs, groups_for(n));
+}
