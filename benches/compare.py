@@ -4,6 +4,7 @@
     python3 benches/compare.py                 # needs `pip install torch` for the PyTorch column
     python3 benches/compare.py --threads 1     # only one thread count
     python3 benches/compare.py --peers         # also candle, burn and the gemm crate (crates.io)
+    python3 benches/compare.py --gpu           # nn on gpu:0 (wgpu) beside PyTorch CUDA (TF32 off)
 
 For each thread count (1 and 2), the Rust harness (`nn_bench`) is run with
 RAYON_NUM_THREADS set (MATMUL_NUM_THREADS too, for peers that read it), and PyTorch with torch.set_num_threads. Ratios are
@@ -15,6 +16,12 @@ and takes minutes to build the first time) is built in release and `peers_bench 
 `peers_bench burn` and `peers_bench gemm` run with the same environment; the table gains a
 column per peer and ratios nn/peer worded as above (time ratio for steps, throughput ratio for
 GFLOP/s rows). A peer that fails to build or run is reported and left out.
+
+With --gpu, `nn_bench gpu` (built with `--features gpu`) times GEMM 1024..8192 and the MLP,
+CNN and Transformer training steps on `gpu:0`, and the same workloads run in PyTorch on
+`cuda:0` with TF32 off (FP32 cuBLAS); both sides wait for the device at the end of each timed
+call. Without a CUDA device (or torch), only the nn column is printed, with the adapter's name
+(on Mesa's software Vulkan these are correctness runs, not GPU timings).
 """
 import argparse
 import json
@@ -157,6 +164,92 @@ def torch_results(threads):
     return res
 
 
+def nn_gpu_results():
+    """`nn_bench gpu`: the adapter's name and the GPU workloads."""
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "nn-bench", "--features", "gpu", "--bin", "nn_bench"], cwd=ROOT, check=True)
+    out = subprocess.run([str(ROOT / "target/release/nn_bench"), "gpu"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    adapter = next((r["adapter"] for r in rows if "adapter" in r), "?")
+    return adapter, {r["workload"]: r for r in rows if "workload" in r}
+
+
+def torch_gpu_results():
+    """The GPU workloads in PyTorch on cuda:0 (TF32 off), or None without CUDA."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda:0")
+    torch.manual_seed(0)
+    res = {"adapter": torch.cuda.get_device_name(0)}
+
+    def timed(f):
+        def run():
+            f()
+            torch.cuda.synchronize()
+
+        return run
+
+    def emit(name, ms, unit, thr):
+        res[name] = {"workload": name, "median_ms": ms, "unit": unit, "throughput": thr}
+
+    for n in [1024, 2048, 4096, 8192]:
+        a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+        ms = median_ms(timed(lambda: torch.mm(a, b)), 3000)
+        emit(f"gpu_gemm_{n}", ms, "GFLOP/s", 2 * n**3 / (ms * 1e6))
+
+    def step_fn(model, x, y, classify):
+        model = model.to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step():
+            opt.zero_grad()
+            out = model(x)
+            loss = F.cross_entropy(out, y) if classify else out.square().mean()
+            loss.backward()
+            opt.step()
+
+        return timed(step)
+
+    for batch in [64, 256]:
+        x, y = torch.randn(batch, 784, device=dev), torch.arange(batch, device=dev) % 10
+        mlp = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+        ms = median_ms(step_fn(mlp, x, y, True), 3000)
+        emit(f"gpu_mlp_step_b{batch}", ms, "samples/s", batch / (ms / 1e3))
+    cnn = nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 10))
+    x, y = torch.randn(32, 1, 28, 28, device=dev), torch.arange(32, device=dev) % 10
+    ms = median_ms(step_fn(cnn, x, y, True), 3000)
+    emit("gpu_cnn_step_b32", ms, "samples/s", 32 / (ms / 1e3))
+    layer = nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
+    ms = median_ms(step_fn(layer, torch.randn(16, 64, 128, device=dev), None, False), 3000)
+    emit("gpu_transformer_step", ms, "samples/s", 16 / (ms / 1e3))
+    return res
+
+
+def gpu_main():
+    adapter, mine = nn_gpu_results()
+    try:
+        theirs = torch_gpu_results()
+    except ImportError:
+        theirs = None
+    print(f"nn on gpu:0 = {adapter}")
+    if theirs is None:
+        print("PyTorch with CUDA not available: printing nn figures only")
+        theirs = {}
+    else:
+        print(f"PyTorch on cuda:0 = {theirs.pop('adapter')} (TF32 off)")
+    w = max(len(n) for n in mine)
+    print(f"{'workload':<{w}}  {'nn':>16}  {'PyTorch':>16}  ratio (nn/PyTorch)")
+    for name, r in mine.items():
+        a, b, ratio = cell(r, theirs.get(name))
+        print(f"{name:<{w}}  {a:>16}  {b:>16}  {ratio}")
+    print(LEGEND)
+
+
 def torch_peak_rss(threads):
     code = (
         "import torch,torch.nn as nn,torch.nn.functional as F,resource\n"
@@ -211,7 +304,11 @@ def main():
         action="store_true",
         help="also build benches/peers (needs crates.io, minutes the first time) and run candle, burn and the gemm crate",
     )
+    ap.add_argument("--gpu", action="store_true", help="the GPU workloads: nn on gpu:0 (wgpu) beside PyTorch on cuda:0")
     args = ap.parse_args()
+    if args.gpu:
+        gpu_main()
+        return
     try:
         import torch  # noqa: F401
 

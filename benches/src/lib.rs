@@ -6,7 +6,7 @@
 
 use nn_core::functional::cross_entropy;
 use nn_core::optim::{Optimizer, Sgd, SgdConfig};
-use nn_core::{manual_seed, Forward, Tensor};
+use nn_core::{manual_seed, Device, Forward, Module, Tensor};
 use nn_layers::{
     Conv2d, Flatten, Linear, MaxPool2d, ReLU, Sequential, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
@@ -51,27 +51,43 @@ impl Step {
     /// A step of `model` on random inputs of `x_shape` (and random labels in `0..10`).
     pub fn new<M>(model: M, x_shape: &[usize], classify: bool) -> Step
     where
-        M: nn_core::Compute<Output = Tensor> + 'static,
+        M: nn_core::Compute<Output = Tensor> + Module + 'static,
         for<'a> &'a Tensor: nn_core::module::ForwardArg<'a, M::Input>,
     {
+        Step::on(model, x_shape, classify, Device::Cpu)
+    }
+
+    /// [`new`](Step::new) with the model, inputs and labels on `device`.
+    pub fn on<M>(mut model: M, x_shape: &[usize], classify: bool, device: Device) -> Step
+    where
+        M: nn_core::Compute<Output = Tensor> + Module + 'static,
+        for<'a> &'a Tensor: nn_core::module::ForwardArg<'a, M::Input>,
+    {
+        model.to_device(device);
         manual_seed(0);
         let opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.01, momentum: 0.9, ..Default::default() });
         let n = x_shape[0];
         Step {
             forward: Box::new(move |x| model.forward(x)),
             opt,
-            x: Tensor::randn(x_shape),
-            y: Tensor::from_vec_i64((0..n as i64).map(|i| i % 10).collect(), &[n]),
+            x: Tensor::randn(x_shape).to_device(device),
+            y: Tensor::from_vec_i64((0..n as i64).map(|i| i % 10).collect(), &[n]).to_device(device),
             classify,
         }
     }
 
     /// One training step.
     pub fn run(&mut self) {
+        self.step();
+    }
+
+    /// One training step; the loss (still on the step's device).
+    pub fn step(&mut self) -> Tensor {
         self.opt.zero_grad();
         let out = (self.forward)(&self.x);
         let loss = if self.classify { cross_entropy(&out, &self.y) } else { out.square().mean() };
         loss.backward();
         self.opt.step();
+        loss
     }
 }

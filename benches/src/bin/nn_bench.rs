@@ -4,7 +4,12 @@
 //!
 //! ```text
 //! RAYON_NUM_THREADS=1 cargo run --release -p nn-bench --bin nn_bench
+//! cargo run --release -p nn-bench --features gpu --bin nn_bench -- gpu   # the GPU workloads
 //! ```
+//!
+//! The GPU workloads (`gpu_*`, feature `gpu`) time each step up to a read of one value of its
+//! result, so the queued kernels are all counted; they print the adapter first
+//! (`{"adapter": ...}`).
 
 use std::time::Instant;
 
@@ -35,8 +40,62 @@ fn emit(workload: &str, ms: f64, unit: &str, throughput: f64) {
     println!("{{\"workload\": \"{workload}\", \"median_ms\": {ms:.6}, \"unit\": \"{unit}\", \"throughput\": {throughput:.3}}}");
 }
 
+/// The GPU twins of the CPU workloads, on `gpu:0`: GEMM 1024 to 8192 and the three
+/// training steps, each timed up to a host read of one value of its result.
+#[cfg(feature = "gpu")]
+fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
+    use nn_core::Device;
+    let gpu = Device::Gpu(0);
+    if let Err(e) = gpu.check() {
+        eprintln!("nn_bench: no GPU workloads: {e}");
+        std::process::exit(2);
+    }
+    println!("{{\"adapter\": {:?}}}", nn_core::gpu::adapter_info(0).unwrap_or_default());
+    let sync = |t: &Tensor| drop(t.reshape(&[t.numel()]).narrow(0, 0, 1).to_vec());
+    for n in [1024usize, 2048, 4096, 8192] {
+        let name = format!("gpu_gemm_{n}");
+        if want(&name) {
+            let (a, b) = (Tensor::randn(&[n, n]).to_device(gpu), Tensor::randn(&[n, n]).to_device(gpu));
+            let ms = median_ms(|| sync(&a.matmul(&b)), 3000.0);
+            emit(&name, ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
+        }
+    }
+    for batch in [64usize, 256] {
+        let name = format!("gpu_mlp_step_b{batch}");
+        if want(&name) {
+            let mut s = Step::on(mlp(), &[batch, 784], true, gpu);
+            let ms = median_ms(|| sync(&s.step()), 3000.0);
+            emit(&name, ms, "samples/s", batch as f64 / (ms / 1e3));
+        }
+    }
+    if want("gpu_cnn_step_b32") {
+        let mut s = Step::on(cnn(), &[32, 1, 28, 28], true, gpu);
+        let ms = median_ms(|| sync(&s.step()), 3000.0);
+        emit("gpu_cnn_step_b32", ms, "samples/s", 32.0 / (ms / 1e3));
+    }
+    if want("gpu_transformer_step") {
+        let mut s = Step::on(transformer_layer(), &[16, 64, 128], false, gpu);
+        let ms = median_ms(|| sync(&s.step()), 3000.0);
+        emit("gpu_transformer_step", ms, "samples/s", 16.0 / (ms / 1e3));
+    }
+}
+
 fn main() {
     let only: Option<String> = std::env::args().nth(1);
+    if only.as_deref().is_some_and(|o| o.starts_with("gpu")) {
+        #[cfg(feature = "gpu")]
+        {
+            let want = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
+            manual_seed(0);
+            gpu_workloads(&want);
+            return;
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            eprintln!("nn_bench: the GPU workloads need `--features gpu`");
+            std::process::exit(2);
+        }
+    }
     let want = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
     manual_seed(0);
     for n in [64usize, 128, 256, 512, 1024] {
