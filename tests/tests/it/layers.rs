@@ -2,6 +2,8 @@
 //! gradients and buffers (running statistics) after a forward, in training and in
 //! evaluation mode, against `tests/fixtures/pytorch/layers.py`'s committed outputs.
 //! Tolerance: 1e-5 relative (1e-4 for convolutions, attention and whole models).
+//! With the `gpu` feature every case runs again on `gpu:0` (model, inputs and fixture
+//! tensors moved there), against the same PyTorch outputs.
 
 use std::path::Path;
 use std::sync::{Arc, Barrier, Mutex};
@@ -19,22 +21,53 @@ fn load(name: &str) -> StateDict {
 /// Runs one fixture case: builds the module, loads `state.*` strictly, and compares
 /// everything PyTorch recorded in both modes.
 fn check<M: Module>(name: &str, build: impl Fn() -> M, call: impl Fn(&M, &StateDict, &Tensor) -> Tensor, tol: f32) {
-    let f = load(name);
+    for device in devices() {
+        check_on(device, name, &build, &call, tol);
+    }
+}
+
+/// The devices every parity case runs on: the CPU, and `gpu:0` with the `gpu` feature (a
+/// missing adapter then fails the case, saying why).
+fn devices() -> Vec<nn_core::Device> {
+    let mut d = vec![nn_core::Device::Cpu];
+    if cfg!(feature = "gpu") {
+        let gpu = nn_core::Device::Gpu(0);
+        gpu.check().unwrap_or_else(|e| panic!("the parity suite with `gpu` needs gpu:0: {e}"));
+        d.push(gpu);
+    }
+    d
+}
+
+fn check_on<M: Module>(
+    device: nn_core::Device,
+    name: &str,
+    build: &impl Fn() -> M,
+    call: &impl Fn(&M, &StateDict, &Tensor) -> Tensor,
+    tol: f32,
+) {
+    let cpu_f = load(name);
+    let f: StateDict = cpu_f.iter().map(|(k, v)| (k.to_string(), v.to_device(device))).collect();
     let state: StateDict =
-        f.iter().filter_map(|(k, v)| k.strip_prefix("state.").map(|k| (k.to_string(), v.clone()))).collect();
+        cpu_f.iter().filter_map(|(k, v)| k.strip_prefix("state.").map(|k| (k.to_string(), v.clone()))).collect();
     let first_input = ["x", "x1"].iter().find_map(|k| f.get(k)).cloned();
+    let name = &format!("{name} on {device}");
     for mode in ["train", "eval"] {
         let mut m = build();
+        m.to_device(device);
         m.load_state_dict(&state, true).unwrap_or_else(|e| panic!("{name}: {e}"));
         if mode == "train" {
             m.train()
         } else {
             m.eval()
         }
-        let x = first_input.as_ref().map(|x| x.detach().requires_grad_(true)).unwrap_or_else(|| Tensor::zeros(&[0]));
+        let x = first_input
+            .as_ref()
+            .map(|x| x.detach().requires_grad_(true))
+            .unwrap_or_else(|| Tensor::zeros(&[0]).to_device(device));
         let y = call(&m, &f, &x);
         let ctx = |what: &str| format!("{name} [{mode}] {what}");
-        let expect = |k: &str| f.get(&format!("{mode}.{k}")).unwrap_or_else(|| panic!("{}: missing", ctx(k))).to_vec();
+        let expect =
+            |k: &str| cpu_f.get(&format!("{mode}.{k}")).unwrap_or_else(|| panic!("{}: missing", ctx(k))).to_vec();
         assert_eq!(y.shape(), f.get(&format!("{mode}.y")).unwrap().shape(), "{}", ctx("output shape"));
         assert_close_ctx(&y.to_vec(), &expect("y"), tol, &ctx("output"));
         (&y * f.get("w").unwrap()).sum().backward();
