@@ -30,27 +30,6 @@ pub enum Device {
     Gpu(usize),
 }
 
-impl Device {
-    /// `Ok` when tensors can be placed on this device: always for `Cpu` and `Meta`; for
-    /// `Gpu(n)` when nn-core was built with the `gpu` feature and adapter `n` exists and
-    /// opened. The error says which of those failed.
-    ///
-    /// ```
-    /// use nn_core::Device;
-    /// assert!(Device::Cpu.check().is_ok());
-    /// if !nn_core::gpu::is_available() {
-    ///     let err = Device::Gpu(0).check().unwrap_err().to_string();
-    ///     assert!(err.contains("gpu:0"), "{err}");
-    /// }
-    /// ```
-    pub fn check(self) -> crate::Result<()> {
-        match self {
-            Device::Cpu | Device::Meta => Ok(()),
-            Device::Gpu(n) => crate::gpu::check(n),
-        }
-    }
-}
-
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -18,12 +18,12 @@
 //! ```
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// True when `Device::Gpu(0)` can be used: nn-core was built with the `gpu` feature and
 /// wgpu found an adapter that opens.
 pub fn is_available() -> bool {
-    check(0).is_ok()
+    Device::Gpu(0).check().is_ok()
 }
 
 /// The number of GPU adapters (0 without the `gpu` feature).
@@ -101,39 +101,23 @@ pub fn stats(n: usize) -> Option<GpuStats> {
     }
 }
 
-/// `Ok` when `gpu:n` can be used; the error says why not.
-pub(crate) fn check(n: usize) -> Result<()> {
-    #[cfg(feature = "gpu")]
-    {
-        crate::backend::gpu::context::get(n)
-            .map(|_| ())
-            .map_err(|reason| Error::DeviceUnavailable { device: Device::Gpu(n), reason })
+impl Device {
+    /// `Ok` when tensors can be placed on this device: always for `Cpu` and `Meta`; for
+    /// `Gpu(n)` when nn-core was built with the `gpu` feature and adapter `n` exists and
+    /// opened. The error says which of those failed.
+    ///
+    /// ```
+    /// use nn_core::Device;
+    /// assert!(Device::Cpu.check().is_ok());
+    /// if !nn_core::gpu::is_available() {
+    ///     let err = Device::Gpu(0).check().unwrap_err().to_string();
+    ///     assert!(err.contains("gpu:0"), "{err}");
+    /// }
+    /// ```
+    pub fn check(self) -> Result<()> {
+        match self {
+            Device::Cpu | Device::Meta => Ok(()),
+            Device::Gpu(n) => crate::backend::check_gpu(n),
+        }
     }
-    #[cfg(not(feature = "gpu"))]
-    {
-        Err(Error::DeviceUnavailable {
-            device: Device::Gpu(n),
-            reason: "nn-core was built without its `gpu` cargo feature; enable it (for example \
-                     `nn = { version = \"..\", features = [\"gpu\"] }`)"
-                .into(),
-        })
-    }
-}
-
-/// The context of `gpu:n`.
-///
-/// # Panics
-/// When it is not available, with [`check`]'s reason.
-#[cfg(feature = "gpu")]
-#[track_caller]
-pub(crate) fn context(n: usize) -> &'static crate::backend::gpu::context::Ctx {
-    crate::backend::gpu::context::get(n)
-        .unwrap_or_else(|reason| panic!("{}", Error::DeviceUnavailable { device: Device::Gpu(n), reason }))
-}
-
-/// Without the `gpu` feature there is no context: panics with [`check`]'s reason.
-#[cfg(not(feature = "gpu"))]
-#[track_caller]
-pub(crate) fn context(n: usize) -> ! {
-    panic!("{}", check(n).expect_err("no GPU without the feature"))
 }

@@ -32,7 +32,8 @@ impl Default for GradcheckConfig {
 ///
 /// The output is reduced as `sum(f(inputs) * r)` with fixed, varied weights `r`, so the
 /// gradient entering `f`'s backward is not all ones and a rule that ignores it fails.
-/// Non-floating inputs (indices, masks) are passed through unchanged.
+/// Non-floating inputs (indices, masks) are passed through unchanged. Inputs keep their
+/// device: on a GPU the check runs there (in `f64`, where the adapter offers it).
 ///
 /// ```
 /// use nn_core::{testing::gradcheck, Tensor};
@@ -48,7 +49,13 @@ pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: G
     let is_float = |t: &Tensor| t.dtype().is_float();
     let base: Vec<Tensor> = inputs
         .iter()
-        .map(|t| if is_float(t) { Tensor::from_vec_f64(t.to_vec_f64(), t.shape()) } else { t.clone() })
+        .map(|t| {
+            if is_float(t) {
+                Tensor::from_vec_f64(t.to_vec_f64(), t.shape()).to_device(t.device())
+            } else {
+                t.clone()
+            }
+        })
         .collect();
     let leaves: Vec<Tensor> =
         base.iter().map(|t| if is_float(t) { t.detach().requires_grad_(true) } else { t.clone() }).collect();
@@ -56,7 +63,7 @@ pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: G
     if out.dtype() != DType::F64 {
         return Err(format!("gradcheck: f returned dtype {} for f64 inputs", out.dtype()));
     }
-    let weights = projection(out.shape());
+    let weights = projection(out.shape()).to_device(out.device());
     let loss = (&out * &weights).sum();
     if !loss.requires_grad() {
         return Err("gradcheck: the output does not depend on any input through the graph".into());
@@ -74,7 +81,7 @@ pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: G
                 let mut v = values.clone();
                 v[j] += delta;
                 let mut xs = base.clone();
-                xs[i] = Tensor::from_vec_f64(v, leaf.shape());
+                xs[i] = Tensor::from_vec_f64(v, leaf.shape()).to_device(leaf.device());
                 eval(&xs)
             };
             let numeric = (probe(opt.eps) - probe(-opt.eps)) / (2.0 * opt.eps);

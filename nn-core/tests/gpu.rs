@@ -278,3 +278,75 @@ fn mixing_devices_in_one_op_panics_naming_both() {
     let _serial = serial();
     let _ = Tensor::zeros(&[2]).to_device(GPU) + Tensor::zeros(&[2]);
 }
+
+#[test]
+fn half_precision_conversions_on_the_gpu_give_the_cpu_bits() {
+    let _serial = serial();
+    // Ties, subnormals of both formats, overflow, infinities, NaN, signed zeros.
+    let mut v = vec![
+        0.0f32,
+        -0.0,
+        1.0,
+        65504.0,
+        65520.0,
+        1e6,
+        -1e-8,
+        6.0e-8,
+        3.0e-8,
+        5.96e-8,
+        1.0 + 1.0 / 2048.0,
+        1.0 + 3.0 / 2048.0,
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-40,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+    ];
+    nn_core::manual_seed(7);
+    v.extend((Tensor::randn(&[999]) * 300.0).to_vec());
+    let x = Tensor::from_vec(v.clone(), &[v.len()]);
+    let g = x.to_device(GPU);
+    for dtype in [DType::F16, DType::BF16, DType::F64, DType::Bool] {
+        let (on_gpu, on_cpu) = (g.to_dtype(dtype), x.to_dtype(dtype));
+        assert_eq!(on_gpu.device(), GPU);
+        let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
+        assert_eq!(bits(&on_gpu), bits(&on_cpu), "f32 -> {dtype}");
+        // And back, from the device's own half-precision buffer (odd length: a half word).
+        let back = on_gpu.narrow(0, 1, v.len() - 2).to_dtype(DType::F32);
+        assert_eq!(bits(&back), bits(&on_cpu.narrow(0, 1, v.len() - 2).to_dtype(DType::F32)), "{dtype} -> f32");
+    }
+}
+
+#[test]
+fn gradchecks_run_on_the_gpu_in_f64() {
+    use nn_core::backend::{Conv2dConfig, Pool2dConfig};
+    use nn_core::testing::gradcheck;
+    let _serial = serial();
+    nn_core::manual_seed(8);
+    let on = |shape: &[usize]| randn(shape).to_dtype(DType::F64).to_device(GPU);
+    let conv = Conv2dConfig { stride: (2, 1), padding: (1, 1), dilation: (1, 1), groups: 2 };
+    let cases: Vec<(&str, Vec<Tensor>, Box<dyn Fn(&[Tensor]) -> Tensor>)> = vec![
+        ("mul div sqrt", vec![on(&[3, 4]), on(&[4])], Box::new(|t| (&t[0] * &t[1]) / (t[1].square() + 1.0).sqrt())),
+        ("matmul", vec![on(&[3, 5]), on(&[5, 2])], Box::new(|t| t[0].matmul(&t[1]))),
+        ("sum_dim relu", vec![on(&[4, 3, 2])], Box::new(|t| t[0].relu().sum_dim(1, false))),
+        ("softmax", vec![on(&[2, 5])], Box::new(|t| t[0].softmax(-1))),
+        ("conv2d", vec![on(&[1, 4, 5, 5]), on(&[2, 2, 3, 3])], Box::new(move |t| t[0].conv2d(&t[1], None, conv))),
+        ("max_pool2d", vec![on(&[1, 2, 4, 4])], Box::new(|t| t[0].max_pool2d(Pool2dConfig::new(2)))),
+        (
+            "layer_norm",
+            vec![on(&[3, 6]), on(&[6]), on(&[6])],
+            Box::new(|t| t[0].layer_norm(&[6], Some(&t[1]), Some(&t[2]), 1e-5)),
+        ),
+        (
+            "index_select",
+            vec![on(&[4, 3]), Tensor::from_vec_i64(vec![3, 0, 3], &[3]).to_device(GPU)],
+            Box::new(|t| t[0].index_select(0, &t[1])),
+        ),
+    ];
+    for (name, inputs, f) in cases {
+        gradcheck(|t| f(t), &inputs).unwrap_or_else(|e| panic!("{name} on the GPU: {e}"));
+    }
+}

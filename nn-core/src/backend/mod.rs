@@ -65,6 +65,44 @@ pub(crate) use index::IndexArg;
 pub use pooling::Pool2dConfig;
 pub(crate) use pooling::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
 
+/// `Ok` when `gpu:n` can be used; the error says why not (no `gpu` feature, no such
+/// adapter, or it failed to open).
+pub(crate) fn check_gpu(n: usize) -> crate::Result<()> {
+    #[cfg(feature = "gpu")]
+    {
+        gpu::context::get(n)
+            .map(|_| ())
+            .map_err(|reason| crate::Error::DeviceUnavailable { device: Device::Gpu(n), reason })
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        Err(crate::Error::DeviceUnavailable {
+            device: Device::Gpu(n),
+            reason: "nn-core was built without its `gpu` cargo feature; enable it (for example \
+                     `nn = { version = \"..\", features = [\"gpu\"] }`)"
+                .into(),
+        })
+    }
+}
+
+/// The context of `gpu:n`.
+///
+/// # Panics
+/// When it is not available, with [`check_gpu`]'s reason.
+#[cfg(feature = "gpu")]
+#[track_caller]
+fn gpu_context(n: usize) -> &'static gpu::context::Ctx {
+    gpu::context::get(n)
+        .unwrap_or_else(|reason| panic!("{}", crate::Error::DeviceUnavailable { device: Device::Gpu(n), reason }))
+}
+
+/// Without the `gpu` feature there is no context: panics with [`check_gpu`]'s reason.
+#[cfg(not(feature = "gpu"))]
+#[track_caller]
+fn gpu_context(n: usize) -> ! {
+    panic!("{}", check_gpu(n).expect_err("no GPU without the feature"))
+}
+
 /// A tensor's buffer on some device.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Storage {
@@ -135,13 +173,13 @@ impl Storage {
     #[cfg(feature = "gpu")]
     #[track_caller]
     fn gpu_full(n: usize, dtype: DType, len: usize, value: f64) -> Storage {
-        Storage::Gpu(GpuStorage::full(crate::gpu::context(n), dtype, len, value))
+        Storage::Gpu(GpuStorage::full(gpu_context(n), dtype, len, value))
     }
 
     #[cfg(not(feature = "gpu"))]
     #[track_caller]
     fn gpu_full(n: usize, _: DType, _: usize, _: f64) -> Storage {
-        crate::gpu::context(n)
+        gpu_context(n)
     }
 
     /// [`full`](Storage::full), or `None` when the allocator cannot provide the buffer.
@@ -193,7 +231,7 @@ impl Storage {
             (_, Device::Meta) => Storage::Meta { dtype: self.dtype(), len: l.numel() },
             (Storage::Meta { dtype, .. }, device) => Storage::full(device, *dtype, l.numel(), 0.0),
             #[cfg(feature = "gpu")]
-            (Storage::Cpu(c), Device::Gpu(n)) => Storage::Gpu(GpuStorage::from_cpu(crate::gpu::context(n), c, l)),
+            (Storage::Cpu(c), Device::Gpu(n)) => Storage::Gpu(GpuStorage::from_cpu(gpu_context(n), c, l)),
             #[cfg(feature = "gpu")]
             (Storage::Gpu(g), Device::Cpu) => {
                 let whole = g.to_cpu();
@@ -210,7 +248,7 @@ impl Storage {
                 self.to_device(l, Device::Cpu).to_device(&Layout::contiguous(&[l.numel()]), Device::Gpu(n))
             }
             #[cfg(not(feature = "gpu"))]
-            (Storage::Cpu(_), Device::Gpu(n)) => crate::gpu::context(n),
+            (Storage::Cpu(_), Device::Gpu(n)) => gpu_context(n),
         }
     }
 

@@ -281,6 +281,7 @@ pub(crate) enum Bufs {
 /// read and assign `p` (the parameter), read `g` (its gradient) and update the state `b0`,
 /// `b1`, `b2`, with the scalars `k[0]`, `k[1]`, ... in the parameter's dtype (`k[0]` is 1
 /// on the first step, when the state was just created).
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
 pub(crate) struct DeviceKernel<'a> {
     /// The statements.
     pub body: &'a str,

@@ -236,13 +236,17 @@ pub(crate) fn convert(x: &GpuStorage, l: &Layout, dtype: DType) -> Option<GpuSto
             }
             (b, n)
         }
-        DType::Bool => (
-            format!(
-                "    if (i >= P[0]) {{ return; }}\n    Y[i] = select(0u, 1u, {} != 0.0);\n",
-                load(from, "X", "at(i, 0u)", value_ty)
-            ),
-            n,
-        ),
+        DType::Bool => {
+            // Nonzero, NaN included: on the bits in f32 (a shader compiler may fold
+            // comparisons with NaN away), `!(v == 0.0)` in f64.
+            let v = load(from, "X", "at(i, 0u)", value_ty);
+            let test = if value_ty == "f32" {
+                format!("(bitcast<u32>({v}) & 0x7fffffffu) != 0u")
+            } else {
+                format!("!({v} == 0.0)")
+            };
+            (format!("    if (i >= P[0]) {{ return; }}\n    Y[i] = select(0u, 1u, {test});\n"), n)
+        }
         DType::F32 | DType::F64 => (
             format!("    if (i >= P[0]) {{ return; }}\n    Y[i] = {};\n", load(from, "X", "at(i, 0u)", scalar(dtype))),
             n,
@@ -318,7 +322,8 @@ fn supports(ctx: &Ctx, dtype: DType, w: &Wgsl) -> bool {
 pub(crate) fn unary(x: &GpuStorage, l: &Layout, w: &Wgsl, scalars: [f64; 2]) -> Option<GpuStorage> {
     let ctx = x.ctx();
     supports(ctx, x.dtype(), w).then(|| {
-        elementwise(ctx, x.dtype(), x.dtype(), l.shape(), &[(x, l, "x")], Some(scalars), &format!("({})", w.f))
+        let t = scalar(x.dtype());
+        elementwise(ctx, x.dtype(), x.dtype(), l.shape(), &[(x, l, "x")], Some(scalars), &format!("{t}({})", w.f))
     })
 }
 
@@ -332,7 +337,7 @@ pub(crate) fn unary_grad(
 ) -> Option<GpuStorage> {
     let ctx = g.ctx();
     supports(ctx, g.dtype(), w).then(|| {
-        let body = format!("g * ({})", w.d1);
+        let body = format!("g * {}({})", scalar(g.dtype()), w.d1);
         elementwise(
             ctx,
             g.dtype(),
@@ -363,7 +368,7 @@ pub(crate) fn binary_grad(
 ) -> Option<GpuStorage> {
     let ctx = g.ctx();
     supports(ctx, g.dtype(), w).then(|| {
-        let body = format!("g * ({})", if lhs { w.d1 } else { w.d2 });
+        let body = format!("g * {}({})", scalar(g.dtype()), if lhs { w.d1 } else { w.d2 });
         elementwise(ctx, g.dtype(), g.dtype(), lg.shape(), &[(g, lg, "g"), (a, la, "a"), (b, lb, "b")], None, &body)
     })
 }
