@@ -350,3 +350,29 @@ fn gradchecks_run_on_the_gpu_in_f64() {
         gradcheck(|t| f(t), &inputs).unwrap_or_else(|e| panic!("{name} on the GPU: {e}"));
     }
 }
+
+#[test]
+fn nan_and_infinities_propagate_as_on_the_cpu() {
+    let _serial = serial();
+    let v = vec![f32::NAN, 1.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, -2.5, 0.0, f32::NAN];
+    let w = vec![0.5, f32::NAN, 0.0, f32::INFINITY, 3.0, f32::NAN, -0.0, 2.0];
+    let (a, b) = (Tensor::from_vec(v, &[8]), Tensor::from_vec(w, &[8]));
+    let same = |name: &str, f: &dyn Fn(&Tensor, &Tensor) -> Tensor| {
+        let (c, g) = (f(&a, &b), f(&a.to_device(GPU), &b.to_device(GPU)));
+        let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
+        assert_eq!(bits(&g), bits(&c), "{name}");
+    };
+    same("maximum", &|x, y| x.maximum(y));
+    same("minimum", &|x, y| x.minimum(y));
+    same("clamp", &|x, _| x.clamp(-1.0, 2.0));
+    same("relu", &|x, _| x.relu());
+    same("abs", &|x, _| x.abs());
+    same("gt", &|x, y| x.gt(y).to_dtype(DType::F32));
+    same("eq", &|x, y| x.eq(y).to_dtype(DType::F32));
+    same("ne", &|x, y| x.ne(y).to_dtype(DType::F32));
+    same("le", &|x, y| x.le(y).to_dtype(DType::F32));
+    same("isnan", &|x, _| x.isnan().to_dtype(DType::F32));
+    same("sum with NaN", &|x, _| x.sum());
+    same("max_dim", &|x, _| x.reshape(&[2, 4]).max_dim(1, false).0);
+    same("softmax", &|x, _| x.reshape(&[2, 4]).softmax(1));
+}

@@ -464,7 +464,7 @@ pub trait Module: HoldsState + Any {
     /// ```
     ///
     /// # Errors
-    /// [`Error::DeviceUnavailable`](crate::Error::DeviceUnavailable).
+    /// [`Error::DeviceUnavailable`].
     fn try_to_device(&mut self, device: Device) -> crate::Result<()> {
         device.check()?;
         for_each_tensor(self.as_dyn(), &mut |t| {

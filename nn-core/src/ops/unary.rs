@@ -193,7 +193,7 @@ impl UnaryOp for Clamp {
         }
     }
     fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
-        let f = "select(select(select(x, p1, x > p1), p0, x < p0), x, x != x)";
+        let f = "select(select(select(x, p1, x > p1), p0, x < p0), x, isnan_(f32(x)))";
         Some((Wgsl::unary(f, "select(0.0, 1.0, x >= p0 && x <= p1)", false), [self.0, self.1]))
     }
 }

@@ -16,6 +16,12 @@ use crate::shape::Layout;
 const PRELUDE: &str = r#"
 @group(0) @binding(0) var<storage, read> P: array<u32>;
 
+// NaN, tested on the bits: a shader compiler may assume comparisons never see NaN and fold
+// `x != x` to false (llvmpipe does). f64 values are tested through f32 (NaN stays NaN).
+fn isnan_(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
 // The flat thread index over a grid spread across x and y.
 fn flat(id: vec3<u32>, nw: vec3<u32>) -> u32 {
     return id.x + id.y * nw.x * 256u;
@@ -48,7 +54,7 @@ fn extras(nops: u32) -> u32 {
 const MATH: &str = r#"
 fn powf_(a: f32, b: f32) -> f32 {
     if (b == 0.0 || a == 1.0) { return 1.0; }
-    if (a != a || b != b) { return a + b; }
+    if (isnan_(a) || isnan_(b)) { return a + b; }
     let r = exp2(b * log2(abs(a)));
     if (a < 0.0) {
         if (fract(b) != 0.0) { return bitcast<f32>(0x7fc00000u); }
@@ -552,7 +558,7 @@ fn tree_max(t: u32) {
         if (t < s) {
             let a = S[t]; let b = S[t + s];
             // NaN wins, as in the CPU kernel.
-            if (b != b || b > a) { S[t] = b; }
+            if (isnan_(f32(b)) || b > a) { S[t] = b; }
         }
     }
     workgroupBarrier();
@@ -632,7 +638,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     if (valid) {{
         for (var j = t; j < n; j += 256u) {{
             let v = X[at(base + j * inner, 0u)];
-            if (v != v || v > m) {{ m = v; }}
+            if (isnan_(v) || v > m) {{ m = v; }}
         }}
     }}
     S[t] = m;
@@ -950,8 +956,8 @@ var<workgroup> J: array<u32, 256>;
 // Whether candidate (b, jb) beats (a, ja): NaN first, then the better value, then the
 // earlier position.
 fn beats(a: f32, ja: u32, b: f32, jb: u32) -> bool {{
-    if (a != a) {{ return b != b && jb < ja; }}
-    if (b != b) {{ return true; }}
+    if (isnan_(a)) {{ return isnan_(b) && jb < ja; }}
+    if (isnan_(b)) {{ return true; }}
     if ({better}) {{ return true; }}
     return b == a && jb < ja;
 }}
@@ -1174,6 +1180,12 @@ fn pool_params(pl: &crate::backend::PoolPlanes, k: [usize; 8], mode: u32) -> Vec
 
 const POOL_PRELUDE: &str = r#"
 @group(0) @binding(0) var<storage, read> P: array<u32>;
+
+// NaN, tested on the bits: a shader compiler may assume comparisons never see NaN and fold
+// `x != x` to false (llvmpipe does). f64 values are tested through f32 (NaN stays NaN).
+fn isnan_(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
 struct Pool { planes: u32, h: u32, w: u32, ho: u32, wo: u32, kh: u32, kw: u32, sh: u32, sw: u32,
               ph: u32, pw: u32, dh: u32, dw: u32, mode: u32 }
 fn pool() -> Pool {
@@ -1235,7 +1247,7 @@ pub(crate) fn max_pool2d(x: &GpuStorage, pool: &crate::backend::MaxPool) -> Opti
             if (iw < 0 || iw >= i32(Q.w)) {{ continue; }}
             let f = ih * i32(Q.w) + iw;
             let v = X[q * Q.h * Q.w + u32(f)];
-            if (bi < 0 || v > best || (v != v && best == best)) {{ best = v; bi = f; }}
+            if (bi < 0 || v > best || (isnan_(v) && !isnan_(best))) {{ best = v; bi = f; }}
         }}
     }}
     Y[i] = best;
