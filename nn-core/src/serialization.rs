@@ -122,13 +122,56 @@ impl StateDict {
 
     /// [`save`](StateDict::save) with a string-to-string metadata map in the header
     /// (`__metadata__`, as `safetensors.torch.save_file(metadata=...)`).
+    ///
+    /// The file is written as it is encoded, one tensor after another, a megabyte at a
+    /// time: no copy of the whole state dict is made. Its bytes are those of
+    /// [`to_safetensors_bytes`](StateDict::to_safetensors_bytes).
     pub fn save_with_metadata(&self, path: impl AsRef<Path>, metadata: Option<HashMap<String, String>>) -> Result<()> {
-        let bytes = self.to_safetensors_bytes(metadata)?;
+        let (header, entries, data_len) = self.safetensors_header(metadata)?;
         crate::io::atomic_write(path, |f| {
+            // Sized up front: the file system allocates once.
+            f.set_len(8 + header.len() as u64 + data_len as u64)?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-            w.write_all(&bytes)?;
+            w.write_all(&(header.len() as u64).to_le_bytes())?;
+            w.write_all(&header)?;
+            for t in entries {
+                t.storage_arc().write_le(t.layout(), &mut w)?;
+            }
             w.flush()
         })
+    }
+
+    /// The safetensors header (padded to 8 bytes, as the `safetensors` crate writes it),
+    /// the tensors in file order (descending alignment, then name) and their total bytes.
+    fn safetensors_header(&self, metadata: Option<HashMap<String, String>>) -> Result<(Vec<u8>, Vec<&Tensor>, usize)> {
+        if let Some((k, t)) = self.iter().find(|(_, t)| t.device() == Device::Meta) {
+            return Err(Error::MetaHasNoValues { op: "StateDict::save", shape: t.shape().to_vec() }.with_key(k));
+        }
+        let mut entries: Vec<(&str, &Tensor)> = self.iter().collect();
+        let st = |t: &Tensor| to_safetensors_dtype(t.dtype());
+        entries.sort_by(|(ln, l), (rn, r)| st(r).cmp(&st(l)).then(ln.cmp(rn)));
+        let mut offset = 0;
+        let infos = entries
+            .iter()
+            .map(|(name, t)| {
+                let n = t.numel() * t.dtype().size_in_bytes();
+                let info = safetensors::tensor::TensorInfo {
+                    dtype: st(t),
+                    shape: t.shape().to_vec(),
+                    data_offsets: (offset, offset + n),
+                };
+                offset += n;
+                (name.to_string(), info)
+            })
+            .collect();
+        let bad = |reason: String| Error::InvalidFile { path: "<memory>".into(), reason };
+        let meta = safetensors::tensor::Metadata::new(metadata, infos).map_err(|e| bad(e.to_string()))?;
+        let mut header = serde_json::to_string(&meta).map_err(|e| bad(e.to_string()))?.into_bytes();
+        header.resize(header.len().next_multiple_of(8), b' ');
+        if header.len() > MAX_HEADER_BYTES {
+            return Err(bad(format!("the header would take {} bytes, more than {MAX_HEADER_BYTES}", header.len())));
+        }
+        Ok((header, entries.into_iter().map(|(_, t)| t).collect(), offset))
     }
 
     /// The safetensors encoding of this state dict.
@@ -412,5 +455,32 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys {
             seen.insert(key);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_streamed_file_holds_the_bytes_of_the_in_memory_encoding() {
+        let mut sd = StateDict::default();
+        let big = Tensor::arange(0.0, 700_000.0, 1.0); // several write chunks
+        sd.insert("b.big".into(), big);
+        sd.insert("a.strided".into(), Tensor::arange(0.0, 12.0, 1.0).reshape(&[3, 4]).t());
+        sd.insert("c.half".into(), Tensor::arange(0.0, 5.0, 0.5).to_dtype(DType::F16));
+        sd.insert("c.bf".into(), Tensor::arange(0.0, 3.0, 1.0).to_dtype(DType::BF16));
+        sd.insert("d.f64".into(), Tensor::from_vec_f64(vec![1.5, -2.0], &[2]));
+        sd.insert("e.step".into(), Tensor::from_vec_i64(vec![7], &[]));
+        sd.insert("f.mask".into(), Tensor::from_vec_bool(vec![true, false, true], &[3]));
+        sd.insert("g.empty".into(), Tensor::zeros(&[0, 3]));
+        let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sd.safetensors");
+        sd.save_with_metadata(&path, Some(meta.clone())).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), sd.to_safetensors_bytes(Some(meta)).unwrap());
+        let back = StateDict::load(&path).unwrap();
+        assert_eq!(back.get("a.strided").unwrap().to_vec(), sd.get("a.strided").unwrap().to_vec());
+        assert_eq!(back.get("b.big").unwrap().to_vec(), sd.get("b.big").unwrap().to_vec());
     }
 }

@@ -218,6 +218,21 @@ impl Storage {
         }
     }
 
+    /// Writes the elements `l` selects, row-major, little-endian, to `w` (streamed from host
+    /// memory; a GPU buffer is read back first). Nothing is written for a meta buffer, which
+    /// callers reject before (it has no values).
+    pub(crate) fn write_le(&self, l: &Layout, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        match self {
+            Storage::Cpu(c) => cpu::bytes::write_le(c, l, w),
+            Storage::Meta { .. } => Ok(()),
+            #[cfg(feature = "gpu")]
+            Storage::Gpu(_) => match self.to_device(l, Device::Cpu) {
+                Storage::Cpu(c) => cpu::bytes::write_le(&c, &Layout::contiguous(&[l.numel()]), w),
+                _ => unreachable!("moved to the CPU"),
+            },
+        }
+    }
+
     /// The elements `l` selects, as a buffer on `device`. Moving to `Meta` drops the
     /// values; moving a meta buffer to a device with memory allocates zeros (PyTorch's
     /// `to_empty`, with defined contents).

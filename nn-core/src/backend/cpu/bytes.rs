@@ -36,3 +36,43 @@ fn encode<const N: usize, T: Copy>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8>
     }
     out
 }
+
+/// Streams the elements `l` selects, row-major, little-endian, into `w`, a chunk at a time
+/// (no copy of the whole tensor; a strided view is gathered first).
+pub(crate) fn write_le(c: &CpuStorage, l: &Layout, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let gathered;
+    let (c, range) = match l.contiguous_range() {
+        Some(r) => (c, r),
+        None => {
+            gathered = c.gather_layout(l);
+            (&gathered, 0..l.numel())
+        }
+    };
+    match c {
+        CpuStorage::F32(v) => stream(&v[range], f32::to_le_bytes, w),
+        CpuStorage::F64(v) => stream(&v[range], f64::to_le_bytes, w),
+        CpuStorage::I64(v) => stream(&v[range], i64::to_le_bytes, w),
+        CpuStorage::F16(v) => stream(&v[range], |x: f16| x.to_bits().to_le_bytes(), w),
+        CpuStorage::BF16(v) => stream(&v[range], |x: bf16| x.to_bits().to_le_bytes(), w),
+        CpuStorage::Bool(v) => stream(&v[range], |b: bool| [u8::from(b)], w),
+    }
+}
+
+/// Elements per chunk of [`write_le`]: 1 MiB of `f32`.
+const CHUNK: usize = 1 << 18;
+
+fn stream<const N: usize, T: Copy>(
+    v: &[T],
+    f: impl Fn(T) -> [u8; N],
+    w: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; CHUNK.min(v.len()) * N];
+    for chunk in v.chunks(CHUNK) {
+        let out = &mut buf[..chunk.len() * N];
+        for (o, &x) in out.chunks_exact_mut(N).zip(chunk) {
+            o.copy_from_slice(&f(x));
+        }
+        w.write_all(out)?;
+    }
+    Ok(())
+}

@@ -233,7 +233,7 @@ fn conv_forward<T: CpuFloat>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry)
     let block = samples_per_task::<T>(g, &l);
     let mut out = T::alloc_buffer(g.n * out_sample);
     out.resize(g.n * out_sample, T::zero());
-    out.par_chunks_mut((block * out_sample).max(1)).enumerate().for_each(|(bi, y)| {
+    let body = |(bi, y): (usize, &mut [T])| {
         let nb = y.len() / out_sample.max(1);
         let cols_n = nb * l.span;
         let mut cols = T::alloc_buffer(ckk * cols_n);
@@ -268,7 +268,14 @@ fn conv_forward<T: CpuFloat>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry)
         }
         pool::recycle(cols);
         pool::recycle(yg);
-    });
+    };
+    if g.n <= block {
+        // One task: run it here (its GEMM may then use the pool) instead of handing it to
+        // a worker and sleeping until it is done.
+        body((0, &mut out[..]));
+    } else {
+        out.par_chunks_mut((block * out_sample).max(1)).enumerate().for_each(body);
+    }
     out
 }
 
@@ -373,7 +380,12 @@ fn conv_backward<T: CpuFloat>(
         pool::recycle(gyg);
     };
     let zeros = || vec![T::zero(); if need_dw { wlen } else { 0 }];
-    let dw = if need_dx {
+    let dw = if geo.n <= block {
+        // One task: here, as in the forward.
+        let mut dw = zeros();
+        per_block(0, geo.n, if need_dx { &mut dx[..] } else { &mut [] }, &mut dw);
+        dw
+    } else if need_dx {
         dx.par_chunks_mut((block * in_sample).max(1))
             .enumerate()
             .fold(zeros, |mut dw, (bi, dxs)| {

@@ -70,7 +70,7 @@ fn bmm_kernel<T: CpuFloat>(
         let b = MatRef { data: b, offset: ob, row_stride: rsb, col_stride: csb };
         gemm((m, k, n), T::one(), a, b, T::zero(), c)
     };
-    if offsets.len() > 1 && m * n * k < SMALL_GEMM {
+    if offsets.len() > 1 && m * n * k < SMALL_GEMM && rayon::current_num_threads() > 1 {
         out.par_chunks_mut(m * n).zip(offsets.par_iter()).for_each(|(c, &o)| run(o, c));
     } else {
         for (c, &o) in out.chunks_mut(m * n).zip(&offsets) {

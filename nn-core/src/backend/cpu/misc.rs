@@ -89,7 +89,7 @@ fn softmax_kernel<T: CpuFloat>(x: &[T], outer: usize, n: usize, inner: usize, lo
             }
         }
     };
-    if x.len() >= PAR_THRESHOLD && outer > 1 {
+    if super::elementwise::split(x.len(), PAR_THRESHOLD) && outer > 1 {
         x.par_chunks(block).zip(out.par_chunks_mut(block)).for_each(run);
     } else {
         x.chunks(block).zip(out.chunks_mut(block)).for_each(run);

@@ -16,7 +16,7 @@ pub(crate) fn max_pool2d(x: &CpuStorage, pool: &MaxPool) -> (CpuStorage, Argmax)
     let (k, st, p, d) = (pool.options.kernel, pool.options.stride, pool.options.padding, pool.options.dilation);
     let plane_out = (pl.ho * pl.wo).max(1);
     // Spread planes over threads only when there is enough work per task.
-    let parallel = numel * k.0 * k.1 >= PAR_THRESHOLD * 8;
+    let parallel = super::elementwise::split(numel * k.0 * k.1, PAR_THRESHOLD * 8);
     let window2x2 = k == (2, 2) && st == (2, 2) && p == (0, 0) && d == (1, 1) && pl.wo >= 4;
     with_float!(x, "max_pool2d", T, v => {
         let mut out = T::alloc_buffer(numel);
@@ -133,7 +133,7 @@ pub(crate) fn max_pool2d_backward(g: &CpuStorage, saved: &Argmax, pool: &MaxPool
                 _ => unreachable!(),
             }
         };
-        if n >= PAR_THRESHOLD * 4 {
+        if super::elementwise::split(n, PAR_THRESHOLD * 4) {
             dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| scatter(q, dxp));
         } else {
             dx.chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| scatter(q, dxp));

@@ -70,7 +70,7 @@ fn sum_kernel<T: CpuFloat>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
         let src = &v[r];
         let row: usize = shape[first_reduced..].iter().product();
         let sum_row = |c: &[T]| T::from_f64(sum_run(c));
-        return if src.len() >= PAR_THRESHOLD && n_out > 1 {
+        return if super::elementwise::split(src.len(), PAR_THRESHOLD) && n_out > 1 {
             src.par_chunks(row).map(sum_row).collect()
         } else {
             src.chunks(row).map(sum_row).collect()
