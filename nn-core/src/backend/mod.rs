@@ -219,12 +219,14 @@ impl Storage {
     }
 
     /// Writes the elements `l` selects, row-major, little-endian, to `w` (streamed from host
-    /// memory; a GPU buffer is read back first). Nothing is written for a meta buffer, which
-    /// callers reject before (it has no values).
+    /// memory; a GPU buffer is read back first). A meta buffer has no values: an error
+    /// (callers reject meta tensors before, naming the key).
     pub(crate) fn write_le(&self, l: &Layout, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         match self {
             Storage::Cpu(c) => cpu::bytes::write_le(c, l, w),
-            Storage::Meta { .. } => Ok(()),
+            Storage::Meta { .. } => {
+                Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a meta tensor has no values to write"))
+            }
             #[cfg(feature = "gpu")]
             Storage::Gpu(_) => match self.to_device(l, Device::Cpu) {
                 Storage::Cpu(c) => cpu::bytes::write_le(&c, &Layout::contiguous(&[l.numel()]), w),

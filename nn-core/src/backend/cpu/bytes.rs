@@ -5,35 +5,11 @@ use half::{bf16, f16};
 use super::CpuStorage;
 use crate::shape::Layout;
 
-/// The elements `l` selects, row-major, little-endian (the safetensors encoding).
+/// The elements `l` selects, row-major, little-endian (the safetensors encoding): what
+/// [`write_le`] streams, collected.
 pub(crate) fn le_bytes(c: &CpuStorage, l: &Layout) -> Vec<u8> {
-    // A contiguous tensor is encoded straight from its storage; a strided view is gathered
-    // first.
-    let gathered;
-    let (c, range) = match l.contiguous_range() {
-        Some(r) => (c, r),
-        None => {
-            gathered = c.gather_layout(l);
-            (&gathered, 0..l.numel())
-        }
-    };
-    match c {
-        CpuStorage::F32(v) => encode(&v[range], f32::to_le_bytes),
-        CpuStorage::F64(v) => encode(&v[range], f64::to_le_bytes),
-        CpuStorage::I64(v) => encode(&v[range], i64::to_le_bytes),
-        CpuStorage::F16(v) => encode(&v[range], |x: f16| x.to_bits().to_le_bytes()),
-        CpuStorage::BF16(v) => encode(&v[range], |x: bf16| x.to_bits().to_le_bytes()),
-        CpuStorage::Bool(v) => v[range].iter().map(|&b| b as u8).collect(),
-    }
-}
-
-/// Fixed-width little-endian encoding into a pre-sized buffer: a loop the compiler turns
-/// into a plain copy on little-endian targets.
-fn encode<const N: usize, T: Copy>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    let mut out = vec![0u8; v.len() * N];
-    for (o, &x) in out.chunks_exact_mut(N).zip(v) {
-        o.copy_from_slice(&f(x));
-    }
+    let mut out = Vec::with_capacity(l.numel() * c.dtype().size_in_bytes());
+    write_le(c, l, &mut out).expect("writing into a Vec cannot fail");
     out
 }
 

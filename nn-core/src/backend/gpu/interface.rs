@@ -155,6 +155,19 @@ pub(crate) fn gather(x: &Storage, l: &Layout, index: &IndexArg<'_>) -> Option<Gp
     kernels::gather(g, l, &idx, index.layout.shape(), index.dim)
 }
 
+/// The f32 source and validated indices of `index_add`/`scatter_add` (f32 atomics).
+#[track_caller]
+fn accumulate<'a>(
+    x: &'a Storage,
+    src: &'a Storage,
+    index: &IndexArg<'_>,
+    size: usize,
+) -> Option<(&'a GpuStorage, &'a GpuStorage, super::context::Buffer)> {
+    let (g, s) = (gpu(x)?, gpu(src)?);
+    (g.dtype() == DType::F32).then_some(())?;
+    Some((g, s, indices(index, size)?))
+}
+
 #[track_caller]
 pub(crate) fn index_add(
     x: &Storage,
@@ -162,9 +175,7 @@ pub(crate) fn index_add(
     (src, ls): (&Storage, &Layout),
     index: &IndexArg<'_>,
 ) -> Option<GpuStorage> {
-    let (g, s) = (gpu(x)?, gpu(src)?);
-    (g.dtype() == DType::F32).then_some(())?;
-    let idx = indices(index, l.shape()[index.dim])?;
+    let (g, s, idx) = accumulate(x, src, index, l.shape()[index.dim])?;
     kernels::index_add(g, l, (s, ls), &idx, index.dim)
 }
 
@@ -175,9 +186,7 @@ pub(crate) fn scatter_add(
     (src, ls): (&Storage, &Layout),
     index: &IndexArg<'_>,
 ) -> Option<GpuStorage> {
-    let (g, s) = (gpu(x)?, gpu(src)?);
-    (g.dtype() == DType::F32).then_some(())?;
-    let idx = indices(index, l.shape().get(index.dim).copied().unwrap_or(1))?;
+    let (g, s, idx) = accumulate(x, src, index, l.shape().get(index.dim).copied().unwrap_or(1))?;
     kernels::scatter_add(g, l, (s, ls), &idx, index.layout.shape(), index.dim)
 }
 

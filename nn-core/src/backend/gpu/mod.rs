@@ -121,13 +121,7 @@ impl GpuStorage {
     /// The elements `l` selects from a host buffer, uploaded.
     pub(crate) fn from_cpu(ctx: &'static Ctx, c: &CpuStorage, l: &Layout) -> GpuStorage {
         let out = GpuStorage::uninit(ctx, c.dtype(), l.numel());
-        let bytes = match c {
-            CpuStorage::Bool(v) => {
-                let vals = super::cpu::strided_to_vec(v, l);
-                vals.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect()
-            }
-            other => super::cpu::bytes::le_bytes(other, l),
-        };
+        let bytes = device_bytes(c, l);
         if !bytes.is_empty() {
             ctx.queue.write_buffer(out.buf.raw(), 0, &pad4(bytes));
         }
@@ -137,10 +131,7 @@ impl GpuStorage {
     /// Replaces the values with those of a host buffer of the same dtype and length.
     pub(crate) fn overwrite(&mut self, c: &CpuStorage) {
         debug_assert_eq!((c.dtype(), c.len()), (self.dtype, self.len));
-        let bytes = match c {
-            CpuStorage::Bool(v) => v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect(),
-            other => super::cpu::bytes::le_bytes(other, &Layout::contiguous(&[c.len()])),
-        };
+        let bytes = device_bytes(c, &Layout::contiguous(&[c.len()]));
         if !bytes.is_empty() {
             self.ctx().queue.write_buffer(self.buf.raw(), 0, &pad4(bytes));
         }
@@ -167,10 +158,7 @@ impl GpuStorage {
         let out = GpuStorage::uninit(ctx, dtype, len);
         // The value's encoding, from the CPU's own conversion of it.
         let one = CpuStorage::full(dtype, 2, value);
-        let mut bytes = match &one {
-            CpuStorage::Bool(v) => v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect(),
-            other => super::cpu::bytes::le_bytes(other, &Layout::contiguous(&[2])),
-        };
+        let mut bytes = device_bytes(&one, &Layout::contiguous(&[2]));
         bytes.truncate(8); // two 16-bit values, or one 32/64-bit value (or two 32-bit ones)
         let words: Vec<u32> =
             pad4(bytes).chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
@@ -178,6 +166,17 @@ impl GpuStorage {
         let n_words = byte_len(dtype, len).div_ceil(4);
         kernels::fill(ctx, &out.buf, n_words, [w0, w1]);
         out
+    }
+}
+
+/// The elements `l` selects from a host buffer, encoded as a device buffer holds them: the
+/// safetensors bytes, except `bool`, which takes a 32-bit word per element.
+fn device_bytes(c: &CpuStorage, l: &Layout) -> Vec<u8> {
+    match c {
+        CpuStorage::Bool(v) => {
+            super::cpu::strided_to_vec(v, l).iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect()
+        }
+        other => super::cpu::bytes::le_bytes(other, l),
     }
 }
 
