@@ -1,10 +1,8 @@
 //! The CPU kernels of the convolutions: im2col / col2im (plain and "wide" for stride 1), the
 //! blocked GEMMs over samples, and the forward and backward passes built from them.
 
-use rayon::prelude::*;
-
 use super::gemm::{gemm, MatRef};
-use super::{pool, with_float, CpuElement, CpuFloat, CpuStorage};
+use super::{pool, team, with_float, CpuElement, CpuFloat, CpuStorage};
 use crate::backend::ConvGeometry as Geometry;
 
 /// The input columns `lo..hi` of output row `oh` that kernel tap `(ki, kj)` reads, and the
@@ -193,7 +191,7 @@ fn samples_per_task<T>(g: &Geometry, l: &Cols) -> usize {
     let per_sample = g.col_rows() * l.span;
     let fit = (COLS_BYTES / std::mem::size_of::<T>() / per_sample.max(1)).max(1);
     let flops = 2 * g.n * per_sample * g.out_channels_per_group() * g.opt.groups;
-    let threads = if flops >= 1 << 21 { rayon::current_num_threads() } else { 1 };
+    let threads = if flops >= 1 << 21 { team::threads() } else { 1 };
     g.n.div_ceil(threads).clamp(1, fit)
 }
 
@@ -274,7 +272,7 @@ fn conv_forward<T: CpuFloat>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry)
         // a worker and sleeping until it is done.
         body((0, &mut out[..]));
     } else {
-        out.par_chunks_mut((block * out_sample).max(1)).enumerate().for_each(body);
+        team::for_chunks(&mut out, block * out_sample, |bi, y| body((bi, y)));
     }
     out
 }
@@ -385,22 +383,19 @@ fn conv_backward<T: CpuFloat>(
         let mut dw = zeros();
         per_block(0, geo.n, if need_dx { &mut dx[..] } else { &mut [] }, &mut dw);
         dw
-    } else if need_dx {
-        dx.par_chunks_mut((block * in_sample).max(1))
-            .enumerate()
-            .fold(zeros, |mut dw, (bi, dxs)| {
-                per_block(bi * block, dxs.len() / in_sample.max(1), dxs, &mut dw);
-                dw
-            })
-            .reduce(zeros, add_vecs)
     } else {
-        (0..geo.n.div_ceil(block))
-            .into_par_iter()
-            .fold(zeros, |mut dw, bi| {
-                per_block(bi * block, block.min(geo.n - bi * block), &mut [], &mut dw);
-                dw
-            })
-            .reduce(zeros, add_vecs)
+        // One weight-gradient partial per block, summed after.
+        let mut partials: Vec<Vec<T>> = (0..geo.n.div_ceil(block)).map(|_| zeros()).collect();
+        if need_dx && !dx.is_empty() {
+            team::for_chunks2((&mut dx, block * in_sample), (&mut partials, 1), |bi, dxs, dw| {
+                per_block(bi * block, dxs.len() / in_sample.max(1), dxs, &mut dw[0])
+            });
+        } else {
+            team::for_chunks(&mut partials, 1, |bi, dw| {
+                per_block(bi * block, block.min(geo.n - bi * block), &mut [], &mut dw[0])
+            });
+        }
+        partials.into_iter().reduce(add_vecs).unwrap_or_else(zeros)
     };
     (dx, dw)
 }

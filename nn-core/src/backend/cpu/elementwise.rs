@@ -2,8 +2,7 @@
 
 use std::cmp::Ordering;
 
-use rayon::prelude::*;
-
+use super::team::{self, GRAIN};
 use super::{with_cpu, with_float, CpuElement, CpuStorage};
 use crate::backend::elementwise::Operand;
 use crate::backend::{BinaryOp, UnaryOp};
@@ -12,14 +11,11 @@ use crate::shape::{for_each_offset, Layout};
 /// Below this many elements, elementwise kernels stay on one thread.
 pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
 
-/// Whether a kernel with `work` elements should split across rayon's threads: at least
-/// `threshold` of them, and more than one thread in the pool. With one thread a parallel
-/// iterator would still hand the job to the pool's worker and sleep until it is done (a
-/// wake-up per kernel, 12% of a 1-thread Transformer step when measured): the calling
-/// thread runs it instead.
+/// Whether a kernel with `work` elements should split across the CPU team's threads
+/// ([`team`]): at least `threshold` of them, and more than one thread to run on.
 #[inline]
 pub(crate) fn split(work: usize, threshold: usize) -> bool {
-    work >= threshold && rayon::current_num_threads() > 1
+    work >= threshold && team::threads() > 1
 }
 
 /// `op.f(x)` elementwise.
@@ -138,7 +134,7 @@ pub(crate) fn map1<T: Copy + Send + Sync, U: CpuElement>(
         let src = &a[r];
         if split(src.len(), PAR_THRESHOLD) {
             let mut out = U::alloc_buffer(src.len());
-            src.par_iter().map(|&x| f(x)).collect_into_vec(&mut out);
+            team::fill(&mut out, src.len(), GRAIN, |r| src[r].iter().map(|&x| f(x)));
             return out;
         }
         let mut out = U::alloc_buffer(src.len());
@@ -176,7 +172,7 @@ pub(crate) fn map2<T: Copy + Send + Sync, U: CpuElement>(
         let (sa, sb) = (&a[ra], &b[rb]);
         if split(sa.len(), PAR_THRESHOLD) {
             let mut out = U::alloc_buffer(sa.len());
-            sa.par_iter().zip(sb.par_iter()).map(|(&x, &y)| f(x, y)).collect_into_vec(&mut out);
+            team::fill(&mut out, sa.len(), GRAIN, |r| sa[r.clone()].iter().zip(&sb[r]).map(|(&x, &y)| f(x, y)));
             return out;
         }
         let mut out = U::alloc_buffer(sa.len());
@@ -228,11 +224,9 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: CpuElement>(
         let (sa, sb, sc) = (&a[ra], &b[rb], &c[rc]);
         if split(sa.len(), PAR_THRESHOLD) {
             let mut out = U::alloc_buffer(sa.len());
-            sa.par_iter()
-                .zip(sb.par_iter())
-                .zip(sc.par_iter())
-                .map(|((&x, &y), &z)| f(x, y, z))
-                .collect_into_vec(&mut out);
+            team::fill(&mut out, sa.len(), GRAIN, |r| {
+                sa[r.clone()].iter().zip(&sb[r.clone()]).zip(&sc[r]).map(|((&x, &y), &z)| f(x, y, z))
+            });
             return out;
         }
         let mut out = U::alloc_buffer(sa.len());

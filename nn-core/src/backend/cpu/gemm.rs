@@ -26,8 +26,6 @@
 
 use std::sync::OnceLock;
 
-use rayon::prelude::*;
-
 /// Below this many multiply-adds a GEMM runs on one thread: splitting a smaller product
 /// cost more in synchronisation than it saved. Measured on 2 threads: with 2^22 the MLP
 /// step (products of 12.8M and 51M multiply-adds) took 0.40 ms at batch 64 and 1.0 ms at
@@ -69,8 +67,8 @@ fn has_avx512() -> bool {
 /// How many threads a GEMM of this size should use here.
 fn threads_for(m: usize, k: usize, n: usize) -> usize {
     let big = m.saturating_mul(k).saturating_mul(n) >= PAR_MADDS;
-    if big && rayon::current_thread_index().is_none() {
-        rayon::current_num_threads()
+    if big {
+        super::team::threads()
     } else {
         1
     }
@@ -234,9 +232,44 @@ pub(crate) fn gemm_on<T: Kernels>(
     beta: T,
     c: &mut [T],
 ) {
+    // SAFETY: an exclusive borrow of initialized elements, at least `m * n` (checked).
+    unsafe { gemm_raw(library, (m, k, n), alpha, a, b, beta, (c.as_mut_ptr(), c.len())) }
+}
+
+/// [`gemm`] with `beta = 0` into uninitialized memory (never read), which the product
+/// initializes: a fresh output needs no zeroing pass first (measured: zero-filling the
+/// products' outputs was 5% of a Transformer step).
+#[track_caller]
+pub(crate) fn gemm_uninit<T: Kernels>(
+    dims: (usize, usize, usize),
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    c: &mut [std::mem::MaybeUninit<T>],
+) {
+    assert!(dims.1 > 0, "gemm_uninit: an empty sum would leave the output unwritten");
+    // SAFETY: an exclusive borrow; with beta = 0 the kernels only write C (BLAS
+    // semantics, which both libraries follow), so its elements need not be initialized.
+    unsafe { gemm_raw(backend(), dims, alpha, a, b, T::zero(), (c.as_mut_ptr().cast(), c.len())) }
+}
+
+/// The checks and the call behind [`gemm_on`] and [`gemm_uninit`].
+///
+/// # Safety
+/// `c` points to `c_len` elements borrowed exclusively, initialized unless `beta` is 0.
+#[track_caller]
+unsafe fn gemm_raw<T: Kernels>(
+    library: Backend,
+    (m, k, n): (usize, usize, usize),
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    (c, c_len): (*mut T, usize),
+) {
     a.check("a", m, k);
     b.check("b", k, n);
-    assert!(c.len() >= m * n, "gemm: output of {} elements for {m} x {n}", c.len());
+    assert!(c_len >= m * n, "gemm: output of {c_len} elements for {m} x {n}");
     let g = Gemm {
         m,
         k,
@@ -249,12 +282,13 @@ pub(crate) fn gemm_on<T: Kernels>(
         rsb: b.row_stride as isize,
         csb: b.col_stride as isize,
         beta,
-        c: c.as_mut_ptr(),
+        c,
         rsc: n as isize,
         csc: 1,
     };
     // SAFETY: the checks above bound every element the strides reach in `a`, `b` and
-    // `c`; `c` is an exclusive borrow, so it overlaps neither operand.
+    // `c`; `c` is borrowed exclusively (the caller's contract), so it overlaps neither
+    // operand.
     unsafe { run_with(library, g) }
 }
 
@@ -288,7 +322,7 @@ pub(crate) unsafe fn run_with<T: Kernels>(backend: Backend, g: Gemm<T>) {
         let by_rows = g.m >= g.n;
         let len = if by_rows { g.m } else { g.n };
         let chunk = len.div_ceil(threads);
-        (0..len.div_ceil(chunk)).into_par_iter().for_each(|i| {
+        super::team::run(len.div_ceil(chunk), |i| {
             let part = g.block(by_rows, i * chunk, chunk.min(len - i * chunk));
             // SAFETY: each part writes a disjoint block of C, inside it by the contract.
             unsafe { single(backend, &part) }

@@ -1,9 +1,9 @@
 //! Matrix products on the CPU, each through the one GEMM entry ([`super::gemm::gemm`]).
 
-use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
-use super::gemm::{gemm, MatRef};
-use super::{with_float, CpuElement, CpuFloat, CpuStorage};
+use super::gemm::{gemm, gemm_uninit, MatRef};
+use super::{team, with_float, CpuElement, CpuFloat, CpuStorage};
 use crate::dtype::Element;
 use crate::shape::{for_each_offset, Dims, Layout};
 
@@ -60,23 +60,28 @@ fn bmm_kernel<T: CpuFloat>(
     let bb = broadcast_batch(lb, batch);
     let mut offsets = Vec::with_capacity(batch.iter().product());
     for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| offsets.push((oa, ob)));
-    let mut out = T::alloc_buffer(offsets.len() * m * n);
-    out.resize(offsets.len() * m * n, T::zero());
+    let len = offsets.len() * m * n;
+    let mut out = T::alloc_buffer(len);
     if m == 0 || n == 0 || k == 0 {
+        out.resize(len, T::zero());
         return out;
     }
-    let run = |(oa, ob): (usize, usize), c: &mut [T]| {
+    let run = |(oa, ob): (usize, usize), c: &mut [MaybeUninit<T>]| {
         let a = MatRef { data: a, offset: oa, row_stride: rsa, col_stride: csa };
         let b = MatRef { data: b, offset: ob, row_stride: rsb, col_stride: csb };
-        gemm((m, k, n), T::one(), a, b, T::zero(), c)
+        gemm_uninit((m, k, n), T::one(), a, b, c)
     };
-    if offsets.len() > 1 && m * n * k < SMALL_GEMM && rayon::current_num_threads() > 1 {
-        out.par_chunks_mut(m * n).zip(offsets.par_iter()).for_each(|(c, &o)| run(o, c));
+    let c = &mut out.spare_capacity_mut()[..len];
+    if offsets.len() > 1 && m * n * k < SMALL_GEMM && team::threads() > 1 {
+        team::for_chunks(c, m * n, |q, c| run(offsets[q], c));
     } else {
-        for (c, &o) in out.chunks_mut(m * n).zip(&offsets) {
+        for (c, &o) in c.chunks_mut(m * n).zip(&offsets) {
             run(o, c);
         }
     }
+    // SAFETY: the products above wrote all `len` elements (one `m x n` block per batch
+    // entry, `k > 0`); a panic in them leaves the length at 0.
+    unsafe { out.set_len(len) };
     out
 }
 

@@ -1,10 +1,8 @@
 //! Row kernels on the CPU: softmax, quantiles, elementwise predicates and boolean
 //! reductions.
 
-use rayon::prelude::*;
-
 use super::elementwise::{map1, PAR_THRESHOLD};
-use super::{strided_to_vec, with_cpu, with_float, CpuElement, CpuFloat, CpuStorage};
+use super::{strided_to_vec, team, vmath, with_cpu, with_float, CpuElement, CpuFloat, CpuStorage};
 use crate::dtype::Element;
 use crate::shape::Layout;
 
@@ -18,10 +16,38 @@ pub(crate) fn dropout_mask(len: usize, keep: f64) -> CpuStorage {
 
 /// See [`crate::backend::Storage::softmax`].
 pub(crate) fn softmax(x: &CpuStorage, l: &Layout, (outer, n, inner): (usize, usize, usize), log: bool) -> CpuStorage {
+    if let (CpuStorage::F32(v), 1) = (x, inner) {
+        if n > 0 {
+            return CpuStorage::F32(softmax_f32_rows(v, l, n, log));
+        }
+    }
     with_float!(x, if log { "log_softmax" } else { "softmax" }, T, v => {
         let contiguous = strided_to_vec(v, l);
         T::into_storage(softmax_kernel(&contiguous, outer, n, inner, log))
     })
+}
+
+/// Softmax of `f32` rows of `n` elements along the last dim, with the vectorized kernel
+/// (rows read in place when the layout is contiguous), split by rows over threads.
+fn softmax_f32_rows(v: &[f32], l: &Layout, n: usize, log: bool) -> Vec<f32> {
+    let copied;
+    let x = match l.contiguous_range() {
+        Some(r) => &v[r],
+        None => {
+            copied = strided_to_vec(v, l);
+            &copied[..]
+        }
+    };
+    let mut out = f32::alloc_buffer(x.len());
+    out.resize(x.len(), 0.0);
+    if super::elementwise::split(x.len(), PAR_THRESHOLD) && x.len() > n {
+        // Blocks of whole rows, about PAR_THRESHOLD / 2 elements each.
+        let rows = (PAR_THRESHOLD / 2).div_ceil(n) * n;
+        team::for_chunks(&mut out, rows, |q, b| vmath::softmax_rows(&x[q * rows..][..b.len()], b, n, log));
+    } else {
+        vmath::softmax_rows(x, &mut out, n, log);
+    }
+    out
 }
 
 /// See [`crate::backend::Storage::quantile`].
@@ -90,7 +116,7 @@ fn softmax_kernel<T: CpuFloat>(x: &[T], outer: usize, n: usize, inner: usize, lo
         }
     };
     if super::elementwise::split(x.len(), PAR_THRESHOLD) && outer > 1 {
-        x.par_chunks(block).zip(out.par_chunks_mut(block)).for_each(run);
+        team::for_chunks(&mut out, block, |q, ys| run((&x[q * block..][..ys.len()], ys)));
     } else {
         x.chunks(block).zip(out.chunks_mut(block)).for_each(run);
     }

@@ -19,6 +19,8 @@ pub(crate) mod misc;
 pub(crate) mod pool;
 pub(crate) mod pooling;
 pub(crate) mod reduce;
+pub(crate) mod team;
+pub(crate) mod vmath;
 
 /// The CPU side of an [`Element`]: how a typed vector sits in a [`CpuStorage`] and where
 /// its buffers come from. Implemented for the six element types; kept here so that
@@ -289,7 +291,18 @@ pub(crate) fn strided_to_vec<T: CpuElement>(v: &[T], layout: &Layout) -> Vec<T> 
         out.extend_from_slice(&v[r]);
         return out;
     }
-    for_each_offset(layout.shape(), [layout.strides()], [layout.offset()], |[o]| out.push(v[o]));
+    let (shape, strides) = (layout.shape(), layout.strides());
+    let rank = shape.len();
+    if rank >= 2 && strides[rank - 1] == 1 && shape[rank - 1] >= 4 {
+        // Rows of the last dim are contiguous runs (a transposed head split, a narrowed
+        // row): one slice copy per run instead of an indexed push per element.
+        let run = shape[rank - 1];
+        for_each_offset(&shape[..rank - 1], [&strides[..rank - 1]], [layout.offset()], |[o]| {
+            out.extend_from_slice(&v[o..o + run])
+        });
+        return out;
+    }
+    for_each_offset(shape, [strides], [layout.offset()], |[o]| out.push(v[o]));
     out
 }
 

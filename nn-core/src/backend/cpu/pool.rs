@@ -14,7 +14,7 @@ pub(crate) const MIN_ELEMS: usize = 1 << 12;
 /// The pool never holds more than this many bytes.
 pub(crate) const MAX_BYTES: usize = 256 << 20;
 /// At most this many buffers per type are kept.
-const MAX_BUFFERS: usize = 64;
+const MAX_BUFFERS: usize = 256;
 
 static BYTES: AtomicUsize = AtomicUsize::new(0);
 static F32: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());

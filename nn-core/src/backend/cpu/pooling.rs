@@ -1,13 +1,12 @@
 //! Pooling kernels on the CPU: max pooling (with a vectorised 2x2 kernel) and average
 //! pooling, planes spread over threads.
 
-use num_traits::{Float, Zero};
-use rayon::prelude::*;
-
 use super::elementwise::PAR_THRESHOLD;
+use super::team;
 use super::{with_float, CpuElement, CpuStorage};
 use crate::backend::{AvgPool, MaxPool, PoolPlanes};
 use crate::dtype::Element;
+use num_traits::{Float, Zero};
 
 /// Max pooling of contiguous planes (see [`crate::backend::Storage::max_pool2d`]).
 pub(crate) fn max_pool2d(x: &CpuStorage, pool: &MaxPool) -> (CpuStorage, Argmax) {
@@ -33,7 +32,7 @@ pub(crate) fn max_pool2d(x: &CpuStorage, pool: &MaxPool) -> (CpuStorage, Argmax)
                 }
             };
             if parallel {
-                out.par_chunks_mut(plane_out).zip(codes.par_chunks_mut(plane_out)).enumerate().for_each(|(q, (y, c))| plane(q, y, c));
+                team::for_chunks2((&mut out, plane_out), (&mut codes, plane_out), plane);
             } else {
                 out.chunks_mut(plane_out).zip(codes.chunks_mut(plane_out)).enumerate().for_each(|(q, (y, c))| plane(q, y, c));
             }
@@ -92,7 +91,7 @@ pub(crate) fn max_pool2d(x: &CpuStorage, pool: &MaxPool) -> (CpuStorage, Argmax)
                 }
             };
             if parallel {
-                out.par_chunks_mut(plane_out).zip(idx.par_chunks_mut(plane_out)).enumerate().for_each(|(q, (y, ix))| plane(q, y, ix));
+                team::for_chunks2((&mut out, plane_out), (&mut idx, plane_out), plane);
             } else {
                 out.chunks_mut(plane_out).zip(idx.chunks_mut(plane_out)).enumerate().for_each(|(q, (y, ix))| plane(q, y, ix));
             }
@@ -134,7 +133,7 @@ pub(crate) fn max_pool2d_backward(g: &CpuStorage, saved: &Argmax, pool: &MaxPool
             }
         };
         if super::elementwise::split(n, PAR_THRESHOLD * 4) {
-            dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| scatter(q, dxp));
+            team::for_chunks(&mut dx, pl.h * pl.w, scatter);
         } else {
             dx.chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| scatter(q, dxp));
         }
@@ -148,7 +147,7 @@ pub(crate) fn avg_pool2d(x: &CpuStorage, pool: &AvgPool) -> CpuStorage {
     let numel = pl.planes * pl.ho * pl.wo;
     with_float!(x, "avg_pool2d", T, v => {
         let mut out = vec![T::zero(); numel];
-        out.par_chunks_mut((pl.ho * pl.wo).max(1)).enumerate().for_each(|(q, y)| {
+        team::for_chunks(&mut out, pl.ho * pl.wo, |q, y| {
             let src = &v[q * pl.h * pl.w..(q + 1) * pl.h * pl.w];
             for oh in 0..pl.ho {
                 for ow in 0..pl.wo {
@@ -172,7 +171,7 @@ pub(crate) fn avg_pool2d_backward(g: &CpuStorage, pool: &AvgPool) -> CpuStorage 
     let pl = pool.planes;
     with_float!(g, "avg_pool2d", T, gv => {
         let mut dx = vec![T::zero(); pl.planes * pl.h * pl.w];
-        dx.par_chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| {
+        team::for_chunks(&mut dx, pl.h * pl.w, |q, dxp| {
             for oh in 0..pl.ho {
                 for ow in 0..pl.wo {
                     let (h0, h1, w0, w1, div) = pool.window(oh, ow);

@@ -1,8 +1,7 @@
 //! Reductions on the CPU.
 
-use rayon::prelude::*;
-
 use super::elementwise::PAR_THRESHOLD;
+use super::team;
 use super::{pool, strided_to_vec, with_cpu, with_float, CpuElement, CpuFloat, CpuStorage};
 use crate::shape::{contiguous_strides, for_each_offset, kept_shape, Layout};
 
@@ -70,11 +69,14 @@ fn sum_kernel<T: CpuFloat>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
         let src = &v[r];
         let row: usize = shape[first_reduced..].iter().product();
         let sum_row = |c: &[T]| T::from_f64(sum_run(c));
-        return if super::elementwise::split(src.len(), PAR_THRESHOLD) && n_out > 1 {
-            src.par_chunks(row).map(sum_row).collect()
+        let mut out = T::alloc_buffer(n_out);
+        if super::elementwise::split(src.len(), PAR_THRESHOLD) && n_out > 1 {
+            let rows = (team::GRAIN / row.max(1)).max(1);
+            team::fill(&mut out, n_out, rows, |r| src[r.start * row..r.end * row].chunks(row).map(sum_row));
         } else {
-            src.chunks(row).map(sum_row).collect()
-        };
+            out.extend(src.chunks(row).map(sum_row));
+        }
+        return out;
     }
     let mut acc = pool::filled(n_out, 0f64);
     let mut ostrides = contiguous_strides(&kept);

@@ -1,0 +1,340 @@
+//! The CPU kernels' threads: a fork-join team in the manner of OpenMP, which the calling
+//! thread joins.
+//!
+//! Kernels used to split work with rayon. Called from the program's own thread (as a
+//! training loop is), a rayon parallel loop hands the whole loop to the pool and puts the
+//! caller to sleep until it is done; the pool's workers fall asleep a few microseconds
+//! after each loop. A training step runs hundreds of kernels, so each paid two wake-ups
+//! (measured on a 2-core Zen 4: a Transformer step took longer on 2 threads than on 1,
+//! and the MLP at batch 64 too), and with `RAYON_NUM_THREADS=2` three threads (the caller
+//! and two workers) competed for two cores.
+//!
+//! The team instead has `threads - 1` helper threads; the caller runs tasks beside them
+//! and waits only for the tasks already started. Between loops a helper spins for
+//! [`SPIN`] before parking, so the loops of one training step find it awake, as OpenMP's
+//! workers are (PyTorch's CPU kernels run on OpenMP).
+//!
+//! The team's size is rayon's: `RAYON_NUM_THREADS`, or rayon's global pool as the program
+//! configured it, read when the first parallel kernel runs. A kernel called from inside a
+//! rayon task (user code in `par_iter`, `ThreadPool::install`) or from a kernel already
+//! running on the team, or while another thread holds the team, runs on its own thread:
+//! threads are never oversubscribed and nothing nests.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// How long an idle helper spins for the next loop before parking (OpenMP runtimes spin
+/// for hundreds of milliseconds; the serial stretches of a training step between two
+/// parallel kernels are well under this).
+const SPIN: Duration = Duration::from_millis(1);
+
+/// `state`: set while a loop accepts helpers; the low bits count the helpers inside it.
+const OPEN: usize = 1 << (usize::BITS - 1);
+
+/// One parallel loop: `f(i)` for every `i < tasks`, claimed one at a time.
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+    tasks: usize,
+    next: AtomicUsize,
+    /// The first panic of a task, re-raised on the caller.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl Job<'_> {
+    /// Claims and runs tasks until none is left.
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, SeqCst);
+            if i >= self.tasks {
+                return;
+            }
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| (self.f)(i))) {
+                self.panic.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(p);
+            }
+        }
+    }
+}
+
+struct Team {
+    /// Helper threads (the caller is the team's last member), set once they are spawned.
+    helpers: OnceLock<Vec<Thread>>,
+    /// Per helper: parked (or about to park), to be unparked by the next loop.
+    parked: Vec<AtomicBool>,
+    /// Bumped for every loop, so helpers see there is work.
+    epoch: AtomicU64,
+    /// [`OPEN`] and the count of helpers inside the current loop.
+    state: AtomicUsize,
+    /// The current loop, valid while `state` has [`OPEN`] or counts a helper.
+    job: AtomicUsize,
+    /// Held by the thread running a loop; others run theirs alone.
+    owner: Mutex<()>,
+}
+
+thread_local! {
+    /// Set on helpers, and on a caller while it runs a loop: a kernel called here runs
+    /// on this thread.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+fn team() -> &'static Team {
+    static TEAM: OnceLock<&'static Team> = OnceLock::new();
+    TEAM.get_or_init(|| {
+        let n = rayon::current_num_threads().max(1) - 1;
+        let team: &'static Team = Box::leak(Box::new(Team {
+            helpers: OnceLock::new(),
+            parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            epoch: AtomicU64::new(0),
+            state: AtomicUsize::new(0),
+            job: AtomicUsize::new(0),
+            owner: Mutex::new(()),
+        }));
+        let mut helpers = Vec::with_capacity(n);
+        for i in 0..n {
+            let spawned = std::thread::Builder::new().name(format!("nn-cpu-{i}")).spawn(move || helper(team, i));
+            match spawned {
+                Ok(h) => helpers.push(h.thread().clone()),
+                // No thread to be had: a smaller team (every loop still completes, the
+                // caller claims whatever no helper does).
+                Err(_) => break,
+            }
+        }
+        team.helpers.get_or_init(|| helpers);
+        team
+    })
+}
+
+impl Team {
+    fn helpers(&self) -> &[Thread] {
+        self.helpers.get().map_or(&[], Vec::as_slice)
+    }
+}
+
+/// A helper's life: wait for a loop, join it, repeat.
+fn helper(team: &'static Team, i: usize) {
+    INSIDE.with(|c| c.set(true));
+    let mut seen = 0;
+    loop {
+        seen = wait_for_loop(team, i, seen);
+        let s = team.state.fetch_add(1, SeqCst);
+        if s & OPEN != 0 {
+            // SAFETY: the loop is open and counts this helper, so the caller keeps the
+            // job alive until this helper leaves (`state` back without it).
+            let job = unsafe { &*(team.job.load(SeqCst) as *const Job<'static>) };
+            job.work();
+        }
+        team.state.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Spins, then parks, until the epoch moves past `seen`; the new epoch.
+fn wait_for_loop(team: &Team, i: usize, seen: u64) -> u64 {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let e = team.epoch.load(SeqCst);
+        if e != seen {
+            return e;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 && start.elapsed() > SPIN {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    loop {
+        team.parked[i].store(true, SeqCst);
+        let e = team.epoch.load(SeqCst);
+        if e != seen {
+            team.parked[i].store(false, SeqCst);
+            return e;
+        }
+        std::thread::park();
+    }
+}
+
+/// How many threads a loop started here would run on (1: it would run on this thread).
+pub(crate) fn threads() -> usize {
+    if INSIDE.with(Cell::get) || rayon::current_thread_index().is_some() {
+        1
+    } else {
+        team().helpers().len() + 1
+    }
+}
+
+/// Runs `f(i)` for every `i < tasks`, on the team when it is free and there is more than
+/// one task, else on this thread; returns when all have run. A panic in a task is raised
+/// here once every task has finished (the first one, when several panic).
+pub(crate) fn run(tasks: usize, f: impl Fn(usize) + Sync) {
+    if tasks <= 1 || threads() == 1 {
+        return (0..tasks).for_each(f);
+    }
+    let team = team();
+    let Ok(_owner) = team.owner.try_lock() else {
+        return (0..tasks).for_each(f);
+    };
+    let job = Job { f: &f, tasks, next: AtomicUsize::new(0), panic: Mutex::new(None) };
+    team.job.store(&job as *const Job<'_> as usize, SeqCst);
+    team.state.fetch_or(OPEN, SeqCst);
+    team.epoch.fetch_add(1, SeqCst);
+    for (h, p) in team.helpers().iter().zip(&team.parked) {
+        if p.swap(false, SeqCst) {
+            h.unpark();
+        }
+    }
+    INSIDE.with(|c| c.set(true));
+    job.work();
+    INSIDE.with(|c| c.set(false));
+    // Every task is claimed: close the loop to latecomers, then wait for the helpers
+    // still running a task (they hold a reference to `job`).
+    team.state.fetch_and(!OPEN, SeqCst);
+    while team.state.load(SeqCst) != 0 {
+        std::hint::spin_loop();
+    }
+    if let Some(p) = job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        resume_unwind(p);
+    }
+}
+
+/// A pointer that may cross threads: each task derives a disjoint part of its target.
+#[derive(Clone, Copy)]
+struct Shared<T>(*mut T);
+// SAFETY: only used by the functions below, whose tasks touch disjoint elements.
+unsafe impl<T: Send> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    /// The part `[start, start + len)`. (A method, so closures capture the whole value.)
+    ///
+    /// # Safety
+    /// In bounds, and no other live reference to these elements.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn part(&self, start: usize, len: usize) -> &mut [T] {
+        // SAFETY: forwarded contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}
+
+/// Runs `f(q, part)` over `out` cut in consecutive parts of `chunk` elements (the last
+/// may be shorter), in parallel as [`run`].
+pub(crate) fn for_chunks<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let (len, chunk) = (out.len(), chunk.max(1));
+    let p = Shared(out.as_mut_ptr());
+    run(len.div_ceil(chunk), |q| {
+        let start = q * chunk;
+        // SAFETY: part `q` is `[q chunk, min((q + 1) chunk, len))`, disjoint from every
+        // other part and inside `out`, which is borrowed exclusively for the call.
+        f(q, unsafe { p.part(start, chunk.min(len - start)) })
+    })
+}
+
+/// [`for_chunks`] over two buffers cut alike: `f(q, part of a, part of b)`, with parts of
+/// `ca` and `cb` elements.
+pub(crate) fn for_chunks2<A: Send, B: Send>(
+    (a, ca): (&mut [A], usize),
+    (b, cb): (&mut [B], usize),
+    f: impl Fn(usize, &mut [A], &mut [B]) + Sync,
+) {
+    let (ca, cb) = (ca.max(1), cb.max(1));
+    let tasks = a.len().div_ceil(ca);
+    assert_eq!(tasks, b.len().div_ceil(cb), "for_chunks2: buffers cut in different numbers of parts");
+    let (la, lb) = (a.len(), b.len());
+    let (pa, pb) = (Shared(a.as_mut_ptr()), Shared(b.as_mut_ptr()));
+    run(tasks, |q| {
+        let (sa, sb) = (q * ca, q * cb);
+        // SAFETY: as in `for_chunks`, for each buffer.
+        let (x, y) = unsafe { (pa.part(sa, ca.min(la - sa)), pb.part(sb, cb.min(lb - sb))) };
+        f(q, x, y)
+    })
+}
+
+/// Elements per task of the elementwise loops (big enough that claiming a task costs
+/// nothing next to it).
+pub(crate) const GRAIN: usize = 1 << 14;
+
+/// Fills `out` (emptied first) with `len` elements made in parallel parts of `grain`:
+/// the part `range` holds the items of `f(range)`, an iterator of at least `range.len()`
+/// items (checked). The elementwise kernels' way to write a fresh output in parallel.
+pub(crate) fn fill<U, I>(out: &mut Vec<U>, len: usize, grain: usize, f: impl Fn(std::ops::Range<usize>) -> I + Sync)
+where
+    U: Send,
+    I: Iterator<Item = U>,
+{
+    out.clear();
+    out.reserve(len);
+    let grain = grain.max(1);
+    for_chunks(&mut out.spare_capacity_mut()[..len], grain, |q, part| {
+        let (mut written, start) = (0, q * grain);
+        let items = f(start..start + part.len());
+        for (slot, v) in part.iter_mut().zip(items) {
+            slot.write(v);
+            written += 1;
+        }
+        assert_eq!(written, part.len(), "team::fill: a part's iterator ended early");
+    });
+    // SAFETY: the parts cover all `len` slots, and each wrote all of its slots (counted;
+    // a panic is raised by `for_chunks` before this line).
+    unsafe { out.set_len(len) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_once_and_panics_reach_the_caller() {
+        let counts: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
+        for _ in 0..50 {
+            run(counts.len(), |i| {
+                counts[i].fetch_add(1, SeqCst);
+            });
+        }
+        assert!(counts.iter().all(|c| c.load(SeqCst) == 50));
+        let err = catch_unwind(|| run(64, |i| assert!(i != 37, "task {i} failed"))).unwrap_err();
+        assert_eq!(err.downcast_ref::<String>().map(String::as_str), Some("task 37 failed"));
+        // The team still works after a panic.
+        let sum = AtomicUsize::new(0);
+        run(100, |i| {
+            sum.fetch_add(i, SeqCst);
+        });
+        assert_eq!(sum.load(SeqCst), 4950);
+    }
+
+    #[test]
+    fn chunks_cover_the_buffer_and_loops_nest_and_race_safely() {
+        let mut v = vec![0usize; 10_007];
+        for_chunks(&mut v, 100, |q, part| {
+            // A nested loop runs on this thread.
+            assert_eq!(threads(), 1);
+            run(part.len(), |_| {});
+            for (j, x) in part.iter_mut().enumerate() {
+                *x = q * 100 + j;
+            }
+        });
+        assert!(v.iter().enumerate().all(|(i, &x)| i == x));
+        // Loops started from several threads at once all complete.
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        let mut out = Vec::new();
+                        fill(&mut out, 40_000, 1000, |r| r.map(|i| i * t));
+                        assert!(out.iter().enumerate().all(|(i, &x)| x == i * t));
+                    }
+                });
+            }
+        });
+        let (mut a, mut b) = (vec![0u8; 30], vec![0u32; 15]);
+        for_chunks2((&mut a, 2), (&mut b, 1), |q, x, y| {
+            x.fill(q as u8);
+            y[0] = q as u32;
+        });
+        assert_eq!(a[29], 14);
+        assert_eq!(b[14], 14);
+    }
+}
