@@ -18,6 +18,16 @@ pub(crate) fn split(work: usize, threshold: usize) -> bool {
     work >= threshold && team::threads() > 1
 }
 
+/// Elements per task of a contiguous elementwise loop of `len`: [`GRAIN`] when it is worth
+/// splitting, else all of them (one task, on this thread).
+fn grain(len: usize) -> usize {
+    if split(len, PAR_THRESHOLD) {
+        GRAIN
+    } else {
+        len
+    }
+}
+
 /// `op.f(x)` elementwise.
 pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage {
     with_float!(x, O::NAME, T, v => T::into_storage(map1(v, l, |a: T| op.f(a))))
@@ -132,13 +142,8 @@ pub(crate) fn map1<T: Copy + Send + Sync, U: CpuElement>(
 ) -> Vec<U> {
     if let Some(r) = la.contiguous_range() {
         let src = &a[r];
-        if split(src.len(), PAR_THRESHOLD) {
-            let mut out = U::alloc_buffer(src.len());
-            team::fill(&mut out, src.len(), GRAIN, |r| src[r].iter().map(|&x| f(x)));
-            return out;
-        }
         let mut out = U::alloc_buffer(src.len());
-        out.extend(src.iter().map(|&x| f(x)));
+        team::fill(&mut out, src.len(), grain(src.len()), |r| src[r].iter().map(|&x| f(x)));
         return out;
     }
     let mut out = U::alloc_buffer(la.numel());
@@ -170,13 +175,8 @@ pub(crate) fn map2<T: Copy + Send + Sync, U: CpuElement>(
     debug_assert_eq!(la.shape(), lb.shape());
     if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
         let (sa, sb) = (&a[ra], &b[rb]);
-        if split(sa.len(), PAR_THRESHOLD) {
-            let mut out = U::alloc_buffer(sa.len());
-            team::fill(&mut out, sa.len(), GRAIN, |r| sa[r.clone()].iter().zip(&sb[r]).map(|(&x, &y)| f(x, y)));
-            return out;
-        }
         let mut out = U::alloc_buffer(sa.len());
-        out.extend(sa.iter().zip(sb).map(|(&x, &y)| f(x, y)));
+        team::fill(&mut out, sa.len(), grain(sa.len()), |r| sa[r.clone()].iter().zip(&sb[r]).map(|(&x, &y)| f(x, y)));
         return out;
     }
     // Outer dims by odometer, the innermost as a run: contiguous (stride 1) or broadcast
@@ -222,15 +222,10 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: CpuElement>(
 ) -> Vec<U> {
     if let (Some(ra), Some(rb), Some(rc)) = (la.contiguous_range(), lb.contiguous_range(), lc.contiguous_range()) {
         let (sa, sb, sc) = (&a[ra], &b[rb], &c[rc]);
-        if split(sa.len(), PAR_THRESHOLD) {
-            let mut out = U::alloc_buffer(sa.len());
-            team::fill(&mut out, sa.len(), GRAIN, |r| {
-                sa[r.clone()].iter().zip(&sb[r.clone()]).zip(&sc[r]).map(|((&x, &y), &z)| f(x, y, z))
-            });
-            return out;
-        }
         let mut out = U::alloc_buffer(sa.len());
-        out.extend(sa.iter().zip(sb).zip(sc).map(|((&x, &y), &z)| f(x, y, z)));
+        team::fill(&mut out, sa.len(), grain(sa.len()), |r| {
+            sa[r.clone()].iter().zip(&sb[r.clone()]).zip(&sc[r]).map(|((&x, &y), &z)| f(x, y, z))
+        });
         return out;
     }
     let mut out = U::alloc_buffer(la.numel());
@@ -245,14 +240,37 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: CpuElement>(
         &shape[..r],
         [&la.strides()[..r], &lb.strides()[..r], &lc.strides()[..r]],
         [la.offset(), lb.offset(), lc.offset()],
-        |[i, j, k]| {
-            if (sa, sb, sc) == (1, 1, 1) {
-                out.extend(
-                    a[i..i + len].iter().zip(&b[j..j + len]).zip(&c[k..k + len]).map(|((&x, &y), &z)| f(x, y, z)),
-                );
-            } else {
-                out.extend((0..len).map(|t| f(a[i + t * sa], b[j + t * sb], c[k + t * sc])));
+        // Contiguous (stride 1) and broadcast (stride 0) runs as slice loops the compiler
+        // vectorizes (a layer norm's backward multiplies rows by per-row and per-column
+        // factors this way); other strides element by element.
+        |[i, j, k]| match (sa, sb, sc) {
+            (1, 1, 1) => out
+                .extend(a[i..i + len].iter().zip(&b[j..j + len]).zip(&c[k..k + len]).map(|((&x, &y), &z)| f(x, y, z))),
+            (1, 1, 0) => {
+                let z = c[k];
+                out.extend(a[i..i + len].iter().zip(&b[j..j + len]).map(|(&x, &y)| f(x, y, z)))
             }
+            (1, 0, 1) => {
+                let y = b[j];
+                out.extend(a[i..i + len].iter().zip(&c[k..k + len]).map(|(&x, &z)| f(x, y, z)))
+            }
+            (0, 1, 1) => {
+                let x = a[i];
+                out.extend(b[j..j + len].iter().zip(&c[k..k + len]).map(|(&y, &z)| f(x, y, z)))
+            }
+            (1, 0, 0) => {
+                let (y, z) = (b[j], c[k]);
+                out.extend(a[i..i + len].iter().map(|&x| f(x, y, z)))
+            }
+            (0, 1, 0) => {
+                let (x, z) = (a[i], c[k]);
+                out.extend(b[j..j + len].iter().map(|&y| f(x, y, z)))
+            }
+            (0, 0, 1) => {
+                let (x, y) = (a[i], b[j]);
+                out.extend(c[k..k + len].iter().map(|&z| f(x, y, z)))
+            }
+            _ => out.extend((0..len).map(|t| f(a[i + t * sa], b[j + t * sb], c[k + t * sc]))),
         },
     );
     out

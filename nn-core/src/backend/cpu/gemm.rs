@@ -17,21 +17,22 @@
 //!
 //! `NN_GEMM=gemm` or `NN_GEMM=matrixmultiply` overrides the choice (for benchmarking).
 //!
-//! Threads: one pool for everything, rayon's. A GEMM of at least [`PAR_MADDS`]
-//! multiply-adds called from outside a rayon task is split over rayon's threads; called
-//! from inside one (a conv block, a batch of small matmuls, user code in `par_iter`) it
-//! runs on that thread, so nested parallelism never oversubscribes the cores (as
-//! `matrixmultiply`'s own thread pool did next to rayon's: measured 2x slower CNN steps
-//! with both at 2 threads).
+//! Threads: one team for every kernel ([`super::team`]). A GEMM of at least
+//! [`PAR_MADDS`] multiply-adds is cut into one block of C per team member, the caller
+//! taking one; called from inside a team task or a rayon task (a conv block, a batch of
+//! small matmuls, user code in `par_iter`) it runs on that thread, so nested parallelism
+//! never oversubscribes the cores (as `matrixmultiply`'s own thread pool did next to
+//! rayon's: measured 2x slower CNN steps with both at 2 threads).
 
 use std::sync::OnceLock;
 
-/// Below this many multiply-adds a GEMM runs on one thread: splitting a smaller product
-/// cost more in synchronisation than it saved. Measured on 2 threads: with 2^22 the MLP
-/// step (products of 12.8M and 51M multiply-adds) took 0.40 ms at batch 64 and 1.0 ms at
-/// 256; with 2^24 (the 64-row products stay whole) 0.35 and 0.92 ms. 256^3 = 2^24 and up
-/// ran 1.8x faster split.
-pub(crate) const PAR_MADDS: usize = 1 << 24;
+/// Below this many multiply-adds a GEMM runs on one thread. With rayon (the caller asleep
+/// while the pool worked) splitting paid off only from 2^24; on the CPU team (the caller
+/// takes a block itself, the helper is awake) it does from 2^20. Measured on 2 threads of
+/// a 2-vCPU Xeon (Emerald Rapids), 2^20 against 2^24: MLP forward at batch 64 (12.8M
+/// multiply-adds) 0.13-0.17 ms against 0.29-0.35, MLP step at batch 64 0.54 against
+/// 0.64-0.87 ms.
+pub(crate) const PAR_MADDS: usize = 1 << 20;
 
 /// Which kernel library runs a GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,7 +402,7 @@ mod tests {
     /// empty cases, against the naive product.
     #[test]
     fn both_backends_match_a_naive_product() {
-        // Sizes on both sides of the threading threshold (256^3 > PAR_MADDS).
+        // Sizes on both sides of the threading threshold (33 x 17 x 65 < PAR_MADDS <= 256^3).
         for (m, k, n) in [(1, 1, 1), (7, 5, 3), (33, 17, 65), (256, 256, 256), (8, 9, 3000), (5, 0, 4), (0, 3, 3)] {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let a = values(m * k, 1);

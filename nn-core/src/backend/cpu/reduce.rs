@@ -37,10 +37,30 @@ pub(crate) fn arg_extreme(x: &CpuStorage, rows: &Layout, n: usize, largest: bool
     }))
 }
 
+/// `acc += row` elementwise in `f64` (a reduction over leading dims, as a bias gradient
+/// is), vectorized with AVX2 where the CPU has it.
+fn add_run<T: CpuFloat>(acc: &mut [f64], row: &[T]) {
+    super::vmath::with_avx2(
+        #[inline(always)]
+        || {
+            for (a, x) in acc.iter_mut().zip(row) {
+                *a += x.as_f64();
+            }
+        },
+    )
+}
+
 /// Sum of a contiguous run in `f64`, over 8 independent lanes (vectorisable, and more
-/// accurate than a sequential sum).
-#[inline]
+/// accurate than a sequential sum), with AVX2 where the CPU has it.
 fn sum_run<T: CpuFloat>(c: &[T]) -> f64 {
+    super::vmath::with_avx2(
+        #[inline(always)]
+        || sum_lanes(c),
+    )
+}
+
+#[inline(always)]
+fn sum_lanes<T: CpuFloat>(c: &[T]) -> f64 {
     let mut lanes = [0f64; 8];
     let chunks = c.chunks_exact(8);
     let rem = chunks.remainder();
@@ -98,9 +118,7 @@ fn sum_kernel<T: CpuFloat>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
                 if last_reduced {
                     acc[o] += sum_run(row);
                 } else {
-                    for (a, x) in acc[o..o + len].iter_mut().zip(row) {
-                        *a += x.as_f64();
-                    }
+                    add_run(&mut acc[o..o + len], row);
                 }
             } else {
                 for k in 0..len {

@@ -269,12 +269,8 @@ where
     out.reserve(len);
     let grain = grain.max(1);
     for_chunks(&mut out.spare_capacity_mut()[..len], grain, |q, part| {
-        let (mut written, start) = (0, q * grain);
-        let items = f(start..start + part.len());
-        for (slot, v) in part.iter_mut().zip(items) {
-            slot.write(v);
-            written += 1;
-        }
+        let start = q * grain;
+        let written = super::vmath::write_items(part, f(start..start + part.len()));
         assert_eq!(written, part.len(), "team::fill: a part's iterator ended early");
     });
     // SAFETY: the parts cover all `len` slots, and each wrote all of its slots (counted;

@@ -20,7 +20,8 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     // without `round`, which SSE2 has no instruction for.
     const ROUND: f32 = 12_582_912.0;
     let xc = x.clamp(-104.0, 88.8); // NaN passes through `clamp`
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    let t = xc * LOG2E + ROUND;
+    let n = t - ROUND;
     let r = xc - n * LN2_HI - n * LN2_LO;
     let mut p = 1.987_569_1e-4;
     p = p * r + 1.398_199_9e-3;
@@ -29,8 +30,10 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 5.000_000_1e-1;
     let e = p * (r * r) + r + 1.0;
-    // n in [-150, 128]: each half is a normal power of two.
-    let ni = n as i32;
+    // n in [-150, 128], read from the low bits of `t` (integer arithmetic only: a float
+    // to int cast is a scalar sequence, it saturates and checks for NaN; a NaN `x` gives
+    // a NaN `e`, whatever the scale). Each half of n is a normal power of two.
+    let ni = t.to_bits() as i32 - ROUND.to_bits() as i32;
     let (n1, n2) = (ni >> 1, ni - (ni >> 1));
     let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
     let s2 = f32::from_bits(((n2 + 127) as u32) << 23);
@@ -106,6 +109,51 @@ fn softmax_rows_base(x: &[f32], y: &mut [f32], n: usize, log: bool) {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn softmax_rows_avx2(x: &[f32], y: &mut [f32], n: usize, log: bool) {
     softmax_rows_body(x, y, n, log)
+}
+
+/// Writes the items of `items` into `slots` in order until either ends; how many it
+/// wrote. The elementwise kernels' inner loop: the iterator (a map over slices) is inlined
+/// here, so on the AVX2 copy its arithmetic is AVX2 vector code.
+#[inline]
+pub(crate) fn write_items<U, I: Iterator<Item = U>>(slots: &mut [std::mem::MaybeUninit<U>], items: I) -> usize {
+    #[inline(always)]
+    fn body<U, I: Iterator<Item = U>>(slots: &mut [std::mem::MaybeUninit<U>], items: I) -> usize {
+        let mut written = 0;
+        for (slot, v) in slots.iter_mut().zip(items) {
+            slot.write(v);
+            written += 1;
+        }
+        written
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn body_avx2<U, I: Iterator<Item = U>>(slots: &mut [std::mem::MaybeUninit<U>], items: I) -> usize {
+        body(slots, items)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { body_avx2(slots, items) };
+    }
+    body(slots, items)
+}
+
+/// Runs `f` from a function compiled with AVX2 and FMA when the CPU has them, so that the
+/// loops `f` inlines (a reduction's row sums and row adds) are vectorized 8 lanes wide
+/// instead of the baseline target's 4.
+#[inline]
+pub(crate) fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run_avx2<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { run_avx2(f) };
+    }
+    f()
 }
 
 /// Whether this CPU runs the AVX2 + FMA copies (checked once).
