@@ -28,7 +28,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let e = p * (r * r) + r + 1.0;
     // n in [-150, 128], read from the low bits of `t` (integer arithmetic only: a float
     // to int cast is a scalar sequence, it saturates and checks for NaN; a NaN `x` gives
