@@ -209,7 +209,8 @@ impl<'a, T> MatRef<'a, T> {
 /// `c = alpha a b + beta c` for `a: m x k`, `b: k x n` and `c` an `m x n` row-major
 /// slice, with the process's kernel library and thread policy; every operand's extent is
 /// checked against its buffer. With `beta = 0`, `c` is not read (BLAS semantics: its NaN
-/// do not propagate). The one way into GEMM for every kernel.
+/// do not propagate). With [`gemm_uninit`] (the same checks and call, for a fresh
+/// output), the one way into GEMM for every kernel.
 #[track_caller]
 pub(crate) fn gemm<T: Kernels>(
     dims: (usize, usize, usize),
