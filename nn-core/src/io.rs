@@ -58,8 +58,12 @@ impl TempFile {
     }
 
     fn commit(mut self, to: &Path) -> io::Result<()> {
+        let replaced = open_replaced(to);
         std::fs::rename(&self.path, to)?;
         self.committed = true;
+        if let Some(file) = replaced {
+            release_in_background(file);
+        }
         Ok(())
     }
 }
@@ -129,6 +133,80 @@ pub fn atomic_write(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> io:
         Ok(())
     })()
     .map_err(io_err)
+}
+
+/// The regular file a rename to `to` is about to replace, held open (Unix) so that the
+/// rename only unlinks its name: the file system frees its blocks when the last handle
+/// closes, which [`release_in_background`] does off the saving thread. Freeing 64 MB
+/// took 16-27 ms of every overwriting save here (ext4 mounted with `discard`). Elsewhere
+/// (an open file cannot be renamed over on Windows), `None`.
+fn open_replaced(to: &Path) -> Option<File> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Non-blocking, so that a FIFO at `to` cannot hang the save here.
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(to).ok()?;
+        file.metadata().ok()?.is_file().then_some(file)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = to;
+        None
+    }
+}
+
+/// Closes `file` on a short-lived thread (or here, if no thread can be started).
+fn release_in_background(file: File) {
+    // A failed spawn drops the closure, and with it the file, on this thread.
+    let _ = std::thread::Builder::new().name("nn-io-release".into()).spawn(move || drop(file));
+}
+
+/// Bytes written between two requests to start writing back in [`EarlyWriteback`].
+const WRITEBACK_STEP: u64 = 8 << 20;
+
+/// A writer over a file written sequentially from offset 0 that asks the kernel (Linux)
+/// to start writing each 8 MiB to disk as soon as it is written, so that the closing
+/// `fsync` waits for the tail only instead of for the whole file: the disk works while
+/// the rest is encoded. A 64 MB save's `fsync` took about 31 ms after the last write
+/// here. Only a hint: the data are durable once `fsync` returns, and a write-back error
+/// is reported by that `fsync` (so nothing is lost silently). Elsewhere a plain writer.
+pub(crate) struct EarlyWriteback<'a> {
+    file: &'a File,
+    written: u64,
+    started: u64,
+}
+
+impl<'a> EarlyWriteback<'a> {
+    pub(crate) fn new(file: &'a File) -> Self {
+        EarlyWriteback { file, written: 0, started: 0 }
+    }
+}
+
+impl Write for EarlyWriteback<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = (&mut &*self.file).write(buf)?;
+        self.written += n as u64;
+        if self.written - self.started >= WRITEBACK_STEP {
+            #[cfg(target_os = "linux")]
+            {
+                use std::os::fd::AsRawFd;
+                let (Ok(off), Ok(len)) =
+                    (libc::off64_t::try_from(self.started), libc::off64_t::try_from(self.written - self.started))
+                else {
+                    return Ok(n);
+                };
+                // SAFETY: a valid open descriptor; the call only schedules write-back
+                // of that range (its result is a hint, see the type's docs).
+                unsafe { libc::sync_file_range(self.file.as_raw_fd(), off, len, libc::SYNC_FILE_RANGE_WRITE) };
+            }
+            self.started = self.written;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&mut &*self.file).flush()
+    }
 }
 
 /// `.NAME.tmp-`: what every temporary file of target `NAME` starts with.
@@ -245,5 +323,37 @@ fn file_kind(t: &std::fs::FileType) -> &'static str {
         "a directory"
     } else {
         "an unknown kind of file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn early_writeback_writes_every_byte_and_overwrites_keep_old_readers_whole() {
+        let dir = std::env::temp_dir().join(format!("nn-io-wb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("big.bin");
+        // Past two write-back steps, in uneven writes.
+        let data: Vec<u8> = (0..(2 * WRITEBACK_STEP + 12345)).map(|i| (i * 7 % 251) as u8).collect();
+        atomic_write(&p, |f| {
+            let mut w = EarlyWriteback::new(f);
+            for part in data.chunks(3 << 20) {
+                w.write_all(part)?;
+            }
+            w.flush()
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), data);
+        // A reader of the replaced file keeps reading it whole; the target is the new one.
+        let mut old = File::open(&p).unwrap();
+        atomic_write(&p, |f| f.write_all(b"new")).unwrap();
+        let mut back = Vec::new();
+        io::Read::read_to_end(&mut old, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

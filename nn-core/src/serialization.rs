@@ -131,7 +131,7 @@ impl StateDict {
         crate::io::atomic_write(path, |f| {
             // Sized up front: the file system allocates once.
             f.set_len(8 + header.len() as u64 + data_len as u64)?;
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, crate::io::EarlyWriteback::new(f));
             w.write_all(&(header.len() as u64).to_le_bytes())?;
             w.write_all(&header)?;
             for t in entries {
