@@ -1,6 +1,6 @@
 //! Runs training steps of one `nn_bench` workload in a loop, for `perf record` (not a
 //! benchmark: `nn_bench` and the criterion benches are). Usage:
-//! `profile_step cnn|mlp|transformer STEPS`.
+//! `profile_step cnn|mlp|mlp256|transformer STEPS`.
 
 use nn_bench::{cnn, mlp, transformer_layer, Step};
 
@@ -10,9 +10,10 @@ fn main() {
     let mut s = match which.as_str() {
         "cnn" => Step::new(cnn(), &[32, 1, 28, 28], true),
         "mlp" => Step::new(mlp(), &[64, 784], true),
+        "mlp256" => Step::new(mlp(), &[256, 784], true),
         "transformer" => Step::new(transformer_layer(), &[16, 64, 128], false),
         other => {
-            eprintln!("profile_step: unknown workload {other:?} (expected cnn, mlp or transformer)");
+            eprintln!("profile_step: unknown workload {other:?} (expected cnn, mlp, mlp256 or transformer)");
             std::process::exit(2);
         }
     };

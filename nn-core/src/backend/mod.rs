@@ -36,7 +36,9 @@
 //! A new device is a new child module (as `cpu`) providing one kernel per interface
 //! method over its own buffer type, a variant of [`Storage`] holding that buffer, a
 //! [`Device`] variant, and an arm for it in `Storage::run` and the methods below; the
-//! compiler lists every method that lacks one. Nothing in `ops`, `module`, `autograd` or
+//! compiler lists every method that lacks one. The fused row kernels (`norm`: layer norm
+//! forward and backward, the softmax backward) are optional: without one, a backend
+//! answers `None` and the op composes the same values from the primitives above. Nothing in `ops`, `module`, `autograd` or
 //! `nn-layers` changes.
 
 use crate::device::Device;
@@ -51,6 +53,7 @@ pub(crate) mod gpu;
 mod index;
 mod linalg;
 mod misc;
+mod norm;
 mod pooling;
 mod reduce;
 

@@ -1,8 +1,68 @@
 //! Layer normalisation and batch normalisation, composed from differentiable primitives
 //! (so their gradients are exact by construction and covered by the primitives' checks).
 
-use crate::autograd::no_grad;
+use std::sync::Arc;
+
+use smallvec::smallvec;
+
+use crate::autograd::{no_grad, op_result, Grads};
+use crate::backend::Storage;
+use crate::shape::{Dims, Layout};
 use crate::tensor::Tensor;
+
+/// [`Tensor::layer_norm`] through the backend's fused kernels (one pass per row forward
+/// and backward instead of ten and twenty tensor ops), for checked operands of one dtype
+/// and device with `n > 0` elements per row. `None` where the backend has no fused
+/// kernel for them: the caller composes the same values from primitives.
+fn layer_norm_fused(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    ns: &[usize],
+    eps: f64,
+) -> Option<Tensor> {
+    let n = ns.iter().product();
+    let same = |t: Option<&Tensor>| t.is_none_or(|t| t.dtype() == x.dtype() && t.device() == x.device());
+    if n == 0 || x.numel() == 0 || !same(weight) || !same(bias) {
+        return None;
+    }
+    let parts = |t: Option<&Tensor>| t.map(|t| (t.storage_arc(), t.layout().clone()));
+    let (xs, ws, bs) = (x.storage_arc(), parts(weight), parts(bias));
+    fn as_ref(p: &Option<(Arc<Storage>, Layout)>) -> Option<(&Storage, &Layout)> {
+        p.as_ref().map(|(s, l)| (&**s, l))
+    }
+    let [y, mean, rstd] = xs.layer_norm_rows(x.layout(), as_ref(&ws), as_ref(&bs), n, eps)?;
+    let inputs: Vec<&Tensor> = [Some(x), weight, bias].into_iter().flatten().collect();
+    Some(op_result("layer_norm", Arc::new(y), Layout::contiguous(x.shape()), &inputs, || {
+        let (xl, has_bias) = (x.layout().clone(), bias.is_some());
+        let (shape, param_shape): (Dims, Dims) = (x.shape().into(), ns.into());
+        move |g: &Tensor, needs: &[bool]| -> Grads {
+            let need_w = ws.is_some() && needs[1];
+            let need_b = has_bias && needs[needs.len() - 1];
+            let [gx, gw, gb] = xs
+                .layer_norm_rows_backward(
+                    &xl,
+                    (&g.storage_arc(), g.layout()),
+                    (&mean, &rstd),
+                    as_ref(&ws),
+                    n,
+                    [needs[0], need_w, need_b],
+                )
+                .expect("layer_norm: the backend that ran the fused forward runs its backward");
+            let wrap = |s: Option<Storage>, shape: &[usize]| {
+                s.map(|s| Tensor::from_parts(Arc::new(s), Layout::contiguous(shape), None))
+            };
+            let mut grads: Grads = smallvec![wrap(gx, &shape)];
+            if ws.is_some() {
+                grads.push(wrap(gw, &param_shape));
+            }
+            if has_bias {
+                grads.push(wrap(gb, &param_shape));
+            }
+            grads
+        }
+    }))
+}
 
 impl Tensor {
     /// Layer normalisation over the trailing `normalized_shape` dims:
@@ -46,6 +106,9 @@ impl Tensor {
                     panic!("layer_norm: {name} of shape {:?} for normalized_shape {:?}", p.shape(), normalized_shape);
                 }
             }
+        }
+        if let Some(y) = layer_norm_fused(self, weight, bias, normalized_shape, eps) {
+            return y;
         }
         let dims: Vec<usize> = (r - k..r).collect();
         let mean = self.mean_dims(&dims, true);
@@ -227,6 +290,62 @@ mod tests {
             .backward();
         assert_close64(&grad(&w), &[XH[0] * 2.0, XH[1] * 3.0, XH[2] * 4.0, XH[3] * 5.0], 1e-14);
         assert_eq!(grad(&b), vec![2.0, 3.0, 4.0, 5.0]);
+    }
+
+    /// The composite layer norm (the primitives the fused kernels replace).
+    fn composite(x: &Tensor, k: usize, w: Option<&Tensor>, b: Option<&Tensor>, eps: f64) -> Tensor {
+        let dims: Vec<usize> = (x.rank() - k..x.rank()).collect();
+        let c = x - &x.mean_dims(&dims, true);
+        let mut y = &c * &(c.square().mean_dims(&dims, true) + eps).sqrt().recip();
+        if let Some(w) = w {
+            y = &y * w;
+        }
+        if let Some(b) = b {
+            y = &y + b;
+        }
+        y
+    }
+
+    /// The fused kernels against the composite, forward and every gradient: f32 and f64,
+    /// each weight/bias combination, one and two normalized dims, a strided input, and
+    /// enough rows that the kernels split over threads.
+    #[test]
+    fn fused_layer_norm_matches_the_composite() {
+        crate::manual_seed(3);
+        for dtype in [DType::F32, DType::F64] {
+            let tol = if dtype == DType::F32 { 2e-5 } else { 1e-12 };
+            for (shape, ns) in [(vec![3, 5, 40], vec![40]), (vec![600, 2, 64], vec![2, 64]), (vec![4, 7], vec![7])] {
+                // A transposed-and-back view: same values, strided layout.
+                let base = (Tensor::randn(&shape) * 3.0 + 1.5).to_dtype(dtype);
+                let r = shape.len();
+                let xs = [base.clone(), base.transpose(0, r - 1).contiguous().transpose(0, r - 1)];
+                for x in xs {
+                    for (has_w, has_b) in [(true, true), (true, false), (false, true), (false, false)] {
+                        let w = has_w.then(|| (Tensor::randn(&ns) + 1.0).to_dtype(dtype).requires_grad_(true));
+                        let b = has_b.then(|| Tensor::randn(&ns).to_dtype(dtype).requires_grad_(true));
+                        let gy = Tensor::randn(x.shape()).to_dtype(dtype);
+                        let run = |f: &dyn Fn(&Tensor) -> Tensor| {
+                            let x = x.detach().requires_grad_(true);
+                            for p in [&w, &b].into_iter().flatten() {
+                                p.zero_grad();
+                            }
+                            let y = f(&x);
+                            (&y * &gy).sum().backward();
+                            let pg = [&w, &b].into_iter().flatten().map(|p| grad(p)).collect::<Vec<_>>();
+                            (y.to_vec_f64(), grad(&x), pg)
+                        };
+                        let fused = run(&|x| x.layer_norm(&ns, w.as_ref(), b.as_ref(), 1e-5));
+                        let reference = run(&|x| composite(x, ns.len(), w.as_ref(), b.as_ref(), 1e-5));
+                        assert_close64(&fused.0, &reference.0, tol);
+                        assert_close64(&fused.1, &reference.1, tol);
+                        for (f, r) in fused.2.iter().zip(&reference.2) {
+                            // Parameter gradients sum over every row.
+                            assert_close64(f, r, tol * 50.0);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

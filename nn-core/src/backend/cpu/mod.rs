@@ -16,6 +16,7 @@ pub(crate) mod gemm;
 pub(crate) mod index;
 pub(crate) mod linalg;
 pub(crate) mod misc;
+pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod pooling;
 pub(crate) mod reduce;
