@@ -19,22 +19,19 @@ fn rows_per_task(rows: usize, n: usize) -> usize {
     }
 }
 
-/// `Σ f(i)` for `i < n` with eight independent partial sums (so the loop vectorizes
-/// without reassociating a single chain).
+/// `Σ f(a[i], b[i])` (equal lengths) with eight independent partial sums, so that the
+/// loop vectorizes (one chain could not be reassociated).
 #[inline(always)]
-fn sum8<T: CpuFloat>(n: usize, f: impl Fn(usize) -> T) -> T {
+fn sum8<T: CpuFloat>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
+    debug_assert_eq!(a.len(), b.len());
     let mut acc = [T::zero(); 8];
-    let body = n / 8 * 8;
-    let mut i = 0;
-    while i < body {
-        for (l, a) in acc.iter_mut().enumerate() {
-            *a = *a + f(i + l);
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: T = ca.remainder().iter().zip(cb.remainder()).map(|(&x, &y)| f(x, y)).fold(T::zero(), |s, v| s + v);
+    for (x, y) in ca.zip(cb) {
+        let (x, y): (&[T; 8], &[T; 8]) = (x.try_into().expect("chunks of 8"), y.try_into().expect("chunks of 8"));
+        for l in 0..8 {
+            acc[l] = acc[l] + f(x[l], y[l]);
         }
-        i += 8;
-    }
-    let mut tail = T::zero();
-    for j in body..n {
-        tail = tail + f(j);
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
@@ -53,6 +50,47 @@ fn rows_of<'a, T: CpuElement>(v: &'a [T], l: &Layout, copy: &'a mut Vec<T>) -> &
 /// The typed values of an optional per-element operand (weight or bias), or `None`.
 fn param<'a, T: CpuFloat>(p: Option<(&'a CpuStorage, &Layout)>, copy: &'a mut Vec<T>) -> Option<&'a [T]> {
     p.map(|(s, l)| rows_of(T::slice(s).expect("layer_norm: operands of one dtype (checked by the op)"), l, copy))
+}
+
+/// The rows of [`layer_norm`] in `xs` into `ys`, with `[mean, rstd]` per row into `st`
+/// (inlined into an AVX2 copy by [`vmath::with_avx2`]).
+#[inline(always)]
+fn ln_rows<T: CpuFloat>(
+    (xs, ys, st): (&[T], &mut [T], &mut [T]),
+    (w, b): (Option<&[T]>, Option<&[T]>),
+    n: usize,
+    (nt, eps): (T, T),
+) {
+    for ((xr, yr), s) in xs.chunks_exact(n).zip(ys.chunks_exact_mut(n)).zip(st.chunks_exact_mut(2)) {
+        let mean = sum8(xr, xr, |v, _| v) / nt;
+        let var = sum8(xr, xr, |v, _| (v - mean) * (v - mean)) / nt;
+        let rstd = T::one() / (var + eps).sqrt();
+        let xh = xr.iter().map(|&v| (v - mean) * rstd);
+        match (w, b) {
+            (Some(w), Some(b)) => {
+                for (((o, h), &w), &b) in yr.iter_mut().zip(xh).zip(w).zip(b) {
+                    *o = h * w + b;
+                }
+            }
+            (Some(w), None) => {
+                for ((o, h), &w) in yr.iter_mut().zip(xh).zip(w) {
+                    *o = h * w;
+                }
+            }
+            (None, Some(b)) => {
+                for ((o, h), &b) in yr.iter_mut().zip(xh).zip(b) {
+                    *o = h + b;
+                }
+            }
+            (None, None) => {
+                for (o, h) in yr.iter_mut().zip(xh) {
+                    *o = h;
+                }
+            }
+        }
+        s[0] = mean;
+        s[1] = rstd;
+    }
 }
 
 /// Layer norm of rows of `n`: `[y, mean, rstd]`, `rstd = 1 / sqrt(var + eps)` with the
@@ -83,38 +121,11 @@ pub(crate) fn layer_norm(
         let per = rows_per_task(rows, n);
         let (nt, eps) = (T::from_f64(n as f64), T::from_f64(eps));
         team::for_chunks2((&mut y, per * n), (&mut stats, 2 * per), |q, ys, st| {
-            vmath::with_avx2(|| {
-                let xs = &x[q * per * n..][..ys.len()];
-                for ((xr, yr), s) in xs.chunks_exact(n).zip(ys.chunks_exact_mut(n)).zip(st.chunks_exact_mut(2)) {
-                    let mean = sum8(n, |i| xr[i]) / nt;
-                    let var = sum8(n, |i| (xr[i] - mean) * (xr[i] - mean)) / nt;
-                    let rstd = T::one() / (var + eps).sqrt();
-                    match (w, b) {
-                        (Some(w), Some(b)) => {
-                            for i in 0..n {
-                                yr[i] = (xr[i] - mean) * rstd * w[i] + b[i];
-                            }
-                        }
-                        (Some(w), None) => {
-                            for i in 0..n {
-                                yr[i] = (xr[i] - mean) * rstd * w[i];
-                            }
-                        }
-                        (None, Some(b)) => {
-                            for i in 0..n {
-                                yr[i] = (xr[i] - mean) * rstd + b[i];
-                            }
-                        }
-                        (None, None) => {
-                            for i in 0..n {
-                                yr[i] = (xr[i] - mean) * rstd;
-                            }
-                        }
-                    }
-                    s[0] = mean;
-                    s[1] = rstd;
-                }
-            })
+            let xs = &x[q * per * n..][..ys.len()];
+            vmath::with_avx2(
+                #[inline(always)]
+                || ln_rows((xs, ys, st), (w, b), n, (nt, eps)),
+            )
         });
         let (mean, rstd): (Vec<T>, Vec<T>) = stats.chunks_exact(2).map(|s| (s[0], s[1])).unzip();
         [T::into_storage(y), T::into_storage(mean), T::into_storage(rstd)]
@@ -123,6 +134,55 @@ pub(crate) fn layer_norm(
         CpuStorage::F32(v) => Some(typed::<f32>((v, x.1), w, b, n, eps)),
         CpuStorage::F64(v) => Some(typed::<f64>((v, x.1), w, b, n, eps)),
         _ => None,
+    }
+}
+
+/// Rows `first..` of [`layer_norm_backward`] (`gxs` holds their `gx` when `need[0]`),
+/// adding their `gw` and `gb` terms into `part` (inlined into an AVX2 copy by
+/// [`vmath::with_avx2`]).
+#[inline(always)]
+fn ln_backward_rows<T: CpuFloat>(
+    (part, gxs): (&mut [T], &mut [T]),
+    (first, end): (usize, usize),
+    (x, g, mean, rstd): (&[T], &[T], &[T], &[T]),
+    w: Option<&[T]>,
+    n: usize,
+    [need_x, need_w, need_b]: [bool; 3],
+) {
+    let nt = T::from_f64(n as f64);
+    let (pw, pb) = part.split_at_mut(n);
+    // `gy w` of the row, when there is a weight.
+    let mut scaled = if w.is_some() && need_x { vec![T::zero(); n] } else { Vec::new() };
+    for r in first..end {
+        let (xr, gr) = (&x[r * n..][..n], &g[r * n..][..n]);
+        let (m, s) = (mean[r], rstd[r]);
+        if need_w {
+            for ((p, &gv), &xv) in pw.iter_mut().zip(gr).zip(xr) {
+                *p = *p + gv * ((xv - m) * s);
+            }
+        }
+        if need_b {
+            for (p, &gv) in pb.iter_mut().zip(gr) {
+                *p = *p + gv;
+            }
+        }
+        if need_x {
+            let gh: &[T] = match w {
+                Some(w) => {
+                    for ((o, &gv), &wv) in scaled.iter_mut().zip(gr).zip(w) {
+                        *o = gv * wv;
+                    }
+                    &scaled
+                }
+                None => gr,
+            };
+            let a = sum8(gh, gh, |v, _| v) / nt;
+            let c = sum8(gh, xr, |hv, xv| hv * ((xv - m) * s)) / nt;
+            let gxr = &mut gxs[(r - first) * n..][..n];
+            for ((o, &hv), &xv) in gxr.iter_mut().zip(gh).zip(xr) {
+                *o = s * (hv - a - (xv - m) * s * c);
+            }
+        }
     }
 }
 
@@ -162,38 +222,12 @@ pub(crate) fn layer_norm_backward(
         let tasks = rows.div_ceil(per);
         // Per task: the partial sums of gw and gb over its rows.
         let mut partial = vec![T::zero(); tasks * 2 * n];
-        let nt = T::from_f64(n as f64);
         let work = |q: usize, part: &mut [T], gxs: &mut [T]| {
-            vmath::with_avx2(|| {
-                let (pw, pb) = part.split_at_mut(n);
-                let first = q * per;
-                for r in first..(first + per).min(rows) {
-                    let (xr, gr) = (&x[r * n..][..n], &g[r * n..][..n]);
-                    let (m, s) = (mean[r], rstd[r]);
-                    if need_w {
-                        for i in 0..n {
-                            pw[i] = pw[i] + gr[i] * (xr[i] - m) * s;
-                        }
-                    }
-                    if need_b {
-                        for i in 0..n {
-                            pb[i] = pb[i] + gr[i];
-                        }
-                    }
-                    if need_x {
-                        let gxr = &mut gxs[(r - first) * n..][..n];
-                        let gh = |i: usize| match w {
-                            Some(w) => gr[i] * w[i],
-                            None => gr[i],
-                        };
-                        let a = sum8(n, gh) / nt;
-                        let c = sum8(n, |i| gh(i) * (xr[i] - m) * s) / nt;
-                        for (i, o) in gxr.iter_mut().enumerate() {
-                            *o = s * (gh(i) - a - (xr[i] - m) * s * c);
-                        }
-                    }
-                }
-            })
+            let range = (q * per, (q * per + per).min(rows));
+            vmath::with_avx2(
+                #[inline(always)]
+                || ln_backward_rows((part, gxs), range, (x, g, mean, rstd), w, n, [need_x, need_w, need_b]),
+            )
         };
         if need_x {
             team::for_chunks2((&mut partial, 2 * n), (&mut gx, per * n), work);
@@ -221,6 +255,26 @@ pub(crate) fn layer_norm_backward(
     }
 }
 
+/// The rows of [`softmax_backward`] starting at row `base / n` into `out` (inlined into
+/// an AVX2 copy by [`vmath::with_avx2`]).
+#[inline(always)]
+fn softmax_backward_rows<T: CpuFloat>(out: &mut [T], (g, y): (&[T], &[T]), base: usize, n: usize, log: bool) {
+    for (r, o) in out.chunks_exact_mut(n).enumerate() {
+        let (gr, yr) = (&g[base + r * n..][..n], &y[base + r * n..][..n]);
+        if log {
+            let s = sum8(gr, gr, |v, _| v);
+            for ((o, &gv), &yv) in o.iter_mut().zip(gr).zip(yr) {
+                *o = gv - yv.exp() * s;
+            }
+        } else {
+            let s = sum8(gr, yr, |gv, yv| gv * yv);
+            for ((o, &gv), &yv) in o.iter_mut().zip(gr).zip(yr) {
+                *o = yv * (gv - s);
+            }
+        }
+    }
+}
+
 /// The gradient of a softmax (or log-softmax, `log`) along contiguous rows of `n`, from
 /// the upstream gradient `g` and the forward output `y`: `y (g - Σ g y)`, or for the
 /// log-softmax `g - exp(y) Σ g`. `None` for dtypes other than `f32`/`f64`.
@@ -233,23 +287,10 @@ pub(crate) fn softmax_backward(g: (&CpuStorage, &Layout), y: &CpuStorage, n: usi
         gx.resize(g.len(), T::zero());
         let per = rows_per_task(g.len() / n, n);
         team::for_chunks(&mut gx, per * n, |q, out| {
-            vmath::with_avx2(|| {
-                let base = q * per * n;
-                for (r, o) in out.chunks_exact_mut(n).enumerate() {
-                    let (gr, yr) = (&g[base + r * n..][..n], &y[base + r * n..][..n]);
-                    if log {
-                        let s = sum8(n, |i| gr[i]);
-                        for i in 0..n {
-                            o[i] = gr[i] - yr[i].exp() * s;
-                        }
-                    } else {
-                        let s = sum8(n, |i| gr[i] * yr[i]);
-                        for i in 0..n {
-                            o[i] = yr[i] * (gr[i] - s);
-                        }
-                    }
-                }
-            })
+            vmath::with_avx2(
+                #[inline(always)]
+                || softmax_backward_rows(out, (g, y), q * per * n, n, log),
+            )
         });
         T::into_storage(gx)
     }
