@@ -313,11 +313,14 @@ impl MultiheadAttention {
                 Some(b) => y + b.narrow(0, i * e, e),
                 None => y,
             };
+            // The query is scaled by 1 / sqrt(D) here, while it is still contiguous (the
+            // same products as scaling the [N, H, L, D] view, in one contiguous pass).
+            let y = if i == 0 { y * (1.0 / (d as f64).sqrt()) } else { y };
             // [N, T, E] -> [N, H, T, D]
             y.reshape(&[n, x.shape()[1], h, d]).transpose(1, 2)
         };
         let (q, k, v) = (proj(&q, 0), proj(&k, 1), proj(&v, 2));
-        let mut scores = (q * (1.0 / (d as f64).sqrt())).matmul(&k.transpose(-2, -1)); // [N, H, L, S]
+        let mut scores = q.matmul(&k.transpose(-2, -1)); // [N, H, L, S]
         if let Some(m) = &a.attn_mask {
             let m = additive(m, &scores);
             let m = if m.rank() == 3 { m.reshape(&[n, h, l, s]) } else { m };
