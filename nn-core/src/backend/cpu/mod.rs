@@ -296,11 +296,30 @@ pub(crate) fn strided_to_vec<T: CpuElement>(v: &[T], layout: &Layout) -> Vec<T> 
     let rank = shape.len();
     if rank >= 2 && strides[rank - 1] == 1 && shape[rank - 1] >= 4 {
         // Rows of the last dim are contiguous runs (a transposed head split, a narrowed
-        // row): one slice copy per run instead of an indexed push per element.
+        // row, a broadcast bias): one slice copy per run instead of an indexed push per
+        // element, the runs split over the team when the copy is large.
         let run = shape[rank - 1];
-        for_each_offset(&shape[..rank - 1], [&strides[..rank - 1]], [layout.offset()], |[o]| {
-            out.extend_from_slice(&v[o..o + run])
+        let numel = layout.numel();
+        if !elementwise::split(numel, elementwise::PAR_THRESHOLD) {
+            for_each_offset(&shape[..rank - 1], [&strides[..rank - 1]], [layout.offset()], |[o]| {
+                out.extend_from_slice(&v[o..o + run])
+            });
+            return out;
+        }
+        let mut starts = Vec::with_capacity(numel / run);
+        for_each_offset(&shape[..rank - 1], [&strides[..rank - 1]], [layout.offset()], |[o]| starts.push(o));
+        let rows = team::GRAIN.div_ceil(run);
+        team::for_chunks(&mut out.spare_capacity_mut()[..numel], rows * run, |q, part| {
+            for (dst, &o) in part.chunks_exact_mut(run).zip(&starts[q * rows..]) {
+                for (d, s) in dst.iter_mut().zip(&v[o..o + run]) {
+                    d.write(*s);
+                }
+            }
         });
+        // SAFETY: the parts cover the `numel` slots (`numel` is a multiple of `run`, so
+        // each part is whole runs) and every run was written above; a panicking part
+        // re-raises here before this line.
+        unsafe { out.set_len(numel) };
         return out;
     }
     for_each_offset(shape, [strides], [layout.offset()], |[o]| out.push(v[o]));
@@ -382,5 +401,28 @@ pub(crate) fn try_alloc<T: Element>(len: usize) -> Option<Vec<T>> {
     match pooled {
         Some(mut b) => take_as::<T>(b.as_mut()),
         None => pool::try_with_capacity(len),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Strided copies by contiguous runs, small (one thread) and large (split over the
+    /// team), against an element-by-element gather.
+    #[test]
+    fn strided_copies_by_runs_match_a_gather() {
+        for (shape, perm) in [(vec![3, 5, 8], vec![1, 0, 2]), (vec![40, 30, 64], vec![1, 0, 2])] {
+            let numel: usize = shape.iter().product();
+            let v: Vec<f32> = (0..numel).map(|i| i as f32).collect();
+            let l = Layout::contiguous(&shape).permute(&perm);
+            let mut expect = Vec::new();
+            for_each_offset(l.shape(), [l.strides()], [l.offset()], |[o]| expect.push(v[o]));
+            assert_eq!(strided_to_vec(&v, &l), expect);
+            // A broadcast row (stride 0 on the leading dims), as a bias is.
+            let b = Layout::contiguous(&[shape[2]]).broadcast_to(&[shape[0] * shape[1], shape[2]]).unwrap();
+            let got = strided_to_vec(&v[..shape[2]], &b);
+            assert!(got.chunks(shape[2]).all(|row| row == &v[..shape[2]]));
+        }
     }
 }

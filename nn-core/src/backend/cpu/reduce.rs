@@ -98,6 +98,32 @@ fn sum_kernel<T: CpuFloat>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
         }
         return out;
     }
+    // Contiguous input reduced over a prefix of dims (a bias gradient): blocks of rows
+    // summed on the team into f64 partial rows, then added in block order (so the result
+    // depends on the team's size only, not on timing).
+    let first_kept = mask.iter().position(|&m| !m).unwrap_or(mask.len());
+    let prefix = first_kept > 0 && mask[first_kept..].iter().all(|&m| !m);
+    if let (Some(r), true) = (layout.contiguous_range(), prefix) {
+        let (src, cols) = (&v[r], n_out);
+        let rows = src.len() / cols;
+        if super::elementwise::split(src.len(), PAR_THRESHOLD) && rows > 1 {
+            let per = rows.div_ceil(team::threads().min(rows));
+            let mut partial = vec![0f64; rows.div_ceil(per) * cols];
+            team::for_chunks(&mut partial, cols, |q, acc| {
+                for row in src[q * per * cols..((q + 1) * per).min(rows) * cols].chunks_exact(cols) {
+                    add_run(acc, row);
+                }
+            });
+            let mut blocks = partial.chunks_exact(cols);
+            let mut acc = blocks.next().expect("rows > 1").to_vec();
+            for b in blocks {
+                for (a, x) in acc.iter_mut().zip(b) {
+                    *a += x;
+                }
+            }
+            return acc.into_iter().map(T::from_f64).collect();
+        }
+    }
     let mut acc = pool::filled(n_out, 0f64);
     let mut ostrides = contiguous_strides(&kept);
     for (s, &m) in ostrides.iter_mut().zip(mask) {
@@ -133,4 +159,28 @@ fn sum_kernel<T: CpuFloat>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
         },
     );
     acc.into_iter().map(T::from_f64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sums over leading dims (a bias gradient), small and split over the team, against
+    /// naive column sums (small integers: every order of addition is exact).
+    #[test]
+    fn sums_over_leading_dims_match_column_sums() {
+        for shape in [vec![3, 4, 5], vec![300, 7, 40]] {
+            let numel: usize = shape.iter().product();
+            let v: Vec<f64> = (0..numel).map(|i| ((i * 7919) % 13) as f64 - 6.0).collect();
+            let cols = shape[2];
+            let mut expect = vec![0.0; cols];
+            for (i, x) in v.iter().enumerate() {
+                expect[i % cols] += x;
+            }
+            assert_eq!(sum_kernel(&v, &Layout::contiguous(&shape), &[true, true, false]), expect);
+            let v32: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+            let got = sum_kernel(&v32, &Layout::contiguous(&shape), &[true, true, false]);
+            assert_eq!(got, expect.iter().map(|&x| x as f32).collect::<Vec<_>>());
+        }
+    }
 }
