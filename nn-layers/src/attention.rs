@@ -307,12 +307,9 @@ impl MultiheadAttention {
         let w = &*self.in_proj_weight;
         let b = self.in_proj_bias.as_deref();
         let proj = |x: &Tensor, i: usize| {
-            let wi = w.narrow(0, i * e, e);
-            let y = x.matmul(&wi.t());
-            let y = match b {
-                Some(b) => y + b.narrow(0, i * e, e),
-                None => y,
-            };
+            // One fused `x wi^T + bi` (the GEMM accumulates into the bias rows).
+            let bi = b.map(|b| b.narrow(0, i * e, e));
+            let y = nn_core::functional::linear(x, &w.narrow(0, i * e, e), bi.as_ref());
             // The query is scaled by 1 / sqrt(D) here, while it is still contiguous (the
             // same products as scaling the [N, H, L, D] view, in one contiguous pass).
             let y = if i == 0 { y * (1.0 / (d as f64).sqrt()) } else { y };
