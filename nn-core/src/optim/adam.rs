@@ -4,6 +4,7 @@ use super::{
     bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, step_from_tensor, update_param,
     Bufs, DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
+use crate::backend::cpu::vmath::with_avx2;
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
 use crate::state_dict::StateDict;
@@ -97,7 +98,8 @@ fn device_kernel(step: u64, lr: f64, wd: f64, c: &AdamCore) -> DeviceKernel<'sta
     }
 }
 
-fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [Vec<T>], step: u64, lr: f64, wd: f64, c: &AdamCore) {
+#[inline(always)]
+fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [&mut [T]], step: u64, lr: f64, wd: f64, c: &AdamCore) {
     let (b1, b2) = c.betas;
     // `powi` (as PyTorch's results were matched with) while the exponent fits an i32;
     // beyond, `powf`, never a wrapped exponent.
@@ -152,8 +154,18 @@ impl AdamCore {
                     &p,
                     &mut slot,
                     3,
-                    &mut |pv, gv, b, _| kernel(pv, gv, b, step, lr, wd, this),
-                    &mut |pv, gv, b, _| kernel(pv, gv, b, step, lr, wd, this),
+                    &|pv, gv, b, _| {
+                        with_avx2(
+                            #[inline(always)]
+                            || kernel(pv, gv, b, step, lr, wd, this),
+                        )
+                    },
+                    &|pv, gv, b, _| {
+                        with_avx2(
+                            #[inline(always)]
+                            || kernel(pv, gv, b, step, lr, wd, this),
+                        )
+                    },
                     &device_kernel(step, lr, wd, this),
                 );
                 self.state[gi][pi] = (slot, step);

@@ -4,6 +4,7 @@ use super::{
     bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, update_param, Bufs,
     DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
+use crate::backend::cpu::vmath::with_avx2;
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
 use crate::state_dict::StateDict;
@@ -106,7 +107,8 @@ const DEVICE_KERNEL: &str = "
     }
 ";
 
-fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [Vec<T>], fresh: bool, lr: f64, wd: f64, c: &SgdConfig) {
+#[inline(always)]
+fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [&mut [T]], fresh: bool, lr: f64, wd: f64, c: &SgdConfig) {
     let (lr, wd) = (T::from_f64(lr), T::from_f64(wd));
     let (m, damp) = (T::from_f64(c.momentum), T::from_f64(1.0 - c.dampening));
     let use_wd = wd != T::zero();
@@ -137,8 +139,18 @@ impl Optimizer for Sgd {
                     p,
                     s,
                     n_bufs,
-                    &mut |pv, gv, b, fresh| kernel(pv, gv, b, fresh, lr, wd, &c),
-                    &mut |pv, gv, b, fresh| kernel(pv, gv, b, fresh, lr, wd, &c),
+                    &|pv, gv, b, fresh| {
+                        with_avx2(
+                            #[inline(always)]
+                            || kernel(pv, gv, b, fresh, lr, wd, &c),
+                        )
+                    },
+                    &|pv, gv, b, fresh| {
+                        with_avx2(
+                            #[inline(always)]
+                            || kernel(pv, gv, b, fresh, lr, wd, &c),
+                        )
+                    },
                     &DeviceKernel {
                         body: DEVICE_KERNEL,
                         scalars: vec![lr, wd, c.momentum, 1.0 - c.dampening, f64::from(u8::from(c.nesterov))],

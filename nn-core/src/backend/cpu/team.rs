@@ -253,6 +253,22 @@ pub(crate) fn for_chunks2<A: Send, B: Send>(
     })
 }
 
+/// [`for_chunks`] over several buffers of one length cut alike: `f(q, parts)`, where
+/// `parts[i]` is part `q` of `bufs[i]` (an optimizer's parameter and state buffers).
+pub(crate) fn for_chunks_n<T: Send>(bufs: &mut [&mut [T]], chunk: usize, f: impl Fn(usize, &mut [&mut [T]]) + Sync) {
+    let len = bufs.first().map_or(0, |b| b.len());
+    assert!(bufs.iter().all(|b| b.len() == len), "for_chunks_n: buffers of different lengths");
+    let chunk = chunk.max(1);
+    let ptrs: Vec<Shared<T>> = bufs.iter_mut().map(|b| Shared(b.as_mut_ptr())).collect();
+    run(len.div_ceil(chunk), |q| {
+        let start = q * chunk;
+        // SAFETY: as in `for_chunks`, for each buffer (all borrowed exclusively for the
+        // call, each of `len` elements).
+        let mut parts: Vec<&mut [T]> = ptrs.iter().map(|p| unsafe { p.part(start, chunk.min(len - start)) }).collect();
+        f(q, &mut parts)
+    })
+}
+
 /// Elements per task of the elementwise loops (big enough that claiming a task costs
 /// nothing next to it).
 pub(crate) const GRAIN: usize = 1 << 14;
