@@ -110,20 +110,15 @@ fn addmm_kernel<T: CpuFloat>(
     alpha: T,
 ) -> Vec<T> {
     let (m, k, n) = (la.shape()[0], la.shape()[1], lb.shape()[1]);
-    let mut out = T::alloc_buffer(m * n);
-    if beta == T::zero() {
+    let mut out = if beta == T::zero() {
+        let mut out = T::alloc_buffer(m * n);
         out.resize(m * n, T::zero());
+        out
     } else {
-        let (rs, cs) = (li.strides()[0], li.strides()[1]);
-        for i in 0..m {
-            let o = li.offset() + i * rs;
-            if cs == 1 && n > 0 {
-                out.extend_from_slice(&input[o..o + n]);
-            } else {
-                out.extend((0..n).map(|j| input[o + j * cs]));
-            }
-        }
-    }
+        // The input's rows (a broadcast bias: one row again and again), copied by runs,
+        // split over the team when large.
+        super::strided_to_vec(input, li)
+    };
     if k == 0 || m == 0 || n == 0 {
         // No product to accumulate: only the scaling of the input remains.
         if beta != T::one() {
