@@ -39,14 +39,17 @@ fn softmax_f32_rows(v: &[f32], l: &Layout, n: usize, log: bool) -> Vec<f32> {
         }
     };
     let mut out = f32::alloc_buffer(x.len());
-    out.resize(x.len(), 0.0);
+    let slots = &mut out.spare_capacity_mut()[..x.len()];
     if super::elementwise::split(x.len(), PAR_THRESHOLD) && x.len() > n {
         // Blocks of whole rows, about PAR_THRESHOLD / 2 elements each.
         let rows = (PAR_THRESHOLD / 2).div_ceil(n) * n;
-        team::for_chunks(&mut out, rows, |q, b| vmath::softmax_rows(&x[q * rows..][..b.len()], b, n, log));
+        team::for_chunks(slots, rows, |q, b| vmath::softmax_rows(&x[q * rows..][..b.len()], b, n, log));
     } else {
-        vmath::softmax_rows(x, &mut out, n, log);
+        vmath::softmax_rows(x, slots, n, log);
     }
+    // SAFETY: the blocks are whole rows covering `x`, and `softmax_rows` writes every
+    // output of its rows (a panicking block re-raises before this).
+    unsafe { out.set_len(x.len()) };
     out
 }
 

@@ -7,6 +7,8 @@
 
 use super::elementwise::{split, PAR_THRESHOLD};
 use super::{strided_to_vec, team, vmath, CpuElement, CpuFloat, CpuStorage};
+use std::mem::MaybeUninit;
+
 use crate::shape::Layout;
 
 /// Rows per task when a kernel over `rows` rows of `n` splits over the team, or all of
@@ -56,7 +58,7 @@ fn param<'a, T: CpuFloat>(p: Option<(&'a CpuStorage, &Layout)>, copy: &'a mut Ve
 /// (inlined into an AVX2 copy by [`vmath::with_avx2`]).
 #[inline(always)]
 fn ln_rows<T: CpuFloat>(
-    (xs, ys, st): (&[T], &mut [T], &mut [T]),
+    (xs, ys, st): (&[T], &mut [MaybeUninit<T>], &mut [MaybeUninit<T>]),
     (w, b): (Option<&[T]>, Option<&[T]>),
     n: usize,
     (nt, eps): (T, T),
@@ -69,27 +71,27 @@ fn ln_rows<T: CpuFloat>(
         match (w, b) {
             (Some(w), Some(b)) => {
                 for (((o, h), &w), &b) in yr.iter_mut().zip(xh).zip(w).zip(b) {
-                    *o = h * w + b;
+                    o.write(h * w + b);
                 }
             }
             (Some(w), None) => {
                 for ((o, h), &w) in yr.iter_mut().zip(xh).zip(w) {
-                    *o = h * w;
+                    o.write(h * w);
                 }
             }
             (None, Some(b)) => {
                 for ((o, h), &b) in yr.iter_mut().zip(xh).zip(b) {
-                    *o = h + b;
+                    o.write(h + b);
                 }
             }
             (None, None) => {
                 for (o, h) in yr.iter_mut().zip(xh) {
-                    *o = h;
+                    o.write(h);
                 }
             }
         }
-        s[0] = mean;
-        s[1] = rstd;
+        s[0].write(mean);
+        s[1].write(rstd);
     }
 }
 
@@ -114,19 +116,23 @@ pub(crate) fn layer_norm(
         let x = rows_of(v, l, &mut xc);
         let (w, b) = (param::<T>(w, &mut wc), param::<T>(b, &mut bc));
         let rows = x.len() / n;
-        let mut y = T::alloc_buffer(x.len());
-        y.resize(x.len(), T::zero());
-        let mut stats = T::alloc_buffer(2 * rows);
-        stats.resize(2 * rows, T::zero());
+        let (mut y, mut stats) = (T::alloc_buffer(x.len()), T::alloc_buffer(2 * rows));
         let per = rows_per_task(rows, n);
         let (nt, eps) = (T::from_f64(n as f64), T::from_f64(eps));
-        team::for_chunks2((&mut y, per * n), (&mut stats, 2 * per), |q, ys, st| {
+        let (ys, st) = (&mut y.spare_capacity_mut()[..x.len()], &mut stats.spare_capacity_mut()[..2 * rows]);
+        team::for_chunks2((ys, per * n), (st, 2 * per), |q, ys, st| {
             let xs = &x[q * per * n..][..ys.len()];
             vmath::with_avx2(
                 #[inline(always)]
                 || ln_rows((xs, ys, st), (w, b), n, (nt, eps)),
             )
         });
+        // SAFETY: the parts are whole rows covering every row, and `ln_rows` writes each
+        // row's `n` outputs and two statistics (a panicking part re-raises before this).
+        unsafe {
+            y.set_len(x.len());
+            stats.set_len(2 * rows);
+        }
         let (mean, rstd): (Vec<T>, Vec<T>) = stats.chunks_exact(2).map(|s| (s[0], s[1])).unzip();
         [T::into_storage(y), T::into_storage(mean), T::into_storage(rstd)]
     }
@@ -142,7 +148,7 @@ pub(crate) fn layer_norm(
 /// [`vmath::with_avx2`]).
 #[inline(always)]
 fn ln_backward_rows<T: CpuFloat>(
-    (part, gxs): (&mut [T], &mut [T]),
+    (part, gxs): (&mut [T], &mut [MaybeUninit<T>]),
     (first, end): (usize, usize),
     (x, g, mean, rstd): (&[T], &[T], &[T], &[T]),
     w: Option<&[T]>,
@@ -180,7 +186,7 @@ fn ln_backward_rows<T: CpuFloat>(
             let c = sum8(gh, xr, |hv, xv| hv * ((xv - m) * s)) / nt;
             let gxr = &mut gxs[(r - first) * n..][..n];
             for ((o, &hv), &xv) in gxr.iter_mut().zip(gh).zip(xr) {
-                *o = s * (hv - a - (xv - m) * s * c);
+                o.write(s * (hv - a - (xv - m) * s * c));
             }
         }
     }
@@ -213,16 +219,12 @@ pub(crate) fn layer_norm_backward(
         let (mean, rstd) = (T::slice(mean).expect(one), T::slice(rstd).expect(one));
         let w = param::<T>(w, &mut wc);
         let rows = x.len() / n;
-        let mut gx = Vec::new();
-        if need_x {
-            gx = T::alloc_buffer(x.len());
-            gx.resize(x.len(), T::zero());
-        }
+        let mut gx = if need_x { T::alloc_buffer(x.len()) } else { Vec::new() };
         let per = rows_per_task(rows, n);
         let tasks = rows.div_ceil(per);
         // Per task: the partial sums of gw and gb over its rows.
         let mut partial = vec![T::zero(); tasks * 2 * n];
-        let work = |q: usize, part: &mut [T], gxs: &mut [T]| {
+        let work = |q: usize, part: &mut [T], gxs: &mut [MaybeUninit<T>]| {
             let range = (q * per, (q * per + per).min(rows));
             vmath::with_avx2(
                 #[inline(always)]
@@ -230,7 +232,10 @@ pub(crate) fn layer_norm_backward(
             )
         };
         if need_x {
-            team::for_chunks2((&mut partial, 2 * n), (&mut gx, per * n), work);
+            team::for_chunks2((&mut partial, 2 * n), (&mut gx.spare_capacity_mut()[..x.len()], per * n), work);
+            // SAFETY: the parts are whole rows covering every row, and with `need_x`
+            // each row's `n` gradients are written (a panicking part re-raises first).
+            unsafe { gx.set_len(x.len()) };
         } else {
             team::for_chunks(&mut partial, 2 * n, |q, part| work(q, part, &mut []));
         }
@@ -258,18 +263,24 @@ pub(crate) fn layer_norm_backward(
 /// The rows of [`softmax_backward`] starting at row `base / n` into `out` (inlined into
 /// an AVX2 copy by [`vmath::with_avx2`]).
 #[inline(always)]
-fn softmax_backward_rows<T: CpuFloat>(out: &mut [T], (g, y): (&[T], &[T]), base: usize, n: usize, log: bool) {
+fn softmax_backward_rows<T: CpuFloat>(
+    out: &mut [MaybeUninit<T>],
+    (g, y): (&[T], &[T]),
+    base: usize,
+    n: usize,
+    log: bool,
+) {
     for (r, o) in out.chunks_exact_mut(n).enumerate() {
         let (gr, yr) = (&g[base + r * n..][..n], &y[base + r * n..][..n]);
         if log {
             let s = sum8(gr, gr, |v, _| v);
             for ((o, &gv), &yv) in o.iter_mut().zip(gr).zip(yr) {
-                *o = gv - yv.exp() * s;
+                o.write(gv - yv.exp() * s);
             }
         } else {
             let s = sum8(gr, yr, |gv, yv| gv * yv);
             for ((o, &gv), &yv) in o.iter_mut().zip(gr).zip(yr) {
-                *o = yv * (gv - s);
+                o.write(yv * (gv - s));
             }
         }
     }
@@ -284,14 +295,16 @@ pub(crate) fn softmax_backward(g: (&CpuStorage, &Layout), y: &CpuStorage, n: usi
         let g = rows_of(v, l, &mut gc);
         let y = T::slice(y).expect("softmax backward: operands of one dtype (checked by the op)");
         let mut gx = T::alloc_buffer(g.len());
-        gx.resize(g.len(), T::zero());
         let per = rows_per_task(g.len() / n, n);
-        team::for_chunks(&mut gx, per * n, |q, out| {
+        team::for_chunks(&mut gx.spare_capacity_mut()[..g.len()], per * n, |q, out| {
             vmath::with_avx2(
                 #[inline(always)]
                 || softmax_backward_rows(out, (g, y), q * per * n, n, log),
             )
         });
+        // SAFETY: the parts are whole rows covering every row, each of whose `n`
+        // gradients is written above (a panicking part re-raises first).
+        unsafe { gx.set_len(g.len()) };
         T::into_storage(gx)
     }
     match g.0 {

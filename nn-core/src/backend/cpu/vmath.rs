@@ -6,6 +6,8 @@
 //! vector code; libm's `expf` is a scalar call per element (a softmax over 262k scores
 //! spent 8% of a Transformer step in it, measured on a 2-core Zen 4).
 
+use std::mem::MaybeUninit;
+
 /// `e^x` in `f32` without branches: `x = n ln 2 + r` with `|r| <= ln 2 / 2` (Cody-Waite:
 /// `ln 2` in two parts), Cephes' degree-6 polynomial for `e^r`, then `2^n` applied as two
 /// exact power-of-two factors so that results down to the subnormal range are right.
@@ -45,7 +47,7 @@ const LANES: usize = 16;
 
 /// Softmax (or log-softmax) of each contiguous row of `n` elements of `x` into `y`.
 #[inline(always)]
-fn softmax_rows_body(x: &[f32], y: &mut [f32], n: usize, log: bool) {
+fn softmax_rows_body(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
     for (xs, ys) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
         // The maximum: lane-wise, then across lanes (NaN need no care: a NaN in the row
         // makes its sum NaN, so every output of the row is NaN, as in PyTorch).
@@ -69,14 +71,14 @@ fn softmax_rows_body(x: &[f32], y: &mut [f32], n: usize, log: bool) {
         for (yo, xi) in (&mut yc).zip(&mut xc) {
             for ((s, o), &v) in sums.iter_mut().zip(yo.iter_mut()).zip(xi) {
                 let e = exp_f32(v - m);
-                *o = e;
+                o.write(e);
                 *s += e;
             }
         }
         let mut s: f32 = 0.0;
         for (o, &v) in yc.into_remainder().iter_mut().zip(xc.remainder()) {
             let e = exp_f32(v - m);
-            *o = e;
+            o.write(e);
             s += e;
         }
         s += sums.iter().sum::<f32>();
@@ -85,19 +87,21 @@ fn softmax_rows_body(x: &[f32], y: &mut [f32], n: usize, log: bool) {
             // when m is large.
             let ls = s.ln();
             for (o, &v) in ys.iter_mut().zip(xs) {
-                *o = (v - m) - ls;
+                o.write((v - m) - ls);
             }
         } else {
             let r = 1.0 / s;
             for o in ys.iter_mut() {
-                *o *= r;
+                // SAFETY: the loops above wrote every output of the row.
+                let e = unsafe { o.assume_init() };
+                o.write(e * r);
             }
         }
     }
 }
 
 /// The baseline-target copy of [`softmax_rows_body`].
-fn softmax_rows_base(x: &[f32], y: &mut [f32], n: usize, log: bool) {
+fn softmax_rows_base(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
     softmax_rows_body(x, y, n, log)
 }
 
@@ -107,7 +111,7 @@ fn softmax_rows_base(x: &[f32], y: &mut [f32], n: usize, log: bool) {
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_rows_avx2(x: &[f32], y: &mut [f32], n: usize, log: bool) {
+unsafe fn softmax_rows_avx2(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
     softmax_rows_body(x, y, n, log)
 }
 
@@ -165,7 +169,7 @@ fn has_avx2() -> bool {
 
 /// Softmax (or log-softmax) along contiguous rows of `n` elements: `x` and `y` hold whole
 /// rows (`n > 0`, lengths equal multiples of `n`).
-pub(crate) fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, log: bool) {
+pub(crate) fn softmax_rows(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
     debug_assert!(n > 0 && x.len() == y.len() && x.len() % n == 0);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
@@ -178,6 +182,15 @@ pub(crate) fn softmax_rows(x: &[f32], y: &mut [f32], n: usize, log: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The output `f` writes into uninitialized room for `x.len()` values.
+    fn filled(x: &[f32], f: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
+        let mut y = Vec::with_capacity(x.len());
+        f(&mut y.spare_capacity_mut()[..x.len()]);
+        // SAFETY: the softmax rows write every output.
+        unsafe { y.set_len(x.len()) };
+        y
+    }
 
     fn ulps(a: f32, b: f32) -> u32 {
         (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
@@ -226,10 +239,8 @@ mod tests {
                         r.iter().map(move |&v| if log { v as f64 - m - s.ln() } else { (v as f64 - m).exp() / s })
                     })
                     .collect();
-                let mut y = vec![0.0; x.len()];
-                softmax_rows_base(&x, &mut y, n, log);
-                let mut z = vec![0.0; x.len()];
-                softmax_rows(&x, &mut z, n, log);
+                let y = filled(&x, |y| softmax_rows_base(&x, y, n, log));
+                let z = filled(&x, |z| softmax_rows(&x, z, n, log));
                 for ((a, b), w) in y.iter().zip(&z).zip(&want) {
                     assert!((*a as f64 - w).abs() <= 1e-6 * w.abs().max(1.0), "n={n} log={log}: {a} vs {w}");
                     assert!((*b as f64 - w).abs() <= 1e-6 * w.abs().max(1.0), "n={n} log={log}: {b} vs {w}");
@@ -238,8 +249,7 @@ mod tests {
         }
         // A NaN makes its row NaN; an all -inf row is NaN; other rows are untouched.
         let x = [1.0, f32::NAN, f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0, 0.0];
-        let mut y = [0.0; 6];
-        softmax_rows(&x, &mut y, 2, false);
+        let y = filled(&x, |y| softmax_rows(&x, y, 2, false));
         assert!(y[..4].iter().all(|v| v.is_nan()), "{y:?}");
         assert_eq!(&y[4..], &[0.5, 0.5]);
     }
