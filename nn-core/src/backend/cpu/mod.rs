@@ -306,13 +306,28 @@ pub(crate) fn strided_to_vec<T: CpuElement>(v: &[T], layout: &Layout) -> Vec<T> 
             });
             return out;
         }
-        let mut starts = Vec::with_capacity(numel / run);
-        for_each_offset(&shape[..rank - 1], [&strides[..rank - 1]], [layout.offset()], |[o]| starts.push(o));
+        let (outer, ostrides) = (&shape[..rank - 1], &strides[..rank - 1]);
         let rows = team::GRAIN.div_ceil(run);
         team::for_chunks(&mut out.spare_capacity_mut()[..numel], rows * run, |q, part| {
-            for (dst, &o) in part.chunks_exact_mut(run).zip(&starts[q * rows..]) {
+            // The index of this part's first run over the outer dims, then an odometer.
+            let mut idx: smallvec::SmallVec<[usize; 8]> = smallvec::smallvec![0; outer.len()];
+            let mut rest = q * rows;
+            for (i, &n) in idx.iter_mut().zip(outer).rev() {
+                (*i, rest) = (rest % n, rest / n);
+            }
+            let mut o = layout.offset() + idx.iter().zip(ostrides).map(|(i, s)| i * s).sum::<usize>();
+            for dst in part.chunks_exact_mut(run) {
                 for (d, s) in dst.iter_mut().zip(&v[o..o + run]) {
                     d.write(*s);
+                }
+                for ((i, &n), &st) in idx.iter_mut().zip(outer).zip(ostrides).rev() {
+                    *i += 1;
+                    o += st;
+                    if *i < n {
+                        break;
+                    }
+                    *i = 0;
+                    o -= st * n;
                 }
             }
         });
