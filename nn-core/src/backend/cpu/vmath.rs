@@ -59,9 +59,9 @@ fn softmax_rows_body(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool)
             }
         }
         let mut m = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
-        for &l in &lanes {
-            m = if l > m { l } else { m };
-        }
+        // Across lanes in halves (vector shuffles, not sixteen dependent steps).
+        let l = fold_lanes(lanes, |a, b| if b > a { b } else { a });
+        m = if l > m { l } else { m };
         if m == f32::NEG_INFINITY {
             m = 0.0; // all -inf: 0/0 = NaN below, as PyTorch
         }
@@ -81,7 +81,7 @@ fn softmax_rows_body(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool)
             o.write(e);
             s += e;
         }
-        s += sums.iter().sum::<f32>();
+        s += fold_lanes(sums, |a, b| a + b);
         if log {
             // (x - m) - ln s, in this order: m + ln s would round away ln s's digits
             // when m is large.
@@ -98,6 +98,20 @@ fn softmax_rows_body(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool)
             }
         }
     }
+}
+
+/// `f` folded over the lanes pairwise, halving the width each step (an associative `f`:
+/// max or a sum, whose reassociation is within the kernel's tolerance).
+#[inline(always)]
+fn fold_lanes(mut lanes: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            lanes[i] = f(lanes[i], lanes[i + w]);
+        }
+    }
+    lanes[0]
 }
 
 /// The baseline-target copy of [`softmax_rows_body`].
