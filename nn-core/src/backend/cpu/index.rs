@@ -45,10 +45,7 @@ pub(crate) fn index_select(
     with_cpu!(x, T, v => {
         // Read a contiguous source in place: copying it first would cost the whole
         // tensor per call (a data loader selecting 64 rows of 60,000).
-        let src: std::borrow::Cow<'_, [T]> = match l.contiguous_range() {
-            Some(r) => std::borrow::Cow::Borrowed(&v[r]),
-            None => std::borrow::Cow::Owned(strided_to_vec(v, l)),
-        };
+        let src = super::values_of(v, l);
         let mut out = Vec::with_capacity(outer * idx.len() * inner);
         for o in 0..outer {
             for &i in &idx {

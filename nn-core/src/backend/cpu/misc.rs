@@ -30,23 +30,11 @@ pub(crate) fn softmax(x: &CpuStorage, l: &Layout, (outer, n, inner): (usize, usi
 /// Softmax of `f32` rows of `n` elements along the last dim, with the vectorized kernel
 /// (rows read in place when the layout is contiguous), split by rows over threads.
 fn softmax_f32_rows(v: &[f32], l: &Layout, n: usize, log: bool) -> Vec<f32> {
-    let copied;
-    let x = match l.contiguous_range() {
-        Some(r) => &v[r],
-        None => {
-            copied = strided_to_vec(v, l);
-            &copied[..]
-        }
-    };
+    let x = &*super::values_of(v, l);
     let mut out = f32::alloc_buffer(x.len());
     let slots = &mut out.spare_capacity_mut()[..x.len()];
-    if super::elementwise::split(x.len(), PAR_THRESHOLD) && x.len() > n {
-        // Blocks of whole rows, about PAR_THRESHOLD / 2 elements each.
-        let rows = (PAR_THRESHOLD / 2).div_ceil(n) * n;
-        team::for_chunks(slots, rows, |q, b| vmath::softmax_rows(&x[q * rows..][..b.len()], b, n, log));
-    } else {
-        vmath::softmax_rows(x, slots, n, log);
-    }
+    let block = super::norm::rows_per_task(x.len() / n, n) * n;
+    team::for_chunks(slots, block, |q, b| vmath::softmax_rows(&x[q * block..][..b.len()], b, n, log));
     // SAFETY: the blocks are whole rows covering `x`, and `softmax_rows` writes every
     // output of its rows (a panicking block re-raises before this).
     unsafe { out.set_len(x.len()) };

@@ -341,6 +341,15 @@ pub(crate) fn strided_to_vec<T: CpuElement>(v: &[T], layout: &Layout) -> Vec<T> 
     out
 }
 
+/// The elements `layout` selects, row-major: borrowed in place when they are one
+/// contiguous range, else gathered (a kernel reading its operand whole).
+pub(crate) fn values_of<'a, T: CpuElement>(v: &'a [T], layout: &Layout) -> std::borrow::Cow<'a, [T]> {
+    match layout.contiguous_range() {
+        Some(r) => std::borrow::Cow::Borrowed(&v[r]),
+        None => std::borrow::Cow::Owned(strided_to_vec(v, layout)),
+    }
+}
+
 /// Writes row-major `vals` into the positions of `layout` inside `dst` (same dtype).
 pub(crate) fn scatter_into(dst: &mut CpuStorage, layout: &Layout, vals: &CpuStorage) {
     fn go<T: CpuElement>(dst: &mut [T], layout: &Layout, vals: &[T]) {

@@ -6,14 +6,15 @@
 //! in L1. (The composite remains the reference: these kernels are tested against it.)
 
 use super::elementwise::{split, PAR_THRESHOLD};
-use super::{strided_to_vec, team, vmath, CpuElement, CpuFloat, CpuStorage};
+use super::{team, values_of, vmath, CpuFloat, CpuStorage};
+use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
 use crate::shape::Layout;
 
 /// Rows per task when a kernel over `rows` rows of `n` splits over the team, or all of
 /// them when it does not pay.
-fn rows_per_task(rows: usize, n: usize) -> usize {
+pub(crate) fn rows_per_task(rows: usize, n: usize) -> usize {
     if split(rows * n, PAR_THRESHOLD) && rows > 1 {
         (PAR_THRESHOLD / 2).div_ceil(n).min(rows.div_ceil(team::threads()))
     } else {
@@ -38,20 +39,9 @@ fn sum8<T: CpuFloat>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
-/// The elements of a layout as a borrowed slice when contiguous, else copied.
-fn rows_of<'a, T: CpuElement>(v: &'a [T], l: &Layout, copy: &'a mut Vec<T>) -> &'a [T] {
-    match l.contiguous_range() {
-        Some(r) => &v[r],
-        None => {
-            *copy = strided_to_vec(v, l);
-            copy
-        }
-    }
-}
-
 /// The typed values of an optional per-element operand (weight or bias), or `None`.
-fn param<'a, T: CpuFloat>(p: Option<(&'a CpuStorage, &Layout)>, copy: &'a mut Vec<T>) -> Option<&'a [T]> {
-    p.map(|(s, l)| rows_of(T::slice(s).expect("layer_norm: operands of one dtype (checked by the op)"), l, copy))
+fn param<'a, T: CpuFloat>(p: Option<(&'a CpuStorage, &Layout)>) -> Option<Cow<'a, [T]>> {
+    p.map(|(s, l)| values_of(T::slice(s).expect("layer_norm: operands of one dtype (checked by the op)"), l))
 }
 
 /// The rows of [`layer_norm`] in `xs` into `ys`, with `[mean, rstd]` per row into `st`
@@ -112,9 +102,9 @@ pub(crate) fn layer_norm(
         n: usize,
         eps: f64,
     ) -> [CpuStorage; 3] {
-        let (mut xc, mut wc, mut bc) = (Vec::new(), Vec::new(), Vec::new());
-        let x = rows_of(v, l, &mut xc);
-        let (w, b) = (param::<T>(w, &mut wc), param::<T>(b, &mut bc));
+        let x = &*values_of(v, l);
+        let (w, b) = (param::<T>(w), param::<T>(b));
+        let (w, b) = (w.as_deref(), b.as_deref());
         let rows = x.len() / n;
         let (mut y, mut stats) = (T::alloc_buffer(x.len()), T::alloc_buffer(2 * rows));
         let per = rows_per_task(rows, n);
@@ -213,11 +203,11 @@ pub(crate) fn layer_norm_backward(
         [need_x, need_w, need_b]: [bool; 3],
     ) -> [Option<CpuStorage>; 3] {
         let one = "layer_norm backward: operands of one dtype (checked by the op)";
-        let (mut xc, mut gc, mut wc) = (Vec::new(), Vec::new(), Vec::new());
-        let x = rows_of(v, l, &mut xc);
-        let g = rows_of(T::slice(gy.0).expect(one), gy.1, &mut gc);
+        let x = &*values_of(v, l);
+        let g = &*values_of(T::slice(gy.0).expect(one), gy.1);
         let (mean, rstd) = (T::slice(mean).expect(one), T::slice(rstd).expect(one));
-        let w = param::<T>(w, &mut wc);
+        let w = param::<T>(w);
+        let w = w.as_deref();
         let rows = x.len() / n;
         let mut gx = if need_x { T::alloc_buffer(x.len()) } else { Vec::new() };
         let per = rows_per_task(rows, n);
@@ -291,8 +281,7 @@ fn softmax_backward_rows<T: CpuFloat>(
 /// log-softmax `g - exp(y) Σ g`. `None` for dtypes other than `f32`/`f64`.
 pub(crate) fn softmax_backward(g: (&CpuStorage, &Layout), y: &CpuStorage, n: usize, log: bool) -> Option<CpuStorage> {
     fn typed<T: CpuFloat>((v, l): (&[T], &Layout), y: &CpuStorage, n: usize, log: bool) -> CpuStorage {
-        let mut gc = Vec::new();
-        let g = rows_of(v, l, &mut gc);
+        let g = &*values_of(v, l);
         let y = T::slice(y).expect("softmax backward: operands of one dtype (checked by the op)");
         let mut gx = T::alloc_buffer(g.len());
         let per = rows_per_task(g.len() / n, n);
