@@ -63,17 +63,42 @@ fn le_bytes(t: &Tensor) -> Vec<u8> {
     t.storage_arc().to_le_bytes(t.layout()).expect("meta tensors are rejected before serialising")
 }
 
+/// The elements of `bytes`, `N` bytes each, converted by `f`.
 fn decode<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
     bytes.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact"))).collect()
+}
+
+/// The elements of `bytes` read as little-endian `T` (`f32`, `f64`, `i64`). On a
+/// little-endian target that is a copy of the bytes, and a large tensor is copied in
+/// parts on the CPU team: copying out of the file's pages is most of a load (measured on
+/// a 2-vCPU Xeon, a 64 MB state dict of sixteen 4 MB tensors: 30-31 ms on one thread).
+fn decode_native<const N: usize, T: Copy + Send>(bytes: &[u8], f: impl Fn([u8; N]) -> T + Sync) -> Vec<T> {
+    debug_assert_eq!(std::mem::size_of::<T>(), N);
+    if cfg!(target_endian = "big") {
+        return decode(bytes, f);
+    }
+    use crate::backend::cpu::team;
+    let len = bytes.len() / N;
+    let mut out: Vec<T> = Vec::with_capacity(len);
+    team::for_chunks(&mut out.spare_capacity_mut()[..len], team::GRAIN * 16, |q, part| {
+        let src = &bytes[q * team::GRAIN * 16 * N..][..part.len() * N];
+        for (slot, c) in part.iter_mut().zip(src.chunks_exact(N)) {
+            slot.write(f(c.try_into().expect("chunks_exact")));
+        }
+    });
+    // SAFETY: the parts cover all `len` slots and each was written in full above (a panic
+    // in a part is raised by `for_chunks` before this line).
+    unsafe { out.set_len(len) };
+    out
 }
 
 /// Builds a tensor from one validated safetensors entry. Integer types narrower than 64
 /// bits widen to `i64` (lossless); formats with no counterpart here are an error.
 fn tensor_from_view(key: &str, dtype: Dtype, shape: &[usize], bytes: &[u8], origin: &Path) -> Result<Tensor> {
     let storage = match dtype {
-        Dtype::F32 => Storage::from_vec(decode(bytes, f32::from_le_bytes)),
-        Dtype::F64 => Storage::from_vec(decode(bytes, f64::from_le_bytes)),
-        Dtype::I64 => Storage::from_vec(decode(bytes, i64::from_le_bytes)),
+        Dtype::F32 => Storage::from_vec(decode_native(bytes, f32::from_le_bytes)),
+        Dtype::F64 => Storage::from_vec(decode_native(bytes, f64::from_le_bytes)),
+        Dtype::I64 => Storage::from_vec(decode_native(bytes, i64::from_le_bytes)),
         Dtype::F16 => Storage::from_vec(decode(bytes, |b| f16::from_bits(u16::from_le_bytes(b)))),
         Dtype::BF16 => Storage::from_vec(decode(bytes, |b| bf16::from_bits(u16::from_le_bytes(b)))),
         Dtype::BOOL => Storage::from_vec(bytes.iter().map(|&b| b != 0).collect()),
@@ -461,6 +486,32 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tensors large enough to be read in several parts (on the team, when it has more
+    /// than one thread) come back bit for bit, in every dtype read that way.
+    #[test]
+    fn large_tensors_read_in_parts_come_back_bit_for_bit() {
+        let n = 3 * 16 * crate::backend::cpu::team::GRAIN + 12_345; // three parts and a tail
+        let bits = |i: usize| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // Arbitrary bit patterns: NaN payloads, subnormals and negative zeros included.
+        let f32s: Vec<f32> = (0..n).map(|i| f32::from_bits((bits(i) >> 32) as u32)).collect();
+        let f64s: Vec<f64> = (0..n).map(|i| f64::from_bits(bits(i))).collect();
+        let i64s: Vec<i64> = (0..n).map(|i| bits(i) as i64).collect();
+        let mut sd = StateDict::default();
+        sd.insert("a".into(), Tensor::from_vec(f32s.clone(), &[n]));
+        sd.insert("b".into(), Tensor::from_vec_f64(f64s.clone(), &[n]));
+        sd.insert("c".into(), Tensor::from_vec_i64(i64s.clone(), &[n]));
+        let bytes = sd.to_safetensors_bytes(None).unwrap();
+        let (back, _) = StateDict::from_safetensors_bytes(&bytes).unwrap();
+        let same = |a: &[u64], b: &[u64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y);
+        let got32: Vec<u64> =
+            back.get("a").unwrap().to_vec_of::<f32>().iter().map(|v| u64::from(v.to_bits())).collect();
+        assert!(same(&got32, &f32s.iter().map(|v| u64::from(v.to_bits())).collect::<Vec<_>>()));
+        let got64: Vec<u64> = back.get("b").unwrap().to_vec_of::<f64>().iter().map(|v| v.to_bits()).collect();
+        assert!(same(&got64, &f64s.iter().map(|v| v.to_bits()).collect::<Vec<_>>()));
+        let goti: Vec<u64> = back.get("c").unwrap().to_vec_of::<i64>().iter().map(|&v| v as u64).collect();
+        assert!(same(&goti, &i64s.iter().map(|&v| v as u64).collect::<Vec<_>>()));
+    }
 
     #[test]
     fn the_streamed_file_holds_the_bytes_of_the_in_memory_encoding() {

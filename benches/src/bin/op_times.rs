@@ -50,4 +50,21 @@ fn main() {
     time("conv2 fwd", &mut || drop(p.detach().conv2d(&w2.detach(), None, o)));
     time("conv2 fwd+bwd", &mut fwd_bwd(&p, |x| x.conv2d(&w2, None, o)));
     time("pool2 fwd+bwd", &mut fwd_bwd(&h2, |x| x.max_pool2d(pool)));
+
+    // The Transformer workload's non-GEMM ops (batch 16, 64 tokens, d_model 128, 4 heads).
+    let scores = Tensor::randn(&[16, 4, 64, 64]).requires_grad_(true);
+    time("tf softmax fwd", &mut || drop(scores.detach().softmax(-1)));
+    time("tf softmax fwd+bwd", &mut fwd_bwd(&scores, |x| x.softmax(-1)));
+    let ff = Tensor::randn(&[16, 64, 512]).requires_grad_(true);
+    time("tf relu fwd", &mut || drop(ff.detach().relu()));
+    time("tf relu fwd+bwd", &mut fwd_bwd(&ff, |x| x.relu()));
+    let tok = Tensor::randn(&[16, 64, 128]).requires_grad_(true);
+    let tok2 = Tensor::randn(&[16, 64, 128]);
+    time("tf add fwd", &mut || drop(&tok.detach() + &tok2));
+    time("tf layer_norm fwd", &mut || drop(tok.detach().layer_norm(&[128], None, None, 1e-5)));
+    time("tf layer_norm fwd+bwd", &mut fwd_bwd(&tok, |x| x.layer_norm(&[128], None, None, 1e-5)));
+    time("tf head split fwd+bwd", &mut fwd_bwd(&tok, |x| x.reshape(&[16, 64, 4, 32]).transpose(1, 2).contiguous()));
+    time("tf head merge fwd", &mut || {
+        drop(tok.detach().reshape(&[16, 4, 64, 32]).transpose(1, 2).reshape(&[16, 64, 128]))
+    });
 }
