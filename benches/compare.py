@@ -5,6 +5,14 @@
     python3 benches/compare.py --threads 1     # only one thread count
     python3 benches/compare.py --peers         # also candle, burn and the gemm crate (crates.io)
     python3 benches/compare.py --gpu           # nn on gpu:0 (wgpu) beside PyTorch CUDA (TF32 off)
+    python3 benches/compare.py --rounds 3      # nn and PyTorch alternated 3 times, medians
+
+With --rounds N, nn's and PyTorch's workloads are measured N times each, alternating (nn,
+PyTorch, nn, PyTorch, ...), and each figure is the median of its N medians; the ratios of
+each round are printed below the table. On a machine whose speed drifts over minutes (a
+shared VM: the same binary measured 11.7 and 13.9 ms per Transformer step minutes apart),
+one nn pass followed by one PyTorch pass puts that drift into the ratio; alternating rounds
+spread it over both sides. The peers are measured once.
 
 For each thread count (1 and 2), the Rust harness (`nn_bench`) is run with
 RAYON_NUM_THREADS set (MATMUL_NUM_THREADS too, for peers that read it), and PyTorch with torch.set_num_threads. Ratios are
@@ -305,7 +313,10 @@ def main():
         help="also build benches/peers (needs crates.io, minutes the first time) and run candle, burn and the gemm crate",
     )
     ap.add_argument("--gpu", action="store_true", help="the GPU workloads: nn on gpu:0 (wgpu) beside PyTorch on cuda:0")
+    ap.add_argument("--rounds", type=int, default=1, help="alternate nn and PyTorch this many times; report medians")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if args.gpu:
         gpu_main()
         return
@@ -319,9 +330,18 @@ def main():
     peers_exe = build_peers() if args.peers else None
     peers = PEERS if peers_exe else []
     rows = []
+    per_round = []  # (threads, workload, [ratio of each round])
     for t in args.threads:
-        nn_r = nn_results(t)
-        th = torch_results(t) if have_torch else {}
+        nn_rounds, th_rounds = [], []
+        for _ in range(args.rounds):
+            nn_rounds.append(nn_results(t))
+            th_rounds.append(torch_results(t) if have_torch else {})
+        nn_r, th = combine(nn_rounds), combine(th_rounds)
+        if args.rounds > 1 and have_torch:
+            for name, r in nn_r.items():
+                ratios = [round_ratio(n.get(name), o.get(name)) for n, o in zip(nn_rounds, th_rounds)]
+                if all(x is not None for x in ratios):
+                    per_round.append((t, name, ratios))
         if have_torch:
             th["peak_rss_mlp_training"] = {"median_ms": torch_peak_rss(t), "unit": "MB", "throughput": 0}
         if not args.peers:
@@ -343,6 +363,7 @@ def main():
         for name, t, a, b, r in rows:
             print(f"{name:<{w}}  {t:>3}  {a:>16}  {b:>16}  {r}")
         print(LEGEND)
+        print_rounds(per_round, w)
         return
     cols = ["PyTorch"] + peers
     print(
@@ -356,6 +377,37 @@ def main():
     print(LEGEND + "; gemm = the raw gemm crate (with the features candle and burn enable)")
     if not peers_exe:
         print("(peers not built: see the message above)")
+    print_rounds(per_round, w)
+
+
+def combine(rounds):
+    """One result per workload from several rounds' results: the median of each figure."""
+    out = {}
+    for name in dict.fromkeys(n for r in rounds for n in r):
+        rs = [r[name] for r in rounds if name in r]
+        c = dict(rs[0])
+        for key in ("median_ms", "throughput"):
+            vals = [x[key] for x in rs if x.get(key) is not None]
+            if vals:
+                c[key] = statistics.median(vals)
+        out[name] = c
+    return out
+
+
+def round_ratio(r, o):
+    """nn / PyTorch in one round, worded as `cell` does (time or throughput); None if missing."""
+    if not r or not o:
+        return None
+    if r["unit"] in THROUGHPUT_UNITS:
+        return r["throughput"] / o["throughput"] if o.get("throughput") else None
+    return r["median_ms"] / o["median_ms"] if o.get("median_ms") else None
+
+
+def print_rounds(per_round, w):
+    if per_round:
+        print("nn/PyTorch in each round (the table holds the medians of the rounds' figures):")
+        for t, name, ratios in per_round:
+            print(f"  {name:<{w}}  {t:>3}  " + "  ".join(f"{x:.2f}" for x in ratios))
 
 
 if __name__ == "__main__":
