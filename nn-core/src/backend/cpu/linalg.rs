@@ -110,6 +110,18 @@ fn addmm_kernel<T: CpuFloat>(
     alpha: T,
 ) -> Vec<T> {
     let (m, k, n) = (la.shape()[0], la.shape()[1], lb.shape()[1]);
+    let a = MatRef { data: a, offset: la.offset(), row_stride: la.strides()[0], col_stride: la.strides()[1] };
+    let b = MatRef { data: b, offset: lb.offset(), row_stride: lb.strides()[0], col_stride: lb.strides()[1] };
+    if beta == T::zero() && k > 0 {
+        // The input is not read (BLAS semantics: its NaN do not propagate): the product
+        // is written into a fresh buffer, with no zeroing pass first.
+        let mut out = T::alloc_buffer(m * n);
+        gemm_uninit((m, k, n), alpha, a, b, &mut out.spare_capacity_mut()[..m * n]);
+        // SAFETY: with `k > 0` the product wrote all `m * n` elements (a panic in it
+        // leaves the length at 0).
+        unsafe { out.set_len(m * n) };
+        return out;
+    }
     let mut out = if beta == T::zero() {
         let mut out = T::alloc_buffer(m * n);
         out.resize(m * n, T::zero());
@@ -126,8 +138,6 @@ fn addmm_kernel<T: CpuFloat>(
         }
         return out;
     }
-    let a = MatRef { data: a, offset: la.offset(), row_stride: la.strides()[0], col_stride: la.strides()[1] };
-    let b = MatRef { data: b, offset: lb.offset(), row_stride: lb.strides()[0], col_stride: lb.strides()[1] };
     gemm((m, k, n), alpha, a, b, beta, &mut out);
     out
 }
