@@ -650,4 +650,31 @@ mod tests {
     fn matmul_device_mix_panics() {
         Tensor::zeros(&[2, 2]).matmul(&Tensor::full_on(&[2, 2], 0.0, DType::F32, Device::Meta));
     }
+
+    /// `x W^T` with `W` much wider than `x` is tall runs as `W x^T` transposed back (the
+    /// CPU's `transposed_pays`): matmul and addmm (beta 0, 1 and other, a broadcast
+    /// bias), f32 and f64, tile edges included, against a naive product (exact: the values
+    /// are quarter steps, so every sum is exact in both types).
+    #[test]
+    fn wide_products_of_a_transposed_weight_match_a_naive_product() {
+        for (m, k, n) in [(16, 256, 64), (20, 300, 100), (64, 784, 256)] {
+            let vals = |len: usize, seed: usize| -> Vec<f64> {
+                (0..len).map(|i| ((i * 37 + seed * 11) % 23) as f64 * 0.25 - 2.5).collect()
+            };
+            let (xv, wv, bv) = (vals(m * k, 1), vals(n * k, 2), vals(n, 3));
+            let naive: Vec<f64> =
+                (0..m * n).map(|q| (0..k).map(|p| xv[(q / n) * k + p] * wv[(q % n) * k + p]).sum()).collect();
+            for dtype in [DType::F64, DType::F32] {
+                let x = t64(&xv, &[m, k]).to_dtype(dtype);
+                let w = t64(&wv, &[n, k]).to_dtype(dtype);
+                let bias = t64(&bv, &[n]).to_dtype(dtype);
+                assert_eq!(x.matmul(&w.t()).to_vec_f64(), naive, "matmul {m}x{k}x{n} {dtype:?}");
+                for (beta, alpha) in [(0.0, 1.0), (1.0, 1.0), (0.5, -2.0)] {
+                    let want: Vec<f64> = naive.iter().enumerate().map(|(q, p)| beta * bv[q % n] + alpha * p).collect();
+                    let got = bias.addmm_with(&x, &w.t(), beta, alpha).to_vec_f64();
+                    assert_eq!(got, want, "addmm {m}x{k}x{n} {dtype:?} beta={beta} alpha={alpha}");
+                }
+            }
+        }
+    }
 }
