@@ -24,7 +24,7 @@ use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -174,8 +174,14 @@ pub(crate) fn run(tasks: usize, f: impl Fn(usize) + Sync) {
         return (0..tasks).for_each(f);
     }
     let team = team();
-    let Ok(_owner) = team.owner.try_lock() else {
-        return (0..tasks).for_each(f);
+    let owner = match team.owner.try_lock() {
+        Ok(guard) => guard,
+        // The lock guards no data, so a poisoned one is as good (and `run` releases it
+        // before re-raising a task's panic, so it is not poisoned here).
+        Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        // The team runs another thread's loop: this one runs here, and so do the loops
+        // its tasks start, as inside a team loop.
+        Err(TryLockError::WouldBlock) => return on_this_thread(tasks, f),
     };
     let job = Job { f: &f, tasks, next: AtomicUsize::new(0), panic: Mutex::new(None) };
     team.job.store(&job as *const Job<'_> as usize, SeqCst);
@@ -195,9 +201,26 @@ pub(crate) fn run(tasks: usize, f: impl Fn(usize) + Sync) {
     while team.state.load(SeqCst) != 0 {
         std::hint::spin_loop();
     }
-    if let Some(p) = job.panic.into_inner().unwrap_or_else(|e| e.into_inner()) {
+    let panic = job.panic.into_inner().unwrap_or_else(|e| e.into_inner());
+    // Released before a task's panic is re-raised: unwinding with the guard would poison
+    // the lock, and every later loop would take it for busy and run on one thread.
+    drop(owner);
+    if let Some(p) = panic {
         resume_unwind(p);
     }
+}
+
+/// Runs every task on this thread, marked as inside a loop (so [`threads`] is 1 in the
+/// tasks and loops they start run here too), the mark undone on return or unwind.
+fn on_this_thread(tasks: usize, f: impl Fn(usize)) {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INSIDE.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(INSIDE.with(|c| c.replace(true)));
+    (0..tasks).for_each(f)
 }
 
 /// A pointer that may cross threads: each task derives a disjoint part of its target.
@@ -298,6 +321,24 @@ where
 mod tests {
     use super::*;
 
+    /// While another thread's loop holds the team, a loop runs on its caller, its tasks
+    /// see one thread (their loops stay there too), and a panicking task leaves the
+    /// caller's thread count as it was.
+    #[test]
+    fn a_loop_started_while_the_team_is_busy_runs_here() {
+        let before = threads();
+        let owner = team().owner.lock().unwrap_or_else(|e| e.into_inner());
+        let ran = AtomicUsize::new(0);
+        run(8, |_| {
+            assert_eq!(threads(), 1);
+            ran.fetch_add(1, SeqCst);
+        });
+        assert_eq!(ran.load(SeqCst), 8);
+        assert!(catch_unwind(|| run(4, |i| assert!(i != 2))).is_err());
+        drop(owner);
+        assert_eq!(threads(), before);
+    }
+
     #[test]
     fn every_task_runs_once_and_panics_reach_the_caller() {
         let counts: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
@@ -309,6 +350,9 @@ mod tests {
         assert!(counts.iter().all(|c| c.load(SeqCst) == 50));
         let err = catch_unwind(|| run(64, |i| assert!(i != 37, "task {i} failed"))).unwrap_err();
         assert_eq!(err.downcast_ref::<String>().map(String::as_str), Some("task 37 failed"));
+        // The panic did not poison the team's lock (later loops would all run on one
+        // thread, silently).
+        assert!(!team().owner.is_poisoned());
         // The team still works after a panic.
         let sum = AtomicUsize::new(0);
         run(100, |i| {
