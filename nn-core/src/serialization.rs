@@ -68,15 +68,10 @@ fn decode<const N: usize, T>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
     bytes.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact"))).collect()
 }
 
-/// The elements of `bytes` read as little-endian `T` (`f32`, `f64`, `i64`). On a
-/// little-endian target that is a copy of the bytes, and a large tensor is copied in
-/// parts on the CPU team: copying out of the file's pages is most of a load (measured on
-/// a 2-vCPU Xeon, a 64 MB state dict of sixteen 4 MB tensors: 30-31 ms on one thread).
+/// [`decode`] in parts on the CPU team, for the large element types (`f32`, `f64`,
+/// `i64`): copying out of the file's pages is most of a load (measured on a 2-vCPU Xeon,
+/// a 64 MB state dict of sixteen 4 MB tensors: 30-31 ms on one thread, 19-21 on two).
 fn decode_native<const N: usize, T: Copy + Send>(bytes: &[u8], f: impl Fn([u8; N]) -> T + Sync) -> Vec<T> {
-    debug_assert_eq!(std::mem::size_of::<T>(), N);
-    if cfg!(target_endian = "big") {
-        return decode(bytes, f);
-    }
     use crate::backend::cpu::team;
     let len = bytes.len() / N;
     let mut out: Vec<T> = Vec::with_capacity(len);
