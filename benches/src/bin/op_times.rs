@@ -5,16 +5,20 @@
 use nn_core::ops::{Conv2dConfig, Pool2dConfig};
 use nn_core::{manual_seed, Tensor};
 
+/// The median of 200 calls (the median, not the mean: this VM's speed drifts).
 fn time(name: &str, f: &mut dyn FnMut()) {
     for _ in 0..5 {
         f();
     }
-    let n = 200;
-    let t = std::time::Instant::now();
-    for _ in 0..n {
-        f();
-    }
-    println!("{name:<32} {:8.1} us", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    let mut us: Vec<f64> = (0..200)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    us.sort_by(f64::total_cmp);
+    println!("{name:<32} {:8.1} us", us[us.len() / 2]);
 }
 
 /// Forward and backward of `f` with a random upstream gradient.
@@ -64,6 +68,17 @@ fn main() {
     time("tf layer_norm fwd", &mut || drop(tok.detach().layer_norm(&[128], None, None, 1e-5)));
     time("tf layer_norm fwd+bwd", &mut fwd_bwd(&tok, |x| x.layer_norm(&[128], None, None, 1e-5)));
     time("tf head split fwd+bwd", &mut fwd_bwd(&tok, |x| x.reshape(&[16, 64, 4, 32]).transpose(1, 2).contiguous()));
+    let g384 = Tensor::randn(&[1024, 384]);
+    time("tf bias grad 1024x384", &mut || drop(g384.sum_dims(&[0usize], false)));
+    let (aq, ak, av) = (
+        Tensor::randn(&[16, 4, 64, 32]).requires_grad_(true),
+        Tensor::randn(&[16, 4, 64, 32]).requires_grad_(true),
+        Tensor::randn(&[16, 4, 64, 32]).requires_grad_(true),
+    );
+    time("tf attention core fwd", &mut || {
+        drop(aq.detach().matmul(&ak.detach().transpose(-2, -1)).softmax(-1).matmul(&av.detach()))
+    });
+    time("tf attention core fwd+bwd", &mut fwd_bwd(&aq, |q| q.matmul(&ak.transpose(-2, -1)).softmax(-1).matmul(&av)));
     time("tf head merge fwd", &mut || {
         drop(tok.detach().reshape(&[16, 4, 64, 32]).transpose(1, 2).reshape(&[16, 64, 128]))
     });

@@ -13,8 +13,14 @@ use std::mem::MaybeUninit;
 /// exact power-of-two factors so that results down to the subnormal range are right.
 /// Within 2 ulp of the exact value wherever the result is a normal float (tested against
 /// `f64::exp`); `+inf` above 88.72, `0` below -103.9 and for `-inf`, NaN for NaN.
+///
+/// `FMA`: the multiply-adds fused, for the copies compiled with FMA (elsewhere `mul_add`
+/// is a libm call); [`exp_pass_avx2`] is this variant on eight lanes. Rust never fuses
+/// `a * b + c` itself, and unfused the polynomial's chain of dependent steps is twice as
+/// long: measured on a 2-vCPU Xeon (Emerald Rapids), one thread, median of 200 calls back
+/// to back, softmax of 4096 rows of 64 took 301 us unfused and 225 us fused.
 #[inline(always)]
-pub(crate) fn exp_f32(x: f32) -> f32 {
+pub(crate) fn exp_f32<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
@@ -22,16 +28,17 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     // without `round`, which SSE2 has no instruction for.
     const ROUND: f32 = 12_582_912.0;
     let xc = x.clamp(-104.0, 88.8); // NaN passes through `clamp`
-    let t = xc * LOG2E + ROUND;
+    let madd = |a: f32, b: f32, c: f32| if FMA { a.mul_add(b, c) } else { a * b + c };
+    let t = madd(xc, LOG2E, ROUND);
     let n = t - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
+    let r = madd(-n, LN2_LO, madd(-n, LN2_HI, xc));
     let mut p = 1.987_569_1e-4;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let e = p * (r * r) + r + 1.0;
+    p = madd(p, r, 1.398_199_9e-3);
+    p = madd(p, r, 8.333_452e-3);
+    p = madd(p, r, 4.166_579_6e-2);
+    p = madd(p, r, 1.666_666_5e-1);
+    p = madd(p, r, 0.5);
+    let e = madd(p, r * r, r) + 1.0;
     // n in [-150, 128], read from the low bits of `t` (integer arithmetic only: a float
     // to int cast is a scalar sequence, it saturates and checks for NaN; a NaN `x` gives
     // a NaN `e`, whatever the scale). Each half of n is a normal power of two.
@@ -51,8 +58,9 @@ const LANES: usize = 16;
 const EXP_LANES: usize = 8;
 
 /// Softmax (or log-softmax) of each contiguous row of `n` elements of `x` into `y`.
+/// (`FMA` as in [`exp_f32`].)
 #[inline(always)]
-fn softmax_rows_body(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
+fn softmax_rows_body<const FMA: bool>(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
     for (xs, ys) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
         // The maximum: lane-wise, then across lanes (NaN need no care: a NaN in the row
         // makes its sum NaN, so every output of the row is NaN, as in PyTorch).
@@ -70,23 +78,17 @@ fn softmax_rows_body(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool)
         if m == f32::NEG_INFINITY {
             m = 0.0; // all -inf: 0/0 = NaN below, as PyTorch
         }
-        let mut sums = [0.0f32; EXP_LANES];
-        let mut yc = ys.chunks_exact_mut(EXP_LANES);
-        let mut xc = xs.chunks_exact(EXP_LANES);
-        for (yo, xi) in (&mut yc).zip(&mut xc) {
-            for ((s, o), &v) in sums.iter_mut().zip(yo.iter_mut()).zip(xi) {
-                let e = exp_f32(v - m);
-                o.write(e);
-                *s += e;
+        let s = if FMA {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `FMA` is only set by the AVX2 + FMA copy, run where the CPU has both.
+            unsafe {
+                exp_pass_avx2(xs, ys, m)
             }
-        }
-        let mut s: f32 = 0.0;
-        for (o, &v) in yc.into_remainder().iter_mut().zip(xc.remainder()) {
-            let e = exp_f32(v - m);
-            o.write(e);
-            s += e;
-        }
-        s += fold_lanes(sums, |a, b| a + b);
+            #[cfg(not(target_arch = "x86_64"))]
+            exp_pass::<true>(xs, ys, m)
+        } else {
+            exp_pass::<false>(xs, ys, m)
+        };
         if log {
             // (x - m) - ln s, in this order: m + ln s would round away ln s's digits
             // when m is large.
@@ -103,6 +105,82 @@ fn softmax_rows_body(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool)
             }
         }
     }
+}
+
+/// `ys = e^(xs - m)`, returning the sum of `ys`: sums kept in `EXP_LANES` lanes, then
+/// folded, the tail added last (the same order as [`exp_pass_avx2`]).
+#[inline(always)]
+fn exp_pass<const FMA: bool>(xs: &[f32], ys: &mut [MaybeUninit<f32>], m: f32) -> f32 {
+    let mut sums = [0.0f32; EXP_LANES];
+    let mut yc = ys.chunks_exact_mut(EXP_LANES);
+    let mut xc = xs.chunks_exact(EXP_LANES);
+    for (yo, xi) in (&mut yc).zip(&mut xc) {
+        for ((s, o), &v) in sums.iter_mut().zip(yo.iter_mut()).zip(xi) {
+            let e = exp_f32::<FMA>(v - m);
+            o.write(e);
+            *s += e;
+        }
+    }
+    let mut s = fold_lanes(sums, |a, b| a + b);
+    for (o, &v) in yc.into_remainder().iter_mut().zip(xc.remainder()) {
+        let e = exp_f32::<FMA>(v - m);
+        o.write(e);
+        s += e;
+    }
+    s
+}
+
+/// [`exp_pass`] with fused multiply-adds in AVX2 intrinsics, [`exp_f32`]'s steps on eight
+/// lanes (bit for bit its fused variant). Written out because the compiler, left to
+/// vectorize the fused scalar code, split it into four-lane halves (softmax of 4096 rows
+/// of 64 went from 307 to 700 us).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_pass_avx2(xs: &[f32], ys: &mut [MaybeUninit<f32>], m: f32) -> f32 {
+    use std::arch::x86_64::*;
+    let c = |v: f32| _mm256_set1_ps(v);
+    let (lo, hi, log2e, round) = (c(-104.0), c(88.8), c(std::f32::consts::LOG2_E), c(12_582_912.0));
+    let (ln2_hi, ln2_lo, mv) = (c(0.693_359_4), c(-2.121_944_4e-4), c(m));
+    let (round_bits, bias) = (_mm256_set1_epi32(12_582_912.0f32.to_bits() as i32), _mm256_set1_epi32(127));
+    let mut sums = _mm256_setzero_ps();
+    let mut yc = ys.chunks_exact_mut(EXP_LANES);
+    let mut xc = xs.chunks_exact(EXP_LANES);
+    for (yo, xi) in (&mut yc).zip(&mut xc) {
+        // SAFETY: `xi` holds eight floats (an unaligned load).
+        let x = _mm256_sub_ps(unsafe { _mm256_loadu_ps(xi.as_ptr()) }, mv);
+        // `max(lo, x)` returns `x` when it is NaN (the second operand), as `clamp` does.
+        let xc = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
+        let t = _mm256_fmadd_ps(xc, log2e, round);
+        let n = _mm256_sub_ps(t, round);
+        let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, xc));
+        let mut p = c(1.987_569_1e-4);
+        for k in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+            p = _mm256_fmadd_ps(p, r, c(k));
+        }
+        let e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), c(1.0));
+        let ni = _mm256_sub_epi32(_mm256_castps_si256(t), round_bits);
+        let n1 = _mm256_srai_epi32::<1>(ni);
+        let n2 = _mm256_sub_epi32(ni, n1);
+        let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n1, bias)));
+        let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n2, bias)));
+        let e = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
+        // SAFETY: `yo` holds eight slots (an unaligned store of initialized values).
+        unsafe { _mm256_storeu_ps(yo.as_mut_ptr().cast(), e) };
+        sums = _mm256_add_ps(sums, e);
+    }
+    let mut lanes = [0.0f32; EXP_LANES];
+    // SAFETY: `lanes` holds eight floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sums) };
+    let mut s = fold_lanes(lanes, |a, b| a + b);
+    for (o, &v) in yc.into_remainder().iter_mut().zip(xc.remainder()) {
+        let e = exp_f32::<true>(v - m);
+        o.write(e);
+        s += e;
+    }
+    s
 }
 
 /// `f` folded over `W` lanes (a power of two) pairwise, halving the width each step (an associative `f`:
@@ -122,7 +200,7 @@ fn fold_lanes<const W: usize>(mut lanes: [f32; W], f: impl Fn(f32, f32) -> f32) 
 
 /// The baseline-target copy of [`softmax_rows_body`].
 fn softmax_rows_base(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
-    softmax_rows_body(x, y, n, log)
+    softmax_rows_body::<false>(x, y, n, log)
 }
 
 /// The AVX2 + FMA copy of [`softmax_rows_body`].
@@ -132,7 +210,7 @@ fn softmax_rows_base(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn softmax_rows_avx2(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
-    softmax_rows_body(x, y, n, log)
+    softmax_rows_body::<true>(x, y, n, log)
 }
 
 /// Writes the items of `items` into `slots` in order until either ends; how many it
@@ -216,33 +294,68 @@ mod tests {
         (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
     }
 
+    /// An exponential and the name of its variant.
+    type Exp = (fn(f32) -> f32, &'static str);
+
+    /// Both variants: unfused and fused multiply-adds.
+    const EXPS: [Exp; 2] = [(exp_f32::<false>, "unfused"), (exp_f32::<true>, "fused")];
+
     #[test]
     fn exp_is_within_two_ulp_of_the_exact_value() {
-        let mut worst = 0;
-        let mut x = -87.0f32;
-        while x < 88.7 {
-            let exact = (x as f64).exp() as f32;
-            let u = ulps(exp_f32(x), exact);
-            assert!(u <= 2, "exp({x}) = {} against {exact} ({u} ulp)", exp_f32(x));
-            worst = worst.max(u);
-            x += 0.000_731;
+        for (exp, variant) in EXPS {
+            let mut worst = 0;
+            let mut x = -87.0f32;
+            while x < 88.7 {
+                let exact = (x as f64).exp() as f32;
+                let u = ulps(exp(x), exact);
+                assert!(u <= 2, "{variant} exp({x}) = {} against {exact} ({u} ulp)", exp(x));
+                worst = worst.max(u);
+                x += 0.000_731;
+            }
+            assert!(worst >= 1, "a perfect polynomial is suspicious: the sweep did not run");
         }
-        assert!(worst >= 1, "a perfect polynomial is suspicious: the sweep did not run");
     }
 
     #[test]
     fn exp_edge_cases() {
-        assert_eq!(exp_f32(0.0), 1.0);
-        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_f32(-200.0), 0.0);
-        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
-        assert_eq!(exp_f32(89.0), f32::INFINITY);
-        assert!(exp_f32(f32::NAN).is_nan());
-        assert!(exp_f32(88.7).is_finite());
-        // The subnormal range: close to the exact value in absolute terms.
-        for x in [-88.0f32, -95.0, -100.0, -103.0] {
-            let exact = (x as f64).exp();
-            assert!((exp_f32(x) as f64 - exact).abs() <= 2.0 * f32::from_bits(1) as f64, "exp({x})");
+        for (exp, variant) in EXPS {
+            assert_eq!(exp(0.0), 1.0, "{variant}");
+            assert_eq!(exp(f32::NEG_INFINITY), 0.0, "{variant}");
+            assert_eq!(exp(-200.0), 0.0, "{variant}");
+            assert_eq!(exp(f32::INFINITY), f32::INFINITY, "{variant}");
+            assert_eq!(exp(89.0), f32::INFINITY, "{variant}");
+            assert!(exp(f32::NAN).is_nan(), "{variant}");
+            assert!(exp(88.7).is_finite(), "{variant}");
+            // The subnormal range: close to the exact value in absolute terms.
+            for x in [-88.0f32, -95.0, -100.0, -103.0] {
+                let exact = (x as f64).exp();
+                assert!((exp(x) as f64 - exact).abs() <= 2.0 * f32::from_bits(1) as f64, "{variant} exp({x})");
+            }
+        }
+    }
+
+    /// The eight-lane exponential pass is the fused scalar one, bit for bit: a sweep with
+    /// a tail, NaN, infinities and the subnormal and overflow ranges in vector lanes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx2_exponential_pass_is_the_fused_scalar_pass_bit_for_bit() {
+        if !has_avx2() {
+            eprintln!("no AVX2 + FMA on this CPU: the eight-lane pass never runs here");
+            return;
+        }
+        let mut xs: Vec<f32> = (0..3001).map(|i| -110.0 + i as f32 * 0.0663).collect();
+        xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 88.7, 88.8, 89.0, -103.9, -104.0, 0.0, -0.0]);
+        for m in [0.0f32, 1.5, -3.25] {
+            let (mut a, mut b) = (Vec::with_capacity(xs.len()), Vec::with_capacity(xs.len()));
+            let sa = exp_pass::<true>(&xs, &mut a.spare_capacity_mut()[..xs.len()], m);
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            let sb = unsafe { exp_pass_avx2(&xs, &mut b.spare_capacity_mut()[..xs.len()], m) };
+            // SAFETY: both passes write every slot.
+            unsafe { (a.set_len(xs.len()), b.set_len(xs.len())) };
+            let bits = |v: &Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "m = {m}");
+            assert!(a[3001].is_nan() && a[3002] == f32::INFINITY && a[3003] == 0.0);
+            assert_eq!(sa.to_bits(), sb.to_bits(), "sum, m = {m}");
         }
     }
 
