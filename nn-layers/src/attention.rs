@@ -307,7 +307,7 @@ impl MultiheadAttention {
         let w = &*self.in_proj_weight;
         let b = self.in_proj_bias.as_deref();
         let proj = |x: &Tensor, i: usize| {
-            // One fused `x wi^T + bi` (the GEMM accumulates into the bias rows).
+            // One fused `x wi^T + bi` (the bias row added across the product).
             let bi = b.map(|b| b.narrow(0, i * e, e));
             let y = nn_core::functional::linear(x, &w.narrow(0, i * e, e), bi.as_ref());
             // The query is scaled by 1 / sqrt(D) here, while it is still contiguous (the
@@ -317,6 +317,16 @@ impl MultiheadAttention {
             y.reshape(&[n, x.shape()[1], h, d]).transpose(1, 2)
         };
         let (q, k, v) = (proj(&q, 0), proj(&k, 1), proj(&v, 2));
+        let dropout = self.dropout > 0.0 && self.base.is_training();
+        if !a.need_weights && a.attn_mask.is_none() && a.key_padding_mask.is_none() && !dropout {
+            // No weights to return and nothing between the scores and the softmax: the
+            // fused attention (the query is already scaled), whose output is stored
+            // token-major, so merging the heads back is a view.
+            let plain = nn_core::ops::AttentionConfig { scale: Some(1.0), ..Default::default() };
+            let out = q.scaled_dot_product_attention(&k, &v, &plain).transpose(1, 2).reshape(&[n, l, e]);
+            let out = self.out_proj.forward(&out);
+            return (if batch_first { out } else { out.transpose(0, 1) }, None);
+        }
         let mut scores = q.matmul(&k.transpose(-2, -1)); // [N, H, L, S]
         if let Some(m) = &a.attn_mask {
             let m = additive(m, &scores);
@@ -391,5 +401,42 @@ impl Module for NonDynamicallyQuantizableLinear {
 impl std::fmt::Display for NonDynamicallyQuantizableLinear {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         nn_core::module::fmt_module(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without weights to return, attention runs fused (its output stored token-major);
+    /// with them, composed. Both give the same output and the same gradients, batch-first
+    /// or not, for the input and every parameter.
+    #[test]
+    fn the_fused_path_gives_the_composed_output_and_gradients() {
+        // (Any values: the two paths run on the same ones.)
+        for batch_first in [false, true] {
+            let m = MultiheadAttention::with_options(8, 2, 0.0, true, batch_first);
+            let x = Tensor::randn(&[5, 3, 8]);
+            let w = Tensor::randn(&[5, 3, 8]);
+            let run = |need: bool| {
+                let x = x.detach().requires_grad_(true);
+                m.zero_grad();
+                let (y, weights) = m.forward(&AttentionInput::self_attention(&x).need_weights(need));
+                assert_eq!(weights.is_some(), need);
+                (&y * &w).sum().backward();
+                let mut grads = vec![x.grad().expect("the input's gradient").to_vec()];
+                for (name, p) in m.named_parameters() {
+                    grads.push(p.grad().unwrap_or_else(|| panic!("no gradient for {name}")).to_vec());
+                }
+                (y.to_vec(), grads)
+            };
+            let ((fused, fused_grads), (composed, composed_grads)) = (run(false), run(true));
+            let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs()));
+            assert!(close(&fused, &composed), "batch_first {batch_first}: {fused:?} against {composed:?}");
+            assert_eq!(fused_grads.len(), 5);
+            for (f, c) in fused_grads.iter().zip(&composed_grads) {
+                assert!(close(f, c), "batch_first {batch_first}: {f:?} against {c:?}");
+            }
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Fused row kernels (layer norm forward and backward, the softmax backward).
+//! Fused kernels (layer norm forward and backward, the softmax backward, attention).
 //!
 //! Unlike the rest of the interface these are optional: a backend without a fused kernel
 //! for an operand answers `None`, and the op composes the same values from primitives on
@@ -60,6 +60,42 @@ impl Storage {
         let (mean, rstd, w) = (on_cpu(mean)?, on_cpu(rstd)?, opt_on_cpu(weight)?);
         cpu::norm::layer_norm_backward((x, l), (g, gy.1), (mean, rstd), w, n, need)
             .map(|r| r.map(|s| s.map(Storage::Cpu)))
+    }
+
+    /// Scaled dot-product attention without mask or dropout, `softmax(q k^T scale) v`,
+    /// this being `q` (`[B, L, E]` or `[N, H, L, E]`; `k` and `v` of the same batch
+    /// shape, `[.., S, E]` and `[.., S, Ev]`, none empty): `[out, weights]`, the output
+    /// `[.., L, Ev]` stored token-major (`[B, L, Ev]` or `[N, L, H, Ev]` in memory) and
+    /// the weights `[.., L, S]` contiguous. `None` where this backend has no fused kernel
+    /// for these operands.
+    pub(crate) fn attention_fused(
+        &self,
+        lq: &Layout,
+        k: (&Storage, &Layout),
+        v: (&Storage, &Layout),
+        scale: f64,
+    ) -> Option<[Storage; 2]> {
+        let (q, kc, vc) = (on_cpu(self)?, on_cpu(k.0)?, on_cpu(v.0)?);
+        cpu::attention::attention((q, lq), (kc, k.1), (vc, v.1), scale).map(|r| r.map(Storage::Cpu))
+    }
+
+    /// The gradients `[q, k, v]` of [`attention_fused`](Storage::attention_fused) from
+    /// this upstream gradient (`lg` selects it, any strides) and the saved weights, each
+    /// stored token-major as the forward's output. `None` where this backend has no fused
+    /// kernel for these operands.
+    pub(crate) fn attention_fused_backward(
+        &self,
+        lg: &Layout,
+        weights: &Storage,
+        q: (&Storage, &Layout),
+        k: (&Storage, &Layout),
+        v: (&Storage, &Layout),
+        scale: f64,
+    ) -> Option<[Storage; 3]> {
+        let (g, p) = (on_cpu(self)?, on_cpu(weights)?);
+        let (qc, kc, vc) = (on_cpu(q.0)?, on_cpu(k.0)?, on_cpu(v.0)?);
+        cpu::attention::attention_backward((g, lg), p, (qc, q.1), (kc, k.1), (vc, v.1), scale)
+            .map(|r| r.map(Storage::Cpu))
     }
 
     /// The gradient of a softmax (log-softmax, `log`) along contiguous rows of `n`

@@ -1,6 +1,12 @@
 //! Scaled dot-product attention, composed from differentiable primitives.
 
+use std::sync::Arc;
+
+use smallvec::smallvec;
+
+use crate::autograd::{op_result, Grads};
 use crate::dtype::DType;
+use crate::shape::{Dims, Layout};
 use crate::tensor::Tensor;
 
 /// Options of [`Tensor::scaled_dot_product_attention`].
@@ -31,8 +37,17 @@ impl Tensor {
     /// // Row 0 only sees position 0; row 1 averages both (equal scores).
     /// assert_eq!(y.to_vec(), vec![1.0, 2.0, 2.0, 3.0]);
     /// ```
+    ///
+    /// Without mask or dropout, on rank-3 or rank-4 operands of one batch shape, the CPU
+    /// runs it fused (one task per batch entry, each head's scores kept in the cache) and
+    /// writes the output token-major: `[N, H, L, Ev]` is stored as `[N, L, H, Ev]`, so the
+    /// heads merge back into `[N, L, H Ev]` as a view. Elsewhere, and while a trace records
+    /// (export sees the standard ops), the composition of matmul, softmax and matmul runs.
     #[track_caller]
     pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, options: &AttentionConfig<'_>) -> Tensor {
+        if let Some(y) = fused(self, key, value, options) {
+            return y;
+        }
         self.scaled_dot_product_attention_with_weights(key, value, options).0
     }
 
@@ -99,6 +114,60 @@ impl Tensor {
         }
         (weights.matmul(v), weights)
     }
+}
+
+/// Strides of `shape` (`[.., rows, cols]`, rank 3 or 4) stored token-major: `[N, H, R, C]`
+/// as `[N, R, H, C]` in memory (rank 3 is contiguous).
+fn token_major(shape: &[usize]) -> Dims {
+    match *shape {
+        [_, r, c] => smallvec![r * c, c, 1],
+        [_, h, r, c] => smallvec![r * h * c, c, h * c, 1],
+        _ => unreachable!("the fused attention takes ranks 3 and 4"),
+    }
+}
+
+/// The fused attention (see [`Tensor::scaled_dot_product_attention`]), or `None` where
+/// the composition runs.
+fn fused(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> Option<Tensor> {
+    let r = q.rank();
+    let plain = options.attn_mask.is_none() && !options.is_causal && options.dropout_p == 0.0;
+    let ranks = (r == 3 || r == 4) && k.rank() == r && v.rank() == r;
+    if !plain || !ranks || crate::autograd::trace::is_tracing() {
+        return None;
+    }
+    let (batch, (l, e)) = (&q.shape()[..r - 2], (q.shape()[r - 2], q.shape()[r - 1]));
+    let (s, ev) = (k.shape()[r - 2], v.shape()[r - 1]);
+    let shapes =
+        k.shape()[..r - 2] == *batch && v.shape()[..r - 2] == *batch && k.shape()[r - 1] == e && v.shape()[r - 2] == s;
+    let dtypes = q.dtype().is_float() && k.dtype() == q.dtype() && v.dtype() == q.dtype();
+    if !shapes || !dtypes || q.numel() == 0 || k.numel() == 0 || v.numel() == 0 || ev == 0 {
+        return None;
+    }
+    let scale = options.scale.unwrap_or(1.0 / (e as f64).sqrt());
+    let (qs, ks, vs) = (q.storage_arc(), k.storage_arc(), v.storage_arc());
+    let [out, weights] = qs.attention_fused(q.layout(), (&ks, k.layout()), (&vs, v.layout()), scale)?;
+    let out_shape: Dims = batch.iter().copied().chain([l, ev]).collect();
+    let layout = Layout::new(out_shape.clone(), token_major(&out_shape), 0);
+    Some(op_result("scaled_dot_product_attention", Arc::new(out), layout, &[q, k, v], || {
+        let (lq, lk, lv) = (q.layout().clone(), k.layout().clone(), v.layout().clone());
+        let shapes: [Dims; 3] = [q.shape().into(), k.shape().into(), v.shape().into()];
+        move |g: &Tensor, needs: &[bool]| -> Grads {
+            let grads = g
+                .storage_arc()
+                .attention_fused_backward(g.layout(), &weights, (&qs, &lq), (&ks, &lk), (&vs, &lv), scale)
+                .expect("scaled_dot_product_attention: the backend that ran the fused forward runs its backward");
+            grads
+                .into_iter()
+                .zip(&shapes)
+                .zip(needs)
+                .map(|((gs, shape), &need)| {
+                    need.then(|| {
+                        Tensor::from_parts(Arc::new(gs), Layout::new(shape.clone(), token_major(shape), 0), None)
+                    })
+                })
+                .collect()
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -232,6 +301,87 @@ mod tests {
             &[q, k, v, vals(&[3, 4], 4)],
         )
         .unwrap();
+    }
+
+    /// The composition the fused path replaces (a zero-probability dropout keeps it
+    /// composed), its output and its gradients through a weighted sum.
+    fn composed_and_grads(q: &Tensor, k: &Tensor, v: &Tensor, scale: Option<f64>, fused: bool) -> [Vec<f64>; 4] {
+        let (q, k, v) =
+            (q.detach().requires_grad_(true), k.detach().requires_grad_(true), v.detach().requires_grad_(true));
+        let o = AttentionConfig { scale, ..Default::default() };
+        let y = if fused {
+            q.scaled_dot_product_attention(&k, &v, &o)
+        } else {
+            q.scaled_dot_product_attention_with_weights(&k, &v, &o).0
+        };
+        let w = vals(y.shape(), 7);
+        (&y * &w).sum().backward();
+        [y.to_vec_f64(), grad(&q), grad(&k), grad(&v)]
+    }
+
+    /// The fused CPU path (no mask, no dropout, ranks 3 and 4) against the composition,
+    /// values and gradients, f64 and f32, with heads read in place out of a token-major
+    /// projection as multi-head attention splits them; its output and gradients are
+    /// token-major, so the heads merge back as a view.
+    #[test]
+    fn fused_attention_matches_the_composition() {
+        let heads = |t: Tensor, h: usize| {
+            let (n, l, e) = (t.shape()[0], t.shape()[1], t.shape()[2]);
+            t.reshape(&[n, l, h, e / h]).transpose(1, 2)
+        };
+        let cases = [
+            (vals(&[2, 3, 4], 1), vals(&[2, 5, 4], 2), vals(&[2, 5, 3], 3)),
+            (vals(&[2, 2, 3, 4], 1), vals(&[2, 2, 5, 4], 2), vals(&[2, 2, 5, 6], 3)),
+            (heads(vals(&[3, 7, 8], 4), 2), heads(vals(&[3, 9, 8], 5), 2), heads(vals(&[3, 9, 12], 6), 2)),
+            (vals(&[1, 17, 16], 1), vals(&[1, 33, 16], 2), vals(&[1, 33, 16], 3)),
+        ];
+        for (q, k, v) in cases {
+            for scale in [None, Some(0.3)] {
+                let want = composed_and_grads(&q, &k, &v, scale, false);
+                let got = composed_and_grads(&q, &k, &v, scale, true);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_close64(g, w, 1e-13);
+                    assert!(!g.is_empty(), "part {i}");
+                }
+                let f = |t: &Tensor| t.to_dtype(DType::F32);
+                let y32 = f(&q).scaled_dot_product_attention(
+                    &f(&k),
+                    &f(&v),
+                    &AttentionConfig { scale, ..Default::default() },
+                );
+                assert_eq!(y32.dtype(), DType::F32);
+                for (a, b) in y32.to_vec_f64().iter().zip(&want[0]) {
+                    assert!((a - b).abs() < 1e-5, "f32 {a} against {b}");
+                }
+            }
+        }
+        // Token-major: the heads merge into [N, L, H Ev] without a copy.
+        let (q, k, v) = (heads(vals(&[2, 5, 8], 1), 2), heads(vals(&[2, 5, 8], 2), 2), heads(vals(&[2, 5, 8], 3), 2));
+        let y = q.scaled_dot_product_attention(&k, &v, &AttentionConfig::default());
+        assert_eq!((y.shape(), y.strides()), (&[2, 2, 5, 4][..], &[40, 4, 8, 1][..]));
+        assert!(y.transpose(1, 2).is_contiguous());
+    }
+
+    #[test]
+    fn fused_attention_gradcheck() {
+        let (q, k, v) = (vals(&[2, 2, 3, 4], 1), vals(&[2, 2, 5, 4], 2), vals(&[2, 2, 5, 3], 3));
+        gradcheck(|t| t[0].scaled_dot_product_attention(&t[1], &t[2], &AttentionConfig::default()), &[q, k, v])
+            .unwrap();
+        let (q, k, v) = (vals(&[3, 4, 2], 4), vals(&[3, 6, 2], 5), vals(&[3, 6, 5], 6));
+        let o = AttentionConfig { scale: Some(1.7), ..Default::default() };
+        gradcheck(|t| t[0].scaled_dot_product_attention(&t[1], &t[2], &o), &[q, k, v]).unwrap();
+    }
+
+    /// While a trace records, the composition runs, so export sees matmul and softmax.
+    #[test]
+    fn fused_attention_is_composed_while_tracing() {
+        let (q, k, v) = (vals(&[2, 3, 4], 1), vals(&[2, 5, 4], 2), vals(&[2, 5, 3], 3));
+        let (y, trace) =
+            crate::autograd::trace::trace(|| q.scaled_dot_product_attention(&k, &v, &AttentionConfig::default()));
+        let names: Vec<&str> = trace.ops.iter().map(|o| o.name).collect();
+        assert!(names.contains(&"softmax") && !names.contains(&"scaled_dot_product_attention"), "{names:?}");
+        let fused = q.scaled_dot_product_attention(&k, &v, &AttentionConfig::default());
+        assert_close64(&y.to_vec_f64(), &fused.to_vec_f64(), 1e-14);
     }
 
     #[test]

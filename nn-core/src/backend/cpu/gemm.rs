@@ -255,6 +255,49 @@ pub(crate) fn gemm_uninit<T: Kernels>(
     unsafe { gemm_raw(backend(), dims, alpha, a, b, T::zero(), (c.as_mut_ptr().cast(), c.len())) }
 }
 
+/// [`gemm_uninit`] into rows `rsc` apart: row `i` of the product is
+/// `c[i * rsc..i * rsc + n]`, and the elements between rows are left as they are (one
+/// head's block of a token-major `[L, H, D]` output).
+#[track_caller]
+pub(crate) fn gemm_uninit_rows<T: Kernels>(
+    dims: (usize, usize, usize),
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    (c, rsc): (&mut [std::mem::MaybeUninit<T>], usize),
+) {
+    let (m, k, n) = dims;
+    assert!(k > 0, "gemm_uninit_rows: an empty sum would leave the output unwritten");
+    assert!(rsc >= n, "gemm_uninit_rows: rows {rsc} apart overlap rows of {n}");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(c.len() >= (m - 1) * rsc + n, "gemm: output of {} elements for {m} rows of {n}, {rsc} apart", c.len());
+    a.check("a", m, k);
+    b.check("b", k, n);
+    let g = Gemm {
+        m,
+        k,
+        n,
+        alpha,
+        a: a.data[a.offset.min(a.data.len())..].as_ptr(),
+        rsa: a.row_stride as isize,
+        csa: a.col_stride as isize,
+        b: b.data[b.offset.min(b.data.len())..].as_ptr(),
+        rsb: b.row_stride as isize,
+        csb: b.col_stride as isize,
+        beta: T::zero(),
+        c: c.as_mut_ptr().cast(),
+        rsc: rsc as isize,
+        csc: 1,
+    };
+    // SAFETY: the checks above bound every element the strides reach in `a`, `b` and
+    // `c` (rows `rsc >= n` apart: no two elements share an address); `c` is borrowed
+    // exclusively, so it overlaps neither operand; with beta = 0 the kernels only write
+    // C, so it need not be initialized.
+    unsafe { run_with(backend(), g) }
+}
+
 /// The checks and the call behind [`gemm_on`] and [`gemm_uninit`].
 ///
 /// # Safety

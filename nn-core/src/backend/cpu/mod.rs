@@ -9,6 +9,7 @@ use half::{bf16, f16};
 use crate::dtype::{DType, Element};
 use crate::shape::{for_each_offset, Layout};
 
+pub(crate) mod attention;
 pub(crate) mod bytes;
 pub(crate) mod conv;
 pub(crate) mod elementwise;

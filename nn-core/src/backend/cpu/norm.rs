@@ -25,7 +25,7 @@ pub(crate) fn rows_per_task(rows: usize, n: usize) -> usize {
 /// `Σ f(a[i], b[i])` (equal lengths) with eight independent partial sums, so that the
 /// loop vectorizes (one chain could not be reassociated).
 #[inline(always)]
-fn sum8<T: CpuFloat>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
+pub(crate) fn sum8<T: CpuFloat>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
     debug_assert_eq!(a.len(), b.len());
     let mut acc = [T::zero(); 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));

@@ -276,6 +276,26 @@ pub(crate) fn for_chunks2<A: Send, B: Send>(
     })
 }
 
+/// [`for_chunks`] over several buffers cut into the same number of parts, each in parts of
+/// its own size: `f(q, parts)`, where `parts[i]` is part `q` of `bufs[i].0`, of
+/// `bufs[i].1` elements (the fused attention's per-batch outputs).
+pub(crate) fn for_parts<T: Send>(bufs: &mut [(&mut [T], usize)], f: impl Fn(usize, &mut [&mut [T]]) + Sync) {
+    let sizes: Vec<(usize, usize)> = bufs.iter().map(|(b, c)| (b.len(), (*c).max(1))).collect();
+    let tasks = sizes.first().map_or(0, |&(len, c)| len.div_ceil(c));
+    assert!(
+        sizes.iter().all(|&(len, c)| len.div_ceil(c) == tasks),
+        "for_parts: buffers cut in different numbers of parts"
+    );
+    let ptrs: Vec<Shared<T>> = bufs.iter_mut().map(|(b, _)| Shared(b.as_mut_ptr())).collect();
+    run(tasks, |q| {
+        // SAFETY: as in `for_chunks`, for each buffer (all borrowed exclusively for the
+        // call; part `q` of buffer `i` is `[q c, min((q + 1) c, len))` of its `len`).
+        let mut parts: Vec<&mut [T]> =
+            ptrs.iter().zip(&sizes).map(|(p, &(len, c))| unsafe { p.part(q * c, c.min(len - q * c)) }).collect();
+        f(q, &mut parts)
+    })
+}
+
 /// [`for_chunks`] over several buffers of one length cut alike: `f(q, parts)`, where
 /// `parts[i]` is part `q` of `bufs[i]` (an optimizer's parameter and state buffers).
 pub(crate) fn for_chunks_n<T: Send>(bufs: &mut [&mut [T]], chunk: usize, f: impl Fn(usize, &mut [&mut [T]]) + Sync) {

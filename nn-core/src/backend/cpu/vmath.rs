@@ -277,6 +277,41 @@ pub(crate) fn softmax_rows(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log:
     softmax_rows_base(x, y, n, log)
 }
 
+/// Softmax along contiguous rows by element type (the fused attention's rows): the
+/// vectorized kernel for `f32`, a scalar one for `f64`.
+pub(crate) trait RowSoftmax: Sized {
+    /// Softmax of the rows of `n` elements of `x` into `y` (equal lengths, whole rows).
+    fn softmax_rows(x: &[Self], y: &mut [MaybeUninit<Self>], n: usize);
+}
+
+impl RowSoftmax for f32 {
+    fn softmax_rows(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize) {
+        softmax_rows(x, y, n, false)
+    }
+}
+
+impl RowSoftmax for f64 {
+    fn softmax_rows(x: &[f64], y: &mut [MaybeUninit<f64>], n: usize) {
+        for (xs, ys) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+            // As the f32 kernel: a NaN makes the row NaN, an all -inf row is 0/0 = NaN.
+            let m = xs.iter().fold(f64::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+            let m = if m == f64::NEG_INFINITY { 0.0 } else { m };
+            let mut s = 0.0;
+            for (o, &v) in ys.iter_mut().zip(xs) {
+                let e = (v - m).exp();
+                o.write(e);
+                s += e;
+            }
+            let r = 1.0 / s;
+            for o in ys.iter_mut() {
+                // SAFETY: the loop above wrote every output of the row.
+                let e = unsafe { o.assume_init() };
+                o.write(e * r);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
