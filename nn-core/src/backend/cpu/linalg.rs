@@ -128,28 +128,14 @@ fn product_transposed<T: CpuFloat>(
     t
 }
 
-/// Side of the square tiles the transpositions below go through (a tile's rows and
-/// columns both stay in the L1 cache).
-const TILE: usize = 16;
-
-/// The transpose of `t` (`rows x cols`, row-major), row-major.
+/// The transpose of `t` (`rows x cols`, row-major), row-major (gathered in tiles).
 fn transpose<T: CpuFloat>(t: &[T], (rows, cols): (usize, usize)) -> Vec<T> {
-    let mut out = T::alloc_buffer(rows * cols);
-    let o = &mut out.spare_capacity_mut()[..rows * cols];
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for c in c0..(c0 + TILE).min(cols) {
-                for r in r0..(r0 + TILE).min(rows) {
-                    o[c * rows + r].write(t[r * cols + c]);
-                }
-            }
-        }
-    }
-    // SAFETY: the tiles cover every (r, c) of the `rows x cols` input, and each wrote
-    // its element's slot `c * rows + r`: all `rows * cols` slots.
-    unsafe { out.set_len(rows * cols) };
-    out
+    super::strided_to_vec(t, &Layout::new(smallvec::smallvec![cols, rows], smallvec::smallvec![1, cols], 0))
 }
+
+/// Side of the square tiles of [`add_transposed`] (a tile's rows and columns both stay in
+/// the L1 cache).
+const TILE: usize = 16;
 
 /// `c = beta c + t^T` for `c` (`m x n`) and `t` (`n x m`), both row-major, in tiles.
 fn add_transposed<T: CpuFloat>(c: &mut [T], t: &[T], (m, n): (usize, usize), beta: T) {
