@@ -94,7 +94,7 @@ impl Storage {
     ) -> Option<[Storage; 3]> {
         let (g, p) = (on_cpu(self)?, on_cpu(weights)?);
         let (qc, kc, vc) = (on_cpu(q.0)?, on_cpu(k.0)?, on_cpu(v.0)?);
-        cpu::attention::attention_backward((g, lg), p, (qc, q.1), (kc, k.1), (vc, v.1), scale)
+        cpu::attention::attention_backward((g, lg), p, [(qc, q.1), (kc, k.1), (vc, v.1)], scale)
             .map(|r| r.map(Storage::Cpu))
     }
 

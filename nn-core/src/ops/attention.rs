@@ -41,7 +41,8 @@ impl Tensor {
     /// Without mask or dropout, on rank-3 or rank-4 operands of one batch shape, the CPU
     /// runs it fused (one task per batch entry, each head's scores kept in the cache) and
     /// writes the output token-major: `[N, H, L, Ev]` is stored as `[N, L, H, Ev]`, so the
-    /// heads merge back into `[N, L, H Ev]` as a view. Elsewhere, and while a trace records
+    /// heads merge back into `[N, L, H Ev]` as a view. (With `N = 1`, the heads are the
+    /// tasks and the output is stored as it is shaped.) Elsewhere, and while a trace records
     /// (export sees the standard ops), the composition of matmul, softmax and matmul runs.
     #[track_caller]
     pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, options: &AttentionConfig<'_>) -> Tensor {
@@ -134,6 +135,12 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> O
     let ranks = (r == 3 || r == 4) && k.rank() == r && v.rank() == r;
     if !plain || !ranks || crate::autograd::trace::is_tracing() {
         return None;
+    }
+    if r == 4 && q.shape()[0] == 1 && q.shape()[1] > 1 && k.shape()[0] == 1 && v.shape()[0] == 1 {
+        // One batch entry of several heads: as rank 3, so that the heads (not the single
+        // entry) are the tasks; the output is then stored head-major.
+        let one = |t: &Tensor| t.squeeze_dim(0);
+        return fused(&one(q), &one(k), &one(v), options).map(|y| y.unsqueeze(0));
     }
     let (batch, (l, e)) = (&q.shape()[..r - 2], (q.shape()[r - 2], q.shape()[r - 1]));
     let (s, ev) = (k.shape()[r - 2], v.shape()[r - 1]);
@@ -334,6 +341,7 @@ mod tests {
             (vals(&[2, 2, 3, 4], 1), vals(&[2, 2, 5, 4], 2), vals(&[2, 2, 5, 6], 3)),
             (heads(vals(&[3, 7, 8], 4), 2), heads(vals(&[3, 9, 8], 5), 2), heads(vals(&[3, 9, 12], 6), 2)),
             (vals(&[1, 17, 16], 1), vals(&[1, 33, 16], 2), vals(&[1, 33, 16], 3)),
+            (heads(vals(&[1, 6, 12], 7), 3), heads(vals(&[1, 4, 12], 8), 3), heads(vals(&[1, 4, 6], 9), 3)),
         ];
         for (q, k, v) in cases {
             for scale in [None, Some(0.3)] {

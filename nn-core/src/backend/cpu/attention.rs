@@ -172,17 +172,14 @@ fn geometry<'a, T>(
     Some(([h(q, lq, sq), h(k, lk, sk), h(v, lv, sv)], Sizes { outer, heads, l, s, e, ev }))
 }
 
+/// An operand: its buffer and the layout that selects it.
+type Operand<'a> = (&'a CpuStorage, &'a Layout);
+
 /// See [`crate::backend::Storage::attention_fused`].
-pub(crate) fn attention(
-    q: (&CpuStorage, &Layout),
-    k: (&CpuStorage, &Layout),
-    v: (&CpuStorage, &Layout),
-    scale: f64,
-) -> Option<[CpuStorage; 2]> {
+pub(crate) fn attention(q: Operand<'_>, k: Operand<'_>, v: Operand<'_>, scale: f64) -> Option<[CpuStorage; 2]> {
     fn typed<T: CpuFloat + RowSoftmax>(
         q: (&[T], &Layout),
-        k: (&CpuStorage, &Layout),
-        v: (&CpuStorage, &Layout),
+        (k, v): (Operand<'_>, Operand<'_>),
         scale: f64,
     ) -> Option<[CpuStorage; 2]> {
         let (k, v) = ((T::slice(k.0)?, k.1), (T::slice(v.0)?, v.1));
@@ -191,27 +188,23 @@ pub(crate) fn attention(
         Some([T::into_storage(out), T::into_storage(p)])
     }
     match q.0 {
-        CpuStorage::F32(x) => typed::<f32>((x, q.1), k, v, scale),
-        CpuStorage::F64(x) => typed::<f64>((x, q.1), k, v, scale),
+        CpuStorage::F32(x) => typed::<f32>((x, q.1), (k, v), scale),
+        CpuStorage::F64(x) => typed::<f64>((x, q.1), (k, v), scale),
         _ => None,
     }
 }
 
 /// See [`crate::backend::Storage::attention_fused_backward`].
 pub(crate) fn attention_backward(
-    g: (&CpuStorage, &Layout),
+    g: Operand<'_>,
     p: &CpuStorage,
-    q: (&CpuStorage, &Layout),
-    k: (&CpuStorage, &Layout),
-    v: (&CpuStorage, &Layout),
+    qkv: [Operand<'_>; 3],
     scale: f64,
 ) -> Option<[CpuStorage; 3]> {
     fn typed<T: CpuFloat>(
         (g, lg): (&[T], &Layout),
         p: &CpuStorage,
-        q: (&CpuStorage, &Layout),
-        k: (&CpuStorage, &Layout),
-        v: (&CpuStorage, &Layout),
+        [q, k, v]: [Operand<'_>; 3],
         scale: f64,
     ) -> Option<[CpuStorage; 3]> {
         let (q, k, v) = ((T::slice(q.0)?, q.1), (T::slice(k.0)?, k.1), (T::slice(v.0)?, v.1));
@@ -221,8 +214,8 @@ pub(crate) fn attention_backward(
         Some(backward(g, T::slice(p)?, (q, k, v), z, T::from_f64(scale)).map(T::into_storage))
     }
     match g.0 {
-        CpuStorage::F32(x) => typed::<f32>((x, g.1), p, q, k, v, scale),
-        CpuStorage::F64(x) => typed::<f64>((x, g.1), p, q, k, v, scale),
+        CpuStorage::F32(x) => typed::<f32>((x, g.1), p, qkv, scale),
+        CpuStorage::F64(x) => typed::<f64>((x, g.1), p, qkv, scale),
         _ => None,
     }
 }

@@ -235,7 +235,7 @@ pub(crate) fn gemm_on<T: Kernels>(
     c: &mut [T],
 ) {
     // SAFETY: an exclusive borrow of initialized elements, at least `m * n` (checked).
-    unsafe { gemm_raw(library, (m, k, n), alpha, a, b, beta, (c.as_mut_ptr(), c.len())) }
+    unsafe { gemm_raw(library, (m, k, n), alpha, a, b, beta, (c.as_mut_ptr(), c.len(), n)) }
 }
 
 /// [`gemm`] with `beta = 0` into uninitialized memory (never read), which the product
@@ -252,7 +252,7 @@ pub(crate) fn gemm_uninit<T: Kernels>(
     assert!(dims.1 > 0, "gemm_uninit: an empty sum would leave the output unwritten");
     // SAFETY: an exclusive borrow; with beta = 0 the kernels only write C (BLAS
     // semantics, which both libraries follow), so its elements need not be initialized.
-    unsafe { gemm_raw(backend(), dims, alpha, a, b, T::zero(), (c.as_mut_ptr().cast(), c.len())) }
+    unsafe { gemm_raw(backend(), dims, alpha, a, b, T::zero(), (c.as_mut_ptr().cast(), c.len(), dims.2)) }
 }
 
 /// [`gemm_uninit`] into rows `rsc` apart: row `i` of the product is
@@ -266,39 +266,13 @@ pub(crate) fn gemm_uninit_rows<T: Kernels>(
     b: MatRef<'_, T>,
     (c, rsc): (&mut [std::mem::MaybeUninit<T>], usize),
 ) {
-    let (m, k, n) = dims;
-    assert!(k > 0, "gemm_uninit_rows: an empty sum would leave the output unwritten");
-    assert!(rsc >= n, "gemm_uninit_rows: rows {rsc} apart overlap rows of {n}");
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!(c.len() >= (m - 1) * rsc + n, "gemm: output of {} elements for {m} rows of {n}, {rsc} apart", c.len());
-    a.check("a", m, k);
-    b.check("b", k, n);
-    let g = Gemm {
-        m,
-        k,
-        n,
-        alpha,
-        a: a.data[a.offset.min(a.data.len())..].as_ptr(),
-        rsa: a.row_stride as isize,
-        csa: a.col_stride as isize,
-        b: b.data[b.offset.min(b.data.len())..].as_ptr(),
-        rsb: b.row_stride as isize,
-        csb: b.col_stride as isize,
-        beta: T::zero(),
-        c: c.as_mut_ptr().cast(),
-        rsc: rsc as isize,
-        csc: 1,
-    };
-    // SAFETY: the checks above bound every element the strides reach in `a`, `b` and
-    // `c` (rows `rsc >= n` apart: no two elements share an address); `c` is borrowed
-    // exclusively, so it overlaps neither operand; with beta = 0 the kernels only write
-    // C, so it need not be initialized.
-    unsafe { run_with(backend(), g) }
+    assert!(dims.1 > 0, "gemm_uninit_rows: an empty sum would leave the output unwritten");
+    // SAFETY: as in `gemm_uninit`.
+    unsafe { gemm_raw(backend(), dims, alpha, a, b, T::zero(), (c.as_mut_ptr().cast(), c.len(), rsc)) }
 }
 
-/// The checks and the call behind [`gemm_on`] and [`gemm_uninit`].
+/// The checks and the call behind [`gemm_on`], [`gemm_uninit`] and [`gemm_uninit_rows`]:
+/// row `i` of the product is `c[i * rsc..i * rsc + n]`.
 ///
 /// # Safety
 /// `c` points to `c_len` elements borrowed exclusively, initialized unless `beta` is 0.
@@ -310,11 +284,13 @@ unsafe fn gemm_raw<T: Kernels>(
     a: MatRef<'_, T>,
     b: MatRef<'_, T>,
     beta: T,
-    (c, c_len): (*mut T, usize),
+    (c, c_len, rsc): (*mut T, usize, usize),
 ) {
     a.check("a", m, k);
     b.check("b", k, n);
-    assert!(c_len >= m * n, "gemm: output of {c_len} elements for {m} x {n}");
+    assert!(rsc >= n, "gemm: output rows {rsc} apart overlap rows of {n}");
+    let span = if m == 0 || n == 0 { 0 } else { (m - 1) * rsc + n };
+    assert!(c_len >= span, "gemm: output of {c_len} elements for {m} x {n}, rows {rsc} apart");
     let g = Gemm {
         m,
         k,
@@ -328,11 +304,12 @@ unsafe fn gemm_raw<T: Kernels>(
         csb: b.col_stride as isize,
         beta,
         c,
-        rsc: n as isize,
+        rsc: rsc as isize,
         csc: 1,
     };
     // SAFETY: the checks above bound every element the strides reach in `a`, `b` and
-    // `c`; `c` is borrowed exclusively (the caller's contract), so it overlaps neither
+    // `c` (rows `rsc >= n` apart: no two share an element); `c` is borrowed exclusively
+    // (the caller's contract), so it overlaps neither
     // operand.
     unsafe { run_with(library, g) }
 }
