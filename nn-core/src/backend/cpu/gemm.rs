@@ -249,10 +249,7 @@ pub(crate) fn gemm_uninit<T: Kernels>(
     b: MatRef<'_, T>,
     c: &mut [std::mem::MaybeUninit<T>],
 ) {
-    assert!(dims.1 > 0, "gemm_uninit: an empty sum would leave the output unwritten");
-    // SAFETY: an exclusive borrow; with beta = 0 the kernels only write C (BLAS
-    // semantics, which both libraries follow), so its elements need not be initialized.
-    unsafe { gemm_raw(backend(), dims, alpha, a, b, T::zero(), (c.as_mut_ptr().cast(), c.len(), dims.2)) }
+    gemm_uninit_rows(dims, alpha, a, b, (c, dims.2))
 }
 
 /// [`gemm_uninit`] into rows `rsc` apart: row `i` of the product is
@@ -266,8 +263,9 @@ pub(crate) fn gemm_uninit_rows<T: Kernels>(
     b: MatRef<'_, T>,
     (c, rsc): (&mut [std::mem::MaybeUninit<T>], usize),
 ) {
-    assert!(dims.1 > 0, "gemm_uninit_rows: an empty sum would leave the output unwritten");
-    // SAFETY: as in `gemm_uninit`.
+    assert!(dims.1 > 0, "gemm_uninit: an empty sum would leave the output unwritten");
+    // SAFETY: an exclusive borrow; with beta = 0 the kernels only write C (BLAS
+    // semantics, which both libraries follow), so its elements need not be initialized.
     unsafe { gemm_raw(backend(), dims, alpha, a, b, T::zero(), (c.as_mut_ptr().cast(), c.len(), rsc)) }
 }
 
