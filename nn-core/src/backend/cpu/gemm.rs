@@ -307,8 +307,7 @@ unsafe fn gemm_raw<T: Kernels>(
     };
     // SAFETY: the checks above bound every element the strides reach in `a`, `b` and
     // `c` (rows `rsc >= n` apart: no two share an element); `c` is borrowed exclusively
-    // (the caller's contract), so it overlaps neither
-    // operand.
+    // (the caller's contract), so it overlaps neither operand.
     unsafe { run_with(library, g) }
 }
 
