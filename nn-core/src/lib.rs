@@ -93,6 +93,15 @@
 //! assert!((w.item() - 2.0).abs() < 1e-4);
 //! ```
 //!
+//! Threads and memory on the CPU: kernels run on a team of `RAYON_NUM_THREADS` threads (the
+//! caller included; one thread inside a rayon task). Freed `f32`/`f64` buffers are
+//! recycled by a pool of up to 256 MiB. On Linux with glibc, the first matrix product sets
+//! `malloc`'s thresholds (`mallopt`: blocks up to 32 MiB from the heap, 256 MiB of free
+//! heap kept mapped), because the GEMM library allocates its packing buffers on every call
+//! and glibc's moving defaults can give those pages back to the OS and fault them in again
+//! on every product. A `GLIBC_TUNABLES` that sets any `glibc.malloc.` tunable leaves
+//! `malloc` as the user configured it.
+//!
 //! Layout of the crate: [`tensor`] (the handle), [`shape`] (layouts and broadcasting),
 //! [`backend`] (the interface to device kernels, and the CPU backend), [`autograd`] (graph and engine), [`ops`] (every op with
 //! its backward), [`functional`] (PyTorch-style free functions), [`random`] (the seeded

@@ -46,11 +46,16 @@ pub(crate) enum Backend {
 /// The backend of this process (see the module docs).
 pub(crate) fn backend() -> Backend {
     static CHOICE: OnceLock<Backend> = OnceLock::new();
-    *CHOICE.get_or_init(|| match std::env::var("NN_GEMM").as_deref() {
-        Ok("gemm") => Backend::Gemm,
-        Ok("matrixmultiply") => Backend::MatrixMultiply,
-        _ if has_avx512() => Backend::Gemm,
-        _ => Backend::MatrixMultiply,
+    *CHOICE.get_or_init(|| {
+        // The kernel libraries allocate their packing buffers on every call: keep the
+        // heap's pages from going back to the OS between calls (see the function).
+        super::pool::keep_heap_pages();
+        match std::env::var("NN_GEMM").as_deref() {
+            Ok("gemm") => Backend::Gemm,
+            Ok("matrixmultiply") => Backend::MatrixMultiply,
+            _ if has_avx512() => Backend::Gemm,
+            _ => Backend::MatrixMultiply,
+        }
     })
 }
 
