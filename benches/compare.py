@@ -7,12 +7,15 @@
     python3 benches/compare.py --gpu           # nn on gpu:0 (wgpu) beside PyTorch CUDA (TF32 off)
     python3 benches/compare.py --rounds 3      # nn and PyTorch alternated 3 times, medians
 
-With --rounds N, nn's and PyTorch's workloads are measured N times each, alternating (nn,
-PyTorch, nn, PyTorch, ...), and each figure is the median of its N medians; the ratios of
-each round are printed below the table. On a machine whose speed drifts over minutes (a
-shared VM: the same binary measured 11.7 and 13.9 ms per Transformer step minutes apart),
-one nn pass followed by one PyTorch pass puts that drift into the ratio; alternating rounds
-spread it over both sides. The peers are measured once.
+With --rounds N, every column is measured N times, and each figure is the median of its N
+medians; the nn/PyTorch ratios of each round are printed below the table. A round runs each
+thread count in turn, and for each of them nn, PyTorch and the peers back to back (round 1:
+nn 1 thread, PyTorch 1 thread, peers 1 thread, nn 2 threads, ...; round 2 again). On a
+machine whose speed drifts over minutes (a shared VM: the same binary measured 11.7 and 13.9
+ms per Transformer step minutes apart, and on the 2-vCPU Zen 4 the CNN step at 2 threads 0.84
+ms in one process and 1.6 ms in the next, with no other process running), measuring one
+column or one thread count after another puts that drift into the ratios, nn/peer and
+2 threads/1 thread too; interleaving spreads it over every column.
 
 For each thread count (1 and 2), the Rust harness (`nn_bench`) is run with
 RAYON_NUM_THREADS set (MATMUL_NUM_THREADS too, for peers that read it), and PyTorch with torch.set_num_threads. Ratios are
@@ -313,7 +316,9 @@ def main():
         help="also build benches/peers (needs crates.io, minutes the first time) and run candle, burn and the gemm crate",
     )
     ap.add_argument("--gpu", action="store_true", help="the GPU workloads: nn on gpu:0 (wgpu) beside PyTorch on cuda:0")
-    ap.add_argument("--rounds", type=int, default=1, help="alternate nn and PyTorch this many times; report medians")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="measure every column this many times, interleaved; report medians"
+    )
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -331,17 +336,26 @@ def main():
     peers = PEERS if peers_exe else []
     rows = []
     per_round = []  # (threads, workload, [ratio of each round])
+    # measured[t]: each column's results of every round at t threads ("nn", "torch", peers).
+    measured = {t: {c: [] for c in ["nn", "torch"] + peers} for t in args.threads}
+    for _ in range(args.rounds):
+        for t in args.threads:
+            measured[t]["nn"].append(nn_results(t))
+            measured[t]["torch"].append(torch_results(t) if have_torch else {})
+            for p in peers:
+                measured[t][p].append(peer_results(peers_exe, p, t))
     for t in args.threads:
-        nn_rounds, th_rounds = [], []
-        for _ in range(args.rounds):
-            nn_rounds.append(nn_results(t))
-            th_rounds.append(torch_results(t) if have_torch else {})
+        nn_rounds, th_rounds = measured[t]["nn"], measured[t]["torch"]
         nn_r, th = combine(nn_rounds), combine(th_rounds)
-        if args.rounds > 1 and have_torch:
-            for name, r in nn_r.items():
-                ratios = [round_ratio(n.get(name), o.get(name)) for n, o in zip(nn_rounds, th_rounds)]
-                if all(x is not None for x in ratios):
-                    per_round.append((t, name, ratios))
+        if args.rounds > 1:
+            # nn/PyTorch for every workload; nn/peer for the training steps.
+            others = [("PyTorch", th_rounds, lambda name: True)] if have_torch else []
+            others += [(p, measured[t][p], lambda name: name.endswith("_step") or "_step_" in name) for p in peers]
+            for label, rounds, wanted in others:
+                for name in nn_r:
+                    ratios = [round_ratio(n.get(name), o.get(name)) for n, o in zip(nn_rounds, rounds)]
+                    if wanted(name) and all(x is not None for x in ratios):
+                        per_round.append((t, name, label, ratios))
         if have_torch:
             th["peak_rss_mlp_training"] = {"median_ms": torch_peak_rss(t), "unit": "MB", "throughput": 0}
         if not args.peers:
@@ -349,7 +363,7 @@ def main():
                 mine_s, theirs_s, ratio = cell(r, th.get(name))
                 rows.append((name, t, mine_s, theirs_s, ratio))
             continue
-        pr = {p: peer_results(peers_exe, p, t) for p in peers}
+        pr = {p: combine(measured[t][p]) for p in peers}
         # nn's workloads first, then those only a peer has (the gemm crate's MLP shapes).
         names = list(nn_r) + [n for p in peers for n in pr[p] if n not in nn_r]
         for name in dict.fromkeys(names):
@@ -358,12 +372,14 @@ def main():
             cells = [cell(r, o) for o in [th.get(name)] + [pr[p].get(name) for p in peers]]
             rows.append((name, t, cells[0][0], [c[1] for c in cells], [c[2] for c in cells]))
     w = max(len(r[0]) for r in rows)
+    scaling = thread_scaling(measured, args.threads)
     if not args.peers:
         print(f"{'workload':<{w}}  thr  {'nn':>16}  {'PyTorch':>16}  ratio (nn/PyTorch)")
         for name, t, a, b, r in rows:
             print(f"{name:<{w}}  {t:>3}  {a:>16}  {b:>16}  {r}")
         print(LEGEND)
         print_rounds(per_round, w)
+        print_scaling(scaling, args.threads, w)
         return
     cols = ["PyTorch"] + peers
     print(
@@ -378,6 +394,35 @@ def main():
     if not peers_exe:
         print("(peers not built: see the message above)")
     print_rounds(per_round, w)
+    print_scaling(scaling, args.threads, w)
+
+
+def thread_scaling(measured, threads):
+    """nn's time at the most threads over its time at the fewest, per workload and round (a
+    throughput row's ratio is inverted, so above 1 always means slower with more threads)."""
+    if len(threads) < 2:
+        return {}
+    lo, hi = measured[min(threads)]["nn"], measured[max(threads)]["nn"]
+    out = {}
+    for name in (n for n, r in lo[0].items() if r["unit"] != "MB"):
+        ratios = []
+        for a, b in zip(lo, hi):
+            if name not in a or name not in b:
+                break
+            if a[name]["unit"] in THROUGHPUT_UNITS:
+                ratios.append(a[name]["throughput"] / b[name]["throughput"] if b[name]["throughput"] else float("nan"))
+            else:
+                ratios.append(b[name]["median_ms"] / a[name]["median_ms"] if a[name]["median_ms"] else float("nan"))
+        else:
+            out[name] = ratios
+    return out
+
+
+def print_scaling(scaling, threads, w):
+    if scaling:
+        print(f"nn at {max(threads)} threads / nn at {min(threads)} (time; above 1: slower with more threads), each round:")
+        for name, ratios in scaling.items():
+            print(f"  {name:<{w}}  " + "  ".join(f"{x:.2f}" for x in ratios))
 
 
 def combine(rounds):
@@ -395,7 +440,7 @@ def combine(rounds):
 
 
 def round_ratio(r, o):
-    """nn / PyTorch in one round, worded as `cell` does (time or throughput); None if missing."""
+    """nn / other in one round, worded as `cell` does (time or throughput); None if missing."""
     if not r or not o:
         return None
     if r["unit"] in THROUGHPUT_UNITS:
@@ -404,9 +449,10 @@ def round_ratio(r, o):
 
 
 def print_rounds(per_round, w):
-    if per_round:
-        print("nn/PyTorch in each round (the table holds the medians of the rounds' figures):")
-        for t, name, ratios in per_round:
+    """Each round's ratios, nn/PyTorch for every workload and nn/peer for the steps."""
+    for label in dict.fromkeys(r[2] for r in per_round):
+        print(f"nn/{label} in each round (the table holds the medians of the rounds' figures):")
+        for t, name, _, ratios in (r for r in per_round if r[2] == label):
             print(f"  {name:<{w}}  {t:>3}  " + "  ".join(f"{x:.2f}" for x in ratios))
 
 
