@@ -70,10 +70,18 @@ fn has_avx512() -> bool {
     }
 }
 
+/// From this many multiply-adds a GEMM goes to the team even while its cores are far apart
+/// (see [`super::team`]). Measured far on the 2-vCPU Zen 4: the CNN's 4.5M-multiply-add
+/// products lost more in moving their operands between the cores than they gained; the
+/// MLP's and Transformer's of 17M to 67M still gained.
+pub(crate) const FAR_PAR_MADDS: usize = 1 << 24;
+
 /// How many threads a GEMM of this size should use here.
 fn threads_for(m: usize, k: usize, n: usize) -> usize {
-    let big = m.saturating_mul(k).saturating_mul(n) >= PAR_MADDS;
-    if big {
+    let madds = m.saturating_mul(k).saturating_mul(n);
+    if madds >= FAR_PAR_MADDS {
+        super::team::threads_for_large()
+    } else if madds >= PAR_MADDS {
         super::team::threads()
     } else {
         1
@@ -346,7 +354,8 @@ pub(crate) unsafe fn run_with<T: Kernels>(backend: Backend, g: Gemm<T>) {
         let by_rows = g.m >= g.n;
         let len = if by_rows { g.m } else { g.n };
         let chunk = len.div_ceil(threads);
-        super::team::run(len.div_ceil(chunk), |i| {
+        // The size was judged above (also while the team's cores are far apart).
+        super::team::run_large(len.div_ceil(chunk), |i| {
             let part = g.block(by_rows, i * chunk, chunk.min(len - i * chunk));
             // SAFETY: each part writes a disjoint block of C, inside it by the contract.
             unsafe { single(backend, &part) }

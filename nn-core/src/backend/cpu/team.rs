@@ -14,6 +14,18 @@
 //! [`SPIN`] before parking, so the loops of one training step find it awake, as OpenMP's
 //! workers are (PyTorch's CPU kernels run on OpenMP).
 //!
+//! Cores far apart. On a VM the vCPUs may sit on one core complex of the host or on two,
+//! and the host moves them (on the 2-vCPU Zen 4 the placement changed every few tens of
+//! seconds). Far apart, a cache line takes five times as long to cross (a round trip of
+//! 320-360 ns against 55-90), and whatever one thread wrote reaches the other through
+//! memory: the CNN step at 2 threads took 1.8-2.5 ms far and 0.84-0.90 ms near, where one
+//! thread takes 1.25-1.58, and sending only its three 4.5M-multiply-add GEMMs to the team
+//! still took 1.7-2.1 ms. So the team times how long each loop's opening takes to reach a
+//! spinning helper; while that says far, loops run on their caller alone, except work big
+//! enough to pay for the distance ([`threads_for_large`]: GEMMs of
+//! [`FAR_PAR_MADDS`](super::gemm::FAR_PAR_MADDS)), and every [`PROBE`] an empty loop
+//! measures the distance again, so the team notices the cores coming near.
+//!
 //! The team's size is rayon's: `RAYON_NUM_THREADS`, or rayon's global pool as the program
 //! configured it, read when the first parallel kernel runs. A kernel called from inside a
 //! rayon task (user code in `par_iter`, `ThreadPool::install`) or from a kernel already
@@ -23,7 +35,7 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Mutex, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -32,6 +44,15 @@ use std::time::{Duration, Instant};
 /// for hundreds of milliseconds; the serial stretches of a training step between two
 /// parallel kernels are well under this).
 const SPIN: Duration = Duration::from_millis(1);
+
+/// Above this moving average of the delay from a loop's opening to a spinning helper seeing
+/// it, in nanoseconds, the team's cores count as far apart (measured on the 2-vCPU Zen 4:
+/// 110-155 near, 300-350 far; the delay counts two clock reads besides the cache line).
+const FAR_NS: u32 = 230;
+/// Below this the cores count as near again (the gap keeps the mode from flapping).
+const NEAR_NS: u32 = 180;
+/// While far, how often an empty loop measures the distance again.
+const PROBE: Duration = Duration::from_millis(10);
 
 /// `state`: set while a loop accepts helpers; the low bits count the helpers inside it.
 const OPEN: usize = 1 << (usize::BITS - 1);
@@ -65,6 +86,9 @@ struct Team {
     helpers: OnceLock<Vec<Thread>>,
     /// Per helper: parked (or about to park), to be unparked by the next loop.
     parked: Vec<AtomicBool>,
+    /// Per helper: the last epoch it has done with (a probe waits for the helpers to be
+    /// awake and waiting again).
+    woke: Vec<AtomicU64>,
     /// Bumped for every loop, so helpers see there is work.
     epoch: AtomicU64,
     /// [`OPEN`] and the count of helpers inside the current loop.
@@ -73,6 +97,14 @@ struct Team {
     job: AtomicUsize,
     /// Held by the thread running a loop; others run theirs alone.
     owner: Mutex<()>,
+    /// When the current loop was opened, in nanoseconds since `base`.
+    opened: AtomicU64,
+    /// How far apart the team's cores are, as measured by the helpers.
+    distance: Distance,
+    /// When the distance was last probed while far, in nanoseconds since `base`.
+    probed: AtomicU64,
+    /// The clock's origin.
+    base: Instant,
 }
 
 thread_local! {
@@ -88,10 +120,15 @@ fn team() -> &'static Team {
         let team: &'static Team = Box::leak(Box::new(Team {
             helpers: OnceLock::new(),
             parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            woke: (0..n).map(|_| AtomicU64::new(0)).collect(),
             epoch: AtomicU64::new(0),
             state: AtomicUsize::new(0),
             job: AtomicUsize::new(0),
             owner: Mutex::new(()),
+            opened: AtomicU64::new(0),
+            distance: Distance::new(),
+            probed: AtomicU64::new(0),
+            base: Instant::now(),
         }));
         let mut helpers = Vec::with_capacity(n);
         for i in 0..n {
@@ -112,6 +149,73 @@ impl Team {
     fn helpers(&self) -> &[Thread] {
         self.helpers.get().map_or(&[], Vec::as_slice)
     }
+
+    fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    /// While far: whether the cores are still far, after measuring again when a probe is
+    /// due: an empty loop wakes the helpers, and once each has seen it (or after a
+    /// millisecond) a second empty loop finds them spinning, and its delay is recorded.
+    fn still_far(&self) -> bool {
+        let now = self.now_ns();
+        let last = self.probed.load(SeqCst);
+        if now.saturating_sub(last) >= PROBE.as_nanos() as u64
+            && self.probed.compare_exchange(last, now, SeqCst, SeqCst).is_ok()
+        {
+            let n = self.helpers().len() + 1;
+            run_with(n, n, |_| {});
+            let epoch = self.epoch.load(SeqCst);
+            let start = Instant::now();
+            let woke = &self.woke[..self.helpers().len()];
+            while woke.iter().any(|w| w.load(SeqCst) < epoch) && start.elapsed() < Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+            run_with(n, n, |_| {});
+        }
+        self.distance.far()
+    }
+}
+
+/// How far apart the team's cores are: a moving average of the delay from a loop's opening
+/// to a spinning helper seeing it, and the mode it implies (see the module docs).
+struct Distance {
+    /// The average, in sixteenths of a nanosecond.
+    delay: AtomicU32,
+    /// Set while the average says far apart.
+    far: AtomicBool,
+}
+
+impl Distance {
+    /// Near, until measured otherwise.
+    fn new() -> Distance {
+        Distance { delay: AtomicU32::new(NEAR_NS * 16), far: AtomicBool::new(false) }
+    }
+
+    /// Folds one delay into the average (over about eight samples) and sets the mode:
+    /// far above [`FAR_NS`], near below [`NEAR_NS`], unchanged between. Helpers racing
+    /// here may drop a sample, which is harmless.
+    fn record(&self, ns: u64) {
+        // Past 10 us the helper was descheduled: that says nothing of the distance. Below
+        // that, a sample counts at most twice the far threshold, so that one interrupted
+        // helper cannot move the average across on its own.
+        if ns > 10_000 {
+            return;
+        }
+        let sample = (ns as u32).min(2 * FAR_NS) * 16;
+        let old = self.delay.load(SeqCst);
+        let avg = old - old / 8 + sample / 8;
+        self.delay.store(avg, SeqCst);
+        if avg > FAR_NS * 16 {
+            self.far.store(true, SeqCst);
+        } else if avg < NEAR_NS * 16 {
+            self.far.store(false, SeqCst);
+        }
+    }
+
+    fn far(&self) -> bool {
+        self.far.load(SeqCst)
+    }
 }
 
 /// A helper's life: wait for a loop, join it, repeat.
@@ -119,7 +223,11 @@ fn helper(team: &'static Team, i: usize) {
     INSIDE.with(|c| c.set(true));
     let mut seen = 0;
     loop {
-        seen = wait_for_loop(team, i, seen);
+        let spun;
+        (seen, spun) = wait_for_loop(team, i, seen);
+        if spun {
+            team.distance.record(team.now_ns().saturating_sub(team.opened.load(SeqCst)));
+        }
         let s = team.state.fetch_add(1, SeqCst);
         if s & OPEN != 0 {
             // SAFETY: the loop is open and counts this helper, so the caller keeps the
@@ -128,17 +236,20 @@ fn helper(team: &'static Team, i: usize) {
             job.work();
         }
         team.state.fetch_sub(1, SeqCst);
+        // Back to waiting: a probe's timed loop may open now.
+        team.woke[i].store(seen, SeqCst);
     }
 }
 
-/// Spins, then parks, until the epoch moves past `seen`; the new epoch.
-fn wait_for_loop(team: &Team, i: usize, seen: u64) -> u64 {
+/// Spins, then parks, until the epoch moves past `seen`; the new epoch, and whether it
+/// was seen while spinning (then the delay measures the distance between the cores).
+fn wait_for_loop(team: &Team, i: usize, seen: u64) -> (u64, bool) {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
         let e = team.epoch.load(SeqCst);
         if e != seen {
-            return e;
+            return (e, true);
         }
         spins = spins.wrapping_add(1);
         if spins % 64 == 0 && start.elapsed() > SPIN {
@@ -151,26 +262,51 @@ fn wait_for_loop(team: &Team, i: usize, seen: u64) -> u64 {
         let e = team.epoch.load(SeqCst);
         if e != seen {
             team.parked[i].store(false, SeqCst);
-            return e;
+            return (e, false);
         }
         std::thread::park();
     }
 }
 
-/// How many threads a loop started here would run on (1: it would run on this thread).
+/// How many threads a loop started here would run on (1: it would run on this thread, as
+/// every loop does while the team's cores are far apart, see the module docs).
 pub(crate) fn threads() -> usize {
+    threads_with(false)
+}
+
+/// [`threads`] for work that pays for cores far apart (the team's size wherever its cores
+/// are, one thread inside a loop or a rayon task).
+pub(crate) fn threads_for_large() -> usize {
+    threads_with(true)
+}
+
+fn threads_with(large: bool) -> usize {
     if INSIDE.with(Cell::get) || rayon::current_thread_index().is_some() {
-        1
-    } else {
-        team().helpers().len() + 1
+        return 1;
     }
+    let team = team();
+    let n = team.helpers().len() + 1;
+    if n > 1 && !large && team.distance.far() && team.still_far() {
+        return 1;
+    }
+    n
 }
 
 /// Runs `f(i)` for every `i < tasks`, on the team when it is free and there is more than
 /// one task, else on this thread; returns when all have run. A panic in a task is raised
 /// here once every task has finished (the first one, when several panic).
 pub(crate) fn run(tasks: usize, f: impl Fn(usize) + Sync) {
-    if tasks <= 1 || threads() == 1 {
+    run_with(threads(), tasks, f)
+}
+
+/// [`run`] for work that pays for cores far apart (see [`threads_for_large`]).
+pub(crate) fn run_large(tasks: usize, f: impl Fn(usize) + Sync) {
+    run_with(threads_for_large(), tasks, f)
+}
+
+/// [`run`] on `threads` threads (the team, or this thread when 1).
+fn run_with(threads: usize, tasks: usize, f: impl Fn(usize) + Sync) {
+    if tasks <= 1 || threads == 1 {
         return (0..tasks).for_each(f);
     }
     let team = team();
@@ -186,6 +322,7 @@ pub(crate) fn run(tasks: usize, f: impl Fn(usize) + Sync) {
     let job = Job { f: &f, tasks, next: AtomicUsize::new(0), panic: Mutex::new(None) };
     team.job.store(&job as *const Job<'_> as usize, SeqCst);
     team.state.fetch_or(OPEN, SeqCst);
+    team.opened.store(team.now_ns(), SeqCst);
     team.epoch.fetch_add(1, SeqCst);
     for (h, p) in team.helpers().iter().zip(&team.parked) {
         if p.swap(false, SeqCst) {
@@ -357,6 +494,52 @@ mod tests {
         assert!(catch_unwind(|| run(4, |i| assert!(i != 2))).is_err());
         drop(owner);
         assert_eq!(threads(), before);
+    }
+
+    /// Far after a run of far delays, not after one outlier; near again after near ones;
+    /// between the thresholds the mode stays; a descheduled helper's delay is ignored.
+    #[test]
+    fn the_distance_follows_the_delays_with_hysteresis() {
+        let d = Distance::new();
+        assert!(!d.far());
+        d.record(9_000);
+        assert!(!d.far(), "one interrupted helper made the cores far");
+        for _ in 0..40 {
+            d.record(130);
+        }
+        assert!(!d.far());
+        for _ in 0..40 {
+            d.record(1_000_000);
+        }
+        assert!(!d.far(), "descheduled helpers counted");
+        for _ in 0..40 {
+            d.record(330);
+        }
+        assert!(d.far(), "330 ns delays (the far placement) not seen as far");
+        for _ in 0..40 {
+            d.record(205);
+        }
+        assert!(d.far(), "a delay between the thresholds changed the mode");
+        for _ in 0..40 {
+            d.record(130);
+        }
+        assert!(!d.far(), "130 ns delays (the near placement) not seen as near");
+        for _ in 0..40 {
+            d.record(205);
+        }
+        assert!(!d.far(), "a delay between the thresholds changed the mode");
+    }
+
+    /// The loops for large work run every task once, and never on fewer threads than
+    /// the others.
+    #[test]
+    fn large_loops_run_every_task() {
+        assert!(threads_for_large() >= threads());
+        let counts: Vec<AtomicUsize> = (0..100).map(|_| AtomicUsize::new(0)).collect();
+        run_large(counts.len(), |i| {
+            counts[i].fetch_add(1, SeqCst);
+        });
+        assert!(counts.iter().all(|c| c.load(SeqCst) == 1));
     }
 
     #[test]
