@@ -13,7 +13,7 @@ pub mod candle_peer;
 pub mod gemm_peer;
 
 /// Median wall time of `f` in milliseconds over enough runs to fill about `budget_ms`
-/// (3 warm-up runs, one probe run to size the sample, then between 5 and 2000 timed runs):
+/// (3 warm-up runs, one probe run to size the sample, then between 5 and 100 000 timed runs):
 /// the method of `nn_bench`.
 pub fn median_ms(mut f: impl FnMut(), budget_ms: f64) -> f64 {
     for _ in 0..3 {
@@ -22,7 +22,7 @@ pub fn median_ms(mut f: impl FnMut(), budget_ms: f64) -> f64 {
     let probe = Instant::now();
     f();
     let one_ms = probe.elapsed().as_secs_f64() * 1e3;
-    let runs = ((budget_ms / one_ms.max(1e-3)) as usize).clamp(5, 2000);
+    let runs = ((budget_ms / one_ms.max(1e-3)) as usize).clamp(5, 100_000);
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t = Instant::now();
