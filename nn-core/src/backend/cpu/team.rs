@@ -157,10 +157,14 @@ impl Team {
     /// While far: whether the cores are still far, after measuring again when a probe is
     /// due: an empty loop wakes the helpers, and once each has seen it (or after a
     /// millisecond) a second empty loop finds them spinning, and its delay is recorded.
+    /// While another thread runs a loop on the team, the probe waits for the next call
+    /// (its empty loops would run here, and the wait for the helpers would be spent idle).
     fn still_far(&self) -> bool {
         let now = self.now_ns();
         let last = self.probed.load(SeqCst);
+        let team_free = || !matches!(self.owner.try_lock(), Err(TryLockError::WouldBlock));
         if now.saturating_sub(last) >= PROBE.as_nanos() as u64
+            && team_free()
             && self.probed.compare_exchange(last, now, SeqCst, SeqCst).is_ok()
         {
             let n = self.helpers().len() + 1;
