@@ -86,8 +86,8 @@ struct Team {
     helpers: OnceLock<Vec<Thread>>,
     /// Per helper: parked (or about to park), to be unparked by the next loop.
     parked: Vec<AtomicBool>,
-    /// Per helper: the last epoch it has done with (a probe waits for the helpers to be
-    /// awake and waiting again).
+    /// Per helper: the last epoch it has done with (a probe's timed loop waits for the
+    /// helpers to be awake and waiting again).
     woke: Vec<AtomicU64>,
     /// Bumped for every loop, so helpers see there is work.
     epoch: AtomicU64,
@@ -115,8 +115,13 @@ thread_local! {
 
 fn team() -> &'static Team {
     static TEAM: OnceLock<&'static Team> = OnceLock::new();
-    TEAM.get_or_init(|| {
-        let n = rayon::current_num_threads().max(1) - 1;
+    TEAM.get_or_init(|| Team::start(rayon::current_num_threads().max(1) - 1))
+}
+
+impl Team {
+    /// A team of `n` helpers (fewer when threads cannot be had), started and leaked: the
+    /// process keeps it.
+    fn start(n: usize) -> &'static Team {
         let team: &'static Team = Box::leak(Box::new(Team {
             helpers: OnceLock::new(),
             parked: (0..n).map(|_| AtomicBool::new(false)).collect(),
@@ -142,10 +147,8 @@ fn team() -> &'static Team {
         }
         team.helpers.get_or_init(|| helpers);
         team
-    })
-}
+    }
 
-impl Team {
     fn helpers(&self) -> &[Thread] {
         self.helpers.get().map_or(&[], Vec::as_slice)
     }
@@ -155,27 +158,31 @@ impl Team {
     }
 
     /// While far: whether the cores are still far, after measuring again when a probe is
-    /// due: an empty loop wakes the helpers, and once each has seen it (or after a
-    /// millisecond) a second empty loop finds them spinning, and its delay is recorded.
-    /// While another thread runs a loop on the team, the probe waits for the next call
-    /// (its empty loops would run here, and the wait for the helpers would be spent idle).
+    /// due. A probe needs the helpers spinning: if one is parked, an empty loop wakes it
+    /// and this call goes on at once; a later call, once every helper is awake and done
+    /// with that loop, opens a second empty loop, whose delay the helpers record. (Waiting
+    /// here for a parked helper to wake would idle the caller on the kernels' path.)
+    /// While another thread runs a loop on the team, the probe waits for a later call (its
+    /// empty loops would run here).
     fn still_far(&self) -> bool {
         let now = self.now_ns();
         let last = self.probed.load(SeqCst);
         let team_free = || !matches!(self.owner.try_lock(), Err(TryLockError::WouldBlock));
-        if now.saturating_sub(last) >= PROBE.as_nanos() as u64
-            && team_free()
-            && self.probed.compare_exchange(last, now, SeqCst, SeqCst).is_ok()
-        {
+        if now.saturating_sub(last) >= PROBE.as_nanos() as u64 && team_free() {
             let n = self.helpers().len() + 1;
-            run_with(n, n, |_| {});
             let epoch = self.epoch.load(SeqCst);
-            let start = Instant::now();
-            let woke = &self.woke[..self.helpers().len()];
-            while woke.iter().any(|w| w.load(SeqCst) < epoch) && start.elapsed() < Duration::from_millis(1) {
-                std::hint::spin_loop();
+            let helpers = || self.parked.iter().zip(&self.woke).take(n - 1);
+            // A helper still to see the last loop is on its way (it flags itself parked
+            // for a moment while it wakes): wait for it rather than open another.
+            if helpers().all(|(_, w)| w.load(SeqCst) >= epoch) {
+                if helpers().all(|(p, _)| !p.load(SeqCst)) {
+                    if self.probed.compare_exchange(last, now, SeqCst, SeqCst).is_ok() {
+                        self.run_on(n, |_| {});
+                    }
+                } else {
+                    self.run_on(n, |_| {});
+                }
             }
-            run_with(n, n, |_| {});
         }
         self.distance.far()
     }
@@ -313,41 +320,48 @@ fn run_with(threads: usize, tasks: usize, f: impl Fn(usize) + Sync) {
     if tasks <= 1 || threads == 1 {
         return (0..tasks).for_each(f);
     }
-    let team = team();
-    let owner = match team.owner.try_lock() {
-        Ok(guard) => guard,
-        // The lock guards no data, so a poisoned one is as good (and `run` releases it
-        // before re-raising a task's panic, so it is not poisoned here).
-        Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        // The team runs another thread's loop: this one runs here, and so do the loops
-        // its tasks start, as inside a team loop.
-        Err(TryLockError::WouldBlock) => return on_this_thread(tasks, f),
-    };
-    let job = Job { f: &f, tasks, next: AtomicUsize::new(0), panic: Mutex::new(None) };
-    team.job.store(&job as *const Job<'_> as usize, SeqCst);
-    team.state.fetch_or(OPEN, SeqCst);
-    team.opened.store(team.now_ns(), SeqCst);
-    team.epoch.fetch_add(1, SeqCst);
-    for (h, p) in team.helpers().iter().zip(&team.parked) {
-        if p.swap(false, SeqCst) {
-            h.unpark();
+    team().run_on(tasks, f)
+}
+
+impl Team {
+    /// Runs the `tasks` (more than one) on this team, as [`run_with`] does on the process's.
+    fn run_on(&self, tasks: usize, f: impl Fn(usize) + Sync) {
+        let team = self;
+        let owner = match team.owner.try_lock() {
+            Ok(guard) => guard,
+            // The lock guards no data, so a poisoned one is as good (and `run` releases it
+            // before re-raising a task's panic, so it is not poisoned here).
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // The team runs another thread's loop: this one runs here, and so do the loops
+            // its tasks start, as inside a team loop.
+            Err(TryLockError::WouldBlock) => return on_this_thread(tasks, f),
+        };
+        let job = Job { f: &f, tasks, next: AtomicUsize::new(0), panic: Mutex::new(None) };
+        team.job.store(&job as *const Job<'_> as usize, SeqCst);
+        team.state.fetch_or(OPEN, SeqCst);
+        team.opened.store(team.now_ns(), SeqCst);
+        team.epoch.fetch_add(1, SeqCst);
+        for (h, p) in team.helpers().iter().zip(&team.parked) {
+            if p.swap(false, SeqCst) {
+                h.unpark();
+            }
         }
-    }
-    INSIDE.with(|c| c.set(true));
-    job.work();
-    INSIDE.with(|c| c.set(false));
-    // Every task is claimed: close the loop to latecomers, then wait for the helpers
-    // still running a task (they hold a reference to `job`).
-    team.state.fetch_and(!OPEN, SeqCst);
-    while team.state.load(SeqCst) != 0 {
-        std::hint::spin_loop();
-    }
-    let panic = job.panic.into_inner().unwrap_or_else(|e| e.into_inner());
-    // Released before a task's panic is re-raised: unwinding with the guard would poison
-    // the lock, and every later loop would take it for busy and run on one thread.
-    drop(owner);
-    if let Some(p) = panic {
-        resume_unwind(p);
+        INSIDE.with(|c| c.set(true));
+        job.work();
+        INSIDE.with(|c| c.set(false));
+        // Every task is claimed: close the loop to latecomers, then wait for the helpers
+        // still running a task (they hold a reference to `job`).
+        team.state.fetch_and(!OPEN, SeqCst);
+        while team.state.load(SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        let panic = job.panic.into_inner().unwrap_or_else(|e| e.into_inner());
+        // Released before a task's panic is re-raised: unwinding with the guard would poison
+        // the lock, and every later loop would take it for busy and run on one thread.
+        drop(owner);
+        if let Some(p) = panic {
+            resume_unwind(p);
+        }
     }
 }
 
@@ -532,6 +546,32 @@ mod tests {
             d.record(205);
         }
         assert!(!d.far(), "a delay between the thresholds changed the mode");
+    }
+
+    /// While far, a due probe finding its helper parked wakes it and returns at once
+    /// (no timed loop in that call); a later call, the helper awake, opens the timed loop.
+    /// (On a busy machine the helper may park again first and be woken again.)
+    #[test]
+    fn a_probe_wakes_a_parked_helper_without_waiting_then_measures() {
+        let team = Team::start(1);
+        assert_eq!(team.helpers().len(), 1, "no helper thread could be started");
+        for _ in 0..40 {
+            team.distance.record(330);
+        }
+        assert!(team.distance.far());
+        let start = Instant::now();
+        while !team.parked[0].load(SeqCst) || team.now_ns() < PROBE.as_nanos() as u64 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the idle helper never parked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let epoch = team.epoch.load(SeqCst);
+        team.still_far();
+        assert_eq!(team.epoch.load(SeqCst), epoch + 1, "the parked helper was not woken");
+        assert_eq!(team.probed.load(SeqCst), 0, "the waking call also ran the timed loop");
+        while team.probed.load(SeqCst) == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "no timed loop after the helper woke");
+            team.still_far();
+        }
     }
 
     /// The loops for large work run every task once, and never on fewer threads than
