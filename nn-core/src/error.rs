@@ -239,8 +239,43 @@ pub struct StateDictError {
     pub unexpected_keys: Vec<String>,
     /// Keys present in both with incompatible shapes or dtypes.
     pub mismatched: Vec<Mismatch>,
+    /// Names of one tied entry (one tensor in the module, held under several names) that
+    /// the state dict holds with different values: which one to load is ambiguous.
+    pub tied_conflicts: Vec<Vec<String>>,
     /// The module's type name, for the message.
     pub module: String,
+}
+
+/// Whether `word` is a Rust keyword (strict or reserved), so that no field can be named
+/// it without `r#`: such checkpoint names need `rename`.
+pub(crate) fn is_rust_keyword(word: &str) -> bool {
+    const KEYWORDS: &[&str] = &[
+        "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false", "fn",
+        "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "self",
+        "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where", "while", "abstract",
+        "become", "box", "do", "final", "gen", "macro", "override", "priv", "try", "typeof", "unsized", "virtual",
+        "yield",
+    ];
+    KEYWORDS.contains(&word)
+}
+
+/// For a missing key and the state dict's key that differs from it in one dotted
+/// component, a Rust keyword: the attribute that makes the field load under that name.
+fn rename_hint(missing: &str, guess: &str) -> Option<String> {
+    let (ours, theirs): (Vec<&str>, Vec<&str>) = (missing.split('.').collect(), guess.split('.').collect());
+    if ours.len() != theirs.len() {
+        return None;
+    }
+    let mut diff = ours.iter().zip(&theirs).enumerate().filter(|(_, (a, b))| a != b);
+    let (Some((at, (field, word))), None) = (diff.next(), diff.next()) else { return None };
+    if !is_rust_keyword(word) {
+        return None;
+    }
+    let attr = if at + 1 == ours.len() { "param" } else { "module" };
+    Some(format!(
+        "`{word}` is a Rust keyword: keep the field `{field}` and write `#[{attr}(rename = \"{word}\")]` on it (for a \
+         buffer, `#[buffer(rename = \"{word}\")]`)"
+    ))
 }
 
 /// How many keys of each kind an error message names before it only counts the rest.
@@ -282,7 +317,11 @@ impl std::fmt::Display for StateDictError {
             write_bounded(f, &self.missing_keys, |f, (k, guess)| {
                 write!(f, " \"{k}\"")?;
                 if let Some(g) = guess {
-                    write!(f, " (did you mean \"{g}\"?)")?;
+                    write!(f, " (did you mean \"{g}\"?")?;
+                    if let Some(hint) = rename_hint(k, g) {
+                        write!(f, " {hint}")?;
+                    }
+                    f.write_str(")")?;
                 }
                 f.write_str(",")
             })?;
@@ -291,6 +330,15 @@ impl std::fmt::Display for StateDictError {
             write!(f, "\n  unexpected key(s):")?;
             write_bounded(f, &self.unexpected_keys, |f, k| write!(f, " \"{k}\","))?;
         }
+        write_bounded(f, &self.tied_conflicts, |f, names| {
+            let names: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+            write!(
+                f,
+                "\n  tied entries with different values: {} are one tensor in the module (tied), but the state dict \
+                 holds different values under them",
+                names.join(" and ")
+            )
+        })?;
         write_bounded(f, &self.mismatched, |f, m| {
             write!(
                 f,

@@ -164,13 +164,33 @@ impl StateDict {
         })
     }
 
+    /// The entries a file holds: each tensor once, under its first name. Entries that view
+    /// the same storage with the same layout are one tensor (a tied parameter in a module's
+    /// state dict, listed under each of its names); the later names are left out, as
+    /// `safetensors.torch.save_model` and Hugging Face's `save_pretrained` do. Loading such a
+    /// file into the module restores the tie from the one name (see
+    /// [`Module::load_state_dict`](crate::Module::load_state_dict)).
+    fn distinct_entries(&self) -> Vec<(&str, &Tensor)> {
+        let mut seen: HashMap<*const Storage, Vec<&crate::shape::Layout>> = HashMap::new();
+        self.iter()
+            .filter(|(_, t)| {
+                let layouts = seen.entry(std::sync::Arc::as_ptr(&t.storage_arc())).or_default();
+                let first = !layouts.contains(&t.layout());
+                if first {
+                    layouts.push(t.layout());
+                }
+                first
+            })
+            .collect()
+    }
+
     /// The safetensors header (padded to 8 bytes, as the `safetensors` crate writes it),
     /// the tensors in file order (descending alignment, then name) and their total bytes.
     fn safetensors_header(&self, metadata: Option<HashMap<String, String>>) -> Result<(Vec<u8>, Vec<&Tensor>, usize)> {
         if let Some((k, t)) = self.iter().find(|(_, t)| t.device() == Device::Meta) {
             return Err(Error::MetaHasNoValues { op: "StateDict::save", shape: t.shape().to_vec() }.with_key(k));
         }
-        let mut entries: Vec<(&str, &Tensor)> = self.iter().collect();
+        let mut entries: Vec<(&str, &Tensor)> = self.distinct_entries();
         let st = |t: &Tensor| to_safetensors_dtype(t.dtype());
         entries.sort_by(|(ln, l), (rn, r)| st(r).cmp(&st(l)).then(ln.cmp(rn)));
         let mut offset = 0;
@@ -205,7 +225,10 @@ impl StateDict {
         if let Some((k, t)) = self.iter().find(|(_, t)| t.device() == Device::Meta) {
             return Err(Error::MetaHasNoValues { op: "StateDict::save", shape: t.shape().to_vec() }.with_key(k));
         }
-        let views = self.iter().map(|(k, t)| (k, TensorBytes { tensor: t, dtype: to_safetensors_dtype(t.dtype()) }));
+        let views = self
+            .distinct_entries()
+            .into_iter()
+            .map(|(k, t)| (k, TensorBytes { tensor: t, dtype: to_safetensors_dtype(t.dtype()) }));
         safetensors::serialize(views, metadata)
             .map_err(|e| Error::InvalidFile { path: "<memory>".into(), reason: e.to_string() })
     }

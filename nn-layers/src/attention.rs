@@ -60,11 +60,21 @@ pub struct AttentionInput {
     pub key: Tensor,
     /// `[S, N, E]` (`[N, S, E]`, `[S, E]`).
     pub value: Tensor,
-    /// `[N, S]` (`[S]` unbatched): `true` (or a float added to the scores) marks key
-    /// positions to ignore.
+    /// `[N, S]` (`[S]` unbatched), one of PyTorch's two kinds:
+    /// - `Bool`: **`true` = ignore this key position** (padding);
+    /// - floating point, of the query's dtype: added to the scores (`-inf` = ignore).
+    ///
+    /// Any other dtype panics. Hugging Face's `attention_mask` (i64, **1 = attend**) is the
+    /// opposite polarity of the bool form: an integer mask is refused rather than read one
+    /// way or the other.
     pub key_padding_mask: Option<Tensor>,
-    /// `[L, S]` or `[N * heads, L, S]` (`[heads, L, S]` unbatched): bool `true` = may not
-    /// attend, or a float mask added to the scores.
+    /// `[L, S]` or `[N * heads, L, S]` (`[heads, L, S]` unbatched), one of PyTorch's two
+    /// kinds:
+    /// - `Bool`: **`true` = may not attend** (the opposite of
+    ///   `scaled_dot_product_attention`'s bool mask, as in PyTorch);
+    /// - floating point, of the query's dtype: added to the scores (`-inf` = may not attend).
+    ///
+    /// Any other dtype panics.
     pub attn_mask: Option<Tensor>,
     /// Return the attention weights (default true, as PyTorch).
     pub need_weights: bool,
@@ -137,15 +147,21 @@ impl<'a> ForwardArg<'a, AttentionInput> for (&'a Tensor, &'a Tensor, &'a Tensor)
     }
 }
 
-/// A mask as an additive float tensor (`-inf` where a bool mask is `true`).
+/// A checked mask as an additive float tensor (`-inf` where a bool mask is `true`; a float
+/// mask, already of the scores' dtype, as it is).
 fn additive(mask: &Tensor, like: &Tensor) -> Tensor {
     if mask.dtype() == DType::Bool {
-        Tensor::zeros_like(&Tensor::full_on(mask.shape(), 0.0, like.dtype(), like.device()))
-            .masked_fill(mask, f64::NEG_INFINITY)
+        Tensor::full_on(mask.shape(), 0.0, like.dtype(), like.device()).masked_fill(mask, f64::NEG_INFINITY)
     } else {
-        mask.to_dtype(like.dtype())
+        mask.clone()
     }
 }
+
+/// What each mask argument of [`MultiheadAttention`] means in its two accepted kinds.
+const KEY_PADDING_KINDS: &str = "a bool mask (true = ignore this key position) or a float mask of the query's dtype \
+                                 (added to the scores, -inf = ignore)";
+const ATTN_MASK_KINDS: &str = "a bool mask (true = may not attend) or a float mask of the query's dtype (added to \
+                               the scores, -inf = may not attend)";
 
 impl MultiheadAttention {
     /// Attention with `num_heads` heads over `embed_dim` features, no dropout, sequence-first
@@ -252,6 +268,27 @@ impl MultiheadAttention {
                 );
             }
         }
+        for (arg, mask, kinds) in
+            [("key_padding_mask", &a.key_padding_mask, KEY_PADDING_KINDS), ("attn_mask", &a.attn_mask, ATTN_MASK_KINDS)]
+        {
+            let Some(m) = mask else { continue };
+            let (d, qd) = (m.dtype(), q.dtype());
+            if d == DType::Bool || d == qd {
+                continue;
+            }
+            if d.is_float() {
+                panic!(
+                    "{name}: {arg} has dtype {d} but the query is {qd}; {arg} must be {kinds} (a float mask converts \
+                     between float dtypes without changing its meaning)"
+                );
+            }
+            panic!(
+                "{name}: {arg} of shape {:?} has dtype {d}; only bool and floating-point masks are taken, as in \
+                 PyTorch: {arg} must be {kinds}. An integer mask is refused because its polarity is ambiguous \
+                 (Hugging Face's attention_mask is 1 = attend, the bool form here is true = ignore)",
+                m.shape()
+            );
+        }
         if let Some(m) = &a.key_padding_mask {
             let expect: Vec<usize> = if batched { vec![n, s] } else { vec![s] };
             if m.shape() != expect.as_slice() {
@@ -317,13 +354,34 @@ impl MultiheadAttention {
             y.reshape(&[n, x.shape()[1], h, d]).transpose(1, 2)
         };
         let (q, k, v) = (proj(&q, 0), proj(&k, 1), proj(&v, 2));
-        let dropout = self.dropout > 0.0 && self.base.is_training();
-        if !a.need_weights && a.attn_mask.is_none() && a.key_padding_mask.is_none() && !dropout {
-            // No weights to return and nothing between the scores and the softmax: the
-            // fused attention (the query is already scaled), whose output is stored
-            // token-major, so merging the heads back is a view.
-            let plain = nn_core::ops::AttentionConfig { scale: Some(1.0), ..Default::default() };
-            let out = q.scaled_dot_product_attention(&k, &v, &plain).transpose(1, 2).reshape(&[n, l, e]);
+        let dropout = if self.base.is_training() { self.dropout } else { 0.0 };
+        if !a.need_weights {
+            // No weights to return: `scaled_dot_product_attention`, as PyTorch's
+            // `multi_head_attention_forward` does, with both masks merged into one additive
+            // mask. So a query row whose every key is masked out gives zeros there (and NaN
+            // on the weights path below, as in PyTorch). Without masks or dropout it runs
+            // fused (the query is already scaled), its output stored token-major, so merging
+            // the heads back is a view.
+            let attn_mask = a.attn_mask.as_ref().map(|m| {
+                let m = additive(m, &q);
+                if m.rank() == 3 {
+                    m.reshape(&[n, h, l, s])
+                } else {
+                    m
+                }
+            });
+            let pad = a.key_padding_mask.as_ref().map(|kp| additive(kp, &q).reshape(&[n, 1, 1, s]));
+            let mask = match (attn_mask, pad) {
+                (Some(m), Some(p)) => Some(&m + &p),
+                (m, p) => m.or(p),
+            };
+            let config = nn_core::ops::AttentionConfig {
+                attn_mask: mask.as_ref(),
+                dropout_p: dropout,
+                scale: Some(1.0),
+                ..Default::default()
+            };
+            let out = q.scaled_dot_product_attention(&k, &v, &config).transpose(1, 2).reshape(&[n, l, e]);
             let out = self.out_proj.forward(&out);
             return (if batch_first { out } else { out.transpose(0, 1) }, None);
         }

@@ -228,6 +228,102 @@
 //! assert_eq!((y.shape(), w.unwrap().shape()), (&[5, 3, 8][..], &[3, 5, 7][..]));
 //! ```
 //!
+//!
+//! Tuples move in owned or by reference: `bilinear.forward((x1, x2))` and
+//! `bilinear.forward((&x1, &x2))` are the same call.
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::Bilinear;
+//!
+//! let bl = Bilinear::new(3, 4, 2);
+//! let (x1, x2) = (Tensor::randn(&[5, 3]), Tensor::randn(&[5, 4]));
+//! let by_ref = bl.forward((&x1, &x2));
+//! assert_eq!(bl.forward((x1, x2)).to_vec(), by_ref.to_vec());
+//! ```
+//!
+//! ## Attention masks: two kinds, with PyTorch's polarity
+//!
+//! As in PyTorch, a mask is either **bool** or **float** (of the query's dtype, added to the
+//! scores); the polarity of a bool mask depends on the argument, exactly as in PyTorch:
+//!
+//! | argument | bool `true` means | float |
+//! |---|---|---|
+//! | `scaled_dot_product_attention`'s `attn_mask` | **may attend** | added (`-inf` = masked) |
+//! | `MultiheadAttention`'s `key_padding_mask` (and the Transformer layers' `*_key_padding_mask`) | **ignore** this key | added |
+//! | `MultiheadAttention`'s `attn_mask` (and `src_mask`, `tgt_mask`, `memory_mask`) | **may not attend** | added |
+//!
+//! Any other dtype is refused. Hugging Face's `attention_mask` is i64 with **1 = attend**:
+//! cast to float and added it would mask nothing, read as a bool padding mask it would
+//! mask the wrong positions, so nn refuses it and says which two kinds it takes. Build the
+//! bool mask that states what you mean:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{AttentionInput, MultiheadAttention};
+//!
+//! let mha = MultiheadAttention::with_options(8, 2, 0.0, true, true); // batch_first
+//! let x = Tensor::randn(&[2, 3, 8]);
+//! let hf_mask = Tensor::from_vec_i64(vec![1, 1, 0, 1, 1, 1], &[2, 3]); // 1 = attend
+//! let refused = std::panic::catch_unwind(|| mha.forward(&AttentionInput::self_attention(&x).key_padding_mask(&hf_mask)));
+//! assert!(refused.is_err());
+//! let padding = hf_mask.eq(&Tensor::from_vec_i64(vec![0], &[])); // true = padding = ignore
+//! let (y, _) = mha.forward(&AttentionInput::self_attention(&x).key_padding_mask(&padding));
+//! assert_eq!(y.shape(), &[2, 3, 8]);
+//! ```
+//! A query row whose every key is masked gives what PyTorch 2.15 gives: zeros from
+//! `scaled_dot_product_attention` (and from `MultiheadAttention` without weights, which
+//! runs through it), NaN from `MultiheadAttention` when the weights are returned.
+//!
+//! ## Tied weights
+//!
+//! `self.lm_head.weight = self.transformer.wte.weight` is a clone of the `Parameter`
+//! handle: one parameter held by two modules. As in PyTorch, `named_parameters()` lists it
+//! once (under its first name), the optimizer steps it once and the gradients of both uses
+//! add up. A saved file holds it once, under its first name, as Hugging Face's GPT-2 file
+//! does; strict loading accepts a file holding any one of its names, or several with
+//! equal values (different values are an error naming both, and nothing changes); the tie
+//! survives loading, `to_device`, `to_dtype` and a checkpoint resume.
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{Embedding, Linear};
+//!
+//! #[derive(Module)]
+//! struct Lm { #[module] wte: Embedding, #[module] lm_head: Linear }
+//!
+//! let wte = Embedding::new(10, 4);
+//! let mut lm_head = Linear::with_bias(4, 10, false);
+//! lm_head.weight = wte.weight.clone(); // tie
+//! let mut lm = Lm { wte, lm_head };
+//! assert_eq!(lm.named_parameters().len(), 1);
+//!
+//! let mut hf_file = nn::StateDict::default(); // as transformers saves GPT-2: one name
+//! hf_file.insert("wte.weight".to_string(), Tensor::ones(&[10, 4]));
+//! lm.load_state_dict(&hf_file, true).unwrap();
+//! assert_eq!(lm.lm_head.weight.to_vec(), vec![1.0; 40]);
+//! assert_eq!(lm.lm_head.weight.id(), lm.wte.weight.id()); // still tied
+//! ```
+//!
+//! ## Names that are Rust keywords: `rename`
+//!
+//! BERT's keys run through `attention.self.query.weight`, and `self` (like `type`) cannot
+//! be a field name. Name the field anything and give it the key's name with
+//! `#[module(rename = "self")]` (`#[param(rename = ...)]` and `#[buffer(rename = ...)]`
+//! too); strict loading then takes the checkpoint's keys unchanged. A load error whose key
+//! differs only by such a word names the attribute to write.
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::Linear;
+//!
+//! #[derive(Module)]
+//! struct BertSelfAttention { #[module] query: Linear }
+//! #[derive(Module)]
+//! struct BertAttention {
+//!     #[module(rename = "self")] self_attn: BertSelfAttention,
+//! }
+//!
+//! let a = BertAttention { self_attn: BertSelfAttention { query: Linear::new(4, 4) } };
+//! assert_eq!(a.state_dict().keys().next(), Some("self.query.weight"));
+//! ```
+//!
 //! ## State dicts, `strict=False`, saving
 //!
 //! `torch.save(model.state_dict())` is safetensors here, with PyTorch's key names, so files

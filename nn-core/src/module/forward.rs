@@ -131,9 +131,10 @@ pub trait Compute: HasBase {
     fn compute(&self, input: &Self::Input) -> Self::Output;
 }
 
-/// What [`Forward::forward`] accepts for a module whose input is `I`: a `&I`; for tuple
-/// inputs a tuple of references (`bilinear.forward((&x1, &x2))`); for input structs
-/// whatever their layer converts (a plain `&Tensor` for self-attention, say).
+/// What [`Forward::forward`] accepts for a module whose input is `I`: a `&I` or an owned
+/// `I`; for tuple inputs a tuple of references (`bilinear.forward((&x1, &x2))`) or of owned
+/// values (`bilinear.forward((x1, x2))`); for input structs whatever their layer converts
+/// (a plain `&Tensor` for self-attention, say).
 pub trait ForwardArg<'a, I: Clone> {
     /// The input, borrowed where possible.
     fn into_input(self) -> Cow<'a, I>;
@@ -142,6 +143,13 @@ pub trait ForwardArg<'a, I: Clone> {
 impl<'a, I: Clone> ForwardArg<'a, I> for &'a I {
     fn into_input(self) -> Cow<'a, I> {
         Cow::Borrowed(self)
+    }
+}
+
+/// An owned input, moved in: `model.forward(x)`, `bilinear.forward((x1, x2))`.
+impl<'a, I: Clone> ForwardArg<'a, I> for I {
+    fn into_input(self) -> Cow<'a, I> {
+        Cow::Owned(self)
     }
 }
 

@@ -80,6 +80,23 @@ pub(crate) fn suggest<'a>(key: &str, candidates: impl IntoIterator<Item = &'a st
         .map(|(_, c)| c.to_string())
 }
 
+/// An unexpected key that differs from `key` in one dotted component only, where its own
+/// component is a Rust keyword (`attention.self.query.weight` for
+/// `attention.self_attn.query.weight`): a field that could not take the checkpoint's name.
+fn keyword_twin(key: &str, unexpected: &[String]) -> Option<String> {
+    let parts: Vec<&str> = key.split('.').collect();
+    unexpected
+        .iter()
+        .find(|u| {
+            let theirs: Vec<&str> = u.split('.').collect();
+            theirs.len() == parts.len() && {
+                let mut diff = parts.iter().zip(&theirs).filter(|(a, b)| a != b);
+                matches!((diff.next(), diff.next()), (Some((_, b)), None) if crate::error::is_rust_keyword(b))
+            }
+        })
+        .cloned()
+}
+
 /// What a load would assign, and the keys it would report.
 struct Plan {
     /// `(target, source)` pairs, validated.
@@ -89,15 +106,32 @@ struct Plan {
 }
 
 /// Every check of `load_state_dict`, touching nothing.
+///
+/// Entries that are one tensor in the module (a tied parameter: one `Parameter` held by two
+/// modules) are one target under several names. The state dict may hold any one of those
+/// names (as Hugging Face writes a tied head: once, under its first name), or several with
+/// equal values; several with different values is an error naming them. A tied entry is
+/// missing only when the state dict holds none of its names, and is assigned once.
 fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
-    // 1. The module's entries, by name.
-    let mut targets: Vec<(String, Tensor)> = Vec::new();
-    walk(m, &mut String::new(), &mut |path, item| match item {
-        Item::Param(p) => targets.push((path.to_string(), p.tensor().clone())),
-        Item::Buffer { tensor, persistent: true } => targets.push((path.to_string(), tensor.clone())),
-        _ => {}
+    // 1. The module's entries, by name, grouped by identity (first name first).
+    let mut targets: Vec<(Vec<String>, Tensor)> = Vec::new();
+    let mut by_id: std::collections::HashMap<crate::tensor::TensorId, usize> = std::collections::HashMap::new();
+    walk(m, &mut String::new(), &mut |path, item| {
+        let t = match item {
+            Item::Param(p) => p.tensor(),
+            Item::Buffer { tensor, persistent: true } => tensor,
+            _ => return,
+        };
+        match by_id.get(&t.id()) {
+            Some(&i) => targets[i].0.push(path.to_string()),
+            None => {
+                by_id.insert(t.id(), targets.len());
+                targets.push((vec![path.to_string()], t.clone()));
+            }
+        }
     });
-    let expected: std::collections::HashSet<&str> = targets.iter().map(|(k, _)| k.as_str()).collect();
+    let expected: std::collections::HashSet<&str> =
+        targets.iter().flat_map(|(k, _)| k.iter().map(String::as_str)).collect();
 
     // 2. Validate everything.
     let mut err = StateDictError { module: m.type_name().to_string(), ..Default::default() };
@@ -106,31 +140,52 @@ fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
     // million stray entries gets none.
     let guesses = unexpected.len() <= SUGGEST_LIMIT;
     let mut assign: Vec<(Tensor, Tensor)> = Vec::new();
-    for (key, target) in &targets {
-        let Some(src) = sd.get(key) else {
-            let guess = if guesses { suggest(key, unexpected.iter().map(String::as_str)) } else { None };
-            err.missing_keys.push((key.clone(), guess));
+    for (keys, target) in &targets {
+        let present: Vec<(&String, &Tensor)> = keys.iter().filter_map(|k| sd.get(k).map(|t| (k, t))).collect();
+        if present.is_empty() {
+            for key in keys {
+                let guess = if guesses {
+                    keyword_twin(key, &unexpected).or_else(|| suggest(key, unexpected.iter().map(String::as_str)))
+                } else {
+                    None
+                };
+                err.missing_keys.push((key.clone(), guess));
+            }
             continue;
-        };
-        let mismatch = |reason| Mismatch {
-            key: key.clone(),
-            expected: (target.shape().to_vec(), target.dtype()),
-            got: (src.shape().to_vec(), src.dtype()),
-            reason,
-        };
-        if src.shape() != target.shape() {
-            err.mismatched.push(mismatch("size mismatch"));
-        } else if kind(src.dtype()) != kind(target.dtype()) {
-            err.mismatched.push(mismatch("dtype mismatch"));
-        } else if src.device() == Device::Meta && target.device() != Device::Meta {
-            err.mismatched.push(mismatch("no values (meta tensor)"));
-        } else {
-            assign.push((target.clone(), src.clone()));
         }
+        let mut fits = true;
+        for &(key, src) in &present {
+            let mismatch = |reason| Mismatch {
+                key: key.clone(),
+                expected: (target.shape().to_vec(), target.dtype()),
+                got: (src.shape().to_vec(), src.dtype()),
+                reason,
+            };
+            if src.shape() != target.shape() {
+                err.mismatched.push(mismatch("size mismatch"));
+            } else if kind(src.dtype()) != kind(target.dtype()) {
+                err.mismatched.push(mismatch("dtype mismatch"));
+            } else if src.device() == Device::Meta && target.device() != Device::Meta {
+                err.mismatched.push(mismatch("no values (meta tensor)"));
+            } else {
+                continue;
+            }
+            fits = false;
+        }
+        if !fits {
+            continue;
+        }
+        let (_, first) = present[0];
+        if present[1..].iter().any(|&(_, other)| !same_values(first, other, target.dtype())) {
+            err.tied_conflicts.push(present.iter().map(|(k, _)| (*k).clone()).collect());
+            continue;
+        }
+        assign.push((target.clone(), first.clone()));
     }
     err.unexpected_keys = unexpected;
-    let fatal =
-        !err.mismatched.is_empty() || (strict && (!err.missing_keys.is_empty() || !err.unexpected_keys.is_empty()));
+    let fatal = !err.mismatched.is_empty()
+        || !err.tied_conflicts.is_empty()
+        || (strict && (!err.missing_keys.is_empty() || !err.unexpected_keys.is_empty()));
     if fatal {
         return Err(Error::StateDict(Box::new(err)));
     }
@@ -138,6 +193,26 @@ fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
         assign,
         missing_keys: err.missing_keys.into_iter().map(|(k, _)| k).collect(),
         unexpected_keys: err.unexpected_keys,
+    })
+}
+
+/// Whether two state-dict values of one shape load as the same value into an entry of
+/// `dtype` (bit for bit after the conversion, NaN equal to NaN).
+fn same_values(a: &Tensor, b: &Tensor, dtype: DType) -> bool {
+    if a.device() == Device::Meta || b.device() == Device::Meta {
+        return a.device() == b.device();
+    }
+    no_grad(|| {
+        let on_cpu = |t: &Tensor| t.detach().to_dtype(dtype).to_device(Device::Cpu);
+        let (a, b) = (on_cpu(a), on_cpu(b));
+        let equal = a.eq(&b);
+        let equal = if dtype.is_float() {
+            // NaN != NaN: where `a` is NaN, equal when `b` is NaN too.
+            Tensor::where_cond(&a.isnan(), &b.isnan(), &equal)
+        } else {
+            equal
+        };
+        equal.all().item_bool()
     })
 }
 

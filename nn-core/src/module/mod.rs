@@ -325,6 +325,36 @@ pub trait Module: HoldsState + Any {
     /// parameters under every name, as PyTorch. The tensors are the
     /// module's own handles (detached views sharing storage), not copies.
     ///
+    /// # Tied parameters
+    /// A `Parameter` held by two modules (a clone of one handle, as GPT-2's `lm_head.weight`
+    /// is `transformer.wte.weight`) is one parameter: [`named_parameters`]
+    /// (Module::named_parameters) lists it once, an optimizer steps it once, and the
+    /// gradients of both uses add up. Here it is listed under every name; a file written by
+    /// [`save`](Module::save) (or [`StateDict::save`]) holds it once, under its first name,
+    /// as Hugging Face's files do; [`load_state_dict`](Module::load_state_dict) accepts
+    /// any one of its names, or several with equal values.
+    ///
+    /// ```
+    /// use nn_core::{Module, Parameter, Tensor};
+    ///
+    /// #[derive(Module)]
+    /// struct Embed { #[param] weight: Parameter }
+    /// #[derive(Module)]
+    /// struct Head { #[param] weight: Parameter }
+    /// #[derive(Module)]
+    /// struct Lm { #[module] wte: Embed, #[module] lm_head: Head }
+    ///
+    /// let w = Parameter::new(Tensor::randn(&[5, 3]));
+    /// let mut lm = Lm { wte: Embed { weight: w.clone() }, lm_head: Head { weight: w } };
+    /// assert_eq!(lm.named_parameters().len(), 1);
+    /// assert_eq!(lm.state_dict().keys().collect::<Vec<_>>(), ["wte.weight", "lm_head.weight"]);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// lm.save(dir.path().join("lm.safetensors")).unwrap();
+    /// let file = nn_core::StateDict::load(dir.path().join("lm.safetensors")).unwrap();
+    /// assert_eq!(file.keys().collect::<Vec<_>>(), ["wte.weight"]); // written once
+    /// lm.load_state_dict(&file, true).unwrap(); // strict: the tie is satisfied by one name
+    /// ```
+    ///
     /// # Panics
     /// When a lazy sub-module has not run yet (its parameters do not exist); use
     /// [`try_state_dict`](Module::try_state_dict) for a `Result`.
@@ -356,6 +386,11 @@ pub trait Module: HoldsState + Any {
     }
 
     /// Copies `state_dict` into this module's parameters and persistent buffers.
+    ///
+    /// A tied entry (one tensor under several names) is loaded once: from any one of its
+    /// names, or from several holding equal values; several holding different values is an
+    /// error naming them ([`StateDictError::tied_conflicts`](crate::error::StateDictError)),
+    /// and it is missing only when none of its names is there. The tie survives the load.
     ///
     /// Missing keys, unexpected keys and shape mismatches are all collected first and
     /// reported together, by name. With `strict`, any of them is an error; without, the

@@ -12,8 +12,17 @@ use crate::tensor::Tensor;
 /// Options of [`Tensor::scaled_dot_product_attention`].
 #[derive(Clone, Debug, Default)]
 pub struct AttentionConfig<'a> {
-    /// A mask broadcastable to `[..., L, S]`: `Bool` (true = may attend, as PyTorch's
-    /// `scaled_dot_product_attention`) or floating point (added to the scores).
+    /// A mask broadcastable to `[..., L, S]`, of one of PyTorch's two kinds:
+    /// - `Bool`: **`true` = may attend** (PyTorch's `scaled_dot_product_attention`
+    ///   polarity; note that [`MultiheadAttention`'s] bool masks are the opposite, `true` =
+    ///   ignore);
+    /// - floating point, of the query's dtype: added to the scores (`-inf` = masked out).
+    ///
+    /// Any other dtype panics: an integer 0/1 mask has no polarity of its own (Hugging
+    /// Face's `attention_mask` is 1 = attend, an additive mask is 0 = attend), so it is
+    /// refused instead of guessed.
+    ///
+    /// [`MultiheadAttention`'s]: https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html
     pub attn_mask: Option<&'a Tensor>,
     /// Dropout probability on the attention weights (applied only when > 0).
     pub dropout_p: f64,
@@ -25,8 +34,9 @@ pub struct AttentionConfig<'a> {
 
 impl Tensor {
     /// `softmax(q k^T * scale + mask) v` for `q: [..., L, E]`, `k: [..., S, E]`,
-    /// `v: [..., S, Ev]`; output `[..., L, Ev]`. Rows whose every position is masked give
-    /// NaN, as in PyTorch.
+    /// `v: [..., S, Ev]`; output `[..., L, Ev]`. A query row whose every key position is
+    /// masked out gives zeros, and passes no gradient, as PyTorch 2.5 and later (its "safe
+    /// softmax"; earlier versions gave NaN).
     ///
     /// ```
     /// use nn_core::{ops::AttentionConfig, Tensor};
@@ -83,6 +93,9 @@ impl Tensor {
         if options.is_causal && options.attn_mask.is_some() {
             panic!("{OP}: explicit attn_mask should not be set when is_causal=true");
         }
+        if let Some(m) = options.attn_mask {
+            check_mask_dtype(m, q);
+        }
         let l = q.shape()[q.rank() - 2];
         let scale = options.scale.unwrap_or(1.0 / (e as f64).sqrt());
         let mut scores = q.matmul(&k.transpose(-2, -1)) * scale;
@@ -109,12 +122,50 @@ impl Tensor {
                 &scores + &m
             };
         }
-        let mut weights = scores.softmax(-1);
+        let mut weights = if options.attn_mask.is_some() { safe_softmax(&scores) } else { scores.softmax(-1) };
         if options.dropout_p > 0.0 {
             weights = weights.dropout(options.dropout_p, true);
         }
         (weights.matmul(v), weights)
     }
+}
+
+/// Panics unless `mask` is one of the two kinds `scaled_dot_product_attention` takes: bool,
+/// or floating point of the query's dtype. The message names the argument, its dtype and
+/// both accepted kinds with their polarity, and suggests no conversion: a conversion that
+/// changes a mask's meaning (`to_dtype` on a 0/1 mask) is exactly the silent bug refused.
+#[track_caller]
+fn check_mask_dtype(mask: &Tensor, query: &Tensor) {
+    let (d, q) = (mask.dtype(), query.dtype());
+    if d == DType::Bool || d == q {
+        return;
+    }
+    let kinds = format!(
+        "a bool mask (true = may attend) or a float mask of the query's dtype {q} (added to the scores, -inf = \
+         masked out)"
+    );
+    if d.is_float() {
+        panic!(
+            "scaled_dot_product_attention: attn_mask has dtype {d} but the query is {q}; attn_mask must be {kinds} \
+             (a float mask converts between float dtypes without changing its meaning)"
+        );
+    }
+    panic!(
+        "scaled_dot_product_attention: attn_mask of shape {:?} has dtype {d}; attn_mask must be {kinds}. An integer \
+         mask is refused because its polarity is ambiguous (Hugging Face's 1 = attend, an additive mask's 0 = \
+         attend): build the bool mask that says which positions may be attended",
+        mask.shape()
+    );
+}
+
+/// Softmax over the last dim where a row whose every score is `-inf` (every key masked
+/// out) gives zeros instead of NaN, and passes no gradient (PyTorch's `_safe_softmax`).
+fn safe_softmax(scores: &Tensor) -> Tensor {
+    let minus_inf = Tensor::full_on(&[], f64::NEG_INFINITY, scores.dtype(), scores.device());
+    let dead = scores.detach().max_dim(-1, true).0.eq(&minus_inf);
+    // Finite scores in dead rows, so the softmax and its backward stay finite there; the
+    // fill below then zeroes both the rows and their gradients.
+    scores.masked_fill(&dead, 0.0).softmax(-1).masked_fill(&dead, 0.0)
 }
 
 /// Strides of `shape` (`[.., rows, cols]`, rank 3 or 4) stored token-major: `[N, H, R, C]`
@@ -242,14 +293,108 @@ mod tests {
         assert_close64(&q.scaled_dot_product_attention(&k, &v, &c).to_vec_f64(), &e, 1e-15);
     }
 
+    /// PyTorch 2.15: a query row with every key masked out gives zeros and no gradient, for
+    /// a bool mask and for a float mask of `-inf`; the other rows are unaffected.
     #[test]
-    fn attention_fully_masked_rows_are_nan() {
+    fn attention_fully_masked_rows_are_zero_without_gradient() {
+        let m = Tensor::from_vec_bool(vec![false, false, false, true, true, false], &[2, 3]);
+        let f = m.logical_not().to_dtype(DType::F64).masked_fill(&m.logical_not(), f64::NEG_INFINITY);
+        let part = Tensor::from_vec_bool(vec![true, true, true, true, true, false], &[2, 3]);
+        for mask in [&m, &f] {
+            let (q, k, v) = qkv();
+            let o = AttentionConfig { attn_mask: Some(mask), ..Default::default() };
+            let y = q.scaled_dot_product_attention(&k, &v, &o);
+            let yv = y.to_vec_f64();
+            assert_eq!(&yv[..2], &[0.0, 0.0], "{:?}", mask.dtype());
+            // Row 1 is the partially masked row of `part`.
+            let (q2, k2, v2) = qkv();
+            let op = AttentionConfig { attn_mask: Some(&part), ..Default::default() };
+            assert_close64(&yv[2..], &q2.scaled_dot_product_attention(&k2, &v2, &op).to_vec_f64()[2..], 1e-15);
+            (y * t64(&[1.0, 2.0, 3.0, 4.0], &[2, 2])).sum().backward();
+            let (gq, gk, gv) = (grad(&q), grad(&k), grad(&v));
+            assert_eq!(&gq[..2], &[0.0, 0.0]);
+            assert!(gq.iter().chain(&gk).chain(&gv).all(|g| g.is_finite()), "{gq:?} {gk:?} {gv:?}");
+        }
+        // Against PyTorch 2.15 (`F.scaled_dot_product_attention` in f64, row 1 fully masked,
+        // loss `sum(y * arange(6))`).
+        let lf = |t: Tensor| t.requires_grad_(true);
+        let (q, k, v) = (lf(vals(&[1, 3, 4], 4)), lf(vals(&[1, 3, 4], 5)), lf(vals(&[1, 3, 2], 6)));
+        let mut keep = vec![true; 9];
+        keep[3..6].fill(false);
+        let keep = Tensor::from_vec_bool(keep, &[3, 3]);
+        let y =
+            q.scaled_dot_product_attention(&k, &v, &AttentionConfig { attn_mask: Some(&keep), ..Default::default() });
+        let py = [0.130037707778621, 0.04913373075598346, 0.0, 0.0, 0.1671005291503446, 0.387415913130826];
+        assert_close64(&y.to_vec_f64(), &py, 1e-14);
+        (y * Tensor::arange(0.0, 6.0, 1.0).to_dtype(DType::F64).reshape(&[1, 3, 2])).sum().backward();
+        let gq = [
+            -0.11759807103179067,
+            -0.11759807103179071,
+            0.14490745213047454,
+            -0.11759807103179064,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            -0.5374129608224243,
+            -0.5374129608224243,
+            1.2413933351074895,
+            -0.5374129608224244,
+        ];
+        let gk = [
+            -0.4728961275015568,
+            -0.1141328361575066,
+            0.5071359783488089,
+            -0.6504015030747898,
+            0.3345317950898682,
+            -0.006930469748568115,
+            -0.3324526541652978,
+            0.42753813349464814,
+            0.1383643324116884,
+            0.12106330590607474,
+            -0.17468332418351087,
+            0.22286336958014147,
+        ];
+        let gv = [
+            2.245507304503021,
+            3.0988663895973994,
+            0.9585742996335522,
+            1.56319458308423,
+            0.7959183958634266,
+            1.3379390273183709,
+        ];
+        assert_close64(&grad(&q), &gq, 1e-14);
+        assert_close64(&grad(&k), &gk, 1e-14);
+        assert_close64(&grad(&v), &gv, 1e-14);
+    }
+
+    /// Only bool and float masks are taken; an integer mask is refused, naming the argument,
+    /// its dtype and both kinds with their polarity, and suggesting no conversion.
+    #[test]
+    fn attention_refuses_integer_masks() {
         let (q, k, v) = qkv();
-        let m = Tensor::from_vec_bool(vec![false, false, false, true, true, true], &[2, 3]);
-        let o = AttentionConfig { attn_mask: Some(&m), ..Default::default() };
-        let y = q.scaled_dot_product_attention(&k, &v, &o).to_vec_f64();
-        assert!(y[0].is_nan() && y[1].is_nan());
-        assert!(y[2].is_finite());
+        let hf = Tensor::from_vec_i64(vec![1, 1, 0, 1, 1, 1], &[2, 3]);
+        let err = std::panic::catch_unwind(|| {
+            q.scaled_dot_product_attention(&k, &v, &AttentionConfig { attn_mask: Some(&hf), ..Default::default() })
+        })
+        .expect_err("an i64 mask must be refused");
+        let msg = err.downcast_ref::<String>().expect("a formatted message");
+        for part in ["attn_mask", "dtype i64", "bool mask (true = may attend)", "float mask", "added to the scores"] {
+            assert!(msg.contains(part), "{part:?} missing from {msg:?}");
+        }
+        assert!(!msg.contains("to_dtype"), "no conversion may be suggested: {msg}");
+        // A float mask of another float dtype is refused too (PyTorch's rule).
+        let f32_mask = Tensor::zeros(&[2, 3]);
+        let err = std::panic::catch_unwind(|| {
+            q.scaled_dot_product_attention(
+                &k,
+                &v,
+                &AttentionConfig { attn_mask: Some(&f32_mask), ..Default::default() },
+            )
+        })
+        .expect_err("an f32 mask for an f64 query must be refused");
+        let msg = err.downcast_ref::<String>().expect("a formatted message");
+        assert!(msg.contains("attn_mask has dtype f32 but the query is f64"), "{msg}");
     }
 
     #[test]
@@ -305,7 +450,23 @@ mod tests {
                     &AttentionConfig { attn_mask: Some(&t[3]), ..Default::default() },
                 )
             },
-            &[q, k, v, vals(&[3, 4], 4)],
+            &[q.clone(), k.clone(), v.clone(), vals(&[3, 4], 4)],
+        )
+        .unwrap();
+        // A fully masked query row (row 1) among partly masked ones: zeros, no gradient.
+        let dead = Tensor::from_vec_bool(
+            vec![true, false, true, true, false, false, false, false, true, true, true, false],
+            &[3, 4],
+        );
+        gradcheck(
+            |t| {
+                t[0].scaled_dot_product_attention(
+                    &t[1],
+                    &t[2],
+                    &AttentionConfig { attn_mask: Some(&dead), ..Default::default() },
+                )
+            },
+            &[q, k, v],
         )
         .unwrap();
     }

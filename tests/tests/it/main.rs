@@ -7,5 +7,7 @@ mod hooks;
 mod hostile_checkpoints;
 mod init_stats;
 mod layers;
+mod masks;
 mod module;
+mod ties;
 mod training;

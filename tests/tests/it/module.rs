@@ -498,3 +498,54 @@ fn a_cloned_module_keeps_its_hooks() {
     assert_eq!(copy.forward(&x).to_vec(), [0.0, 0.0]);
     assert_eq!(m.forward(&x).to_vec(), [2.0, 2.0]);
 }
+
+/// A checkpoint key that differs from the module's only by a Rust keyword (`self`, `type`)
+/// gets a load error naming the `rename` attribute to write, on the field it names.
+#[test]
+fn a_load_error_for_a_keyword_key_names_the_rename_attribute() {
+    #[derive(Module)]
+    struct SelfAttention {
+        #[module]
+        query: nn_layers::Linear,
+    }
+    #[derive(Module)]
+    struct Attention {
+        #[module]
+        self_attn: SelfAttention,
+        #[param]
+        kind: Parameter,
+    }
+    let mut m = Attention {
+        self_attn: SelfAttention { query: nn_layers::Linear::new(2, 2) },
+        kind: Parameter::new(Tensor::zeros(&[2])),
+    };
+    let mut sd = StateDict::default();
+    sd.insert("self.query.weight".into(), Tensor::zeros(&[2, 2]));
+    sd.insert("self.query.bias".into(), Tensor::zeros(&[2]));
+    sd.insert("type".into(), Tensor::zeros(&[2]));
+    let err = m.load_state_dict(&sd, true).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "\"self_attn.query.weight\" (did you mean \"self.query.weight\"? `self` is a Rust keyword: keep the field \
+             `self_attn` and write `#[module(rename = \"self\")]` on it"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("\"kind\" (did you mean \"type\"? `type` is a Rust keyword: keep the field `kind` and write `#[param(rename = \"type\")]`"), "{err}");
+    // An ordinary typo gets the plain guess, no attribute.
+    let mut sd = StateDict::default();
+    sd.insert("self_atn.query.weight".into(), Tensor::zeros(&[2, 2]));
+    let err = m.load_state_dict(&sd, true).unwrap_err().to_string();
+    assert!(err.contains("(did you mean \"self_atn.query.weight\"?)") && !err.contains("rename"), "{err}");
+}
+
+/// `forward` takes owned inputs and tuples of owned tensors, as well as references.
+#[test]
+fn forward_takes_owned_tuples() {
+    let bl = nn_layers::Bilinear::new(3, 4, 2);
+    let (x1, x2) = (Tensor::randn(&[5, 3]), Tensor::randn(&[5, 4]));
+    let by_ref = bl.forward((&x1, &x2)).to_vec();
+    assert_eq!(bl.forward((x1.clone(), x2.clone())).to_vec(), by_ref);
+    let lin = nn_layers::Linear::new(3, 2);
+    assert_eq!(lin.forward(x1.clone()).to_vec(), lin.forward(&x1).to_vec());
+}

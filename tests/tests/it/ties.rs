@@ -1,0 +1,204 @@
+//! Tied parameters (one `Parameter` held by two modules), with PyTorch's semantics and the
+//! Hugging Face file convention: listed once, stepped once, gradients of both uses added;
+//! saved once under the first name; loaded strictly from any one name, or several equal
+//! ones; refused, unchanged, when the file's copies differ; the tie survives load,
+//! `to_device`, `to_dtype` and a checkpoint resume.
+
+use nn_core::checkpoint::Checkpoint;
+use nn_core::optim::{Adam, AdamConfig, Optimizer, Sgd, SgdConfig};
+use nn_core::prelude::*;
+use nn_core::{DType, Device, Parameter, StateDict};
+use nn_layers::{Embedding, Linear};
+
+/// GPT-2's shape of a tie: the output head's weight is the token embedding.
+#[derive(Module)]
+struct TinyLm {
+    #[module]
+    wte: Embedding,
+    #[module]
+    mid: Linear,
+    #[module]
+    lm_head: Linear,
+    #[base]
+    base: ModuleBase,
+}
+
+impl TinyLm {
+    fn new() -> Self {
+        let wte = Embedding::new(7, 4);
+        let mut lm_head = Linear::with_bias(4, 7, false);
+        lm_head.weight = wte.weight.clone();
+        TinyLm { wte, mid: Linear::new(4, 4), lm_head, base: ModuleBase::default() }
+    }
+
+    fn tied(&self) -> bool {
+        self.wte.weight.id() == self.lm_head.weight.id()
+    }
+}
+
+impl Compute for TinyLm {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, ids: &Tensor) -> Tensor {
+        self.lm_head.forward(&self.mid.forward(&self.wte.forward(ids)).tanh())
+    }
+}
+
+/// A copy with storage of its own.
+fn copy(t: &Tensor) -> Tensor {
+    Tensor::from_vec_f64(t.to_vec_f64(), t.shape()).to_dtype(t.dtype())
+}
+
+fn ids() -> Tensor {
+    Tensor::from_vec_i64(vec![0, 3, 6, 2, 2, 5], &[2, 3])
+}
+
+fn loss(m: &TinyLm) -> Tensor {
+    let y = m.forward(&ids());
+    (&y * &y).mean()
+}
+
+#[test]
+fn a_tied_parameter_is_listed_once_and_gets_both_uses_gradients() {
+    let m = TinyLm::new();
+    let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["wte.weight", "mid.weight", "mid.bias"]);
+    assert_eq!(m.parameters().len(), 3);
+    assert_eq!(m.num_parameters(), 7 * 4 + 4 * 4 + 4);
+    assert_eq!(m.state_dict().keys().collect::<Vec<_>>(), ["wte.weight", "mid.weight", "mid.bias", "lm_head.weight"]);
+    // The gradient is the sum of the embedding's and the head's: against an untied copy.
+    loss(&m).backward();
+    let tied_grad = m.wte.weight.grad().unwrap().to_vec();
+    let mut untied = TinyLm::new();
+    untied.lm_head.weight = Parameter::new(copy(&m.wte.weight));
+    untied.wte.weight.set_data(&m.wte.weight.detach());
+    untied.mid.weight.set_data(&m.mid.weight.detach());
+    untied.mid.bias.as_ref().unwrap().set_data(&m.mid.bias.as_ref().unwrap().detach());
+    loss(&untied).backward();
+    let sum = (&untied.wte.weight.grad().unwrap() + &untied.lm_head.weight.grad().unwrap()).to_vec();
+    for (a, b) in tied_grad.iter().zip(&sum) {
+        assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+    // The optimizer steps it once: one SGD step moves it by lr * (summed gradient).
+    let before = m.wte.weight.to_vec();
+    let mut opt = Sgd::new(m.named_parameters(), SgdConfig { lr: 0.5, ..Default::default() });
+    opt.step();
+    for ((w, b), g) in m.wte.weight.to_vec().iter().zip(&before).zip(&tied_grad) {
+        assert_eq!(*w, b - 0.5 * g);
+    }
+    assert!(m.tied());
+}
+
+#[test]
+fn save_writes_a_tied_parameter_once_under_its_first_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = TinyLm::new();
+    m.save(dir.path().join("m.safetensors")).unwrap();
+    let file = StateDict::load(dir.path().join("m.safetensors")).unwrap();
+    assert_eq!(file.len(), 3);
+    assert!(file.contains_key("wte.weight") && !file.contains_key("lm_head.weight"));
+    // The same through a state dict saved by hand, and the bytes helper.
+    let bytes = m.state_dict().to_safetensors_bytes(None).unwrap();
+    assert!(!String::from_utf8_lossy(&bytes[..200]).contains("lm_head.weight"));
+    // Distinct tensors with equal values are not merged.
+    let mut sd = StateDict::default();
+    sd.insert("a".into(), Tensor::ones(&[2]));
+    sd.insert("b".into(), Tensor::ones(&[2]));
+    sd.save(dir.path().join("two.safetensors")).unwrap();
+    assert_eq!(StateDict::load(dir.path().join("two.safetensors")).unwrap().len(), 2);
+}
+
+#[test]
+fn strict_loading_takes_any_one_name_of_a_tie_or_several_equal_ones() {
+    let src = TinyLm::new();
+    let full = src.state_dict();
+    let without = |drop: &str| -> StateDict {
+        full.iter().filter(|(k, _)| *k != drop).map(|(k, v)| (k.to_string(), copy(v))).collect()
+    };
+    for sd in [without("lm_head.weight"), without("wte.weight"), without("nothing")] {
+        let mut m = TinyLm::new();
+        let report = m.load_state_dict(&sd, true).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.is_empty());
+        assert!(m.tied(), "the tie survives the load");
+        assert_eq!(m.lm_head.weight.to_vec(), src.wte.weight.to_vec());
+        assert_eq!(m.forward(&ids()).to_vec(), src.forward(&ids()).to_vec());
+    }
+    // Neither name: both are missing.
+    let mut m = TinyLm::new();
+    let sd: StateDict = without("wte.weight")
+        .iter()
+        .filter(|(k, _)| *k != "lm_head.weight")
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let err = m.load_state_dict(&sd, true).unwrap_err().to_string();
+    assert!(err.contains("\"wte.weight\"") && err.contains("\"lm_head.weight\""), "{err}");
+}
+
+#[test]
+fn a_tie_whose_file_values_disagree_is_refused_and_nothing_changes() {
+    let src = TinyLm::new();
+    let mut sd: StateDict = src.state_dict().iter().map(|(k, v)| (k.to_string(), copy(v))).collect();
+    sd.insert("lm_head.weight".into(), &src.wte.weight.detach() + 1.0);
+    let mut m = TinyLm::new();
+    let before: Vec<Vec<f32>> = m.state_dict().values().map(|t| t.to_vec()).collect();
+    for strict in [true, false] {
+        let err = m.load_state_dict(&sd, strict).unwrap_err().to_string();
+        assert!(
+            err.contains("tied entries with different values: \"wte.weight\" and \"lm_head.weight\""),
+            "strict {strict}: {err}"
+        );
+        let after: Vec<Vec<f32>> = m.state_dict().values().map(|t| t.to_vec()).collect();
+        assert_eq!(before, after, "nothing changed");
+    }
+    // NaN equal to NaN: two copies of one value with NaNs are one value.
+    let nan = Tensor::full(&[7, 4], f64::NAN);
+    sd.insert("wte.weight".into(), copy(&nan));
+    sd.insert("lm_head.weight".into(), copy(&nan));
+    m.load_state_dict(&sd, true).unwrap();
+}
+
+#[test]
+fn the_tie_survives_to_device_and_to_dtype() {
+    let mut m = TinyLm::new();
+    m.to_dtype(DType::F64);
+    assert!(m.tied() && m.lm_head.weight.dtype() == DType::F64);
+    m.to_device(Device::Meta);
+    assert!(m.tied() && m.lm_head.weight.device() == Device::Meta);
+    // Materialised from a file that holds the tie once.
+    let src = TinyLm::new();
+    let dir = tempfile::tempdir().unwrap();
+    src.save(dir.path().join("m.safetensors")).unwrap();
+    m.load(dir.path().join("m.safetensors")).unwrap();
+    assert!(m.tied() && m.lm_head.weight.device() == Device::Cpu);
+    assert_eq!(m.lm_head.weight.to_vec(), src.wte.weight.to_vec());
+}
+
+#[test]
+fn a_checkpoint_of_a_tied_model_resumes_bit_for_bit() {
+    nn_core::manual_seed(5);
+    let train = |m: &TinyLm, opt: &mut Adam, steps: usize| {
+        for _ in 0..steps {
+            opt.zero_grad();
+            loss(m).backward();
+            opt.step();
+        }
+    };
+    let config = AdamConfig { lr: 0.05, ..Default::default() };
+    let a = TinyLm::new();
+    let mut opt_a = Adam::new(a.named_parameters(), config.clone());
+    train(&a, &mut opt_a, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ck.safetensors");
+    Checkpoint::new(a.state_dict(), Some(opt_a.state_dict()), None, 0, 3).save(&path).unwrap();
+    train(&a, &mut opt_a, 3);
+
+    let mut b = TinyLm::new();
+    let mut opt_b = Adam::new(b.named_parameters(), config);
+    Checkpoint::load(&path).unwrap().restore(&mut b, Some(&mut opt_b), None).unwrap();
+    assert!(b.tied());
+    train(&b, &mut opt_b, 3);
+    for ((na, pa), (nb, pb)) in a.named_parameters().iter().zip(b.named_parameters()) {
+        assert_eq!(*na, nb);
+        assert_eq!(pa.to_vec(), pb.to_vec(), "{na}");
+    }
+}
