@@ -229,6 +229,24 @@ fn layers_ops_match_the_cpu() {
     check("attention", &[randn(&[2, 3, 5, 8]), randn(&[2, 3, 7, 8]), randn(&[2, 3, 7, 8])], F32, |t| {
         t[0].scaled_dot_product_attention(&t[1], &t[2], &Default::default())
     });
+    // A bool mask broadcast over batch and heads, query row 1 fully masked (zeros, no
+    // gradient: PyTorch's safe softmax), and the same as a float mask.
+    let mut keep = vec![true; 5 * 7];
+    keep[7..14].fill(false);
+    keep[3] = false;
+    let keep = Tensor::from_vec_bool(keep, &[5, 7]);
+    let additive = Tensor::zeros(&[5, 7]).masked_fill(&keep.logical_not(), f64::NEG_INFINITY);
+    for mask in [keep, additive] {
+        check(
+            "masked attention",
+            &[randn(&[2, 3, 5, 8]), randn(&[2, 3, 7, 8]), randn(&[2, 3, 7, 8]), mask],
+            F32,
+            |t| {
+                let config = nn_core::ops::AttentionConfig { attn_mask: Some(&t[3]), ..Default::default() };
+                t[0].scaled_dot_product_attention(&t[1], &t[2], &config)
+            },
+        );
+    }
     let target = Tensor::from_vec_i64(vec![1, 0, 3, 2, 2], &[5]);
     check("cross_entropy", &[randn(&[5, 4]), target], F32, |t| nn_core::functional::cross_entropy(&t[0], &t[1]));
     check("mse_loss", &[randn(&[5, 4]), randn(&[5, 4])], F32, |t| t[0].mse_loss(&t[1]));

@@ -98,9 +98,13 @@ pub struct TransformerEncoderLayer {
 pub struct EncoderInput {
     /// `[L, N, E]` (`[N, L, E]` batch-first, `[L, E]` unbatched): the primary input.
     pub src: Tensor,
-    /// `[L, L]` or `[N * heads, L, L]` (conventions of [`AttentionInput::attn_mask`]).
+    /// `[L, L]` or `[N * heads, L, L]`: bool with **`true` = may not attend**, or a float
+    /// mask of `src`'s dtype added to the scores (`-inf` = may not attend); any other dtype
+    /// panics (see [`AttentionInput::attn_mask`]).
     pub src_mask: Option<Tensor>,
-    /// `[N, L]` (conventions of [`AttentionInput::key_padding_mask`]).
+    /// `[N, L]`: bool with **`true` = ignore this position** (padding), or a float mask of
+    /// `src`'s dtype added to the scores; any other dtype panics, Hugging Face's i64
+    /// `attention_mask` (1 = attend) included (see [`AttentionInput::key_padding_mask`]).
     pub src_key_padding_mask: Option<Tensor>,
 }
 
