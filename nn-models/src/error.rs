@@ -1,0 +1,72 @@
+//! The crate's error: every failure names the file, field or limit involved.
+
+use std::path::PathBuf;
+
+/// What went wrong while building, loading or running a reference model.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file of the checkpoint directory could not be read.
+    #[error("cannot read `{}`: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `config.json` is not valid JSON, lacks a field, has a field this model does not
+    /// know, or holds a value the model cannot take.
+    #[error("`{}`: {reason}", path.display())]
+    Config {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong, naming the field.
+        reason: String,
+    },
+    /// The checkpoint is of an architecture this type does not implement.
+    #[error("`{}`: {found} is not an architecture of `{expected}` (this type loads {supported})", path.display())]
+    Architecture {
+        /// The config file.
+        path: PathBuf,
+        /// What the config names (`model_type` or `architectures`).
+        found: String,
+        /// The Rust type asked to load it.
+        expected: &'static str,
+        /// What it loads.
+        supported: String,
+    },
+    /// The directory has no weights file.
+    #[error("`{}` has no weights: expected `model.safetensors` there (sharded and PyTorch-pickle checkpoints are not read)", dir.display())]
+    MissingWeights {
+        /// The checkpoint directory.
+        dir: PathBuf,
+    },
+    /// The weights do not fit the model the config describes (missing, unexpected or
+    /// mis-shaped keys, all named); nothing was kept.
+    #[error("`{}` does not fit the model built from its config.json: {source}", path.display())]
+    Weights {
+        /// The weights file.
+        path: PathBuf,
+        /// The load error, naming every key.
+        #[source]
+        source: nn_core::Error,
+    },
+    /// A prompt or a generation longer than the model's positions.
+    #[error("{what} of {len} tokens is longer than the model's {limit} positions (`{field}` in config.json)")]
+    TooLong {
+        /// What was too long (`the prompt`, `prompt plus max_new_tokens`).
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The model's limit.
+        limit: usize,
+        /// The config field that sets it.
+        field: &'static str,
+    },
+    /// An input that does not fit the model (a shape, a dtype, a token id).
+    #[error("{0}")]
+    Input(String),
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

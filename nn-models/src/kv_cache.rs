@@ -1,0 +1,99 @@
+//! The key/value cache of causal models: the keys and values of the positions already
+//! seen, one pair per layer, so a new token attends to them without recomputing them.
+
+use std::sync::{Arc, Mutex};
+
+use nn_core::Tensor;
+
+/// Keys and values of earlier positions for every layer of one model, `[N, heads, T, D]`
+/// each. A handle: clones share the cache (the model's layers append to it while they run
+/// inside `forward`, so their hooks fire as usual).
+///
+/// ```
+/// use nn_models::KvCache;
+/// let cache = KvCache::new(2);
+/// assert_eq!((cache.num_layers(), cache.seq_len()), (2, 0));
+/// ```
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    layers: Arc<Mutex<Vec<Option<(Tensor, Tensor)>>>>,
+}
+
+impl KvCache {
+    /// An empty cache for a model of `num_layers` layers.
+    pub fn new(num_layers: usize) -> Self {
+        KvCache { layers: Arc::new(Mutex::new(vec![None; num_layers])) }
+    }
+
+    /// How many layers it holds.
+    pub fn num_layers(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// How many positions are cached (those of the first layer; every layer holds as many
+    /// between two forward passes).
+    pub fn seq_len(&self) -> usize {
+        self.lock().first().and_then(|l| l.as_ref()).map_or(0, |(k, _)| k.shape()[2])
+    }
+
+    /// Forgets every position.
+    pub fn clear(&self) {
+        self.lock().iter_mut().for_each(|l| *l = None);
+    }
+
+    /// The handle of layer `i`.
+    ///
+    /// # Panics
+    /// When `i` is not a layer of the cache.
+    pub(crate) fn layer(&self, i: usize) -> LayerCache {
+        let n = self.num_layers();
+        assert!(i < n, "KvCache: layer {i} of a cache of {n} layers");
+        LayerCache { cache: self.clone(), index: i }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<(Tensor, Tensor)>>> {
+        self.layers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One layer's slot of a [`KvCache`].
+#[derive(Clone, Debug)]
+pub struct LayerCache {
+    cache: KvCache,
+    index: usize,
+}
+
+impl LayerCache {
+    /// How many positions this layer holds.
+    pub(crate) fn cache_len(&self) -> usize {
+        self.cache.lock()[self.index].as_ref().map_or(0, |(k, _)| k.shape()[2])
+    }
+
+    /// Appends the new positions' keys and values (`[N, heads, L, D]`) and returns all of
+    /// them, the cached ones first, with the number of cached positions before this call.
+    pub(crate) fn append(&self, k: &Tensor, v: &Tensor) -> (Tensor, Tensor, usize) {
+        let mut layers = self.cache.lock();
+        let slot = &mut layers[self.index];
+        let (keys, values, past) = match slot.take() {
+            None => (k.clone(), v.clone(), 0),
+            Some((pk, pv)) => {
+                let past = pk.shape()[2];
+                (Tensor::cat(&[&pk, k], 2), Tensor::cat(&[&pv, v], 2), past)
+            }
+        };
+        *slot = Some((keys.detach(), values.detach()));
+        (keys, values, past)
+    }
+}
+
+/// The attention mask of `l` new queries over `past + l` keys: query `i` (at position
+/// `past + i`) may attend to keys `0..=past + i`. `None` where no key is masked (one new
+/// query); bool, `true` = may attend (`scaled_dot_product_attention`'s polarity).
+pub(crate) fn causal_mask(l: usize, past: usize, device: nn_core::Device) -> Option<Tensor> {
+    if l == 1 {
+        return None;
+    }
+    let s = past + l;
+    let keep: Vec<bool> = (0..l).flat_map(|i| (0..s).map(move |j| j <= past + i)).collect();
+    Some(Tensor::from_vec_bool(keep, &[l, s]).to_device(device))
+}

@@ -1,0 +1,186 @@
+//! Reading a transformers checkpoint directory: `config.json` into a typed config, checked
+//! field by field, and `model.safetensors` into a model built on the meta device.
+//!
+//! A config is strict where a field could change what the model computes: a field the
+//! model's config does not declare is an error naming it (a typo, or a feature this
+//! crate does not implement), as is a field it must leave at its neutral value
+//! (`is_decoder`, `add_cross_attention`, ...) set otherwise. Fields that describe the
+//! checkpoint, the tokenizer or generation defaults and cannot change the forward pass
+//! (`transformers_version`, `dtype`, `bos_token_id`, `temperature`, ...) are read past.
+
+use std::path::{Path, PathBuf};
+
+use nn_core::{Device, Module, StateDict};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// Fields of Hugging Face's `PretrainedConfig` that never change the forward pass.
+const DESCRIPTIVE: &[&str] = &[
+    "_name_or_path",
+    "architectures",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "sep_token_id",
+    "decoder_start_token_id",
+    "use_cache",
+    "output_hidden_states",
+    "output_attentions",
+    "return_dict",
+    "id2label",
+    "label2id",
+    "num_labels",
+    "problem_type",
+    "tokenizer_class",
+    "prefix",
+    "task_specific_params",
+    "finetuning_task",
+    "gradient_checkpointing",
+    "initializer_range",
+    "torchscript",
+    "use_bfloat16",
+    "tf_legacy_loss",
+    "chunk_size_feed_forward",
+    "classifier_dropout",
+    "max_length",
+    "min_length",
+    "do_sample",
+    "early_stopping",
+    "num_beams",
+    "num_beam_groups",
+    "diversity_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "typical_p",
+    "repetition_penalty",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "num_return_sequences",
+    "output_scores",
+    "return_dict_in_generate",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "remove_invalid_values",
+    "exponential_decay_length_penalty",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+];
+
+/// Fields of `PretrainedConfig` that would change the model, and so must hold their
+/// neutral value (`null`, `false`, or empty) here.
+const NEUTRAL: &[&str] = &[
+    "is_decoder",
+    "add_cross_attention",
+    "is_encoder_decoder",
+    "tie_encoder_decoder",
+    "cross_attention_hidden_size",
+    "pruned_heads",
+];
+
+fn is_neutral(v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// `dir/config.json` as `C`, for a model whose `model_type` is `model_type` and whose
+/// `architectures` entries, when given, are among `architectures`. `expected` names the
+/// Rust type for messages.
+pub(crate) fn read_config<C: DeserializeOwned>(
+    dir: &Path,
+    model_type: &str,
+    architectures: &[&str],
+    expected: &'static str,
+) -> Result<C> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+    let bad = |reason: String| Error::Config { path: path.clone(), reason };
+    let value: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let Value::Object(mut fields) = value else { return Err(bad("expected a JSON object".into())) };
+    let supported = || format!("`model_type` \"{model_type}\" with `architectures` {architectures:?}");
+    match fields.get("model_type") {
+        Some(Value::String(t)) if t == model_type => {}
+        Some(other) => {
+            return Err(Error::Architecture { path, found: format!("`model_type` {other}"), expected, supported: supported() })
+        }
+        None => return Err(bad("missing field `model_type`".into())),
+    }
+    if let Some(Value::Array(names)) = fields.get("architectures") {
+        if let Some(other) = names.iter().find(|n| !n.as_str().is_some_and(|n| architectures.contains(&n))) {
+            return Err(Error::Architecture {
+                path,
+                found: format!("`architectures` entry {other}"),
+                expected,
+                supported: supported(),
+            });
+        }
+    }
+    fields.remove("model_type");
+    for key in NEUTRAL {
+        if let Some(v) = fields.remove(*key) {
+            if !is_neutral(&v) {
+                return Err(bad(format!("`{key}` is {v}: {expected} implements only the plain encoder/decoder, where it is unset")));
+            }
+        }
+    }
+    for key in DESCRIPTIVE {
+        fields.remove(*key);
+    }
+    serde_json::from_value(Value::Object(fields)).map_err(|e| bad(e.to_string()))
+}
+
+/// Serde's `default` for fields whose Hugging Face default is `true`.
+pub(crate) fn yes() -> bool {
+    true
+}
+
+/// `dir/model.safetensors`, or the error naming the directory.
+pub(crate) fn weights_path(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join("model.safetensors");
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::MissingWeights { dir: dir.to_path_buf() })
+    }
+}
+
+/// Builds a model with `build` on the meta device (no memory for its random init) and loads
+/// `dir/model.safetensors` into it strictly: every key must match, with tied parameters
+/// satisfied by one name, as transformers writes them. On any error nothing is returned.
+pub(crate) fn load_pretrained<M: Module>(dir: &Path, build: impl FnOnce() -> M) -> Result<M> {
+    let path = weights_path(dir)?;
+    let weights = StateDict::load(&path).map_err(|source| Error::Weights { path: path.clone(), source })?;
+    let mut model = nn_core::with_device(Device::Meta, build);
+    model.load_state_dict(&weights, true).map_err(|source| Error::Weights { path: path.clone(), source })?;
+    model.eval();
+    Ok(model)
+}
+
+/// Writes `config` as `dir/config.json` and the model's state dict as
+/// `dir/model.safetensors` (tied parameters once, under their first name, as
+/// `save_pretrained` does), creating `dir`.
+pub(crate) fn save_pretrained(dir: &Path, config: &Map<String, Value>, model: &dyn Module) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
+    let weights = dir.join("model.safetensors");
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert("format".to_string(), "pt".to_string());
+    model
+        .state_dict()
+        .save_with_metadata(&weights, Some(metadata))
+        .map_err(|source| Error::Weights { path: weights, source })?;
+    let path = dir.join("config.json");
+    let text = serde_json::to_string_pretty(config).expect("a JSON map serialises");
+    nn_core::io::atomic_write(&path, |f| std::io::Write::write_all(f, text.as_bytes()))
+        .map_err(|e| Error::Config { path: path.clone(), reason: e.to_string() })
+}
