@@ -33,7 +33,9 @@ pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use linear::{Bilinear, Conv1D, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
-pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm, RMSNormConfig};
+pub use norm::{
+    BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm, RMSNormConfig,
+};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 pub use recurrent::{
     GRUConfig, LSTMConfig, LSTMInput, RNNConfig, RNNInput, RecurrentConfig, RnnNonlinearity, GRU, LSTM, RNN,

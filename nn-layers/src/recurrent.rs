@@ -87,6 +87,17 @@ pub type GRUConfig = RecurrentConfig;
 ///
 /// `rnn.forward(&x)` starts from zero states; `rnn.forward((&x, &h0))` or
 /// `rnn.forward(&RNNInput::new(&x).hx(&h0))` from `h0`.
+///
+/// ```
+/// use nn_core::{Forward, Tensor};
+/// use nn_layers::{RNNInput, GRU};
+/// let gru = GRU::new(3, 4);
+/// let (x, h0) = (Tensor::randn(&[5, 2, 3]), Tensor::randn(&[1, 2, 4]));
+/// let (y, h_n) = gru.forward(&RNNInput::new(&x).hx(&h0));
+/// assert_eq!((y.shape(), h_n.shape()), (&[5, 2, 4][..], &[1, 2, 4][..]));
+/// assert_eq!(gru.forward((&x, &h0)).0.to_vec(), y.to_vec());
+/// assert_ne!(gru.forward(&x).0.to_vec(), y.to_vec()); // zero states instead of h0
+/// ```
 #[derive(Clone, Debug)]
 pub struct RNNInput {
     /// `[L, N, H_in]` (`[N, L, H_in]` batch-first, `[L, H_in]` unbatched): the primary
@@ -135,6 +146,16 @@ impl<'a> ForwardArg<'a, RNNInput> for (&'a Tensor, &'a Tensor) {
 ///
 /// `lstm.forward(&x)` starts from zero states; `lstm.forward((&x, (&h0, &c0)))` or
 /// `lstm.forward(&LSTMInput::new(&x).hx(&h0, &c0))` from `(h0, c0)`.
+///
+/// ```
+/// use nn_core::{Forward, Tensor};
+/// use nn_layers::{LSTMInput, LSTM};
+/// let lstm = LSTM::new(3, 4);
+/// let (x, h0, c0) = (Tensor::randn(&[6, 3]), Tensor::randn(&[1, 4]), Tensor::randn(&[1, 4])); // unbatched
+/// let (y, (h_n, c_n)) = lstm.forward(&LSTMInput::new(&x).hx(&h0, &c0));
+/// assert_eq!((y.shape(), h_n.shape(), c_n.shape()), (&[6, 4][..], &[1, 4][..], &[1, 4][..]));
+/// assert_eq!(lstm.forward((&x, (&h0, &c0))).0.to_vec(), y.to_vec());
+/// ```
 #[derive(Clone, Debug)]
 pub struct LSTMInput {
     /// `[L, N, H_in]` (`[N, L, H_in]` batch-first, `[L, H_in]` unbatched): the primary

@@ -80,7 +80,8 @@ fn check_on<M: Module>(
 
 /// `(output, h_n)` flattened and joined, as the generator records it.
 fn flat(y: &Tensor, states: &[&Tensor]) -> Tensor {
-    let parts: Vec<Tensor> = std::iter::once(y).chain(states.iter().copied()).map(|t| t.reshape(&[t.numel()])).collect();
+    let parts: Vec<Tensor> =
+        std::iter::once(y).chain(states.iter().copied()).map(|t| t.reshape(&[t.numel()])).collect();
     Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0)
 }
 
@@ -108,7 +109,8 @@ fn run_lstm(m: &LSTM, i: &Inputs) -> Tensor {
 #[test]
 fn rnn_matches_pytorch() {
     check("rnn_tanh", || RNN::new(3, 4), run_rnn, LOOSE);
-    let cfg = RNNConfig { num_layers: 2, nonlinearity: RnnNonlinearity::Relu, bidirectional: true, ..Default::default() };
+    let cfg =
+        RNNConfig { num_layers: 2, nonlinearity: RnnNonlinearity::Relu, bidirectional: true, ..Default::default() };
     check("rnn_relu_2layer_bidir", || RNN::with_config(3, 4, cfg), run_rnn, LOOSE);
 }
 
@@ -132,7 +134,12 @@ fn lstm_matches_pytorch() {
 #[test]
 fn gru_matches_pytorch() {
     check("gru", || GRU::new(3, 4), run_rnn, LOOSE);
-    check("gru_bidir", || GRU::with_config(3, 4, GRUConfig { bidirectional: true, ..Default::default() }), run_rnn, LOOSE);
+    check(
+        "gru_bidir",
+        || GRU::with_config(3, 4, GRUConfig { bidirectional: true, ..Default::default() }),
+        run_rnn,
+        LOOSE,
+    );
     let cfg = GRUConfig { num_layers: 2, bias: false, ..Default::default() };
     check("gru_nobias_2layer_unbatched", || GRU::with_config(3, 4, cfg), run_rnn, LOOSE);
 }
@@ -153,7 +160,8 @@ fn hugging_face_conv1d_matches_transformers() {
 fn printouts_match_pytorch() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/layers_rnn_reprs.json");
     let expected: HashMap<String, String> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let relu2 = RNNConfig { num_layers: 2, nonlinearity: RnnNonlinearity::Relu, bidirectional: true, ..Default::default() };
+    let relu2 =
+        RNNConfig { num_layers: 2, nonlinearity: RnnNonlinearity::Relu, bidirectional: true, ..Default::default() };
     let nobias = RNNConfig { num_layers: 3, bias: false, dropout: 0.25, ..Default::default() };
     let lstm2 = LSTMConfig { num_layers: 2, batch_first: true, bidirectional: true, ..Default::default() };
     let mine = [
@@ -180,7 +188,8 @@ fn printouts_match_pytorch() {
 #[test]
 fn state_dict_keys_and_shapes_are_pytorchs() {
     let gru = GRU::with_config(3, 4, GRUConfig { num_layers: 2, bidirectional: true, ..Default::default() });
-    let keys: Vec<(String, Vec<usize>)> = gru.state_dict().iter().map(|(k, v)| (k.to_string(), v.shape().to_vec())).collect();
+    let keys: Vec<(String, Vec<usize>)> =
+        gru.state_dict().iter().map(|(k, v)| (k.to_string(), v.shape().to_vec())).collect();
     let want: Vec<(&str, &[usize])> = vec![
         ("weight_ih_l0", &[12, 3]),
         ("weight_hh_l0", &[12, 4]),
@@ -210,7 +219,8 @@ fn state_dict_keys_and_shapes_are_pytorchs() {
     assert_eq!(lstm.weight_hh(0, false).shape(), &[20, 5]);
     assert!(lstm.bias_ih(0, false).is_none());
     let conv = Conv1D::new(6, 4);
-    let keys: Vec<(String, Vec<usize>)> = conv.state_dict().iter().map(|(k, v)| (k.to_string(), v.shape().to_vec())).collect();
+    let keys: Vec<(String, Vec<usize>)> =
+        conv.state_dict().iter().map(|(k, v)| (k.to_string(), v.shape().to_vec())).collect();
     assert_eq!(keys, [("weight".to_string(), vec![4, 6]), ("bias".to_string(), vec![6])]);
     let keys: Vec<String> = RMSNorm::new(6).state_dict().keys().map(String::from).collect();
     assert_eq!(keys, ["weight"]);
@@ -260,7 +270,8 @@ fn identity_weights(m: &impl Module) {
     no_grad(|| {
         for (_, p) in m.named_parameters() {
             let s = p.shape().to_vec();
-            let v: Vec<f32> = (0..p.numel()).map(|k| if s.len() == 2 && k / s[1] == k % s[1] { 1.0 } else { 0.0 }).collect();
+            let v: Vec<f32> =
+                (0..p.numel()).map(|k| if s.len() == 2 && k / s[1] == k % s[1] { 1.0 } else { 0.0 }).collect();
             p.copy_(&Tensor::from_vec(v, &s));
         }
     });
@@ -360,7 +371,9 @@ fn rnn_rejects_a_wrong_initial_state() {
 }
 
 #[test]
-#[should_panic(expected = "LSTM(3, 4) expects c_0 [1, 4] ([num_layers * num_directions, H]) for input [5, 3], got [1, 2, 4]")]
+#[should_panic(
+    expected = "LSTM(3, 4) expects c_0 [1, 4] ([num_layers * num_directions, H]) for input [5, 3], got [1, 2, 4]"
+)]
 fn lstm_rejects_a_batched_cell_state_for_an_unbatched_input() {
     LSTM::new(3, 4).forward((&Tensor::zeros(&[5, 3]), (&Tensor::zeros(&[1, 4]), &Tensor::zeros(&[1, 2, 4]))));
 }
@@ -378,7 +391,9 @@ fn a_missing_direction_is_named() {
 }
 
 #[test]
-#[should_panic(expected = "RMSNorm((3, 4), eps=None, elementwise_affine=True) expects input [..., [3, 4]], got [2, 4, 3]")]
+#[should_panic(
+    expected = "RMSNorm((3, 4), eps=None, elementwise_affine=True) expects input [..., [3, 4]], got [2, 4, 3]"
+)]
 fn rms_norm_rejects_a_wrong_shape() {
     RMSNorm::with_config(&[3, 4], RMSNormConfig::default()).forward(&Tensor::zeros(&[2, 4, 3]));
 }
