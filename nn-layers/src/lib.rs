@@ -21,6 +21,7 @@ mod lazy;
 mod linear;
 mod norm;
 mod pool;
+mod recurrent;
 mod repr;
 mod transformer;
 
@@ -30,10 +31,15 @@ pub use containers::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, LazyConv2d};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
-pub use linear::{Bilinear, Flatten, Identity, LazyLinear, Linear};
+pub use linear::{Bilinear, Conv1D, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
-pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm};
+pub use norm::{
+    BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm, RMSNormConfig,
+};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use recurrent::{
+    GRUConfig, LSTMConfig, LSTMInput, RNNConfig, RNNInput, RecurrentConfig, RnnNonlinearity, GRU, LSTM, RNN,
+};
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };

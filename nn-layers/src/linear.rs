@@ -1,4 +1,4 @@
-//! `Linear`, `Bilinear`, `LazyLinear`, `Identity`, `Flatten`.
+//! `Linear`, `Bilinear`, `LazyLinear`, `Identity`, `Flatten`, and Hugging Face's `Conv1D`.
 
 use std::sync::OnceLock;
 
@@ -261,5 +261,91 @@ impl Compute for Flatten {
     type Output = Tensor;
     fn compute(&self, x: &Tensor) -> Tensor {
         x.flatten(self.start_dim, self.end_dim)
+    }
+}
+
+/// Hugging Face's `Conv1D` (transformers' `pytorch_utils.Conv1D`, used by GPT-2): a linear
+/// layer whose weight is stored transposed, `[in, out]`, so `y = x W + b`.
+///
+/// It exists to load HF checkpoints as they are. GPT-2's `attn.c_attn`, `attn.c_proj`,
+/// `mlp.c_fc` and `mlp.c_proj` hold `Conv1D` weights `[in, out]`; loaded into a
+/// [`Linear`] (which stores `[out, in]`), a non-square one fails with a shape mismatch,
+/// but a square one (`attn.c_proj`, `[E, E]`) loads without complaint and computes with
+/// the transposed matrix, silently wrong. `Conv1D` keeps HF's layout and key names, so the
+/// state dict loads unchanged, and its printout says which layout it holds. (Despite the
+/// name it is no convolution; PyTorch's `nn.Conv1d` is [`crate::Conv1d`].)
+///
+/// Constructor arguments as HF's: `Conv1D::new(nf, nx)`, `nf` output features, `nx` input
+/// features. Parameters: `weight` `[nx, nf]`, init normal(0, 0.02); `bias` `[nf]`, zeros
+/// (HF's init). Input `[*, nx]`, output `[*, nf]`.
+///
+/// ```
+/// use nn_core::{Forward, Module, Tensor};
+/// use nn_layers::Conv1D;
+/// let c_attn = Conv1D::new(12, 4); // 4 features in, 12 out
+/// assert_eq!(c_attn.to_string(), "Conv1D(nf=12, nx=4)");
+/// assert_eq!(c_attn.weight.shape(), &[4, 12]);
+/// assert_eq!(c_attn.forward(&Tensor::ones(&[2, 3, 4])).shape(), &[2, 3, 12]);
+/// ```
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct Conv1D {
+    /// `[nx, nf]` (`[in, out]`: the transpose of [`Linear`]'s).
+    #[param]
+    pub weight: Parameter,
+    /// `[nf]`.
+    #[param]
+    pub bias: Parameter,
+    #[base]
+    base: ModuleBase,
+    nf: usize,
+    nx: usize,
+}
+
+impl Conv1D {
+    /// `nx` input features to `nf` output features (HF's argument order).
+    pub fn new(nf: usize, nx: usize) -> Self {
+        Conv1D {
+            weight: Parameter::new(Tensor::normal(&[nx, nf], 0.0, 0.02)),
+            bias: Parameter::new(Tensor::zeros(&[nf])),
+            base: ModuleBase::default(),
+            nf,
+            nx,
+        }
+    }
+
+    /// Output features (HF's `nf`).
+    pub fn nf(&self) -> usize {
+        self.nf
+    }
+
+    /// Input features (HF's `nx`).
+    pub fn nx(&self) -> usize {
+        self.nx
+    }
+}
+
+impl ExtraRepr for Conv1D {
+    /// HF's `__repr__` is `Conv1D(nf=.., nx=..)`.
+    fn extra_repr(&self) -> String {
+        format!("nf={}, nx={}", self.nf, self.nx)
+    }
+}
+
+impl Compute for Conv1D {
+    type Input = Tensor;
+    type Output = Tensor;
+    /// `torch.addmm(bias, x.view(-1, nx), weight).view(*x.shape[:-1], nf)`, as HF.
+    #[track_caller]
+    fn compute(&self, x: &Tensor) -> Tensor {
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != self.nx {
+            panic!("{} expects input [..., {}] (nx), got {:?}", self, self.nx, x.shape());
+        }
+        let lead = &x.shape()[..x.rank() - 1];
+        let rows: usize = lead.iter().product();
+        let y = self.bias.addmm(&x.reshape(&[rows, self.nx]), &self.weight);
+        let mut out = lead.to_vec();
+        out.push(self.nf);
+        y.reshape(&out)
     }
 }

@@ -1,8 +1,8 @@
-//! `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `GroupNorm`.
+//! `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `GroupNorm`, `RMSNorm`.
 
 use std::sync::Arc;
 
-use nn_core::{functional, no_grad, Compute, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
+use nn_core::{functional, no_grad, Compute, DType, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::{py_bool, py_float, py_tuple};
 
@@ -410,5 +410,110 @@ impl Compute for GroupNorm {
             panic!("{} expects input [N, {}, *], got {:?}", self, self.num_channels, x.shape());
         }
         functional::group_norm(x, self.num_groups, self.weight.as_deref(), self.bias.as_deref(), self.eps)
+    }
+}
+
+/// Options of [`RMSNorm`], with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RMSNormConfig {
+    /// Added to the mean square; `None` (the default) is the input's machine epsilon,
+    /// `torch.finfo(x.dtype).eps` (`f32::EPSILON` = 1.1920929e-07 for f32 inputs,
+    /// `f64::EPSILON` for f64 ones).
+    pub eps: Option<f64>,
+    /// Learnable per-element `weight` (default `true`).
+    pub elementwise_affine: bool,
+}
+
+impl Default for RMSNormConfig {
+    /// PyTorch's defaults: `eps=None`, `elementwise_affine=True`.
+    fn default() -> Self {
+        RMSNormConfig { eps: None, elementwise_affine: true }
+    }
+}
+
+/// Root-mean-square normalisation over the trailing `normalized_shape` dims (PyTorch's
+/// `nn.RMSNorm`): `y = x / sqrt(mean(x^2) + eps) * weight`, the mean over those dims.
+///
+/// Parameter: `weight` of shape `normalized_shape` (ones at init), absent without
+/// `elementwise_affine`. No bias, as PyTorch's.
+///
+/// ```
+/// use nn_core::{Forward, Module, Tensor};
+/// use nn_layers::{RMSNorm, RMSNormConfig};
+/// let norm = RMSNorm::new(4);
+/// assert_eq!(norm.to_string(), "RMSNorm((4,), eps=None, elementwise_affine=True)");
+/// let y = norm.forward(&Tensor::from_vec(vec![1.0, -1.0, 1.0, -1.0, 2.0, 2.0, 2.0, 2.0], &[2, 4]));
+/// assert!(y.to_vec().iter().all(|v| (v.abs() - 1.0).abs() < 1e-6));
+/// let cfg = RMSNormConfig { eps: Some(1e-6), elementwise_affine: false };
+/// let plain = RMSNorm::with_config(&[2, 4], cfg);
+/// assert_eq!(plain.to_string(), "RMSNorm((2, 4), eps=1e-06, elementwise_affine=False)");
+/// assert!(plain.state_dict().is_empty());
+/// ```
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct RMSNorm {
+    /// Of shape `normalized_shape`, ones at init.
+    #[param]
+    pub weight: Option<Parameter>,
+    #[base]
+    base: ModuleBase,
+    normalized_shape: Vec<usize>,
+    eps: Option<f64>,
+}
+
+impl RMSNorm {
+    /// Normalises over the last dim, of size `dim`, with PyTorch's defaults.
+    pub fn new(dim: usize) -> Self {
+        Self::with_config(&[dim], RMSNormConfig::default())
+    }
+
+    /// Normalises over the trailing dims `normalized_shape`, with explicit options.
+    pub fn with_config(normalized_shape: &[usize], config: RMSNormConfig) -> Self {
+        RMSNorm {
+            weight: config.elementwise_affine.then(|| Parameter::new(Tensor::ones(normalized_shape))),
+            base: ModuleBase::default(),
+            normalized_shape: normalized_shape.to_vec(),
+            eps: config.eps,
+        }
+    }
+
+    /// The epsilon, `None` for the input's machine epsilon.
+    pub fn eps(&self) -> Option<f64> {
+        self.eps
+    }
+}
+
+impl ExtraRepr for RMSNorm {
+    fn extra_repr(&self) -> String {
+        format!(
+            "{}, eps={}, elementwise_affine={}",
+            py_tuple(&self.normalized_shape),
+            self.eps.map(py_float).unwrap_or_else(|| "None".into()),
+            py_bool(self.weight.is_some())
+        )
+    }
+}
+
+impl Compute for RMSNorm {
+    type Input = Tensor;
+    type Output = Tensor;
+    #[track_caller]
+    fn compute(&self, x: &Tensor) -> Tensor {
+        let k = self.normalized_shape.len();
+        if x.rank() < k || x.shape()[x.rank() - k..] != self.normalized_shape[..] {
+            panic!("{} expects input [..., {:?}], got {:?}", self, self.normalized_shape, x.shape());
+        }
+        if !x.dtype().is_compute_float() {
+            panic!("{} expects an f32 or f64 input, got {} of shape {:?}", self, x.dtype(), x.shape());
+        }
+        // torch.finfo(x.dtype).eps for the two compute types.
+        let eps = self.eps.unwrap_or(if x.dtype() == DType::F64 { f64::EPSILON } else { f32::EPSILON as f64 });
+        let dims: Vec<usize> = (x.rank() - k..x.rank()).collect();
+        let inv_rms = (x.square().mean_dims(&dims, true) + eps).sqrt().recip();
+        let y = x * &inv_rms;
+        match &self.weight {
+            Some(w) => &y * &**w,
+            None => y,
+        }
     }
 }

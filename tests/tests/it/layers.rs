@@ -13,7 +13,7 @@ use nn_core::{no_grad, DType, Forward, Module, StateDict, Tensor};
 use nn_core::{Compute, Layer};
 use nn_layers::*;
 
-fn load(name: &str) -> StateDict {
+pub(crate) fn load(name: &str) -> StateDict {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/layers").join(format!("{name}.safetensors"));
     StateDict::load(&p).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -28,7 +28,7 @@ fn check<M: Module>(name: &str, build: impl Fn() -> M, call: impl Fn(&M, &StateD
 
 /// The devices every parity case runs on: the CPU, and `gpu:0` with the `gpu` feature (a
 /// missing adapter then fails the case, saying why).
-fn devices() -> Vec<nn_core::Device> {
+pub(crate) fn devices() -> Vec<nn_core::Device> {
     let mut d = vec![nn_core::Device::Cpu];
     if cfg!(feature = "gpu") {
         let gpu = nn_core::Device::Gpu(0);
@@ -95,7 +95,7 @@ fn check_on<M: Module>(
 }
 
 /// `|a - e| <= tol / 10 + tol * |e|` elementwise, with the case named on failure.
-fn assert_close_ctx(a: &[f32], e: &[f32], tol: f32, ctx: &str) {
+pub(crate) fn assert_close_ctx(a: &[f32], e: &[f32], tol: f32, ctx: &str) {
     assert_eq!(a.len(), e.len(), "{ctx}: lengths differ");
     for (i, (x, y)) in a.iter().zip(e).enumerate() {
         assert!((x - y).abs() <= tol * 0.1 + tol * y.abs(), "{ctx}: element {i}: {x} vs PyTorch {y} (rtol {tol})");
@@ -114,8 +114,8 @@ where
     m.forward(x).primary().clone()
 }
 
-const TIGHT: f32 = 1e-5;
-const LOOSE: f32 = 1e-4;
+pub(crate) const TIGHT: f32 = 1e-5;
+pub(crate) const LOOSE: f32 = 1e-4;
 
 #[test]
 fn linear_and_bilinear() {
