@@ -86,10 +86,14 @@ impl BertConfig {
     /// [`Error::Architecture`](crate::Error::Architecture) for a config of another model.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
-        let c: BertConfig = pretrained::read_config(dir, "bert", &["BertModel", "BertForPreTraining", "BertForMaskedLM"], "BertModel")?;
+        let c: BertConfig =
+            pretrained::read_config(dir, "bert", &["BertModel", "BertForPreTraining", "BertForMaskedLM"], "BertModel")?;
         let bad = |reason: String| crate::Error::Config { path: dir.join("config.json"), reason };
         if c.position_embedding_type != "absolute" {
-            return Err(bad(format!("`position_embedding_type` \"{}\": only \"absolute\" is implemented", c.position_embedding_type)));
+            return Err(bad(format!(
+                "`position_embedding_type` \"{}\": only \"absolute\" is implemented",
+                c.position_embedding_type
+            )));
         }
         if c.num_attention_heads == 0 || c.hidden_size % c.num_attention_heads != 0 {
             return Err(bad(format!(
@@ -449,7 +453,10 @@ impl BertModel {
         BertModel {
             embeddings: BertEmbeddings::new(c),
             encoder: BertEncoder { layer: (0..c.num_hidden_layers).map(|_| BertLayer::new(c)).collect() },
-            pooler: BertPooler { dense: hf_linear(c.hidden_size, c.hidden_size, true, c.initializer_range), base: ModuleBase::default() },
+            pooler: BertPooler {
+                dense: hf_linear(c.hidden_size, c.hidden_size, true, c.initializer_range),
+                base: ModuleBase::default(),
+            },
             base: ModuleBase::default(),
             config: c.clone(),
         }

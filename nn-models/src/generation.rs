@@ -71,7 +71,12 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
         return Err(Error::TooLong { what: "the prompt", len: prompt.len(), limit, field });
     }
     if prompt.len() + config.max_new_tokens > limit {
-        return Err(Error::TooLong { what: "the prompt plus max_new_tokens", len: prompt.len() + config.max_new_tokens, limit, field });
+        return Err(Error::TooLong {
+            what: "the prompt plus max_new_tokens",
+            len: prompt.len() + config.max_new_tokens,
+            limit,
+            field,
+        });
     }
     if let Sampling::Sample { temperature, top_k, top_p } = config.sampling {
         if !(temperature > 0.0 && temperature.is_finite()) {
@@ -194,10 +199,10 @@ mod tests {
         let mut s = vec![1.0, 3.0, 2.0, 3.0, 0.5];
         keep_top_k(&mut s, 2);
         assert_eq!(s, [f64::NEG_INFINITY, 3.0, f64::NEG_INFINITY, 3.0, f64::NEG_INFINITY]);
-        // Probabilities 0.5, 0.3, 0.15, 0.05 (as logs): top-p 0.8 keeps the first two
-        // (cumulative from the bottom: 0.05, 0.2 <= 0.2 removed; 0.5 > 0.2 kept).
+        // Probabilities 0.5, 0.3, 0.15, 0.05 (as logs): top-p 0.75 keeps the first two
+        // (cumulative from the bottom: 0.05, 0.2 <= 0.25 removed; 0.5 > 0.25 kept).
         let mut s: Vec<f64> = [0.5f64, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
-        keep_top_p(&mut s, 0.8);
+        keep_top_p(&mut s, 0.75);
         assert!(s[0].is_finite() && s[1].is_finite() && s[2] == f64::NEG_INFINITY && s[3] == f64::NEG_INFINITY);
         // A tiny p keeps the most likely token only.
         let mut s: Vec<f64> = [0.5f64, 0.3, 0.2].iter().map(|p| p.ln()).collect();

@@ -119,7 +119,8 @@ impl LlamaConfig {
     /// another model's config.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
-        let c: LlamaConfig = pretrained::read_config(dir, "llama", &["LlamaForCausalLM", "LlamaModel"], "LlamaForCausalLM")?;
+        let c: LlamaConfig =
+            pretrained::read_config(dir, "llama", &["LlamaForCausalLM", "LlamaModel"], "LlamaForCausalLM")?;
         c.check().map_err(|reason| Error::Config { path: dir.join("config.json"), reason })?;
         Ok(c)
     }
@@ -127,11 +128,17 @@ impl LlamaConfig {
     fn check(&self) -> std::result::Result<(), String> {
         if let Some(r) = &self.rope_parameters {
             if r.rope_type != "default" {
-                return Err(format!("`rope_parameters.rope_type` \"{}\": only \"default\" is implemented", r.rope_type));
+                return Err(format!(
+                    "`rope_parameters.rope_type` \"{}\": only \"default\" is implemented",
+                    r.rope_type
+                ));
             }
         }
         if self.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(format!("`rope_scaling` {}: scaled rotations are not implemented", self.rope_scaling.as_ref().unwrap()));
+            return Err(format!(
+                "`rope_scaling` {}: scaled rotations are not implemented",
+                self.rope_scaling.as_ref().unwrap()
+            ));
         }
         if self.pretraining_tp != 1 {
             return Err(format!("`pretraining_tp` {}: only 1 is implemented", self.pretraining_tp));

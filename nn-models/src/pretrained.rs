@@ -112,7 +112,12 @@ pub(crate) fn read_config<C: DeserializeOwned>(
     match fields.get("model_type") {
         Some(Value::String(t)) if t == model_type => {}
         Some(other) => {
-            return Err(Error::Architecture { path, found: format!("`model_type` {other}"), expected, supported: supported() })
+            return Err(Error::Architecture {
+                path,
+                found: format!("`model_type` {other}"),
+                expected,
+                supported: supported(),
+            })
         }
         None => return Err(bad("missing field `model_type`".into())),
     }
@@ -130,7 +135,9 @@ pub(crate) fn read_config<C: DeserializeOwned>(
     for key in NEUTRAL {
         if let Some(v) = fields.remove(*key) {
             if !is_neutral(&v) {
-                return Err(bad(format!("`{key}` is {v}: {expected} implements only the plain encoder/decoder, where it is unset")));
+                return Err(bad(format!(
+                    "`{key}` is {v}: {expected} implements only the plain encoder/decoder, where it is unset"
+                )));
             }
         }
     }

@@ -26,9 +26,8 @@ impl Rotary {
     /// frequencies repeated over both halves), in `dtype` on `device`.
     pub fn cos_sin(&self, start: usize, len: usize, dtype: DType, device: Device) -> (Tensor, Tensor) {
         let d = 2 * self.inv_freq.len();
-        let angles: Vec<f32> = (start..start + len)
-            .flat_map(|p| (0..d).map(move |j| (p as f32) * self.inv_freq[j % (d / 2)]))
-            .collect();
+        let angles: Vec<f32> =
+            (start..start + len).flat_map(|p| (0..d).map(move |j| (p as f32) * self.inv_freq[j % (d / 2)])).collect();
         let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
         let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
         let t = |v: Vec<f32>| Tensor::from_vec(v, &[len, d]).to_dtype(dtype).to_device(device);

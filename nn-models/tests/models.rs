@@ -1,0 +1,259 @@
+//! The reference models against transformers and torchvision (fixtures written by
+//! `tests/fixtures/generate.py`): strict loading of the checkpoint directories with their
+//! keys unchanged, outputs within 1e-5, greedy generation token for token, the cache
+//! against recomputation, and every bad input named.
+
+use std::path::{Path, PathBuf};
+
+use nn_core::prelude::*;
+use nn_core::StateDict;
+use nn_models::bert::BertModel;
+use nn_models::generation::{generate, GenerationConfig, Sampling};
+use nn_models::gpt2::Gpt2LMHeadModel;
+use nn_models::llama::LlamaForCausalLM;
+use nn_models::resnet::ResNet;
+use nn_models::Error;
+
+/// One test at a time: nn's generator is global, and the sampling test seeds it while
+/// others would draw from it (random initialisation).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn io(name: &str) -> StateDict {
+    StateDict::load(fixture(name).join("io.safetensors")).unwrap()
+}
+
+#[track_caller]
+fn assert_close(got: &Tensor, expected: &Tensor, tol: f32, what: &str) {
+    assert_eq!(got.shape(), expected.shape(), "{what}: shapes");
+    let worst =
+        got.to_vec().iter().zip(expected.to_vec()).map(|(g, e)| (g - e).abs() / (1.0 + e.abs())).fold(0.0, f32::max);
+    assert!(worst <= tol, "{what}: worst error {worst:e} > {tol:e}");
+}
+
+#[test]
+fn gpt2_loads_the_transformers_directory_and_matches_its_logits() {
+    let _serial = serial();
+    let f = io("gpt2");
+    let model = Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap();
+    // The file holds the tied head once; the model has both names, one parameter.
+    let file = StateDict::load(fixture("gpt2").join("model.safetensors")).unwrap();
+    assert!(!file.contains_key("lm_head.weight"));
+    assert_eq!(model.lm_head.weight.id(), model.transformer.wte.weight.id());
+    assert_eq!(model.state_dict().len(), file.len() + 1);
+    let logits = model.forward(f.get("input_ids").unwrap());
+    assert_close(&logits, f.get("logits").unwrap(), 1e-5, "GPT-2 logits");
+    assert!(model
+        .to_string()
+        .starts_with("Gpt2LMHeadModel(\n  (transformer): Gpt2Model(\n    (wte): Embedding(60, 16)"));
+}
+
+#[test]
+fn causal_models_decode_greedily_token_for_token_as_transformers() {
+    let _serial = serial();
+    let check = |name: &str, model: &dyn nn_models::generation::CausalLm| {
+        let f = io(name);
+        let prompt = f.get("prompt").unwrap().to_vec_i64();
+        let expected = f.get("greedy").unwrap().to_vec_i64();
+        for use_cache in [true, false] {
+            let config = GenerationConfig { max_new_tokens: 12, use_cache, ..Default::default() };
+            let got = generate_dyn(model, &prompt, &config);
+            assert_eq!(got, expected, "{name}, use_cache {use_cache}");
+        }
+    };
+    check("gpt2", &Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap());
+    check("llama", &LlamaForCausalLM::from_pretrained(fixture("llama")).unwrap());
+}
+
+/// `generate` through a trait object (it takes `impl CausalLm`).
+fn generate_dyn(model: &dyn nn_models::generation::CausalLm, prompt: &[i64], config: &GenerationConfig) -> Vec<i64> {
+    struct Dyn<'a>(&'a dyn nn_models::generation::CausalLm);
+    impl nn_models::generation::CausalLm for Dyn<'_> {
+        fn logits(&self, ids: &Tensor, cache: Option<&nn_models::KvCache>) -> Tensor {
+            self.0.logits(ids, cache)
+        }
+        fn new_cache(&self) -> nn_models::KvCache {
+            self.0.new_cache()
+        }
+        fn max_positions(&self) -> (usize, &'static str) {
+            self.0.max_positions()
+        }
+    }
+    generate(&Dyn(model), prompt, config).unwrap()
+}
+
+#[test]
+fn the_cache_gives_the_logits_of_recomputation() {
+    let _serial = serial();
+    let model = LlamaForCausalLM::from_pretrained(fixture("llama")).unwrap();
+    let ids = io("llama").get("input_ids").unwrap().narrow(0, 0, 1);
+    let full = model.forward(&ids);
+    let cache = model.model.layers.len();
+    let cache = nn_models::KvCache::new(cache);
+    // Four positions, then three more, one call each.
+    let a = model.forward(nn_models::gpt2::CausalLmInput::with_cache(&ids.narrow(1, 0, 4), &cache));
+    let b = model.forward(nn_models::gpt2::CausalLmInput::with_cache(&ids.narrow(1, 4, 3), &cache));
+    assert_eq!(cache.seq_len(), 7);
+    assert_close(&Tensor::cat(&[&a, &b], 1), &full, 1e-5, "Llama with the cache");
+}
+
+#[test]
+fn llama_loads_the_transformers_directory_and_matches_its_logits() {
+    let _serial = serial();
+    let f = io("llama");
+    let model = LlamaForCausalLM::from_pretrained(fixture("llama")).unwrap();
+    assert_close(&model.forward(f.get("input_ids").unwrap()), f.get("logits").unwrap(), 1e-5, "Llama logits");
+    let keys: Vec<String> = model.state_dict().keys().map(String::from).collect();
+    assert!(keys.contains(&"model.layers.1.self_attn.k_proj.weight".to_string()));
+}
+
+#[test]
+fn bert_matches_transformers_with_a_padded_sequence() {
+    let _serial = serial();
+    let f = io("bert");
+    let model = BertModel::from_pretrained(fixture("bert")).unwrap();
+    let (hidden, pooled) = model.forward((f.get("input_ids").unwrap(), f.get("attention_mask").unwrap()));
+    assert_close(&hidden, f.get("last_hidden_state").unwrap(), 1e-5, "BERT last_hidden_state");
+    assert_close(&pooled, f.get("pooler_output").unwrap(), 1e-5, "BERT pooler_output");
+    assert!(model.state_dict().contains_key("encoder.layer.1.attention.self.query.weight"));
+}
+
+/// The weights and input of `generate.py`'s `formula`.
+fn formula(key: &str, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let s = key.bytes().enumerate().map(|(j, c)| c as usize * (j + 1)).sum::<usize>() % 1009;
+    let base = (0..n).map(|i| (i as f64 * 0.37 + s as f64 * 0.11).sin());
+    let last = key.rsplit('.').next().unwrap();
+    let v: Vec<f64> = if last == "weight" && shape.len() >= 2 {
+        let fan_in: usize = shape[1..].iter().product();
+        base.map(|x| x * (3.0 / fan_in as f64).sqrt()).collect()
+    } else if last == "weight" {
+        base.map(|x| 1.0 + 0.1 * x).collect()
+    } else if last == "running_var" {
+        base.map(|x| 1.0 + 0.25 * (x + 1.0)).collect()
+    } else {
+        base.map(|x| 0.1 * x).collect()
+    };
+    Tensor::from_vec_f64(v, shape).to_dtype(nn_core::DType::F32)
+}
+
+#[test]
+fn resnets_load_torchvision_state_dicts_and_match_its_outputs() {
+    let _serial = serial();
+    let f = io("resnet");
+    for (name, build) in [("resnet18", ResNet::resnet18 as fn(usize) -> ResNet), ("resnet50", ResNet::resnet50)] {
+        let mut model = build(10);
+        let sd: StateDict = model
+            .state_dict()
+            .iter()
+            .map(|(k, t)| {
+                let v = if k.ends_with("num_batches_tracked") { t.clone() } else { formula(k, t.shape()) };
+                (k.to_string(), v)
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{name}.safetensors"));
+        sd.save(&path).unwrap();
+        model = ResNet::from_safetensors(&path, || build(10)).unwrap();
+        assert_close(&model.forward(f.get("x").unwrap()), f.get(name).unwrap(), 1e-4, name);
+        // The other depth's file does not fit, and says which keys.
+        let other = if name == "resnet18" { ResNet::resnet50 } else { ResNet::resnet18 };
+        let err = ResNet::from_safetensors(&path, || other(10)).err().expect("an error").to_string();
+        assert!(err.contains("does not fit") && err.contains("layer"), "{err}");
+    }
+}
+
+/// A copy of a fixture directory whose config.json is `edit`ed.
+fn with_config(name: &str, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture(name).join(file), dir.path().join(file)).unwrap();
+    }
+    let text = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+    let mut config: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&text).unwrap();
+    edit(&mut config);
+    std::fs::write(dir.path().join("config.json"), serde_json::to_string(&config).unwrap()).unwrap();
+    dir
+}
+
+#[test]
+fn bad_configs_and_directories_are_errors_naming_the_field_file_or_limit() {
+    let _serial = serial();
+    let err = |r: Result<Gpt2LMHeadModel, Error>| r.err().expect("an error").to_string();
+    let missing = with_config("gpt2", |c| {
+        c.remove("n_embd");
+    });
+    assert!(err(Gpt2LMHeadModel::from_pretrained(missing.path())).contains("missing field `n_embd`"));
+    let unknown = with_config("gpt2", |c| {
+        c.insert("n_embed".into(), 16.into());
+    });
+    let e = err(Gpt2LMHeadModel::from_pretrained(unknown.path()));
+    assert!(e.contains("unknown field `n_embed`"), "{e}");
+    let other = with_config("gpt2", |c| {
+        c.insert("model_type".into(), "gpt_neox".into());
+    });
+    let e = err(Gpt2LMHeadModel::from_pretrained(other.path()));
+    assert!(e.contains("`model_type` \"gpt_neox\" is not an architecture of `Gpt2LMHeadModel`"), "{e}");
+    let decoder = with_config("bert", |c| {
+        c.insert("is_decoder".into(), true.into());
+    });
+    let e = BertModel::from_pretrained(decoder.path()).err().unwrap().to_string();
+    assert!(e.contains("`is_decoder` is true"), "{e}");
+    let scaled = with_config("llama", |c| {
+        c.insert("rope_parameters".into(), serde_json::json!({"rope_theta": 10000.0, "rope_type": "yarn"}));
+    });
+    let e = LlamaForCausalLM::from_pretrained(scaled.path()).err().unwrap().to_string();
+    assert!(e.contains("`rope_parameters.rope_type` \"yarn\""), "{e}");
+    // Weights for another config: every mis-shaped key named, nothing built.
+    let wider = with_config("gpt2", |c| {
+        c.insert("n_embd".into(), 32.into());
+    });
+    let e = err(Gpt2LMHeadModel::from_pretrained(wider.path()));
+    assert!(e.contains("size mismatch") && e.contains("transformer.wte.weight"), "{e}");
+    // No weights.
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("gpt2").join("config.json"), empty.path().join("config.json")).unwrap();
+    let e = err(Gpt2LMHeadModel::from_pretrained(empty.path()));
+    assert!(e.contains("has no weights: expected `model.safetensors`"), "{e}");
+    // A prompt longer than the positions.
+    let model = Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap();
+    let long = vec![1i64; 33];
+    let e = generate(&model, &long, &GenerationConfig::default()).unwrap_err().to_string();
+    assert_eq!(e, "the prompt of 33 tokens is longer than the model's 32 positions (`n_positions` in config.json)");
+    let e = generate(&model, &long[..30], &GenerationConfig::default()).unwrap_err().to_string();
+    assert!(e.contains("the prompt plus max_new_tokens of 50 tokens"), "{e}");
+}
+
+#[test]
+fn seeded_sampling_is_reproducible_and_differs_from_greedy() {
+    let _serial = serial();
+    let model = Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap();
+    let sampling = Sampling::Sample { temperature: 1.5, top_k: Some(20), top_p: Some(0.9) };
+    let config = GenerationConfig { max_new_tokens: 20, sampling, ..Default::default() };
+    nn_core::manual_seed(11);
+    let a = generate(&model, &[1, 2, 3], &config).unwrap();
+    nn_core::manual_seed(11);
+    let b = generate(&model, &[1, 2, 3], &config).unwrap();
+    assert_eq!(a, b);
+    let greedy = generate(&model, &[1, 2, 3], &GenerationConfig { max_new_tokens: 20, ..Default::default() }).unwrap();
+    assert_ne!(a, greedy, "sampling at temperature 1.5 follows greedy for 20 tokens");
+}
+
+#[test]
+fn save_pretrained_round_trips_with_the_head_written_once() {
+    let _serial = serial();
+    let model = Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    model.save_pretrained(dir.path()).unwrap();
+    let file = StateDict::load(dir.path().join("model.safetensors")).unwrap();
+    assert!(file.contains_key("transformer.wte.weight") && !file.contains_key("lm_head.weight"));
+    let back = Gpt2LMHeadModel::from_pretrained(dir.path()).unwrap();
+    let ids = io("gpt2").get("input_ids").unwrap().clone();
+    assert_eq!(back.forward(&ids).to_vec(), model.forward(&ids).to_vec());
+}
