@@ -49,7 +49,7 @@ pub enum Error {
         path: PathBuf,
         /// The load error, naming every key.
         #[source]
-        source: nn_core::Error,
+        source: Box<nn_core::Error>,
     },
     /// A prompt or a generation longer than the model's positions.
     #[error("{what} of {len} tokens is longer than the model's {limit} positions (`{field}` in config.json)")]

@@ -16,8 +16,11 @@ use nn_core::Tensor;
 /// ```
 #[derive(Clone, Debug)]
 pub struct KvCache {
-    layers: Arc<Mutex<Vec<Option<(Tensor, Tensor)>>>>,
+    layers: Arc<Mutex<Vec<Slot>>>,
 }
+
+/// One layer's keys and values, once it has run.
+type Slot = Option<(Tensor, Tensor)>;
 
 impl KvCache {
     /// An empty cache for a model of `num_layers` layers.
@@ -51,7 +54,7 @@ impl KvCache {
         LayerCache { cache: self.clone(), index: i }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<(Tensor, Tensor)>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
         self.layers.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -167,9 +167,12 @@ pub(crate) fn weights_path(dir: &Path) -> Result<PathBuf> {
 /// satisfied by one name, as transformers writes them. On any error nothing is returned.
 pub(crate) fn load_pretrained<M: Module>(dir: &Path, build: impl FnOnce() -> M) -> Result<M> {
     let path = weights_path(dir)?;
-    let weights = StateDict::load(&path).map_err(|source| Error::Weights { path: path.clone(), source })?;
+    let weights =
+        StateDict::load(&path).map_err(|source| Error::Weights { path: path.clone(), source: Box::new(source) })?;
     let mut model = nn_core::with_device(Device::Meta, build);
-    model.load_state_dict(&weights, true).map_err(|source| Error::Weights { path: path.clone(), source })?;
+    model
+        .load_state_dict(&weights, true)
+        .map_err(|source| Error::Weights { path: path.clone(), source: Box::new(source) })?;
     model.eval();
     Ok(model)
 }
@@ -185,7 +188,7 @@ pub(crate) fn save_pretrained(dir: &Path, config: &Map<String, Value>, model: &d
     model
         .state_dict()
         .save_with_metadata(&weights, Some(metadata))
-        .map_err(|source| Error::Weights { path: weights, source })?;
+        .map_err(|source| Error::Weights { path: weights, source: Box::new(source) })?;
     let path = dir.join("config.json");
     let text = serde_json::to_string_pretty(config).expect("a JSON map serialises");
     nn_core::io::atomic_write(&path, |f| std::io::Write::write_all(f, text.as_bytes()))

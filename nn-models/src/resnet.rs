@@ -245,10 +245,12 @@ impl ResNet {
         if !path.is_file() {
             return Err(Error::MissingWeights { dir: path.to_path_buf() });
         }
-        let weights =
-            nn_core::StateDict::load(path).map_err(|source| Error::Weights { path: path.to_path_buf(), source })?;
+        let weights = nn_core::StateDict::load(path)
+            .map_err(|source| Error::Weights { path: path.to_path_buf(), source: Box::new(source) })?;
         let mut model = nn_core::with_device(nn_core::Device::Meta, build);
-        model.load_state_dict(&weights, true).map_err(|source| Error::Weights { path: path.to_path_buf(), source })?;
+        model
+            .load_state_dict(&weights, true)
+            .map_err(|source| Error::Weights { path: path.to_path_buf(), source: Box::new(source) })?;
         model.eval();
         Ok(model)
     }
