@@ -450,7 +450,7 @@ impl Recurrent {
     /// and, for the LSTM, `c_n`.
     fn run(&self, x: &Tensor, h0: Option<&Tensor>, c0: Option<&Tensor>, l: Layout) -> (Tensor, Tensor, Option<Tensor>) {
         let lstm = self.cell == Cell::Lstm;
-        // Work time-major and batched: [L, N, H_in], states [layers * D, N, H].
+        // Work time-major and batched: [L, N, H_in], states [layers * D, N, *].
         let x = match (l.batched, self.batch_first) {
             (false, _) => x.unsqueeze(1),
             (true, false) => x.clone(),
@@ -501,8 +501,9 @@ impl Recurrent {
         (output, stack(&h_n), lstm.then(|| stack(&c_n)))
     }
 
-    /// One layer in one direction over `x: [L, N, in]` from `h: [N, H]` (and `c` for the
-    /// LSTM): the outputs `[L, N, H]` in time order and the last states.
+    /// One layer in one direction over `x: [L, N, in]` from `h: [N, H_out]` (and `c:
+    /// [N, H]` for the LSTM): the outputs `[L, N, H_out]` in time order and the last
+    /// states (`H_out` is `proj_size` for a projecting LSTM, else `H`).
     fn direction(
         &self,
         x: &Tensor,
