@@ -37,9 +37,7 @@ pub use norm::{
     BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm, RMSNormConfig,
 };
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
-pub use recurrent::{
-    GRUConfig, LSTMConfig, LSTMInput, RNNConfig, RNNInput, RecurrentConfig, RnnNonlinearity, GRU, LSTM, RNN,
-};
+pub use recurrent::{GRUConfig, LSTMConfig, LSTMInput, RNNConfig, RNNInput, RnnNonlinearity, GRU, LSTM, RNN};
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };

@@ -55,10 +55,35 @@ impl Default for RNNConfig {
     }
 }
 
-/// Options of [`LSTM`] and [`GRU`], with PyTorch's defaults (the fields of [`RNNConfig`]
-/// but the nonlinearity).
+/// Options of [`LSTM`], with PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RecurrentConfig {
+pub struct LSTMConfig {
+    /// Stacked layers (default 1).
+    pub num_layers: usize,
+    /// Learnable `bias_ih_l*` and `bias_hh_l*` (default `true`).
+    pub bias: bool,
+    /// Inputs and outputs `[N, L, *]` instead of `[L, N, *]` (default `false`; the states
+    /// stay `[layers * directions, N, *]`, as PyTorch's).
+    pub batch_first: bool,
+    /// Dropout on the outputs of every layer but the last, in training mode (default 0).
+    pub dropout: f64,
+    /// Run a second, time-reversed pass per layer and concatenate (default `false`).
+    pub bidirectional: bool,
+    /// With `proj_size > 0`, the hidden state is projected to `proj_size` features by
+    /// `weight_hr_l*` (`h = W_hr (o * tanh(c))`); 0 (the default) is no projection. Must
+    /// be smaller than `hidden_size`.
+    pub proj_size: usize,
+}
+
+impl Default for LSTMConfig {
+    fn default() -> Self {
+        LSTMConfig { num_layers: 1, bias: true, batch_first: false, dropout: 0.0, bidirectional: false, proj_size: 0 }
+    }
+}
+
+/// Options of [`GRU`], with PyTorch's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GRUConfig {
     /// Stacked layers (default 1).
     pub num_layers: usize,
     /// Learnable `bias_ih_l*` and `bias_hh_l*` (default `true`).
@@ -72,16 +97,22 @@ pub struct RecurrentConfig {
     pub bidirectional: bool,
 }
 
-impl Default for RecurrentConfig {
+impl Default for GRUConfig {
     fn default() -> Self {
-        RecurrentConfig { num_layers: 1, bias: true, batch_first: false, dropout: 0.0, bidirectional: false }
+        GRUConfig { num_layers: 1, bias: true, batch_first: false, dropout: 0.0, bidirectional: false }
     }
 }
 
-/// Options of [`LSTM`].
-pub type LSTMConfig = RecurrentConfig;
-/// Options of [`GRU`].
-pub type GRUConfig = RecurrentConfig;
+/// The options every recurrent layer has (PyTorch's `RNNBase` arguments but `mode`).
+#[derive(Clone, Copy, Debug)]
+struct Options {
+    num_layers: usize,
+    bias: bool,
+    batch_first: bool,
+    dropout: f64,
+    bidirectional: bool,
+    proj_size: usize,
+}
 
 /// The input of [`RNN`] and [`GRU`]: PyTorch's `forward(input, hx=None)`.
 ///
@@ -220,13 +251,23 @@ impl Cell {
 }
 
 /// The weights of one layer in one direction, PyTorch's `weight_ih_l{k}{suffix}`,
-/// `weight_hh_l{k}{suffix}`, `bias_ih_l{k}{suffix}`, `bias_hh_l{k}{suffix}`.
+/// `weight_hh_l{k}{suffix}`, `bias_ih_l{k}{suffix}`, `bias_hh_l{k}{suffix}` and, for an
+/// LSTM with a projection, `weight_hr_l{k}{suffix}`.
 struct CellWeights {
-    names: [String; 4],
+    names: [String; 5],
     w_ih: Parameter,
     w_hh: Parameter,
     b_ih: Option<Parameter>,
     b_hh: Option<Parameter>,
+    w_hr: Option<Parameter>,
+}
+
+impl CellWeights {
+    /// The registered parameters with their names, in PyTorch's order.
+    fn named(&self) -> impl Iterator<Item = (&String, &Parameter)> {
+        let params = [Some(&self.w_ih), Some(&self.w_hh), self.b_ih.as_ref(), self.b_hh.as_ref(), self.w_hr.as_ref()];
+        self.names.iter().zip(params).filter_map(|(n, p)| p.map(|p| (n, p)))
+    }
 }
 
 /// The engine behind [`RNN`], [`LSTM`] and [`GRU`]: PyTorch's `nn.RNNBase`.
@@ -239,6 +280,8 @@ struct Recurrent {
     batch_first: bool,
     dropout: f64,
     bidirectional: bool,
+    /// The LSTM's projection size, 0 for none.
+    proj_size: usize,
     /// Layer-major, then direction: index `layer * directions + direction`.
     weights: Vec<CellWeights>,
     base: ModuleBase,
@@ -253,7 +296,7 @@ struct Layout {
 
 impl Recurrent {
     #[track_caller]
-    fn new(name: &str, cell: Cell, input_size: usize, hidden_size: usize, c: RecurrentConfig) -> Self {
+    fn new(name: &str, cell: Cell, input_size: usize, hidden_size: usize, c: Options) -> Self {
         if hidden_size == 0 || c.num_layers == 0 {
             panic!(
                 "{name}: hidden_size and num_layers must be positive, got hidden_size={hidden_size}, num_layers={}",
@@ -263,23 +306,30 @@ impl Recurrent {
         if !(0.0..=1.0).contains(&c.dropout) {
             panic!("{name}: dropout must be a probability in [0, 1], got {}", c.dropout);
         }
+        if c.proj_size >= hidden_size {
+            panic!("{name}: proj_size ({}) must be smaller than hidden_size ({hidden_size})", c.proj_size);
+        }
         let dirs = if c.bidirectional { 2 } else { 1 };
         let gh = cell.gates() * hidden_size;
+        // The size of h: the projection's when there is one.
+        let h_size = if c.proj_size > 0 { c.proj_size } else { hidden_size };
         // PyTorch's `reset_parameters`: every weight and bias U(-1/sqrt(H), 1/sqrt(H)),
         // drawn in registration order.
         let bound = 1.0 / (hidden_size as f64).sqrt();
         let uniform = |shape: &[usize]| Parameter::new(Tensor::uniform(shape, -bound, bound));
         let mut weights = Vec::with_capacity(c.num_layers * dirs);
         for layer in 0..c.num_layers {
-            let layer_in = if layer == 0 { input_size } else { hidden_size * dirs };
+            let layer_in = if layer == 0 { input_size } else { h_size * dirs };
             for dir in 0..dirs {
                 let suffix = if dir == 1 { "_reverse" } else { "" };
-                let names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"].map(|k| format!("{k}_l{layer}{suffix}"));
+                let names = ["weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"]
+                    .map(|k| format!("{k}_l{layer}{suffix}"));
                 let w_ih = uniform(&[gh, layer_in]);
-                let w_hh = uniform(&[gh, hidden_size]);
+                let w_hh = uniform(&[gh, h_size]);
                 let b_ih = c.bias.then(|| uniform(&[gh]));
                 let b_hh = c.bias.then(|| uniform(&[gh]));
-                weights.push(CellWeights { names, w_ih, w_hh, b_ih, b_hh });
+                let w_hr = (c.proj_size > 0).then(|| uniform(&[c.proj_size, hidden_size]));
+                weights.push(CellWeights { names, w_ih, w_hh, b_ih, b_hh, w_hr });
             }
         }
         Recurrent {
@@ -291,6 +341,7 @@ impl Recurrent {
             batch_first: c.batch_first,
             dropout: c.dropout,
             bidirectional: c.bidirectional,
+            proj_size: c.proj_size,
             weights,
             base: ModuleBase::default(),
         }
@@ -304,14 +355,18 @@ impl Recurrent {
         }
     }
 
+    /// The size of the hidden state `h`: `proj_size` for a projecting LSTM, else `H`.
+    fn h_size(&self) -> usize {
+        if self.proj_size > 0 {
+            self.proj_size
+        } else {
+            self.hidden_size
+        }
+    }
+
     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
-        for w in &self.weights {
-            let params = [Some(&w.w_ih), Some(&w.w_hh), w.b_ih.as_ref(), w.b_hh.as_ref()];
-            for (name, p) in w.names.iter().zip(params) {
-                if let Some(p) = p {
-                    f(Name::Key(name), Item::Param(p));
-                }
-            }
+        for (name, p) in self.weights.iter().flat_map(CellWeights::named) {
+            f(Name::Key(name), Item::Param(p));
         }
     }
 
@@ -319,6 +374,9 @@ impl Recurrent {
     /// defaults.
     fn extra_repr(&self) -> String {
         let mut s = format!("{}, {}", self.input_size, self.hidden_size);
+        if self.proj_size != 0 {
+            s += &format!(", proj_size={}", self.proj_size);
+        }
         if self.num_layers != 1 {
             s += &format!(", num_layers={}", self.num_layers);
         }
@@ -341,7 +399,7 @@ impl Recurrent {
     /// the layer (`label`) and the shapes involved.
     #[track_caller]
     fn check(&self, label: &str, x: &Tensor, states: &[(&str, Option<&Tensor>)]) -> Layout {
-        let (i, h) = (self.input_size, self.hidden_size);
+        let i = self.input_size;
         let layout = if self.batch_first { "[N, L, H_in]" } else { "[L, N, H_in]" };
         let batched = match x.rank() {
             3 => true,
@@ -364,12 +422,18 @@ impl Recurrent {
             panic!("{label} expects a sequence of at least one step, got input {:?}", x.shape());
         }
         let stacked = self.num_layers * self.directions();
-        let want: Vec<usize> = if batched { vec![stacked, batch, h] } else { vec![stacked, h] };
-        for (what, s) in states {
+        for &(what, s) in states {
             let Some(s) = s else { continue };
+            // The cell state has H features; the hidden state proj_size when projected.
+            let (size, size_name) = if what == "h_0" && self.proj_size > 0 {
+                (self.proj_size, "proj_size")
+            } else {
+                (self.hidden_size, "H")
+            };
+            let want: Vec<usize> = if batched { vec![stacked, batch, size] } else { vec![stacked, size] };
             if s.shape() != want.as_slice() {
                 panic!(
-                    "{label} expects {what} {want:?} ([num_layers * num_directions, {}H]) for input {:?}, got {:?}",
+                    "{label} expects {what} {want:?} ([num_layers * num_directions, {}{size_name}]) for input {:?}, got {:?}",
                     if batched { "N, " } else { "" },
                     x.shape(),
                     s.shape()
@@ -386,7 +450,7 @@ impl Recurrent {
     /// and, for the LSTM, `c_n`.
     fn run(&self, x: &Tensor, h0: Option<&Tensor>, c0: Option<&Tensor>, l: Layout) -> (Tensor, Tensor, Option<Tensor>) {
         let lstm = self.cell == Cell::Lstm;
-        // Work time-major and batched: [L, N, H_in], states [layers * D, N, H].
+        // Work time-major and batched: [L, N, H_in], states [layers * D, N, *].
         let x = match (l.batched, self.batch_first) {
             (false, _) => x.unsqueeze(1),
             (true, false) => x.clone(),
@@ -395,7 +459,7 @@ impl Recurrent {
         let state = |s: Option<&Tensor>| s.map(|s| if l.batched { s.clone() } else { s.unsqueeze(1) });
         let (h0, c0) = (state(h0), state(c0));
         let (dtype, device) = (x.dtype(), x.device());
-        let zeros = || Tensor::full_on(&[l.batch, self.hidden_size], 0.0, dtype, device);
+        let zeros = |size: usize| Tensor::full_on(&[l.batch, size], 0.0, dtype, device);
         let dirs = self.directions();
         let training = self.base.is_training();
         let (mut h_n, mut c_n) = (Vec::new(), Vec::new());
@@ -404,8 +468,9 @@ impl Recurrent {
             let mut outs = Vec::with_capacity(dirs);
             for dir in 0..dirs {
                 let k = layer * dirs + dir;
-                let h = h0.as_ref().map_or_else(zeros, |h| h.narrow(0, k, 1).squeeze_dim(0));
-                let c = lstm.then(|| c0.as_ref().map_or_else(zeros, |c| c.narrow(0, k, 1).squeeze_dim(0)));
+                let h = h0.as_ref().map_or_else(|| zeros(self.h_size()), |h| h.narrow(0, k, 1).squeeze_dim(0));
+                let c = lstm
+                    .then(|| c0.as_ref().map_or_else(|| zeros(self.hidden_size), |c| c.narrow(0, k, 1).squeeze_dim(0)));
                 let (out, h, c) = self.direction(&layer_in, &self.weights[k], h, c, dir == 1, l.seq_len);
                 outs.push(out);
                 h_n.push(h);
@@ -436,8 +501,9 @@ impl Recurrent {
         (output, stack(&h_n), lstm.then(|| stack(&c_n)))
     }
 
-    /// One layer in one direction over `x: [L, N, in]` from `h: [N, H]` (and `c` for the
-    /// LSTM): the outputs `[L, N, H]` in time order and the last states.
+    /// One layer in one direction over `x: [L, N, in]` from `h: [N, H_out]` (and `c:
+    /// [N, H]` for the LSTM): the outputs `[L, N, H_out]` in time order and the last
+    /// states (`H_out` is `proj_size` for a projecting LSTM, else `H`).
     fn direction(
         &self,
         x: &Tensor,
@@ -459,6 +525,7 @@ impl Recurrent {
         };
         let xi = functional::linear(x, &w.w_ih, folded.as_ref()); // [L, N, G * H]
         let w_hh_t = w.w_hh.t();
+        let w_hr_t = w.w_hr.as_ref().map(|w| w.t());
         let mut outs = Vec::with_capacity(seq_len);
         for s in 0..seq_len {
             let t = if reverse { seq_len - 1 - s } else { s };
@@ -481,7 +548,10 @@ impl Recurrent {
                     let c_new = &f * &c_prev + &i * &g;
                     let h_new = &o * &c_new.tanh();
                     c = Some(c_new);
-                    h_new
+                    match &w_hr_t {
+                        Some(w_hr_t) => h_new.matmul(w_hr_t),
+                        None => h_new,
+                    }
                 }
                 Cell::Gru => {
                     // Gates r, z, n: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)),
@@ -585,7 +655,8 @@ macro_rules! recurrent_layer {
             }
 
             /// `weight_ih_l{layer}` (`_reverse` with `reverse`): `[gates * H, H_in]` for
-            /// layer 0, `[gates * H, directions * H]` above.
+            /// layer 0, `[gates * H, directions * H]` above (`directions * proj_size` for
+            /// an LSTM with a projection).
             ///
             /// # Panics
             /// When the layer or direction does not exist.
@@ -594,7 +665,8 @@ macro_rules! recurrent_layer {
                 &self.inner.weights(stringify!($ty), layer, reverse).w_ih
             }
 
-            /// `weight_hh_l{layer}` (`_reverse` with `reverse`): `[gates * H, H]`.
+            /// `weight_hh_l{layer}` (`_reverse` with `reverse`): `[gates * H, H]`
+            /// (`[4H, proj_size]` for an LSTM with a projection).
             ///
             /// # Panics
             /// When the layer or direction does not exist.
@@ -624,19 +696,10 @@ macro_rules! recurrent_layer {
             }
 
             /// PyTorch's `all_weights`: per layer and direction, its `[weight_ih,
-            /// weight_hh, bias_ih, bias_hh]` (the weights alone without bias).
+            /// weight_hh, bias_ih, bias_hh]` (the weights alone without bias; an LSTM
+            /// with a projection adds `weight_hr`).
             pub fn all_weights(&self) -> Vec<Vec<Parameter>> {
-                self.inner
-                    .weights
-                    .iter()
-                    .map(|w| {
-                        [Some(&w.w_ih), Some(&w.w_hh), w.b_ih.as_ref(), w.b_hh.as_ref()]
-                            .into_iter()
-                            .flatten()
-                            .cloned()
-                            .collect()
-                    })
-                    .collect()
+                self.inner.weights.iter().map(|w| w.named().map(|(_, p)| p.clone()).collect()).collect()
             }
         }
     };
@@ -683,12 +746,13 @@ impl RNN {
     /// When `hidden_size` or `num_layers` is 0, or `dropout` is outside `[0, 1]`.
     #[track_caller]
     pub fn with_config(input_size: usize, hidden_size: usize, c: RNNConfig) -> Self {
-        let common = RecurrentConfig {
+        let common = Options {
             num_layers: c.num_layers,
             bias: c.bias,
             batch_first: c.batch_first,
             dropout: c.dropout,
             bidirectional: c.bidirectional,
+            proj_size: 0,
         };
         RNN { inner: Recurrent::new("RNN", Cell::Rnn(c.nonlinearity), input_size, hidden_size, common) }
     }
@@ -721,17 +785,19 @@ impl Compute for RNN {
 /// ```text
 /// i = σ(x W_ii^T + b_ii + h W_hi^T + b_hi)    f = σ(x W_if^T + b_if + h W_hf^T + b_hf)
 /// g = tanh(x W_ig^T + b_ig + h W_hg^T + b_hg) o = σ(x W_io^T + b_io + h W_ho^T + b_ho)
-/// c' = f * c + i * g                          h' = o * tanh(c')
+/// c' = f * c + i * g                          h' = o * tanh(c')   (h' = W_hr (o * tanh(c')) with proj_size)
 /// ```
 ///
 /// Parameters, per layer `k` (and again with the suffix `_reverse` for the backward
-/// direction): `weight_ih_l{k}` `[4H, H_in]` (`[4H, D * H]` for `k > 0`), `weight_hh_l{k}`
-/// `[4H, H]`, `bias_ih_l{k}` and `bias_hh_l{k}` `[4H]`. Init: all `U(-1/sqrt(H),
-/// 1/sqrt(H))`, as PyTorch. (PyTorch's `proj_size` is not supported.)
+/// direction): `weight_ih_l{k}` `[4H, H_in]` (`[4H, D * H_out]` for `k > 0`),
+/// `weight_hh_l{k}` `[4H, H_out]`, `bias_ih_l{k}` and `bias_hh_l{k}` `[4H]`, and with
+/// `proj_size > 0` `weight_hr_l{k}` `[proj_size, H]`; `H_out` is `proj_size` when set,
+/// else `H`. Init: all `U(-1/sqrt(H), 1/sqrt(H))`, as PyTorch.
 ///
 /// Input: [`LSTMInput`], a `&Tensor` `[L, N, H_in]` (`[N, L, H_in]` with `batch_first`,
-/// unbatched `[L, H_in]`) or `(&x, (&h0, &c0))`. Output `(output, (h_n, c_n))`, shaped as
-/// [`RNN`]'s.
+/// unbatched `[L, H_in]`) or `(&x, (&h0, &c0))`. Output `(output, (h_n, c_n))`: `output`
+/// `[L, N, D * H_out]` (the input's layout), `h_n` `[num_layers * D, N, H_out]`, `c_n`
+/// `[num_layers * D, N, H]` (without `N` unbatched).
 ///
 /// ```
 /// use nn_core::{Forward, Module, Tensor};
@@ -745,6 +811,11 @@ impl Compute for RNN {
 /// let (y, (h_n, c_n)) = lstm.forward((&x, (&h0, &c0)));
 /// assert_eq!((y.shape(), h_n.shape(), c_n.shape()), (&[3, 5, 40][..], &[4, 3, 20][..], &[4, 3, 20][..]));
 /// assert_eq!(lstm.forward(&x).0.to_vec(), y.to_vec()); // zero states by default
+/// // A projected hidden state.
+/// let proj = LSTM::with_config(10, 20, LSTMConfig { proj_size: 5, ..Default::default() });
+/// assert_eq!(proj.to_string(), "LSTM(10, 20, proj_size=5)");
+/// let (y, (h_n, c_n)) = proj.forward(&Tensor::randn(&[4, 2, 10]));
+/// assert_eq!((y.shape(), h_n.shape(), c_n.shape()), (&[4, 2, 5][..], &[1, 2, 5][..], &[1, 2, 20][..]));
 /// ```
 pub struct LSTM {
     inner: Recurrent,
@@ -761,10 +832,34 @@ impl LSTM {
     /// With explicit options.
     ///
     /// # Panics
-    /// When `hidden_size` or `num_layers` is 0, or `dropout` is outside `[0, 1]`.
+    /// When `hidden_size` or `num_layers` is 0, `dropout` is outside `[0, 1]`, or
+    /// `proj_size` is not smaller than `hidden_size`.
     #[track_caller]
     pub fn with_config(input_size: usize, hidden_size: usize, c: LSTMConfig) -> Self {
-        LSTM { inner: Recurrent::new("LSTM", Cell::Lstm, input_size, hidden_size, c) }
+        let options = Options {
+            num_layers: c.num_layers,
+            bias: c.bias,
+            batch_first: c.batch_first,
+            dropout: c.dropout,
+            bidirectional: c.bidirectional,
+            proj_size: c.proj_size,
+        };
+        LSTM { inner: Recurrent::new("LSTM", Cell::Lstm, input_size, hidden_size, options) }
+    }
+
+    /// The projection size, 0 for none.
+    pub fn proj_size(&self) -> usize {
+        self.inner.proj_size
+    }
+
+    /// `weight_hr_l{layer}` (`_reverse` with `reverse`): `[proj_size, H]`, `None` without
+    /// a projection.
+    ///
+    /// # Panics
+    /// When the layer or direction does not exist.
+    #[track_caller]
+    pub fn weight_hr(&self, layer: usize, reverse: bool) -> Option<&Parameter> {
+        self.inner.weights("LSTM", layer, reverse).w_hr.as_ref()
     }
 }
 
@@ -824,7 +919,15 @@ impl GRU {
     /// When `hidden_size` or `num_layers` is 0, or `dropout` is outside `[0, 1]`.
     #[track_caller]
     pub fn with_config(input_size: usize, hidden_size: usize, c: GRUConfig) -> Self {
-        GRU { inner: Recurrent::new("GRU", Cell::Gru, input_size, hidden_size, c) }
+        let options = Options {
+            num_layers: c.num_layers,
+            bias: c.bias,
+            batch_first: c.batch_first,
+            dropout: c.dropout,
+            bidirectional: c.bidirectional,
+            proj_size: 0,
+        };
+        GRU { inner: Recurrent::new("GRU", Cell::Gru, input_size, hidden_size, options) }
     }
 }
 

@@ -119,6 +119,8 @@ fn lstm_matches_pytorch() {
     check("lstm", || LSTM::new(3, 4), run_lstm, LOOSE);
     let cfg = LSTMConfig { num_layers: 2, batch_first: true, bidirectional: true, ..Default::default() };
     check("lstm_2layer_bidir_batchfirst", || LSTM::with_config(3, 4, cfg), run_lstm, LOOSE);
+    let proj = LSTMConfig { num_layers: 2, bidirectional: true, proj_size: 2, ..Default::default() };
+    check("lstm_proj_2layer_bidir", || LSTM::with_config(3, 5, proj), run_lstm, LOOSE);
     // The input struct with its builder, on unbatched input and states.
     check(
         "lstm_unbatched",
@@ -164,12 +166,14 @@ fn printouts_match_pytorch() {
         RNNConfig { num_layers: 2, nonlinearity: RnnNonlinearity::Relu, bidirectional: true, ..Default::default() };
     let nobias = RNNConfig { num_layers: 3, bias: false, dropout: 0.25, ..Default::default() };
     let lstm2 = LSTMConfig { num_layers: 2, batch_first: true, bidirectional: true, ..Default::default() };
+    let proj = LSTMConfig { num_layers: 2, bidirectional: true, ..Default::default() };
     let mine = [
         ("rnn", RNN::new(3, 4).to_string()),
         ("rnn_relu_2layer_bidir", RNN::with_config(3, 4, relu2).to_string()),
         ("rnn_nobias_dropout", RNN::with_config(3, 4, nobias).to_string()),
         ("lstm", LSTM::new(3, 4).to_string()),
         ("lstm_2layer_bidir_batchfirst", LSTM::with_config(10, 20, lstm2).to_string()),
+        ("lstm_proj", LSTM::with_config(3, 5, LSTMConfig { proj_size: 2, ..proj }).to_string()),
         ("gru", GRU::new(3, 4).to_string()),
         ("gru_bidir", GRU::with_config(3, 4, GRUConfig { bidirectional: true, ..Default::default() }).to_string()),
         ("rmsnorm", RMSNorm::new(6).to_string()),
@@ -218,6 +222,22 @@ fn state_dict_keys_and_shapes_are_pytorchs() {
     assert_eq!(keys, ["weight_ih_l0", "weight_hh_l0"]);
     assert_eq!(lstm.weight_hh(0, false).shape(), &[20, 5]);
     assert!(lstm.bias_ih(0, false).is_none());
+    let proj = LSTM::with_config(3, 5, LSTMConfig { proj_size: 2, ..Default::default() });
+    let keys: Vec<(String, Vec<usize>)> =
+        proj.state_dict().iter().map(|(k, v)| (k.to_string(), v.shape().to_vec())).collect();
+    let want: Vec<(String, Vec<usize>)> = [
+        ("weight_ih_l0", vec![20, 3]),
+        ("weight_hh_l0", vec![20, 2]),
+        ("bias_ih_l0", vec![20]),
+        ("bias_hh_l0", vec![20]),
+        ("weight_hr_l0", vec![2, 5]),
+    ]
+    .into_iter()
+    .map(|(k, s)| (k.to_string(), s))
+    .collect();
+    assert_eq!(keys, want);
+    assert_eq!(proj.weight_hr(0, false).unwrap().id(), proj.named_parameters()[4].1.id());
+    assert_eq!(proj.all_weights()[0].len(), 5);
     let conv = Conv1D::new(6, 4);
     let keys: Vec<(String, Vec<usize>)> =
         conv.state_dict().iter().map(|(k, v)| (k.to_string(), v.shape().to_vec())).collect();
@@ -376,6 +396,22 @@ fn rnn_rejects_a_wrong_initial_state() {
 )]
 fn lstm_rejects_a_batched_cell_state_for_an_unbatched_input() {
     LSTM::new(3, 4).forward((&Tensor::zeros(&[5, 3]), (&Tensor::zeros(&[1, 4]), &Tensor::zeros(&[1, 2, 4]))));
+}
+
+#[test]
+#[should_panic(
+    expected = "LSTM(3, 5, proj_size=2) expects h_0 [1, 2, 2] ([num_layers * num_directions, N, proj_size]) for input [4, 2, 3], got [1, 2, 5]"
+)]
+fn a_projecting_lstm_wants_h0_of_proj_size() {
+    let x = Tensor::zeros(&[4, 2, 3]);
+    let c0 = Tensor::zeros(&[1, 2, 5]);
+    LSTM::with_config(3, 5, LSTMConfig { proj_size: 2, ..Default::default() }).forward((&x, (&c0, &c0)));
+}
+
+#[test]
+#[should_panic(expected = "LSTM: proj_size (4) must be smaller than hidden_size (4)")]
+fn lstm_rejects_a_projection_as_large_as_the_hidden_state() {
+    LSTM::with_config(3, 4, LSTMConfig { proj_size: 4, ..Default::default() });
 }
 
 #[test]
