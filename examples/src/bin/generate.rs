@@ -1,0 +1,113 @@
+//! Loads a transformers causal-LM directory (GPT-2 or Llama: `config.json` and
+//! `model.safetensors`) and prints a continuation of a prompt: greedy by default, or
+//! sampled with `--temperature`, `--top-k`, `--top-p` and `--seed`, with the key/value
+//! cache (or without, `--no-cache`). `--bench N` times N generations and prints tokens/s.
+//!
+//! Byte-level models (vocabulary 256, as `gpt2_finetune` writes) take the prompt as text
+//! and print text; other vocabularies take `--prompt-ids` and print ids (this example
+//! reads no tokenizer files).
+//!
+//! ```text
+//! cargo run --release -p nn-examples --bin gpt2_finetune
+//! cargo run --release -p nn-examples --bin generate -- out/gpt2_finetuned --prompt "It is a truth"
+//! ```
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use nn_models::generation::{generate, CausalLm, GenerationConfig, Sampling};
+use nn_models::gpt2::Gpt2LMHeadModel;
+use nn_models::llama::LlamaForCausalLM;
+
+#[derive(Parser)]
+#[command(about = "Text generation with a GPT-2 or Llama transformers directory")]
+struct Args {
+    /// The model directory (config.json, model.safetensors).
+    model_dir: PathBuf,
+    /// The prompt, as text (byte-level models).
+    #[arg(long, default_value = "It is a truth universally acknowledged")]
+    prompt: String,
+    /// The prompt as token ids, comma-separated (any vocabulary).
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<i64>>,
+    /// Tokens to add.
+    #[arg(long, default_value_t = 100)]
+    max_new_tokens: usize,
+    /// Sample at this temperature (greedy without it).
+    #[arg(long)]
+    temperature: Option<f64>,
+    /// Sample among the k most likely tokens.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample among the most likely tokens reaching this probability.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Seed of the sampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Recompute the whole sequence for every token.
+    #[arg(long)]
+    no_cache: bool,
+    /// Time this many generations and print tokens per second.
+    #[arg(long)]
+    bench: Option<usize>,
+}
+
+fn run(model: &impl CausalLm, vocab: usize, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let bytes = vocab == 256;
+    let prompt: Vec<i64> = match &args.prompt_ids {
+        Some(ids) => ids.clone(),
+        None if bytes => args.prompt.bytes().map(i64::from).collect(),
+        None => return Err(format!("the vocabulary has {vocab} tokens, not bytes: pass --prompt-ids").into()),
+    };
+    let sampling = match (args.temperature, args.top_k, args.top_p) {
+        (None, None, None) => Sampling::Greedy,
+        (t, top_k, top_p) => Sampling::Sample { temperature: t.unwrap_or(1.0), top_k, top_p },
+    };
+    let config = GenerationConfig {
+        max_new_tokens: args.max_new_tokens,
+        sampling,
+        eos_token_id: None,
+        use_cache: !args.no_cache,
+    };
+    nn_core::manual_seed(args.seed);
+    let tokens = generate(model, &prompt, &config)?;
+    if bytes {
+        let text: Vec<u8> = tokens.iter().map(|&t| t as u8).collect();
+        println!("{}", String::from_utf8_lossy(&text));
+    } else {
+        println!("{tokens:?}");
+    }
+    if let Some(n) = args.bench {
+        let start = Instant::now();
+        for _ in 0..n {
+            generate(model, &prompt, &config)?;
+        }
+        let s = start.elapsed().as_secs_f64();
+        println!(
+            "bench: {:.1} tokens/s ({n} x {} new tokens after a {}-token prompt, cache {}, {:.2} s)",
+            (n * args.max_new_tokens) as f64 / s,
+            args.max_new_tokens,
+            prompt.len(),
+            if args.no_cache { "off" } else { "on" },
+            s
+        );
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(args.model_dir.join("config.json"))?)?;
+    let vocab = config["vocab_size"].as_u64().unwrap_or(0) as usize;
+    match config["model_type"].as_str() {
+        Some("gpt2") => run(&Gpt2LMHeadModel::from_pretrained(&args.model_dir)?, vocab, &args),
+        Some("llama") => run(&LlamaForCausalLM::from_pretrained(&args.model_dir)?, vocab, &args),
+        other => {
+            Err(format!("{}: model_type {other:?}; this example runs \"gpt2\" and \"llama\"", args.model_dir.display())
+                .into())
+        }
+    }
+}
