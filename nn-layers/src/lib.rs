@@ -24,6 +24,7 @@ mod norm;
 mod pool;
 mod repr;
 mod transformer;
+mod transformer_decoder;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use attention::{AttentionInput, MultiheadAttention, NonDynamicallyQuantizableLinear};
@@ -41,4 +42,8 @@ pub use pool::{
 };
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+};
+pub use transformer_decoder::{
+    DecoderInput, Transformer, TransformerConfig, TransformerDecoder, TransformerDecoderLayer,
+    TransformerDecoderLayerConfig, TransformerInput,
 };
