@@ -13,14 +13,14 @@ use nn_core::{no_grad, DType, Forward, Module, StateDict, Tensor};
 use nn_core::{Compute, Layer};
 use nn_layers::*;
 
-fn load(name: &str) -> StateDict {
+pub(crate) fn load(name: &str) -> StateDict {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/layers").join(format!("{name}.safetensors"));
     StateDict::load(&p).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs one fixture case: builds the module, loads `state.*` strictly, and compares
 /// everything PyTorch recorded in both modes.
-fn check<M: Module>(name: &str, build: impl Fn() -> M, call: impl Fn(&M, &StateDict, &Tensor) -> Tensor, tol: f32) {
+pub(crate) fn check<M: Module>(name: &str, build: impl Fn() -> M, call: impl Fn(&M, &StateDict, &Tensor) -> Tensor, tol: f32) {
     for device in devices() {
         check_on(device, name, &build, &call, tol);
     }
@@ -28,7 +28,7 @@ fn check<M: Module>(name: &str, build: impl Fn() -> M, call: impl Fn(&M, &StateD
 
 /// The devices every parity case runs on: the CPU, and `gpu:0` with the `gpu` feature (a
 /// missing adapter then fails the case, saying why).
-fn devices() -> Vec<nn_core::Device> {
+pub(crate) fn devices() -> Vec<nn_core::Device> {
     let mut d = vec![nn_core::Device::Cpu];
     if cfg!(feature = "gpu") {
         let gpu = nn_core::Device::Gpu(0);
@@ -95,27 +95,27 @@ fn check_on<M: Module>(
 }
 
 /// `|a - e| <= tol / 10 + tol * |e|` elementwise, with the case named on failure.
-fn assert_close_ctx(a: &[f32], e: &[f32], tol: f32, ctx: &str) {
+pub(crate) fn assert_close_ctx(a: &[f32], e: &[f32], tol: f32, ctx: &str) {
     assert_eq!(a.len(), e.len(), "{ctx}: lengths differ");
     for (i, (x, y)) in a.iter().zip(e).enumerate() {
         assert!((x - y).abs() <= tol * 0.1 + tol * y.abs(), "{ctx}: element {i}: {x} vs PyTorch {y} (rtol {tol})");
     }
 }
 
-fn fwd<M: Layer>(m: &M, _: &StateDict, x: &Tensor) -> Tensor {
+pub(crate) fn fwd<M: Layer>(m: &M, _: &StateDict, x: &Tensor) -> Tensor {
     m.forward(x)
 }
 
 /// Layers with masks run on the input alone (no masks) and return the primary output.
-fn fwd_primary<M: Compute>(m: &M, _: &StateDict, x: &Tensor) -> Tensor
+pub(crate) fn fwd_primary<M: Compute>(m: &M, _: &StateDict, x: &Tensor) -> Tensor
 where
     for<'a> &'a Tensor: ForwardArg<'a, M::Input>,
 {
     m.forward(x).primary().clone()
 }
 
-const TIGHT: f32 = 1e-5;
-const LOOSE: f32 = 1e-4;
+pub(crate) const TIGHT: f32 = 1e-5;
+pub(crate) const LOOSE: f32 = 1e-4;
 
 #[test]
 fn linear_and_bilinear() {

@@ -7,5 +7,6 @@ mod hooks;
 mod hostile_checkpoints;
 mod init_stats;
 mod layers;
+mod layers_b;
 mod module;
 mod training;
