@@ -246,8 +246,7 @@ impl Conv2d {
             &[c.stride.0, c.stride.1],
             &[c.dilation.0, c.dilation.1],
         );
-        let (weight, bias) =
-            conv_params(out_channels, in_channels / c.groups, &[kernel_size.0, kernel_size.1], c.bias);
+        let (weight, bias) = conv_params(out_channels, in_channels / c.groups, &[kernel_size.0, kernel_size.1], c.bias);
         Conv2d { weight, bias, base: ModuleBase::default(), in_channels, out_channels, kernel_size, config }
     }
 

@@ -209,7 +209,13 @@ impl Compute for ConvTranspose2d {
         let unbatched = x.rank() == 3;
         let ok = (x.rank() == 4 || unbatched) && x.shape()[x.rank() - 3] == self.in_channels;
         if !ok {
-            panic!("{} expects input [N, {}, H, W] or [{}, H, W], got {:?}", self, self.in_channels, self.in_channels, x.shape());
+            panic!(
+                "{} expects input [N, {}, H, W] or [{}, H, W], got {:?}",
+                self,
+                self.in_channels,
+                self.in_channels,
+                x.shape()
+            );
         }
         let x4 = if unbatched { x.unsqueeze(0) } else { x.clone() };
         let y = x4.conv_transpose2d(&self.weight, self.bias.as_deref(), self.options());
@@ -307,7 +313,13 @@ impl Compute for ConvTranspose1d {
         let unbatched = x.rank() == 2;
         let ok = (x.rank() == 3 || unbatched) && x.shape()[x.rank() - 2] == self.in_channels;
         if !ok {
-            panic!("{} expects input [N, {}, L] or [{}, L], got {:?}", self, self.in_channels, self.in_channels, x.shape());
+            panic!(
+                "{} expects input [N, {}, L] or [{}, L], got {:?}",
+                self,
+                self.in_channels,
+                self.in_channels,
+                x.shape()
+            );
         }
         let x3 = if unbatched { x.unsqueeze(0) } else { x.clone() };
         let c = &self.config;

@@ -30,15 +30,17 @@ pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, 
 pub use attention::{AttentionInput, MultiheadAttention, NonDynamicallyQuantizableLinear};
 pub use containers::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dAxesConfig, Conv2dConfig, LazyConv2d};
-pub use conv_transpose::{ConvTranspose1d, ConvTranspose1dConfig, ConvTranspose2d, ConvTranspose2dAxesConfig, ConvTranspose2dConfig};
+pub use conv_transpose::{
+    ConvTranspose1d, ConvTranspose1dConfig, ConvTranspose2d, ConvTranspose2dAxesConfig, ConvTranspose2dConfig,
+};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use linear::{Bilinear, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
 pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm};
 pub use pool::{
-    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool1dConfig, AvgPool2d, AvgPool2dConfig, MaxPool1d, MaxPool1dConfig,
-    MaxPool2d, MaxPool2dConfig,
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool1dConfig, AvgPool2d, AvgPool2dConfig, MaxPool1d,
+    MaxPool1dConfig, MaxPool2d, MaxPool2dConfig,
 };
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,

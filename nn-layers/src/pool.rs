@@ -240,7 +240,12 @@ impl AvgPool2d {
 
 impl ExtraRepr for AvgPool2d {
     fn extra_repr(&self) -> String {
-        format!("kernel_size={}, stride={}, padding={}", self.kernel_size.repr(), self.stride.repr(), self.padding.repr())
+        format!(
+            "kernel_size={}, stride={}, padding={}",
+            self.kernel_size.repr(),
+            self.stride.repr(),
+            self.padding.repr()
+        )
     }
 }
 

@@ -590,7 +590,8 @@ impl Transformer {
             || TransformerDecoderLayer::with_config(d_model, nhead, layer),
             norm(),
         );
-        let model = Transformer { encoder, decoder, base: ModuleBase::default(), d_model, nhead, batch_first: c.batch_first };
+        let model =
+            Transformer { encoder, decoder, base: ModuleBase::default(), d_model, nhead, batch_first: c.batch_first };
         for p in model.parameters() {
             if p.rank() > 1 {
                 init::xavier_uniform_(&p, 1.0);
@@ -659,11 +660,8 @@ impl Compute for Transformer {
             None if input.src_is_causal => Some(causal_bool_mask(seq_len(&input.src, self.batch_first), &input.src)),
             m => m.clone(),
         };
-        let enc = EncoderInput {
-            src: input.src.clone(),
-            src_mask,
-            src_key_padding_mask: input.src_key_padding_mask.clone(),
-        };
+        let enc =
+            EncoderInput { src: input.src.clone(), src_mask, src_key_padding_mask: input.src_key_padding_mask.clone() };
         let memory = self.encoder.forward(&enc);
         let dec = DecoderInput {
             tgt: input.tgt.clone(),

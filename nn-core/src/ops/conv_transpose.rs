@@ -234,7 +234,13 @@ mod tests {
     use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64};
     use crate::{DType, Device, Tensor};
 
-    fn opts(stride: usize, padding: usize, output_padding: usize, dilation: usize, groups: usize) -> ConvTranspose2dConfig {
+    fn opts(
+        stride: usize,
+        padding: usize,
+        output_padding: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> ConvTranspose2dConfig {
         ConvTranspose2dConfig {
             stride: (stride, stride),
             padding: (padding, padding),
@@ -374,7 +380,8 @@ mod tests {
         let y = x.conv_transpose2d(&w, None, opts(2, 0, 0, 1, 1));
         let yv = y.to_vec_f64();
         y.exp().mean().backward();
-        let expected: f64 = [(0, 0), (2, 1), (8, 2), (10, 3)].iter().map(|&(p, i)| yv[p].exp() / 16.0 * [0.1, -0.2, 0.3, 0.4][i]).sum();
+        let expected: f64 =
+            [(0, 0), (2, 1), (8, 2), (10, 3)].iter().map(|&(p, i)| yv[p].exp() / 16.0 * [0.1, -0.2, 0.3, 0.4][i]).sum();
         assert_close64(&grad(&w)[..1], &[expected], 1e-12);
     }
 

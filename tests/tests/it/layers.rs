@@ -20,7 +20,12 @@ pub(crate) fn load(name: &str) -> StateDict {
 
 /// Runs one fixture case: builds the module, loads `state.*` strictly, and compares
 /// everything PyTorch recorded in both modes.
-pub(crate) fn check<M: Module>(name: &str, build: impl Fn() -> M, call: impl Fn(&M, &StateDict, &Tensor) -> Tensor, tol: f32) {
+pub(crate) fn check<M: Module>(
+    name: &str,
+    build: impl Fn() -> M,
+    call: impl Fn(&M, &StateDict, &Tensor) -> Tensor,
+    tol: f32,
+) {
     for device in devices() {
         check_on(device, name, &build, &call, tol);
     }

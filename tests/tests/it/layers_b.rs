@@ -147,7 +147,8 @@ fn printouts_match_pytorch() {
         ("convtranspose2d_rect", convtranspose2d_rect().to_string()),
         (
             "maxpool1d",
-            MaxPool1d::with_config(3, MaxPool1dConfig { stride: Some(2), padding: 1, ..Default::default() }).to_string(),
+            MaxPool1d::with_config(3, MaxPool1dConfig { stride: Some(2), padding: 1, ..Default::default() })
+                .to_string(),
         ),
         (
             "maxpool1d_ceil",
@@ -156,7 +157,8 @@ fn printouts_match_pytorch() {
         ),
         (
             "avgpool1d",
-            AvgPool1d::with_config(3, AvgPool1dConfig { stride: Some(2), padding: 1, ..Default::default() }).to_string(),
+            AvgPool1d::with_config(3, AvgPool1dConfig { stride: Some(2), padding: 1, ..Default::default() })
+                .to_string(),
         ),
         (
             "avgpool1d_nopad",
@@ -170,14 +172,22 @@ fn printouts_match_pytorch() {
         ("conv2d_rect", conv2d_rect().to_string()),
         (
             "maxpool2d_rect",
-            MaxPool2d::with_kernel((3, 1), MaxPool2dConfig { stride: Some((2, 1)), padding: (1, 0), ..Default::default() })
-                .to_string(),
+            MaxPool2d::with_kernel(
+                (3, 1),
+                MaxPool2dConfig { stride: Some((2, 1)), padding: (1, 0), ..Default::default() },
+            )
+            .to_string(),
         ),
         (
             "avgpool2d_rect",
             AvgPool2d::with_kernel(
                 (1, 3),
-                AvgPool2dConfig { stride: Some((1, 2)), padding: (0, 1), count_include_pad: false, ..Default::default() },
+                AvgPool2dConfig {
+                    stride: Some((1, 2)),
+                    padding: (0, 1),
+                    count_include_pad: false,
+                    ..Default::default()
+                },
             )
             .to_string(),
         ),
@@ -337,11 +347,19 @@ fn bad_arguments_are_named() {
     });
     assert_eq!(m, "ConvTranspose2d: in_channels 4 and out_channels 6 must be divisible by groups 4");
     let m = panic_message(|| {
-        ConvTranspose1d::with_config(2, 2, 3, ConvTranspose1dConfig { stride: 2, output_padding: 2, ..Default::default() });
+        ConvTranspose1d::with_config(
+            2,
+            2,
+            3,
+            ConvTranspose1dConfig { stride: 2, output_padding: 2, ..Default::default() },
+        );
     });
     assert_eq!(m, "ConvTranspose1d: output_padding [2] must be smaller than either the stride [2] or the dilation [1]");
     let m = panic_message(|| drop(ConvTranspose2d::new(4, 2, 3).forward(&Tensor::zeros(&[1, 3, 5, 5]))));
-    assert!(m.starts_with("ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(1, 1)) expects input [N, 4, H, W]"), "{m}");
+    assert!(
+        m.starts_with("ConvTranspose2d(4, 2, kernel_size=(3, 3), stride=(1, 1)) expects input [N, 4, H, W]"),
+        "{m}"
+    );
     assert!(m.ends_with("got [1, 3, 5, 5]"), "{m}");
     let m = panic_message(|| {
         Conv2d::with_kernel(3, 4, (3, 0), Conv2dAxesConfig::default());
@@ -359,5 +377,8 @@ fn bad_arguments_are_named() {
     assert!(m.ends_with("with E = 8, got [5, 2, 6]"), "{m}");
     let model = small_transformer(0.0, true);
     let m = panic_message(|| drop(model.forward((&Tensor::zeros(&[2, 5, 8]), &Tensor::zeros(&[3, 4, 8])))));
-    assert_eq!(m, "Transformer(d_model=8, nhead=2): the batch number of src [2, 5, 8] and tgt [3, 4, 8] must be equal (dim 0)");
+    assert_eq!(
+        m,
+        "Transformer(d_model=8, nhead=2): the batch number of src [2, 5, 8] and tgt [3, 4, 8] must be equal (dim 0)"
+    );
 }
