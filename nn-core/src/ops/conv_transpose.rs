@@ -386,6 +386,22 @@ mod tests {
     }
 
     #[test]
+    fn conv_transpose2d_backward_when_only_some_operands_require_grad() {
+        // Data input, trainable weight (the usual layer), and the other way round: each
+        // gradient equals the one computed with both operands requiring grad.
+        let o = opts(2, 1, 1, 1, 1);
+        let (xv, wv) = (vals(&[2, 3, 3, 3], 1), vals(&[3, 2, 3, 3], 2));
+        let both = (xv.detach().requires_grad_(true), wv.detach().requires_grad_(true));
+        both.0.conv_transpose2d(&both.1, None, o).exp().mean().backward();
+        let w_only = wv.detach().requires_grad_(true);
+        xv.conv_transpose2d(&w_only, None, o).exp().mean().backward();
+        assert_eq!(grad(&w_only), grad(&both.1));
+        let x_only = xv.detach().requires_grad_(true);
+        x_only.conv_transpose2d(&wv, None, o).exp().mean().backward();
+        assert_eq!(grad(&x_only), grad(&both.0));
+    }
+
+    #[test]
     fn conv_transpose2d_gradcheck() {
         let cases = [
             ([1, 2, 3, 3], [2, 2, 2, 2], opts(1, 0, 0, 1, 1)),
