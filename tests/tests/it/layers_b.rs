@@ -382,3 +382,42 @@ fn bad_arguments_are_named() {
         "Transformer(d_model=8, nhead=2): the batch number of src [2, 5, 8] and tgt [3, 4, 8] must be equal (dim 0)"
     );
 }
+
+#[test]
+fn hooks_fire_in_every_transformer_module_and_see_the_primary_inputs() {
+    use nn_core::Hooks;
+    use std::sync::{Arc, Mutex};
+    manual_seed(6);
+    let model = small_transformer(0.0, true);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (name, m) in model.named_modules() {
+        let log = seen.clone();
+        let name = name.to_string();
+        let hook = m.register_forward_hook(move |x, y| {
+            log.lock().unwrap().push((name.clone(), x.shape().to_vec(), y.shape().to_vec()));
+            None
+        });
+        // A ModuleList is never run (as in PyTorch), so it takes no hooks.
+        match hook {
+            Ok(h) => handles.push(h),
+            Err(e) => assert_eq!(m.type_name(), "ModuleList", "{e}"),
+        }
+    }
+    let (src, tgt) = (Tensor::randn(&[2, 5, 8]), Tensor::randn(&[2, 3, 8]));
+    model.forward((&src, &tgt));
+    let seen = seen.lock().unwrap();
+    let find =
+        |n: &str| seen.iter().find(|(name, _, _)| name == n).unwrap_or_else(|| panic!("{n} did not run: {seen:?}"));
+    // The model's primary input is `src`, the decoder's is `tgt`; the memory attention's
+    // query is the target stream.
+    assert_eq!(find(""), &(String::new(), vec![2, 5, 8], vec![2, 3, 8]));
+    assert_eq!(find("encoder").1, vec![2, 5, 8]);
+    assert_eq!(find("decoder").1, vec![2, 3, 8]);
+    assert_eq!(find("decoder.layers.0.multihead_attn").1, vec![2, 3, 8]);
+    assert_eq!(find("decoder.layers.0.norm3").2, vec![2, 3, 8]);
+    assert_eq!(find("decoder.norm").2, vec![2, 3, 8]);
+    for h in handles {
+        h.remove();
+    }
+}
