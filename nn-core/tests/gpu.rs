@@ -208,6 +208,18 @@ fn layers_ops_match_the_cpu() {
     let conv = Conv2dConfig { stride: (2, 1), padding: (1, 2), dilation: (1, 2), groups: 2 };
     check("conv2d", &[img.clone(), randn(&[6, 2, 3, 3]), randn(&[6])], F32, |t| t[0].conv2d(&t[1], Some(&t[2]), conv));
     check("conv1d", &[randn(&[2, 4, 15]), randn(&[6, 4, 3])], F32, |t| t[0].conv1d(&t[1], None, 2, 1, 1, 1));
+    let tconv = nn_core::ops::ConvTranspose2dConfig {
+        stride: (2, 1),
+        padding: (1, 0),
+        output_padding: (1, 0),
+        dilation: (1, 2),
+        groups: 2,
+    };
+    check("conv_transpose2d", &[img.clone(), randn(&[4, 3, 3, 2]), randn(&[6])], F32, |t| {
+        t[0].conv_transpose2d(&t[1], Some(&t[2]), tconv)
+    });
+    let t1 = nn_core::ops::ConvTranspose1dConfig { stride: 2, padding: 1, output_padding: 1, ..Default::default() };
+    check("conv_transpose1d", &[randn(&[2, 4, 7]), randn(&[4, 3, 3])], F32, |t| t[0].conv_transpose1d(&t[1], None, t1));
     let pool = Pool2dConfig { kernel: (3, 3), stride: (2, 2), padding: (1, 1), dilation: (1, 1), ceil_mode: false };
     check("max_pool2d", &[img.clone()], F32, |t| t[0].max_pool2d(pool));
     check("avg_pool2d", &[img.clone()], F32, |t| t[0].avg_pool2d(pool, true));
@@ -352,6 +364,14 @@ fn gradchecks_run_on_the_gpu_in_f64() {
         ("sum_dim relu", vec![on(&[4, 3, 2])], Box::new(|t| t[0].relu().sum_dim(1, false))),
         ("softmax", vec![on(&[2, 5])], Box::new(|t| t[0].softmax(-1))),
         ("conv2d", vec![on(&[1, 4, 5, 5]), on(&[2, 2, 3, 3])], Box::new(move |t| t[0].conv2d(&t[1], None, conv))),
+        (
+            "conv_transpose2d",
+            vec![on(&[1, 2, 3, 3]), on(&[2, 2, 3, 2]), on(&[4])],
+            Box::new(|t| {
+                let o = nn_core::ops::ConvTranspose2dConfig { stride: (2, 1), groups: 2, ..Default::default() };
+                t[0].conv_transpose2d(&t[1], Some(&t[2]), o)
+            }),
+        ),
         ("max_pool2d", vec![on(&[1, 2, 4, 4])], Box::new(|t| t[0].max_pool2d(Pool2dConfig::new(2)))),
         (
             "layer_norm",

@@ -15,6 +15,7 @@ mod activation;
 mod attention;
 mod containers;
 mod conv;
+mod conv_transpose;
 mod dropout;
 mod embedding;
 mod lazy;
@@ -24,11 +25,15 @@ mod pool;
 mod recurrent;
 mod repr;
 mod transformer;
+mod transformer_decoder;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use attention::{AttentionInput, MultiheadAttention, NonDynamicallyQuantizableLinear};
 pub use containers::{ModuleDict, ModuleList, Sequential};
-pub use conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, LazyConv2d};
+pub use conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dAxesConfig, Conv2dConfig, LazyConv2d};
+pub use conv_transpose::{
+    ConvTranspose1d, ConvTranspose1dConfig, ConvTranspose2d, ConvTranspose2dAxesConfig, ConvTranspose2dConfig,
+};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use linear::{Bilinear, Conv1D, Flatten, Identity, LazyLinear, Linear};
@@ -36,8 +41,15 @@ pub use nn_core::ops::GeluApproximate;
 pub use norm::{
     BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm, RMSNormConfig,
 };
-pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use pool::{
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool1dConfig, AvgPool2d, AvgPool2dConfig, MaxPool1d,
+    MaxPool1dConfig, MaxPool2d, MaxPool2dConfig,
+};
 pub use recurrent::{GRUConfig, LSTMConfig, LSTMInput, RNNConfig, RNNInput, RnnNonlinearity, GRU, LSTM, RNN};
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+};
+pub use transformer_decoder::{
+    DecoderInput, Transformer, TransformerConfig, TransformerDecoder, TransformerDecoderLayer,
+    TransformerDecoderLayerConfig, TransformerInput,
 };

@@ -103,4 +103,14 @@ impl Storage {
             cpu::conv::backward(g, x, w, geo, (need_dx, need_dw))
         })
     }
+
+    /// The transposed convolution of contiguous `self` (`[n, o, ho, wo]`) with contiguous
+    /// `weight` (`[o, c / groups, kh, kw]`): the input gradient of
+    /// [`conv2d`](Storage::conv2d) for the output gradient `self`, a contiguous
+    /// `[n, c, h, w]` buffer.
+    pub(crate) fn conv_transpose2d(&self, weight: &Storage, geo: &ConvGeometry) -> Storage {
+        // The convolution's input only feeds its weight gradient, which is not asked for;
+        // `self` stands in for it (the kernels read only its dtype and device then).
+        self.conv2d_backward(self, weight, geo, (true, false)).0
+    }
 }

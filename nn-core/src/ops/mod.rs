@@ -10,6 +10,7 @@ pub(crate) mod activation;
 pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod conv;
+pub(crate) mod conv_transpose;
 pub(crate) mod dropout;
 pub(crate) mod index;
 pub(crate) mod inplace;
@@ -28,6 +29,7 @@ pub(crate) mod view;
 pub use activation::GeluApproximate;
 pub use attention::AttentionConfig;
 pub use conv::Conv2dConfig;
+pub use conv_transpose::{ConvTranspose1dConfig, ConvTranspose2dConfig};
 pub use inplace::Operand;
 pub use pool::Pool2dConfig;
 

@@ -20,7 +20,12 @@ pub(crate) fn load(name: &str) -> StateDict {
 
 /// Runs one fixture case: builds the module, loads `state.*` strictly, and compares
 /// everything PyTorch recorded in both modes.
-fn check<M: Module>(name: &str, build: impl Fn() -> M, call: impl Fn(&M, &StateDict, &Tensor) -> Tensor, tol: f32) {
+pub(crate) fn check<M: Module>(
+    name: &str,
+    build: impl Fn() -> M,
+    call: impl Fn(&M, &StateDict, &Tensor) -> Tensor,
+    tol: f32,
+) {
     for device in devices() {
         check_on(device, name, &build, &call, tol);
     }
@@ -102,12 +107,12 @@ pub(crate) fn assert_close_ctx(a: &[f32], e: &[f32], tol: f32, ctx: &str) {
     }
 }
 
-fn fwd<M: Layer>(m: &M, _: &StateDict, x: &Tensor) -> Tensor {
+pub(crate) fn fwd<M: Layer>(m: &M, _: &StateDict, x: &Tensor) -> Tensor {
     m.forward(x)
 }
 
 /// Layers with masks run on the input alone (no masks) and return the primary output.
-fn fwd_primary<M: Compute>(m: &M, _: &StateDict, x: &Tensor) -> Tensor
+pub(crate) fn fwd_primary<M: Compute>(m: &M, _: &StateDict, x: &Tensor) -> Tensor
 where
     for<'a> &'a Tensor: ForwardArg<'a, M::Input>,
 {

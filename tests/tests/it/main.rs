@@ -7,6 +7,7 @@ mod hooks;
 mod hostile_checkpoints;
 mod init_stats;
 mod layers;
+mod layers_b;
 mod layers_rnn;
 mod masks;
 mod module;

@@ -212,9 +212,9 @@ pub(crate) fn backward(
     g: &Geometry,
     (need_dx, need_dw): (bool, bool),
 ) -> (CpuStorage, CpuStorage) {
-    with_float!(x, "conv2d", T, xv => {
+    with_float!(gy, "conv2d", T, gv => {
         let wv = T::slice(w).expect("same dtype");
-        let gv = T::slice(gy).expect("same dtype");
+        let xv = T::slice(x).expect("same dtype");
         let (dx, dw) = conv_backward(xv, wv, gv, g, need_dx, need_dw);
         (T::into_storage(dx), T::into_storage(dw))
     })
@@ -296,8 +296,11 @@ fn conv_backward<T: CpuFloat>(
         (geo.c * geo.h * geo.w, geo.o * hw, geo.in_channels_per_group() * geo.h * geo.w);
     let l = Cols::new(geo);
     let block = samples_per_task::<T>(geo, &l);
-    let mut dx = T::alloc_buffer(if need_dx { x.len() } else { 0 });
-    dx.resize(if need_dx { x.len() } else { 0 }, T::zero());
+    // Sized by the geometry, not by `x`: without the weight gradient `x` is never read (a
+    // transposed convolution passes a stand-in).
+    let dx_len = if need_dx { geo.n * in_sample } else { 0 };
+    let mut dx = T::alloc_buffer(dx_len);
+    dx.resize(dx_len, T::zero());
     let wlen = w.len();
     let (ph, pw) = geo.opt.padding;
     // One block of samples starting at sample `n0`; `dxs` is the block's input gradient.
