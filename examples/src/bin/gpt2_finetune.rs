@@ -11,12 +11,15 @@
 //! in `GPT2LMHeadModel.from_pretrained`; `logits_check.safetensors` there holds a batch of
 //! ids and nn's logits for it (`nn-models/tests/fixtures/generate.py --check DIR` compares).
 //!
-//! Expected with the defaults (full fine-tuning, 400 steps, about a minute on 2 cores): the
-//! held-out loss falls from 5.6 (random init) to about 2.3 nats per byte, and the sample
-//! reads as English-shaped text.
+//! Expected (2-vCPU AMD EPYC, Zen 5): full fine-tuning with the defaults, 400 steps in
+//! 14 s, takes the held-out loss from 5.54 (random init) to 2.26 nats per byte; LoRA
+//! (`--model-dir out/gpt2_finetuned --lora 8`, 4,096 adapter parameters, 3.3%) then takes
+//! it to 2.16. transformers loads either saved directory with logits within 7e-6 of nn's
+//! (`nn-models/tests/fixtures/check_saved.py`).
 //!
 //! ```text
-//! cargo run --release -p nn-examples --bin gpt2_finetune [-- --lora 8]
+//! cargo run --release -p nn-examples --bin gpt2_finetune
+//! cargo run --release -p nn-examples --bin gpt2_finetune -- --model-dir out/gpt2_finetuned --lora 8 --out-dir out/lora
 //! cargo run --release -p nn-examples --bin generate -- out/gpt2_finetuned --prompt "It is a truth"
 //! ```
 
@@ -73,7 +76,15 @@ fn loss(model: &Gpt2LMHeadModel, x: &Tensor, y: &Tensor) -> Tensor {
 fn held_out(model: &Gpt2LMHeadModel, bytes: &[u8]) -> f64 {
     let state = nn_core::random::rng_state();
     manual_seed(12345);
-    let l = no_grad(|| (0..8).map(|_| loss(model, &batch(bytes).0, &batch(bytes).1).item()).sum::<f64>() / 8.0);
+    let l = no_grad(|| {
+        (0..8)
+            .map(|_| {
+                let (x, y) = batch(bytes);
+                loss(model, &x, &y).item()
+            })
+            .sum::<f64>()
+            / 8.0
+    });
     nn_core::random::set_rng_state(&state);
     l
 }
