@@ -11,14 +11,18 @@ pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod conv;
 pub(crate) mod dropout;
+pub(crate) mod einsum;
 pub(crate) mod index;
 pub(crate) mod inplace;
+pub(crate) mod interpolate;
 pub(crate) mod matmul;
 pub(crate) mod norm;
+pub(crate) mod pad;
 pub(crate) mod pool;
 pub(crate) mod predicates;
 pub(crate) mod quantile;
 pub(crate) mod reduce;
+pub(crate) mod repeat;
 pub(crate) mod softmax;
 pub(crate) mod triangular;
 pub(crate) mod unary;
@@ -29,6 +33,8 @@ pub use activation::GeluApproximate;
 pub use attention::AttentionConfig;
 pub use conv::Conv2dConfig;
 pub use inplace::Operand;
+pub use interpolate::{InterpolateMode, InterpolateSize};
+pub use pad::PadMode;
 pub use pool::Pool2dConfig;
 
 /// Former name of [`Conv2dConfig`] (option structs are `...Config` in every crate).
