@@ -23,6 +23,7 @@ mod norm;
 mod pool;
 mod repr;
 mod transformer;
+mod upsample;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use attention::{AttentionInput, MultiheadAttention, NonDynamicallyQuantizableLinear};
@@ -34,6 +35,7 @@ pub use linear::{Bilinear, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
 pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use upsample::{Upsample, UpsampleConfig};
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
