@@ -261,7 +261,9 @@ fn tiling_padding_einsum_and_resampling_match_the_cpu() {
     check("einsum diag chain", &[randn(&[3, 3, 4]), randn(&[4, 5]), randn(&[5])], F32, |t| {
         einsum("iij,jk,k->i", &[&t[0], &t[1], &t[2]])
     });
-    check("einsum ellipsis", &[randn(&[2, 1, 3, 4]), randn(&[5, 4, 2])], F32, |t| einsum("...ij,...jk", &[&t[0], &t[1]]));
+    check("einsum ellipsis", &[randn(&[2, 1, 3, 4]), randn(&[5, 4, 2])], F32, |t| {
+        einsum("...ij,...jk", &[&t[0], &t[1]])
+    });
     let sizes = [
         (InterpolateSize::Size(vec![7, 9]), InterpolateMode::Nearest, None),
         (InterpolateSize::ScaleFactor(vec![1.5, 0.7]), InterpolateMode::Bilinear, None),
@@ -273,7 +275,9 @@ fn tiling_padding_einsum_and_resampling_match_the_cpu() {
         });
     }
     let line = randn(&[2, 3, 5]);
-    check("interpolate linear", &[line], F32, |t| interpolate(&t[0], InterpolateSize::Size(vec![11]), InterpolateMode::Linear, None));
+    check("interpolate linear", &[line], F32, |t| {
+        interpolate(&t[0], InterpolateSize::Size(vec![11]), InterpolateMode::Linear, None)
+    });
     assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "a composed op took a host path");
     // Per-element repeats are read on the host (the output size depends on them).
     let reps = Tensor::from_vec_i64(vec![1, 0, 3], &[3]);

@@ -35,7 +35,7 @@ pub use linear::{Bilinear, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
 pub use norm::{BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
-pub use upsample::{Upsample, UpsampleConfig};
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
+pub use upsample::{Upsample, UpsampleConfig};

@@ -164,7 +164,10 @@ pub fn einsum(equation: &str, operands: &[&Tensor]) -> Tensor {
                     eqn.fail(format!("output subscript {} appears more than once in the output", label_char(l)));
                 }
                 if size[l].is_none() {
-                    eqn.fail(format!("output subscript {} does not appear in the equation for any input operand", label_char(l)));
+                    eqn.fail(format!(
+                        "output subscript {} does not appear in the equation for any input operand",
+                        label_char(l)
+                    ));
                 }
             }
             out
@@ -271,8 +274,9 @@ impl Operand {
 
     /// Sums away the labels that neither `needed` nor `other` hold.
     fn sum_unneeded(&mut self, needed: &[Label], other: &[Label]) {
-        let dims: Vec<usize> =
-            (0..self.labels.len()).filter(|&d| !needed.contains(&self.labels[d]) && !other.contains(&self.labels[d])).collect();
+        let dims: Vec<usize> = (0..self.labels.len())
+            .filter(|&d| !needed.contains(&self.labels[d]) && !other.contains(&self.labels[d]))
+            .collect();
         if dims.is_empty() {
             return;
         }
@@ -357,11 +361,7 @@ fn contract(mut a: Operand, mut b: Operand, needed: &[Label]) -> Operand {
         &[&bsize[..], &isize, &bosize].concat(),
         &[batch.len(), inner.len(), b_only.len()],
     );
-    let (lhs, rhs) = if batch.is_empty() {
-        (lhs.squeeze_dim(0), rhs.squeeze_dim(0))
-    } else {
-        (lhs, rhs)
-    };
+    let (lhs, rhs) = if batch.is_empty() { (lhs.squeeze_dim(0), rhs.squeeze_dim(0)) } else { (lhs, rhs) };
     let product = lhs.matmul(&rhs);
     let shape = [&bsize[..], &asize, &bosize].concat();
     Operand { t: product.reshape(&shape), labels: cat(&[&batch, &a_only, &b_only]) }
@@ -466,8 +466,10 @@ mod tests {
             ("ij,j", vec![vec![2, 3], vec![1]]),
         ];
         for (k, (eq, shapes)) in eqs.iter().enumerate() {
-            let inputs: Vec<Tensor> = shapes.iter().enumerate().map(|(i, s)| t(s, 30 + 7 * k as u64 + i as u64)).collect();
-            gradcheck(|x| einsum(eq, &x.iter().collect::<Vec<_>>()).tanh(), &inputs).unwrap_or_else(|e| panic!("{eq}: {e}"));
+            let inputs: Vec<Tensor> =
+                shapes.iter().enumerate().map(|(i, s)| t(s, 30 + 7 * k as u64 + i as u64)).collect();
+            gradcheck(|x| einsum(eq, &x.iter().collect::<Vec<_>>()).tanh(), &inputs)
+                .unwrap_or_else(|e| panic!("{eq}: {e}"));
             check_noncontig(|x| einsum(eq, &x.iter().collect::<Vec<_>>()), &inputs);
         }
     }
@@ -507,13 +509,17 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "einsum(\"ij->k\"): output subscript k does not appear in the equation for any input operand")]
+    #[should_panic(
+        expected = "einsum(\"ij->k\"): output subscript k does not appear in the equation for any input operand"
+    )]
     fn unknown_output_label_panics() {
         einsum("ij->k", &[&t(&[2, 2], 1)]);
     }
 
     #[test]
-    #[should_panic(expected = "einsum(\"ii\"): subscript i is repeated for operand 0 but the sizes don't match, 2 != 3")]
+    #[should_panic(
+        expected = "einsum(\"ii\"): subscript i is repeated for operand 0 but the sizes don't match, 2 != 3"
+    )]
     fn diagonal_of_unequal_dims_panics() {
         einsum("ii", &[&t(&[2, 3], 1)]);
     }

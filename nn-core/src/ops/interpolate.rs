@@ -107,10 +107,9 @@ pub fn interpolate(x: &Tensor, size: InterpolateSize, mode: InterpolateMode, ali
             x.shape(),
             if r == 3 { "L" } else { "H, W" }
         ),
-        None if rank < 3 => panic!(
-            "{OP}: expected input [N, C, *spatial] with at least one spatial dim, got shape {:?}",
-            x.shape()
-        ),
+        None if rank < 3 => {
+            panic!("{OP}: expected input [N, C, *spatial] with at least one spatial dim, got shape {:?}", x.shape())
+        }
         _ => {}
     }
     if mode == InterpolateMode::Nearest && align_corners.is_some() {
@@ -199,7 +198,13 @@ fn nearest_indices(n: usize, m: usize, scale: Option<f64>) -> Vec<i64> {
 
 /// Source indices `i0`, `i1` and weights `w0`, `w1` of linear interpolation from `n` to
 /// `m` points (PyTorch's `compute_indices_weights_linear`), in `f32` or `f64` arithmetic.
-fn linear_weights(n: usize, m: usize, scale: Option<f64>, align: bool, f32_math: bool) -> (Vec<i64>, Vec<i64>, Vec<f64>) {
+fn linear_weights(
+    n: usize,
+    m: usize,
+    scale: Option<f64>,
+    align: bool,
+    f32_math: bool,
+) -> (Vec<i64>, Vec<i64>, Vec<f64>) {
     let round = |v: f64| if f32_math { v as f32 as f64 } else { v };
     let ratio = if align {
         if m > 1 {
@@ -212,11 +217,8 @@ fn linear_weights(n: usize, m: usize, scale: Option<f64>, align: bool, f32_math:
     };
     let (mut i0, mut i1, mut lam) = (Vec::with_capacity(m), Vec::with_capacity(m), Vec::with_capacity(m));
     for o in 0..m {
-        let src = if align {
-            round(ratio * o as f64)
-        } else {
-            round(round(ratio * round(o as f64 + 0.5)) - 0.5).max(0.0)
-        };
+        let src =
+            if align { round(ratio * o as f64) } else { round(round(ratio * round(o as f64 + 0.5)) - 0.5).max(0.0) };
         let i = (src.floor() as i64).min(n as i64 - 1);
         let t = round(src - i as f64).clamp(0.0, 1.0);
         i0.push(i);
@@ -243,9 +245,9 @@ fn linear_along(x: &Tensor, dim: usize, m: usize, scale: Option<f64>, align: boo
 
 #[cfg(test)]
 mod tests {
+    use super::interpolate;
     use super::InterpolateMode::{self, *};
     use super::InterpolateSize::{self, *};
-    use super::interpolate;
     use crate::testing::gradcheck;
     use crate::testing::support::{assert_close64, check_noncontig, grad, leaf, t64};
     use crate::{DType, Device, Tensor};

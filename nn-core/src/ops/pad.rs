@@ -312,7 +312,9 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "pad: the input size 4, plus negative padding -3 and -2 resulted in a negative output size")]
+    #[should_panic(
+        expected = "pad: the input size 4, plus negative padding -3 and -2 resulted in a negative output size"
+    )]
     fn crop_beyond_the_size_panics() {
         t64(&ramp(4), &[1, 4]).pad(&[-3, -2], Constant, 0.0);
     }

@@ -114,7 +114,8 @@ impl Tensor {
         if let Some(bad) = counts.iter().find(|&&c| c < 0) {
             panic!("{OP}: repeats can not be negative, got {bad}");
         }
-        let index: Vec<i64> = counts.iter().enumerate().flat_map(|(i, &c)| std::iter::repeat_n(i as i64, c as usize)).collect();
+        let index: Vec<i64> =
+            counts.iter().enumerate().flat_map(|(i, &c)| std::iter::repeat_n(i as i64, c as usize)).collect();
         let len = index.len();
         let index = Tensor::from_vec_i64(index, &[len]).to_device(x.device());
         x.index_select(d, &index)
@@ -177,7 +178,9 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "repeat: number of repeat dims (1, repeats [2]) can not be smaller than the number of dims of the tensor (shape [2, 3])")]
+    #[should_panic(
+        expected = "repeat: number of repeat dims (1, repeats [2]) can not be smaller than the number of dims of the tensor (shape [2, 3])"
+    )]
     fn repeat_with_too_few_repeats_panics() {
         x23().repeat(&[2]);
     }
@@ -221,7 +224,9 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "repeat_interleave: repeats must have the same size as input along dim 1, but got repeats.size(0) = 2 and input.size(1) = 3")]
+    #[should_panic(
+        expected = "repeat_interleave: repeats must have the same size as input along dim 1, but got repeats.size(0) = 2 and input.size(1) = 3"
+    )]
     fn repeat_interleave_tensor_wrong_length_panics() {
         x23().repeat_interleave_tensor(&Tensor::from_vec_i64(vec![1, 2], &[2]), 1);
     }

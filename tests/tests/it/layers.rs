@@ -359,8 +359,18 @@ fn upsample_matches_pytorch() {
         mode,
         align_corners,
     };
-    check("upsample_nearest", || Upsample::new(InterpolateSize::ScaleFactor(vec![2.0]), InterpolateMode::Nearest), fwd, TIGHT);
-    check("upsample_nearest_size", || Upsample::with_config(cfg(Some(vec![5, 7]), None, InterpolateMode::Nearest, None)), fwd, TIGHT);
+    check(
+        "upsample_nearest",
+        || Upsample::new(InterpolateSize::ScaleFactor(vec![2.0]), InterpolateMode::Nearest),
+        fwd,
+        TIGHT,
+    );
+    check(
+        "upsample_nearest_size",
+        || Upsample::with_config(cfg(Some(vec![5, 7]), None, InterpolateMode::Nearest, None)),
+        fwd,
+        TIGHT,
+    );
     let bilinear = || Upsample::with_config(cfg(None, Some(vec![1.5, 2.0]), InterpolateMode::Bilinear, None));
     check("upsample_bilinear", bilinear, fwd, TIGHT);
     let ac = || Upsample::with_config(cfg(Some(vec![5, 6]), None, InterpolateMode::Bilinear, Some(true)));

@@ -40,10 +40,8 @@ fn check(name: &str, op: impl Fn(&[Tensor], &StateDict) -> Tensor) {
     for device in devices() {
         let ctx = |what: &str| format!("{name} on {device}: {what}");
         let on: StateDict = f.iter().map(|(k, v)| (k.to_string(), v.to_device(device))).collect();
-        let xs: Vec<Tensor> = (0..)
-            .map_while(|i| on.get(&format!("x{i}")))
-            .map(|x| x.detach().requires_grad_(true))
-            .collect();
+        let xs: Vec<Tensor> =
+            (0..).map_while(|i| on.get(&format!("x{i}"))).map(|x| x.detach().requires_grad_(true)).collect();
         assert!(!xs.is_empty(), "{}", ctx("no inputs"));
         let y = op(&xs, &on);
         assert_eq!(y.device(), device, "{}", ctx("the output left the device"));
