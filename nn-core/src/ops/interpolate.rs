@@ -323,8 +323,8 @@ mod tests {
             (ScaleFactor(vec![2.0]), Nearest, None),
         ];
         for (size, mode, align) in cases {
-            gradcheck(|t| interpolate(&t[0], size.clone(), mode, align).exp(), &[x.clone()]).unwrap();
-            check_noncontig(|t| interpolate(&t[0], size.clone(), mode, align), &[x.clone()]);
+            gradcheck(|t| interpolate(&t[0], size.clone(), mode, align).exp(), std::slice::from_ref(&x)).unwrap();
+            check_noncontig(|t| interpolate(&t[0], size.clone(), mode, align), std::slice::from_ref(&x));
         }
         gradcheck(|t| interpolate(&t[0], Size(vec![7]), Linear, None).tanh(), &[x.reshape(&[2, 2, 3])]).unwrap();
     }
