@@ -362,7 +362,8 @@ fn contract(mut a: Operand, mut b: Operand, needed: &[Label]) -> Operand {
         &[batch.len(), inner.len(), b_only.len()],
     );
     let (lhs, rhs) = if batch.is_empty() { (lhs.squeeze_dim(0), rhs.squeeze_dim(0)) } else { (lhs, rhs) };
-    let product = lhs.matmul(&rhs);
+    // Nothing to sum: an outer product per batch entry, which broadcasting does without a GEMM.
+    let product = if inner.is_empty() { &lhs * &rhs } else { lhs.matmul(&rhs) };
     let shape = [&bsize[..], &asize, &bosize].concat();
     Operand { t: product.reshape(&shape), labels: cat(&[&batch, &a_only, &b_only]) }
 }
@@ -472,6 +473,23 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{eq}: {e}"));
             check_noncontig(|x| einsum(eq, &x.iter().collect::<Vec<_>>()), &inputs);
         }
+    }
+
+    #[test]
+    fn contractions_run_as_matrix_products() {
+        let names = |eq: &str, xs: &[&Tensor]| -> Vec<&'static str> {
+            let (_, t) = crate::trace::trace(|| einsum(eq, xs));
+            t.ops.iter().map(|o| o.name).collect()
+        };
+        let (a, b) = (t(&[2, 3], 1), t(&[3, 4], 2));
+        let ops = names("ij,jk->ik", &[&a, &b]);
+        assert!(ops.contains(&"matmul") && !ops.contains(&"mul") && !ops.contains(&"sum"), "{ops:?}");
+        let (x, y) = (t(&[5, 2, 3], 3), t(&[5, 4, 3], 4));
+        let ops = names("bij,bkj->bik", &[&x, &y]);
+        assert!(ops.contains(&"matmul") && !ops.contains(&"mul"), "{ops:?}");
+        // Without a shared summed label it is a broadcast product, no GEMM.
+        let ops = names("i,j->ij", &[&t(&[3], 5), &t(&[4], 6)]);
+        assert!(ops.contains(&"mul") && !ops.contains(&"matmul"), "{ops:?}");
     }
 
     #[test]
