@@ -8,7 +8,9 @@ pub use crate::loss::{
 /// Former name of [`ClassLossConfig`] (option structs are `...Config` in every crate).
 #[deprecated(since = "0.1.0", note = "renamed to `ClassLossConfig`")]
 pub type ClassLossOptions = ClassLossConfig;
-use crate::ops::{AttentionConfig, Conv2dConfig, Pool2dConfig};
+pub use crate::ops::einsum::einsum;
+pub use crate::ops::interpolate::interpolate;
+use crate::ops::{AttentionConfig, Conv2dConfig, PadMode, Pool2dConfig};
 use crate::shape::Dim;
 use crate::tensor::Tensor;
 
@@ -108,6 +110,21 @@ pub fn avg_pool2d(x: &Tensor, options: Pool2dConfig, count_include_pad: bool) ->
 #[track_caller]
 pub fn adaptive_avg_pool2d(x: &Tensor, output_size: (usize, usize)) -> Tensor {
     x.adaptive_avg_pool2d(output_size)
+}
+
+/// Pads the trailing dims of `x` by `pads` (`[last_left, last_right, ...]`, negative
+/// amounts crop), as `F.pad(x, pads, mode, value)`; see [`Tensor::pad`].
+///
+/// ```
+/// use nn_core::{functional::pad, ops::PadMode, Tensor};
+/// let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]);
+/// let y = pad(&x, &[1, 0, 0, 1], PadMode::Replicate, 0.0);
+/// assert_eq!(y.shape(), &[1, 1, 3, 3]);
+/// assert_eq!(y.to_vec(), vec![1.0, 1.0, 2.0, 3.0, 3.0, 4.0, 3.0, 3.0, 4.0]);
+/// ```
+#[track_caller]
+pub fn pad(x: &Tensor, pads: &[i64], mode: PadMode, value: f64) -> Tensor {
+    x.pad(pads, mode, value)
 }
 
 /// See [`Tensor::dropout`].

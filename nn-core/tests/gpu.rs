@@ -271,6 +271,49 @@ fn layers_ops_match_the_cpu() {
     assert_eq!(worst(&yg, &yc), 0.0, "one seed, one dropout mask on both devices");
 }
 
+/// Ops composed of others (views, `index_select`, `cat`, sums, `matmul`): they run on the
+/// GPU through their parts, with no host path.
+#[test]
+fn tiling_padding_einsum_and_resampling_match_the_cpu() {
+    let _serial = serial();
+    use nn_core::functional::{einsum, interpolate};
+    use nn_core::ops::{InterpolateMode, InterpolateSize, PadMode};
+    nn_core::manual_seed(11);
+    let before = gpu::stats(0).unwrap().host_path_calls();
+    check("repeat", &[randn(&[2, 3])], F32, |t| t[0].repeat(&[2, 1, 3]));
+    check("repeat_interleave", &[randn(&[2, 3])], F32, |t| t[0].repeat_interleave(3, 1));
+    let img = randn(&[2, 3, 5, 6]);
+    for mode in [PadMode::Constant, PadMode::Reflect, PadMode::Replicate, PadMode::Circular] {
+        check(&format!("pad {mode}"), &[img.clone()], F32, |t| t[0].pad(&[2, 3, -1, 4], mode, 0.0));
+    }
+    check("pad constant value", &[img.clone()], F32, |t| t[0].pad(&[1, 1, 2, 0], PadMode::Constant, 0.5));
+    check("einsum bmm", &[randn(&[4, 5, 6]), randn(&[4, 6, 3])], F32, |t| einsum("bij,bjk->bik", &[&t[0], &t[1]]));
+    check("einsum diag chain", &[randn(&[3, 3, 4]), randn(&[4, 5]), randn(&[5])], F32, |t| {
+        einsum("iij,jk,k->i", &[&t[0], &t[1], &t[2]])
+    });
+    check("einsum ellipsis", &[randn(&[2, 1, 3, 4]), randn(&[5, 4, 2])], F32, |t| {
+        einsum("...ij,...jk", &[&t[0], &t[1]])
+    });
+    let sizes = [
+        (InterpolateSize::Size(vec![7, 9]), InterpolateMode::Nearest, None),
+        (InterpolateSize::ScaleFactor(vec![1.5, 0.7]), InterpolateMode::Bilinear, None),
+        (InterpolateSize::Size(vec![8, 4]), InterpolateMode::Bilinear, Some(true)),
+    ];
+    for (size, mode, align) in sizes {
+        check(&format!("interpolate {mode} {align:?}"), &[img.clone()], F32, |t| {
+            interpolate(&t[0], size.clone(), mode, align)
+        });
+    }
+    let line = randn(&[2, 3, 5]);
+    check("interpolate linear", &[line], F32, |t| {
+        interpolate(&t[0], InterpolateSize::Size(vec![11]), InterpolateMode::Linear, None)
+    });
+    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "a composed op took a host path");
+    // Per-element repeats are read on the host (the output size depends on them).
+    let reps = Tensor::from_vec_i64(vec![1, 0, 3], &[3]);
+    check("repeat_interleave tensor", &[randn(&[3, 2]), reps], F32, |t| t[0].repeat_interleave_tensor(&t[1], 0));
+}
+
 #[test]
 fn index_ops_with_repeats_ties_and_nan_match_the_cpu() {
     let _serial = serial();

@@ -26,6 +26,7 @@ mod recurrent;
 mod repr;
 mod transformer;
 mod transformer_decoder;
+mod upsample;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use attention::{AttentionInput, MultiheadAttention, NonDynamicallyQuantizableLinear};
@@ -53,3 +54,4 @@ pub use transformer_decoder::{
     DecoderInput, Transformer, TransformerConfig, TransformerDecoder, TransformerDecoderLayer,
     TransformerDecoderLayerConfig, TransformerInput,
 };
+pub use upsample::{Upsample, UpsampleConfig};

@@ -12,14 +12,18 @@ pub(crate) mod binary;
 pub(crate) mod conv;
 pub(crate) mod conv_transpose;
 pub(crate) mod dropout;
+pub(crate) mod einsum;
 pub(crate) mod index;
 pub(crate) mod inplace;
+pub(crate) mod interpolate;
 pub(crate) mod matmul;
 pub(crate) mod norm;
+pub(crate) mod pad;
 pub(crate) mod pool;
 pub(crate) mod predicates;
 pub(crate) mod quantile;
 pub(crate) mod reduce;
+pub(crate) mod repeat;
 pub(crate) mod softmax;
 pub(crate) mod triangular;
 pub(crate) mod unary;
@@ -31,6 +35,8 @@ pub use attention::AttentionConfig;
 pub use conv::Conv2dConfig;
 pub use conv_transpose::{ConvTranspose1dConfig, ConvTranspose2dConfig};
 pub use inplace::Operand;
+pub use interpolate::{InterpolateMode, InterpolateSize};
+pub use pad::PadMode;
 pub use pool::Pool2dConfig;
 
 /// Former name of [`Conv2dConfig`] (option structs are `...Config` in every crate).

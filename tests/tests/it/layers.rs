@@ -353,3 +353,35 @@ fn synced_batch_norm_on_two_half_batches_equals_batch_norm_on_the_whole_batch() 
     // Running statistics use the unbiased variance over all 16 values per channel.
     assert!(close(&results[0].2, &want_rv) && close(&results[1].2, &want_rv), "{results:?} vs {want_rv:?}");
 }
+
+#[test]
+fn upsample_matches_pytorch() {
+    // Cases of tests/fixtures/pytorch/upsample.py.
+    use nn_core::ops::{InterpolateMode, InterpolateSize};
+    let cfg = |size: Option<Vec<usize>>, scale: Option<Vec<f64>>, mode, align_corners| UpsampleConfig {
+        size,
+        scale_factor: scale,
+        mode,
+        align_corners,
+    };
+    check(
+        "upsample_nearest",
+        || Upsample::new(InterpolateSize::ScaleFactor(vec![2.0]), InterpolateMode::Nearest),
+        fwd,
+        TIGHT,
+    );
+    check(
+        "upsample_nearest_size",
+        || Upsample::with_config(cfg(Some(vec![5, 7]), None, InterpolateMode::Nearest, None)),
+        fwd,
+        TIGHT,
+    );
+    let bilinear = || Upsample::with_config(cfg(None, Some(vec![1.5, 2.0]), InterpolateMode::Bilinear, None));
+    check("upsample_bilinear", bilinear, fwd, TIGHT);
+    let ac = || Upsample::with_config(cfg(Some(vec![5, 6]), None, InterpolateMode::Bilinear, Some(true)));
+    check("upsample_bilinear_ac", ac, fwd, TIGHT);
+    assert_eq!(ac().to_string(), "Upsample(size=(5, 6), mode='bilinear')");
+    let linear = || Upsample::new(InterpolateSize::ScaleFactor(vec![2.5]), InterpolateMode::Linear);
+    check("upsample_linear", linear, fwd, TIGHT);
+    assert_eq!(linear().to_string(), "Upsample(scale_factor=2.5, mode='linear')");
+}

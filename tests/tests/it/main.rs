@@ -11,5 +11,6 @@ mod layers_b;
 mod layers_rnn;
 mod masks;
 mod module;
+mod ops_b;
 mod ties;
 mod training;

@@ -1,0 +1,119 @@
+//! Op parity with PyTorch for `repeat`, `repeat_interleave`, `pad`, `einsum` and
+//! `interpolate`: output and input gradients of `sum(y * w)` against
+//! `tests/fixtures/pytorch/ops_b.py`'s committed values, in f32 (tolerance 1e-5 relative,
+//! 1e-5 absolute). With the `gpu` feature every case runs again on `gpu:0`.
+
+use std::path::Path;
+
+use nn_core::functional::{einsum, interpolate};
+use nn_core::ops::{InterpolateMode, InterpolateSize, PadMode};
+use nn_core::{Device, StateDict, Tensor};
+
+fn load(name: &str) -> StateDict {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/ops_b").join(format!("{name}.safetensors"));
+    StateDict::load(&p).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn devices() -> Vec<Device> {
+    let mut d = vec![Device::Cpu];
+    if cfg!(feature = "gpu") {
+        let gpu = Device::Gpu(0);
+        gpu.check().unwrap_or_else(|e| panic!("the parity suite with `gpu` needs gpu:0: {e}"));
+        d.push(gpu);
+    }
+    d
+}
+
+#[track_caller]
+fn assert_close(what: &str, actual: &Tensor, expected: &Tensor) {
+    assert_eq!(actual.shape(), expected.shape(), "{what}: shape");
+    let (a, e) = (actual.to_vec(), expected.to_vec());
+    for (i, (x, y)) in a.iter().zip(&e).enumerate() {
+        assert!((x - y).abs() <= 1e-5 + 1e-5 * y.abs(), "{what}: element {i}: {x} vs PyTorch's {y}");
+    }
+}
+
+/// Runs case `name` on every device: `op` maps the fixture's inputs `x0, x1, ...` (and
+/// the whole fixture, for extra arguments) to the output.
+fn check(name: &str, op: impl Fn(&[Tensor], &StateDict) -> Tensor) {
+    let f = load(name);
+    for device in devices() {
+        let ctx = |what: &str| format!("{name} on {device}: {what}");
+        let on: StateDict = f.iter().map(|(k, v)| (k.to_string(), v.to_device(device))).collect();
+        let xs: Vec<Tensor> =
+            (0..).map_while(|i| on.get(&format!("x{i}"))).map(|x| x.detach().requires_grad_(true)).collect();
+        assert!(!xs.is_empty(), "{}", ctx("no inputs"));
+        let y = op(&xs, &on);
+        assert_eq!(y.device(), device, "{}", ctx("the output left the device"));
+        assert_close(&ctx("output"), &y, f.get("y").unwrap());
+        (&y * on.get("w").unwrap()).sum().backward();
+        for (i, x) in xs.iter().enumerate() {
+            let g = x.grad().unwrap_or_else(|| panic!("{}", ctx(&format!("no gradient for x{i}"))));
+            assert_close(&ctx(&format!("gradient of x{i}")), &g, f.get(&format!("g{i}")).unwrap());
+        }
+    }
+}
+
+#[test]
+fn repeat_matches_pytorch() {
+    check("repeat", |x, _| x[0].repeat(&[2, 1, 3]));
+    check("repeat_interleave", |x, _| x[0].repeat_interleave(3, 1));
+    check("repeat_interleave_tensor", |x, f| x[0].repeat_interleave_tensor(f.get("repeats").unwrap(), 0));
+}
+
+#[test]
+fn pad_matches_pytorch() {
+    use PadMode::*;
+    check("pad_constant", |x, _| x[0].pad(&[1, 2, 0, 1], Constant, 0.5));
+    check("pad_constant_crop", |x, _| x[0].pad(&[-1, 2, 1, -1], Constant, 0.0));
+    check("pad_reflect", |x, _| nn_core::functional::pad(&x[0], &[2, 1, 1, 2], Reflect, 0.0));
+    check("pad_reflect_1d", |x, _| x[0].pad(&[3, 3], Reflect, 0.0));
+    check("pad_replicate", |x, _| x[0].pad(&[2, 3, 4, 1], Replicate, 0.0));
+    check("pad_circular", |x, _| x[0].pad(&[1, 2, 3, 1], Circular, 0.0));
+    check("pad_circular_crop", |x, _| x[0].pad(&[-1, 2], Circular, 0.0));
+    check("pad_replicate_3d", |x, _| x[0].pad(&[1, 0, 0, 1, 1, 1], Replicate, 0.0));
+}
+
+#[test]
+fn einsum_matches_pytorch() {
+    let cases = [
+        ("einsum_matmul", "ij,jk->ik"),
+        ("einsum_bmm", "bij,bjk->bik"),
+        ("einsum_diag", "ii->i"),
+        ("einsum_trace", "ii"),
+        ("einsum_iji", "iji->j"),
+        ("einsum_ellipsis", "...ij,...jk"),
+        ("einsum_ellipsis_sum", "...ij->j"),
+        ("einsum_bilinear", "ni,ij,nj->n"),
+        ("einsum_outer_sum", "i,jk->kij"),
+        ("einsum_broadcast", "bi,bi->b"),
+        ("einsum_implicit", "bAa,aB"),
+        ("einsum_chain", "ab,bc,cd,de->ae"),
+        ("einsum_diag_contract", "iij,jk->ik"),
+    ];
+    for (name, eq) in cases {
+        check(name, |x, _| einsum(eq, &x.iter().collect::<Vec<_>>()));
+    }
+}
+
+#[test]
+fn interpolate_matches_pytorch() {
+    use InterpolateMode::*;
+    use InterpolateSize::*;
+    let cases: [(&str, InterpolateSize, InterpolateMode, Option<bool>); 11] = [
+        ("interp_nearest_size", Size(vec![5, 7]), Nearest, None),
+        ("interp_nearest_scale", ScaleFactor(vec![1.7]), Nearest, None),
+        ("interp_nearest_down", Size(vec![2, 3]), Nearest, None),
+        ("interp_bilinear_ac", Size(vec![5, 7]), Bilinear, Some(true)),
+        ("interp_bilinear", Size(vec![5, 7]), Bilinear, Some(false)),
+        ("interp_bilinear_scale", ScaleFactor(vec![1.5, 2.3]), Bilinear, None),
+        ("interp_bilinear_down", ScaleFactor(vec![0.6]), Bilinear, None),
+        ("interp_bilinear_down_ac", Size(vec![2, 3]), Bilinear, Some(true)),
+        ("interp_linear", Size(vec![8]), Linear, None),
+        ("interp_linear_ac_scale", ScaleFactor(vec![2.5]), Linear, Some(true)),
+        ("interp_nearest_1d", ScaleFactor(vec![2.0]), Nearest, None),
+    ];
+    for (name, size, mode, align) in cases {
+        check(name, |x, _| interpolate(&x[0], size.clone(), mode, align));
+    }
+}
