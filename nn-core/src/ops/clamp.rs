@@ -1,0 +1,104 @@
+//! Clamping into bounds given as tensors (`torch.clamp(x, min_tensor, max_tensor)`).
+
+use smallvec::smallvec;
+
+use super::check_same;
+use crate::autograd::{no_grad, op_result, Grads};
+use crate::shape::{broadcast_shapes, Dims};
+use crate::tensor::Tensor;
+
+const OP: &str = "clamp";
+
+impl Tensor {
+    /// Clamps elementwise into bounds given as tensors, `torch.clamp(x, min, max)` with
+    /// tensor `min`/`max`: `y = min(max(x, lo), hi)`, all three broadcast together (the
+    /// result has the broadcast shape). Either bound may be `None`; where `lo > hi` the
+    /// result is `hi`, and a NaN in `x` or a bound gives NaN, as PyTorch.
+    ///
+    /// Gradients (PyTorch's rule): to `x` where `lo <= x <= hi`; to `lo` where `x < lo`
+    /// (and `lo < hi`); to `hi` where `x > hi` or `hi < lo`; each summed back over the
+    /// dims it was broadcast along.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let x = Tensor::from_vec(vec![-2.0, 0.5, 3.0, 1.0, 1.0, 1.0], &[2, 3]);
+    /// let lo = Tensor::from_vec(vec![-1.0, 0.0, 0.0], &[3]);
+    /// let hi = Tensor::from_vec(vec![1.0, 2.0], &[2, 1]);
+    /// let y = x.clamp_tensor(Some(&lo), Some(&hi));
+    /// assert_eq!(y.to_vec(), vec![-1.0, 0.5, 1.0, 1.0, 1.0, 1.0]);
+    /// assert_eq!(x.clamp_tensor(None, Some(&hi)).to_vec(), vec![-2.0, 0.5, 1.0, 1.0, 1.0, 1.0]);
+    /// ```
+    ///
+    /// # Panics
+    /// When both bounds are `None`, the shapes do not broadcast together, or the tensors
+    /// differ in dtype or device.
+    #[track_caller]
+    pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Tensor {
+        if min.is_none() && max.is_none() {
+            panic!("{OP}: at least one of 'min' or 'max' must not be None (input of shape {:?})", self.shape());
+        }
+        super::check_float(OP, self);
+        let bounds: Vec<&Tensor> = min.into_iter().chain(max).collect();
+        let mut all = vec![self];
+        all.extend(&bounds);
+        check_same(OP, &all);
+        let mut shape: Dims = self.shape().into();
+        for b in &bounds {
+            shape = broadcast_shapes(&shape, b.shape()).unwrap_or_else(|| {
+                panic!(
+                    "{OP}: input of shape {:?} and bounds of shapes {:?} cannot be broadcast together",
+                    self.shape(),
+                    bounds.iter().map(|b| b.shape().to_vec()).collect::<Vec<_>>()
+                )
+            });
+        }
+        // maximum and minimum propagate NaN from either side, as PyTorch's clamp does.
+        let y = no_grad(|| {
+            let y = min.map_or_else(|| self.clone(), |lo| self.maximum(lo));
+            max.map_or(y.clone(), |hi| y.minimum(hi))
+        });
+        debug_assert_eq!(y.shape(), shape.as_slice());
+        op_result(OP, y.storage_arc(), y.layout().clone(), &all, || {
+            let x = self.detach();
+            let (lo, hi) = (min.map(Tensor::detach), max.map(Tensor::detach));
+            let shapes: Vec<Dims> = all.iter().map(|t| t.shape().into()).collect();
+            move |g: &Tensor, needs: &[bool]| -> Grads {
+                let zero = g.scalar_like(0.0);
+                let pick = |mask: Tensor, k: usize| Tensor::where_cond(&mask, g, &zero).sum_to_shape(&shapes[k]);
+                let and = |a: Tensor, b: Tensor| Tensor::where_cond(&a, &b, &a);
+                let or = |a: Tensor, b: Tensor| Tensor::where_cond(&a, &a, &b);
+                let mut grads: Grads = smallvec![None; needs.len()];
+                if needs[0] {
+                    let inside = match (&lo, &hi) {
+                        (Some(lo), Some(hi)) => and(x.ge(lo), x.le(hi)),
+                        (Some(lo), None) => x.ge(lo),
+                        (None, Some(hi)) => x.le(hi),
+                        (None, None) => unreachable!("a bound is given"),
+                    };
+                    grads[0] = Some(pick(inside, 0));
+                }
+                let mut k = 1;
+                if let Some(lo) = &lo {
+                    if needs[k] {
+                        let taken = match &hi {
+                            Some(hi) => and(x.lt(lo), lo.lt(hi)),
+                            None => x.lt(lo),
+                        };
+                        grads[k] = Some(pick(taken, k));
+                    }
+                    k += 1;
+                }
+                if let Some(hi) = &hi {
+                    if needs[k] {
+                        let taken = match &lo {
+                            Some(lo) => or(x.gt(hi), hi.lt(lo)),
+                            None => x.gt(hi),
+                        };
+                        grads[k] = Some(pick(taken, k));
+                    }
+                }
+                grads
+            }
+        })
+    }
+}
