@@ -102,3 +102,75 @@ impl Tensor {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::gradcheck;
+    use crate::testing::support::{grad, leaf, t64};
+    use crate::Tensor;
+
+    #[test]
+    fn clamp_tensor_forward_broadcasts_and_follows_pytorch_when_bounds_cross() {
+        let x = t64(&[-2.0, 0.5, 3.0, 1.5], &[2, 2]);
+        let lo = t64(&[-1.0, 1.0], &[2]);
+        let hi = t64(&[2.0, 0.0], &[2, 1]);
+        // Row 1 has hi = 0 < lo = 1 in column 1: the result is hi there.
+        let y = x.clamp_tensor(Some(&lo), Some(&hi));
+        assert_eq!(y.to_vec_f64(), vec![-1.0, 1.0, 0.0, 0.0]);
+        assert_eq!(x.clamp_tensor(Some(&lo), None).to_vec_f64(), vec![-1.0, 1.0, 3.0, 1.5]);
+        assert_eq!(x.clamp_tensor(None, Some(&hi)).to_vec_f64(), vec![-2.0, 0.5, 0.0, 0.0]);
+        // The result takes the broadcast shape of all three.
+        let s = t64(&[5.0], &[]).clamp_tensor(Some(&lo), Some(&hi));
+        assert_eq!((s.shape(), s.to_vec_f64()), (&[2, 2][..], vec![2.0, 2.0, 0.0, 0.0]));
+        let n = t64(&[f64::NAN, 1.0, 1.0], &[3]).clamp_tensor(Some(&t64(&[0.0, f64::NAN, 0.0], &[3])), None);
+        assert!(n.to_vec_f64()[..2].iter().all(|v| v.is_nan()) && n.to_vec_f64()[2] == 1.0);
+    }
+
+    #[test]
+    fn clamp_tensor_gradients_go_to_the_taken_side() {
+        let x = leaf(&[-2.0, 0.5, 3.0, 1.0, 1.0], &[5]);
+        let lo = leaf(&[-1.0, 0.0, 0.0, 1.0, 2.0], &[5]);
+        let hi = leaf(&[1.0, 1.0, 2.0, 1.0, 0.0], &[5]);
+        let w = t64(&[1.0, 2.0, 3.0, 4.0, 5.0], &[5]);
+        (x.clamp_tensor(Some(&lo), Some(&hi)) * &w).sum().backward();
+        // Position 3: x = lo = hi, the gradient goes to x only; position 4: lo > hi, to hi.
+        assert_eq!(grad(&x), vec![0.0, 2.0, 0.0, 4.0, 0.0]);
+        assert_eq!(grad(&lo), vec![1.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(grad(&hi), vec![0.0, 0.0, 3.0, 0.0, 5.0]);
+        // Broadcast bounds collect their gradient over the broadcast dims.
+        let x = leaf(&[-2.0, 0.5, 3.0, -1.5], &[2, 2]);
+        let lo = leaf(&[-1.0], &[1]);
+        (x.clamp_tensor(Some(&lo), None).exp().mean()).backward();
+        let e = (-1f64).exp() / 4.0;
+        assert_eq!(grad(&lo), vec![2.0 * e]);
+        assert_eq!(grad(&x), vec![0.0, 0.5f64.exp() / 4.0, 3f64.exp() / 4.0, 0.0]);
+    }
+
+    #[test]
+    fn clamp_tensor_gradcheck() {
+        let x = t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4], &[2, 3]);
+        let lo = t64(&[-0.5, 0.0, 0.8], &[3]);
+        let hi = t64(&[1.0, 0.2], &[2, 1]);
+        gradcheck(|t| t[0].clamp_tensor(Some(&t[1]), Some(&t[2])).exp(), &[x.clone(), lo.clone(), hi.clone()]).unwrap();
+        gradcheck(|t| t[0].clamp_tensor(Some(&t[1]), None), &[x.clone(), lo]).unwrap();
+        gradcheck(|t| t[0].clamp_tensor(None, Some(&t[1])).sin(), &[x, hi]).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "clamp: at least one of 'min' or 'max' must not be None (input of shape [2])")]
+    fn clamp_tensor_needs_a_bound() {
+        Tensor::ones(&[2]).clamp_tensor(None, None);
+    }
+
+    #[test]
+    #[should_panic(expected = "clamp: input of shape [2, 3] and bounds of shapes [[2]] cannot be broadcast together")]
+    fn clamp_tensor_with_mismatched_shapes_panics() {
+        Tensor::ones(&[2, 3]).clamp_tensor(Some(&Tensor::ones(&[2])), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "clamp: expected all tensors of one dtype")]
+    fn clamp_tensor_with_mixed_dtypes_panics() {
+        Tensor::ones(&[2]).clamp_tensor(None, Some(&t64(&[1.0, 2.0], &[2])));
+    }
+}

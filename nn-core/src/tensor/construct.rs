@@ -396,3 +396,56 @@ fn random_values(
     with_rng(|r| v.extend((0..n).map(|_| draw(r))));
     v
 }
+
+#[cfg(test)]
+mod dtype_tests {
+    use crate::device::{with_device, Device};
+    use crate::{DType, Tensor};
+
+    #[test]
+    fn filled_constructors_take_a_dtype() {
+        for dtype in [DType::F32, DType::F64, DType::I64, DType::F16, DType::BF16, DType::Bool] {
+            let z = Tensor::zeros_dtype(&[2, 3], dtype);
+            let o = Tensor::ones_dtype(&[4], dtype);
+            assert_eq!((z.dtype(), z.shape(), z.to_vec_f64()), (dtype, &[2, 3][..], vec![0.0; 6]));
+            assert_eq!((o.dtype(), o.to_vec_f64()), (dtype, vec![1.0; 4]));
+        }
+        assert_eq!(Tensor::full_dtype(&[2], 2.75, DType::F64).to_vec_f64(), vec![2.75, 2.75]);
+        assert_eq!(Tensor::full_dtype(&[1], -2.75, DType::I64).to_vec_i64(), vec![-2]);
+        assert_eq!(Tensor::full_dtype(&[1], 0.5, DType::Bool).to_vec_f64(), vec![1.0]);
+        let m = with_device(Device::Meta, || Tensor::ones_dtype(&[3], DType::I64));
+        assert_eq!((m.device(), m.dtype()), (Device::Meta, DType::I64));
+    }
+
+    #[test]
+    fn arange_dtype_matches_pytorch() {
+        // torch.arange(0, 5, 1.5, dtype=torch.int64) and (-1.5, 3.7, 1.2): the count from
+        // the f64 arguments, the values from the truncated start and step.
+        assert_eq!(Tensor::arange_dtype(0.0, 5.0, 1.5, DType::I64).to_vec_i64(), vec![0, 1, 2, 3]);
+        assert_eq!(Tensor::arange_dtype(-1.5, 3.7, 1.2, DType::I64).to_vec_i64(), vec![-1, 0, 1, 2, 3]);
+        assert_eq!(Tensor::arange_dtype(5.0, 0.0, -2.0, DType::I64).to_vec_i64(), vec![5, 3, 1]);
+        // Exact integers above 2^53 (which f64 could not hold).
+        let big = (1i64 << 53) as f64;
+        assert_eq!(Tensor::arange_dtype(big, big + 4.0, 2.0, DType::I64).to_vec_i64(), vec![1 << 53, (1 << 53) + 2]);
+        let f = Tensor::arange_dtype(0.0, 1.0, 0.1, DType::F64);
+        assert_eq!(f.numel(), 10);
+        assert_eq!(f.to_vec_f64()[3], 3.0 * 0.1);
+        assert_eq!(Tensor::arange_dtype(0.0, 1.0, 0.25, DType::F32).to_vec(), Tensor::arange(0.0, 1.0, 0.25).to_vec());
+        assert_eq!(Tensor::arange_dtype(0.0, 3.0, 1.0, DType::BF16).dtype(), DType::BF16);
+        assert_eq!(Tensor::arange_dtype(2.0, 2.0, 1.0, DType::I64).shape(), &[0]);
+        let m = with_device(Device::Meta, || Tensor::arange_dtype(0.0, 6.0, 1.0, DType::I64));
+        assert_eq!((m.device(), m.shape()), (Device::Meta, &[6][..]));
+    }
+
+    #[test]
+    #[should_panic(expected = "arange_dtype: step -1 cannot go from 0 to 5")]
+    fn arange_dtype_with_a_wrong_step_panics() {
+        Tensor::arange_dtype(0.0, 5.0, -1.0, DType::I64);
+    }
+
+    #[test]
+    #[should_panic(expected = "arange_dtype: no arange of dtype bool")]
+    fn arange_dtype_bool_panics() {
+        Tensor::arange_dtype(0.0, 2.0, 1.0, DType::Bool);
+    }
+}
