@@ -286,8 +286,9 @@ impl Tensor {
     /// `torch.arange(start, end, step, dtype=dtype)` on the default device:
     /// `ceil((end - start) / step)` values `start + i * step`.
     ///
-    /// Floating dtypes compute each value in `f64` and round it once (as [`arange`](Tensor::arange),
-    /// the `f32` form). `I64` gives exact integers (position ids, index ranges): as in
+    /// Floating dtypes compute each value as `start + i * step` in `f64` and round it once
+    /// (as [`arange`](Tensor::arange), the `f32` form; PyTorch's vectorized kernel may
+    /// differ in the last bit). `I64` gives exact integers (position ids, index ranges): as in
     /// PyTorch, the count comes from the `f64` arguments while `start` and `step` are
     /// truncated toward zero for the values, so `arange_dtype(0.0, 5.0, 1.5, I64)` is
     /// `[0, 1, 2, 3]`.

@@ -8,4 +8,5 @@ mod hostile_checkpoints;
 mod init_stats;
 mod layers;
 mod module;
+mod ops_a;
 mod training;
