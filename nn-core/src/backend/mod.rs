@@ -69,9 +69,9 @@ pub(crate) use elementwise::{BinaryOp, Operand, UnaryOp, Wgsl};
 pub use gpu::GpuStorage;
 pub(crate) use index::IndexArg;
 pub use pooling::Pool2dConfig;
+pub(crate) use pooling::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
 pub(crate) use scan::Scan;
 pub(crate) use sort::SortSpec;
-pub(crate) use pooling::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
 
 /// `Ok` when `gpu:n` can be used; the error says why not (no `gpu` feature, no such
 /// adapter, or it failed to open).

@@ -135,7 +135,7 @@ mod tests {
         let second: Vec<i64> = v.chunks(3).filter(|r| r[0] == 0).map(|r| r[1]).collect();
         let chi = chi_square(&counts(&second, 4), &[0.0, 0.25, 0.125, 0.125], second.len());
         assert!(chi < 13.82, "{chi}"); // 2 dof
-        // All categories of a full draw; zero weights come last when they must be drawn.
+                                       // All categories of a full draw; zero weights come last when they must be drawn.
         let mut all = Tensor::from_vec(vec![1.0, 2.0, 3.0], &[3]).multinomial(3, false).to_vec_i64();
         all.sort();
         assert_eq!(all, vec![0, 1, 2]);

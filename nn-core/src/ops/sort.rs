@@ -222,7 +222,9 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "topk: selected index k out of range: k = 5 but dimension 1 has size 4 (input of shape [2, 4])")]
+    #[should_panic(
+        expected = "topk: selected index k out of range: k = 5 but dimension 1 has size 4 (input of shape [2, 4])"
+    )]
     fn topk_with_k_above_the_size_names_both() {
         Tensor::zeros(&[2, 4]).topk(5, 1, true, true);
     }

@@ -9,7 +9,8 @@ use crate::shape::Layout;
 
 /// See [`crate::backend::Storage::multinomial`].
 pub(crate) fn multinomial(x: &CpuStorage, rows: &Layout, n: usize, samples: usize, replacement: bool) -> CpuStorage {
-    let p: Vec<f64> = with_float!(x, "multinomial", T, v => strided_to_vec(v, rows).into_iter().map(T::as_f64).collect());
+    let p: Vec<f64> =
+        with_float!(x, "multinomial", T, v => strided_to_vec(v, rows).into_iter().map(T::as_f64).collect());
     let count = p.len().checked_div(n).unwrap_or(0);
     // Every row is checked before any is drawn: a bad row changes no generator state.
     for row in p.chunks(n) {

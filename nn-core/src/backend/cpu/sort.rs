@@ -22,7 +22,12 @@ fn nan_last<T: PartialOrd>(a: &T, b: &T) -> Ordering {
 
 /// See [`crate::backend::Storage::sort`]: `(values, i64 indices)`, each of shape
 /// `[outer, spec.k, inner]`.
-pub(crate) fn sort(x: &CpuStorage, l: &Layout, dims: (usize, usize, usize), spec: SortSpec) -> (CpuStorage, CpuStorage) {
+pub(crate) fn sort(
+    x: &CpuStorage,
+    l: &Layout,
+    dims: (usize, usize, usize),
+    spec: SortSpec,
+) -> (CpuStorage, CpuStorage) {
     super::with_cpu!(x, T, v => {
         let (vals, idx) = lines(&strided_to_vec(v, l), dims, spec);
         (T::into_storage(vals), CpuStorage::I64(idx))
