@@ -1046,6 +1046,55 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     Some(out)
 }
 
+/// Running sums or products (`cumsum`, `cumprod`) along `n` of `x` through `l` viewed as
+/// `[outer, n, inner]`: one thread per line, accumulating in `f64` and rounding each output
+/// once, exactly as the CPU kernel. `None` (the host path) without `f64` shaders or for
+/// dtypes other than `f32`/`f64`.
+pub(crate) fn scan(
+    x: &GpuStorage,
+    l: &Layout,
+    (outer, n, inner): (usize, usize, usize),
+    scan: crate::backend::Scan,
+) -> Option<GpuStorage> {
+    let ctx = x.ctx();
+    if !is_compute(x.dtype()) || !ctx.f64 {
+        return None;
+    }
+    let out = GpuStorage::uninit(ctx, x.dtype(), l.numel());
+    let lines = outer * inner;
+    if lines == 0 || n == 0 {
+        return Some(out);
+    }
+    let mut p = strided_params(l.shape(), &[l]);
+    p.extend([u32_of("line length", n), u32_of("line stride", inner), u32_of("line count", lines)]);
+    p.extend([u32::from(scan.prod), u32::from(scan.reverse)]);
+    let t = scalar(x.dtype());
+    let src = format!(
+        "{PRELUDE}{}{}{MAIN_1D}    let ex = extras(1u);
+    let n = P[ex]; let inner = P[ex + 1u];
+    if (i >= P[ex + 2u]) {{ return; }}
+    let prod = P[ex + 3u] == 1u;
+    let rev = P[ex + 4u] == 1u;
+    let first = (i / inner) * n * inner + i % inner;
+    var acc = f64(0.0);
+    if (prod) {{ acc = f64(1.0); }}
+    for (var s = 0u; s < n; s = s + 1u) {{
+        var k = s;
+        if (rev) {{ k = n - 1u - s; }}
+        let e = first + k * inner;
+        let v = f64(X[at(e, 0u)]);
+        if (prod) {{ acc = acc * v; }} else {{ acc = acc + v; }}
+        Y[e] = {t}(acc);
+    }}
+}}
+",
+        binding(1, "X", t, false),
+        binding(2, "Y", t, true)
+    );
+    ctx.dispatch(&src, &p, &[x.buffer(), out.buffer()], groups_for(lines));
+    Some(out)
+}
+
 /// Uploads a host buffer made without reading any device value (dropout masks).
 pub(crate) fn upload(ctx: &'static Ctx, c: &crate::backend::cpu::CpuStorage) -> GpuStorage {
     GpuStorage::from_cpu(ctx, c, &Layout::contiguous(&[c.len()]))
