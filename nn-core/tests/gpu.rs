@@ -421,6 +421,46 @@ fn erf_and_erfinv_have_f32_kernels_and_agree_with_the_cpu_at_the_edges() {
 }
 
 #[test]
+fn sorting_on_the_device_is_stable_and_orders_nan_like_the_cpu() {
+    let _serial = serial();
+    nn_core::manual_seed(12);
+    // Rows of 300 (not a power of two, more than a workgroup's threads) with many ties,
+    // NaN and infinities; sorted along both dims, and a view.
+    let mut v: Vec<f32> = (Tensor::randn(&[4, 300]) * 3.0).to_vec().iter().map(|x| x.round()).collect();
+    for i in [5, 17, 301, 302, 900] {
+        v[i] = f32::NAN;
+    }
+    v[40] = f32::INFINITY;
+    v[41] = f32::NEG_INFINITY;
+    v[42] = -0.0;
+    let x = Tensor::from_vec(v, &[4, 300]);
+    let g = x.to_device(GPU);
+    let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
+    let before = gpu::stats(0).unwrap().host_path_calls();
+    for descending in [false, true] {
+        for (name, f) in [
+            (
+                "sort dim 1",
+                Box::new(move |t: &Tensor| t.sort(1, descending)) as Box<dyn Fn(&Tensor) -> (Tensor, Tensor)>,
+            ),
+            ("sort dim 0", Box::new(move |t: &Tensor| t.sort(0, descending))),
+            ("sort of a view", Box::new(move |t: &Tensor| t.t().sort(0, descending))),
+            ("topk sorted", Box::new(move |t: &Tensor| t.topk(37, 1, descending, true))),
+            ("topk unsorted", Box::new(move |t: &Tensor| t.topk(37, 1, descending, false))),
+        ] {
+            let ((cv, ci), (gv, gi)) = (f(&x), f(&g));
+            assert_eq!((gv.device(), gi.device()), (GPU, GPU));
+            assert_eq!(gi.to_vec_i64(), ci.to_vec_i64(), "{name} (descending {descending}): indices");
+            assert_eq!(bits(&gv), bits(&cv), "{name} (descending {descending}): values");
+        }
+    }
+    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "f32 sorts took the host path");
+    // Longer lines sort on the host path, with the same results.
+    let long = Tensor::randn(&[2, 1500]);
+    assert_eq!(long.to_device(GPU).sort(1, false).1.to_vec_i64(), long.sort(1, false).1.to_vec_i64());
+}
+
+#[test]
 fn multinomial_and_dtype_factories_on_the_gpu() {
     let _serial = serial();
     let w = Tensor::from_vec(vec![0.1, 0.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.5], &[2, 4]);

@@ -203,6 +203,15 @@ pub(crate) fn scan(
     kernels::scan(gpu(x)?, l, dims, scan)
 }
 
+pub(crate) fn sort(
+    x: &Storage,
+    l: &Layout,
+    dims: (usize, usize, usize),
+    spec: crate::backend::SortSpec,
+) -> Option<(GpuStorage, GpuStorage)> {
+    kernels::sort(gpu(x)?, l, dims, spec)
+}
+
 /// The first index value outside `0..n`, found on the device (the host reads one word,
 /// and the offending value only when there is one).
 pub(crate) fn first_outside(x: &Storage, l: &Layout, n: usize) -> Option<Option<i64>> {

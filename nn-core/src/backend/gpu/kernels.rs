@@ -1095,6 +1095,129 @@ pub(crate) fn scan(
     Some(out)
 }
 
+/// The longest line [`sort`] sorts on the device (its workgroup memory holds one line).
+const SORT_MAX: usize = 1024;
+
+/// Sorts every line of `f32` `x` through `l`, viewed as `[outer, n, inner]`, along `n` and
+/// keeps the first `spec.k`: `(values, i64 positions)`, as the CPU kernel. One workgroup
+/// per line runs a bitonic network on `(value, position)` pairs in a total order (value
+/// with NaN above every number, then position), so the result is the stable sort's; for
+/// unsorted `topk`, a second network orders the `k` kept pairs by position. `None` (the
+/// host path) for other dtypes and lines longer than [`SORT_MAX`].
+pub(crate) fn sort(
+    x: &GpuStorage,
+    l: &Layout,
+    (outer, n, inner): (usize, usize, usize),
+    spec: crate::backend::SortSpec,
+) -> Option<(GpuStorage, GpuStorage)> {
+    if x.dtype() != DType::F32 || n > SORT_MAX {
+        return None;
+    }
+    let ctx = x.ctx();
+    let lines = outer * inner;
+    let len = lines * spec.k;
+    let (values, indices) = (GpuStorage::uninit(ctx, DType::F32, len), GpuStorage::uninit(ctx, DType::I64, len));
+    if len == 0 {
+        return Some((values, indices));
+    }
+    let width = n.next_power_of_two().max(2);
+    let mut p = strided_params(l.shape(), &[l]);
+    p.extend([n, inner, lines, spec.k, width].map(|v| u32_of("sort size", v)));
+    p.extend([u32::from(spec.descending), u32::from(!spec.sorted)]);
+    let src = format!(
+        "{PRELUDE}{}{}{}
+const PAD: u32 = 0xffffffffu;
+var<workgroup> V: array<f32, {SORT_MAX}>;
+var<workgroup> J: array<u32, {SORT_MAX}>;
+
+// -1, 0 or 1 as a is below, equal to or above b, NaN above every number.
+fn cmpv(a: f32, b: f32) -> i32 {{
+    let an = isnan_(a);
+    let bn = isnan_(b);
+    if (an && bn) {{ return 0; }}
+    if (an) {{ return 1; }}
+    if (bn) {{ return -1; }}
+    if (a < b) {{ return -1; }}
+    if (a > b) {{ return 1; }}
+    return 0;
+}}
+
+// Whether pair (a, ja) comes strictly before (b, jb): mode 0 ascending, 1 descending
+// (positions ascending on ties in both), 2 by position only; padding comes last.
+fn before(mode: u32, a: f32, ja: u32, b: f32, jb: u32) -> bool {{
+    if (ja == PAD) {{ return false; }}
+    if (jb == PAD) {{ return true; }}
+    if (mode == 2u) {{ return ja < jb; }}
+    var c = cmpv(a, b);
+    if (mode == 1u) {{ c = -c; }}
+    return c < 0 || (c == 0 && ja < jb);
+}}
+
+// The bitonic network over the `width` pairs in V and J.
+fn bitonic(mode: u32, width: u32, t0: u32) {{
+    for (var size = 2u; size <= width; size = size << 1u) {{
+        for (var stride = size >> 1u; stride > 0u; stride = stride >> 1u) {{
+            workgroupBarrier();
+            for (var t = t0; t < width / 2u; t = t + 256u) {{
+                let i = 2u * stride * (t / stride) + t % stride;
+                let j = i + stride;
+                var swap = false;
+                if ((i & size) == 0u) {{
+                    swap = before(mode, V[j], J[j], V[i], J[i]);
+                }} else {{
+                    swap = before(mode, V[i], J[i], V[j], J[j]);
+                }}
+                if (swap) {{
+                    let v = V[i]; V[i] = V[j]; V[j] = v;
+                    let w = J[i]; J[i] = J[j]; J[j] = w;
+                }}
+            }}
+        }}
+    }}
+    workgroupBarrier();
+}}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) t0: u32) {{
+    let ex = extras(1u);
+    let n = P[ex]; let inner = P[ex + 1u]; let lines = P[ex + 2u]; let k = P[ex + 3u]; let width = P[ex + 4u];
+    let descending = P[ex + 5u]; let by_position = P[ex + 6u];
+    let r = min(wg.x + wg.y * nw.x, lines - 1u);
+    let o = r / inner;
+    let c = r % inner;
+    for (var t = t0; t < width; t = t + 256u) {{
+        if (t < n) {{
+            V[t] = X[at((o * n + t) * inner + c, 0u)];
+            J[t] = t;
+        }} else {{
+            V[t] = 0.0;
+            J[t] = PAD;
+        }}
+    }}
+    bitonic(descending, width, t0);
+    if (by_position == 1u) {{
+        for (var t = t0; t < width; t = t + 256u) {{
+            if (t >= k) {{ J[t] = PAD; }}
+        }}
+        bitonic(2u, width, t0);
+    }}
+    if (wg.x + wg.y * nw.x >= lines) {{ return; }}
+    for (var t = t0; t < k; t = t + 256u) {{
+        let e = (o * k + t) * inner + c;
+        Y[e] = V[t];
+        I[2u * e] = J[t];
+        I[2u * e + 1u] = 0u;
+    }}
+}}
+",
+        binding(1, "X", "f32", false),
+        binding(2, "Y", "f32", true),
+        binding(3, "I", "u32", true)
+    );
+    ctx.dispatch(&src, &p, &[x.buffer(), values.buffer(), indices.buffer()], lines as u64);
+    Some((values, indices))
+}
+
 /// Uploads a host buffer made without reading any device value (dropout masks).
 pub(crate) fn upload(ctx: &'static Ctx, c: &crate::backend::cpu::CpuStorage) -> GpuStorage {
     GpuStorage::from_cpu(ctx, c, &Layout::contiguous(&[c.len()]))
