@@ -30,10 +30,15 @@ impl Tensor {
     /// ```
     ///
     /// # Panics
-    /// When both bounds are `None`, the shapes do not broadcast together, or the tensors
-    /// differ in dtype or device.
+    /// When both bounds are `None`, the input is not `f32`/`f64`, the shapes do not
+    /// broadcast together, or the tensors differ in dtype or device.
     #[track_caller]
     pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Tensor {
+        // The bounds present are recorded after the input; the flags say which they are.
+        let _t = crate::autograd::trace::op_with("clamp_tensor", &[self], &[min, max], || {
+            use crate::autograd::trace::Attr::Bool;
+            vec![("has_min", Bool(min.is_some())), ("has_max", Bool(max.is_some()))]
+        });
         if min.is_none() && max.is_none() {
             panic!("{OP}: at least one of 'min' or 'max' must not be None (input of shape {:?})", self.shape());
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
-use crate::autograd::{op_result, Grads};
+use crate::autograd::{op_result, trace, Grads};
 use crate::backend::Scan;
 use crate::dtype::DType;
 use crate::shape::{Dim, Layout};
@@ -54,6 +54,7 @@ impl Tensor {
     #[track_caller]
     pub fn cumsum<D: Dim>(&self, dim: D) -> Tensor {
         let d = dim.resolve(self.rank(), "cumsum");
+        let _t = trace::op("cumsum", &[self], || vec![("dim", trace::int(d))]);
         cumsum_along(&scan_input("cumsum", self), d, false)
     }
 
@@ -79,6 +80,7 @@ impl Tensor {
     #[track_caller]
     pub fn cumprod<D: Dim>(&self, dim: D) -> Tensor {
         let d = dim.resolve(self.rank(), "cumprod");
+        let _t = trace::op("cumprod", &[self], || vec![("dim", trace::int(d))]);
         cumprod_along(&scan_input("cumprod", self), d)
     }
 }

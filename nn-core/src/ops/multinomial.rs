@@ -1,6 +1,7 @@
 //! Sampling category indices from weights: `multinomial`.
 
 use super::check_float;
+use crate::autograd::trace;
 use crate::shape::Dims;
 use crate::tensor::Tensor;
 
@@ -43,6 +44,9 @@ impl Tensor {
     /// messages).
     #[track_caller]
     pub fn multinomial(&self, num_samples: usize, replacement: bool) -> Tensor {
+        let _t = trace::op(OP, &[self], || {
+            vec![("num_samples", trace::int(num_samples)), ("replacement", trace::Attr::Bool(replacement))]
+        });
         if !matches!(self.rank(), 1 | 2) {
             panic!("{OP}: prob_dist must be 1 or 2 dim, got shape {:?}", self.shape());
         }

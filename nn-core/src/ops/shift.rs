@@ -1,6 +1,7 @@
 //! Reordering elements along dimensions: `flip` and `roll`, composed from
 //! `index_select`, `narrow` and `cat` (so they run, and differentiate, on every device).
 
+use crate::autograd::trace::{self, Attr};
 use crate::shape::{Dim, Dims};
 use crate::tensor::Tensor;
 
@@ -21,6 +22,7 @@ impl Tensor {
     /// When a dim is out of range or listed twice.
     #[track_caller]
     pub fn flip(&self, dims: &[i64]) -> Tensor {
+        let _t = trace::op("flip", &[self], || vec![("dims", Attr::Ints(dims.to_vec()))]);
         let mut seen: Dims = Dims::new();
         for &d in dims {
             let d = d.resolve(self.rank(), "flip");
@@ -68,6 +70,9 @@ impl Tensor {
     /// hold exactly one shift), or a dim is out of range.
     #[track_caller]
     pub fn roll(&self, shifts: &[i64], dims: &[i64]) -> Tensor {
+        let _t = trace::op("roll", &[self], || {
+            vec![("shifts", Attr::Ints(shifts.to_vec())), ("dims", Attr::Ints(dims.to_vec()))]
+        });
         if dims.is_empty() {
             if shifts.len() != 1 {
                 panic!(

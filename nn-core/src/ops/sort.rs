@@ -6,6 +6,7 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::cumulative::lines_of;
+use crate::autograd::trace::{self, Attr};
 use crate::autograd::{op_result, Grads};
 use crate::backend::SortSpec;
 use crate::shape::{Dim, Dims, Layout};
@@ -32,6 +33,7 @@ impl Tensor {
     #[track_caller]
     pub fn sort<D: Dim>(&self, dim: D, descending: bool) -> (Tensor, Tensor) {
         let d = dim.resolve(self.rank(), "sort");
+        let _t = trace::op("sort", &[self], || vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]);
         let n = self.shape().get(d).copied().unwrap_or(1);
         sort_lines("sort", self, d, SortSpec { k: n, descending, sorted: true })
     }
@@ -51,6 +53,7 @@ impl Tensor {
     #[track_caller]
     pub fn argsort<D: Dim>(&self, dim: D, descending: bool) -> Tensor {
         let d = dim.resolve(self.rank(), "argsort");
+        let _t = trace::op("argsort", &[self], || vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]);
         let n = self.shape().get(d).copied().unwrap_or(1);
         sort_lines("argsort", &self.detach(), d, SortSpec { k: n, descending, sorted: true }).1
     }
@@ -78,6 +81,14 @@ impl Tensor {
     #[track_caller]
     pub fn topk<D: Dim>(&self, k: usize, dim: D, largest: bool, sorted: bool) -> (Tensor, Tensor) {
         let d = dim.resolve(self.rank(), "topk");
+        let _t = trace::op("topk", &[self], || {
+            vec![
+                ("k", trace::int(k)),
+                ("dim", trace::int(d)),
+                ("largest", Attr::Bool(largest)),
+                ("sorted", Attr::Bool(sorted)),
+            ]
+        });
         let n = self.shape().get(d).copied().unwrap_or(1);
         if k > n {
             panic!(

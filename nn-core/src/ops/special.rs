@@ -83,6 +83,7 @@ impl Tensor {
     /// When the tensor is not `f32`/`f64`.
     #[track_caller]
     pub fn erf(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("erf", &[self], Vec::new);
         unary(self, Erf)
     }
 
@@ -103,6 +104,7 @@ impl Tensor {
     /// When the tensor is not `f32`/`f64`.
     #[track_caller]
     pub fn erfinv(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("erfinv", &[self], Vec::new);
         unary(self, Erfinv)
     }
 }
