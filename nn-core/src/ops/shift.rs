@@ -34,8 +34,7 @@ impl Tensor {
         if self.rank() == 0 {
             return self.reshape(&[1]).flip(&[]).reshape(&[]);
         }
-        // The index_select along dim 0 with the identity order, when nothing is reversed:
-        // a copy, as PyTorch's flip always returns.
+        // One gather per reversed dim (dims of size 0 or 1 have nothing to reverse).
         let mut y = self.clone();
         let mut copied = false;
         for &d in &seen {
@@ -46,6 +45,8 @@ impl Tensor {
             }
         }
         if !copied {
+            // Nothing reversed: the identity gather along dim 0, still a copy, as PyTorch's
+            // flip always returns.
             let n = self.shape()[0];
             y = y.index_select(0, &Tensor::from_vec_i64((0..n as i64).collect(), &[n]).to_device(self.device()));
         }
