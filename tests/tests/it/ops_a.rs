@@ -1,13 +1,15 @@
 //! Tensor ops against PyTorch: cumsum/cumprod, sort/argsort/topk, erf/erfinv, flip/roll,
 //! outer, clamp with tensor bounds and arange with a dtype, forward values and the
 //! gradients of `sum(y * w)`, from `tests/fixtures/pytorch/ops_a.py`'s committed output.
-//! f64 cases agree to 1e-12 relative (1e-14 for erf), indices exactly; f32 cases within
-//! a few ulp of PyTorch's f32 results.
+//! f64 cases agree to 1e-12 relative (1e-15 for erf), indices exactly; f32 cases within
+//! a few ulp of PyTorch's f32 results. With the `gpu` feature the differentiable cases run
+//! again on `gpu:0` (inputs moved there), against the same PyTorch values (1e-14 where
+//! the device sums gradients in another order).
 
 use std::path::Path;
 use std::sync::OnceLock;
 
-use nn_core::{DType, StateDict, Tensor};
+use nn_core::{DType, Device, StateDict, Tensor};
 
 fn fixtures() -> &'static StateDict {
     static F: OnceLock<StateDict> = OnceLock::new();
@@ -32,17 +34,36 @@ fn close(what: &str, actual: &Tensor, expected: &Tensor, tol: f64) {
     }
 }
 
-/// Runs `f` on leaves of the named inputs of `case` and checks `case.y` and every
-/// `case.g<name>` (the gradient of `sum(y * case.w)`).
+/// The devices every case runs on: the CPU, and `gpu:0` with the `gpu` feature (a missing
+/// adapter then fails the case, saying why).
+fn devices() -> Vec<Device> {
+    let mut d = vec![Device::Cpu];
+    if cfg!(feature = "gpu") {
+        let gpu = Device::Gpu(0);
+        gpu.check().unwrap_or_else(|e| panic!("the parity suite with `gpu` needs gpu:0: {e}"));
+        d.push(gpu);
+    }
+    d
+}
+
+/// Runs `f` on leaves of the named inputs of `case` (on every device) and checks `case.y`
+/// and every `case.g<name>` (the gradient of `sum(y * case.w)`).
 #[track_caller]
 fn check(case: &str, inputs: &[(&str, &str)], tol: f64, f: impl Fn(&[Tensor]) -> Tensor) {
-    let leaves: Vec<Tensor> = inputs.iter().map(|(_, key)| get(key).detach().requires_grad_(true)).collect();
-    let y = f(&leaves);
-    close(&format!("{case} forward"), &y, &get(&format!("{case}.y")), tol);
-    (&y * &get(&format!("{case}.w"))).sum().backward();
-    for ((name, _), leaf) in inputs.iter().zip(&leaves) {
-        let g = leaf.grad().unwrap_or_else(|| panic!("{case}: no gradient for {name}"));
-        close(&format!("{case} gradient of {name}"), &g, &get(&format!("{case}.g{name}")), tol);
+    for device in devices() {
+        let tol = if device == Device::Cpu { tol } else { tol.max(1e-14) };
+        let case = &format!("{case} on {device}");
+        let leaves: Vec<Tensor> =
+            inputs.iter().map(|(_, key)| get(key).detach().to_device(device).requires_grad_(true)).collect();
+        let y = f(&leaves);
+        assert_eq!(y.device(), device, "{case}: the output left the device");
+        let key = case.split(' ').next().expect("a case name");
+        close(&format!("{case} forward"), &y, &get(&format!("{key}.y")), tol);
+        (&y * &get(&format!("{key}.w")).to_device(device)).sum().backward();
+        for ((name, _), leaf) in inputs.iter().zip(&leaves) {
+            let g = leaf.grad().unwrap_or_else(|| panic!("{case}: no gradient for {name}"));
+            close(&format!("{case} gradient of {name}"), &g, &get(&format!("{key}.g{name}")), tol);
+        }
     }
 }
 
