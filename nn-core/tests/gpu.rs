@@ -426,10 +426,141 @@ fn gradchecks_run_on_the_gpu_in_f64() {
             vec![on(&[4, 3]), Tensor::from_vec_i64(vec![3, 0, 3], &[3]).to_device(GPU)],
             Box::new(|t| t[0].index_select(0, &t[1])),
         ),
+        ("cumsum", vec![on(&[3, 4])], Box::new(|t| t[0].cumsum(1))),
+        (
+            "cumprod with a zero",
+            vec![Tensor::from_vec_f64(vec![0.5, 0.0, -1.5, 2.0, 0.7, 1.1], &[2, 3]).to_device(GPU)],
+            Box::new(|t| t[0].cumprod(1)),
+        ),
+        ("topk", vec![on(&[3, 5])], Box::new(|t| t[0].topk(2, 1, true, true).0)),
+        ("sort", vec![on(&[3, 5])], Box::new(|t| t[0].sort(0, true).0)),
+        ("flip roll", vec![on(&[3, 4])], Box::new(|t| t[0].flip(&[1]).roll(&[1], &[0]))),
+        ("outer", vec![on(&[3]), on(&[2])], Box::new(|t| t[0].outer(&t[1]))),
+        (
+            "clamp_tensor",
+            vec![on(&[3, 4]), on(&[4]), Tensor::from_vec_f64(vec![5.0, -5.0, 0.5], &[3, 1]).to_device(GPU)],
+            Box::new(|t| t[0].clamp_tensor(Some(&t[1]), Some(&t[2]))),
+        ),
     ];
     for (name, inputs, f) in cases {
         gradcheck(|t| f(t), &inputs).unwrap_or_else(|e| panic!("{name} on the GPU: {e}"));
     }
+}
+
+#[test]
+fn scans_sorts_shifts_and_special_functions_match_the_cpu() {
+    let _serial = serial();
+    nn_core::manual_seed(11);
+    let x = randn(&[5, 7]);
+    check("cumsum", &[x.clone()], F32, |t| t[0].cumsum(1));
+    check("cumsum dim 0 (view)", &[x.clone()], F32, |t| t[0].t().cumsum(0));
+    let mut z = x.to_vec();
+    for i in [3, 10, 12, 29] {
+        z[i] = 0.0;
+    }
+    check("cumprod with zeros", &[Tensor::from_vec(z, &[5, 7])], F32, |t| t[0].cumprod(1));
+    check("cumsum i64", &[Tensor::from_vec_i64(vec![0, 1, 1, 0, 1], &[5])], 0.0, |t| t[0].cumsum(0));
+    check("sort values", &[x.clone()], 0.0, |t| t[0].sort(1, true).0);
+    check("sort indices", &[x.clone()], 0.0, |t| t[0].sort(0, false).1);
+    check("argsort", &[x.clone()], 0.0, |t| t[0].argsort(-1, false));
+    check("topk values", &[x.clone()], 0.0, |t| t[0].topk(3, 1, true, true).0);
+    check("topk smallest unsorted", &[x.clone()], 0.0, |t| t[0].topk(2, 0, false, false).0);
+    check("topk indices", &[x.clone()], 0.0, |t| t[0].topk(3, 1, true, true).1);
+    check("erf", &[x.clone()], F32, |t| t[0].erf());
+    check("erfinv", &[Tensor::rand(&[5, 7]) * 1.98 - 0.99], F32, |t| t[0].erfinv());
+    check("flip", &[x.clone()], 0.0, |t| t[0].flip(&[0, 1]));
+    check("roll", &[x.clone()], 0.0, |t| t[0].roll(&[2, -3], &[0, 1]));
+    check("roll flattened", &[x.clone()], 0.0, |t| t[0].roll(&[4], &[]));
+    check("outer", &[randn(&[5]), randn(&[3])], F32, |t| t[0].outer(&t[1]));
+    check("clamp_tensor", &[x.clone(), randn(&[7]) - 0.5, randn(&[5, 1]) + 0.5], F32, |t| {
+        t[0].clamp_tensor(Some(&t[1]), Some(&t[2]))
+    });
+}
+
+#[test]
+fn erf_and_erfinv_have_f32_kernels_and_agree_with_the_cpu_at_the_edges() {
+    let _serial = serial();
+    let v = vec![0.0, -0.0, 1e-30, -1e-6, 0.3, 0.4999, 0.5, -2.0, 5.0, 12.0, f32::INFINITY, f32::NAN];
+    let x = Tensor::from_vec(v.clone(), &[v.len()]);
+    let before = gpu::stats(0).unwrap().host_path_calls();
+    let g = x.to_device(GPU).erf();
+    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "erf took the host path");
+    let (gv, cv) = (g.to_vec(), x.erf().to_vec());
+    for (i, (a, b)) in gv.iter().zip(&cv).enumerate() {
+        assert!((a - b).abs() <= 3e-7 * b.abs() || (a.is_nan() && b.is_nan()), "erf({}) = {a} vs {b}", v[i]);
+    }
+    let y = vec![0.0, 1e-30, -1e-6, 0.3, -0.7, 0.999, -0.99999, 1.0, -1.0, 1.5, f32::NAN];
+    let x = Tensor::from_vec(y.clone(), &[y.len()]);
+    let before = gpu::stats(0).unwrap().host_path_calls();
+    let g = x.to_device(GPU).erfinv();
+    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "erfinv took the host path");
+    let (gv, cv) = (g.to_vec(), x.erfinv().to_vec());
+    for (i, (a, b)) in gv.iter().zip(&cv).enumerate() {
+        let ok = (a - b).abs() <= 2e-6 * b.abs() || a == b || (a.is_nan() && b.is_nan());
+        assert!(ok, "erfinv({}) = {a} vs {b}", y[i]);
+    }
+}
+
+#[test]
+fn sorting_on_the_device_is_stable_and_orders_nan_like_the_cpu() {
+    let _serial = serial();
+    nn_core::manual_seed(12);
+    // Rows of 300 (not a power of two, more than a workgroup's threads) with many ties,
+    // NaN and infinities; sorted along both dims, and a view.
+    let mut v: Vec<f32> = (Tensor::randn(&[4, 300]) * 3.0).to_vec().iter().map(|x| x.round()).collect();
+    for i in [5, 17, 301, 302, 900] {
+        v[i] = f32::NAN;
+    }
+    v[40] = f32::INFINITY;
+    v[41] = f32::NEG_INFINITY;
+    v[42] = -0.0;
+    let x = Tensor::from_vec(v, &[4, 300]);
+    let g = x.to_device(GPU);
+    let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
+    let before = gpu::stats(0).unwrap().host_path_calls();
+    for descending in [false, true] {
+        for (name, f) in [
+            (
+                "sort dim 1",
+                Box::new(move |t: &Tensor| t.sort(1, descending)) as Box<dyn Fn(&Tensor) -> (Tensor, Tensor)>,
+            ),
+            ("sort dim 0", Box::new(move |t: &Tensor| t.sort(0, descending))),
+            ("sort of a view", Box::new(move |t: &Tensor| t.t().sort(0, descending))),
+            ("topk sorted", Box::new(move |t: &Tensor| t.topk(37, 1, descending, true))),
+            ("topk unsorted", Box::new(move |t: &Tensor| t.topk(37, 1, descending, false))),
+        ] {
+            let ((cv, ci), (gv, gi)) = (f(&x), f(&g));
+            assert_eq!((gv.device(), gi.device()), (GPU, GPU));
+            assert_eq!(gi.to_vec_i64(), ci.to_vec_i64(), "{name} (descending {descending}): indices");
+            assert_eq!(bits(&gv), bits(&cv), "{name} (descending {descending}): values");
+        }
+    }
+    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "f32 sorts took the host path");
+    // Longer lines sort on the host path, with the same results.
+    let long = Tensor::randn(&[2, 1500]);
+    assert_eq!(long.to_device(GPU).sort(1, false).1.to_vec_i64(), long.sort(1, false).1.to_vec_i64());
+}
+
+#[test]
+fn multinomial_and_dtype_factories_on_the_gpu() {
+    let _serial = serial();
+    let w = Tensor::from_vec(vec![0.1, 0.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.5], &[2, 4]);
+    for replacement in [true, false] {
+        nn_core::manual_seed(9);
+        let c = w.multinomial(3, replacement);
+        nn_core::manual_seed(9);
+        let g = w.to_device(GPU).multinomial(3, replacement);
+        assert_eq!((g.device(), g.dtype()), (GPU, DType::I64));
+        assert_eq!(g.to_vec_i64(), c.to_vec_i64(), "one seed, one draw on every device");
+    }
+    nn_core::device::with_device(GPU, || {
+        let pos = Tensor::arange_dtype(0.0, 6.0, 1.0, DType::I64);
+        assert_eq!((pos.device(), pos.to_vec_i64()), (GPU, vec![0, 1, 2, 3, 4, 5]));
+        let z = Tensor::zeros_dtype(&[2, 3], DType::I64);
+        assert_eq!((z.device(), z.dtype(), z.to_vec_i64()), (GPU, DType::I64, vec![0; 6]));
+        assert_eq!(Tensor::ones_dtype(&[2], DType::F64).device(), GPU);
+        assert_eq!(Tensor::full_dtype(&[2], 1.5, DType::F32).to_vec(), vec![1.5, 1.5]);
+    });
 }
 
 #[test]

@@ -11,7 +11,7 @@ use crate::shape::Layout;
 /// An elementwise op written in WGSL, for the GPU backend: expressions in the kernel's
 /// float type. Helpers every elementwise kernel has, in `f32`: `powf_(a, b)` (the CPU's
 /// `powf`, negative bases included), `isnan_(x)` (on the bits: compilers may fold
-/// `x != x`), `erfc_(x)` (relative error below 1.2e-7) and
+/// `x != x`), `erfc_(x)` (relative error below 1.2e-7), `erf_(x)` and `erfinv_(x)` (within 3e-7) and
 /// `tanh_(x)` (accurate near 0 and finite for large `|x|`, which not every driver's `tanh` is).
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(not(feature = "gpu"), allow(dead_code))]

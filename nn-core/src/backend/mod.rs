@@ -56,6 +56,9 @@ mod misc;
 mod norm;
 mod pooling;
 mod reduce;
+mod sample;
+mod scan;
+mod sort;
 
 pub use conv::Conv2dConfig;
 pub(crate) use conv::ConvGeometry;
@@ -67,6 +70,8 @@ pub use gpu::GpuStorage;
 pub(crate) use index::IndexArg;
 pub use pooling::Pool2dConfig;
 pub(crate) use pooling::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
+pub(crate) use scan::Scan;
+pub(crate) use sort::SortSpec;
 
 /// `Ok` when `gpu:n` can be used; the error says why not (no `gpu` feature, no such
 /// adapter, or it failed to open).

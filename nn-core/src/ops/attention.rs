@@ -161,8 +161,12 @@ fn check_mask_dtype(mask: &Tensor, query: &Tensor) {
 /// Softmax over the last dim where a row whose every score is `-inf` (every key masked
 /// out) gives zeros instead of NaN, and passes no gradient (PyTorch's `_safe_softmax`).
 fn safe_softmax(scores: &Tensor) -> Tensor {
-    let minus_inf = Tensor::full_on(&[], f64::NEG_INFINITY, scores.dtype(), scores.device());
-    let dead = scores.detach().max_dim(-1, true).0.eq(&minus_inf);
+    // A row is dead when it counts as many `-inf` as it has keys (built from ops that
+    // export to ONNX: Equal, Cast, ReduceSum).
+    let full = |v: f64| Tensor::full_on(&[], v, scores.dtype(), scores.device());
+    let masked = scores.detach().eq(&full(f64::NEG_INFINITY)).to_dtype(scores.dtype());
+    let keys = scores.shape()[scores.rank() - 1] as f64;
+    let dead = masked.sum_dim(-1, true).eq(&full(keys));
     // Finite scores in dead rows, so the softmax and its backward stay finite there; the
     // fill below then zeroes both the rows and their gradients.
     scores.masked_fill(&dead, 0.0).softmax(-1).masked_fill(&dead, 0.0)

@@ -231,6 +231,103 @@ impl Tensor {
         Tensor::from_vec((0..n).map(|i| (start + i as f64 * step) as f32).collect(), &[n])
     }
 
+    /// A tensor of `dtype` filled with `value`, on the default device: `torch.full(shape,
+    /// value, dtype=dtype)` ([`full`](Tensor::full) is the `f32` form, [`full_on`](Tensor::full_on)
+    /// names the device too). `value` converts as a cast does (truncated toward zero for
+    /// `i64`, `value != 0` for `bool`).
+    ///
+    /// ```
+    /// use nn_core::{DType, Tensor};
+    /// let t = Tensor::full_dtype(&[2], -3.0, DType::I64);
+    /// assert_eq!((t.dtype(), t.to_vec_i64()), (DType::I64, vec![-3, -3]));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`zeros`](Tensor::zeros).
+    #[track_caller]
+    pub fn full_dtype(shape: &[usize], value: f64, dtype: DType) -> Tensor {
+        Tensor::try_full_on("Tensor::full_dtype", shape, value, dtype, crate::device::default_device())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Zeros of `dtype` on the default device, `torch.zeros(shape, dtype=dtype)`.
+    ///
+    /// ```
+    /// use nn_core::{DType, Tensor};
+    /// let t = Tensor::zeros_dtype(&[2, 1], DType::F64);
+    /// assert_eq!((t.dtype(), t.shape()), (DType::F64, &[2, 1][..]));
+    /// assert_eq!(t.to_vec_f64(), vec![0.0, 0.0]);
+    /// ```
+    ///
+    /// # Panics
+    /// As [`zeros`](Tensor::zeros).
+    #[track_caller]
+    pub fn zeros_dtype(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::try_full_on("Tensor::zeros_dtype", shape, 0.0, dtype, crate::device::default_device())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Ones of `dtype` on the default device, `torch.ones(shape, dtype=dtype)`.
+    ///
+    /// ```
+    /// use nn_core::{DType, Tensor};
+    /// let m = Tensor::ones_dtype(&[3], DType::Bool);
+    /// assert_eq!((m.dtype(), m.to_vec_f64()), (DType::Bool, vec![1.0, 1.0, 1.0]));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`zeros`](Tensor::zeros).
+    #[track_caller]
+    pub fn ones_dtype(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::try_full_on("Tensor::ones_dtype", shape, 1.0, dtype, crate::device::default_device())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `torch.arange(start, end, step, dtype=dtype)` on the default device:
+    /// `ceil((end - start) / step)` values `start + i * step`.
+    ///
+    /// Floating dtypes compute each value as `start + i * step` in `f64` and round it once
+    /// (as [`arange`](Tensor::arange), the `f32` form; PyTorch's vectorized kernel may
+    /// differ in the last bit). `I64` gives exact integers (position ids, index ranges): as in
+    /// PyTorch, the count comes from the `f64` arguments while `start` and `step` are
+    /// truncated toward zero for the values, so `arange_dtype(0.0, 5.0, 1.5, I64)` is
+    /// `[0, 1, 2, 3]`.
+    ///
+    /// ```
+    /// use nn_core::{DType, Tensor};
+    /// let pos = Tensor::arange_dtype(0.0, 4.0, 1.0, DType::I64);
+    /// assert_eq!((pos.dtype(), pos.to_vec_i64()), (DType::I64, vec![0, 1, 2, 3]));
+    /// let f = Tensor::arange_dtype(1.0, 0.0, -0.25, DType::F64);
+    /// assert_eq!(f.to_vec_f64(), vec![1.0, 0.75, 0.5, 0.25]);
+    /// ```
+    ///
+    /// # Panics
+    /// When `step` is zero or has the wrong sign for the range, the count is more than a
+    /// tensor can hold, or `dtype` is `Bool` (PyTorch has no bool arange).
+    #[track_caller]
+    pub fn arange_dtype(start: f64, end: f64, step: f64, dtype: DType) -> Tensor {
+        const OP: &str = "arange_dtype";
+        if step == 0.0 || (end - start) * step < 0.0 || !(start.is_finite() && end.is_finite()) {
+            panic!("{OP}: step {step} cannot go from {start} to {end}");
+        }
+        if dtype == DType::Bool {
+            panic!("{OP}: no arange of dtype bool (as in PyTorch); build an i64 range and compare it");
+        }
+        let count = ((end - start) / step).ceil().max(0.0);
+        if count > crate::shape::MAX_NUMEL as f64 {
+            panic!("{OP}: {count} values from {start} to {end} in steps of {step} are more than a tensor can hold");
+        }
+        let n = count as usize;
+        let t = if dtype == DType::I64 {
+            let (s, st) = (start as i64, step as i64);
+            let v: Vec<i64> = (0..n as i64).map(|i| s.wrapping_add(i.wrapping_mul(st))).collect();
+            Tensor::from_vec_i64(v, &[n])
+        } else {
+            Tensor::from_vec_f64((0..n).map(|i| start + i as f64 * step).collect(), &[n]).to_dtype(dtype)
+        };
+        t.onto_default_device()
+    }
+
     /// Standard normal `f32` samples from the global generator ([`crate::manual_seed`]).
     pub fn randn(shape: &[usize]) -> Tensor {
         if let Some(t) = Tensor::meta_default(shape) {
@@ -299,4 +396,57 @@ fn random_values(
         .unwrap_or_else(|| panic!("{}", Error::Allocation { op, shape: shape.to_vec(), bytes: n as u128 * 4 }));
     with_rng(|r| v.extend((0..n).map(|_| draw(r))));
     v
+}
+
+#[cfg(test)]
+mod dtype_tests {
+    use crate::device::{with_device, Device};
+    use crate::{DType, Tensor};
+
+    #[test]
+    fn filled_constructors_take_a_dtype() {
+        for dtype in [DType::F32, DType::F64, DType::I64, DType::F16, DType::BF16, DType::Bool] {
+            let z = Tensor::zeros_dtype(&[2, 3], dtype);
+            let o = Tensor::ones_dtype(&[4], dtype);
+            assert_eq!((z.dtype(), z.shape(), z.to_vec_f64()), (dtype, &[2, 3][..], vec![0.0; 6]));
+            assert_eq!((o.dtype(), o.to_vec_f64()), (dtype, vec![1.0; 4]));
+        }
+        assert_eq!(Tensor::full_dtype(&[2], 2.75, DType::F64).to_vec_f64(), vec![2.75, 2.75]);
+        assert_eq!(Tensor::full_dtype(&[1], -2.75, DType::I64).to_vec_i64(), vec![-2]);
+        assert_eq!(Tensor::full_dtype(&[1], 0.5, DType::Bool).to_vec_f64(), vec![1.0]);
+        let m = with_device(Device::Meta, || Tensor::ones_dtype(&[3], DType::I64));
+        assert_eq!((m.device(), m.dtype()), (Device::Meta, DType::I64));
+    }
+
+    #[test]
+    fn arange_dtype_matches_pytorch() {
+        // torch.arange(0, 5, 1.5, dtype=torch.int64) and (-1.5, 3.7, 1.2): the count from
+        // the f64 arguments, the values from the truncated start and step.
+        assert_eq!(Tensor::arange_dtype(0.0, 5.0, 1.5, DType::I64).to_vec_i64(), vec![0, 1, 2, 3]);
+        assert_eq!(Tensor::arange_dtype(-1.5, 3.7, 1.2, DType::I64).to_vec_i64(), vec![-1, 0, 1, 2, 3]);
+        assert_eq!(Tensor::arange_dtype(5.0, 0.0, -2.0, DType::I64).to_vec_i64(), vec![5, 3, 1]);
+        // Exact integers above 2^53 (which f64 could not hold).
+        let big = (1i64 << 53) as f64;
+        assert_eq!(Tensor::arange_dtype(big, big + 4.0, 2.0, DType::I64).to_vec_i64(), vec![1 << 53, (1 << 53) + 2]);
+        let f = Tensor::arange_dtype(0.0, 1.0, 0.1, DType::F64);
+        assert_eq!(f.numel(), 10);
+        assert_eq!(f.to_vec_f64()[3], 3.0 * 0.1);
+        assert_eq!(Tensor::arange_dtype(0.0, 1.0, 0.25, DType::F32).to_vec(), Tensor::arange(0.0, 1.0, 0.25).to_vec());
+        assert_eq!(Tensor::arange_dtype(0.0, 3.0, 1.0, DType::BF16).dtype(), DType::BF16);
+        assert_eq!(Tensor::arange_dtype(2.0, 2.0, 1.0, DType::I64).shape(), &[0]);
+        let m = with_device(Device::Meta, || Tensor::arange_dtype(0.0, 6.0, 1.0, DType::I64));
+        assert_eq!((m.device(), m.shape()), (Device::Meta, &[6][..]));
+    }
+
+    #[test]
+    #[should_panic(expected = "arange_dtype: step -1 cannot go from 0 to 5")]
+    fn arange_dtype_with_a_wrong_step_panics() {
+        Tensor::arange_dtype(0.0, 5.0, -1.0, DType::I64);
+    }
+
+    #[test]
+    #[should_panic(expected = "arange_dtype: no arange of dtype bool")]
+    fn arange_dtype_bool_panics() {
+        Tensor::arange_dtype(0.0, 2.0, 1.0, DType::Bool);
+    }
 }

@@ -11,6 +11,7 @@ mod layers_b;
 mod layers_rnn;
 mod masks;
 mod module;
+mod ops_a;
 mod ops_b;
 mod ties;
 mod training;

@@ -21,6 +21,9 @@ pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod pooling;
 pub(crate) mod reduce;
+pub(crate) mod sample;
+pub(crate) mod scan;
+pub(crate) mod sort;
 pub(crate) mod team;
 pub(crate) mod vmath;
 

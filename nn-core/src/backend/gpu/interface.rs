@@ -194,6 +194,24 @@ pub(crate) fn arg_extreme(x: &Storage, rows: &Layout, n: usize, largest: bool) -
     kernels::arg_extreme(gpu(x)?, rows, n, largest)
 }
 
+pub(crate) fn scan(
+    x: &Storage,
+    l: &Layout,
+    dims: (usize, usize, usize),
+    scan: crate::backend::Scan,
+) -> Option<GpuStorage> {
+    kernels::scan(gpu(x)?, l, dims, scan)
+}
+
+pub(crate) fn sort(
+    x: &Storage,
+    l: &Layout,
+    dims: (usize, usize, usize),
+    spec: crate::backend::SortSpec,
+) -> Option<(GpuStorage, GpuStorage)> {
+    kernels::sort(gpu(x)?, l, dims, spec)
+}
+
 /// The first index value outside `0..n`, found on the device (the host reads one word,
 /// and the offending value only when there is one).
 pub(crate) fn first_outside(x: &Storage, l: &Layout, n: usize) -> Option<Option<i64>> {

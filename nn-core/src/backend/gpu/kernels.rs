@@ -71,6 +71,52 @@ fn erfc_(x: f32) -> f32 {
     return select(2.0 - r, r, x >= 0.0);
 }
 
+// erf: the Taylor series below 0.5 (relative error below 1e-9 there, where 1 - erfc
+// would lose the leading digits), 1 - erfc_ above (within 2 ulp).
+fn erf_(x: f32) -> f32 {
+    if (isnan_(x)) { return x; }
+    if (abs(x) < 0.5) {
+        let x2 = x * x;
+        let p = 1.0 + x2 * (-0.3333333333 + x2 * (0.1 + x2 * (-0.0238095238 + x2 * (0.0046296296 - x2 * 0.0007575758))));
+        return 1.1283791671 * x * p;
+    }
+    return sign(x) * (1.0 - erfc_(abs(x)));
+}
+
+// erfinv: Giles' single-precision approximation (relative error below 3e-7 on f32
+// inputs), infinite at +-1 and NaN outside [-1, 1].
+fn erfinv_(x: f32) -> f32 {
+    if (abs(x) >= 1.0) {
+        return select(bitcast<f32>(0x7fc00000u), sign(x) * bitcast<f32>(0x7f800000u), abs(x) == 1.0);
+    }
+    var w = -log((1.0 - x) * (1.0 + x));
+    var p: f32;
+    if (w < 5.0) {
+        w = w - 2.5;
+        p = 2.81022636e-08;
+        p = 3.43273939e-07 + p * w;
+        p = -3.5233877e-06 + p * w;
+        p = -4.39150654e-06 + p * w;
+        p = 0.00021858087 + p * w;
+        p = -0.00125372503 + p * w;
+        p = -0.00417768164 + p * w;
+        p = 0.246640727 + p * w;
+        p = 1.50140941 + p * w;
+    } else {
+        w = sqrt(w) - 3.0;
+        p = -0.000200214257;
+        p = 0.000100950558 + p * w;
+        p = 0.00134934322 + p * w;
+        p = -0.00367342844 + p * w;
+        p = 0.00573950773 + p * w;
+        p = -0.0076224613 + p * w;
+        p = 0.00943887047 + p * w;
+        p = 1.00167406 + p * w;
+        p = 2.83297682 + p * w;
+    }
+    return p * x;
+}
+
 fn tanh_(x: f32) -> f32 {
     let z = abs(x);
     if (z < 0.2) {
@@ -998,6 +1044,178 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     );
     ctx.dispatch(&src, &p, &[x.buffer(), out.buffer()], count as u64);
     Some(out)
+}
+
+/// Running sums or products (`cumsum`, `cumprod`) along `n` of `x` through `l` viewed as
+/// `[outer, n, inner]`: one thread per line, accumulating in `f64` and rounding each output
+/// once, exactly as the CPU kernel. `None` (the host path) without `f64` shaders or for
+/// dtypes other than `f32`/`f64`.
+pub(crate) fn scan(
+    x: &GpuStorage,
+    l: &Layout,
+    (outer, n, inner): (usize, usize, usize),
+    scan: crate::backend::Scan,
+) -> Option<GpuStorage> {
+    let ctx = x.ctx();
+    if !is_compute(x.dtype()) || !ctx.f64 {
+        return None;
+    }
+    let out = GpuStorage::uninit(ctx, x.dtype(), l.numel());
+    let lines = outer * inner;
+    if lines == 0 || n == 0 {
+        return Some(out);
+    }
+    let mut p = strided_params(l.shape(), &[l]);
+    p.extend([u32_of("line length", n), u32_of("line stride", inner), u32_of("line count", lines)]);
+    p.extend([u32::from(scan.prod), u32::from(scan.reverse)]);
+    let t = scalar(x.dtype());
+    let src = format!(
+        "{PRELUDE}{}{}{MAIN_1D}    let ex = extras(1u);
+    let n = P[ex]; let inner = P[ex + 1u];
+    if (i >= P[ex + 2u]) {{ return; }}
+    let prod = P[ex + 3u] == 1u;
+    let rev = P[ex + 4u] == 1u;
+    let first = (i / inner) * n * inner + i % inner;
+    var acc = f64(0.0);
+    if (prod) {{ acc = f64(1.0); }}
+    for (var s = 0u; s < n; s = s + 1u) {{
+        var k = s;
+        if (rev) {{ k = n - 1u - s; }}
+        let e = first + k * inner;
+        let v = f64(X[at(e, 0u)]);
+        if (prod) {{ acc = acc * v; }} else {{ acc = acc + v; }}
+        Y[e] = {t}(acc);
+    }}
+}}
+",
+        binding(1, "X", t, false),
+        binding(2, "Y", t, true)
+    );
+    ctx.dispatch(&src, &p, &[x.buffer(), out.buffer()], groups_for(lines));
+    Some(out)
+}
+
+/// The longest line [`sort`] sorts on the device (its workgroup memory holds one line).
+const SORT_MAX: usize = 1024;
+
+/// Sorts every line of `f32` `x` through `l`, viewed as `[outer, n, inner]`, along `n` and
+/// keeps the first `spec.k`: `(values, i64 positions)`, as the CPU kernel. One workgroup
+/// per line runs a bitonic network on `(value, position)` pairs in a total order (value
+/// with NaN above every number, then position), so the result is the stable sort's; for
+/// unsorted `topk`, a second network orders the `k` kept pairs by position. `None` (the
+/// host path) for other dtypes and lines longer than [`SORT_MAX`].
+pub(crate) fn sort(
+    x: &GpuStorage,
+    l: &Layout,
+    (outer, n, inner): (usize, usize, usize),
+    spec: crate::backend::SortSpec,
+) -> Option<(GpuStorage, GpuStorage)> {
+    if x.dtype() != DType::F32 || n > SORT_MAX {
+        return None;
+    }
+    let ctx = x.ctx();
+    let lines = outer * inner;
+    let len = lines * spec.k;
+    let (values, indices) = (GpuStorage::uninit(ctx, DType::F32, len), GpuStorage::uninit(ctx, DType::I64, len));
+    if len == 0 {
+        return Some((values, indices));
+    }
+    let width = n.next_power_of_two().max(2);
+    let mut p = strided_params(l.shape(), &[l]);
+    p.extend([n, inner, lines, spec.k, width].map(|v| u32_of("sort size", v)));
+    p.extend([u32::from(spec.descending), u32::from(!spec.sorted)]);
+    let src = format!(
+        "{PRELUDE}{}{}{}
+const PAD: u32 = 0xffffffffu;
+var<workgroup> V: array<f32, {SORT_MAX}>;
+var<workgroup> J: array<u32, {SORT_MAX}>;
+
+// -1, 0 or 1 as a is below, equal to or above b, NaN above every number.
+fn cmpv(a: f32, b: f32) -> i32 {{
+    let an = isnan_(a);
+    let bn = isnan_(b);
+    if (an && bn) {{ return 0; }}
+    if (an) {{ return 1; }}
+    if (bn) {{ return -1; }}
+    if (a < b) {{ return -1; }}
+    if (a > b) {{ return 1; }}
+    return 0;
+}}
+
+// Whether pair (a, ja) comes strictly before (b, jb): mode 0 ascending, 1 descending
+// (positions ascending on ties in both), 2 by position only; padding comes last.
+fn before(mode: u32, a: f32, ja: u32, b: f32, jb: u32) -> bool {{
+    if (ja == PAD) {{ return false; }}
+    if (jb == PAD) {{ return true; }}
+    if (mode == 2u) {{ return ja < jb; }}
+    var c = cmpv(a, b);
+    if (mode == 1u) {{ c = -c; }}
+    return c < 0 || (c == 0 && ja < jb);
+}}
+
+// The bitonic network over the `width` pairs in V and J.
+fn bitonic(mode: u32, width: u32, t0: u32) {{
+    for (var size = 2u; size <= width; size = size << 1u) {{
+        for (var stride = size >> 1u; stride > 0u; stride = stride >> 1u) {{
+            workgroupBarrier();
+            for (var t = t0; t < width / 2u; t = t + 256u) {{
+                let i = 2u * stride * (t / stride) + t % stride;
+                let j = i + stride;
+                var swap = false;
+                if ((i & size) == 0u) {{
+                    swap = before(mode, V[j], J[j], V[i], J[i]);
+                }} else {{
+                    swap = before(mode, V[i], J[i], V[j], J[j]);
+                }}
+                if (swap) {{
+                    let v = V[i]; V[i] = V[j]; V[j] = v;
+                    let w = J[i]; J[i] = J[j]; J[j] = w;
+                }}
+            }}
+        }}
+    }}
+    workgroupBarrier();
+}}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) t0: u32) {{
+    let ex = extras(1u);
+    let n = P[ex]; let inner = P[ex + 1u]; let lines = P[ex + 2u]; let k = P[ex + 3u]; let width = P[ex + 4u];
+    let descending = P[ex + 5u]; let by_position = P[ex + 6u];
+    let r = min(wg.x + wg.y * nw.x, lines - 1u);
+    let o = r / inner;
+    let c = r % inner;
+    for (var t = t0; t < width; t = t + 256u) {{
+        if (t < n) {{
+            V[t] = X[at((o * n + t) * inner + c, 0u)];
+            J[t] = t;
+        }} else {{
+            V[t] = 0.0;
+            J[t] = PAD;
+        }}
+    }}
+    bitonic(descending, width, t0);
+    if (by_position == 1u) {{
+        for (var t = t0; t < width; t = t + 256u) {{
+            if (t >= k) {{ J[t] = PAD; }}
+        }}
+        bitonic(2u, width, t0);
+    }}
+    if (wg.x + wg.y * nw.x >= lines) {{ return; }}
+    for (var t = t0; t < k; t = t + 256u) {{
+        let e = (o * k + t) * inner + c;
+        Y[e] = V[t];
+        I[2u * e] = J[t];
+        I[2u * e + 1u] = 0u;
+    }}
+}}
+",
+        binding(1, "X", "f32", false),
+        binding(2, "Y", "f32", true),
+        binding(3, "I", "u32", true)
+    );
+    ctx.dispatch(&src, &p, &[x.buffer(), values.buffer(), indices.buffer()], lines as u64);
+    Some((values, indices))
 }
 
 /// Uploads a host buffer made without reading any device value (dropout masks).

@@ -1,0 +1,181 @@
+//! Clamping into bounds given as tensors (`torch.clamp(x, min_tensor, max_tensor)`).
+
+use smallvec::smallvec;
+
+use super::check_same;
+use crate::autograd::{no_grad, op_result, Grads};
+use crate::shape::{broadcast_shapes, Dims};
+use crate::tensor::Tensor;
+
+const OP: &str = "clamp";
+
+impl Tensor {
+    /// Clamps elementwise into bounds given as tensors, `torch.clamp(x, min, max)` with
+    /// tensor `min`/`max`: `y = min(max(x, lo), hi)`, all three broadcast together (the
+    /// result has the broadcast shape). Either bound may be `None`; where `lo > hi` the
+    /// result is `hi`, and a NaN in `x` or a bound gives NaN, as PyTorch.
+    ///
+    /// Gradients (PyTorch's rule): to `x` where `lo <= x <= hi`; to `lo` where `x < lo`
+    /// (and `lo < hi`); to `hi` where `x > hi` or `hi < lo`; each summed back over the
+    /// dims it was broadcast along.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let x = Tensor::from_vec(vec![-2.0, 0.5, 3.0, 1.0, 1.0, 1.0], &[2, 3]);
+    /// let lo = Tensor::from_vec(vec![-1.0, 0.0, 0.0], &[3]);
+    /// let hi = Tensor::from_vec(vec![1.0, 2.0], &[2, 1]);
+    /// let y = x.clamp_tensor(Some(&lo), Some(&hi));
+    /// assert_eq!(y.to_vec(), vec![-1.0, 0.5, 1.0, 1.0, 1.0, 1.0]);
+    /// assert_eq!(x.clamp_tensor(None, Some(&hi)).to_vec(), vec![-2.0, 0.5, 1.0, 1.0, 1.0, 1.0]);
+    /// ```
+    ///
+    /// # Panics
+    /// When both bounds are `None`, the input is not `f32`/`f64`, the shapes do not
+    /// broadcast together, or the tensors differ in dtype or device.
+    #[track_caller]
+    pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Tensor {
+        // The bounds present are recorded after the input; the flags say which they are.
+        let _t = crate::autograd::trace::op_with("clamp_tensor", &[self], &[min, max], || {
+            use crate::autograd::trace::Attr::Bool;
+            vec![("has_min", Bool(min.is_some())), ("has_max", Bool(max.is_some()))]
+        });
+        if min.is_none() && max.is_none() {
+            panic!("{OP}: at least one of 'min' or 'max' must not be None (input of shape {:?})", self.shape());
+        }
+        super::check_float(OP, self);
+        let bounds: Vec<&Tensor> = min.into_iter().chain(max).collect();
+        let mut all = vec![self];
+        all.extend(&bounds);
+        check_same(OP, &all);
+        let mut shape: Dims = self.shape().into();
+        for b in &bounds {
+            shape = broadcast_shapes(&shape, b.shape()).unwrap_or_else(|| {
+                panic!(
+                    "{OP}: input of shape {:?} and bounds of shapes {:?} cannot be broadcast together",
+                    self.shape(),
+                    bounds.iter().map(|b| b.shape().to_vec()).collect::<Vec<_>>()
+                )
+            });
+        }
+        // maximum and minimum propagate NaN from either side, as PyTorch's clamp does.
+        let y = no_grad(|| {
+            let y = min.map_or_else(|| self.clone(), |lo| self.maximum(lo));
+            max.map_or(y.clone(), |hi| y.minimum(hi))
+        });
+        debug_assert_eq!(y.shape(), shape.as_slice());
+        op_result(OP, y.storage_arc(), y.layout().clone(), &all, || {
+            let x = self.detach();
+            let (lo, hi) = (min.map(Tensor::detach), max.map(Tensor::detach));
+            let shapes: Vec<Dims> = all.iter().map(|t| t.shape().into()).collect();
+            move |g: &Tensor, needs: &[bool]| -> Grads {
+                let zero = g.scalar_like(0.0);
+                let pick = |mask: Tensor, k: usize| Tensor::where_cond(&mask, g, &zero).sum_to_shape(&shapes[k]);
+                let and = |a: Tensor, b: Tensor| Tensor::where_cond(&a, &b, &a);
+                let or = |a: Tensor, b: Tensor| Tensor::where_cond(&a, &a, &b);
+                let mut grads: Grads = smallvec![None; needs.len()];
+                if needs[0] {
+                    let inside = match (&lo, &hi) {
+                        (Some(lo), Some(hi)) => and(x.ge(lo), x.le(hi)),
+                        (Some(lo), None) => x.ge(lo),
+                        (None, Some(hi)) => x.le(hi),
+                        (None, None) => unreachable!("a bound is given"),
+                    };
+                    grads[0] = Some(pick(inside, 0));
+                }
+                let mut k = 1;
+                if let Some(lo) = &lo {
+                    if needs[k] {
+                        let taken = match &hi {
+                            Some(hi) => and(x.lt(lo), lo.lt(hi)),
+                            None => x.lt(lo),
+                        };
+                        grads[k] = Some(pick(taken, k));
+                    }
+                    k += 1;
+                }
+                if let Some(hi) = &hi {
+                    if needs[k] {
+                        let taken = match &lo {
+                            Some(lo) => or(x.gt(hi), hi.lt(lo)),
+                            None => x.gt(hi),
+                        };
+                        grads[k] = Some(pick(taken, k));
+                    }
+                }
+                grads
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::gradcheck;
+    use crate::testing::support::{grad, leaf, t64};
+    use crate::Tensor;
+
+    #[test]
+    fn clamp_tensor_forward_broadcasts_and_follows_pytorch_when_bounds_cross() {
+        let x = t64(&[-2.0, 0.5, 3.0, 1.5], &[2, 2]);
+        let lo = t64(&[-1.0, 1.0], &[2]);
+        let hi = t64(&[2.0, 0.0], &[2, 1]);
+        // Row 1 has hi = 0 < lo = 1 in column 1: the result is hi there.
+        let y = x.clamp_tensor(Some(&lo), Some(&hi));
+        assert_eq!(y.to_vec_f64(), vec![-1.0, 1.0, 0.0, 0.0]);
+        assert_eq!(x.clamp_tensor(Some(&lo), None).to_vec_f64(), vec![-1.0, 1.0, 3.0, 1.5]);
+        assert_eq!(x.clamp_tensor(None, Some(&hi)).to_vec_f64(), vec![-2.0, 0.5, 0.0, 0.0]);
+        // The result takes the broadcast shape of all three.
+        let s = t64(&[5.0], &[]).clamp_tensor(Some(&lo), Some(&hi));
+        assert_eq!((s.shape(), s.to_vec_f64()), (&[2, 2][..], vec![2.0, 2.0, 0.0, 0.0]));
+        let n = t64(&[f64::NAN, 1.0, 1.0], &[3]).clamp_tensor(Some(&t64(&[0.0, f64::NAN, 0.0], &[3])), None);
+        assert!(n.to_vec_f64()[..2].iter().all(|v| v.is_nan()) && n.to_vec_f64()[2] == 1.0);
+    }
+
+    #[test]
+    fn clamp_tensor_gradients_go_to_the_taken_side() {
+        let x = leaf(&[-2.0, 0.5, 3.0, 1.0, 1.0], &[5]);
+        let lo = leaf(&[-1.0, 0.0, 0.0, 1.0, 2.0], &[5]);
+        let hi = leaf(&[1.0, 1.0, 2.0, 1.0, 0.0], &[5]);
+        let w = t64(&[1.0, 2.0, 3.0, 4.0, 5.0], &[5]);
+        (x.clamp_tensor(Some(&lo), Some(&hi)) * &w).sum().backward();
+        // Position 3: x = lo = hi, the gradient goes to x only; position 4: lo > hi, to hi.
+        assert_eq!(grad(&x), vec![0.0, 2.0, 0.0, 4.0, 0.0]);
+        assert_eq!(grad(&lo), vec![1.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(grad(&hi), vec![0.0, 0.0, 3.0, 0.0, 5.0]);
+        // Broadcast bounds collect their gradient over the broadcast dims.
+        let x = leaf(&[-2.0, 0.5, 3.0, -1.5], &[2, 2]);
+        let lo = leaf(&[-1.0], &[1]);
+        (x.clamp_tensor(Some(&lo), None).exp().mean()).backward();
+        let e = (-1f64).exp() / 4.0;
+        assert_eq!(grad(&lo), vec![2.0 * e]);
+        assert_eq!(grad(&x), vec![0.0, 0.5f64.exp() / 4.0, 3f64.exp() / 4.0, 0.0]);
+    }
+
+    #[test]
+    fn clamp_tensor_gradcheck() {
+        let x = t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4], &[2, 3]);
+        let lo = t64(&[-0.5, 0.0, 0.8], &[3]);
+        let hi = t64(&[1.0, 0.2], &[2, 1]);
+        gradcheck(|t| t[0].clamp_tensor(Some(&t[1]), Some(&t[2])).exp(), &[x.clone(), lo.clone(), hi.clone()]).unwrap();
+        gradcheck(|t| t[0].clamp_tensor(Some(&t[1]), None), &[x.clone(), lo]).unwrap();
+        gradcheck(|t| t[0].clamp_tensor(None, Some(&t[1])).sin(), &[x, hi]).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "clamp: at least one of 'min' or 'max' must not be None (input of shape [2])")]
+    fn clamp_tensor_needs_a_bound() {
+        Tensor::ones(&[2]).clamp_tensor(None, None);
+    }
+
+    #[test]
+    #[should_panic(expected = "clamp: input of shape [2, 3] and bounds of shapes [[2]] cannot be broadcast together")]
+    fn clamp_tensor_with_mismatched_shapes_panics() {
+        Tensor::ones(&[2, 3]).clamp_tensor(Some(&Tensor::ones(&[2])), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "clamp: expected all tensors of one dtype")]
+    fn clamp_tensor_with_mixed_dtypes_panics() {
+        Tensor::ones(&[2]).clamp_tensor(None, Some(&t64(&[1.0, 2.0], &[2])));
+    }
+}
