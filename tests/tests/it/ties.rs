@@ -185,7 +185,7 @@ fn a_checkpoint_of_a_tied_model_resumes_bit_for_bit() {
     };
     let config = AdamConfig { lr: 0.05, ..Default::default() };
     let a = TinyLm::new();
-    let mut opt_a = Adam::new(a.named_parameters(), config.clone());
+    let mut opt_a = Adam::new(a.named_parameters(), config);
     train(&a, &mut opt_a, 3);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ck.safetensors");
