@@ -15,6 +15,8 @@ pub struct Input<'a> {
     pub original: &'a DeriveInput,
     /// `#[module(extra_repr)]`, spanned at `extra_repr`.
     pub extra_repr: Option<Span>,
+    /// `#[module(name = "...")]`: the name the module prints instead of the struct's.
+    pub name: Option<LitStr>,
     /// Every field, annotated or not, in declaration order.
     pub fields: Vec<Field<'a>>,
 }
@@ -135,6 +137,6 @@ impl<'a> Input<'a> {
             });
         }
         cx.check()?;
-        Ok(Input { original: input, extra_repr: container.extra_repr, fields })
+        Ok(Input { original: input, extra_repr: container.extra_repr, name: container.name, fields })
     }
 }

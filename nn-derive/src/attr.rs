@@ -5,7 +5,7 @@ use syn::meta::ParseNestedMeta;
 use syn::{Attribute, LitBool, LitStr, Meta};
 
 use crate::ctxt::Ctxt;
-use crate::symbol::{BASE, BUFFER, BUILTIN, EXTRA_REPR, FIELD_KINDS, MODULE, PARAM, PERSISTENT, RENAME};
+use crate::symbol::{BASE, BUFFER, BUILTIN, EXTRA_REPR, FIELD_KINDS, MODULE, NAME, PARAM, PERSISTENT, RENAME};
 
 /// How a field is registered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +71,9 @@ pub struct FieldAttrs {
 pub struct ContainerAttrs {
     /// Where `extra_repr` was written, if it was.
     pub extra_repr: Option<Span>,
+    /// The `name = "..."` literal, if given: the name the module prints instead of the
+    /// struct's.
+    pub name: Option<LitStr>,
 }
 
 /// The most edits an unknown option may be from a known one to be suggested in its place.
@@ -224,9 +227,59 @@ fn unknown_option(meta: &ParseNestedMeta<'_>, name: &str, option: &str, kind: Ki
     meta.error(format!("unknown `#[{name}]` option `{option}`{hint}"))
 }
 
+/// `name = "TypeName"`: a non-empty string of ASCII letters, digits and `_` that does not
+/// start with a digit, as a type name in Rust or Python.
+fn name_value(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {
+    if !meta.input.peek(syn::Token![=]) {
+        return Err(meta.error("expected `name = \"TypeName\"`"));
+    }
+    let lit: LitStr =
+        meta.value()?.parse().map_err(|e| syn::Error::new(e.span(), "expected a string: `name = \"TypeName\"`"))?;
+    let v = lit.value();
+    if v.is_empty() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "a module's printed name cannot be empty; write `name = \"TypeName\"`, or remove `name` to print the \
+             struct's own name",
+        ));
+    }
+    if let Some(bad) = v.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_')) {
+        let suggestion: String = v.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let bad = if bad.is_whitespace() { "whitespace".to_string() } else { format!("`{bad}`") };
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "a module's printed name is a type name of ASCII letters, digits and `_`, and cannot contain \
+                 {bad}; write `name = \"{suggestion}\"`"
+            ),
+        ));
+    }
+    if v.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(syn::Error::new(
+            lit.span(),
+            "a module's printed name is a type name and cannot start with a digit; start it with a letter or `_`",
+        ));
+    }
+    Ok(lit)
+}
+
+/// The error for an option that the struct's `#[module(...)]` does not take, with the
+/// closest known one or the list of those it does take.
+fn unknown_struct_option(meta: &ParseNestedMeta<'_>, option: &str) -> syn::Error {
+    let hint = closest(option, &[NAME, EXTRA_REPR]).map_or_else(
+        || {
+            "; the struct options are `name = \"TypeName\"` (the name the module prints) and `extra_repr` (print \
+             `ExtraRepr::extra_repr` in the module's line)"
+                .to_string()
+        },
+        |c| format!("; did you mean `{c}`?"),
+    );
+    meta.error(format!("unknown `#[module]` struct option `{option}`{hint}"))
+}
+
 /// Reads the struct's own attributes, reporting every mistake to `cx`.
 pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
-    let mut out = ContainerAttrs { extra_repr: None };
+    let mut out = ContainerAttrs { extra_repr: None, name: None };
     for attr in attrs {
         let Some(ident) = attr.path().get_ident() else { continue };
         let name = ident.to_string();
@@ -234,8 +287,8 @@ pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
             if !matches!(attr.meta, Meta::List(_)) {
                 cx.error_spanned(
                     attr,
-                    "on the struct, `#[module]` takes options: `#[module(extra_repr)]`; sub-modules are \
-                     marked with `#[module]` on their fields",
+                    "on the struct, `#[module]` takes options: `#[module(name = \"TypeName\")]` or \
+                     `#[module(extra_repr)]`; sub-modules are marked with `#[module]` on their fields",
                 );
                 continue;
             }
@@ -246,18 +299,12 @@ pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
                         out.extra_repr = Some(meta.path.get_ident().map_or_else(Span::call_site, |i| i.span()));
                         Ok(())
                     }
-                    EXTRA_REPR => Err(meta.error("duplicate option `extra_repr`; remove one")),
-                    _ => {
-                        let hint = closest(&option, &[EXTRA_REPR]).map_or_else(
-                            || {
-                                "; the only struct option is `extra_repr` (print `ExtraRepr::extra_repr` in the \
-                                 module's line)"
-                                    .to_string()
-                            },
-                            |c| format!("; did you mean `{c}`?"),
-                        );
-                        Err(meta.error(format!("unknown `#[module]` struct option `{option}`{hint}")))
+                    NAME if out.name.is_none() => {
+                        out.name = Some(name_value(&meta)?);
+                        Ok(())
                     }
+                    EXTRA_REPR | NAME => Err(meta.error(format!("duplicate option `{option}`; remove one"))),
+                    _ => Err(unknown_struct_option(&meta, &option)),
                 }
             });
             if let Err(e) = parsed {
@@ -327,5 +374,57 @@ mod tests {
         assert!(cx.check().is_ok());
         assert_eq!(attrs.kind, Some(Kind::Buffer { persistent: false }));
         assert_eq!(attrs.rename.map(|lit| lit.value()).as_deref(), Some("stats"));
+    }
+
+    #[test]
+    fn struct_options_set_the_name_and_extra_repr_together() {
+        let input: syn::DeriveInput = syn::parse_quote!(
+            #[module(name = "GPT2LMHeadModel", extra_repr)]
+            struct Gpt2;
+        );
+        let mut cx = Ctxt::new();
+        let attrs = container_attrs(&mut cx, &input.attrs);
+        assert!(cx.check().is_ok());
+        assert_eq!(attrs.name.map(|lit| lit.value()).as_deref(), Some("GPT2LMHeadModel"));
+        assert!(attrs.extra_repr.is_some());
+    }
+
+    #[test]
+    fn bad_names_are_each_reported() {
+        let input: syn::DeriveInput = syn::parse_quote! {
+            #[module(name = 3)]
+            #[module(name = "")]
+            #[module(name = "GPT 2")]
+            #[module(name = "2Layer")]
+            #[module(name = "_Ok2", extra_repr, name = "Again")]
+            #[module]
+            struct Gpt2;
+        };
+        let mut cx = Ctxt::new();
+        container_attrs(&mut cx, &input.attrs);
+        let err = cx.check().expect_err("six errors");
+        let messages: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(messages.len(), 6, "{messages:?}");
+        assert!(messages[0].starts_with("expected a string"));
+        assert!(messages[1].contains("cannot be empty"));
+        assert!(messages[2].contains("cannot contain whitespace; write `name = \"GPT_2\"`"));
+        assert!(messages[3].contains("cannot start with a digit"));
+        assert_eq!(messages[4], "duplicate option `name`; remove one");
+        assert!(messages[5].contains("takes options: `#[module(name = \"TypeName\")]` or `#[module(extra_repr)]`"));
+    }
+
+    #[test]
+    fn unknown_struct_options_list_or_suggest_the_known_ones() {
+        let input: syn::DeriveInput = syn::parse_quote!(
+            #[module(bogus)]
+            #[module(rename = "X")]
+            struct S;
+        );
+        let mut cx = Ctxt::new();
+        container_attrs(&mut cx, &input.attrs);
+        let messages: Vec<String> = cx.check().expect_err("two errors").into_iter().map(|e| e.to_string()).collect();
+        assert!(messages[0].contains("the struct options are `name = \"TypeName\"`"), "{messages:?}");
+        assert!(messages[0].contains("and `extra_repr`"), "{messages:?}");
+        assert!(messages[1].ends_with("did you mean `name`?"), "{messages:?}");
     }
 }

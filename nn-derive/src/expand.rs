@@ -2,7 +2,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
-use syn::DeriveInput;
+use syn::{DeriveInput, LitStr};
 
 use crate::ast::{Field, Input};
 use crate::attr::Kind;
@@ -135,7 +135,7 @@ fn expand(input: &Input<'_>) -> TokenStream {
     let private = paths::private();
     let original = input.original;
     let ident = &original.ident;
-    let type_name = ident.to_string();
+    let type_name = input.name.as_ref().map_or_else(|| ident.to_string(), LitStr::value);
     let (impl_g, ty_g, where_c) = original.generics.split_for_impl();
     let self_ty = quote!(#ident #ty_g);
     let static_where = static_where(&original.generics);

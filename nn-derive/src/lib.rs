@@ -38,8 +38,17 @@ use syn::{parse_macro_input, DeriveInput};
 /// Derives `nn_core::Module` (and `Display`) from field annotations:
 /// `#[module]` (a sub-module, or `Option` of one), `#[param]` (`Parameter` or
 /// `Option<Parameter>`), `#[buffer]` / `#[buffer(persistent = false)]` (`Tensor` or
-/// `Option<Tensor>`), `#[base]` (`ModuleBase`). Each takes `rename = "name"`. Unannotated
+/// `Option<Tensor>`), `#[base]` (`ModuleBase`). Each but `#[base]` takes `rename = "name"`,
+/// the registered name where it differs from the field's (a key such as `self`). Unannotated
 /// fields must be plain data: a field that holds modules or tensors is a compile error.
+///
+/// On the struct, `#[module(...)]` takes, alone or together (`#[module(name = "X", extra_repr)]`):
+/// - `name = "TypeName"`: the name `Module::type_name` returns and the printout shows, where
+///   it differs from the struct's: `#[module(name = "GPT2LMHeadModel")] struct
+///   Gpt2LMHeadModel` prints `GPT2LMHeadModel(...)`, as transformers does. ASCII letters,
+///   digits and `_`, not starting with a digit.
+/// - `extra_repr`: the module's line in the printout is `ExtraRepr::extra_repr`
+///   (PyTorch's `extra_repr` override); the struct implements `ExtraRepr`.
 #[proc_macro_derive(Module, attributes(module, param, buffer, base))]
 pub fn derive_module(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

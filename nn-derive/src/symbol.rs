@@ -19,6 +19,8 @@ pub const RENAME: &str = "rename";
 pub const PERSISTENT: &str = "persistent";
 /// `extra_repr` in the struct's `#[module(...)]`.
 pub const EXTRA_REPR: &str = "extra_repr";
+/// `name = "TypeName"` in the struct's `#[module(...)]`: the name the module prints.
+pub const NAME: &str = "name";
 
 /// Built-in attributes, which are never a misspelling of ours however close they are.
 pub const BUILTIN: [&str; 10] =

@@ -308,7 +308,9 @@
 //! be a field name. Name the field anything and give it the key's name with
 //! `#[module(rename = "self")]` (`#[param(rename = ...)]` and `#[buffer(rename = ...)]`
 //! too); strict loading then takes the checkpoint's keys unchanged. A load error whose key
-//! differs only by such a word names the attribute to write.
+//! differs only by such a word names the attribute to write. A class name that is not a
+//! Rust type name prints as transformers' with `#[module(name = "GPT2LMHeadModel")]` on
+//! the struct `Gpt2LMHeadModel`.
 //! ```
 //! use nn::prelude::*;
 //! use nn::layers::Linear;

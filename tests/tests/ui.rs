@@ -19,6 +19,7 @@ fn ui() {
     t.pass("ui/pass/10-facade.rs");
     t.pass("ui/pass/11-hooks-in-a-loop.rs");
     t.pass("ui/pass/12-several-inputs.rs");
+    t.pass("ui/pass/13-name.rs");
     t.compile_fail("ui/fail/01-unannotated-vec.rs");
     t.compile_fail("ui/fail/02-unannotated-array.rs");
     t.compile_fail("ui/fail/03-unannotated-hashmap.rs");
@@ -58,4 +59,6 @@ fn ui() {
     t.compile_fail("ui/fail/37-compute-without-base.rs");
     t.compile_fail("ui/fail/38-hand-written-forward.rs");
     t.compile_fail("ui/fail/39-generic-base-narrower-compute.rs");
+    t.compile_fail("ui/fail/40-bad-name.rs");
+    t.compile_fail("ui/fail/41-name-given-twice.rs");
 }

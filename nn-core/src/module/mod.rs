@@ -109,7 +109,8 @@ pub trait Module: HoldsState + Any {
     /// Calls `f` on each direct sub-module, mutably, in declaration order.
     fn visit_modules_mut<'a>(&'a mut self, f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module));
 
-    /// The type's name as printed (`"Linear"`).
+    /// The type's name as printed (`"Linear"`): the struct's, or the one given with
+    /// `#[module(name = "GPT2LMHeadModel")]` on it.
     fn type_name(&self) -> &'static str;
 
     /// The module's own line in the printout (`in_features=784, out_features=256, ...`).

@@ -188,6 +188,40 @@ Net(
     );
 }
 
+/// transformers' class names are not Rust's (`GPT2LMHeadModel` for `Gpt2LMHeadModel`):
+/// `#[module(name = "...")]` sets the name reported and printed; keys, look-ups and typed
+/// access are unchanged.
+#[test]
+fn a_struct_name_option_sets_the_reported_and_printed_name() {
+    #[derive(Module)]
+    #[module(name = "GPT2Model")]
+    struct Gpt2Model {
+        #[module]
+        wte: Linear,
+    }
+    #[derive(Module)]
+    #[module(name = "GPT2LMHeadModel")]
+    struct Gpt2LMHeadModel {
+        #[module]
+        transformer: Gpt2Model,
+        #[module]
+        lm_head: Linear,
+    }
+    let m = Gpt2LMHeadModel { transformer: Gpt2Model { wte: Linear::new(2, 3) }, lm_head: Linear::new(3, 2) };
+    assert_eq!(m.type_name(), "GPT2LMHeadModel");
+    assert_eq!(
+        m.to_string(),
+        "GPT2LMHeadModel(\n  (transformer): GPT2Model(\n    (wte): Linear(in_features=2, out_features=3, bias=True)\n  )\n  \
+         (lm_head): Linear(in_features=3, out_features=2, bias=True)\n)"
+    );
+    let types: Vec<&str> = m.named_modules().into_iter().map(|(_, sub)| sub.type_name()).collect();
+    assert_eq!(types, ["GPT2LMHeadModel", "GPT2Model", "Linear", "Linear"]);
+    assert_eq!(m.state_dict().keys().next(), Some("transformer.wte.weight"));
+    assert_eq!(m.get_submodule_as::<Gpt2Model>("transformer").unwrap().wte.out_features(), 3);
+    let err = m.get_submodule("transformer.wpe").err().unwrap().to_string();
+    assert!(err.starts_with("GPT2Model at `transformer` has no submodule `wpe`"), "{err}");
+}
+
 #[test]
 fn modes_propagate_and_are_readable_in_forward() {
     let mut n = net();
