@@ -136,6 +136,7 @@ fn conv1d(nf: usize, nx: usize, std: f64) -> Conv1D {
 /// Causal self-attention with the three projections in one `Conv1D` (keys `c_attn.*`,
 /// `c_proj.*`).
 #[derive(Module)]
+#[module(name = "GPT2Attention")]
 pub struct Gpt2Attention {
     /// `[E, 3E]`: query, key and value.
     #[module]
@@ -181,6 +182,7 @@ impl Compute for Gpt2Attention {
 
 /// The feed-forward: `c_fc` (`[E, inner]`), the activation, `c_proj` (`[inner, E]`).
 #[derive(Module)]
+#[module(name = "GPT2MLP")]
 pub struct Gpt2Mlp {
     /// `[E, inner]`.
     #[module]
@@ -207,6 +209,7 @@ impl Compute for Gpt2Mlp {
 /// A pre-norm block: `x + attn(ln_1(x))`, then `h + mlp(ln_2(h))` (keys `ln_1.*`, `attn.*`,
 /// `ln_2.*`, `mlp.*`).
 #[derive(Module)]
+#[module(name = "GPT2Block")]
 pub struct Gpt2Block {
     /// Before the attention.
     #[module]
@@ -315,6 +318,7 @@ pub(crate) fn check_ids(model: &str, ids: &Tensor, past: usize, limit: usize, fi
 /// The decoder stack: token and position embeddings, the blocks, the final norm (keys
 /// `wte.weight`, `wpe.weight`, `h.N.*`, `ln_f.*`).
 #[derive(Module)]
+#[module(name = "GPT2Model")]
 pub struct Gpt2Model {
     /// `[vocab_size, n_embd]`.
     #[module]
@@ -381,6 +385,7 @@ impl Compute for Gpt2Model {
 /// assert_eq!((out.len(), &out[..3]), (7, &[1, 5, 3][..]));
 /// ```
 #[derive(Module)]
+#[module(name = "GPT2LMHeadModel")]
 pub struct Gpt2LMHeadModel {
     /// The decoder stack (keys `transformer.*`).
     #[module]

@@ -175,6 +175,7 @@ impl LlamaConfig {
 /// SwiGLU: `down_proj(act(gate_proj(x)) * up_proj(x))` (keys `gate_proj.*`, `up_proj.*`,
 /// `down_proj.*`).
 #[derive(Module)]
+#[module(name = "LlamaMLP")]
 pub struct LlamaMlp {
     /// `[intermediate, hidden]`.
     #[module]

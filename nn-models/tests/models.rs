@@ -49,9 +49,16 @@ fn gpt2_loads_the_transformers_directory_and_matches_its_logits() {
     assert_eq!(model.state_dict().len(), file.len() + 1);
     let logits = model.forward(f.get("input_ids").unwrap());
     assert_close(&logits, f.get("logits").unwrap(), 1e-5, "GPT-2 logits");
-    assert!(model
-        .to_string()
-        .starts_with("Gpt2LMHeadModel(\n  (transformer): Gpt2Model(\n    (wte): Embedding(60, 16)"));
+    // The printout is transformers': GPT2LMHeadModel(transformer: GPT2Model(...), lm_head).
+    let printed = model.to_string();
+    assert!(
+        printed.starts_with("GPT2LMHeadModel(\n  (transformer): GPT2Model(\n    (wte): Embedding(60, 16)"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("(attn): GPT2Attention(\n") && printed.contains("(c_attn): Conv1D(nf=48, nx=16)"),
+        "{printed}"
+    );
 }
 
 #[test]
