@@ -328,8 +328,8 @@ pub trait Module: HoldsState + Any {
     ///
     /// # Tied parameters
     /// A `Parameter` held by two modules (a clone of one handle, as GPT-2's `lm_head.weight`
-    /// is `transformer.wte.weight`) is one parameter: [`named_parameters`]
-    /// (Module::named_parameters) lists it once, an optimizer steps it once, and the
+    /// is `transformer.wte.weight`) is one parameter:
+    /// [`named_parameters`](Module::named_parameters) lists it once, an optimizer steps it once, and the
     /// gradients of both uses add up. Here it is listed under every name; a file written by
     /// [`save`](Module::save) (or [`StateDict::save`]) holds it once, under its first name,
     /// as Hugging Face's files do; [`load_state_dict`](Module::load_state_dict) accepts
