@@ -164,24 +164,17 @@ impl StateDict {
         })
     }
 
-    /// The entries a file holds: each tensor once, under its first name. Entries that view
-    /// the same storage with the same layout are one tensor (a tied parameter in a module's
-    /// state dict, listed under each of its names); the later names are left out, as
-    /// `safetensors.torch.save_model` and Hugging Face's `save_pretrained` do. Loading such a
-    /// file into the module restores the tie from the one name (see
-    /// [`Module::load_state_dict`](crate::Module::load_state_dict)).
+    /// The entries a file holds: each tensor once, under its first name. Entries that are
+    /// one tensor handle (the same [`TensorId`](crate::TensorId): a tied parameter in a
+    /// module's state dict, listed under each of its names) are written once; the later
+    /// names are left out, as `safetensors.torch.save_model` and Hugging Face's
+    /// `save_pretrained` do. Loading such a file into the module restores the tie from the
+    /// one name (see [`Module::load_state_dict`](crate::Module::load_state_dict)). Distinct
+    /// tensors are never merged, even when they share storage (copy-on-write after a load)
+    /// or hold equal values.
     fn distinct_entries(&self) -> Vec<(&str, &Tensor)> {
-        let mut seen: HashMap<*const Storage, Vec<&crate::shape::Layout>> = HashMap::new();
-        self.iter()
-            .filter(|(_, t)| {
-                let layouts = seen.entry(std::sync::Arc::as_ptr(&t.storage_arc())).or_default();
-                let first = !layouts.contains(&t.layout());
-                if first {
-                    layouts.push(t.layout());
-                }
-                first
-            })
-            .collect()
+        let mut seen = std::collections::HashSet::new();
+        self.iter().filter(|(_, t)| seen.insert(t.id())).collect()
     }
 
     /// The safetensors header (padded to 8 bytes, as the `safetensors` crate writes it),

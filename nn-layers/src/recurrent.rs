@@ -306,6 +306,14 @@ impl Recurrent {
         if !(0.0..=1.0).contains(&c.dropout) {
             panic!("{name}: dropout must be a probability in [0, 1], got {}", c.dropout);
         }
+        if c.dropout > 0.0 && c.num_layers == 1 {
+            // PyTorch warns and ignores it; here an option that can do nothing is an error.
+            panic!(
+                "{name}: dropout {} has no effect with num_layers=1 (it applies between stacked layers); set \
+                 num_layers above 1 or dropout to 0",
+                c.dropout
+            );
+        }
         if c.proj_size >= hidden_size {
             panic!("{name}: proj_size ({}) must be smaller than hidden_size ({hidden_size})", c.proj_size);
         }
@@ -441,6 +449,9 @@ impl Recurrent {
             }
             if s.dtype() != x.dtype() {
                 panic!("{label}: {what} is {} but the input is {}", s.dtype(), x.dtype());
+            }
+            if s.device() != x.device() {
+                panic!("{label}: {what} is on {} but the input is on {}", s.device(), x.device());
             }
         }
         Layout { batched, seq_len, batch }

@@ -412,7 +412,9 @@ impl Compute for BertPooler {
 ///
 /// The input is `(input_ids, attention_mask)`, both `[N, L]`: ids are i64; the mask is
 /// Hugging Face's (**1 = attend, 0 = padding**; i64, bool or float), converted inside to
-/// the attention's bool form (`true` = may attend). The output is `(last_hidden_state
+/// the attention's bool form (`true` = may attend). Every token is of type 0 (transformers'
+/// default `token_type_ids`; sentence pairs with segment ids are not taken by this input).
+/// The output is `(last_hidden_state
 /// [N, L, E], pooler_output [N, E])`.
 ///
 /// ```

@@ -70,13 +70,11 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
     if prompt.len() > limit {
         return Err(Error::TooLong { what: "the prompt", len: prompt.len(), limit, field });
     }
-    if prompt.len() + config.max_new_tokens > limit {
-        return Err(Error::TooLong {
-            what: "the prompt plus max_new_tokens",
-            len: prompt.len() + config.max_new_tokens,
-            limit,
-            field,
-        });
+    // The last new token is never fed back, so the model sees at most
+    // `prompt + max_new_tokens - 1` positions (transformers' limit too).
+    let total = prompt.len().checked_add(config.max_new_tokens).unwrap_or(usize::MAX);
+    if total - 1 > limit {
+        return Err(Error::TooLong { what: "the prompt plus max_new_tokens - 1", len: total - 1, limit, field });
     }
     if let Sampling::Sample { temperature, top_k, top_p } = config.sampling {
         if !(temperature > 0.0 && temperature.is_finite()) {
@@ -101,7 +99,7 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
             let v = logits.shape()[2];
             let last = logits.narrow(1, logits.shape()[1] - 1, 1).to_dtype(DType::F64).to_vec_f64();
             debug_assert_eq!(last.len(), v);
-            let next = choose(&last, &config.sampling);
+            let next = choose(&last, &config.sampling)?;
             tokens.push(next);
             next_input = if cache.is_some() { vec![next] } else { tokens.clone() };
             if config.eos_token_id == Some(next) {
@@ -113,9 +111,14 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
 }
 
 /// The next token from one row of logits.
-fn choose(logits: &[f64], sampling: &Sampling) -> i64 {
+///
+/// # Errors
+/// [`Error::Input`] when sampling meets NaN logits, or scores with no finite maximum (a
+/// temperature so small that the scaled logits overflow): a draw from them would be a
+/// default token, not a sample (PyTorch's `multinomial` refuses such probabilities too).
+fn choose(logits: &[f64], sampling: &Sampling) -> Result<i64> {
     match sampling {
-        Sampling::Greedy => argmax(logits) as i64,
+        Sampling::Greedy => Ok(argmax(logits) as i64),
         Sampling::Sample { temperature, top_k, top_p } => {
             let mut scores: Vec<f64> = logits.iter().map(|l| l / temperature).collect();
             if let Some(k) = top_k {
@@ -125,16 +128,22 @@ fn choose(logits: &[f64], sampling: &Sampling) -> i64 {
                 keep_top_p(&mut scores, *p);
             }
             let probs = softmax(&scores);
+            if probs.iter().any(|p| !p.is_finite()) {
+                return Err(Error::Input(format!(
+                    "generate: the sampling probabilities are not finite (NaN logits, or a temperature of \
+                     {temperature} that makes the scaled logits overflow)"
+                )));
+            }
             let u: f64 = nn_core::random::with_rng(|r| r.random());
             let mut acc = 0.0;
             for (i, p) in probs.iter().enumerate() {
                 acc += p;
                 if u < acc {
-                    return i as i64;
+                    return Ok(i as i64);
                 }
             }
             // Rounding left `acc` just under 1: the last token with any probability.
-            probs.iter().rposition(|&p| p > 0.0).unwrap_or(0) as i64
+            Ok(probs.iter().rposition(|&p| p > 0.0).expect("finite probabilities sum to 1") as i64)
         }
     }
 }
@@ -222,16 +231,22 @@ mod tests {
         let logits: Vec<f64> = [0.6f64, 0.3, 0.1].iter().map(|p| p.ln()).collect();
         let s = Sampling::Sample { temperature: 1.0, top_k: None, top_p: None };
         nn_core::manual_seed(3);
-        let draws: Vec<i64> = (0..6000).map(|_| choose(&logits, &s)).collect();
+        let draws: Vec<i64> = (0..6000).map(|_| choose(&logits, &s).unwrap()).collect();
         let count = |t| draws.iter().filter(|&&d| d == t).count() as f64 / 6000.0;
         for (t, p) in [(0, 0.6), (1, 0.3), (2, 0.1)] {
             assert!((count(t) - p).abs() < 0.03, "token {t}: {} vs {p}", count(t));
         }
         nn_core::manual_seed(3);
-        let again: Vec<i64> = (0..6000).map(|_| choose(&logits, &s)).collect();
+        let again: Vec<i64> = (0..6000).map(|_| choose(&logits, &s).unwrap()).collect();
         assert_eq!(draws, again);
         // top_k 1 is greedy.
         let k1 = Sampling::Sample { temperature: 0.7, top_k: Some(1), top_p: None };
-        assert!((0..50).all(|_| choose(&logits, &k1) == 0));
+        assert!((0..50).all(|_| choose(&logits, &k1).unwrap() == 0));
+        // NaN logits, or a temperature that overflows the scores: an error, not token 0.
+        let nan = [0.1, f64::NAN, 0.3];
+        let s1 = Sampling::Sample { temperature: 1.0, top_k: None, top_p: None };
+        assert!(choose(&nan, &s1).unwrap_err().to_string().contains("not finite"));
+        let tiny = Sampling::Sample { temperature: 1e-310, top_k: None, top_p: None };
+        assert!(choose(&[1.0, -1.0, 0.5], &tiny).unwrap_err().to_string().contains("temperature of 1e-310"));
     }
 }

@@ -349,6 +349,9 @@ impl Compute for Gpt2Model {
         let ids = &input.input_ids;
         let past = input.cache.as_ref().map_or(0, KvCache::seq_len);
         check_ids("GPT2Model", ids, past, self.n_positions, "n_positions");
+        if let Some(c) = &input.cache {
+            c.check("GPT2Model", self.h.len(), ids, self.wte.weight.dtype());
+        }
         let (n, l) = (ids.shape()[0], ids.shape()[1]);
         let positions = Tensor::from_vec_i64((past as i64..(past + l) as i64).collect(), &[1, l])
             .to_device(ids.device())
@@ -424,6 +427,11 @@ impl Gpt2LMHeadModel {
     /// Loads a transformers checkpoint directory (`config.json`, `model.safetensors`),
     /// strictly and with its keys unchanged (the tied head from `transformer.wte.weight`);
     /// the model is in evaluation mode.
+    ///
+    /// The keys are those `GPT2LMHeadModel.save_pretrained` writes (`transformer.h.0...`).
+    /// Older uploads saved from the bare `GPT2Model` (keys without `transformer.`, with the
+    /// `attn.bias` mask buffers) are refused with every missing and unexpected key named:
+    /// no key is renamed or dropped behind the user's back.
     ///
     /// # Errors
     /// A config error naming the field; [`Error::MissingWeights`](crate::Error::MissingWeights);

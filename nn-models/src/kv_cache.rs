@@ -44,6 +44,39 @@ impl KvCache {
         self.lock().iter_mut().for_each(|l| *l = None);
     }
 
+    /// Panics unless the cache fits `model`'s `layers` layers and `input_ids` (`[N, L]`):
+    /// one length in every layer, the batch size, dtype and device of what it holds.
+    #[track_caller]
+    pub(crate) fn check(&self, model: &str, layers: usize, input_ids: &Tensor, dtype: nn_core::DType) {
+        let held = self.lock();
+        if held.len() != layers {
+            panic!(
+                "{model}: `cache` has {} layers, the model {layers} (make it with the model's `new_cache`)",
+                held.len()
+            );
+        }
+        let lens: Vec<usize> = held.iter().map(|l| l.as_ref().map_or(0, |(k, _)| k.shape()[2])).collect();
+        if lens.iter().any(|&l| l != lens[0]) {
+            panic!(
+                "{model}: `cache` holds different lengths per layer ({lens:?}): a forward stopped part way; clear it"
+            );
+        }
+        if let Some((k, _)) = held.iter().flatten().next() {
+            let n = input_ids.shape()[0];
+            if k.shape()[0] != n || k.dtype() != dtype || k.device() != input_ids.device() {
+                panic!(
+                    "{model}: `cache` holds {} {} keys {:?} on {}; input_ids {:?} on {} need batch {n} of {dtype} there",
+                    k.shape()[0],
+                    k.dtype(),
+                    k.shape(),
+                    k.device(),
+                    input_ids.shape(),
+                    input_ids.device()
+                );
+            }
+        }
+    }
+
     /// The handle of layer `i`.
     ///
     /// # Panics

@@ -356,6 +356,9 @@ impl Compute for LlamaModel {
         let ids = &input.input_ids;
         let past = input.cache.as_ref().map_or(0, KvCache::seq_len);
         check_ids("LlamaModel", ids, past, self.max_positions, "max_position_embeddings");
+        if let Some(c) = &input.cache {
+            c.check("LlamaModel", self.layers.len(), ids, self.embed_tokens.weight.dtype());
+        }
         let mut h = self.embed_tokens.forward(ids);
         for (i, layer) in self.layers.iter().enumerate() {
             h = layer.forward((h, input.cache.as_ref().map(|c| c.layer(i))));

@@ -41,7 +41,6 @@ const DESCRIPTIVE: &[&str] = &[
     "task_specific_params",
     "finetuning_task",
     "gradient_checkpointing",
-    "initializer_range",
     "torchscript",
     "use_bfloat16",
     "tf_legacy_loss",

@@ -234,7 +234,10 @@ fn bad_configs_and_directories_are_errors_naming_the_field_file_or_limit() {
     let e = generate(&model, &long, &GenerationConfig::default()).unwrap_err().to_string();
     assert_eq!(e, "the prompt of 33 tokens is longer than the model's 32 positions (`n_positions` in config.json)");
     let e = generate(&model, &long[..30], &GenerationConfig::default()).unwrap_err().to_string();
-    assert!(e.contains("the prompt plus max_new_tokens of 50 tokens"), "{e}");
+    assert!(e.contains("the prompt plus max_new_tokens - 1 of 49 tokens"), "{e}");
+    // The last new token is never fed back: 30 + 3 new tokens use 32 positions, and fit.
+    let config = GenerationConfig { max_new_tokens: 3, ..Default::default() };
+    assert_eq!(generate(&model, &long[..30], &config).unwrap().len(), 33);
 }
 
 #[test]
@@ -263,4 +266,23 @@ fn save_pretrained_round_trips_with_the_head_written_once() {
     let back = Gpt2LMHeadModel::from_pretrained(dir.path()).unwrap();
     let ids = io("gpt2").get("input_ids").unwrap().clone();
     assert_eq!(back.forward(&ids).to_vec(), model.forward(&ids).to_vec());
+}
+
+#[test]
+fn a_cache_that_does_not_fit_is_named() {
+    let _serial = serial();
+    let model = Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap();
+    let ids = Tensor::from_vec_i64(vec![1, 2, 3], &[1, 3]);
+    let panics = |input: nn_models::gpt2::CausalLmInput| {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.forward(input))).expect_err("a panic");
+        err.downcast_ref::<String>().cloned().unwrap()
+    };
+    let short = nn_models::KvCache::new(1);
+    let msg = panics(nn_models::gpt2::CausalLmInput::with_cache(&ids, &short));
+    assert!(msg.contains("GPT2Model: `cache` has 1 layers, the model 2"), "{msg}");
+    let cache = nn_models::KvCache::new(2);
+    model.forward(nn_models::gpt2::CausalLmInput::with_cache(&ids, &cache));
+    let two = Tensor::from_vec_i64(vec![1, 2, 3, 4], &[2, 2]);
+    let msg = panics(nn_models::gpt2::CausalLmInput::with_cache(&two, &cache));
+    assert!(msg.contains("need batch 2"), "{msg}");
 }

@@ -374,14 +374,17 @@ pub trait Module: HoldsState + Any {
             return Err(Error::Uninitialized { module: m.type_name() });
         }
         let mut sd = StateDict::default();
-        walk(self.as_dyn(), &mut String::new(), &mut |path, item| match item {
-            Item::Param(p) => {
-                sd.insert(path.to_string(), p.detach());
-            }
-            Item::Buffer { tensor, persistent: true } => {
-                sd.insert(path.to_string(), tensor.detach());
-            }
-            _ => {}
+        // A tied entry (one tensor under several names) is one detached handle under each
+        // name, so the state dict itself records the tie (`StateDict::save` writes it once).
+        let mut handles: std::collections::HashMap<crate::tensor::TensorId, Tensor> = std::collections::HashMap::new();
+        walk(self.as_dyn(), &mut String::new(), &mut |path, item| {
+            let t = match item {
+                Item::Param(p) => p.tensor(),
+                Item::Buffer { tensor, persistent: true } => tensor,
+                _ => return,
+            };
+            let handle = handles.entry(t.id()).or_insert_with(|| t.detach()).clone();
+            sd.insert(path.to_string(), handle);
         });
         Ok(sd)
     }

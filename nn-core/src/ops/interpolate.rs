@@ -146,7 +146,7 @@ pub fn interpolate(x: &Tensor, size: InterpolateSize, mode: InterpolateMode, ali
         }
     };
     for (d, &(m, _)) in plan.iter().enumerate() {
-        if m == 0 && spatial[d] > 0 {
+        if (m == 0) != (spatial[d] == 0) {
             panic!(
                 "{OP}: input shape {:?} and {size:?} give an empty output size {:?}; the output must be non-empty",
                 x.shape(),

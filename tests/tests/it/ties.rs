@@ -202,3 +202,36 @@ fn a_checkpoint_of_a_tied_model_resumes_bit_for_bit() {
         assert_eq!(pa.to_vec(), pb.to_vec(), "{na}");
     }
 }
+
+/// Only a tie is written once: two modules loaded from one state dict share its storage
+/// (copy on write) but are distinct parameters, and a file keeps both; so do two entries
+/// with equal values, or two detached handles of one tensor.
+#[test]
+fn distinct_tensors_sharing_storage_are_all_saved() {
+    let src = nn_layers::Linear::new(3, 2);
+    let sd = src.state_dict();
+    #[derive(Module)]
+    struct Pair {
+        #[module]
+        student: nn_layers::Linear,
+        #[module]
+        teacher: nn_layers::Linear,
+    }
+    let mut pair = Pair { student: nn_layers::Linear::new(3, 2), teacher: nn_layers::Linear::new(3, 2) };
+    pair.student.load_state_dict(&sd, true).unwrap();
+    pair.teacher.load_state_dict(&sd, true).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    pair.save(dir.path().join("pair.safetensors")).unwrap();
+    let file = StateDict::load(dir.path().join("pair.safetensors")).unwrap();
+    assert_eq!(file.len(), 4, "{:?}", file.keys().collect::<Vec<_>>());
+    let t = Tensor::ones(&[2]);
+    let mut by_hand = StateDict::default();
+    by_hand.insert("a".into(), t.detach());
+    by_hand.insert("b".into(), t.detach());
+    by_hand.save(dir.path().join("hand.safetensors")).unwrap();
+    assert_eq!(StateDict::load(dir.path().join("hand.safetensors")).unwrap().len(), 2);
+    // The same handle twice is one tensor: written once.
+    by_hand.insert("c".into(), by_hand.get("a").unwrap().clone());
+    by_hand.save(dir.path().join("hand.safetensors")).unwrap();
+    assert_eq!(StateDict::load(dir.path().join("hand.safetensors")).unwrap().len(), 2);
+}
