@@ -72,7 +72,7 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
     }
     // The last new token is never fed back, so the model sees at most
     // `prompt + max_new_tokens - 1` positions (transformers' limit too).
-    let total = prompt.len().checked_add(config.max_new_tokens).unwrap_or(usize::MAX);
+    let total = prompt.len().saturating_add(config.max_new_tokens);
     if total - 1 > limit {
         return Err(Error::TooLong { what: "the prompt plus max_new_tokens - 1", len: total - 1, limit, field });
     }
