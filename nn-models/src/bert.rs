@@ -8,11 +8,12 @@ use std::path::Path;
 
 use nn_core::ops::AttentionConfig;
 use nn_core::prelude::*;
-use nn_core::{init, DType};
+use nn_core::DType;
 use nn_layers::{Dropout, Embedding, LayerNorm, Linear, ModuleList};
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
+use crate::common::{hf_embedding, hf_linear, merge_heads, split_heads, std_init};
 use crate::error::Result;
 use crate::pretrained;
 
@@ -71,9 +72,6 @@ fn two() -> usize {
 fn bert_eps() -> f64 {
     1e-12
 }
-pub(crate) fn std_init() -> f64 {
-    0.02
-}
 fn absolute() -> String {
     "absolute".into()
 }
@@ -103,23 +101,6 @@ impl BertConfig {
         }
         Ok(c)
     }
-}
-
-/// A linear layer with transformers' initialisation: weight `N(0, std)`, bias zeros.
-pub(crate) fn hf_linear(in_features: usize, out_features: usize, bias: bool, std: f64) -> Linear {
-    let l = Linear::with_bias(in_features, out_features, bias);
-    init::normal_(&l.weight, 0.0, std);
-    if let Some(b) = &l.bias {
-        init::zeros_(b);
-    }
-    l
-}
-
-/// An embedding with transformers' initialisation, `N(0, std)`.
-pub(crate) fn hf_embedding(num: usize, dim: usize, std: f64) -> Embedding {
-    let e = Embedding::new(num, dim);
-    init::normal_(&e.weight, 0.0, std);
-    e
 }
 
 /// Word, position and token-type embeddings, summed and normalised.
@@ -191,18 +172,6 @@ pub struct BertSelfAttention {
     base: ModuleBase,
     heads: usize,
     dropout: f64,
-}
-
-/// Splits `[N, L, H*D]` into heads, `[N, H, L, D]`.
-pub(crate) fn split_heads(x: &Tensor, heads: usize) -> Tensor {
-    let (n, l, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);
-    x.reshape(&[n, l, heads, e / heads]).transpose(1, 2)
-}
-
-/// Merges `[N, H, L, D]` back into `[N, L, H*D]`.
-pub(crate) fn merge_heads(x: &Tensor) -> Tensor {
-    let (n, h, l, d) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
-    x.transpose(1, 2).reshape(&[n, l, h * d])
 }
 
 impl Compute for BertSelfAttention {

@@ -5,18 +5,16 @@
 //! Reads top to bottom like `modeling_gpt2.py`: the config, the attention, the MLP, the
 //! block, the transformer, the model with its head.
 
-use std::borrow::Cow;
 use std::path::Path;
 
-use nn_core::module::{ForwardArg, ModuleIo};
 use nn_core::ops::AttentionConfig;
 use nn_core::prelude::*;
-use nn_core::DType;
 use nn_layers::{Conv1D, Dropout, Embedding, LayerNorm, Linear, ModuleList};
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
-use crate::bert::{hf_embedding, merge_heads, split_heads, std_init};
+pub use crate::common::CausalLmInput;
+use crate::common::{check_ids, hf_embedding, merge_heads, split_heads, std_init};
 use crate::error::Result;
 use crate::generation::CausalLm;
 use crate::kv_cache::{causal_mask, KvCache, LayerCache};
@@ -267,51 +265,6 @@ impl Gpt2Block {
             },
             base: ModuleBase::default(),
         }
-    }
-}
-
-/// The input of [`Gpt2Model`] and [`Gpt2LMHeadModel`]: token ids `[N, L]` (i64) and,
-/// optionally, the cache of the positions before them. A plain `&Tensor` converts (no
-/// cache): `model.forward(&input_ids)`.
-#[derive(Clone, Debug)]
-pub struct CausalLmInput {
-    /// `[N, L]`, i64: the primary input, which hooks see.
-    pub input_ids: Tensor,
-    /// The earlier positions' keys and values, extended by the call.
-    pub cache: Option<KvCache>,
-}
-
-impl CausalLmInput {
-    /// Ids continuing the positions held in `cache`.
-    pub fn with_cache(input_ids: &Tensor, cache: &KvCache) -> Self {
-        CausalLmInput { input_ids: input_ids.clone(), cache: Some(cache.clone()) }
-    }
-}
-
-impl ModuleIo for CausalLmInput {
-    fn primary(&self) -> &Tensor {
-        &self.input_ids
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        CausalLmInput { input_ids: primary, ..self.clone() }
-    }
-}
-
-impl<'a> ForwardArg<'a, CausalLmInput> for &'a Tensor {
-    fn into_input(self) -> Cow<'a, CausalLmInput> {
-        Cow::Owned(CausalLmInput { input_ids: self.clone(), cache: None })
-    }
-}
-
-/// Checks `[N, L]` i64 ids against the vocabulary and the positions left after `past`.
-#[track_caller]
-pub(crate) fn check_ids(model: &str, ids: &Tensor, past: usize, limit: usize, field: &str) {
-    if ids.rank() != 2 || ids.dtype() != DType::I64 {
-        panic!("{model}: input_ids must be i64 [batch, seq], got {} {:?}", ids.dtype(), ids.shape());
-    }
-    let l = ids.shape()[1];
-    if past + l > limit {
-        panic!("{model}: {past} cached plus {l} new positions exceed the model's {limit} positions (`{field}`)");
     }
 }
 

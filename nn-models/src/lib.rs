@@ -47,6 +47,7 @@
 
 pub mod activation;
 pub mod bert;
+mod common;
 mod error;
 pub mod generation;
 pub mod gpt2;

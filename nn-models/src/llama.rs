@@ -13,10 +13,10 @@ use nn_layers::{Linear, ModuleList, RMSNorm, RMSNormConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
-use crate::bert::{hf_embedding, hf_linear, merge_heads, split_heads, std_init};
+pub use crate::common::CausalLmInput;
+use crate::common::{check_ids, hf_embedding, hf_linear, merge_heads, split_heads, std_init};
 use crate::error::{Error, Result};
 use crate::generation::CausalLm;
-use crate::gpt2::{check_ids, CausalLmInput};
 use crate::kv_cache::{causal_mask, KvCache, LayerCache};
 use crate::pretrained;
 use crate::rotary::{apply_rotary, Rotary};

@@ -165,7 +165,13 @@ pub(crate) fn weights_path(dir: &Path) -> Result<PathBuf> {
 /// `dir/model.safetensors` into it strictly: every key must match, with tied parameters
 /// satisfied by one name, as transformers writes them. On any error nothing is returned.
 pub(crate) fn load_pretrained<M: Module>(dir: &Path, build: impl FnOnce() -> M) -> Result<M> {
-    let path = weights_path(dir)?;
+    load_weights(&weights_path(dir)?, build)
+}
+
+/// Builds a model with `build` on the meta device and strict-loads the safetensors file at
+/// `path` into it, in evaluation mode; on any error nothing is returned.
+pub(crate) fn load_weights<M: Module>(path: &Path, build: impl FnOnce() -> M) -> Result<M> {
+    let path = path.to_path_buf();
     let weights =
         StateDict::load(&path).map_err(|source| Error::Weights { path: path.clone(), source: Box::new(source) })?;
     let mut model = nn_core::with_device(Device::Meta, build);

@@ -245,14 +245,7 @@ impl ResNet {
         if !path.is_file() {
             return Err(Error::MissingWeights { dir: path.to_path_buf() });
         }
-        let weights = nn_core::StateDict::load(path)
-            .map_err(|source| Error::Weights { path: path.to_path_buf(), source: Box::new(source) })?;
-        let mut model = nn_core::with_device(nn_core::Device::Meta, build);
-        model
-            .load_state_dict(&weights, true)
-            .map_err(|source| Error::Weights { path: path.to_path_buf(), source: Box::new(source) })?;
-        model.eval();
-        Ok(model)
+        crate::pretrained::load_weights(path, build)
     }
 }
 
