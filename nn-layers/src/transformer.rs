@@ -17,6 +17,16 @@ pub enum Activation {
     Gelu,
 }
 
+impl Activation {
+    /// Applies the activation (the encoder and decoder layers' feed-forward).
+    pub(crate) fn apply(self, h: &Tensor) -> Tensor {
+        match self {
+            Activation::Relu => h.relu(),
+            Activation::Gelu => h.gelu(),
+        }
+    }
+}
+
 /// Options of [`TransformerEncoderLayer`], with PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TransformerEncoderLayerConfig {
@@ -191,11 +201,7 @@ impl Compute for TransformerEncoderLayer {
                 self.dropout1.forward(&self.self_attn.forward(&a).0)
             };
             let ff = |x: &Tensor| {
-                let h = self.linear1.forward(x);
-                let h = match self.config.activation {
-                    Activation::Relu => h.relu(),
-                    Activation::Gelu => h.gelu(),
-                };
+                let h = self.config.activation.apply(&self.linear1.forward(x));
                 self.dropout2.forward(&self.linear2.forward(&self.dropout.forward(&h)))
             };
             if self.config.norm_first {

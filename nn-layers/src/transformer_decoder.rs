@@ -276,11 +276,7 @@ impl Compute for TransformerDecoderLayer {
             self.dropout2.forward(&self.multihead_attn.forward(&a).0)
         };
         let ff = |x: &Tensor| {
-            let h = self.linear1.forward(x);
-            let h = match self.config.activation {
-                Activation::Relu => h.relu(),
-                Activation::Gelu => h.gelu(),
-            };
+            let h = self.config.activation.apply(&self.linear1.forward(x));
             self.dropout3.forward(&self.linear2.forward(&self.dropout.forward(&h)))
         };
         if self.config.norm_first {
