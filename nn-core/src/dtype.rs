@@ -91,8 +91,12 @@ pub trait Element: Copy + Send + Sync + fmt::Debug + PartialOrd + 'static + seal
 
 /// An element type arithmetic kernels run in: `f32` and `f64`.
 pub trait FloatElement: Element + num_traits::Float + num_traits::FloatConst + std::iter::Sum + fmt::Display {
-    /// `libm`'s error function at this precision (for exact GELU).
+    /// `libm`'s error function at this precision.
     fn erf(self) -> Self;
+    /// `libm`'s complementary error function `1 - erf(x)` at this precision (for exact
+    /// GELU, whose `1 + erf(x / sqrt 2)` cancels to 0 for negative `x` where `erfc(-x /
+    /// sqrt 2)` keeps the digits).
+    fn erfc(self) -> Self;
     /// Converts from `f32` (exact for both types).
     fn from_f32(v: f32) -> Self;
 }
@@ -127,6 +131,10 @@ impl FloatElement for f32 {
         libm::erff(self)
     }
     #[inline(always)]
+    fn erfc(self) -> Self {
+        libm::erfcf(self)
+    }
+    #[inline(always)]
     fn from_f32(v: f32) -> Self {
         v
     }
@@ -136,6 +144,10 @@ impl FloatElement for f64 {
     #[inline(always)]
     fn erf(self) -> Self {
         libm::erf(self)
+    }
+    #[inline(always)]
+    fn erfc(self) -> Self {
+        libm::erfc(self)
     }
     #[inline(always)]
     fn from_f32(v: f32) -> Self {

@@ -81,6 +81,55 @@ impl Compute for LeakyReLU {
     }
 }
 
+/// `ln(1 + e^(beta x)) / beta`, linear where `beta x > threshold` (PyTorch's
+/// `nn.Softplus`, defaults `beta = 1`, `threshold = 20`).
+///
+/// ```
+/// use nn_layers::Softplus;
+/// use nn_core::{Forward, Tensor};
+/// let y = Softplus::default().forward(&Tensor::from_vec(vec![0.0, 25.0], &[2])).to_vec();
+/// assert!((y[0] - 2f32.ln()).abs() < 1e-7 && y[1] == 25.0);
+/// assert_eq!(Softplus::new(2.0, 10.0).to_string(), "Softplus(beta=2.0, threshold=10.0)");
+/// ```
+#[derive(Module)]
+#[module(extra_repr)]
+pub struct Softplus {
+    #[base]
+    base: ModuleBase,
+    beta: f64,
+    threshold: f64,
+}
+
+impl Default for Softplus {
+    fn default() -> Self {
+        Self::new(1.0, 20.0)
+    }
+}
+
+impl Softplus {
+    /// With PyTorch's `beta` and `threshold`. Panics when `beta` is zero or not finite
+    /// (the division by it would make every output infinite or NaN).
+    #[track_caller]
+    pub fn new(beta: f64, threshold: f64) -> Self {
+        assert!(beta != 0.0 && beta.is_finite(), "Softplus: beta must be finite and nonzero, got {beta}");
+        Softplus { base: ModuleBase::default(), beta, threshold }
+    }
+}
+
+impl ExtraRepr for Softplus {
+    fn extra_repr(&self) -> String {
+        format!("beta={}, threshold={}", py_float(self.beta), py_float(self.threshold))
+    }
+}
+
+impl Compute for Softplus {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        x.softplus(self.beta, self.threshold)
+    }
+}
+
 /// GELU, exact by default or with the tanh approximation (PyTorch's `nn.GELU`).
 #[derive(Module, Default)]
 #[module(extra_repr)]

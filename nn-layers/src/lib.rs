@@ -28,7 +28,7 @@ mod transformer;
 mod transformer_decoder;
 mod upsample;
 
-pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
+pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Softplus, Tanh, GELU};
 pub use attention::{AttentionInput, MultiheadAttention, NonDynamicallyQuantizableLinear};
 pub use containers::{ModuleDict, ModuleList, Sequential};
 pub use conv::{Conv1d, Conv1dConfig, Conv2d, Conv2dAxesConfig, Conv2dConfig, LazyConv2d};

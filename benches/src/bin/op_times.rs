@@ -37,6 +37,27 @@ fn main() {
             time(name, f)
         }
     };
+    // Elementwise math on a GPT-2 MLP activation, [2, 128, 3072] (forward; `_bwd` rows
+    // forward and backward).
+    let a = Tensor::randn(&[2, 128, 3072]).requires_grad_(true);
+    let a0 = a.detach();
+    let ew: [(&str, fn(&Tensor) -> Tensor); 11] = [
+        ("ew_tanh", |t| t.tanh()),
+        ("ew_gelu", |t| t.gelu()),
+        ("ew_gelu_tanh", |t| t.gelu_with(nn_core::ops::GeluApproximate::Tanh)),
+        ("ew_exp", |t| t.exp()),
+        ("ew_silu", |t| t.silu()),
+        ("ew_sigmoid", |t| t.sigmoid()),
+        ("ew_log", |t| t.abs().log()),
+        ("ew_erf", |t| t.erf()),
+        ("ew_softplus", |t| t.softplus(1.0, 20.0)),
+        ("ew_pow3", |t| t.powf(3.0)),
+        ("ew_pow1.5", |t| t.abs().powf(1.5)),
+    ];
+    for (name, f) in ew {
+        time(name, &mut || drop(f(&a0)));
+        time(&format!("{name}_bwd"), &mut fwd_bwd(&a, f));
+    }
     let x = Tensor::randn(&[32, 1, 28, 28]);
     let w1 = Tensor::randn(&[8, 1, 3, 3]).requires_grad_(true);
     let h = Tensor::randn(&[32, 8, 26, 26]).requires_grad_(true);

@@ -54,6 +54,46 @@ pub(crate) trait UnaryOp: Copy + Send + Sync + 'static {
     fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
         None
     }
+    /// Runs the CPU's `f32` loop `l` with this op's `f32` function. The default is `f`;
+    /// ops with a transcendental function override it with the branch-free one of
+    /// `cpu::vfun` (libm's are scalar calls, which no loop vectorizes), and ops with a
+    /// constant (`pow`) pick a function per constant here, once, so that the loop body
+    /// has no branch on it.
+    #[inline(always)]
+    fn f32_loop<L: F32Loop>(&self, l: L) -> L::Out {
+        let op = *self;
+        l.run(
+            #[inline(always)]
+            move |x| op.f(x),
+        )
+    }
+    /// The same for the derivative `df(x, y)`.
+    #[inline(always)]
+    fn df32_loop<L: F32GradLoop>(&self, l: L) -> L::Out {
+        let op = *self;
+        l.run(
+            #[inline(always)]
+            move |x, y| op.df(x, y),
+        )
+    }
+}
+
+/// A CPU loop over `f32` elements, handed the function to map them with (see
+/// [`UnaryOp::f32_loop`]): generic over the function, so that it is inlined into the loop.
+pub(crate) trait F32Loop {
+    /// What the loop makes.
+    type Out;
+    /// Runs the loop with `f`.
+    fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Self::Out;
+}
+
+/// A CPU loop over `f32` inputs and outputs, handed the derivative `df(x, y)` (see
+/// [`UnaryOp::df32_loop`]).
+pub(crate) trait F32GradLoop {
+    /// What the loop makes.
+    type Out;
+    /// Runs the loop with `df`.
+    fn run(self, df: impl Fn(f32, f32) -> f32 + Copy + Send + Sync) -> Self::Out;
 }
 
 /// An elementwise function of two arguments with its partial derivatives.

@@ -64,7 +64,7 @@ pub use conv::Conv2dConfig;
 pub(crate) use conv::ConvGeometry;
 pub(crate) use cpu::try_alloc as try_host_vec;
 pub use cpu::CpuStorage;
-pub(crate) use elementwise::{BinaryOp, Operand, UnaryOp, Wgsl};
+pub(crate) use elementwise::{BinaryOp, F32GradLoop, F32Loop, Operand, UnaryOp, Wgsl};
 #[cfg(feature = "gpu")]
 pub use gpu::GpuStorage;
 pub(crate) use index::IndexArg;

@@ -1,7 +1,8 @@
 //! Activation functions, as table-driven unary ops (see `unary.rs`).
 
 use super::unary::{c, unary, unary_op, UnaryOp};
-use crate::backend::Wgsl;
+use crate::backend::cpu::vfun;
+use crate::backend::{F32GradLoop, F32Loop, Wgsl};
 use crate::dtype::FloatElement;
 use crate::tensor::Tensor;
 
@@ -32,14 +33,16 @@ unary_op!(
     "sigmoid",
     |s, x| sigmoid(x),
     |s, x, y| y * (T::one() - y),
-    wgsl = Wgsl::unary(SIGMOID, "y * (1.0 - y)", true)
+    wgsl = Wgsl::unary(SIGMOID, "y * (1.0 - y)", true),
+    fast = vfun::sigmoid
 );
 unary_op!(
     Tanh,
     "tanh",
     |s, x| x.tanh(),
     |s, x, y| T::one() - y * y,
-    wgsl = Wgsl::unary("tanh_(x)", "1.0 - y * y", true)
+    wgsl = Wgsl::unary("tanh_(x)", "1.0 - y * y", true),
+    fast = vfun::tanh
 );
 unary_op!(Silu, "silu", |s, x| x * sigmoid(x), |s, x, y| {
     let sg = sigmoid(x);
@@ -48,14 +51,16 @@ unary_op!(Silu, "silu", |s, x| x * sigmoid(x), |s, x, y| {
     "x * select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)",
     "select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0) * (1.0 + x * (1.0 - select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)))",
     true
-));
+), fast = vfun::silu, fast_df = vfun::silu_grad);
 unary_op!(
     /// Exact GELU: `x * Phi(x)` with the normal CDF through `erf`.
     Gelu,
     "gelu",
-    |s, x| c::<T>(0.5) * x * (T::one() + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf()),
+    // Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation on the negative tail, where
+    // PyTorch's 1 + erf(x / sqrt 2) gives 0 below x = -8 in f64.
+    |s, x| c::<T>(0.5) * x * (-x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erfc(),
     |s, x, y| {
-        let cdf = c::<T>(0.5) * (T::one() + (x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erf());
+        let cdf = c::<T>(0.5) * (-x * c::<T>(std::f64::consts::FRAC_1_SQRT_2)).erfc();
         let pdf = (c::<T>(-0.5) * x * x).exp() * c::<T>(0.398_942_280_401_432_7);
         cdf + x * pdf
     },
@@ -63,7 +68,9 @@ unary_op!(
         "0.5 * x * erfc_(-x * 0.7071067811865476)",
         "0.5 * erfc_(-x * 0.7071067811865476) + x * exp(-0.5 * x * x) * 0.3989422804014327",
         true
-    )
+    ),
+    fast = vfun::gelu,
+    fast_df = vfun::gelu_grad
 );
 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
@@ -72,22 +79,85 @@ unary_op!(
     /// GELU with PyTorch's `approximate="tanh"` formula.
     GeluTanh,
     "gelu_tanh",
+    // x (1 + tanh u) / 2 = x sigmoid(2u): the same function, without the cancellation of
+    // 1 + tanh u for negative u (which gives 0 below x = -6 in f64).
     |s, x| {
         let inner = c::<T>(SQRT_2_OVER_PI) * (x + c::<T>(0.044715) * x * x * x);
-        c::<T>(0.5) * x * (T::one() + inner.tanh())
+        if x == T::neg_infinity() {
+            T::nan() // PyTorch's -inf * 0
+        } else {
+            x * sigmoid(inner + inner)
+        }
     },
     |s, x, y| {
         let inner = c::<T>(SQRT_2_OVER_PI) * (x + c::<T>(0.044715) * x * x * x);
-        let t = inner.tanh();
+        let sg = sigmoid(inner + inner);
         let dinner = c::<T>(SQRT_2_OVER_PI) * (T::one() + c::<T>(3.0 * 0.044715) * x * x);
-        c::<T>(0.5) * (T::one() + t) + c::<T>(0.5) * x * (T::one() - t * t) * dinner
+        if x.is_infinite() {
+            T::nan() // PyTorch's inf * 0
+        } else {
+            sg + x * sg * (T::one() - sg) * (dinner + dinner)
+        }
     },
     wgsl = Wgsl::unary(
         "0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)))",
         "0.5 * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x))) + 0.5 * x * (1.0 - tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)) * tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x))) * (0.7978845608028654 * (1.0 + 0.134145 * x * x))",
         true
-    )
+    ),
+    fast = vfun::gelu_tanh,
+    fast_df = vfun::gelu_tanh_grad
 );
+
+/// PyTorch's softplus, `ln(1 + e^(beta x)) / beta`, linear (`x`) where `beta x >
+/// threshold`.
+#[derive(Clone, Copy)]
+pub(crate) struct Softplus {
+    /// `beta`.
+    pub beta: f64,
+    /// Above `beta x > threshold`, the identity.
+    pub threshold: f64,
+}
+impl UnaryOp for Softplus {
+    const NAME: &'static str = "softplus";
+    fn f<T: FloatElement>(&self, x: T) -> T {
+        let bx = x * c(self.beta);
+        if bx > c(self.threshold) {
+            x
+        } else {
+            bx.exp().ln_1p() / c(self.beta)
+        }
+    }
+    fn df<T: FloatElement>(&self, x: T, _y: T) -> T {
+        let bx = x * c(self.beta);
+        if bx > c(self.threshold) {
+            T::one()
+        } else {
+            sigmoid(bx)
+        }
+    }
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        // log(1 + e^bx) as bx + log(1 + e^-bx) for positive bx (no overflow), as the CPU's.
+        let f = "select(select(log(1.0 + exp(x * p0)), x * p0 + log(1.0 + exp(-x * p0)), x * p0 > 0.0) / p0, x, x * p0 > p1)";
+        let df = "select(1.0 / (1.0 + exp(-x * p0)), 1.0, x * p0 > p1)";
+        Some((Wgsl::unary(f, df, true), [self.beta, self.threshold]))
+    }
+    #[inline(always)]
+    fn f32_loop<L: F32Loop>(&self, l: L) -> L::Out {
+        let Softplus { beta, threshold } = *self;
+        l.run(
+            #[inline(always)]
+            move |x| vfun::softplus(x, beta, threshold),
+        )
+    }
+    #[inline(always)]
+    fn df32_loop<L: F32GradLoop>(&self, l: L) -> L::Out {
+        let Softplus { beta, threshold } = *self;
+        l.run(
+            #[inline(always)]
+            move |x, _| vfun::softplus_grad(x, beta, threshold),
+        )
+    }
+}
 
 /// `x` where positive, `slope * x` elsewhere.
 #[derive(Clone, Copy)]
@@ -159,6 +229,28 @@ impl Tensor {
     pub fn silu(&self) -> Tensor {
         let _t = crate::autograd::trace::op("silu", &[self], Vec::new);
         unary(self, Silu)
+    }
+
+    /// PyTorch's `softplus(x, beta, threshold)`: `ln(1 + e^(beta x)) / beta`, and `x`
+    /// itself where `beta x > threshold` (PyTorch's defaults are `beta = 1`, `threshold =
+    /// 20`). Panics when `beta` is zero or not finite.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let y = Tensor::from_vec(vec![0.0, 30.0], &[2]).softplus(1.0, 20.0).to_vec();
+    /// assert!((y[0] - 2f32.ln()).abs() < 1e-7);
+    /// assert_eq!(y[1], 30.0);
+    /// ```
+    #[track_caller]
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
+        assert!(beta != 0.0 && beta.is_finite(), "softplus: beta must be finite and nonzero, got {beta}");
+        let _t = crate::autograd::trace::op("softplus", &[self], || {
+            vec![
+                ("beta", crate::autograd::trace::Attr::Float(beta)),
+                ("threshold", crate::autograd::trace::Attr::Float(threshold)),
+            ]
+        });
+        unary(self, Softplus { beta, threshold })
     }
 
     /// Exact GELU, `x * Phi(x)`.
@@ -256,6 +348,68 @@ mod tests {
             0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x)
         },
     );
+
+    unary_suite!(
+        softplus: |x: &Tensor| x.softplus(1.0, 20.0),
+        x = [-2.0, 0.0, 1.0, 3.0],
+        y = [0.12692801104297252, 0.6931471805599453, 1.3132616875182228, 3.048587351573742],
+        dy = sigmoid,
+    );
+    unary_suite!(
+        softplus_beta: |x: &Tensor| x.softplus(2.0, 5.0),
+        x = [-2.0, 0.5, 1.0, 3.0],
+        y = [0.009074963958904869, 0.6566308437591114, 1.0634640055214863, 3.0],
+        dy = |x: f64| if 2.0 * x > 5.0 { 1.0 } else { sigmoid(2.0 * x) },
+    );
+
+    /// PyTorch's softplus threshold: `x` itself where `beta x > threshold`, with gradient
+    /// 1; a zero or infinite beta is refused by name.
+    #[test]
+    fn softplus_is_linear_past_the_threshold_and_refuses_a_zero_beta() {
+        let x = leaf(&[21.0, 19.0], &[2]);
+        let y = x.softplus(1.0, 20.0);
+        assert_eq!(y.to_vec_f64()[0], 21.0);
+        assert!((y.to_vec_f64()[1] - (19f64.exp()).ln_1p()).abs() < 1e-12);
+        y.sum().backward();
+        assert_eq!(grad(&x)[0], 1.0);
+        let e = std::panic::catch_unwind(|| Tensor::ones(&[1]).softplus(0.0, 20.0)).expect_err("beta 0");
+        assert_eq!(
+            e.downcast_ref::<String>().map(String::as_str),
+            Some("softplus: beta must be finite and nonzero, got 0")
+        );
+    }
+
+    /// f32 tensors take the vectorized functions: on contiguous, transposed and broadcast
+    /// inputs (the strided loop) they agree, and agree with f64 within f32 rounding.
+    #[test]
+    fn f32_activations_match_f64_on_every_layout() {
+        type Op = fn(&Tensor) -> Tensor;
+        let ops: [Op; 10] = [
+            |x| x.sigmoid(),
+            |x| x.tanh(),
+            |x| x.silu(),
+            |x| x.gelu(),
+            |x| x.gelu_with(GeluApproximate::Tanh),
+            |x| x.softplus(1.0, 20.0),
+            |x| x.exp(),
+            |x| x.erf(),
+            |x| x.abs().log(),
+            |x| x.abs().powf(1.5),
+        ];
+        let v: Vec<f64> = (0..60).map(|i| (i as f64 - 29.5) * 0.37).collect();
+        let base = t64(&v, &[6, 10]).to_dtype(DType::F32);
+        let base64 = base.to_dtype(DType::F64); // the same (rounded) inputs
+        for (k, op) in ops.iter().enumerate() {
+            let want = op(&base64).to_vec_f64();
+            let got = op(&base).to_vec_f64();
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() <= 1.2e-7 * b.abs().max(1e-30), "op {k}: {a} vs {b}");
+            }
+            assert_eq!(op(&base.t()).to_vec(), op(&base.t().contiguous()).to_vec(), "op {k}");
+            let e = base.narrow(0, 2, 1).expand(&[3, 10]);
+            assert_eq!(op(&e).to_vec(), op(&e.contiguous()).to_vec(), "op {k}");
+        }
+    }
 
     #[test]
     fn gelu_default_is_the_exact_formula() {

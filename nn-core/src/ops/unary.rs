@@ -7,8 +7,9 @@ use smallvec::smallvec;
 
 use super::check_float;
 use crate::autograd::{op_result, Grads};
+use crate::backend::cpu::vfun::{self, PowKind};
 pub(crate) use crate::backend::UnaryOp;
-use crate::backend::Wgsl;
+use crate::backend::{F32GradLoop, F32Loop, Wgsl};
 use crate::dtype::FloatElement;
 use crate::shape::Layout;
 use crate::tensor::Tensor;
@@ -33,8 +34,13 @@ pub(crate) fn unary<O: UnaryOp>(x: &Tensor, op: O) -> Tensor {
     })
 }
 
+/// Declares a unary op from its value `f` and derivative `df` (generic over the float
+/// type), its WGSL, and optionally the CPU's vectorizable `f32` functions of `cpu::vfun`:
+/// `fast = f` (an `fn(f32) -> f32`) and `fast_df = df` (the derivative, an `fn(f32) -> f32`
+/// of `x`), used instead of `f`/`df` on `f32` tensors (see `UnaryOp::f32_loop`).
 macro_rules! unary_op {
-    ($(#[$doc:meta])* $name:ident, $label:literal, |$s:ident, $x:ident| $f:expr, |$s2:ident, $x2:ident, $y2:ident| $df:expr, wgsl = $w:expr) => {
+    ($(#[$doc:meta])* $name:ident, $label:literal, |$s:ident, $x:ident| $f:expr, |$s2:ident, $x2:ident, $y2:ident| $df:expr, wgsl = $w:expr
+     $(, fast = $fast:expr)? $(, fast_df = $fast_df:expr)? $(,)?) => {
         $(#[$doc])*
         #[derive(Clone, Copy)]
         pub(crate) struct $name;
@@ -56,14 +62,33 @@ macro_rules! unary_op {
             fn wgsl(&self) -> Option<($crate::backend::Wgsl, [f64; 2])> {
                 Some(($w, [0.0, 0.0]))
             }
+            $(
+                #[inline(always)]
+                fn f32_loop<L: $crate::backend::F32Loop>(&self, l: L) -> L::Out {
+                    l.run(#[inline(always)] |x| ($fast)(x))
+                }
+            )?
+            $(
+                #[inline(always)]
+                fn df32_loop<L: $crate::backend::F32GradLoop>(&self, l: L) -> L::Out {
+                    l.run(#[inline(always)] |x, _y| ($fast_df)(x))
+                }
+            )?
         }
     };
 }
 pub(crate) use unary_op;
 
 unary_op!(Neg, "neg", |s, x| -x, |s, x, y| -T::one(), wgsl = Wgsl::unary("-x", "-1.0", false));
-unary_op!(Exp, "exp", |s, x| x.exp(), |s, x, y| y, wgsl = Wgsl::unary("exp(x)", "y", true));
-unary_op!(Log, "log", |s, x| x.ln(), |s, x, y| x.recip(), wgsl = Wgsl::unary("log(x)", "1.0 / x", true));
+unary_op!(Exp, "exp", |s, x| x.exp(), |s, x, y| y, wgsl = Wgsl::unary("exp(x)", "y", true), fast = vfun::exp);
+unary_op!(
+    Log,
+    "log",
+    |s, x| x.ln(),
+    |s, x, y| x.recip(),
+    wgsl = Wgsl::unary("log(x)", "1.0 / x", true),
+    fast = vfun::log
+);
 unary_op!(Sqrt, "sqrt", |s, x| x.sqrt(), |s, x, y| c::<T>(0.5) / y, wgsl = Wgsl::unary("sqrt(x)", "0.5 / y", false));
 unary_op!(
     Abs,
@@ -109,6 +134,76 @@ impl UnaryOp for PowScalar {
             true,
         );
         Some((w, [self.0, 0.0]))
+    }
+    /// One loop per kind of exponent (see [`PowKind`]; small integers each with their
+    /// own), so that the loop body never branches on the exponent.
+    #[inline(always)]
+    fn f32_loop<L: F32Loop>(&self, l: L) -> L::Out {
+        let p = self.0;
+        let Some(kind) = PowKind::of(p) else {
+            return l.run(
+                #[inline(always)]
+                move |x: f32| x.powf(p as f32),
+            );
+        };
+        macro_rules! run {
+            (|$x:ident| $e:expr) => {
+                l.run(
+                    #[inline(always)]
+                    move |$x: f32| ($e) as f32,
+                )
+            };
+        }
+        vfun::with_pow!(kind, run)
+    }
+    /// `p x^(p-1)` by the kind of `p - 1`, as [`Self::f32_loop`].
+    #[inline(always)]
+    fn df32_loop<L: F32GradLoop>(&self, l: L) -> L::Out {
+        let p = self.0;
+        if p == 0.0 {
+            return l.run(
+                #[inline(always)]
+                |_, _| 0.0,
+            );
+        }
+        let Some(kind) = PowKind::of(p - 1.0) else {
+            return l.run(
+                #[inline(always)]
+                move |x: f32, _| (p as f32) * x.powf((p - 1.0) as f32),
+            );
+        };
+        macro_rules! run {
+            (|$x:ident| $e:expr) => {
+                l.run(
+                    #[inline(always)]
+                    move |$x: f32, _| (p * $e) as f32,
+                )
+            };
+        }
+        vfun::with_pow!(kind, run)
+    }
+}
+
+/// `1 / sqrt(x)`.
+#[derive(Clone, Copy)]
+pub(crate) struct Rsqrt;
+impl UnaryOp for Rsqrt {
+    const NAME: &'static str = "rsqrt";
+    fn f<T: FloatElement>(&self, x: T) -> T {
+        x.sqrt().recip()
+    }
+    fn df<T: FloatElement>(&self, _x: T, y: T) -> T {
+        c::<T>(-0.5) * y * y * y
+    }
+    fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
+        Some((Wgsl::unary("1.0 / sqrt(x)", "-0.5 * y * y * y", false), [0.0, 0.0]))
+    }
+    #[inline(always)]
+    fn f32_loop<L: F32Loop>(&self, l: L) -> L::Out {
+        l.run(
+            #[inline(always)]
+            |x| vfun::rsqrt(x),
+        )
     }
 }
 
@@ -259,6 +354,18 @@ impl Tensor {
         unary(self, Recip)
     }
 
+    /// `1 / sqrt(x)` elementwise (`inf` at `+0`, `-inf` at `-0`, NaN below 0, as
+    /// PyTorch's `rsqrt`).
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// assert_eq!(Tensor::from_vec(vec![4.0, 0.25], &[2]).rsqrt().to_vec(), vec![0.5, 2.0]);
+    /// ```
+    pub fn rsqrt(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("rsqrt", &[self], Vec::new);
+        unary(self, Rsqrt)
+    }
+
     /// `x ^ exponent` elementwise for a constant exponent.
     ///
     /// ```
@@ -324,6 +431,12 @@ mod tests {
 
     // One suite per op: forward values (hand-computed), backward through
     // `op(x).exp().mean()` against the analytic derivative, and a finite-difference check.
+    unary_suite!(
+        rsqrt: |x: &Tensor| x.rsqrt(),
+        x = [0.25, 1.0, 2.0, 9.0],
+        y = [2.0, 1.0, 0.7071067811865476, 0.3333333333333333],
+        dy = |x: f64| -0.5 * x.powf(-1.5),
+    );
     unary_suite!(neg: |x: &Tensor| x.neg(), x = [-1.5, 0.0, 2.0, 3.25], y = [1.5, -0.0, -2.0, -3.25], dy = |_| -1.0);
     unary_suite!(
         exp: |x: &Tensor| x.exp(),

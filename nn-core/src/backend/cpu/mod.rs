@@ -25,6 +25,7 @@ pub(crate) mod sample;
 pub(crate) mod scan;
 pub(crate) mod sort;
 pub(crate) mod team;
+pub(crate) mod vfun;
 pub(crate) mod vmath;
 
 /// The CPU side of an [`Element`]: how a typed vector sits in a [`CpuStorage`] and where

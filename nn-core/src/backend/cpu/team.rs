@@ -401,9 +401,15 @@ impl<T> Shared<T> {
 /// Runs `f(q, part)` over `out` cut in consecutive parts of `chunk` elements (the last
 /// may be shorter), in parallel as [`run`].
 pub(crate) fn for_chunks<T: Send>(out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    for_chunks_with(false, out, chunk, f)
+}
+
+/// [`for_chunks`], on the team wherever its cores are when `large` (as [`run_large`]).
+pub(crate) fn for_chunks_with<T: Send>(large: bool, out: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
     let (len, chunk) = (out.len(), chunk.max(1));
     let p = Shared(out.as_mut_ptr());
-    run(len.div_ceil(chunk), |q| {
+    let threads = if large { threads_for_large() } else { threads() };
+    run_with(threads, len.div_ceil(chunk), |q| {
         let start = q * chunk;
         // SAFETY: part `q` is `[q chunk, min((q + 1) chunk, len))`, disjoint from every
         // other part and inside `out`, which is borrowed exclusively for the call.
