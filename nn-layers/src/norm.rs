@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use nn_core::{functional, no_grad, Compute, DType, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
+use nn_core::{functional, no_grad, Compute, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
 
 use crate::repr::{py_bool, py_float, py_tuple};
 
@@ -506,14 +506,8 @@ impl Compute for RMSNorm {
         if !x.dtype().is_compute_float() {
             panic!("{} expects an f32 or f64 input, got {} of shape {:?}", self, x.dtype(), x.shape());
         }
-        // torch.finfo(x.dtype).eps for the two compute types.
-        let eps = self.eps.unwrap_or(if x.dtype() == DType::F64 { f64::EPSILON } else { f32::EPSILON as f64 });
-        let dims: Vec<usize> = (x.rank() - k..x.rank()).collect();
-        let inv_rms = (x.square().mean_dims(&dims, true) + eps).sqrt().recip();
-        let y = x * &inv_rms;
-        match &self.weight {
-            Some(w) => &y * &**w,
-            None => y,
-        }
+        // One fused pass per row on the CPU (see `Tensor::rms_norm`); `None` is the
+        // dtype's machine epsilon, as torch.finfo(x.dtype).eps.
+        x.rms_norm(&self.normalized_shape, self.weight.as_deref(), self.eps)
     }
 }

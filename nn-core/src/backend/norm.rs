@@ -28,19 +28,20 @@ fn opt_on_cpu<'a>(p: Option<(&'a Storage, &'a Layout)>) -> Option<Option<(&'a Cp
 impl Storage {
     /// Layer normalization of the rows of `n` elements `l` selects (`n > 0`), with an
     /// optional weight and bias of `n` elements: `[y, mean, rstd]` (`y` contiguous, one
-    /// mean and `1 / sqrt(var + eps)` per row). `None` where this backend has no fused
-    /// kernel for these operands.
+    /// mean and `1 / sqrt(var + eps)` per row). Not `centered`, RMS normalization: the
+    /// mean is 0 and `rstd = 1 / sqrt(mean(x^2) + eps)`. `None` where this backend has no
+    /// fused kernel for these operands.
     pub(crate) fn layer_norm_rows(
         &self,
         l: &Layout,
         weight: Option<(&Storage, &Layout)>,
         bias: Option<(&Storage, &Layout)>,
         n: usize,
-        eps: f64,
+        (eps, centered): (f64, bool),
     ) -> Option<[Storage; 3]> {
         let x = on_cpu(self)?;
         let (w, b) = (opt_on_cpu(weight)?, opt_on_cpu(bias)?);
-        cpu::norm::layer_norm((x, l), w, b, n, eps).map(|r| r.map(Storage::Cpu))
+        cpu::norm::layer_norm((x, l), w, b, n, (eps, centered)).map(|r| r.map(Storage::Cpu))
     }
 
     /// The gradients of [`layer_norm_rows`](Storage::layer_norm_rows) (this is its
@@ -53,12 +54,12 @@ impl Storage {
         gy: (&Storage, &Layout),
         (mean, rstd): (&Storage, &Storage),
         weight: Option<(&Storage, &Layout)>,
-        n: usize,
+        (n, centered): (usize, bool),
         need: [bool; 3],
     ) -> Option<[Option<Storage>; 3]> {
         let (x, g) = (on_cpu(self)?, on_cpu(gy.0)?);
         let (mean, rstd, w) = (on_cpu(mean)?, on_cpu(rstd)?, opt_on_cpu(weight)?);
-        cpu::norm::layer_norm_backward((x, l), (g, gy.1), (mean, rstd), w, n, need)
+        cpu::norm::layer_norm_backward((x, l), (g, gy.1), (mean, rstd), w, (n, centered), need)
             .map(|r| r.map(|s| s.map(Storage::Cpu)))
     }
 

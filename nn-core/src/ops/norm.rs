@@ -19,8 +19,9 @@ fn layer_norm_fused(
     weight: Option<&Tensor>,
     bias: Option<&Tensor>,
     ns: &[usize],
-    eps: f64,
+    (eps, centered): (f64, bool),
 ) -> Option<Tensor> {
+    let name = if centered { "layer_norm" } else { "rms_norm" };
     let n = ns.iter().product();
     let same = |t: Option<&Tensor>| t.is_none_or(|t| t.dtype() == x.dtype() && t.device() == x.device());
     if n == 0 || x.numel() == 0 || !same(weight) || !same(bias) {
@@ -31,9 +32,9 @@ fn layer_norm_fused(
     fn as_ref(p: &Option<(Arc<Storage>, Layout)>) -> Option<(&Storage, &Layout)> {
         p.as_ref().map(|(s, l)| (&**s, l))
     }
-    let [y, mean, rstd] = xs.layer_norm_rows(x.layout(), as_ref(&ws), as_ref(&bs), n, eps)?;
+    let [y, mean, rstd] = xs.layer_norm_rows(x.layout(), as_ref(&ws), as_ref(&bs), n, (eps, centered))?;
     let inputs: Vec<&Tensor> = [Some(x), weight, bias].into_iter().flatten().collect();
-    Some(op_result("layer_norm", Arc::new(y), Layout::contiguous(x.shape()), &inputs, || {
+    Some(op_result(name, Arc::new(y), Layout::contiguous(x.shape()), &inputs, || {
         let (xl, has_bias) = (x.layout().clone(), bias.is_some());
         let (shape, param_shape): (Dims, Dims) = (x.shape().into(), ns.into());
         move |g: &Tensor, needs: &[bool]| -> Grads {
@@ -45,10 +46,10 @@ fn layer_norm_fused(
                     (&g.storage_arc(), g.layout()),
                     (&mean, &rstd),
                     as_ref(&ws),
-                    n,
+                    (n, centered),
                     [needs[0], need_w, need_b],
                 )
-                .expect("layer_norm: the backend that ran the fused forward runs its backward");
+                .unwrap_or_else(|| panic!("{name}: the backend that ran the fused forward runs its backward"));
             let wrap = |s: Option<Storage>, shape: &[usize]| {
                 s.map(|s| Tensor::from_parts(Arc::new(s), Layout::contiguous(shape), None))
             };
@@ -107,7 +108,7 @@ impl Tensor {
                 }
             }
         }
-        if let Some(y) = layer_norm_fused(self, weight, bias, normalized_shape, eps) {
+        if let Some(y) = layer_norm_fused(self, weight, bias, normalized_shape, (eps, true)) {
             return y;
         }
         let dims: Vec<usize> = (r - k..r).collect();
@@ -122,6 +123,54 @@ impl Tensor {
             y = &y + b;
         }
         y
+    }
+
+    /// RMS normalisation over the trailing `normalized_shape` dims, PyTorch's
+    /// `F.rms_norm`: `x / sqrt(mean(x^2) + eps) * weight`, `eps` defaulting (`None`) to
+    /// the dtype's machine epsilon (`torch.finfo(x.dtype).eps`).
+    ///
+    /// On the CPU one fused pass per row forward and backward (the kernel of
+    /// [`layer_norm`](Tensor::layer_norm), without the mean); elsewhere, and while a trace
+    /// records (export sees the standard ops), the composition of `square`, `mean`,
+    /// `sqrt` and products.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let y = Tensor::from_vec(vec![3.0, 4.0], &[1, 2]).rms_norm(&[2], None, Some(0.0));
+    /// let r = (12.5f32).sqrt(); // the root mean square of 3 and 4
+    /// assert_eq!(y.to_vec(), vec![3.0 / r, 4.0 / r]);
+    /// ```
+    #[track_caller]
+    pub fn rms_norm(&self, normalized_shape: &[usize], weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
+        let r = self.rank();
+        let k = normalized_shape.len();
+        if k == 0 || k > r || self.shape()[r - k..] != *normalized_shape {
+            panic!(
+                "rms_norm: input of shape {:?} does not end with normalized_shape {:?}",
+                self.shape(),
+                normalized_shape
+            );
+        }
+        if let Some(w) = weight {
+            if w.shape() != normalized_shape {
+                panic!("rms_norm: weight of shape {:?} for normalized_shape {:?}", w.shape(), normalized_shape);
+            }
+        }
+        if !self.dtype().is_compute_float() {
+            panic!("rms_norm: expected an f32 or f64 input, got {} of shape {:?}", self.dtype(), self.shape());
+        }
+        let eps = eps.unwrap_or(if self.dtype() == crate::DType::F64 { f64::EPSILON } else { f32::EPSILON as f64 });
+        if !crate::autograd::trace::is_tracing() {
+            if let Some(y) = layer_norm_fused(self, weight, None, normalized_shape, (eps, false)) {
+                return y;
+            }
+        }
+        let dims: Vec<usize> = (r - k..r).collect();
+        let y = self * &(self.square().mean_dims(&dims, true) + eps).sqrt().recip();
+        match weight {
+            Some(w) => &y * w,
+            None => y,
+        }
     }
 
     /// Batch normalisation over `[N, C, ...]`, per channel `C`.
@@ -346,6 +395,59 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The fused RMS norm against its composition, forward and both gradients, f32 and
+    /// f64, with and without a weight, one and two normalized dims, enough rows to split;
+    /// its gradcheck; its default epsilon; a while-tracing call composes.
+    #[test]
+    fn fused_rms_norm_matches_the_composite() {
+        crate::manual_seed(4);
+        for dtype in [DType::F32, DType::F64] {
+            let tol = if dtype == DType::F32 { 2e-5 } else { 1e-12 };
+            for (shape, ns) in [(vec![3, 5, 40], vec![40]), (vec![600, 2, 64], vec![2, 64]), (vec![4, 7], vec![7])] {
+                let x0 = (Tensor::randn(&shape) * 3.0 + 0.5).to_dtype(dtype);
+                for has_w in [true, false] {
+                    let w = has_w.then(|| (Tensor::randn(&ns) + 1.0).to_dtype(dtype).requires_grad_(true));
+                    let gy = Tensor::randn(x0.shape()).to_dtype(dtype);
+                    let run = |f: &dyn Fn(&Tensor) -> Tensor| {
+                        let x = x0.detach().requires_grad_(true);
+                        if let Some(w) = &w {
+                            w.zero_grad();
+                        }
+                        let y = f(&x);
+                        (&y * &gy).sum().backward();
+                        (y.to_vec_f64(), grad(&x), w.as_ref().map(grad))
+                    };
+                    let dims: Vec<usize> = (shape.len() - ns.len()..shape.len()).collect();
+                    let composite = |x: &Tensor| {
+                        let y = x * &(x.square().mean_dims(&dims, true) + 1e-6).sqrt().recip();
+                        match &w {
+                            Some(w) => &y * w,
+                            None => y,
+                        }
+                    };
+                    let fused = run(&|x| x.rms_norm(&ns, w.as_ref(), Some(1e-6)));
+                    let reference = run(&composite);
+                    assert_close64(&fused.0, &reference.0, tol);
+                    assert_close64(&fused.1, &reference.1, tol);
+                    if let (Some(f), Some(r)) = (&fused.2, &reference.2) {
+                        assert_close64(f, r, tol * 50.0);
+                    }
+                }
+            }
+        }
+        let w = t64(&[1.0, -0.5], &[2]).requires_grad_(true);
+        gradcheck(|t| t[0].rms_norm(&[2], Some(&t[1]), Some(1e-3)), &[g(), w]).unwrap();
+        gradcheck(|t| t[0].rms_norm(&[3, 2], None, None).exp(), &[g()]).unwrap();
+        // eps defaults to the dtype's epsilon: a zero row stays finite (0 / sqrt(eps)).
+        let z = Tensor::zeros(&[1, 3]).rms_norm(&[3], None, None).to_vec();
+        assert_eq!(z, vec![0.0; 3]);
+        let e = std::panic::catch_unwind(|| Tensor::ones(&[2, 3]).rms_norm(&[2], None, None)).expect_err("a bad shape");
+        assert_eq!(
+            e.downcast_ref::<String>().map(String::as_str),
+            Some("rms_norm: input of shape [2, 3] does not end with normalized_shape [2]")
+        );
     }
 
     #[test]

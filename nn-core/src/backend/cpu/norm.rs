@@ -51,10 +51,11 @@ fn ln_rows<T: CpuFloat>(
     (xs, ys, st): (&[T], &mut [MaybeUninit<T>], &mut [MaybeUninit<T>]),
     (w, b): (Option<&[T]>, Option<&[T]>),
     n: usize,
-    (nt, eps): (T, T),
+    (nt, eps, centered): (T, T, bool),
 ) {
     for ((xr, yr), s) in xs.chunks_exact(n).zip(ys.chunks_exact_mut(n)).zip(st.chunks_exact_mut(2)) {
-        let mean = sum8(xr, xr, |v, _| v) / nt;
+        // RMS norm (`centered` false): the mean is taken as 0, the variance is mean(x^2).
+        let mean = if centered { sum8(xr, xr, |v, _| v) / nt } else { T::zero() };
         let var = sum8(xr, xr, |v, _| (v - mean) * (v - mean)) / nt;
         let rstd = T::one() / (var + eps).sqrt();
         let xh = xr.iter().map(|&v| (v - mean) * rstd);
@@ -86,21 +87,22 @@ fn ln_rows<T: CpuFloat>(
 }
 
 /// Layer norm of rows of `n`: `[y, mean, rstd]`, `rstd = 1 / sqrt(var + eps)` with the
-/// biased variance (computed in two passes, about the mean). `None` for dtypes other
-/// than `f32`/`f64`.
+/// biased variance (computed in two passes, about the mean). Not `centered`, RMS norm:
+/// the mean taken as 0 (and saved as 0), `rstd = 1 / sqrt(mean(x^2) + eps)`. `None` for
+/// dtypes other than `f32`/`f64`.
 pub(crate) fn layer_norm(
     x: (&CpuStorage, &Layout),
     w: Option<(&CpuStorage, &Layout)>,
     b: Option<(&CpuStorage, &Layout)>,
     n: usize,
-    eps: f64,
+    (eps, centered): (f64, bool),
 ) -> Option<[CpuStorage; 3]> {
     fn typed<T: CpuFloat>(
         (v, l): (&[T], &Layout),
         w: Option<(&CpuStorage, &Layout)>,
         b: Option<(&CpuStorage, &Layout)>,
         n: usize,
-        eps: f64,
+        (eps, centered): (f64, bool),
     ) -> [CpuStorage; 3] {
         let x = &*values_of(v, l);
         let (w, b) = (param::<T>(w), param::<T>(b));
@@ -114,7 +116,7 @@ pub(crate) fn layer_norm(
             let xs = &x[q * per * n..][..ys.len()];
             vmath::with_avx2(
                 #[inline(always)]
-                || ln_rows((xs, ys, st), (w, b), n, (nt, eps)),
+                || ln_rows((xs, ys, st), (w, b), n, (nt, eps, centered)),
             )
         });
         // SAFETY: the parts are whole rows covering every row, and `ln_rows` writes each
@@ -127,8 +129,8 @@ pub(crate) fn layer_norm(
         [T::into_storage(y), T::into_storage(mean), T::into_storage(rstd)]
     }
     match x.0 {
-        CpuStorage::F32(v) => Some(typed::<f32>((v, x.1), w, b, n, eps)),
-        CpuStorage::F64(v) => Some(typed::<f64>((v, x.1), w, b, n, eps)),
+        CpuStorage::F32(v) => Some(typed::<f32>((v, x.1), w, b, n, (eps, centered))),
+        CpuStorage::F64(v) => Some(typed::<f64>((v, x.1), w, b, n, (eps, centered))),
         _ => None,
     }
 }
@@ -142,7 +144,7 @@ fn ln_backward_rows<T: CpuFloat>(
     (first, end): (usize, usize),
     (x, g, mean, rstd): (&[T], &[T], &[T], &[T]),
     w: Option<&[T]>,
-    n: usize,
+    (n, centered): (usize, bool),
     [need_x, need_w, need_b]: [bool; 3],
 ) {
     let nt = T::from_f64(n as f64);
@@ -172,7 +174,8 @@ fn ln_backward_rows<T: CpuFloat>(
                 }
                 None => gr,
             };
-            let a = sum8(gh, gh, |v, _| v) / nt;
+            // RMS norm: no mean was subtracted, so no mean(ĝ) term.
+            let a = if centered { sum8(gh, gh, |v, _| v) / nt } else { T::zero() };
             let c = sum8(gh, xr, |hv, xv| hv * ((xv - m) * s)) / nt;
             let gxr = &mut gxs[(r - first) * n..][..n];
             for ((o, &hv), &xv) in gxr.iter_mut().zip(gh).zip(xr) {
@@ -185,13 +188,14 @@ fn ln_backward_rows<T: CpuFloat>(
 /// The gradients of [`layer_norm`] from the upstream gradient `gy` (rows of `n`), the
 /// input and the saved `mean`/`rstd`: `[gx, gw, gb]`, each computed when `need` says so
 /// (`gw`/`gb` only with a weight/bias, summed over rows). With `x̂ = (x - mean) rstd` and
-/// `ĝ = gy w`: `gx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂))`, `gw = Σ gy x̂`, `gb = Σ gy`.
+/// `ĝ = gy w`: `gx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂))`, `gw = Σ gy x̂`, `gb = Σ gy`; not
+/// `centered` (RMS norm, mean 0), `gx = rstd (ĝ - x̂ mean(ĝ x̂))`.
 pub(crate) fn layer_norm_backward(
     x: (&CpuStorage, &Layout),
     gy: (&CpuStorage, &Layout),
     (mean, rstd): (&CpuStorage, &CpuStorage),
     w: Option<(&CpuStorage, &Layout)>,
-    n: usize,
+    (n, centered): (usize, bool),
     need: [bool; 3],
 ) -> Option<[Option<CpuStorage>; 3]> {
     fn typed<T: CpuFloat>(
@@ -199,7 +203,7 @@ pub(crate) fn layer_norm_backward(
         gy: (&CpuStorage, &Layout),
         (mean, rstd): (&CpuStorage, &CpuStorage),
         w: Option<(&CpuStorage, &Layout)>,
-        n: usize,
+        (n, centered): (usize, bool),
         [need_x, need_w, need_b]: [bool; 3],
     ) -> [Option<CpuStorage>; 3] {
         let one = "layer_norm backward: operands of one dtype (checked by the op)";
@@ -218,7 +222,7 @@ pub(crate) fn layer_norm_backward(
             let range = (q * per, (q * per + per).min(rows));
             vmath::with_avx2(
                 #[inline(always)]
-                || ln_backward_rows((part, gxs), range, (x, g, mean, rstd), w, n, [need_x, need_w, need_b]),
+                || ln_backward_rows((part, gxs), range, (x, g, mean, rstd), w, (n, centered), [need_x, need_w, need_b]),
             )
         };
         if need_x {
@@ -244,8 +248,8 @@ pub(crate) fn layer_norm_backward(
         ]
     }
     match x.0 {
-        CpuStorage::F32(v) => Some(typed::<f32>((v, x.1), gy, (mean, rstd), w, n, need)),
-        CpuStorage::F64(v) => Some(typed::<f64>((v, x.1), gy, (mean, rstd), w, n, need)),
+        CpuStorage::F32(v) => Some(typed::<f32>((v, x.1), gy, (mean, rstd), w, (n, centered), need)),
+        CpuStorage::F64(v) => Some(typed::<f64>((v, x.1), gy, (mean, rstd), w, (n, centered), need)),
         _ => None,
     }
 }
