@@ -94,16 +94,17 @@ fn sigmoid_ref(x: f64) -> f64 {
 }
 
 #[test]
-fn exp_log_tanh_sigmoid_are_within_one_ulp() {
+fn exp_log_tanh_are_within_one_ulp_and_sigmoid_two() {
     check("exp", exp, f64::exp, 1, 0.0);
     check("log", log, f64::ln, 1, 0.0);
     check("tanh", tanh, f64::tanh, 1, 0.0);
-    check("sigmoid", sigmoid, sigmoid_ref, 1, 0.0);
+    // Sigmoid computes in f32 (see `exp_neg_abs_f32`): 2 ulp.
+    check("sigmoid", sigmoid, sigmoid_ref, 2, 0.0);
     check("rsqrt", rsqrt, |x| 1.0 / x.sqrt(), 1, 0.0);
 }
 
 #[test]
-fn erf_and_the_gelus_are_within_one_ulp() {
+fn erf_gelus_and_silu_are_within_one_ulp() {
     check("erf", erf, libm::erf, 1, 0.0);
     check("gelu", gelu, |x| nan_neg_inf(x, 0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)), 1, 0.0);
     let gelu_tanh_ref = |x: f64| {
