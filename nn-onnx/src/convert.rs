@@ -55,6 +55,11 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
         "sin" => unary(g, "Sin"),
         "cos" => unary(g, "Cos"),
         "reciprocal" => unary(g, "Reciprocal"),
+        "rsqrt" => {
+            let r = g.node("Sqrt", &[s(0)], vec![]);
+            v(g.node("Reciprocal", &[&r], vec![]))
+        }
+        "softplus" => softplus(g, s(0), dtype, op.float("beta"), op.float("threshold")).map_err(e)?,
         "logical_not" => unary(g, "Not"),
         "isnan" => unary(g, "IsNaN"),
         "isinf" => unary(g, "IsInf"),
@@ -364,6 +369,24 @@ fn gelu(g: &mut Builder<'_>, x: &str, dtype: DType, tanh: bool) -> std::result::
     let t = g.node("Mul", &[x, &t], vec![]);
     let half = g.const_scalar(0.5, dtype)?;
     Ok(v(g.node("Mul", &[&t, &half], vec![])))
+}
+
+/// PyTorch's softplus: ONNX's `Softplus` (`ln(1 + e^x)`) of `beta x` over `beta`, and `x`
+/// itself where `beta x > threshold` (ONNX's operator has neither parameter).
+fn softplus(
+    g: &mut Builder<'_>,
+    x: &str,
+    dtype: DType,
+    beta: f64,
+    threshold: f64,
+) -> std::result::Result<Converted, crate::Error> {
+    let b = g.const_scalar(beta, dtype)?;
+    let bx = g.node("Mul", &[x, &b], vec![]);
+    let sp = g.node("Softplus", &[&bx], vec![]);
+    let sp = g.node("Div", &[&sp, &b], vec![]);
+    let t = g.const_scalar(threshold, dtype)?;
+    let above = g.node("Greater", &[&bx, &t], vec![]);
+    Ok(v(g.node("Where", &[&above, x, &sp], vec![])))
 }
 
 /// A reshape target for ONNX: dims that follow the dynamic axes become `0` (the input's

@@ -29,6 +29,9 @@ fn mlp_with_every_activation() {
         .add(SiLU::new())
         .add(Dropout::new(0.3))
         .add(Tanh::new())
+        .add(Softplus::new(2.0, 0.5))
+        .add(RMSNorm::new(8))
+        .add(Softplus::default())
         .add(Linear::with_bias(8, 8, false))
         .add(Sigmoid::new())
         .add(Identity::new())
@@ -43,6 +46,7 @@ fn mlp_with_every_activation() {
     assert_eq!(s.outputs, [("output".to_string(), vec!["batch".to_string(), "8".to_string()])]);
     assert!(s.op_types.iter().filter(|t| *t == "Gemm").count() == 3, "{:?}", s.op_types);
     assert!(s.op_types.contains(&"Erf".to_string()) && s.op_types.contains(&"Tanh".to_string()));
+    assert!(s.op_types.contains(&"Softplus".to_string()) && s.op_types.contains(&"Where".to_string()));
 }
 
 #[test]
