@@ -6,6 +6,7 @@
     python3 benches/compare.py --peers         # also candle, burn and the gemm crate (crates.io)
     python3 benches/compare.py --gpu           # nn on gpu:0 (wgpu) beside PyTorch CUDA (TF32 off)
     python3 benches/compare.py --rounds 3      # nn and PyTorch alternated 3 times, medians
+    python3 benches/compare.py --only gpt2 ew_ # only the workloads whose names start so
 
 With --rounds N, every column is measured N times, and each figure is the median of its N
 medians; the nn/PyTorch ratios of each round are printed below the table. A round runs each
@@ -21,6 +22,34 @@ For each thread count (1 and 2), the Rust harness (`nn_bench`) is run with
 RAYON_NUM_THREADS set (MATMUL_NUM_THREADS too, for peers that read it), and PyTorch with torch.set_num_threads. Ratios are
 nn time / PyTorch time (below 1 means nn is faster); for throughput rows (GFLOP/s, MB/s)
 nn / PyTorch (above 1 means nn is faster). Without torch, only the nn column is printed.
+
+The workloads: GEMM 64..1024 (`gemm_N`); training steps (forward, loss, backward, SGD with
+momentum) of an MLP, a CNN and a Transformer encoder layer; per-op overhead (`tiny_*`,
+`mlp_forward_*`); safetensors save and load of 64 MB; the peak memory of 200 MLP steps; and
+real models and their parts:
+- `gpt2_fwd`, `gpt2_step`: GPT-2 at GPT-2-small width with 2 blocks (n_embd 768, 12 heads,
+  vocabulary 50257, 1024 positions), `nn_models::gpt2::Gpt2LMHeadModel` against
+  `transformers.GPT2LMHeadModel` (SDPA attention), random init, every dropout 0, on ids
+  [2, 128]: the logits in eval mode without grad, and one training step (next-token
+  cross-entropy over the 127 predicted positions of each row, backward, AdamW with PyTorch's
+  defaults).
+- `bert_fwd`: BERT of that width (2 layers, intermediate 3072, vocabulary 30522),
+  `nn_models::bert::BertModel` against `transformers.BertModel`, eval mode, no grad, on ids
+  [2, 128] with an attention mask padding the second row's last 32 tokens.
+- `llama_fwd`, `llama_step`: a Llama of that width (12 query heads on 4 key/value heads,
+  intermediate 2048, 2 layers, vocabulary 32000, RMSNorm, rotary), `LlamaForCausalLM` on
+  both sides, as the GPT-2 pair.
+- `attn_causal`: causal scaled_dot_product_attention on q, k, v [2, 12, 128, 64] f32,
+  forward and backward from a fixed random upstream gradient.
+- `ew_tanh`, `ew_gelu` (exact), `ew_gelu_tanh`, `ew_exp`, `ew_silu`: one op, forward only,
+  on a [2, 128, 3072] f32 tensor (the MLPs' activations at GPT-2's width).
+The model rows show ms per call (their JSON throughput is tokens/s); both sides build the
+model from the same config and the script prints a warning if the parameter counts differ.
+The real-model rows need `pip install transformers` beside torch (without it, nn only).
+
+--only PREFIX... runs only the workloads whose names start with one of the prefixes (nn's
+groups `tiny`, `mlp_forward`, `state_dict` and `peak_memory` are selected by those names).
+CARGO_TARGET_DIR, when set, is where the harnesses are built and run from.
 
 With --peers, the Rust peers' harness (`benches/peers`, its own workspace: it needs crates.io
 and takes minutes to build the first time) is built in release and `peers_bench candle`,
@@ -48,10 +77,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def nn_results(threads):
+def target_dir(default):
+    """cargo's output folder: CARGO_TARGET_DIR when set (a relative one from ROOT, where
+    cargo runs), else `default`."""
+    d = os.environ.get("CARGO_TARGET_DIR")
+    return ROOT / d if d else default
+
+
+def nn_results(threads, only=()):
+    """`nn_bench` at `threads` threads, restricted to the workload-name prefixes `only`."""
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), MATMUL_NUM_THREADS=str(threads))
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "nn-bench", "--bin", "nn_bench"], cwd=ROOT, check=True)
-    out = subprocess.run([str(ROOT / "target/release/nn_bench")], cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    exe = target_dir(ROOT / "target") / "release/nn_bench"
+    out = subprocess.run([str(exe), *only], cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
     return {r["workload"]: r for r in map(json.loads, out.splitlines())}
 
 
@@ -68,14 +106,17 @@ def build_peers():
     except (OSError, subprocess.CalledProcessError) as e:
         print(f"peers: build failed ({e}); carrying on without candle/burn/gemm", file=sys.stderr)
         return None
-    return PEERS_DIR / "target/release/peers_bench"
+    return target_dir(PEERS_DIR / "target") / "release/peers_bench"
 
 
-def peer_results(exe, peer, threads):
-    """Results of `peers_bench PEER`; on failure, what it printed before failing (reported)."""
+def peer_results(exe, peer, threads, only=()):
+    """Results of `peers_bench PEER` (once per prefix of `only`: it takes one); on failure,
+    what it printed before failing (reported)."""
+    if len(only) > 1:
+        return {k: v for prefix in only for k, v in peer_results(exe, peer, threads, [prefix]).items()}
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), MATMUL_NUM_THREADS=str(threads))
     try:
-        p = subprocess.run([str(exe), peer], cwd=ROOT, env=env, capture_output=True, text=True)
+        p = subprocess.run([str(exe), peer, *only], cwd=ROOT, env=env, capture_output=True, text=True)
     except OSError as e:
         print(f"peers: {peer} could not run ({e})", file=sys.stderr)
         return {}
@@ -107,7 +148,8 @@ def median_ms(f, budget_ms):
     return statistics.median(times)
 
 
-def torch_results(threads):
+def torch_results(threads, only=()):
+    """The workloads in PyTorch at `threads` threads, restricted as `nn_results`."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -116,14 +158,16 @@ def torch_results(threads):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     res = {}
+    want = lambda name: not only or any(name.startswith(o) for o in only)
 
-    def emit(name, ms, unit, thr):
-        res[name] = {"workload": name, "median_ms": ms, "unit": unit, "throughput": thr}
+    def emit(name, ms, unit, thr, **extra):
+        res[name] = {"workload": name, "median_ms": ms, "unit": unit, "throughput": thr, **extra}
 
     for n in [64, 128, 256, 512, 1024]:
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        ms = median_ms(lambda: torch.mm(a, b), 2000)
-        emit(f"gemm_{n}", ms, "GFLOP/s", 2 * n**3 / (ms * 1e6))
+        if want(f"gemm_{n}"):
+            a, b = torch.randn(n, n), torch.randn(n, n)
+            ms = median_ms(lambda: torch.mm(a, b), 2000)
+            emit(f"gemm_{n}", ms, "GFLOP/s", 2 * n**3 / (ms * 1e6))
 
     def step_fn(model, x, y, classify):
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -139,40 +183,149 @@ def torch_results(threads):
 
     mlp = lambda: nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
     for batch in [64, 256]:
-        x, y = torch.randn(batch, 784), torch.arange(batch) % 10
-        ms = median_ms(step_fn(mlp(), x, y, True), 3000)
-        emit(f"mlp_step_b{batch}", ms, "samples/s", batch / (ms / 1e3))
-    cnn = nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 10))
-    ms = median_ms(step_fn(cnn, torch.randn(32, 1, 28, 28), torch.arange(32) % 10, True), 3000)
-    emit("cnn_step_b32", ms, "samples/s", 32 / (ms / 1e3))
-    layer = nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
-    ms = median_ms(step_fn(layer, torch.randn(16, 64, 128), None, False), 3000)
-    emit("transformer_step", ms, "samples/s", 16 / (ms / 1e3))
-    # Per-op bookkeeping (dispatch, autograd records) where the arithmetic is negligible.
-    a, b = torch.randn(4), torch.randn(4)
-    ms = median_ms(lambda: a + b, 1000)
-    emit("tiny_op_add", ms, "us", ms * 1e3)
-    lin, x1 = nn.Linear(4, 4), torch.randn(1, 4)
-    ms = median_ms(lambda: lin(x1), 1000)
-    emit("tiny_linear_forward", ms, "us", ms * 1e3)
-    ms = median_ms(lambda: lin(x1).sum().backward(), 1000)
-    emit("tiny_linear_forward_backward", ms, "us", ms * 1e3)
-    m, x = mlp(), torch.randn(64, 784)
-    with torch.no_grad():
-        ms = median_ms(lambda: m(x), 1500)
-    emit("mlp_forward_layers", ms, "ms", ms)
-    w1, b1, w2, b2 = [p.detach() for p in m.parameters()]
-    ms = median_ms(lambda: F.linear(F.linear(x, w1, b1).relu(), w2, b2), 1500)
-    emit("mlp_forward_raw_ops", ms, "ms", ms)
-    sd = {f"layer{i}.weight": torch.randn(1024, 1024) for i in range(16)}
-    with tempfile.TemporaryDirectory() as d:
-        p = os.path.join(d, "bench.safetensors")
-        save = median_ms(lambda: save_file(sd, p), 4000)
-        load = median_ms(lambda: load_file(p), 4000)
-    emit("state_dict_save_64MB", save, "MB/s", 64 / (save / 1e3))
-    emit("state_dict_load_64MB", load, "MB/s", 64 / (load / 1e3))
-    res["state_dict_load_64MB"]["lazy"] = True
+        if want(f"mlp_step_b{batch}"):
+            x, y = torch.randn(batch, 784), torch.arange(batch) % 10
+            ms = median_ms(step_fn(mlp(), x, y, True), 3000)
+            emit(f"mlp_step_b{batch}", ms, "samples/s", batch / (ms / 1e3))
+    if want("cnn_step_b32"):
+        cnn = nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 10))
+        ms = median_ms(step_fn(cnn, torch.randn(32, 1, 28, 28), torch.arange(32) % 10, True), 3000)
+        emit("cnn_step_b32", ms, "samples/s", 32 / (ms / 1e3))
+    if want("transformer_step"):
+        layer = nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
+        ms = median_ms(step_fn(layer, torch.randn(16, 64, 128), None, False), 3000)
+        emit("transformer_step", ms, "samples/s", 16 / (ms / 1e3))
+    if want("tiny"):
+        # Per-op bookkeeping (dispatch, autograd records) where the arithmetic is negligible.
+        a, b = torch.randn(4), torch.randn(4)
+        ms = median_ms(lambda: a + b, 1000)
+        emit("tiny_op_add", ms, "us", ms * 1e3)
+        lin, x1 = nn.Linear(4, 4), torch.randn(1, 4)
+        ms = median_ms(lambda: lin(x1), 1000)
+        emit("tiny_linear_forward", ms, "us", ms * 1e3)
+        ms = median_ms(lambda: lin(x1).sum().backward(), 1000)
+        emit("tiny_linear_forward_backward", ms, "us", ms * 1e3)
+    if want("mlp_forward"):
+        m, x = mlp(), torch.randn(64, 784)
+        with torch.no_grad():
+            ms = median_ms(lambda: m(x), 1500)
+        emit("mlp_forward_layers", ms, "ms", ms)
+        w1, b1, w2, b2 = [p.detach() for p in m.parameters()]
+        ms = median_ms(lambda: F.linear(F.linear(x, w1, b1).relu(), w2, b2), 1500)
+        emit("mlp_forward_raw_ops", ms, "ms", ms)
+    if want("state_dict"):
+        sd = {f"layer{i}.weight": torch.randn(1024, 1024) for i in range(16)}
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "bench.safetensors")
+            save = median_ms(lambda: save_file(sd, p), 4000)
+            load = median_ms(lambda: load_file(p), 4000)
+        emit("state_dict_save_64MB", save, "MB/s", 64 / (save / 1e3))
+        emit("state_dict_load_64MB", load, "MB/s", 64 / (load / 1e3))
+        res["state_dict_load_64MB"]["lazy"] = True
+    real_models(torch, F, want, emit)
+    if want("attn_causal"):
+        # Forward and backward from a fixed upstream gradient; the leaves' gradients cleared
+        # each time, so none is accumulated into.
+        q, k, v = (torch.randn(2, 12, 128, 64, requires_grad=True) for _ in range(3))
+        g = torch.randn(2, 12, 128, 64)
+
+        def attn():
+            for t in (q, k, v):
+                t.grad = None
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+
+        ms = median_ms(attn, 2000)
+        emit("attn_causal", ms, "ms", ms)
+    # The activations of the models' MLPs and two more transcendentals, as nn_bench.
+    ops = {
+        "ew_tanh": torch.tanh,
+        "ew_gelu": F.gelu,
+        "ew_gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+        "ew_exp": torch.exp,
+        "ew_silu": F.silu,
+    }
+    if any(want(name) for name in ops):
+        x = torch.randn(2, 128, 3072)
+        for name, op in ops.items():
+            if want(name):
+                ms = median_ms(lambda: op(x), 1500)
+                emit(name, ms, "ms", ms)
     return res
+
+
+LM_INPUT = (2, 128)
+
+
+def real_models(torch, F, want, emit):
+    """The transformers twins of nn_bench's real-model workloads (see the module docs)."""
+    names = ["gpt2_fwd", "gpt2_step", "bert_fwd", "llama_fwd", "llama_step"]
+    if not any(want(n) for n in names):
+        return
+    try:
+        from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        print("transformers not installed: no PyTorch figures for the real models", file=sys.stderr)
+        return
+    tokens = LM_INPUT[0] * LM_INPUT[1]
+    params = lambda m: sum(p.numel() for p in m.parameters())
+    # nn's forward without a cache builds none; transformers' `use_cache` (on by default)
+    # would keep every layer's keys and values.
+    logits = lambda m, ids: m(ids, use_cache=False).logits
+
+    def forward(name, model, call):
+        model.eval()
+        with torch.no_grad():
+            ms = median_ms(call, 3000)
+        emit(name, ms, "tokens/s", tokens / (ms / 1e3), params=params(model))
+
+    def lm_step(name, model, ids):
+        model.train()
+        opt = torch.optim.AdamW(model.parameters())
+
+        def step():
+            opt.zero_grad()
+            out = logits(model, ids)
+            # Next-token cross-entropy: positions 0..L-1 predict the ids at 1..L.
+            loss = F.cross_entropy(out[:, :-1].reshape(-1, out.shape[-1]), ids[:, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+
+        ms = median_ms(step, 4000)
+        emit(name, ms, "tokens/s", tokens / (ms / 1e3), params=params(model))
+
+    no_dropout = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    gpt2 = lambda: GPT2LMHeadModel(
+        GPT2Config(n_embd=768, n_head=12, n_layer=2, n_positions=1024, vocab_size=50257, attn_implementation="sdpa", **no_dropout)
+    )
+    llama = lambda: LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=768, num_attention_heads=12, num_key_value_heads=4, intermediate_size=2048,
+            num_hidden_layers=2, vocab_size=32000, max_position_embeddings=2048, attn_implementation="sdpa",
+        )
+    )
+    if want("gpt2_fwd"):
+        m, ids = gpt2(), torch.randint(0, 50257, LM_INPUT)
+        forward("gpt2_fwd", m, lambda: logits(m, ids))
+    if want("gpt2_step"):
+        lm_step("gpt2_step", gpt2(), torch.randint(0, 50257, LM_INPUT))
+    if want("bert_fwd"):
+        m = BertModel(
+            BertConfig(
+                hidden_size=768, num_attention_heads=12, num_hidden_layers=2, intermediate_size=3072, vocab_size=30522,
+                max_position_embeddings=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                attn_implementation="sdpa",
+            )
+        )
+        ids = torch.randint(0, 30522, LM_INPUT)
+        # 1 = attend: the second sequence's last 32 tokens are padding.
+        mask = torch.ones(LM_INPUT, dtype=torch.long)
+        mask[1, -32:] = 0
+        forward("bert_fwd", m, lambda: m(input_ids=ids, attention_mask=mask))
+    if want("llama_fwd"):
+        m, ids = llama(), torch.randint(0, 32000, LM_INPUT)
+        forward("llama_fwd", m, lambda: logits(m, ids))
+    if want("llama_step"):
+        lm_step("llama_step", llama(), torch.randint(0, 32000, LM_INPUT))
 
 
 def nn_gpu_results():
@@ -319,9 +472,14 @@ def main():
     ap.add_argument(
         "--rounds", type=int, default=1, help="measure every column this many times, interleaved; report medians"
     )
+    ap.add_argument(
+        "--only", nargs="+", default=[], metavar="PREFIX", help="only the workloads whose names start with a PREFIX"
+    )
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.only and (args.gpu or any(o.startswith("gpu") for o in args.only)):
+        ap.error("--only selects CPU workloads (nn_bench reads a gpu prefix as the GPU run; use --gpu alone)")
     if args.gpu:
         gpu_main()
         return
@@ -340,10 +498,10 @@ def main():
     measured = {t: {c: [] for c in ["nn", "torch"] + peers} for t in args.threads}
     for _ in range(args.rounds):
         for t in args.threads:
-            measured[t]["nn"].append(nn_results(t))
-            measured[t]["torch"].append(torch_results(t) if have_torch else {})
+            measured[t]["nn"].append(nn_results(t, args.only))
+            measured[t]["torch"].append(torch_results(t, args.only) if have_torch else {})
             for p in peers:
-                measured[t][p].append(peer_results(peers_exe, p, t))
+                measured[t][p].append(peer_results(peers_exe, p, t, args.only))
     for t in args.threads:
         nn_rounds, th_rounds = measured[t]["nn"], measured[t]["torch"]
         nn_r, th = combine(nn_rounds), combine(th_rounds)
@@ -356,7 +514,7 @@ def main():
                     ratios = [round_ratio(n.get(name), o.get(name)) for n, o in zip(nn_rounds, rounds)]
                     if wanted(name) and all(x is not None for x in ratios):
                         per_round.append((t, name, label, ratios))
-        if have_torch:
+        if have_torch and "peak_rss_mlp_training" in nn_r:
             th["peak_rss_mlp_training"] = {"median_ms": torch_peak_rss(t), "unit": "MB", "throughput": 0}
         if not args.peers:
             for name, r in nn_r.items():
@@ -378,6 +536,7 @@ def main():
         for name, t, a, b, r in rows:
             print(f"{name:<{w}}  {t:>3}  {a:>16}  {b:>16}  {r}")
         print(LEGEND)
+        print_params(measured)
         print_rounds(per_round, w)
         print_scaling(scaling, args.threads, w)
         return
@@ -393,8 +552,31 @@ def main():
     print(LEGEND + "; gemm = the raw gemm crate (with the features candle and burn enable)")
     if not peers_exe:
         print("(peers not built: see the message above)")
+    print_params(measured)
     print_rounds(per_round, w)
     print_scaling(scaling, args.threads, w)
+
+
+def print_params(measured):
+    """The real models' parameter counts, nn's and PyTorch's, flagging any difference (the
+    two sides would then not be running the same model)."""
+    counts = {}
+    for cols in measured.values():
+        for col in ("nn", "torch"):
+            for res in cols[col]:
+                for name, r in res.items():
+                    if "params" in r:
+                        counts.setdefault(name, {}).setdefault(col, r["params"])
+    for name, c in counts.items():
+        nn_p, th_p = c.get("nn"), c.get("torch")
+        if nn_p is None:
+            continue
+        if th_p is None:
+            print(f"{name}: {nn_p:,} parameters in nn")
+        elif nn_p == th_p:
+            print(f"{name}: {nn_p:,} parameters in nn and PyTorch")
+        else:
+            print(f"WARNING {name}: {nn_p:,} parameters in nn but {th_p:,} in PyTorch: not the same model")
 
 
 def thread_scaling(measured, threads):

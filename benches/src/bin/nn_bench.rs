@@ -4,8 +4,12 @@
 //!
 //! ```text
 //! RAYON_NUM_THREADS=1 cargo run --release -p nn-bench --bin nn_bench
+//! cargo run --release -p nn-bench --bin nn_bench -- gpt2 ew_    # only workloads of these prefixes
 //! cargo run --release -p nn-bench --features gpu --bin nn_bench -- gpu   # the GPU workloads
 //! ```
+//!
+//! The real-model rows (`gpt2_*`, `bert_fwd`, `llama_*`) also carry `"params"`, the model's
+//! parameter count, which compare.py checks against transformers' model.
 //!
 //! The GPU workloads (`gpu_*`, feature `gpu`) time each step up to a read of one value of its
 //! result, so the queued kernels are all counted; they print the adapter first
@@ -13,8 +17,9 @@
 
 use std::time::Instant;
 
-use nn_bench::{cnn, mlp, transformer_layer, Step};
-use nn_core::{manual_seed, no_grad, Forward, StateDict, Tensor};
+use nn_bench::{bert, cnn, gpt2, llama, mlp, num_parameters, token_ids, transformer_layer, LmStep, Step, LM_INPUT};
+use nn_core::ops::{AttentionConfig, GeluApproximate};
+use nn_core::{manual_seed, no_grad, Forward, Module, StateDict, Tensor};
 
 /// Median wall time of `f` in milliseconds over enough runs to fill about `budget_ms` (at
 /// most 100 000: a cap of 2000 sampled a 5 us GEMM for 10 ms, and one noisy moment moved
@@ -40,6 +45,15 @@ fn median_ms(mut f: impl FnMut(), budget_ms: f64) -> f64 {
 
 fn emit(workload: &str, ms: f64, unit: &str, throughput: f64) {
     println!("{{\"workload\": \"{workload}\", \"median_ms\": {ms:.6}, \"unit\": \"{unit}\", \"throughput\": {throughput:.3}}}");
+}
+
+/// A real-model row: tokens per second over the [`LM_INPUT`] batch, and the model's
+/// parameter count.
+fn emit_model(workload: &str, ms: f64, params: usize) {
+    let tokens = (LM_INPUT[0] * LM_INPUT[1]) as f64 / (ms / 1e3);
+    println!(
+        "{{\"workload\": \"{workload}\", \"median_ms\": {ms:.6}, \"unit\": \"tokens/s\", \"throughput\": {tokens:.3}, \"params\": {params}}}"
+    );
 }
 
 /// The GPU twins of the CPU workloads, on `gpu:0`: GEMM 1024 to 8192 and the three
@@ -83,11 +97,12 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
 }
 
 fn main() {
-    let only: Option<String> = std::env::args().nth(1);
-    if only.as_deref().is_some_and(|o| o.starts_with("gpu")) {
+    // Workload-name prefixes to run (all workloads without any).
+    let only: Vec<String> = std::env::args().skip(1).collect();
+    let want = |name: &str| only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str()));
+    if only.first().is_some_and(|o| o.starts_with("gpu")) {
         #[cfg(feature = "gpu")]
         {
-            let want = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
             manual_seed(0);
             gpu_workloads(&want);
             return;
@@ -98,7 +113,6 @@ fn main() {
             std::process::exit(2);
         }
     }
-    let want = |name: &str| only.as_deref().is_none_or(|o| name.starts_with(o));
     manual_seed(0);
     for n in [64usize, 128, 256, 512, 1024] {
         let name = format!("gemm_{n}");
@@ -187,5 +201,81 @@ fn main() {
             })
             .unwrap_or(0.0);
         emit("peak_rss_mlp_training", kb / 1024.0, "MB", kb / 1024.0);
+    }
+    // The real models and their parts, after `peak_memory`: its figure is the process's
+    // peak, which these models' gigabytes would otherwise set.
+    if want("gpt2_fwd") {
+        let mut m = gpt2();
+        m.eval();
+        let ids = token_ids(50257, &LM_INPUT);
+        let ms = median_ms(|| drop(no_grad(|| m.forward(&ids))), 3000.0);
+        emit_model("gpt2_fwd", ms, num_parameters(&m));
+    }
+    if want("gpt2_step") {
+        let m = gpt2();
+        let params = num_parameters(&m);
+        let mut s = LmStep::new(m, token_ids(50257, &LM_INPUT));
+        let ms = median_ms(|| drop(s.step()), 4000.0);
+        emit_model("gpt2_step", ms, params);
+    }
+    if want("bert_fwd") {
+        let mut m = bert();
+        m.eval();
+        let ids = token_ids(30522, &LM_INPUT);
+        // Hugging Face's mask (1 = attend): the second sequence's last 32 tokens are padding.
+        let l = LM_INPUT[1];
+        let mask: Vec<i64> = (0..2 * l).map(|i| i64::from(i < 2 * l - 32)).collect();
+        let mask = Tensor::from_vec_i64(mask, &LM_INPUT);
+        let ms = median_ms(|| drop(no_grad(|| m.forward((&ids, &mask)))), 3000.0);
+        emit_model("bert_fwd", ms, num_parameters(&m));
+    }
+    if want("llama_fwd") {
+        let mut m = llama();
+        m.eval();
+        let ids = token_ids(32000, &LM_INPUT);
+        let ms = median_ms(|| drop(no_grad(|| m.forward(&ids))), 3000.0);
+        emit_model("llama_fwd", ms, num_parameters(&m));
+    }
+    if want("llama_step") {
+        let m = llama();
+        let params = num_parameters(&m);
+        let mut s = LmStep::new(m, token_ids(32000, &LM_INPUT));
+        let ms = median_ms(|| drop(s.step()), 4000.0);
+        emit_model("llama_step", ms, params);
+    }
+    if want("attn_causal") {
+        // GPT-2-small's attention shapes: forward and backward from a fixed upstream
+        // gradient, the leaves' gradients cleared each time (PyTorch's `grad = None`).
+        let shape = [2, 12, 128, 64];
+        let [q, k, v] = [(); 3].map(|()| Tensor::randn(&shape).requires_grad_(true));
+        let grad = Tensor::randn(&shape);
+        let causal = AttentionConfig { is_causal: true, ..Default::default() };
+        let ms = median_ms(
+            || {
+                for t in [&q, &k, &v] {
+                    t.zero_grad();
+                }
+                q.scaled_dot_product_attention(&k, &v, &causal).backward_with(&grad, false);
+            },
+            2000.0,
+        );
+        emit("attn_causal", ms, "ms", ms);
+    }
+    // The activations of the models' MLPs (GPT-2's tanh GELU, BERT's exact one, Llama's
+    // SiLU) and two more transcendentals, forward only, at GPT-2's MLP width.
+    type Op = fn(&Tensor) -> Tensor;
+    let ops: [(&str, Op); 5] = [
+        ("ew_tanh", Tensor::tanh),
+        ("ew_gelu", Tensor::gelu),
+        ("ew_gelu_tanh", |x| x.gelu_with(GeluApproximate::Tanh)),
+        ("ew_exp", Tensor::exp),
+        ("ew_silu", Tensor::silu),
+    ];
+    if ops.iter().any(|(name, _)| want(name)) {
+        let x = Tensor::randn(&[2, 128, 3072]);
+        for (name, op) in ops.into_iter().filter(|(name, _)| want(name)) {
+            let ms = median_ms(|| drop(op(&x)), 1500.0);
+            emit(name, ms, "ms", ms);
+        }
     }
 }
