@@ -283,7 +283,8 @@ fn rank4(t: &Tensor) -> Tensor {
 /// operands, or `None` where the composition runs.
 fn fused(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> Option<Tensor> {
     let r = q.rank();
-    // Dropout of 1 or out of range: the composition's `dropout` has the cases and the panic.
+    // A dropout of 1 or more: the composition's `dropout` has that case (and the panic
+    // above 1).
     let p = options.dropout_p;
     if !(2..=4).contains(&r) || k.rank() != r || v.rank() != r || p >= 1.0 || crate::autograd::trace::is_tracing() {
         return None;

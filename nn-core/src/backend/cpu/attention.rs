@@ -34,9 +34,10 @@ use crate::shape::Layout;
 /// Query rows per block of a causal attention: each block is scored against the keys up
 /// to its last row, so of the masked half of the scores a part of `BLOCK / L` is still
 /// computed; smaller blocks make more, smaller products. Measured on the 2-vCPU AMD EPYC
-/// (Zen 5), one thread, causal `[2, 12, 128, 64]` in f32, forward and backward, median of
-/// 50 (three runs each): blocks of 16 rows took 1.50-1.70 ms, of 32 rows 1.36-1.40 ms, of
-/// 64 rows 1.44-1.46 ms (the unmasked kernel, 1.7 ms).
+/// (Zen 5), causal `[2, 12, 128, 64]` in f32, forward and backward, median of 50, two runs
+/// at 1 / 2 threads: blocks of 8 rows took 2.04-2.28 / 0.96-1.04 ms, 16 rows 1.52 /
+/// 0.73-0.75, 32 rows 1.34-1.43 / 0.67-0.68, 64 rows 1.44-1.46 / 0.71-0.72, and one block
+/// of all 128 (no product skipped) 1.75-1.76 / 0.81-0.85.
 const BLOCK: usize = 32;
 
 /// The sizes of a fused attention: `n` batch entries of `heads` query heads and
