@@ -359,9 +359,11 @@ impl MultiheadAttention {
             // No weights to return: `scaled_dot_product_attention`, as PyTorch's
             // `multi_head_attention_forward` does, with both masks merged into one additive
             // mask. So a query row whose every key is masked out gives zeros there (and NaN
-            // on the weights path below, as in PyTorch). Without masks or dropout it runs
-            // fused (the query is already scaled), its output stored token-major, so merging
-            // the heads back is a view.
+            // on the weights path below, as in PyTorch). On the CPU it runs fused, masks and
+            // dropout included (the query is already scaled), its output stored token-major,
+            // so merging the heads back is a view. The merged mask is never one per head
+            // unless `attn_mask` is: a key padding mask alone stays `[N, 1, 1, S]` (whose
+            // padded keys the fused kernel skips), with an `[L, S]` mask it is `[N, 1, L, S]`.
             let attn_mask = a.attn_mask.as_ref().map(|m| {
                 let m = additive(m, &q);
                 if m.rank() == 3 {
@@ -468,32 +470,48 @@ mod tests {
 
     /// Without weights to return, attention runs fused (its output stored token-major);
     /// with them, composed. Both give the same output and the same gradients, batch-first
-    /// or not, for the input and every parameter.
+    /// or not, for the input and every parameter, without masks and under each kind: a
+    /// bool key padding mask, a bool `[L, S]` mask, both (merged), a float `[N * heads, L,
+    /// S]` mask. (No query row is fully masked: the weights path gives NaN there, as
+    /// PyTorch's.)
     #[test]
     fn the_fused_path_gives_the_composed_output_and_gradients() {
         // (Any values: the two paths run on the same ones.)
+        let (l, n) = (5, 3);
+        let pad = Tensor::from_vec_bool((0..n * l).map(|i| i % l >= l - i / l).collect(), &[n, l]);
+        let upper = Tensor::from_vec_bool((0..l * l).map(|i| i % l > i / l).collect(), &[l, l]);
+        let float = Tensor::randn(&[n * 2, l, l]);
+        let masks =
+            [(None, None), (Some(&pad), None), (None, Some(&upper)), (Some(&pad), Some(&upper)), (None, Some(&float))];
         for batch_first in [false, true] {
             let m = MultiheadAttention::with_options(8, 2, 0.0, true, batch_first);
-            let x = Tensor::randn(&[5, 3, 8]);
-            let w = Tensor::randn(&[5, 3, 8]);
-            let run = |need: bool| {
-                let x = x.detach().requires_grad_(true);
-                m.zero_grad();
-                let (y, weights) = m.forward(&AttentionInput::self_attention(&x).need_weights(need));
-                assert_eq!(weights.is_some(), need);
-                (&y * &w).sum().backward();
-                let mut grads = vec![x.grad().expect("the input's gradient").to_vec()];
-                for (name, p) in m.named_parameters() {
-                    grads.push(p.grad().unwrap_or_else(|| panic!("no gradient for {name}")).to_vec());
+            let shape = if batch_first { [n, l, 8] } else { [l, n, 8] };
+            let (x, w) = (Tensor::randn(&shape), Tensor::randn(&shape));
+            for (i, (kp, am)) in masks.iter().enumerate() {
+                let run = |need: bool| {
+                    let x = x.detach().requires_grad_(true);
+                    m.zero_grad();
+                    let mut input = AttentionInput::self_attention(&x).need_weights(need);
+                    input.key_padding_mask = kp.cloned();
+                    input.attn_mask = am.cloned();
+                    let (y, weights) = m.forward(&input);
+                    assert_eq!(weights.is_some(), need);
+                    (&y * &w).sum().backward();
+                    let mut grads = vec![x.grad().expect("the input's gradient").to_vec()];
+                    for (name, p) in m.named_parameters() {
+                        grads.push(p.grad().unwrap_or_else(|| panic!("no gradient for {name}")).to_vec());
+                    }
+                    (y.to_vec(), grads)
+                };
+                let ((fused, fused_grads), (composed, composed_grads)) = (run(false), run(true));
+                let close =
+                    |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs()));
+                let what = format!("batch_first {batch_first}, masks {i}");
+                assert!(close(&fused, &composed), "{what}: {fused:?} against {composed:?}");
+                assert_eq!(fused_grads.len(), 5);
+                for (f, c) in fused_grads.iter().zip(&composed_grads) {
+                    assert!(close(f, c), "{what}: {f:?} against {c:?}");
                 }
-                (y.to_vec(), grads)
-            };
-            let ((fused, fused_grads), (composed, composed_grads)) = (run(false), run(true));
-            let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs()));
-            assert!(close(&fused, &composed), "batch_first {batch_first}: {fused:?} against {composed:?}");
-            assert_eq!(fused_grads.len(), 5);
-            for (f, c) in fused_grads.iter().zip(&composed_grads) {
-                assert!(close(f, c), "batch_first {batch_first}: {f:?} against {c:?}");
             }
         }
     }

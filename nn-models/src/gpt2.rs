@@ -172,6 +172,7 @@ impl Compute for Gpt2Attention {
             is_causal: past == 0 && l > 1,
             dropout_p: if self.base.is_training() { self.attn_pdrop } else { 0.0 },
             scale: Some(self.scale),
+            enable_gqa: false,
         };
         let y = q.scaled_dot_product_attention(&k, &v, &config);
         self.resid_dropout.forward(&self.c_proj.forward(&merge_heads(&y)))

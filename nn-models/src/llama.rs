@@ -225,16 +225,6 @@ pub struct LlamaAttention {
     dropout: f64,
 }
 
-/// `[N, KV, T, D]` as `[N, KV * groups, T, D]`, each key/value head serving `groups`
-/// consecutive query heads (transformers' `repeat_kv`), through a broadcast view.
-fn repeat_kv(x: &Tensor, groups: usize) -> Tensor {
-    if groups == 1 {
-        return x.clone();
-    }
-    let (n, kv, t, d) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
-    x.unsqueeze(2).expand(&[n, kv, groups, t, d]).reshape(&[n, kv * groups, t, d])
-}
-
 impl Compute for LlamaAttention {
     /// `(hidden [N, L, E], the layer's cache)`.
     type Input = (Tensor, Option<LayerCache>);
@@ -252,14 +242,15 @@ impl Compute for LlamaAttention {
             Some(c) => c.append(&k, &v),
             None => (k, v, 0),
         };
-        let groups = self.heads / self.kv_heads;
-        let (k, v) = (repeat_kv(&k, groups), repeat_kv(&v, groups));
         let mask = if past == 0 { None } else { causal_mask(l, past, x.device()) };
+        // Each key/value head serves `heads / kv_heads` consecutive query heads
+        // (transformers' `repeat_kv`), read in place by the grouped attention.
         let config = AttentionConfig {
             attn_mask: mask.as_ref(),
             is_causal: past == 0 && l > 1,
             dropout_p: if self.base.is_training() { self.dropout } else { 0.0 },
             scale: None,
+            enable_gqa: true,
         };
         self.o_proj.forward(&merge_heads(&q.scaled_dot_product_attention(&k, &v, &config)))
     }

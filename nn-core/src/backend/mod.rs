@@ -68,6 +68,7 @@ pub(crate) use elementwise::{BinaryOp, F32GradLoop, F32Loop, Operand, UnaryOp, W
 #[cfg(feature = "gpu")]
 pub use gpu::GpuStorage;
 pub(crate) use index::IndexArg;
+pub(crate) use norm::AttentionPlan;
 pub use pooling::Pool2dConfig;
 pub(crate) use pooling::{Argmax, AvgPool, AvgWindows, MaxPool, PoolPlanes};
 pub(crate) use scan::Scan;

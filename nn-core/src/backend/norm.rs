@@ -25,6 +25,22 @@ fn opt_on_cpu<'a>(p: Option<(&'a Storage, &'a Layout)>) -> Option<Option<(&'a Cp
     }
 }
 
+/// How a fused attention runs, besides its operands and mask (see
+/// [`Storage::attention_fused`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttentionPlan {
+    /// The scores' scale.
+    pub scale: f64,
+    /// PyTorch's causal mask (top-left aligned: query `i` attends keys `j <= i`), given
+    /// instead of a mask.
+    pub causal: bool,
+    /// The dropout probability on the weights, in `[0, 1)` (0: none).
+    pub dropout: f64,
+    /// Results token-major (`[N, L, H, D]` in memory, the layout heads are split from, a
+    /// task per batch entry) rather than head-major (`[N, H, L, D]`, tasks of heads).
+    pub token_major: bool,
+}
+
 impl Storage {
     /// Layer normalization of the rows of `n` elements `l` selects (`n > 0`), with an
     /// optional weight and bias of `n` elements: `[y, mean, rstd]` (`y` contiguous, one
@@ -63,40 +79,48 @@ impl Storage {
             .map(|r| r.map(|s| s.map(Storage::Cpu)))
     }
 
-    /// Scaled dot-product attention without mask or dropout, `softmax(q k^T scale) v`,
-    /// this being `q` (`[B, L, E]` or `[N, H, L, E]`; `k` and `v` of the same batch
-    /// shape, `[.., S, E]` and `[.., S, Ev]`, none empty): `[out, weights]`, the output
-    /// `[.., L, Ev]` stored token-major (`[B, L, Ev]` or `[N, L, H, Ev]` in memory) and
-    /// the weights `[.., L, S]` contiguous. `None` where this backend has no fused kernel
-    /// for these operands.
+    /// Scaled dot-product attention, `softmax(q k^T scale + mask) v` with dropout on the
+    /// weights, this being `q` (`[N, H, L, E]`; `k` `[N, H_kv, S, E]` and `v`
+    /// `[N, H_kv, S, Ev]` with `H_kv` dividing `H`, query head `h` using key and value head
+    /// `h / (H / H_kv)`; none empty) and `mask` a bool (`true` = may attend) or additive
+    /// mask of `q`'s dtype whose layout broadcasts it to `[N, H, L, S]`: `[out, weights,
+    /// kept]`, the output `[N, H, L, Ev]` stored as `plan` says, the weights before dropout
+    /// `[N, H, L, S]` contiguous, and which of them dropout kept (bool, the same shape; empty
+    /// without dropout), drawn in order from the global generator as
+    /// [`dropout_mask`](Storage::dropout_mask) draws. `None` where this backend has no fused
+    /// kernel for these operands (and then nothing is drawn).
     pub(crate) fn attention_fused(
         &self,
         lq: &Layout,
         k: (&Storage, &Layout),
         v: (&Storage, &Layout),
-        scale: f64,
-    ) -> Option<[Storage; 2]> {
-        let (q, kc, vc) = (on_cpu(self)?, on_cpu(k.0)?, on_cpu(v.0)?);
-        cpu::attention::attention((q, lq), (kc, k.1), (vc, v.1), scale).map(|r| r.map(Storage::Cpu))
+        mask: Option<(&Storage, &Layout)>,
+        plan: &AttentionPlan,
+    ) -> Option<[Storage; 3]> {
+        let (q, kc, vc, m) = (on_cpu(self)?, on_cpu(k.0)?, on_cpu(v.0)?, opt_on_cpu(mask)?);
+        let qkv = [(q, lq), (kc, k.1), (vc, v.1)];
+        cpu::attention::attention(qkv, m, plan).map(|r| r.map(Storage::Cpu))
     }
 
     /// The gradients `[q, k, v]` of [`attention_fused`](Storage::attention_fused) from
-    /// this upstream gradient (`lg` selects it, any strides) and the saved weights, each
-    /// stored token-major as the forward's output. `None` where this backend has no fused
-    /// kernel for these operands.
+    /// this upstream gradient (`lg` selects it, any strides), the saved weights and kept
+    /// weights, and the same operands, mask and plan, each stored as the forward's output;
+    /// with `scores_grad`, also the gradient of the masked scores `[N, H, L, S]`
+    /// (contiguous; an additive mask's before its broadcast is summed). `None` where this
+    /// backend has no fused kernel for these operands.
     pub(crate) fn attention_fused_backward(
         &self,
         lg: &Layout,
-        weights: &Storage,
-        q: (&Storage, &Layout),
-        k: (&Storage, &Layout),
-        v: (&Storage, &Layout),
-        scale: f64,
-    ) -> Option<[Storage; 3]> {
-        let (g, p) = (on_cpu(self)?, on_cpu(weights)?);
-        let (qc, kc, vc) = (on_cpu(q.0)?, on_cpu(k.0)?, on_cpu(v.0)?);
-        cpu::attention::attention_backward((g, lg), p, [(qc, q.1), (kc, k.1), (vc, v.1)], scale)
-            .map(|r| r.map(Storage::Cpu))
+        (weights, kept): (&Storage, &Storage),
+        [q, k, v]: [(&Storage, &Layout); 3],
+        mask: Option<(&Storage, &Layout)>,
+        plan: &AttentionPlan,
+        scores_grad: bool,
+    ) -> Option<([Storage; 3], Option<Storage>)> {
+        let (g, p, kept, m) = (on_cpu(self)?, on_cpu(weights)?, on_cpu(kept)?, opt_on_cpu(mask)?);
+        let qkv = [(on_cpu(q.0)?, q.1), (on_cpu(k.0)?, k.1), (on_cpu(v.0)?, v.1)];
+        let (grads, ds) = cpu::attention::attention_backward((g, lg), (p, kept), qkv, m, plan, scores_grad)?;
+        Some((grads.map(Storage::Cpu), ds.map(Storage::Cpu)))
     }
 
     /// The gradient of a softmax (log-softmax, `log`) along contiguous rows of `n`

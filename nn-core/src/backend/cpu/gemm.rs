@@ -316,11 +316,46 @@ pub(crate) fn gemm_uninit_rows<T: Kernels>(
     unsafe { gemm_raw(backend(), dims, alpha, a, b, T::zero(), (c.as_mut_ptr().cast(), c.len(), rsc)) }
 }
 
-/// The checks and the call behind [`gemm_on`], [`gemm_uninit`] and [`gemm_uninit_rows`]:
-/// row `i` of the product is `c[i * rsc..i * rsc + n]`.
+/// [`gemm`] into rows `rsc` apart: row `i` of the product is `c[i * rsc..i * rsc + n]`,
+/// and the elements between rows are left as they are (one block of keys of a query
+/// block's scores).
+#[track_caller]
+pub(crate) fn gemm_rows<T: Kernels>(
+    dims: (usize, usize, usize),
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: T,
+    (c, rsc): (&mut [T], usize),
+) {
+    // SAFETY: an exclusive borrow of initialized elements (the extent is checked).
+    unsafe { gemm_raw(backend(), dims, alpha, a, b, beta, (c.as_mut_ptr(), c.len(), rsc)) }
+}
+
+/// [`gemm_uninit_rows`] adding to what the product's rows hold: `c = alpha a b + c` (the
+/// key gradients of a grouped-query head, summed over the query heads of its group).
 ///
 /// # Safety
-/// `c` points to `c_len` elements borrowed exclusively, initialized unless `beta` is 0.
+/// The product's elements of `c` (`m` rows of `n`, `rsc` apart) are initialized.
+#[track_caller]
+pub(crate) unsafe fn gemm_add_rows<T: Kernels>(
+    dims: (usize, usize, usize),
+    alpha: T,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    (c, rsc): (&mut [std::mem::MaybeUninit<T>], usize),
+) {
+    // SAFETY: an exclusive borrow; the kernels read only the product's elements of C,
+    // initialized by the caller's contract.
+    unsafe { gemm_raw(backend(), dims, alpha, a, b, T::one(), (c.as_mut_ptr().cast(), c.len(), rsc)) }
+}
+
+/// The checks and the call behind [`gemm_on`], [`gemm_uninit`], [`gemm_uninit_rows`],
+/// [`gemm_rows`] and [`gemm_add_rows`]: row `i` of the product is `c[i * rsc..i * rsc + n]`.
+///
+/// # Safety
+/// `c` points to `c_len` elements borrowed exclusively; unless `beta` is 0, the product's
+/// elements among them are initialized (the kernels read no others).
 #[track_caller]
 unsafe fn gemm_raw<T: Kernels>(
     library: Backend,

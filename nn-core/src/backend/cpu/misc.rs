@@ -9,9 +9,14 @@ use crate::shape::Layout;
 /// See [`crate::backend::Storage::dropout_mask`].
 pub(crate) fn dropout_mask(len: usize, keep: f64) -> CpuStorage {
     let scale = 1.0 / keep;
-    CpuStorage::F64(crate::random::with_rng(|r| {
-        (0..len).map(|_| if rand::Rng::random::<f64>(r) < keep { scale } else { 0.0 }).collect()
-    }))
+    CpuStorage::F64(dropout_draws(len, keep, |kept| if kept { scale } else { 0.0 }))
+}
+
+/// `len` dropout draws from the global generator, in order, each kept with probability
+/// `keep`, as `f(kept)`: the one definition of a draw, so that for one seed the fused
+/// attention drops the weights the composed one does.
+pub(crate) fn dropout_draws<U>(len: usize, keep: f64, f: impl Fn(bool) -> U) -> Vec<U> {
+    crate::random::with_rng(|r| (0..len).map(|_| f(rand::Rng::random::<f64>(r) < keep)).collect())
 }
 
 /// See [`crate::backend::Storage::softmax`].
