@@ -41,7 +41,8 @@ fn main() {
     // forward and backward).
     let a = Tensor::randn(&[2, 128, 3072]).requires_grad_(true);
     let a0 = a.detach();
-    let ew: [(&str, fn(&Tensor) -> Tensor); 11] = [
+    type Op = fn(&Tensor) -> Tensor;
+    let ew: [(&str, Op); 11] = [
         ("ew_tanh", |t| t.tanh()),
         ("ew_gelu", |t| t.gelu()),
         ("ew_gelu_tanh", |t| t.gelu_with(nn_core::ops::GeluApproximate::Tanh)),

@@ -35,9 +35,9 @@ use std::f64::consts::{FRAC_1_SQRT_2, LOG2_E};
 const ROUND: f64 = 6_755_399_441_055_744.0;
 
 /// `ln 2` in two parts (fdlibm's): `n * LN2_HI` is exact for the `|n| < 2^11` here.
-const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
+const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // 6.93147180369123816490e-01
 /// The rest of `ln 2`.
-const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76); // 1.90821492927058770002e-10
 
 /// `x` evaluated at the polynomial with coefficients `c` (lowest degree first), by Horner.
 #[inline(always)]
@@ -322,11 +322,11 @@ fn scale_f32(v: f32, n: i32) -> f32 {
     v * f32::from_bits(((n1 + 127) as u32) << 23) * f32::from_bits(((n2 + 127) as u32) << 23)
 }
 
-/// `1 / (1 + e^-x)` in `f32`: with `t = e^(-|x|)`, `1 / (1 + t)` for `x >= 0` and `t / (1
-/// + t)` below, one division either way; within 2 ulp of the correctly rounded value,
-/// subnormal results included. (SiLU stays in `f64`: an `f32` `x (1 + s) / (1 + t)`
-/// scaled by `2^n` was 3 ulp off at `x = -5.94`, the rounding of `1 + t` adding to the
-/// product's and the quotient's.)
+/// `1 / (1 + e^-x)` in `f32`: with `t = e^(-|x|)`, `1 / (1 + t)` for `x >= 0` and
+/// `t / (1 + t)` below, one division either way; within 2 ulp of the correctly rounded
+/// value, subnormal results included. (SiLU stays in `f64`: an `f32` version, `x (1 + s)`
+/// over `1 + t` scaled by `2^n`, was 3 ulp off at `x = -5.94`, the rounding of `1 + t`
+/// adding to the product's and the quotient's.)
 #[inline(always)]
 pub(crate) fn sigmoid(x: f32) -> f32 {
     let (s, n) = exp_neg_abs_f32(x);
