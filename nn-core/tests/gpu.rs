@@ -129,6 +129,9 @@ fn elementwise_ops_match_the_cpu() {
         ("silu", Box::new(|t| t.silu())),
         ("gelu", Box::new(|t| t.gelu())),
         ("gelu tanh", Box::new(|t| t.gelu_with(nn_core::ops::GeluApproximate::Tanh))),
+        ("softplus", Box::new(|t| t.softplus(1.0, 20.0))),
+        // beta 2 and a threshold inside the inputs' range: both branches.
+        ("softplus beta", Box::new(|t| (t * 4.0).softplus(2.0, 1.5))),
     ];
     for (name, f) in &unary {
         check(name, &[x.clone()], F32, |t| f(&t[0]));
@@ -140,6 +143,8 @@ fn elementwise_ops_match_the_cpu() {
     check("sqrt", &[p.clone()], F32, |t| t[0].sqrt());
     check("recip", &[p.clone()], F32, |t| t[0].recip());
     check("powf 0.5", &[p.clone()], F32, |t| t[0].powf(0.5));
+    check("rsqrt", &[p.clone()], F32, |t| t[0].rsqrt());
+    check("rms_norm", &[x.clone(), randn(&[33])], F32, |t| t[0].rms_norm(&[33], Some(&t[1]), None));
     // Broadcasting binary ops.
     let (a, b) = (randn(&[4, 1, 6]), randn(&[3, 1]));
     check("add", &[a.clone(), b.clone()], F32, |t| &t[0] + &t[1]);
