@@ -484,4 +484,52 @@ mod tests {
     fn activation_on_bool_names_the_op() {
         Tensor::from_vec_bool(vec![true], &[1]).relu();
     }
+
+    /// The ops run these functions through the AVX-512, AVX2 or baseline copy of the loop
+    /// (whichever this CPU has): bit for bit the scalar values, forward and backward, on a
+    /// length with a vector tail, in parallel parts (above the split threshold).
+    #[test]
+    fn the_vector_loops_are_the_scalar_functions_bit_for_bit() {
+        use crate::backend::cpu::vfun::{
+            erf, erf_grad, exp, gelu, gelu_grad, gelu_tanh, gelu_tanh_grad, log, pow, rsqrt, sigmoid, silu, silu_grad,
+            softplus, tanh, PowKind,
+        };
+        let n = (1 << 16) + 13;
+        let mut xs: Vec<f32> = (0..n).map(|i| f32::from_bits((i as u32).wrapping_mul(2_654_435_761))).collect();
+        xs[..9].copy_from_slice(&[0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-45, -1e-45, 88.7, -103.9]);
+        let xs: Vec<f32> = xs.into_iter().map(|v| if v.is_nan() { v } else { v.clamp(-1e5, 1e5) }).collect();
+        let g: Vec<f32> = (0..n).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();
+        let bits = |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
+        type Op = (&'static str, fn(&Tensor) -> Tensor, fn(f32) -> f32, Option<fn(f32) -> f32>);
+        let ops: [Op; 9] = [
+            ("exp", |t| t.exp(), exp, None),
+            ("log", |t| t.log(), log, None),
+            ("tanh", |t| t.tanh(), tanh, None),
+            ("sigmoid", |t| t.sigmoid(), sigmoid, None),
+            ("erf", |t| t.erf(), erf, Some(erf_grad)),
+            ("gelu", |t| t.gelu(), gelu, Some(gelu_grad)),
+            ("gelu_tanh", |t| t.gelu_with(GeluApproximate::Tanh), gelu_tanh, Some(gelu_tanh_grad)),
+            ("silu", |t| t.silu(), silu, Some(silu_grad)),
+            ("rsqrt", |t| t.rsqrt(), rsqrt, None),
+        ];
+        for (name, op, f, df) in ops {
+            let x = Tensor::from_vec(xs.clone(), &[n]).requires_grad_(true);
+            let y = op(&x);
+            let want: Vec<f32> = xs.iter().map(|&v| f(v)).collect();
+            assert_eq!(bits(&y.to_vec()), bits(&want), "{name} forward");
+            if let Some(df) = df {
+                y.backward_with(&Tensor::from_vec(g.clone(), &[n]), false);
+                let want: Vec<f32> = xs.iter().zip(&g).map(|(&v, &g)| g * df(v)).collect();
+                assert_eq!(bits(&x.grad().expect("a gradient").to_vec()), bits(&want), "{name} backward");
+            }
+        }
+        for p in [2.0, 3.0, -1.0, 0.5, 1.5] {
+            let kind = PowKind::of(p).expect("finite");
+            let y = Tensor::from_vec(xs.clone(), &[n]).powf(p).to_vec();
+            let want: Vec<f32> = xs.iter().map(|&v| pow(v, kind)).collect();
+            assert_eq!(bits(&y), bits(&want), "pow {p}");
+        }
+        let y = Tensor::from_vec(xs.clone(), &[n]).softplus(1.0, 20.0).to_vec();
+        assert_eq!(bits(&y), bits(&xs.iter().map(|&v| softplus(v, 1.0, 20.0)).collect::<Vec<_>>()), "softplus");
+    }
 }
