@@ -1,5 +1,5 @@
 //! Parity with PyTorch for the transposed convolutions, the 1-D pools, per-axis 2-D
-//! convolution and pooling, the transformer decoder and the whole transformer, against
+//! convolution and pooling, the transformer decoder, the whole transformer and softplus, against
 //! `tests/fixtures/pytorch/layers_b.py`'s committed outputs (the helpers and tolerances of
 //! `layers.rs`; with the `gpu` feature every case runs on `gpu:0` too); their printouts
 //! against PyTorch's `repr`, their init, and the messages for bad arguments.
@@ -79,6 +79,14 @@ fn one_dimensional_pools() {
     let cfg = AvgPool1dConfig { stride: Some(3), padding: 2, ceil_mode: true, count_include_pad: false };
     check("avgpool1d_nopad", || AvgPool1d::with_config(4, cfg), fwd, TIGHT);
     check("adaptiveavgpool1d", || AdaptiveAvgPool1d::new(4), fwd, TIGHT);
+}
+
+/// Softplus on both sides of its threshold and into its tails (the vectorized `f32`
+/// kernel; `x` spans about +-36 and +-12 times beta).
+#[test]
+fn softplus() {
+    check("softplus", Softplus::default, fwd, TIGHT);
+    check("softplus_beta", || Softplus::new(2.0, 3.0), fwd, TIGHT);
 }
 
 #[test]
@@ -195,6 +203,8 @@ fn printouts_match_pytorch() {
         ("decoder_layer_norm_first", decoder_layer(true, true).to_string()),
         ("transformer", small_transformer(0.0, true).to_string()),
         ("transformer_default", small_transformer(0.1, false).to_string()),
+        ("softplus", Softplus::default().to_string()),
+        ("softplus_beta", Softplus::new(2.0, 3.0).to_string()),
     ];
     assert_eq!(mine.len(), expected.len(), "every PyTorch printout is compared");
     for (name, got) in mine {
