@@ -65,6 +65,22 @@ fn layer_norm_fused(
     }))
 }
 
+/// The shape rules of [`Tensor::layer_norm`] and [`Tensor::rms_norm`]: `x` ends with the
+/// (non-empty) `normalized_shape`, and each given parameter has exactly that shape; a
+/// panic naming `op` and both shapes otherwise.
+#[track_caller]
+fn check_normalized(op: &str, x: &Tensor, ns: &[usize], params: [(&str, Option<&Tensor>); 2]) {
+    let (r, k) = (x.rank(), ns.len());
+    if k == 0 || k > r || x.shape()[r - k..] != *ns {
+        panic!("{op}: input of shape {:?} does not end with normalized_shape {:?}", x.shape(), ns);
+    }
+    for (name, p) in params {
+        if let Some(p) = p.filter(|p| p.shape() != ns) {
+            panic!("{op}: {name} of shape {:?} for normalized_shape {:?}", p.shape(), ns);
+        }
+    }
+}
+
 impl Tensor {
     /// Layer normalisation over the trailing `normalized_shape` dims:
     /// `(x - mean) / sqrt(var + eps) * weight + bias` with the biased variance, as
@@ -92,22 +108,8 @@ impl Tensor {
                 ("has_bias", Attr::Bool(bias.is_some())),
             ]
         });
-        let r = self.rank();
-        let k = normalized_shape.len();
-        if k == 0 || k > r || self.shape()[r - k..] != *normalized_shape {
-            panic!(
-                "layer_norm: input of shape {:?} does not end with normalized_shape {:?}",
-                self.shape(),
-                normalized_shape
-            );
-        }
-        for (name, p) in [("weight", weight), ("bias", bias)] {
-            if let Some(p) = p {
-                if p.shape() != normalized_shape {
-                    panic!("layer_norm: {name} of shape {:?} for normalized_shape {:?}", p.shape(), normalized_shape);
-                }
-            }
-        }
+        check_normalized("layer_norm", self, normalized_shape, [("weight", weight), ("bias", bias)]);
+        let (r, k) = (self.rank(), normalized_shape.len());
         if let Some(y) = layer_norm_fused(self, weight, bias, normalized_shape, (eps, true)) {
             return y;
         }
@@ -142,20 +144,8 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn rms_norm(&self, normalized_shape: &[usize], weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
-        let r = self.rank();
-        let k = normalized_shape.len();
-        if k == 0 || k > r || self.shape()[r - k..] != *normalized_shape {
-            panic!(
-                "rms_norm: input of shape {:?} does not end with normalized_shape {:?}",
-                self.shape(),
-                normalized_shape
-            );
-        }
-        if let Some(w) = weight {
-            if w.shape() != normalized_shape {
-                panic!("rms_norm: weight of shape {:?} for normalized_shape {:?}", w.shape(), normalized_shape);
-            }
-        }
+        check_normalized("rms_norm", self, normalized_shape, [("weight", weight), ("bias", None)]);
+        let (r, k) = (self.rank(), normalized_shape.len());
         if !self.dtype().is_compute_float() {
             panic!("rms_norm: expected an f32 or f64 input, got {} of shape {:?}", self.dtype(), self.shape());
         }

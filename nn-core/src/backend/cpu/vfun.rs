@@ -299,14 +299,14 @@ pub(crate) fn tanh(x: f32) -> f32 {
 /// PyTorch's 171).
 #[inline(always)]
 fn exp_neg_abs_f32(x: f32) -> (f32, i32) {
-    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
-                                     // Clamped where the result is 0 in f32 whatever follows, NaN kept.
+    use super::vmath::{EXP_POLY, LN2_HI, LN2_LO, ROUND};
+    // Clamped where the result is 0 in f32 whatever follows, NaN kept.
     let xc = if x.is_nan() { x } else { (-x.abs()).max(-112.0) };
     let t = xc.mul_add(std::f32::consts::LOG2_E, ROUND);
     let n = t - ROUND;
-    let r = (-n).mul_add(-2.121_944_4e-4, (-n).mul_add(0.693_359_4, xc));
-    let mut p = 1.987_569_1e-4f32;
-    for k in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+    let r = (-n).mul_add(LN2_LO, (-n).mul_add(LN2_HI, xc));
+    let mut p = EXP_POLY[0];
+    for &k in &EXP_POLY[1..] {
         p = p.mul_add(r, k);
     }
     let s = p.mul_add(r * r, r);

@@ -8,6 +8,19 @@
 
 use std::mem::MaybeUninit;
 
+/// `ln 2` in two parts for the `f32` exponentials' Cody-Waite reduction (`n * LN2_HI` is
+/// exact for the `|n| < 2^8` they meet).
+pub(crate) const LN2_HI: f32 = 0.693_359_4;
+/// The rest of `ln 2`.
+pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
+/// `1.5 * 2^23`: adding and subtracting it rounds an `f32` below `2^22` to the nearest
+/// integer, which then sits in the low bits of the sum (SSE2 has no `round`).
+pub(crate) const ROUND: f32 = 12_582_912.0;
+/// Cephes' `expf` polynomial, highest degree first: `e^r = 1 + r + r^2 P(r)` for `|r| <=
+/// ln 2 / 2`.
+pub(crate) const EXP_POLY: [f32; 6] =
+    [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+
 /// `e^x` in `f32` without branches: `x = n ln 2 + r` with `|r| <= ln 2 / 2` (Cody-Waite:
 /// `ln 2` in two parts), Cephes' degree-6 polynomial for `e^r`, then `2^n` applied as two
 /// exact power-of-two factors so that results down to the subnormal range are right.
@@ -22,22 +35,17 @@ use std::mem::MaybeUninit;
 #[inline(always)]
 pub(crate) fn exp_f32<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
     // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer (|v| < 2^22 here)
     // without `round`, which SSE2 has no instruction for.
-    const ROUND: f32 = 12_582_912.0;
     let xc = x.clamp(-104.0, 88.8); // NaN passes through `clamp`
     let madd = |a: f32, b: f32, c: f32| if FMA { a.mul_add(b, c) } else { a * b + c };
     let t = madd(xc, LOG2E, ROUND);
     let n = t - ROUND;
     let r = madd(-n, LN2_LO, madd(-n, LN2_HI, xc));
-    let mut p = 1.987_569_1e-4;
-    p = madd(p, r, 1.398_199_9e-3);
-    p = madd(p, r, 8.333_452e-3);
-    p = madd(p, r, 4.166_579_6e-2);
-    p = madd(p, r, 1.666_666_5e-1);
-    p = madd(p, r, 0.5);
+    let mut p = EXP_POLY[0];
+    for &k in &EXP_POLY[1..] {
+        p = madd(p, r, k);
+    }
     let e = madd(p, r * r, r) + 1.0;
     // n in [-150, 128], read from the low bits of `t` (integer arithmetic only: a float
     // to int cast is a scalar sequence, it saturates and checks for NaN; a NaN `x` gives
@@ -142,9 +150,9 @@ fn exp_pass<const FMA: bool>(xs: &[f32], ys: &mut [MaybeUninit<f32>], m: f32) ->
 unsafe fn exp_pass_avx2(xs: &[f32], ys: &mut [MaybeUninit<f32>], m: f32) -> f32 {
     use std::arch::x86_64::*;
     let c = |v: f32| _mm256_set1_ps(v);
-    let (lo, hi, log2e, round) = (c(-104.0), c(88.8), c(std::f32::consts::LOG2_E), c(12_582_912.0));
-    let (ln2_hi, ln2_lo, mv) = (c(0.693_359_4), c(-2.121_944_4e-4), c(m));
-    let (round_bits, bias) = (_mm256_set1_epi32(12_582_912.0f32.to_bits() as i32), _mm256_set1_epi32(127));
+    let (lo, hi, log2e, round) = (c(-104.0), c(88.8), c(std::f32::consts::LOG2_E), c(ROUND));
+    let (ln2_hi, ln2_lo, mv) = (c(LN2_HI), c(LN2_LO), c(m));
+    let (round_bits, bias) = (_mm256_set1_epi32(ROUND.to_bits() as i32), _mm256_set1_epi32(127));
     let mut sums = _mm256_setzero_ps();
     let mut yc = ys.chunks_exact_mut(EXP_LANES);
     let mut xc = xs.chunks_exact(EXP_LANES);
@@ -156,8 +164,8 @@ unsafe fn exp_pass_avx2(xs: &[f32], ys: &mut [MaybeUninit<f32>], m: f32) -> f32 
         let t = _mm256_fmadd_ps(xc, log2e, round);
         let n = _mm256_sub_ps(t, round);
         let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, xc));
-        let mut p = c(1.987_569_1e-4);
-        for k in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+        let mut p = c(EXP_POLY[0]);
+        for &k in &EXP_POLY[1..] {
             p = _mm256_fmadd_ps(p, r, c(k));
         }
         let e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), c(1.0));
