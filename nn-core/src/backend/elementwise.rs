@@ -4,6 +4,7 @@
 
 use std::cmp::Ordering;
 
+use super::cpu::vtab::Pieces;
 use super::{cpu, Storage};
 use crate::dtype::{DType, FloatElement};
 use crate::shape::Layout;
@@ -85,6 +86,16 @@ pub(crate) trait F32Loop {
     type Out;
     /// Runs the loop with `f`.
     fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Self::Out;
+    /// Runs the loop with `f`, which is `p`'s `x p(x)` wherever `p` covers `x`: the loop
+    /// may evaluate the table itself there (the CPU's vector lookups, `cpu::vtab`). The
+    /// default is [`Self::run`].
+    fn run_pieces<const K: usize>(self, p: &'static Pieces<K>, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Self::Out
+    where
+        Self: Sized,
+    {
+        let _ = p;
+        self.run(f)
+    }
 }
 
 /// A CPU loop over `f32` inputs and outputs, handed the derivative `df(x, y)` (see

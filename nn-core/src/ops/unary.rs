@@ -37,10 +37,18 @@ pub(crate) fn unary<O: UnaryOp>(x: &Tensor, op: O) -> Tensor {
 /// Declares a unary op from its value `f` and derivative `df` (generic over the float
 /// type), its WGSL, and optionally the CPU's vectorizable `f32` functions of `cpu::vfun`:
 /// `fast = f` (an `fn(f32) -> f32`) and `fast_df = df` (the derivative, an `fn(f32) -> f32`
-/// of `x`), used instead of `f`/`df` on `f32` tensors (see `UnaryOp::f32_loop`).
+/// of `x`), used instead of `f`/`df` on `f32` tensors (see `UnaryOp::f32_loop`). With
+/// `pieces = table` after `fast`, `f` is the table's `x p(x)` where the table covers `x`
+/// and the loop may look the table up itself there (`cpu::vtab`).
 macro_rules! unary_op {
+    (@run $l:ident, $fast:expr) => {
+        $l.run(#[inline(always)] |x| ($fast)(x))
+    };
+    (@run $l:ident, $fast:expr, $pieces:expr) => {
+        $l.run_pieces(&$pieces, #[inline(always)] |x| ($fast)(x))
+    };
     ($(#[$doc:meta])* $name:ident, $label:literal, |$s:ident, $x:ident| $f:expr, |$s2:ident, $x2:ident, $y2:ident| $df:expr, wgsl = $w:expr
-     $(, fast = $fast:expr)? $(, fast_df = $fast_df:expr)? $(,)?) => {
+     $(, fast = $fast:expr $(, pieces = $pieces:expr)?)? $(, fast_df = $fast_df:expr)? $(,)?) => {
         $(#[$doc])*
         #[derive(Clone, Copy)]
         pub(crate) struct $name;
@@ -65,7 +73,7 @@ macro_rules! unary_op {
             $(
                 #[inline(always)]
                 fn f32_loop<L: $crate::backend::F32Loop>(&self, l: L) -> L::Out {
-                    l.run(#[inline(always)] |x| ($fast)(x))
+                    unary_op!(@run l, $fast $(, $pieces)?)
                 }
             )?
             $(

@@ -1,8 +1,10 @@
 //! Elementwise CPU kernels and the strided map loops under them.
 
 use std::cmp::Ordering;
+use std::mem::MaybeUninit;
 
 use super::team::{self, GRAIN};
+use super::vtab::Pieces;
 use super::{with_cpu, with_float, CpuElement, CpuStorage};
 use crate::backend::elementwise::Operand;
 use crate::backend::{BinaryOp, F32GradLoop, F32Loop, UnaryOp};
@@ -43,15 +45,35 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
         type Out = Vec<f32>;
         #[inline(always)]
         fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<f32> {
+            self.map(f, |src, part| super::vmath::map_f32(src, part, f))
+        }
+        #[inline(always)]
+        fn run_pieces<const K: usize>(
+            self,
+            p: &'static Pieces<K>,
+            f: impl Fn(f32) -> f32 + Copy + Send + Sync,
+        ) -> Vec<f32> {
+            self.map(f, |src, part| super::vtab::map_pieces(p, src, part, f))
+        }
+    }
+    impl Map<'_> {
+        /// `f` over the input: `map(src, part)` fills each part of a contiguous input (in
+        /// parallel above the split threshold), `map1` walks a strided one.
+        #[inline(always)]
+        fn map(
+            self,
+            f: impl Fn(f32) -> f32 + Copy + Send + Sync,
+            map: impl Fn(&[f32], &mut [MaybeUninit<f32>]) + Sync,
+        ) -> Vec<f32> {
             let Some(r) = self.1.contiguous_range() else { return map1(self.0, self.1, f) };
             let src = &self.0[r];
             let mut out = f32::alloc_buffer(src.len());
             let grain = grain(src.len());
             let large = src.len() >= LARGE_MAP;
             team::for_chunks_with(large, &mut out.spare_capacity_mut()[..src.len()], grain, |q, part| {
-                super::vmath::map_f32(&src[q * grain..], part, f)
+                map(&src[q * grain..], part)
             });
-            // SAFETY: the parts cover every slot, and `map_f32` writes all of a part's.
+            // SAFETY: the parts cover every slot, and `map` writes all of a part's.
             unsafe { out.set_len(src.len()) };
             out
         }

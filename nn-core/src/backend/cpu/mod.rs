@@ -27,6 +27,7 @@ pub(crate) mod sort;
 pub(crate) mod team;
 pub(crate) mod vfun;
 pub(crate) mod vmath;
+pub(crate) mod vtab;
 
 /// The CPU side of an [`Element`]: how a typed vector sits in a [`CpuStorage`] and where
 /// its buffers come from. Implemented for the six element types; kept here so that

@@ -334,11 +334,16 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
     (if x >= 0.0 { 1.0 } else { t }) / (1.0 + t)
 }
 
-/// `x sigmoid(x)`.
+/// `x sigmoid(x)`: the table of [`super::vtab::SIGMOID`] on `[-8, 8]`, `f64` elsewhere.
 #[inline(always)]
 pub(crate) fn silu(x: f32) -> f32 {
-    let x = x as f64;
-    nan_at_neg_inf(x, x / (1.0 + exp64(-x))) as f32
+    let t = &super::vtab::SIGMOID;
+    if t.covers(x) {
+        t.eval(x)
+    } else {
+        let x = x as f64;
+        nan_at_neg_inf(x, x / (1.0 + exp64(-x))) as f32
+    }
 }
 
 /// SiLU's derivative `s (1 + x (1 - s))`, `s = sigmoid(x)`.
@@ -363,11 +368,17 @@ pub(crate) fn erf_grad(x: f32) -> f32 {
     (std::f64::consts::FRAC_2_SQRT_PI * exp64(-x * x)) as f32
 }
 
-/// Exact GELU, `x Phi(x)`.
+/// Exact GELU, `x Phi(x)`: the table of [`super::vtab::NORMAL_CDF`] on `[-4, 4]` (within
+/// 2 ulp), `f64` elsewhere.
 #[inline(always)]
 pub(crate) fn gelu(x: f32) -> f32 {
-    let x = x as f64;
-    nan_at_neg_inf(x, x * normal_cdf64(x)) as f32
+    let t = &super::vtab::NORMAL_CDF;
+    if t.covers(x) {
+        t.eval(x)
+    } else {
+        let x = x as f64;
+        nan_at_neg_inf(x, x * normal_cdf64(x)) as f32
+    }
 }
 
 /// Exact GELU's derivative `Phi(x) + x phi(x)`.

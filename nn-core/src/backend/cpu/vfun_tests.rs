@@ -103,9 +103,10 @@ fn exp_log_tanh_are_within_one_ulp_and_sigmoid_two() {
 }
 
 #[test]
-fn erf_gelus_and_silu_are_within_one_ulp() {
+fn erf_gelus_and_silu_are_within_one_ulp_and_the_exact_gelu_two() {
     check("erf", erf, libm::erf, 1, 0.0);
-    check("gelu", gelu, |x| nan_neg_inf(x, 0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)), 1, 0.0);
+    // The exact GELU's table (`vtab`, on [-4, 4]) is within 2 ulp; its f64 path within 1.
+    check("gelu", gelu, |x| nan_neg_inf(x, 0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)), 2, 0.0);
     let gelu_tanh_ref = |x: f64| {
         // 0.5 x (1 + tanh u), as x e^(2u) / (1 + e^(2u)) where u < 0 (no cancellation).
         let u = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);

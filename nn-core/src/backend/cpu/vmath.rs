@@ -367,7 +367,7 @@ pub(crate) fn has_avx512() -> bool {
 
 /// Whether this CPU runs the AVX2 + FMA copies (checked once).
 #[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
 }
