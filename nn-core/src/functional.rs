@@ -165,7 +165,7 @@ pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options:
 /// When `C` is not divisible by `num_groups`, or the affine shapes are not `[C]`.
 #[track_caller]
 pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
-    if x.rank() < 2 || num_groups == 0 || x.shape()[1] % num_groups != 0 {
+    if x.rank() < 2 || num_groups == 0 || !x.shape()[1].is_multiple_of(num_groups) {
         panic!(
             "group_norm: expected input [N, C, *] with C divisible by num_groups={num_groups}, got shape {:?}",
             x.shape()

@@ -63,7 +63,10 @@ def fit(f, lo, hi, deg):
 
 
 def lit(v):
-    return repr(np.float32(v).item())
+    """The shortest literal that reads back as the same `f32`."""
+    s = np.format_float_scientific(np.float32(v), unique=True, trim="0")
+    mantissa, exp = s.split("e")
+    return mantissa if int(exp) == 0 else f"{mantissa}e{int(exp)}"
 
 
 def emit(name, doc, f, lo, hi, deg):

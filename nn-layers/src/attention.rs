@@ -177,7 +177,7 @@ impl MultiheadAttention {
     /// All options (PyTorch's `dropout`, `bias`, `batch_first`).
     #[track_caller]
     pub fn with_options(embed_dim: usize, num_heads: usize, dropout: f64, bias: bool, batch_first: bool) -> Self {
-        if num_heads == 0 || embed_dim % num_heads != 0 {
+        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
             panic!("MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}");
         }
         let w = Tensor::zeros(&[3 * embed_dim, embed_dim]);

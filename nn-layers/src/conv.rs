@@ -102,7 +102,7 @@ pub(crate) fn conv_params(
 
 #[track_caller]
 pub(crate) fn check_channels(name: &str, in_c: usize, out_c: usize, groups: usize) {
-    if groups == 0 || in_c % groups != 0 || out_c % groups != 0 {
+    if groups == 0 || !in_c.is_multiple_of(groups) || !out_c.is_multiple_of(groups) {
         panic!("{name}: in_channels {in_c} and out_channels {out_c} must be divisible by groups {groups}");
     }
 }

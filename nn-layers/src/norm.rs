@@ -375,7 +375,7 @@ impl GroupNorm {
     /// All options.
     #[track_caller]
     pub fn with_options(num_groups: usize, num_channels: usize, eps: f64, affine: bool) -> Self {
-        if num_groups == 0 || num_channels % num_groups != 0 {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
             panic!("GroupNorm: num_channels {num_channels} must be divisible by num_groups {num_groups}");
         }
         GroupNorm {

@@ -109,7 +109,7 @@ impl Gpt2Config {
         let dir = dir.as_ref();
         let c: Gpt2Config = pretrained::read_config(dir, "gpt2", &["GPT2LMHeadModel", "GPT2Model"], "Gpt2LMHeadModel")?;
         let bad = |reason: String| crate::Error::Config { path: dir.join("config.json"), reason };
-        if c.n_head == 0 || c.n_embd % c.n_head != 0 {
+        if c.n_head == 0 || !c.n_embd.is_multiple_of(c.n_head) {
             return Err(bad(format!("`n_embd` {} is not a multiple of `n_head` {}", c.n_embd, c.n_head)));
         }
         if c.n_ctx.is_some_and(|n| n != c.n_positions) {

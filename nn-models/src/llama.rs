@@ -147,10 +147,10 @@ impl LlamaConfig {
         if h == 0 || kv == 0 || h % kv != 0 {
             return Err(format!("`num_attention_heads` {h} is not a multiple of `num_key_value_heads` {kv}"));
         }
-        if self.head_dim.is_none() && self.hidden_size % h != 0 {
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(h) {
             return Err(format!("`hidden_size` {} is not a multiple of `num_attention_heads` {h}", self.hidden_size));
         }
-        if self.head_size() % 2 != 0 {
+        if !self.head_size().is_multiple_of(2) {
             return Err(format!("the head size {} must be even for rotary embeddings", self.head_size()));
         }
         Ok(())

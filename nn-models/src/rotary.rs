@@ -17,7 +17,7 @@ impl Rotary {
     /// # Panics
     /// When `head_dim` is odd.
     pub fn new(head_dim: usize, theta: f64) -> Self {
-        assert!(head_dim % 2 == 0, "Rotary: the head size {head_dim} must be even");
+        assert!(head_dim.is_multiple_of(2), "Rotary: the head size {head_dim} must be even");
         let inv_freq = (0..head_dim / 2).map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / head_dim as f32)).collect();
         Rotary { inv_freq }
     }

@@ -75,7 +75,7 @@ impl Tensor {
     #[track_caller]
     pub fn pad(&self, pads: &[i64], mode: PadMode, value: f64) -> Tensor {
         let rank = self.rank();
-        if pads.len() % 2 != 0 {
+        if !pads.len().is_multiple_of(2) {
             panic!("pad: padding length must be divisible by 2, got pads {pads:?} (length {})", pads.len());
         }
         if pads.len() > 2 * rank {

@@ -263,7 +263,7 @@ fn wait_for_loop(team: &Team, i: usize, seen: u64) -> (u64, bool) {
             return (e, true);
         }
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 && start.elapsed() > SPIN {
+        if spins.is_multiple_of(64) && start.elapsed() > SPIN {
             break;
         }
         std::hint::spin_loop();

@@ -375,7 +375,7 @@ pub(crate) fn has_avx2() -> bool {
 /// Softmax (or log-softmax) along contiguous rows of `n` elements: `x` and `y` hold whole
 /// rows (`n > 0`, lengths equal multiples of `n`).
 pub(crate) fn softmax_rows(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
-    debug_assert!(n > 0 && x.len() == y.len() && x.len() % n == 0);
+    debug_assert!(n > 0 && x.len() == y.len() && x.len().is_multiple_of(n));
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
