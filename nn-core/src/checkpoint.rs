@@ -1,13 +1,14 @@
-//! Training checkpoints: model, optimizer, scheduler, counters and the RNG state in one
-//! safetensors file (tensors under `model.` and `optimizer.`, everything else as JSON in
-//! the header's metadata), saved atomically. Restoring all of it makes a resumed run
-//! continue bit for bit like an uninterrupted one.
+//! Training checkpoints: model, optimizer, scheduler, gradient scaler, counters and the RNG
+//! state in one safetensors file (tensors under `model.` and `optimizer.`, everything else
+//! as JSON in the header's metadata), saved atomically. Restoring all of it makes a resumed
+//! run continue bit for bit like an uninterrupted one.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::amp::{GradScaler, GradScalerState};
 use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::optim::{LrScheduler, Optimizer, OptimizerState, SchedulerState};
@@ -39,6 +40,9 @@ pub struct Checkpoint {
     pub rng: RngState,
     /// Free-form numbers the training loop wants back (best accuracy, ...).
     pub extra: HashMap<String, f64>,
+    /// The gradient scaler's state, if the run uses one ([`with_scaler`](Checkpoint::with_scaler);
+    /// restored by [`restore_with_scaler`](Checkpoint::restore_with_scaler)).
+    pub scaler: Option<GradScalerState>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -52,6 +56,10 @@ struct Meta {
     rng_stream: u64,
     rng_word_pos: String,
     extra: HashMap<String, f64>,
+    /// Absent from checkpoints without a scaler, as from those written before scalers
+    /// were saved: both load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scaler: Option<GradScalerState>,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -67,14 +75,33 @@ impl Checkpoint {
         epoch: u64,
         step: u64,
     ) -> Self {
-        Checkpoint { model, optimizer, scheduler, epoch, step, rng: crate::random::rng_state(), extra: HashMap::new() }
+        Checkpoint {
+            model,
+            optimizer,
+            scheduler,
+            epoch,
+            step,
+            rng: crate::random::rng_state(),
+            extra: HashMap::new(),
+            scaler: None,
+        }
+    }
+
+    /// The same checkpoint holding a gradient scaler's state (`scaler.state_dict()`).
+    pub fn with_scaler(mut self, scaler: GradScalerState) -> Self {
+        self.scaler = Some(scaler);
+        self
     }
 
     /// Writes the checkpoint atomically.
     ///
     /// # Errors
-    /// As [`StateDict::save`].
+    /// As [`StateDict::save`]; [`Error::GradScalerState`] for a scaler state that
+    /// [`load`](Checkpoint::load) would refuse (nothing is written then).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        if let Some(scaler) = &self.scaler {
+            scaler.check()?;
+        }
         let mut all = StateDict::default();
         for (k, t) in self.model.iter() {
             all.insert(format!("model.{k}"), t.clone());
@@ -94,6 +121,7 @@ impl Checkpoint {
             rng_stream: self.rng.stream,
             rng_word_pos: self.rng.word_pos.to_string(),
             extra: self.extra.clone(),
+            scaler: self.scaler,
         };
         let json = serde_json::to_string(&meta).expect("plain data serialises");
         all.save_with_metadata(path, Some(HashMap::from([(META_KEY.to_string(), json)])))
@@ -101,8 +129,9 @@ impl Checkpoint {
 
     /// Reads a checkpoint written by [`save`](Checkpoint::save). Every field of the
     /// metadata is checked (the counters against [`MAX_COUNTER`], learning rates finite
-    /// and non-negative, the generator state well-formed); what depends on the model and
-    /// the optimizer is checked by [`restore`](Checkpoint::restore).
+    /// and non-negative, the generator state well-formed, the scaler's state as
+    /// [`GradScalerState::check`] checks it); what depends on the model and the optimizer
+    /// is checked by [`restore`](Checkpoint::restore).
     ///
     /// # Errors
     /// As [`StateDict::load`], and [`Error::Checkpoint`] naming the field when the
@@ -137,6 +166,12 @@ impl Checkpoint {
         if let Some((last_epoch, base_lrs)) = &m.scheduler {
             counter("scheduler.last_epoch", *last_epoch)?;
             lrs("scheduler.base_lrs", base_lrs)?;
+        }
+        if let Some(scaler) = &m.scaler {
+            scaler.check().map_err(|e| match e {
+                Error::GradScalerState { key, reason } => bad(format!("`scaler.{key}` {reason}")),
+                other => other,
+            })?;
         }
         let digits = m.rng_seed.as_bytes();
         if digits.len() != 64 || !digits.iter().all(u8::is_ascii_hexdigit) {
@@ -173,12 +208,15 @@ impl Checkpoint {
             step: m.step,
             rng: RngState { seed, stream: m.rng_stream, word_pos },
             extra: m.extra,
+            scaler: m.scaler,
         })
     }
 
     /// Resumes a run from this checkpoint, all or nothing: the model's state (strictly:
     /// every key must match), the optimizer's state, the scheduler's state (which then
-    /// sets the optimizer's learning rates) and the global generator.
+    /// sets the optimizer's learning rates) and the global generator. A run with a
+    /// gradient scaler restores its state too with
+    /// [`restore_with_scaler`](Checkpoint::restore_with_scaler).
     ///
     /// Everything is checked against the model and optimizer before anything is
     /// changed: on error the model, the optimizer, the scheduler and the generator are
@@ -228,6 +266,73 @@ impl Checkpoint {
         optimizer: Option<&mut dyn Optimizer>,
         scheduler: Option<&mut dyn LrScheduler>,
     ) -> Result<()> {
+        self.restore_parts(model, optimizer, scheduler, None)
+    }
+
+    /// [`restore`](Checkpoint::restore), and the gradient scaler's state too, all or
+    /// nothing: on error the model, the optimizer, the scheduler, the scaler and the
+    /// generator are exactly as they were.
+    ///
+    /// ```
+    /// use nn_core::amp::GradScaler;
+    /// use nn_core::checkpoint::Checkpoint;
+    /// use nn_core::optim::{Optimizer, Sgd, SgdConfig};
+    /// use nn_core::{Module, Parameter, Tensor};
+    ///
+    /// #[derive(Module)]
+    /// struct Net {
+    ///     #[param] w: Parameter,
+    /// }
+    ///
+    /// let dir = std::env::temp_dir().join(format!("nn-ckpt-scaler-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("run.safetensors");
+    /// let net = Net { w: Parameter::new(Tensor::ones(&[2])) };
+    /// let opt = Sgd::new(net.named_parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+    /// let mut scaler = GradScaler::new();
+    /// scaler.update_with(1024.0).unwrap();
+    /// Checkpoint::new(net.state_dict(), Some(opt.state_dict()), None, 1, 10)
+    ///     .with_scaler(scaler.state_dict())
+    ///     .save(&path)
+    ///     .unwrap();
+    ///
+    /// let mut net2 = Net { w: Parameter::new(Tensor::zeros(&[2])) };
+    /// let mut opt2 = Sgd::new(net2.named_parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+    /// let mut scaler2 = GradScaler::new();
+    /// let ck = Checkpoint::load(&path).unwrap();
+    /// ck.restore_with_scaler(&mut net2, Some(&mut opt2), None, &mut scaler2).unwrap();
+    /// assert_eq!((net2.w.to_vec(), scaler2.get_scale()), (vec![1.0, 1.0], 1024.0));
+    ///
+    /// // A checkpoint saved without a scaler has none to restore: an error, nothing changed.
+    /// Checkpoint::new(net.state_dict(), None, None, 1, 10).save(&path).unwrap();
+    /// let mut fresh = GradScaler::new();
+    /// let e = Checkpoint::load(&path).unwrap().restore_with_scaler(&mut net2, None, None, &mut fresh).unwrap_err();
+    /// assert!(e.to_string().contains("no grad scaler state to restore"), "{e}");
+    /// assert_eq!(fresh, GradScaler::new());
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`restore`](Checkpoint::restore); [`Error::Checkpoint`] when the checkpoint holds
+    /// no scaler state; [`Error::GradScalerState`] when the one it holds is invalid (one
+    /// set by hand: [`load`](Checkpoint::load) refuses those).
+    pub fn restore_with_scaler(
+        &self,
+        model: &mut dyn Module,
+        optimizer: Option<&mut dyn Optimizer>,
+        scheduler: Option<&mut dyn LrScheduler>,
+        scaler: &mut GradScaler,
+    ) -> Result<()> {
+        self.restore_parts(model, optimizer, scheduler, Some(scaler))
+    }
+
+    fn restore_parts(
+        &self,
+        model: &mut dyn Module,
+        optimizer: Option<&mut dyn Optimizer>,
+        scheduler: Option<&mut dyn LrScheduler>,
+        scaler: Option<&mut GradScaler>,
+    ) -> Result<()> {
         let bad = |reason: &str| Error::Checkpoint { path: "<memory>".into(), reason: reason.to_string() };
         let mut optimizer = match (optimizer, &self.optimizer) {
             (Some(o), Some(state)) => Some((o, state)),
@@ -243,8 +348,19 @@ impl Checkpoint {
             (Some(_), Some(_), None) => return Err(bad("a scheduler is restored together with its optimizer")),
             (None, ..) => None,
         };
+        let scaler = match (scaler, &self.scaler) {
+            (Some(s), Some(state)) => {
+                state.check()?;
+                Some((s, state))
+            }
+            (Some(_), None) => {
+                return Err(bad("no grad scaler state to restore (the checkpoint was saved without one)"))
+            }
+            (None, _) => None,
+        };
         // The model's state is checked first, touching nothing; the optimizer's load
-        // checks everything before it keeps anything; the model's load then cannot fail.
+        // checks everything before it keeps anything; the model's load then cannot fail,
+        // nor can the scaler's (checked above).
         crate::module::load::check_state_dict(&*model, &self.model, true)?;
         if let Some((o, state)) = &mut optimizer {
             o.load_state_dict(state)?;
@@ -253,6 +369,9 @@ impl Checkpoint {
         if let (Some((s, state)), Some((o, _))) = (scheduler, &mut optimizer) {
             *s.state_mut() = state.clone();
             s.apply(&mut **o);
+        }
+        if let Some((s, state)) = scaler {
+            s.load_state_dict(state)?;
         }
         self.restore_rng();
         Ok(())

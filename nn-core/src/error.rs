@@ -149,6 +149,26 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// Invalid settings for a [`GradScaler`](crate::amp::GradScaler), at construction or
+    /// as a new scale given to `update_with`; nothing was built or changed.
+    #[error("GradScaler: `{key}` {reason}")]
+    GradScalerConfig {
+        /// The offending setting (`init_scale`, `growth_factor`, `backoff_factor`,
+        /// `growth_interval`, `new_scale`).
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A [`GradScalerState`](crate::amp::GradScalerState) that no scaler can hold; the
+    /// scaler it was given to is unchanged.
+    #[error("grad scaler state: `{key}` {reason}")]
+    GradScalerState {
+        /// The offending field, by PyTorch's key name (`scale`, `growth_factor`,
+        /// `backoff_factor`, `growth_interval`, `_growth_tracker`).
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Two entries of an optimizer's parameter groups collide: the same parameter twice,
     /// or two parameters under one name (whose state would share one `state_dict()` key).
     /// Nothing was built.

@@ -104,13 +104,16 @@
 //!
 //! Layout of the crate: [`tensor`] (the handle), [`shape`] (layouts and broadcasting),
 //! [`backend`] (the interface to device kernels, and the CPU backend), [`autograd`] (graph and engine), [`ops`] (every op with
-//! its backward), [`functional`] (PyTorch-style free functions), [`random`] (the seeded
-//! generator) and [`testing`] (the shared gradient checker).
+//! its backward), [`functional`] (PyTorch-style free functions), [`optim`] (optimizers,
+//! clipping, schedulers), [`amp`] (loss scaling for mixed precision), [`checkpoint`]
+//! (resumable training state), [`random`] (the seeded generator) and [`testing`] (the
+//! shared gradient checker).
 
 // Lets `#[derive(Module)]` output (which names `::nn_core`) compile inside this crate.
 #[allow(unused_extern_crates)]
 extern crate self as nn_core;
 
+pub mod amp;
 pub mod autograd;
 pub mod backend;
 pub mod checkpoint;

@@ -385,3 +385,50 @@
 //! m.to_dtype(DType::F64);
 //! assert_eq!(m.parameters()[0].dtype(), DType::F64);
 //! ```
+//!
+//! ## Loss scaling: `torch.amp.GradScaler`
+//!
+//! PyTorch:
+//! ```python
+//! scaler = torch.amp.GradScaler()  # init_scale=2**16, growth_factor=2, backoff_factor=0.5, growth_interval=2000
+//! for x, y in loader:
+//!     opt.zero_grad()
+//!     loss = F.cross_entropy(model(x), y)
+//!     scaler.scale(loss).backward()
+//!     scaler.unscale_(opt)                      # only to clip (or inspect) the true gradients
+//!     nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+//!     scaler.step(opt)                          # skipped if a gradient is inf/NaN
+//!     scaler.update()
+//! torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "scaler": scaler.state_dict()}, path)
+//! ```
+//! nn: the same calls on [`amp::GradScaler`](crate::amp::GradScaler) (other settings
+//! through [`GradScalerConfig`](crate::amp::GradScalerConfig)); `step` says whether it
+//! stepped, and the scaler's state goes into the training checkpoint. Calls out of order
+//! (`unscale_` twice, `step` twice before `update`) panic with PyTorch's message, where
+//! PyTorch raises:
+//! ```
+//! use nn::prelude::*;
+//! use nn::amp::{GradScaler, StepOutcome};
+//! use nn::checkpoint::Checkpoint;
+//! use nn::layers::{Linear, ReLU, Sequential};
+//! use nn::optim::{clip_grad_norm_, Adam, AdamConfig, Optimizer};
+//!
+//! let model = Sequential::new().add(Linear::new(4, 8)).add(ReLU::new()).add(Linear::new(8, 2));
+//! let mut opt = Adam::new(model.named_parameters(), AdamConfig::default());
+//! let mut scaler = GradScaler::new();
+//! let (x, y) = (Tensor::ones(&[3, 4]), Tensor::from_vec_i64(vec![0, 1, 1], &[3]));
+//! for _ in 0..3 {
+//!     opt.zero_grad();
+//!     let loss = nn::functional::cross_entropy(&model.forward(&x), &y);
+//!     scaler.scale(&loss).backward();
+//!     scaler.unscale_(&mut opt);
+//!     clip_grad_norm_(&model.parameters(), 1.0);
+//!     assert_eq!(scaler.step(&mut opt), StepOutcome::Stepped); // `Skipped` on inf/NaN
+//!     scaler.update();
+//! }
+//! assert_eq!(scaler.get_scale(), 65536.0);
+//!
+//! let ck = Checkpoint::new(model.state_dict(), Some(opt.state_dict()), None, 0, 3).with_scaler(scaler.state_dict());
+//! assert_eq!(ck.scaler.unwrap().growth_tracker, 3); // PyTorch's `_growth_tracker`
+//! // Resuming: `ck.restore_with_scaler(&mut model, Some(&mut opt), None, &mut scaler)`.
+//! ```

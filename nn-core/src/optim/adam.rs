@@ -7,6 +7,7 @@ use super::{
 use crate::backend::cpu::vmath::with_avx2;
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
+use crate::module::Parameter;
 use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
 
@@ -285,6 +286,9 @@ macro_rules! adam_optimizer {
             }
             fn zero_grad(&self) {
                 self.0.groups.iter().flat_map(|g| &g.params).for_each(|(_, p)| p.zero_grad());
+            }
+            fn named_parameters(&self) -> Vec<(String, Parameter)> {
+                self.0.groups.iter().flat_map(|g| g.params.iter().cloned()).collect()
             }
             fn num_groups(&self) -> usize {
                 self.0.groups.len()

@@ -5,6 +5,9 @@
 //! them in place. Frozen parameters (`requires_grad == false`) and parameters without a
 //! gradient are skipped. State is keyed by parameter *path* (`"encoder.fc.weight"`) when the
 //! optimizer is built from `named_parameters()`, so a checkpoint survives reordering.
+//!
+//! Loss scaling for mixed precision, which wraps an optimizer's step, is
+//! [`amp::GradScaler`](crate::amp::GradScaler).
 
 mod adam;
 mod clip;
@@ -227,6 +230,29 @@ pub trait Optimizer {
 
     /// Clears the gradients of every parameter.
     fn zero_grad(&self);
+
+    /// Every parameter this optimizer updates, group by group, under the name its state
+    /// is keyed by (`"<path>"` in `"<path>.exp_avg"`). What [`GradScaler`] unscales and
+    /// checks for inf/NaN.
+    ///
+    /// [`GradScaler`]: crate::amp::GradScaler
+    ///
+    /// ```
+    /// use nn_core::optim::{Optimizer, Sgd, SgdConfig};
+    /// use nn_core::{Parameter, Tensor};
+    /// let w = Parameter::new(Tensor::ones(&[2]));
+    /// let opt = Sgd::new(vec![("fc.weight".to_string(), w.clone())], SgdConfig::default());
+    /// let params = opt.named_parameters();
+    /// assert_eq!(params.len(), 1);
+    /// assert_eq!((params[0].0.as_str(), params[0].1.id()), ("fc.weight", w.id()));
+    /// ```
+    fn named_parameters(&self) -> Vec<(String, Parameter)>;
+
+    /// [`named_parameters`](Optimizer::named_parameters) without the names (for
+    /// [`clip_grad_norm_`]).
+    fn parameters(&self) -> Vec<Parameter> {
+        self.named_parameters().into_iter().map(|(_, p)| p).collect()
+    }
 
     /// Number of parameter groups.
     fn num_groups(&self) -> usize;

@@ -7,6 +7,7 @@ use super::{
 use crate::backend::cpu::vmath::with_avx2;
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
+use crate::module::Parameter;
 use crate::state_dict::StateDict;
 
 /// SGD hyper-parameters (PyTorch's defaults but `lr`, which PyTorch requires).
@@ -162,6 +163,10 @@ impl Optimizer for Sgd {
 
     fn zero_grad(&self) {
         self.groups.iter().flat_map(|g| &g.params).for_each(|(_, p)| p.zero_grad());
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Parameter)> {
+        self.groups.iter().flat_map(|g| g.params.iter().cloned()).collect()
     }
 
     fn num_groups(&self) -> usize {

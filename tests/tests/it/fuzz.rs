@@ -123,6 +123,8 @@ fn valid_checkpoint() -> Checkpoint {
         step: 6,
         rng: RngState { seed: [7; 32], stream: 0, word_pos: 128 },
         extra: HashMap::from([("best".to_string(), 0.5)]),
+        // None: the metadata has no `scaler` key, so the committed corpus stays as it was.
+        scaler: None,
     }
 }
 

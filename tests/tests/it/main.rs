@@ -3,6 +3,7 @@
 mod checkpoint;
 mod crash;
 mod fuzz;
+mod grad_scaler;
 mod hooks;
 mod hostile_checkpoints;
 mod init_stats;
