@@ -7,14 +7,16 @@
 Needs numpy only (the references are Python's double-precision `math.erfc` and `math.exp`,
 accurate far below the `f32` half-ulp the tables aim at).
 
-Each table covers `[lo, hi]` with 32 equal pieces. On piece `i`, centred at `c_i`, the
-factor `p(x)` (the normal CDF for the exact GELU, the logistic sigmoid for SiLU) is a
-polynomial in `u = x - c_i`: `p = c0_hi + (c0_lo + c1 u + ... + cD u^D)`, the constant
-term split in two `f32`s so that the table itself does not round it. The fit is a
-least-squares fit of the relative error on 400 Chebyshev nodes of a piece widened by 1e-3
-on each side (the piece index is computed in `f32` and may land one piece over at a
-boundary). Coefficients are rounded to `f32` from the highest degree down, the lower ones
-refitted after each rounding, so that the rounding of one is absorbed by the next.
+Each table covers `[lo, hi]` with 32 equal pieces. On piece `i` the factor `p(x)` (the
+normal CDF for the exact GELU, the logistic sigmoid for SiLU) is a polynomial in `u = x -
+c_i`, `p = c0 + c1 u + ... + cD u^D`. The point `c_i` is an `f32` near the piece's middle
+where `p` is within a thousandth of an ulp of an `f32` (searched in steps of 1/65536 of
+the piece), so that `c0 = p(c_i)` in one `f32` carries no rounding of its own. The other
+coefficients come from a least-squares fit of the relative error on 400 Chebyshev nodes
+of the piece widened by 1e-3 on each side (the piece index is computed in `f32` and may
+land one piece over at a boundary), rounded to `f32` from the highest degree down, the
+lower ones refitted after each rounding so that the rounding of one is absorbed by the
+next.
 """
 import math
 import sys
@@ -30,32 +32,54 @@ def f32(v):
     return float(np.float32(v))
 
 
-def fit_piece(f, c, h, deg):
+def centre(f, a, b):
+    """A point near the middle of `[a, b]` where `f` is within a thousandth of an ulp of
+    an `f32` (so that the constant term needs one `f32`, not two)."""
+    mid = np.float32((a + b) / 2)
+    best, err = mid, 1.0
+    for k in range(4096):
+        for sgn in (1, -1):
+            c = np.float32(mid + sgn * k * (b - a) / 2**16)
+            v = f(float(c))
+            r = np.float32(v)
+            ulp = float(np.spacing(r))
+            e = abs(v - float(r)) / ulp
+            if e < err:
+                best, err = c, e
+        if err < 1e-3:
+            break
+    return float(best), err
+
+
+def fit_piece(f, a, b, deg):
+    c, cerr = centre(f, a, b)
+    lo, hi = a - WIDEN, b + WIDEN
     k = np.arange(NODES)
-    u = h * np.cos(np.pi * (k + 0.5) / NODES)
-    y = np.array([f(c + t) for t in u])
+    x = (lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / NODES)
+    u = x - c
+    y = np.array([f(t) for t in x])
     w = 1 / np.abs(y)
-    vander = np.vander(u, deg + 1, increasing=True)
-    coef, *_ = np.linalg.lstsq(vander * w[:, None], y * w, rcond=None)
+    c0 = f32(f(c))
+    rest = y - c0
+    basis = np.vander(u, deg + 1, increasing=True)[:, 1:]
+    coef, *_ = np.linalg.lstsq(basis * w[:, None], rest * w, rcond=None)
     fixed = {}
     for d in range(deg, 0, -1):
-        fixed[d] = f32(coef[d])
-        rest = y - sum(fixed[j] * u**j for j in fixed)
-        low, *_ = np.linalg.lstsq(vander[:, :d] * w[:, None], rest * w, rcond=None)
-        coef = list(low) + [fixed[j] for j in range(d, deg + 1)]
-    hi0 = f32(coef[0])
-    lo0 = f32(coef[0] - hi0)
-    cs = [hi0, lo0] + [fixed[d] for d in range(1, deg + 1)]
-    p = hi0 + lo0 + sum(cs[j + 1] * u**j for j in range(1, deg + 1))
-    return cs, float(np.max(np.abs(p / y - 1)))
+        fixed[d] = f32(coef[d - 1])
+        r = rest - sum(fixed[j] * u**j for j in fixed)
+        if d > 1:
+            low, *_ = np.linalg.lstsq(basis[:, : d - 1] * w[:, None], r * w, rcond=None)
+            coef = list(low) + [fixed[j] for j in range(d, deg + 1)]
+    cs = [c0] + [fixed[d] for d in range(1, deg + 1)]
+    p = c0 + sum(cs[j] * u**j for j in range(1, deg + 1))
+    return c, cs, max(float(np.max(np.abs(p / y - 1))), cerr * 2**-24)
 
 
 def fit(f, lo, hi, deg):
     width = (hi - lo) / PIECES
     centres, rows, worst = [], [], 0.0
     for i in range(PIECES):
-        c = f32(lo + (i + 0.5) * width)
-        cs, err = fit_piece(f, c, width / 2 + WIDEN, deg)
+        c, cs, err = fit_piece(f, lo + i * width, lo + (i + 1) * width, deg)
         centres.append(c)
         rows.append(cs)
         worst = max(worst, err)
@@ -71,7 +95,7 @@ def lit(v):
 
 def emit(name, doc, f, lo, hi, deg):
     centres, rows, worst = fit(f, lo, hi, deg)
-    k = deg + 2
+    k = deg + 1
     print(f"/// {doc}: {PIECES} pieces on `[{lo}, {hi}]`, degree {deg}; fit error {worst:.2e} relative")
     print("/// (before the `f32` arithmetic of the evaluation).")
     print("#[rustfmt::skip]")

@@ -10,11 +10,13 @@
 //! ([`Pieces`], fitted by `nn-core/tools/vtab_fit.py`): on AVX-512 each coefficient is
 //! one `vpermt2ps` from two registers holding its 32 values, the index comes from a
 //! multiply-add and a truncation, and the polynomial is degree 5 or 6 in the offset
-//! from the piece's centre. The value is then `x c0 + x tail`, one rounding at the end.
+//! from a point of the piece where the constant term is exact in `f32`. The value is then
+//! `x c0 + x tail`, one rounding at the end: 0.14 ms for the GELU and 0.115 ms for SiLU on
+//! that tensor and machine.
 //!
 //! **Accuracy**: checked exhaustively over every `f32` in the tables' ranges against
 //! `f64` references (the `#[ignore]`d test `tables_are_accurate_on_every_float_they_cover`,
-//! run in release): SiLU within 1 ulp, GELU within 2 (119 of 2.16e9 inputs at 2).
+//! run in release): SiLU within 1 ulp, GELU within 2.
 //!
 //! **Outside the range** (and for NaN) the functions are `vfun`'s `f64` ones. A
 //! function's value depends on its argument only: on AVX-512 a block of 16 lanes takes the
@@ -33,9 +35,11 @@ pub(crate) use tables::{NORMAL_CDF, SIGMOID};
 /// Pieces per table (two AVX-512 registers of `f32` per coefficient).
 const PIECES: usize = 32;
 
-/// `x p(x)` with `p` a polynomial on each of 32 equal pieces of `[lo, hi]`: on piece `i`,
-/// `p = coef[0][i] + (coef[1][i] + coef[2][i] u + ... + coef[K-1][i] u^(K-2))` with `u = x -
-/// centres[i]` (the constant term in two `f32`s, so that the table does not round it).
+/// `x p(x)` with `p` a polynomial on each of 32 equal pieces of `[lo, hi]` (`lo = -hi`):
+/// on piece `i`, `p = coef[0][i] + coef[1][i] u + ... + coef[K-1][i] u^(K-1)` with `u = x -
+/// centres[i]`, where the centre is a point of the piece at which `p` is within a
+/// thousandth of an ulp of the `f32` `coef[0][i]` (so the table does not round the
+/// constant term).
 pub(crate) struct Pieces<const K: usize> {
     /// The lower end of the range.
     pub(crate) lo: f32,
@@ -53,7 +57,7 @@ impl<const K: usize> Pieces<K> {
     /// Whether `x` is in the table's range (false for NaN).
     #[inline(always)]
     pub(crate) fn covers(&self, x: f32) -> bool {
-        x >= self.lo && x <= self.hi
+        x.abs() <= self.hi
     }
 
     /// `x p(x)` for a covered `x`. The AVX-512 loop below computes the same operations
@@ -65,10 +69,10 @@ impl<const K: usize> Pieces<K> {
         let i = (x.mul_add(self.scale, -self.lo * self.scale) as i32).min(PIECES as i32 - 1) as usize;
         let u = x - self.centres[i];
         let mut p = self.coef[K - 1][i];
-        for k in (2..K - 1).rev() {
+        for k in (1..K - 1).rev() {
             p = p.mul_add(u, self.coef[k][i]);
         }
-        let tail = p.mul_add(u, self.coef[1][i]);
+        let tail = p * u;
         // `p > 0`, so this only gives `-0` its sign back (`x tail` can be `+0` there).
         x.mul_add(self.coef[0][i], x * tail).copysign(x)
     }
@@ -185,7 +189,7 @@ mod avx512 {
             |row: &[f32; PIECES]| unsafe { (_mm512_loadu_ps(row.as_ptr()), _mm512_loadu_ps(row.as_ptr().add(LANES))) };
         let centres = load(&p.centres);
         let coef: [(__m512, __m512); K] = std::array::from_fn(|k| load(&p.coef[k]));
-        let (lo, hi) = (_mm512_set1_ps(p.lo), _mm512_set1_ps(p.hi));
+        let hi = _mm512_set1_ps(p.hi);
         let (scale, offset) = (_mm512_set1_ps(p.scale), _mm512_set1_ps(-p.lo * p.scale));
         let last = _mm512_set1_epi32(PIECES as i32 - 1);
         let sign = _mm512_set1_ps(-0.0);
@@ -193,8 +197,8 @@ mod avx512 {
         let mut left = 0u64;
         for b in 0..blocks {
             let x = unsafe { _mm512_loadu_ps(src.as_ptr().add(b * LANES)) };
-            // Ordered comparisons: false for NaN, as `Pieces::covers`.
-            let covered = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, lo) & _mm512_cmp_ps_mask::<_CMP_LE_OQ>(x, hi);
+            // An ordered comparison: false for NaN, as `Pieces::covers`.
+            let covered = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(_mm512_abs_ps(x), hi);
             if covered != 0xffff {
                 left |= 1 << b;
                 continue;
@@ -203,10 +207,10 @@ mod avx512 {
             let at = |row: (__m512, __m512)| _mm512_permutex2var_ps(row.0, i, row.1);
             let u = _mm512_sub_ps(x, at(centres));
             let mut q = at(coef[K - 1]);
-            for k in (2..K - 1).rev() {
+            for k in (1..K - 1).rev() {
                 q = _mm512_fmadd_ps(q, u, at(coef[k]));
             }
-            let tail = _mm512_fmadd_ps(q, u, at(coef[1]));
+            let tail = _mm512_mul_ps(q, u);
             let y = _mm512_fmadd_ps(x, at(coef[0]), _mm512_mul_ps(x, tail));
             // `copysign(y, x)`, as `Pieces::eval`.
             let y = _mm512_or_ps(_mm512_and_ps(x, sign), _mm512_andnot_ps(sign, y));
@@ -265,7 +269,7 @@ mod tests {
     }
 
     /// Every covered float (2.2e9 per table): `cargo test --release -p nn-core --lib vtab --
-    /// --ignored`. Last run: GELU 2 ulp (119 inputs at 2), SiLU 1 ulp.
+    /// --ignored`.
     #[test]
     #[ignore = "every f32 in both ranges: a minute in release"]
     fn tables_are_accurate_on_every_float_they_cover() {
@@ -277,6 +281,8 @@ mod tests {
 
     #[test]
     fn the_ends_of_the_range_and_nan() {
+        // `covers` compares |x| with `hi`.
+        assert!(NORMAL_CDF.lo == -NORMAL_CDF.hi && SIGMOID.lo == -SIGMOID.hi);
         for p in [NORMAL_CDF.lo, NORMAL_CDF.hi] {
             assert!(NORMAL_CDF.covers(p));
             assert!(!NORMAL_CDF.covers(p * (1.0 + f32::EPSILON)));
