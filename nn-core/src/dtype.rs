@@ -7,10 +7,12 @@ use half::{bf16, f16};
 
 /// The element type of a tensor.
 ///
-/// `F32` and `F64` are compute types (every op supports them; gradient checks run in
-/// `F64`). `I64` holds indices and labels (and PyTorch's `num_batches_tracked`). `F16` and
-/// `BF16` are storage types: they load, save and convert, and compute ops ask for a
-/// conversion to `F32` first. `Bool` is produced by comparisons and used as a mask.
+/// `F32` and `F64` are the compute types (every op supports them; gradient checks run in
+/// `F64`). `F16` and `BF16` are the half types of mixed precision
+/// ([`autocast`](crate::amp::autocast)): every floating-point op takes them, computing in
+/// `f32` on the CPU and rounding its result, as PyTorch's CPU kernels do. `I64` holds
+/// indices and labels (and PyTorch's `num_batches_tracked`). `Bool` is produced by
+/// comparisons and used as a mask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     /// 32-bit IEEE float, the default.
@@ -19,9 +21,9 @@ pub enum DType {
     F64,
     /// 64-bit signed integer.
     I64,
-    /// 16-bit IEEE half-precision float (storage and conversion).
+    /// 16-bit IEEE half-precision float.
     F16,
-    /// bfloat16 (storage and conversion).
+    /// bfloat16.
     BF16,
     /// Boolean, one byte per element.
     Bool,
@@ -50,9 +52,20 @@ impl DType {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 
-    /// True for the types arithmetic kernels run in (`F32`, `F64`).
+    /// True for the types floating-point ops take: all four floats (the half types
+    /// compute through `f32`, see [`DType`]).
     pub const fn is_compute_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        self.is_float()
+    }
+
+    /// True for the half types, `F16` and `BF16`.
+    ///
+    /// ```
+    /// use nn_core::DType;
+    /// assert!(DType::BF16.is_half() && DType::F16.is_half() && !DType::F32.is_half());
+    /// ```
+    pub const fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
     }
 
     /// The short name used in messages and printouts (`"f32"`, `"i64"`, ...).

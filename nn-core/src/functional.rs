@@ -25,6 +25,9 @@ use crate::tensor::Tensor;
 /// ```
 #[track_caller]
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
+    if let Some(y) = crate::amp::cast3("linear", x, weight, bias, linear) {
+        return y;
+    }
     let _t = crate::autograd::trace::op_with("linear", &[x, weight], &[bias], Vec::new);
     if let Some(y) = bias.and_then(|b| x.fused_linear(weight, b)) {
         return y;
@@ -165,6 +168,10 @@ pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options:
 /// When `C` is not divisible by `num_groups`, or the affine shapes are not `[C]`.
 #[track_caller]
 pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
+    let run = |x: &Tensor, [w, b]: [Option<&Tensor>; 2]| group_norm(x, num_groups, w, b, eps);
+    if let Some(y) = crate::ops::norm::half_with_f32_params(x, [weight, bias], run) {
+        return y;
+    }
     if x.rank() < 2 || num_groups == 0 || !x.shape()[1].is_multiple_of(num_groups) {
         panic!(
             "group_norm: expected input [N, C, *] with C divisible by num_groups={num_groups}, got shape {:?}",

@@ -504,7 +504,7 @@ impl Compute for RMSNorm {
             panic!("{} expects input [..., {:?}], got {:?}", self, self.normalized_shape, x.shape());
         }
         if !x.dtype().is_compute_float() {
-            panic!("{} expects an f32 or f64 input, got {} of shape {:?}", self, x.dtype(), x.shape());
+            panic!("{} expects a floating-point input, got {} of shape {:?}", self, x.dtype(), x.shape());
         }
         // One fused pass per row on the CPU (see `Tensor::rms_norm`); `None` is the
         // dtype's machine epsilon, as torch.finfo(x.dtype).eps.

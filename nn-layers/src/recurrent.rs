@@ -419,7 +419,7 @@ impl Recurrent {
             panic!("{label} expects input {layout} with H_in = {i}, got {:?}", x.shape());
         }
         if !x.dtype().is_compute_float() {
-            panic!("{label} expects an f32 or f64 input, got {} of shape {:?}", x.dtype(), x.shape());
+            panic!("{label} expects a floating-point input, got {} of shape {:?}", x.dtype(), x.shape());
         }
         let (seq_len, batch) = match (batched, self.batch_first) {
             (false, _) => (x.shape()[0], 1),

@@ -399,7 +399,7 @@ impl GradScaler {
         }
         let grads: Vec<Option<Tensor>> = params.iter().map(|(_, p)| p.grad()).collect();
         for ((name, _), g) in params.iter().zip(&grads) {
-            if let Some(g) = g.as_ref().filter(|g| !g.dtype().is_compute_float()) {
+            if let Some(g) = g.as_ref().filter(|g| g.dtype().is_half()) {
                 panic!(
                     "GradScaler::{caller}: attempting to unscale {} gradients (`{name}`): the parameters an optimizer \
                      updates must be f32 or f64",

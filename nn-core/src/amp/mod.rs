@@ -2,6 +2,9 @@
 //! that keeps small gradients from flushing to zero in half precision and skips the steps
 //! whose gradients overflowed.
 
+mod autocast;
 mod grad_scaler;
 
+pub use autocast::{autocast, autocast_dtype, autocast_enabled, AutocastGuard, CastPolicy, POLICIES};
+pub(crate) use autocast::{cast2, cast3, cast_call, cast_many, promote_call, Excluded};
 pub use grad_scaler::{GradScaler, GradScalerConfig, GradScalerState, StepOutcome};

@@ -51,6 +51,8 @@ impl Tensor {
             panic!("backward: gradient has dtype {} but the tensor has dtype {}", grad.dtype(), self.dtype());
         }
         let _no_grad = GradModeGuard::set(false);
+        // Gradients keep their forward's dtypes: no autocast casting in a backward pass.
+        let _no_autocast = crate::amp::Excluded::new();
         let callbacks = CallbackFrame::open();
         match &self.0.grad_fn {
             None if self.requires_grad() => {

@@ -289,7 +289,10 @@ impl Storage {
     ) -> Storage {
         match Storage::placement(operands) {
             Placement::Meta => Storage::Meta { dtype, len },
-            Placement::Cpu => Storage::Cpu(cpu(operands.map(Storage::cpu_ref))),
+            Placement::Cpu => {
+                let [y] = cpu::widen::through_f32(operands.map(Storage::cpu_ref), [dtype], |o| [cpu(o)]);
+                Storage::Cpu(y)
+            }
             #[cfg(feature = "gpu")]
             Placement::Gpu(ctx) => {
                 let host = gpu::host_path::<F, N>(ctx, operands);
@@ -310,7 +313,10 @@ impl Storage {
                 (Storage::Meta { dtype: da, len: la }, Storage::Meta { dtype: db, len: lb })
             }
             Placement::Cpu => {
-                let (a, b) = cpu(operands.map(Storage::cpu_ref));
+                let [a, b] = cpu::widen::through_f32(operands.map(Storage::cpu_ref), meta.map(|m| m.0), |o| {
+                    let (a, b) = cpu(o);
+                    [a, b]
+                });
                 (Storage::Cpu(a), Storage::Cpu(b))
             }
             #[cfg(feature = "gpu")]

@@ -481,7 +481,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "relu: expected a floating-point tensor (f32 or f64), got bool")]
+    #[should_panic(expected = "relu: expected a floating-point tensor (f32, f64, bf16 or f16), got bool")]
     fn activation_on_bool_names_the_op() {
         Tensor::from_vec_bool(vec![true], &[1]).relu();
     }

@@ -74,6 +74,9 @@ impl Tensor {
     /// and `is_causal`.
     #[track_caller]
     pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, options: &AttentionConfig<'_>) -> Tensor {
+        if let Some(y) = autocast(self, key, value, options, |q, k, v, o| q.scaled_dot_product_attention(k, v, o)) {
+            return y;
+        }
         check(self, key, value, options);
         if let Some(y) = fused(self, key, value, options) {
             return y;
@@ -91,9 +94,30 @@ impl Tensor {
         value: &Tensor,
         options: &AttentionConfig<'_>,
     ) -> (Tensor, Tensor) {
+        let run = |q: &Tensor, k: &Tensor, v: &Tensor, o: &AttentionConfig<'_>| {
+            q.scaled_dot_product_attention_with_weights(k, v, o)
+        };
+        if let Some(y) = autocast(self, key, value, options, run) {
+            return y;
+        }
         check(self, key, value, options);
         composed_with_weights(self, key, value, options)
     }
+}
+
+/// Under autocast, `run` on q, k, v and a float `attn_mask` cast to the autocast dtype
+/// (a bool mask is not cast); see `amp::cast_call`.
+fn autocast<R>(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    options: &AttentionConfig<'_>,
+    run: impl FnOnce(&Tensor, &Tensor, &Tensor, &AttentionConfig<'_>) -> R,
+) -> Option<R> {
+    crate::amp::cast_call(OP, &[Some(q), Some(k), Some(v), options.attn_mask], |c| {
+        let o = AttentionConfig { attn_mask: c[3], ..*options };
+        run(c[0].expect("present"), c[1].expect("present"), c[2].expect("present"), &o)
+    })
 }
 
 /// The op's name in panics.

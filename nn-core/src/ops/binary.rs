@@ -169,6 +169,9 @@ pub(crate) fn broadcast_pair(op: &str, a: &Tensor, b: &Tensor) -> (Layout, Layou
 /// Applies a broadcasting binary op, recording its backward.
 #[track_caller]
 pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
+    if let Some(y) = crate::amp::promote_call(a, b, binary::<O>) {
+        return y;
+    }
     check_same(O::NAME, &[a, b]);
     super::check_float(O::NAME, a);
     let (la, lb, lo) = broadcast_pair(O::NAME, a, b);
@@ -341,6 +344,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
+        if let Some(y) = crate::amp::promote_call(a, b, |a, b| Tensor::where_cond(cond, a, b)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("where", &[cond, a, b], Vec::new);
         const OP: &str = "where";
         if cond.dtype() != DType::Bool {
@@ -922,7 +928,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "div: expected a floating-point tensor (f32 or f64), got i64")]
+    #[should_panic(expected = "div: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
     fn arithmetic_on_integers_names_the_op() {
         let i = Tensor::from_vec_i64(vec![1, 2], &[2]);
         let _ = &i / &i;

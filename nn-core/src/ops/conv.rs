@@ -85,6 +85,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dConfig) -> Tensor {
+        if let Some(y) = crate::amp::cast3("conv2d", self, weight, bias, |x, w, b| x.conv2d(w, b, options)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op_with("conv2d", &[self, weight], &[bias], || {
             crate::autograd::trace::conv_attrs(&options)
         });
@@ -141,6 +144,10 @@ impl Tensor {
         dilation: usize,
         groups: usize,
     ) -> Tensor {
+        let conv1d = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| x.conv1d(w, b, stride, padding, dilation, groups);
+        if let Some(y) = crate::amp::cast3("conv1d", self, weight, bias, conv1d) {
+            return y;
+        }
         if self.rank() != 3 || weight.rank() != 3 {
             panic!(
                 "conv1d: expected a 3-D input [N, C, L] and a 3-D weight [O, C / groups, k], got shapes {:?} and {:?}",

@@ -27,6 +27,9 @@ impl Tensor {
     /// `matmul: [32, 100] x [784, 256]: inner dimensions 100 and 784 differ`.
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
+        if let Some(y) = crate::amp::cast2("matmul", self, other, |a, b| a.matmul(b)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("matmul", &[self, other], Vec::new);
         let (ra, rb) = (self.rank(), other.rank());
         if ra == 0 || rb == 0 {
@@ -168,6 +171,11 @@ impl Tensor {
     /// broadcast to `[m, n]`, or the dtypes or devices differ.
     #[track_caller]
     pub fn addmm_with(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
+        if let Some(y) = crate::amp::cast3("addmm", mat1, mat2, Some(self), |a, b, c| {
+            c.expect("present").addmm_with(a, b, beta, alpha)
+        }) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("addmm", &[self, mat1, mat2], || {
             vec![
                 ("beta", crate::autograd::trace::Attr::Float(beta)),
@@ -535,7 +543,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "addmm: expected a floating-point tensor (f32 or f64), got i64 (shape [2])")]
+    #[should_panic(expected = "addmm: expected a floating-point tensor (f32, f64, bf16 or f16), got i64 (shape [2])")]
     fn addmm_of_integers_panics() {
         let i = |s: &[usize]| Tensor::from_vec_i64(vec![1; s.iter().product()], s);
         i(&[2]).addmm(&i(&[2, 2]), &i(&[2, 2]));

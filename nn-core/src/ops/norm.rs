@@ -108,6 +108,11 @@ impl Tensor {
                 ("has_bias", Attr::Bool(bias.is_some())),
             ]
         });
+        if let Some(y) =
+            half_with_f32_params(self, [weight, bias], |x, [w, b]| x.layer_norm(normalized_shape, w, b, eps))
+        {
+            return y;
+        }
         check_normalized("layer_norm", self, normalized_shape, [("weight", weight), ("bias", bias)]);
         let (r, k) = (self.rank(), normalized_shape.len());
         if let Some(y) = layer_norm_fused(self, weight, bias, normalized_shape, (eps, true)) {
@@ -144,12 +149,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn rms_norm(&self, normalized_shape: &[usize], weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
+        // `torch.finfo(x.dtype).eps`, of the input's dtype also when it computes in f32.
+        let eps = eps.unwrap_or(match self.dtype() {
+            crate::DType::F64 => f64::EPSILON,
+            crate::DType::BF16 => 2f64.powi(-7),
+            crate::DType::F16 => 2f64.powi(-10),
+            _ => f32::EPSILON as f64,
+        });
+        if let Some(y) =
+            half_with_f32_params(self, [weight, None], |x, [w, _]| x.rms_norm(normalized_shape, w, Some(eps)))
+        {
+            return y;
+        }
         check_normalized("rms_norm", self, normalized_shape, [("weight", weight), ("bias", None)]);
         let (r, k) = (self.rank(), normalized_shape.len());
         if !self.dtype().is_compute_float() {
-            panic!("rms_norm: expected an f32 or f64 input, got {} of shape {:?}", self.dtype(), self.shape());
+            panic!("rms_norm: expected a floating-point input, got {} of shape {:?}", self.dtype(), self.shape());
         }
-        let eps = eps.unwrap_or(if self.dtype() == crate::DType::F64 { f64::EPSILON } else { f32::EPSILON as f64 });
         if !crate::autograd::trace::is_tracing() {
             if let Some(y) = layer_norm_fused(self, weight, None, normalized_shape, (eps, false)) {
                 return y;
@@ -265,6 +281,24 @@ impl Tensor {
         }
         y
     }
+}
+
+/// A norm of a half-type input with parameters of another floating dtype (`f32`: the usual
+/// case under autocast, a `bf16` activation into a layer's `f32` weight), which PyTorch's
+/// norms take: computed in `f32`, the result in the input's dtype (`None` for any other
+/// combination, which the norm checks as usual).
+pub(crate) fn half_with_f32_params(
+    x: &Tensor,
+    params: [Option<&Tensor>; 2],
+    run: impl FnOnce(&Tensor, [Option<&Tensor>; 2]) -> Tensor,
+) -> Option<Tensor> {
+    let mixed = params.iter().flatten().any(|p| p.dtype() != x.dtype() && p.dtype().is_float());
+    if !x.dtype().is_half() || !mixed {
+        return None;
+    }
+    let f32 = |t: &Tensor| t.to_dtype(crate::DType::F32);
+    let p = params.map(|p| p.map(f32));
+    Some(run(&f32(x), [p[0].as_ref(), p[1].as_ref()]).to_dtype(x.dtype()))
 }
 
 #[cfg(test)]

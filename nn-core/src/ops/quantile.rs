@@ -40,6 +40,10 @@ impl Tensor {
     /// `dim` is out of range.
     #[track_caller]
     pub fn quantile(&self, q: f64, dim: Option<i64>, keepdim: bool) -> Tensor {
+        if let Some(y) = crate::amp::cast_call(OP, &[Some(self)], |x| x[0].expect("present").quantile(q, dim, keepdim))
+        {
+            return y;
+        }
         check_float(OP, self);
         if !(0.0..=1.0).contains(&q) {
             panic!("{OP}: q must be in [0, 1], got {q} (input of shape {:?})", self.shape());
@@ -238,7 +242,9 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "quantile: expected a floating-point tensor (f32 or f64), got i64 (shape [2])")]
+    #[should_panic(
+        expected = "quantile: expected a floating-point tensor (f32, f64, bf16 or f16), got i64 (shape [2])"
+    )]
     fn quantile_of_integers_panics() {
         Tensor::from_vec_i64(vec![1, 2], &[2]).quantile(0.5, None, false);
     }

@@ -582,7 +582,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "sum: expected a floating-point tensor (f32 or f64), got i64")]
+    #[should_panic(expected = "sum: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
     fn sum_of_integers_names_the_op() {
         Tensor::from_vec_i64(vec![1, 2], &[2]).sum();
     }

@@ -222,7 +222,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "log_softmax: expected a floating-point tensor (f32 or f64), got i64")]
+    #[should_panic(expected = "log_softmax: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
     fn log_softmax_of_integers_panics() {
         Tensor::from_vec_i64(vec![1, 2], &[2]).log_softmax(0);
     }

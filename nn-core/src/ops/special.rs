@@ -179,7 +179,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "erfinv: expected a floating-point tensor (f32 or f64), got i64")]
+    #[should_panic(expected = "erfinv: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
     fn erfinv_of_integers_panics() {
         Tensor::from_vec_i64(vec![0], &[1]).erfinv();
     }

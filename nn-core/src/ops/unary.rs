@@ -677,17 +677,21 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "exp: expected a floating-point tensor (f32 or f64), got i64")]
+    #[should_panic(expected = "exp: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
     fn unary_op_on_integers_names_the_op() {
         Tensor::from_vec_i64(vec![1, 2], &[2]).exp();
     }
 
     #[test]
-    #[should_panic(
-        expected = "sqrt: expected a floating-point tensor (f32 or f64), got f16 (shape [2]); convert with `.to_dtype(DType::F32)` first"
-    )]
-    fn unary_op_on_half_asks_for_a_conversion() {
-        Tensor::ones(&[2]).to_dtype(DType::F16).sqrt();
+    fn unary_ops_on_half_types_compute_in_f32_and_round_once() {
+        for dt in [DType::F16, DType::BF16] {
+            let x = Tensor::from_vec(vec![2.0, 0.3, -1.5], &[3]).to_dtype(dt);
+            let y = x.exp();
+            assert_eq!(y.dtype(), dt);
+            // The f32 result of the half input, rounded to the half type.
+            let want = x.to_dtype(DType::F32).exp().to_dtype(dt);
+            assert_eq!(y.to_vec(), want.to_vec());
+        }
     }
 
     #[test]

@@ -277,7 +277,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "norm: expected a floating-point tensor (f32 or f64), got i64 (shape [2])")]
+    #[should_panic(expected = "norm: expected a floating-point tensor (f32, f64, bf16 or f16), got i64 (shape [2])")]
     fn norm_of_integers_names_the_op_and_shape() {
         Tensor::from_vec_i64(vec![3, 4], &[2]).norm(L2);
     }

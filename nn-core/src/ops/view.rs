@@ -287,6 +287,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cat<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
+        if let Some(y) = crate::amp::cast_many("cat", tensors, |ts| Tensor::cat(ts, dim)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("cat", tensors, || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(tensors.first().map_or(1, |t| t.rank()), "cat")))]
         });
@@ -350,6 +353,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn stack<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
+        if let Some(y) = crate::amp::cast_many("stack", tensors, |ts| Tensor::stack(ts, dim)) {
+            return y;
+        }
         if tensors.is_empty() {
             panic!("stack: expected a non-empty list of tensors");
         }

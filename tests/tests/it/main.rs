@@ -1,5 +1,6 @@
 //! Workspace integration tests, one binary (one link) with a module per topic.
 
+mod autocast;
 mod checkpoint;
 mod crash;
 mod fuzz;

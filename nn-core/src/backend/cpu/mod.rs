@@ -28,6 +28,7 @@ pub(crate) mod team;
 pub(crate) mod vfun;
 pub(crate) mod vmath;
 pub(crate) mod vtab;
+pub(crate) mod widen;
 
 /// The CPU side of an [`Element`]: how a typed vector sits in a [`CpuStorage`] and where
 /// its buffers come from. Implemented for the six element types; kept here so that
@@ -152,7 +153,7 @@ macro_rules! with_float {
                 $body
             }
             other => panic!(
-                "{}: expected a floating-point tensor (f32 or f64), got {}{}",
+                "{}: expected a floating-point tensor (f32, f64, bf16 or f16), got {}{}",
                 $op,
                 other.dtype(),
                 if other.dtype().is_float() { "; convert with `.to_dtype(DType::F32)` first" } else { "" }

@@ -1,0 +1,315 @@
+//! [`autocast`]: PyTorch's `torch.autocast` on the CPU. Inside the scope, the ops of
+//! [`POLICIES`] cast their floating-point arguments first: matrix products, linear layers,
+//! convolutions and attention to the scope's half dtype (`bf16` or `f16`), the losses and
+//! a few numerically delicate ops to `f32`, `cat`/`stack` to the widest of their
+//! arguments' dtypes; every other op runs in the dtype it is given, with PyTorch's type
+//! promotion between floating dtypes (a `bf16` activation plus an `f32` residual is `f32`).
+//!
+//! The casts are ordinary differentiable [`Tensor::to_dtype`] calls, so parameters stay
+//! `f32` ("master weights") and their gradients arrive in `f32`. An op that casts runs
+//! with autocast excluded (PyTorch's dispatcher does the same), so the ops it is built
+//! from do not cast again.
+//!
+//! The state is per thread and per device kind, as PyTorch's is per device type: a CPU
+//! scope does not touch GPU tensors.
+
+use std::cell::Cell;
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+
+/// What autocast does to an op's floating-point arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CastPolicy {
+    /// Cast to the autocast dtype (PyTorch's "lower precision fp" list). `f64` arguments
+    /// are left alone, as PyTorch leaves them.
+    Lower,
+    /// Cast to `f32` (PyTorch's "fp32" list). `f64` arguments are left alone.
+    F32,
+    /// Cast to the widest floating dtype among the arguments (PyTorch's "promote" list).
+    Promote,
+}
+
+/// The ops autocast changes on the CPU, with PyTorch 2.15's CPU lists (`torch.autocast(
+/// "cpu")`), restricted to the ops nn has. Written once: every op looks itself up here by
+/// the name it reports in errors and traces, and `tests/fixtures/pytorch/autocast.py`
+/// records what PyTorch gives for each, which a test compares.
+///
+/// ```
+/// use nn_core::amp::{CastPolicy, POLICIES};
+/// let policy = |op| POLICIES.iter().find(|(name, _)| *name == op).map(|p| p.1);
+/// assert_eq!(policy("linear"), Some(CastPolicy::Lower));
+/// assert_eq!(policy("cross_entropy"), Some(CastPolicy::F32));
+/// assert_eq!(policy("softmax"), None); // runs in its argument's dtype
+/// ```
+pub const POLICIES: &[(&str, CastPolicy)] = &[
+    // Lower precision: the matrix products and what is built on them.
+    ("matmul", CastPolicy::Lower),
+    ("addmm", CastPolicy::Lower),
+    ("linear", CastPolicy::Lower),
+    ("conv1d", CastPolicy::Lower),
+    ("conv2d", CastPolicy::Lower),
+    ("conv_transpose1d", CastPolicy::Lower),
+    ("conv_transpose2d", CastPolicy::Lower),
+    ("scaled_dot_product_attention", CastPolicy::Lower),
+    // f32: the losses and the reductions PyTorch keeps in f32 on the CPU.
+    ("nll_loss", CastPolicy::F32),
+    ("cross_entropy", CastPolicy::F32),
+    ("mse_loss", CastPolicy::F32),
+    ("l1_loss", CastPolicy::F32),
+    ("binary_cross_entropy_with_logits", CastPolicy::F32),
+    ("quantile", CastPolicy::F32),
+    // Promote: joins of several tensors.
+    ("cat", CastPolicy::Promote),
+    ("stack", CastPolicy::Promote),
+];
+
+/// The dtypes an autocast scope may use.
+const HALF: [DType; 2] = [DType::BF16, DType::F16];
+
+thread_local! {
+    /// The CPU scope's dtype, when one is active on this thread.
+    static CPU: Cell<Option<DType>> = const { Cell::new(None) };
+    /// Set while an op that cast its arguments runs the op proper.
+    static EXCLUDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Restores the autocast state it replaced when dropped (the guard form of [`autocast`]).
+///
+/// ```
+/// use nn_core::amp::{autocast_dtype, AutocastGuard};
+/// use nn_core::{DType, Device, Tensor};
+/// let w = Tensor::randn(&[4, 3]);
+/// {
+///     let _amp = AutocastGuard::new(Device::Cpu, DType::BF16);
+///     assert_eq!(autocast_dtype(Device::Cpu), Some(DType::BF16));
+///     assert_eq!(Tensor::randn(&[2, 4]).matmul(&w).dtype(), DType::BF16);
+/// }
+/// assert_eq!(autocast_dtype(Device::Cpu), None);
+/// assert_eq!(Tensor::randn(&[2, 4]).matmul(&w).dtype(), DType::F32);
+/// ```
+#[must_use = "autocast ends as soon as the guard is dropped"]
+pub struct AutocastGuard {
+    prev: Option<DType>,
+}
+
+impl AutocastGuard {
+    /// Turns autocast to `dtype` on for `device`'s kind on this thread until the guard
+    /// drops.
+    ///
+    /// # Panics
+    /// When `dtype` is not `BF16` or `F16`, or `device` is not the CPU (autocast on the
+    /// GPU device is not implemented yet; PyTorch warns and disables autocast for an
+    /// unsupported dtype, nn refuses).
+    #[track_caller]
+    pub fn new(device: Device, dtype: DType) -> Self {
+        Self::with_enabled(device, dtype, true)
+    }
+
+    /// As [`new`](Self::new), or, with `enabled = false`, turns autocast off for the
+    /// guard's life (PyTorch's `autocast(..., enabled=False)` inside an autocast region).
+    ///
+    /// # Panics
+    /// As [`new`](Self::new) (the dtype is checked even when disabled).
+    #[track_caller]
+    pub fn with_enabled(device: Device, dtype: DType, enabled: bool) -> Self {
+        if !HALF.contains(&dtype) {
+            panic!("autocast: the dtype must be bf16 or f16, got {dtype}");
+        }
+        match device {
+            Device::Cpu => {}
+            other => panic!(
+                "autocast: only the CPU is supported, got {other} (GPU autocast is not implemented yet; run the \
+                 model in f32 there, or convert it with `to_dtype`)"
+            ),
+        }
+        AutocastGuard { prev: CPU.with(|c| c.replace(enabled.then_some(dtype))) }
+    }
+}
+
+impl Drop for AutocastGuard {
+    fn drop(&mut self) {
+        CPU.with(|c| c.set(self.prev));
+    }
+}
+
+/// Runs `f` with autocast to `dtype` (`BF16` or `F16`) on `device` (the CPU), like
+/// `with torch.autocast("cpu", dtype=...):`. Scopes nest; the innermost wins.
+///
+/// ```
+/// use nn_core::amp::autocast;
+/// use nn_core::{no_grad, DType, Device, Tensor};
+/// let w = Tensor::randn(&[3, 4]).requires_grad_(true);
+/// let x = Tensor::randn(&[2, 4]);
+/// let loss = autocast(Device::Cpu, DType::BF16, || {
+///     let y = x.matmul(&w.t()); // lower-precision list: bf16
+///     assert_eq!(y.dtype(), DType::BF16);
+///     let z = no_grad(|| x.matmul(&w.t())); // no_grad inside autocast: still bf16
+///     assert_eq!(z.dtype(), DType::BF16);
+///     y.sum()
+/// });
+/// loss.backward();
+/// // The parameter stayed f32, and so does its gradient.
+/// assert_eq!(w.grad().unwrap().dtype(), DType::F32);
+/// ```
+///
+/// # Panics
+/// As [`AutocastGuard::new`].
+#[track_caller]
+pub fn autocast<R>(device: Device, dtype: DType, f: impl FnOnce() -> R) -> R {
+    let _guard = AutocastGuard::new(device, dtype);
+    f()
+}
+
+/// [`autocast`] with PyTorch's `enabled` argument: `false` turns autocast off inside an
+/// autocast region (for a part of the model that must run in `f32`).
+///
+/// ```
+/// use nn_core::amp::{autocast, autocast_enabled};
+/// use nn_core::{DType, Device, Tensor};
+/// let (a, b) = (Tensor::randn(&[2, 2]), Tensor::randn(&[2, 2]));
+/// autocast(Device::Cpu, DType::BF16, || {
+///     let y = autocast_enabled(Device::Cpu, DType::BF16, false, || a.matmul(&b));
+///     assert_eq!(y.dtype(), DType::F32);
+/// });
+/// ```
+///
+/// # Panics
+/// As [`AutocastGuard::new`].
+#[track_caller]
+pub fn autocast_enabled<R>(device: Device, dtype: DType, enabled: bool, f: impl FnOnce() -> R) -> R {
+    let _guard = AutocastGuard::with_enabled(device, dtype, enabled);
+    f()
+}
+
+/// The dtype of the autocast scope active for `device`'s kind on this thread, if any
+/// (`torch.get_autocast_dtype` and `torch.is_autocast_enabled` in one).
+pub fn autocast_dtype(device: Device) -> Option<DType> {
+    match device {
+        Device::Cpu => CPU.with(|c| c.get()),
+        _ => None,
+    }
+}
+
+/// The autocast dtype for an op on tensors of `device`, unless autocast is off there or
+/// excluded (inside an op that cast its arguments).
+fn active(device: Device) -> Option<DType> {
+    if EXCLUDED.with(|e| e.get()) {
+        return None;
+    }
+    autocast_dtype(device)
+}
+
+/// The policy of `op` in [`POLICIES`].
+fn policy(op: &str) -> Option<CastPolicy> {
+    POLICIES.iter().find(|(name, _)| *name == op).map(|p| p.1)
+}
+
+/// Whether autocast casts a tensor of this dtype: floating, and not `f64`.
+fn eligible(dtype: DType) -> bool {
+    dtype.is_float() && dtype != DType::F64
+}
+
+/// The widest of floating dtypes (`f64` > `f32` > the half types; `bf16` with `f16` is
+/// `f32`, as PyTorch promotes them).
+fn widest(dtypes: impl Iterator<Item = DType>) -> Option<DType> {
+    let rank = |d: DType| match d {
+        DType::F64 => 3,
+        DType::F32 => 2,
+        _ => 1,
+    };
+    dtypes.filter(|d| d.is_float()).fold(None, |acc: Option<DType>, d| match acc {
+        None => Some(d),
+        Some(a) if a == d => Some(a),
+        Some(a) if rank(a) == 1 && rank(d) == 1 => Some(DType::F32),
+        Some(a) => Some(if rank(d) > rank(a) { d } else { a }),
+    })
+}
+
+/// Under an active autocast scope for the arguments' device, `op`'s arguments cast by its
+/// [policy](POLICIES) (absent optional arguments stay absent, ineligible ones as they
+/// are); `None` when autocast does not apply: no scope, no policy, excluded, or nothing to
+/// cast.
+fn cast_args(op: &str, args: &[Option<&Tensor>]) -> Option<Vec<Option<Tensor>>> {
+    let device = args.iter().flatten().next()?.device();
+    let half = active(device)?;
+    let target = match policy(op)? {
+        CastPolicy::Lower => half,
+        CastPolicy::F32 => DType::F32,
+        CastPolicy::Promote => widest(args.iter().flatten().map(|t| t.dtype()))?,
+    };
+    let cast = |t: &Tensor| eligible(t.dtype()) && t.dtype() != target && t.device() == device;
+    if !args.iter().flatten().any(|t| cast(t)) {
+        return None;
+    }
+    Some(args.iter().map(|a| a.map(|t| if cast(t) { t.to_dtype(target) } else { t.clone() })).collect())
+}
+
+/// The ops' entry: under autocast, `run` on the arguments cast by `op`'s policy, with
+/// autocast excluded (so the op's own parts do not cast again); `None`, and `run` not
+/// called, when autocast does not apply. An op calls this first and returns its result
+/// when it is `Some`.
+pub(crate) fn cast_call<R>(op: &str, args: &[Option<&Tensor>], run: impl FnOnce(&[Option<&Tensor>]) -> R) -> Option<R> {
+    let cast = cast_args(op, args)?;
+    let refs: Vec<Option<&Tensor>> = cast.iter().map(Option::as_ref).collect();
+    Some(excluded(|| run(&refs)))
+}
+
+/// [`cast_call`] for two arguments.
+pub(crate) fn cast2<R>(op: &str, a: &Tensor, b: &Tensor, run: impl FnOnce(&Tensor, &Tensor) -> R) -> Option<R> {
+    cast_call(op, &[Some(a), Some(b)], |c| run(c[0].expect("present"), c[1].expect("present")))
+}
+
+/// [`cast_call`] for two arguments and an optional third (a bias).
+pub(crate) fn cast3<R>(
+    op: &str,
+    a: &Tensor,
+    b: &Tensor,
+    c: Option<&Tensor>,
+    run: impl FnOnce(&Tensor, &Tensor, Option<&Tensor>) -> R,
+) -> Option<R> {
+    cast_call(op, &[Some(a), Some(b), c], |x| run(x[0].expect("present"), x[1].expect("present"), x[2]))
+}
+
+/// [`cast_call`] for a list of tensors (`cat`, `stack`).
+pub(crate) fn cast_many<R>(op: &str, ts: &[&Tensor], run: impl FnOnce(&[&Tensor]) -> R) -> Option<R> {
+    let args: Vec<Option<&Tensor>> = ts.iter().map(|t| Some(*t)).collect();
+    cast_call(op, &args, |c| run(&c.iter().map(|t| t.expect("present")).collect::<Vec<_>>()))
+}
+
+/// [`cast2`] for ops without a policy whose arguments must share a dtype (the
+/// elementwise binary ops): under an active scope, floating arguments of different dtypes
+/// are promoted to the widest (PyTorch's type promotion, which nn applies only inside
+/// autocast, where mixed dtypes are the norm; outside it they are an error).
+pub(crate) fn promote_call<R>(a: &Tensor, b: &Tensor, run: impl FnOnce(&Tensor, &Tensor) -> R) -> Option<R> {
+    if a.dtype() == b.dtype() || !a.dtype().is_float() || !b.dtype().is_float() || a.device() != b.device() {
+        return None;
+    }
+    active(a.device())?;
+    let to = widest([a.dtype(), b.dtype()].into_iter())?;
+    Some(run(&a.to_dtype(to), &b.to_dtype(to)))
+}
+
+/// Excludes autocast on this thread until dropped (restoring the previous state, also on
+/// a panic). Backward passes run under one: a gradient keeps its forward's dtype.
+pub(crate) struct Excluded(bool);
+
+impl Excluded {
+    /// Excludes autocast until the guard drops.
+    pub(crate) fn new() -> Self {
+        Excluded(EXCLUDED.with(|e| e.replace(true)))
+    }
+}
+
+impl Drop for Excluded {
+    fn drop(&mut self) {
+        EXCLUDED.with(|e| e.set(self.0));
+    }
+}
+
+/// Runs `f` with autocast excluded on this thread.
+fn excluded<R>(f: impl FnOnce() -> R) -> R {
+    let _excluded = Excluded::new();
+    f()
+}

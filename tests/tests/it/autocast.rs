@@ -1,0 +1,193 @@
+//! Autocast against PyTorch 2.15's CPU autocast (`tests/fixtures/pytorch/autocast.py`):
+//! every call of the fixture, made the same way under nn's autocast, gives the dtype
+//! PyTorch gives, for bf16 and f16; and the scope's semantics (nesting, `enabled = false`,
+//! `no_grad` inside, f32 master weights and gradients).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use nn_core::amp::{autocast, autocast_dtype, autocast_enabled, AutocastGuard};
+use nn_core::functional::{self as F, Reduction};
+use nn_core::ops::{AttentionConfig, Conv2dConfig, ConvTranspose1dConfig, ConvTranspose2dConfig};
+use nn_core::{no_grad, DType, Device, Tensor};
+
+/// The fixture: per autocast dtype, case name to PyTorch's output dtype.
+fn fixture() -> BTreeMap<String, BTreeMap<String, String>> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/autocast.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let mut v: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&text).expect("json");
+    v.remove("torch");
+    v.into_iter()
+        .map(|(k, t)| {
+            let t = t
+                .as_object()
+                .expect("a table")
+                .iter()
+                .map(|(c, d)| (c.clone(), d.as_str().expect("a dtype").to_string()));
+            (k, t.collect())
+        })
+        .collect()
+}
+
+/// PyTorch's name of a dtype.
+fn torch_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::BF16 => "bfloat16",
+        DType::F16 => "float16",
+        DType::I64 => "int64",
+        DType::Bool => "bool",
+    }
+}
+
+/// The fixture's calls in nn, `h` the autocast dtype.
+fn call(case: &str, h: DType) -> Tensor {
+    let r = |s: &[usize]| Tensor::randn(s);
+    let rh = |s: &[usize]| Tensor::randn(s).to_dtype(h);
+    let rd = |s: &[usize]| Tensor::randn(s).to_dtype(DType::F64);
+    let i = Tensor::from_vec_i64(vec![1, 0], &[2]);
+    let attn = |causal| {
+        let o = AttentionConfig { is_causal: causal, ..Default::default() };
+        r(&[1, 2, 3, 4]).scaled_dot_product_attention(&r(&[1, 2, 3, 4]), &r(&[1, 2, 3, 4]), &o)
+    };
+    match case {
+        "matmul/ff" => r(&[2, 3]).matmul(&r(&[3, 4])),
+        "matmul/hf" => rh(&[2, 3]).matmul(&r(&[3, 4])),
+        "matmul/dd" => rd(&[2, 3]).matmul(&rd(&[3, 4])),
+        "addmm/fff" => r(&[4]).addmm(&r(&[2, 3]), &r(&[3, 4])),
+        "linear/fff" => F::linear(&r(&[2, 3]), &r(&[4, 3]), Some(&r(&[4]))),
+        "linear/hff" => F::linear(&rh(&[2, 3]), &r(&[4, 3]), Some(&r(&[4]))),
+        "conv1d/fff" => r(&[1, 2, 5]).conv1d(&r(&[3, 2, 2]), Some(&r(&[3])), 1, 0, 1, 1),
+        "conv2d/fff" => r(&[1, 2, 5, 5]).conv2d(&r(&[3, 2, 2, 2]), Some(&r(&[3])), Conv2dConfig::default()),
+        "conv_transpose1d/fff" => {
+            r(&[1, 2, 5]).conv_transpose1d(&r(&[2, 3, 2]), Some(&r(&[3])), ConvTranspose1dConfig::default())
+        }
+        "conv_transpose2d/fff" => {
+            r(&[1, 2, 5, 5]).conv_transpose2d(&r(&[2, 3, 2, 2]), Some(&r(&[3])), ConvTranspose2dConfig::default())
+        }
+        "scaled_dot_product_attention/fff" => attn(false),
+        "scaled_dot_product_attention/fff_causal" => attn(true),
+        "nll_loss/h" => F::nll_loss(&rh(&[2, 3]), &i),
+        "cross_entropy/h" => F::cross_entropy(&rh(&[2, 3]), &i),
+        "cross_entropy/f" => F::cross_entropy(&r(&[2, 3]), &i),
+        "mse_loss/hf" => F::mse_loss(&rh(&[2, 3]), &r(&[2, 3]), Reduction::Mean),
+        "mse_loss/hh" => F::mse_loss(&rh(&[2, 3]), &rh(&[2, 3]), Reduction::Mean),
+        "l1_loss/hh" => F::l1_loss(&rh(&[2, 3]), &rh(&[2, 3]), Reduction::Mean),
+        "binary_cross_entropy_with_logits/hh" => {
+            F::binary_cross_entropy_with_logits(&rh(&[2, 3]), &rh(&[2, 3]), None, Reduction::Mean)
+        }
+        "quantile/h" => rh(&[5]).quantile(0.5, None, false),
+        "cat/hf" => Tensor::cat(&[&rh(&[2]), &r(&[2])], 0),
+        "cat/hh" => Tensor::cat(&[&rh(&[2]), &rh(&[2])], 0),
+        "cat/hd" => Tensor::cat(&[&rh(&[2]), &rd(&[2])], 0),
+        "stack/hf" => Tensor::stack(&[&rh(&[2]), &r(&[2])], 0),
+        "add/hf" => rh(&[2]) + r(&[2]),
+        "mul/hh" => rh(&[2]) * rh(&[2]),
+        "where/hf" => Tensor::where_cond(&Tensor::from_vec_bool(vec![true, false], &[2]), &rh(&[2]), &r(&[2])),
+        "softmax/f" => r(&[2, 3]).softmax(-1),
+        "softmax/h" => rh(&[2, 3]).softmax(-1),
+        "log_softmax/h" => rh(&[2, 3]).log_softmax(-1),
+        "exp/f" => r(&[2]).exp(),
+        "exp/h" => rh(&[2]).exp(),
+        "log/h" => rh(&[2]).abs().log(),
+        "pow/h" => rh(&[2]).powf(2.0),
+        "sum/h" => rh(&[2, 3]).sum(),
+        "mean/h" => rh(&[2, 3]).mean(),
+        "relu/h" => rh(&[2]).relu(),
+        "gelu/h" => rh(&[2]).gelu(),
+        "tanh/h" => rh(&[2]).tanh(),
+        "layer_norm/hff" => rh(&[2, 3]).layer_norm(&[3], Some(&r(&[3])), Some(&r(&[3])), 1e-5),
+        "layer_norm/fff" => r(&[2, 3]).layer_norm(&[3], Some(&r(&[3])), Some(&r(&[3])), 1e-5),
+        "rms_norm/hf" => rh(&[2, 3]).rms_norm(&[3], Some(&r(&[3])), None),
+        "group_norm/hff" => F::group_norm(&rh(&[2, 4, 3]), 2, Some(&r(&[4])), Some(&r(&[4])), 1e-5),
+        "embedding/f" => F::embedding(&i, &r(&[3, 4])),
+        "dropout/h" => rh(&[2]).dropout(0.5, true),
+        other => panic!("no nn call for the fixture case {other}: add one"),
+    }
+}
+
+#[test]
+fn every_op_gives_pytorchs_dtype_under_bf16_and_f16_autocast() {
+    let fixture = fixture();
+    assert_eq!(fixture.keys().collect::<Vec<_>>(), ["bf16", "f16"]);
+    for (name, table) in fixture {
+        let h = if name == "bf16" { DType::BF16 } else { DType::F16 };
+        assert!(table.len() >= 40, "{name}: {} cases", table.len());
+        for (case, want) in table {
+            let got = autocast(Device::Cpu, h, || call(&case, h));
+            assert_eq!(torch_name(got.dtype()), want, "{case} under {name} autocast");
+        }
+    }
+}
+
+#[test]
+fn outside_autocast_nothing_is_cast() {
+    let y = F::linear(&Tensor::randn(&[2, 3]), &Tensor::randn(&[4, 3]), None);
+    assert_eq!(y.dtype(), DType::F32);
+    // And mixed dtypes stay an error outside autocast.
+    let r = std::panic::catch_unwind(|| Tensor::randn(&[2]).to_dtype(DType::BF16) + Tensor::randn(&[2]));
+    assert!(r.is_err());
+}
+
+#[test]
+fn scopes_nest_disable_and_restore() {
+    let (a, b) = (Tensor::randn(&[2, 2]), Tensor::randn(&[2, 2]));
+    autocast(Device::Cpu, DType::BF16, || {
+        assert_eq!(a.matmul(&b).dtype(), DType::BF16);
+        autocast(Device::Cpu, DType::F16, || assert_eq!(a.matmul(&b).dtype(), DType::F16));
+        assert_eq!(a.matmul(&b).dtype(), DType::BF16, "the outer scope is back");
+        autocast_enabled(Device::Cpu, DType::BF16, false, || {
+            assert_eq!(autocast_dtype(Device::Cpu), None);
+            assert_eq!(a.matmul(&b).dtype(), DType::F32);
+        });
+        // no_grad inside autocast still casts.
+        assert_eq!(no_grad(|| a.matmul(&b)).dtype(), DType::BF16);
+    });
+    assert_eq!(autocast_dtype(Device::Cpu), None);
+    // A panic inside the scope restores the state.
+    let _ = std::panic::catch_unwind(|| autocast(Device::Cpu, DType::BF16, || panic!("inside")));
+    assert_eq!(autocast_dtype(Device::Cpu), None);
+    // Other threads are not affected.
+    let _g = AutocastGuard::new(Device::Cpu, DType::BF16);
+    let other = std::thread::spawn(move || Tensor::randn(&[2, 2]).matmul(&Tensor::randn(&[2, 2])).dtype());
+    assert_eq!(other.join().expect("thread"), DType::F32);
+}
+
+#[test]
+fn master_weights_stay_f32_and_get_f32_gradients() {
+    let w = Tensor::randn(&[4, 3]).requires_grad_(true);
+    let b = Tensor::randn(&[4]).requires_grad_(true);
+    let x = Tensor::randn(&[5, 3]);
+    let t = Tensor::from_vec_i64(vec![0, 1, 2, 3, 0], &[5]);
+    let loss = autocast(Device::Cpu, DType::BF16, || {
+        let logits = F::linear(&x, &w, Some(&b));
+        assert_eq!(logits.dtype(), DType::BF16);
+        let loss = F::cross_entropy(&logits.relu(), &t);
+        assert_eq!(loss.dtype(), DType::F32);
+        loss
+    });
+    loss.backward();
+    let (gw, gb) = (w.grad().expect("a gradient"), b.grad().expect("a gradient"));
+    assert_eq!((gw.dtype(), gb.dtype()), (DType::F32, DType::F32));
+    // Close to the f32 gradient (bf16 has 8 bits of mantissa).
+    let w32 = w.detach().requires_grad_(true);
+    F::cross_entropy(&F::linear(&x, &w32, Some(&b.detach())).relu(), &t).backward();
+    let (g16, g32) = (gw.to_vec(), w32.grad().expect("a gradient").to_vec());
+    let scale = g32.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (a, e) in g16.iter().zip(&g32) {
+        assert!((a - e).abs() <= 0.03 * scale, "{a} vs {e}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "autocast: the dtype must be bf16 or f16, got f32")]
+fn an_autocast_dtype_that_is_not_half_is_refused() {
+    autocast(Device::Cpu, DType::F32, || ());
+}
+
+#[test]
+#[should_panic(expected = "autocast: only the CPU is supported, got gpu:0")]
+fn gpu_autocast_is_refused_for_now() {
+    let _g = AutocastGuard::new(Device::Gpu(0), DType::F16);
+}
