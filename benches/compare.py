@@ -43,6 +43,9 @@ real models and their parts:
   forward and backward from a fixed random upstream gradient.
 - `ew_tanh`, `ew_gelu` (exact), `ew_gelu_tanh`, `ew_exp`, `ew_silu`: one op, forward only,
   on a [2, 128, 3072] f32 tensor (the MLPs' activations at GPT-2's width).
+- `amp_gemm_bf16_1024` (bf16 x bf16, f32 sums), `amp_transformer_step_bf16` and
+  `amp_gpt2_step_bf16`: the Transformer and GPT-2 steps with the forward pass and the loss
+  under bf16 autocast (nn's `amp::autocast`, PyTorch's `torch.autocast("cpu")`).
 The model rows show ms per call (their JSON throughput is tokens/s); both sides build the
 model from the same config and the script prints a warning if the parameter counts differ.
 The real-model rows need `pip install transformers` beside torch (without it, nn only).
@@ -169,13 +172,19 @@ def torch_results(threads, only=()):
             ms = median_ms(lambda: torch.mm(a, b), 2000)
             emit(f"gemm_{n}", ms, "GFLOP/s", 2 * n**3 / (ms * 1e6))
 
-    def step_fn(model, x, y, classify):
+    if want("amp_gemm_bf16_1024"):
+        a, b = torch.randn(1024, 1024, dtype=torch.bfloat16), torch.randn(1024, 1024, dtype=torch.bfloat16)
+        ms = median_ms(lambda: torch.mm(a, b), 2000)
+        emit("amp_gemm_bf16_1024", ms, "GFLOP/s", 2 * 1024**3 / (ms * 1e6))
+
+    def step_fn(model, x, y, classify, amp=False):
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
         def step():
             opt.zero_grad()
-            out = model(x)
-            loss = F.cross_entropy(out, y) if classify else out.square().mean()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                out = model(x)
+                loss = F.cross_entropy(out, y) if classify else out.square().mean()
             loss.backward()
             opt.step()
 
@@ -195,6 +204,11 @@ def torch_results(threads, only=()):
         layer = nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
         ms = median_ms(step_fn(layer, torch.randn(16, 64, 128), None, False), 3000)
         emit("transformer_step", ms, "samples/s", 16 / (ms / 1e3))
+    if want("amp_transformer_step_bf16"):
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(128, 4, dim_feedforward=512, dropout=0.0, batch_first=True)
+        ms = median_ms(step_fn(layer, torch.randn(16, 64, 128), None, False, amp=True), 3000)
+        emit("amp_transformer_step_bf16", ms, "samples/s", 16 / (ms / 1e3))
     if want("tiny"):
         # Per-op bookkeeping (dispatch, autograd records) where the arithmetic is negligible.
         a, b = torch.randn(4), torch.randn(4)
@@ -258,7 +272,7 @@ LM_INPUT = (2, 128)
 
 def real_models(torch, F, want, emit):
     """The transformers twins of nn_bench's real-model workloads (see the module docs)."""
-    names = ["gpt2_fwd", "gpt2_step", "bert_fwd", "llama_fwd", "llama_step"]
+    names = ["gpt2_fwd", "gpt2_step", "bert_fwd", "llama_fwd", "llama_step", "amp_gpt2_step_bf16"]
     if not any(want(n) for n in names):
         return
     try:
@@ -278,15 +292,16 @@ def real_models(torch, F, want, emit):
             ms = median_ms(call, 3000)
         emit(name, ms, "tokens/s", tokens / (ms / 1e3), params=params(model))
 
-    def lm_step(name, model, ids):
+    def lm_step(name, model, ids, amp=False):
         model.train()
         opt = torch.optim.AdamW(model.parameters())
 
         def step():
             opt.zero_grad()
-            out = logits(model, ids)
-            # Next-token cross-entropy: positions 0..L-1 predict the ids at 1..L.
-            loss = F.cross_entropy(out[:, :-1].reshape(-1, out.shape[-1]), ids[:, 1:].reshape(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                out = logits(model, ids)
+                # Next-token cross-entropy: positions 0..L-1 predict the ids at 1..L.
+                loss = F.cross_entropy(out[:, :-1].reshape(-1, out.shape[-1]), ids[:, 1:].reshape(-1))
             loss.backward()
             opt.step()
 
@@ -308,6 +323,8 @@ def real_models(torch, F, want, emit):
         forward("gpt2_fwd", m, lambda: logits(m, ids))
     if want("gpt2_step"):
         lm_step("gpt2_step", gpt2(), torch.randint(0, 50257, LM_INPUT))
+    if want("amp_gpt2_step_bf16"):
+        lm_step("amp_gpt2_step_bf16", gpt2(), torch.randint(0, 50257, LM_INPUT), amp=True)
     if want("bert_fwd"):
         m = BertModel(
             BertConfig(

@@ -50,6 +50,7 @@ pub struct Step {
     x: Tensor,
     y: Tensor,
     classify: bool,
+    amp: Option<nn_core::DType>,
 }
 
 impl Step {
@@ -78,6 +79,7 @@ impl Step {
             x: Tensor::randn(x_shape).to_device(device),
             y: Tensor::from_vec_i64((0..n as i64).map(|i| i % 10).collect(), &[n]).to_device(device),
             classify,
+            amp: None,
         }
     }
 
@@ -86,11 +88,23 @@ impl Step {
         self.step();
     }
 
+    /// The same step with the forward pass and the loss under CPU autocast to `dtype`.
+    pub fn with_amp(mut self, dtype: nn_core::DType) -> Step {
+        self.amp = Some(dtype);
+        self
+    }
+
     /// One training step; the loss (still on the step's device).
     pub fn step(&mut self) -> Tensor {
         self.opt.zero_grad();
-        let out = (self.forward)(&self.x);
-        let loss = if self.classify { cross_entropy(&out, &self.y) } else { out.square().mean() };
+        let loss = with_amp(self.amp, || {
+            let out = (self.forward)(&self.x);
+            if self.classify {
+                cross_entropy(&out, &self.y)
+            } else {
+                out.square().mean()
+            }
+        });
         loss.backward();
         self.opt.step();
         loss
@@ -167,6 +181,15 @@ pub struct LmStep {
     forward: Box<dyn Fn(&Tensor) -> Tensor>,
     opt: AdamW,
     ids: Tensor,
+    amp: Option<nn_core::DType>,
+}
+
+/// `f` under CPU autocast to `amp`, or as it is.
+fn with_amp<R>(amp: Option<nn_core::DType>, f: impl FnOnce() -> R) -> R {
+    match amp {
+        Some(d) => nn_core::amp::autocast(Device::Cpu, d, f),
+        None => f(),
+    }
 }
 
 impl LmStep {
@@ -177,13 +200,19 @@ impl LmStep {
         for<'a> &'a Tensor: nn_core::module::ForwardArg<'a, M::Input>,
     {
         let opt = AdamW::new(model.parameters(), AdamWConfig::default());
-        LmStep { forward: Box::new(move |x| model.forward(x)), opt, ids }
+        LmStep { forward: Box::new(move |x| model.forward(x)), opt, ids, amp: None }
+    }
+
+    /// The same step with the forward pass and the loss under CPU autocast to `dtype`.
+    pub fn with_amp(mut self, dtype: nn_core::DType) -> LmStep {
+        self.amp = Some(dtype);
+        self
     }
 
     /// One training step; the loss.
     pub fn step(&mut self) -> Tensor {
         self.opt.zero_grad();
-        let loss = lm_loss(&(self.forward)(&self.ids), &self.ids);
+        let loss = with_amp(self.amp, || lm_loss(&(self.forward)(&self.ids), &self.ids));
         loss.backward();
         self.opt.step();
         loss

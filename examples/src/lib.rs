@@ -36,6 +36,30 @@ pub struct CommonArgs {
     /// `cargo run --release -p nn-examples --features gpu --bin ... -- --device gpu`).
     #[arg(long, default_value = "cpu")]
     pub device: Device,
+    /// Mixed precision: the forward pass and the loss under `autocast` to this dtype
+    /// (parameters, gradients and the optimizer stay f32); `f16` also scales the loss with
+    /// a `GradScaler`. CPU only.
+    #[arg(long, value_enum)]
+    pub amp: Option<Amp>,
+}
+
+/// The half dtype of `--amp`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Amp {
+    /// bfloat16 (f32's range, 8 bits of mantissa: no loss scaling needed).
+    Bf16,
+    /// IEEE half (5 exponent bits: the loss is scaled so that small gradients survive).
+    F16,
+}
+
+impl Amp {
+    /// The dtype.
+    pub fn dtype(self) -> nn_core::DType {
+        match self {
+            Amp::Bf16 => nn_core::DType::BF16,
+            Amp::F16 => nn_core::DType::F16,
+        }
+    }
 }
 
 impl CommonArgs {
@@ -49,7 +73,29 @@ impl CommonArgs {
     /// `gpu` feature, or none found).
     pub fn device(&self) -> nn_core::Result<Device> {
         self.device.check()?;
+        if self.amp.is_some() && self.device != Device::Cpu {
+            return Err(nn_core::Error::DeviceUnavailable {
+                device: self.device,
+                reason: "--amp runs autocast, which nn has on the CPU only so far".into(),
+            });
+        }
         Ok(self.device)
+    }
+
+    /// Runs `f` (the forward pass and the loss) under `--amp`'s autocast, or as it is.
+    pub fn autocast<R>(&self, f: impl FnOnce() -> R) -> R {
+        match self.amp {
+            Some(a) => nn_core::amp::autocast(Device::Cpu, a.dtype(), f),
+            None => f(),
+        }
+    }
+
+    /// The loss scaler `--amp` needs: scaling with `f16`, a pass-through otherwise.
+    pub fn grad_scaler(&self) -> nn_core::amp::GradScaler {
+        nn_core::amp::GradScaler::with_config(nn_core::amp::GradScalerConfig {
+            enabled: self.amp == Some(Amp::F16),
+            ..Default::default()
+        })
     }
 }
 

@@ -193,6 +193,13 @@ fn bn_forward(
     config: &BatchNormConfig,
     sync: Option<&dyn BatchStatsSync>,
 ) -> Tensor {
+    // A half-type input with f32 parameters and statistics (a bf16 activation under
+    // autocast): computed in f32, the result in the input's dtype, as PyTorch's CPU batch
+    // norm does for this mix.
+    let held = [s.weight, s.running_mean].into_iter().flatten().next();
+    if x.dtype().is_half() && held.is_some_and(|t| t.dtype() != x.dtype()) {
+        return bn_forward(&x.to_dtype(nn_core::DType::F32), s, training, config, sync).to_dtype(x.dtype());
+    }
     let mut factor = config.momentum.unwrap_or(0.0);
     if training {
         if let Some(n) = s.num_batches_tracked {

@@ -386,6 +386,40 @@
 //! assert_eq!(m.parameters()[0].dtype(), DType::F64);
 //! ```
 //!
+//! ## Mixed precision: `torch.autocast`
+//!
+//! PyTorch:
+//! ```python
+//! with torch.autocast("cpu", dtype=torch.bfloat16):
+//!     logits = model(x)                  # linear, matmul, conv, attention: bf16
+//!     loss = F.cross_entropy(logits, y)  # losses: f32
+//! loss.backward()                        # parameters and their gradients stay f32
+//! ```
+//! nn: [`amp::autocast`](crate::amp::autocast) (a closure) or
+//! [`amp::AutocastGuard`](crate::amp::AutocastGuard) (the guard form), with PyTorch's CPU
+//! lists in one table, [`amp::POLICIES`](crate::amp::POLICIES); `autocast_enabled(..,
+//! false, ..)` is `enabled=False`. Outside autocast, mixing dtypes in one op stays an
+//! error; inside it, floating dtypes promote as PyTorch's do. CPU only so far (a GPU scope
+//! is refused with a message), and half types compute through `f32` on the CPU (each
+//! op's result rounded once, as PyTorch's CPU kernels): `f16` is accepted everywhere, and
+//! neither half type is faster than `f32` yet.
+//! ```
+//! use nn::prelude::*;
+//! use nn::amp::autocast;
+//! use nn::layers::Linear;
+//!
+//! let model = Linear::new(4, 3);
+//! let (x, y) = (Tensor::randn(&[2, 4]), Tensor::from_vec_i64(vec![0, 2], &[2]));
+//! let loss = autocast(Device::Cpu, DType::BF16, || {
+//!     let logits = model.forward(&x);
+//!     assert_eq!(logits.dtype(), DType::BF16);
+//!     nn::functional::cross_entropy(&logits, &y)
+//! });
+//! assert_eq!(loss.dtype(), DType::F32);
+//! loss.backward();
+//! assert_eq!(model.weight.grad().unwrap().dtype(), DType::F32);
+//! ```
+//!
 //! ## Loss scaling: `torch.amp.GradScaler`
 //!
 //! PyTorch:

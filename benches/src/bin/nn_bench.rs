@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use nn_bench::{bert, cnn, gpt2, llama, mlp, num_parameters, token_ids, transformer_layer, LmStep, Step, LM_INPUT};
 use nn_core::ops::{AttentionConfig, GeluApproximate};
-use nn_core::{manual_seed, no_grad, Forward, Module, StateDict, Tensor};
+use nn_core::{manual_seed, no_grad, DType, Forward, Module, StateDict, Tensor};
 
 /// Median wall time of `f` in milliseconds over enough runs to fill about `budget_ms` (at
 /// most 100 000: a cap of 2000 sampled a 5 us GEMM for 10 ms, and one noisy moment moved
@@ -121,6 +121,26 @@ fn main() {
             let ms = median_ms(|| drop(a.matmul(&b)), 2000.0);
             emit(&name, ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
         }
+    }
+    // Mixed precision: a bf16 GEMM (f32 sums; AVX512-BF16 where the CPU has it), and the
+    // Transformer and GPT-2 steps with their forward passes under bf16 autocast.
+    if want("amp_gemm_bf16_1024") {
+        let n = 1024;
+        let (a, b) = (Tensor::randn(&[n, n]).to_dtype(DType::BF16), Tensor::randn(&[n, n]).to_dtype(DType::BF16));
+        let ms = median_ms(|| drop(a.matmul(&b)), 2000.0);
+        emit("amp_gemm_bf16_1024", ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
+    }
+    if want("amp_transformer_step_bf16") {
+        let mut s = Step::new(transformer_layer(), &[16, 64, 128], false).with_amp(DType::BF16);
+        let ms = median_ms(|| s.run(), 3000.0);
+        emit("amp_transformer_step_bf16", ms, "samples/s", 16.0 / (ms / 1e3));
+    }
+    if want("amp_gpt2_step_bf16") {
+        let m = gpt2();
+        let params = num_parameters(&m);
+        let mut s = LmStep::new(m, token_ids(50257, &LM_INPUT)).with_amp(DType::BF16);
+        let ms = median_ms(|| drop(s.step()), 4000.0);
+        emit_model("amp_gpt2_step_bf16", ms, params);
     }
     for batch in [64usize, 256] {
         let name = format!("mlp_step_b{batch}");

@@ -17,7 +17,7 @@ use nn_core::optim::{AdamW, AdamWConfig, CosineAnnealingLR, LrScheduler, Optimiz
 use nn_core::random::with_rng;
 use nn_core::{manual_seed, no_grad, Forward, Module, Tensor};
 use nn_examples::char_model::{batch, batch_loss, evaluate, CharTransformer, Corpus, BATCH, BLOCK};
-use nn_examples::{progress, write_loss_svg, CommonArgs};
+use nn_examples::{progress, write_loss_svg, Amp, CommonArgs};
 use rand::Rng;
 
 #[derive(Parser)]
@@ -53,10 +53,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut sched = CosineAnnealingLR::new(&mut opt, steps, 3e-4);
     let ckpt = a.out("char_transformer_checkpoint.safetensors")?;
     let (mut start, mut losses) = (0, Vec::new());
+    let mut scaler = a.grad_scaler();
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
         // Model, optimizer, scheduler and RNG, all checked before any is changed.
-        ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
+        if a.amp == Some(Amp::F16) {
+            ck.restore_with_scaler(&mut model, Some(&mut opt), Some(&mut sched), &mut scaler)?;
+        } else {
+            ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
+        }
         start = ck.step;
         let mut ks: Vec<(usize, f64)> =
             ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
@@ -73,11 +78,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (x, y) = batch(train);
         let (x, y) = (x.to_device(device), y.to_device(device));
         opt.zero_grad();
-        let loss = batch_loss(&model, &x, &y, vocab_n);
+        let loss = a.autocast(|| batch_loss(&model, &x, &y, vocab_n));
         losses.push(loss.item());
-        loss.backward();
+        scaler.scale(&loss).backward();
+        // Clipping sees the true gradients: unscaled first (a pass-through without f16).
+        scaler.unscale_(&mut opt);
         nn_core::optim::clip_grad_norm_(&model.parameters(), 1.0);
-        opt.step();
+        scaler.step(&mut opt);
+        scaler.update();
         sched.step(&mut opt);
         pb.inc(1);
         pb.set_message(format!("loss {:.3}", losses.last().copied().unwrap_or(0.0)));
@@ -85,6 +93,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut ck =
                 Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), 0, step + 1);
             ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+            if a.amp == Some(Amp::F16) {
+                ck = ck.with_scaler(scaler.state_dict());
+            }
             ck.save(&ckpt)?;
         }
     }

@@ -8,6 +8,7 @@
 //! ```text
 //! cargo run --release -p nn-examples --bin mnist -- --model cnn --dataset mnist
 //! cargo run --release -p nn-examples --bin mnist -- --model cnn --dataset fashion --epochs 5
+//! cargo run --release -p nn-examples --bin mnist -- --model cnn --amp bf16   # mixed precision
 //! ```
 
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use nn_core::functional::cross_entropy;
 use nn_core::optim::{Adam, AdamConfig, LrScheduler, Optimizer, StepLR};
 use nn_core::{manual_seed, Forward, Module};
 use nn_data::{load_mnist, DataLoader, Split};
-use nn_examples::{accuracy, progress, write_loss_svg, CommonArgs};
+use nn_examples::{accuracy, progress, write_loss_svg, Amp, CommonArgs};
 use nn_layers::Sequential;
 
 #[derive(Clone, Copy, ValueEnum, Debug)]
@@ -91,10 +92,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let loader = DataLoader::new(x_train, y_train, args.batch_size).shuffle(a.seed);
     let ckpt = a.out(&format!("{name}_checkpoint.safetensors"))?;
     let (mut start, mut step, mut losses) = (0u64, 0u64, Vec::new());
+    let mut scaler = a.grad_scaler();
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
         // Model, optimizer, scheduler and RNG, all checked before any is changed.
-        ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
+        if a.amp == Some(Amp::F16) {
+            ck.restore_with_scaler(&mut model, Some(&mut opt), Some(&mut sched), &mut scaler)?;
+        } else {
+            ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
+        }
         (start, step) = (ck.epoch, ck.step);
         let mut ks: Vec<(usize, f64)> =
             ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
@@ -111,10 +117,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for (i, (xb, yb)) in loader.epoch(epoch).enumerate() {
             let (xb, yb) = (xb.to_device(device), yb.to_device(device));
             opt.zero_grad();
-            let loss = cross_entropy(&model.forward(&xb), &yb);
+            let loss = a.autocast(|| cross_entropy(&model.forward(&xb), &yb));
             let l = loss.item();
-            loss.backward();
-            opt.step();
+            scaler.scale(&loss).backward();
+            scaler.step(&mut opt);
+            scaler.update();
             step += 1;
             losses.push(l);
             running = if i == 0 { l } else { 0.98 * running + 0.02 * l };
@@ -127,6 +134,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut ck =
             Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
         ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+        if a.amp == Some(Amp::F16) {
+            ck = ck.with_scaler(scaler.state_dict());
+        }
         ck.save(&ckpt)?;
         model.eval();
         let acc = accuracy(&model, &x_test, &y_test, 500);

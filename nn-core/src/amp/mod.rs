@@ -1,6 +1,8 @@
-//! Mixed-precision training (PyTorch's `torch.amp`): [`GradScaler`], dynamic loss scaling
-//! that keeps small gradients from flushing to zero in half precision and skips the steps
-//! whose gradients overflowed.
+//! Mixed-precision training (PyTorch's `torch.amp`): [`autocast`], which runs matrix
+//! products, convolutions and attention in a half dtype and the losses in `f32` (one
+//! table of ops, [`POLICIES`]), and [`GradScaler`], dynamic loss scaling that keeps small
+//! gradients from flushing to zero in half precision and skips the steps whose gradients
+//! overflowed.
 
 mod autocast;
 mod grad_scaler;

@@ -19,6 +19,11 @@ impl Storage {
         if let Some(out) = super::gpu::interface::matmul((self, la), (b, lb), batch, (m, k, n)) {
             return Storage::Gpu(out);
         }
+        if let (Storage::Cpu(a), Storage::Cpu(bc)) = (self, b) {
+            if let Some(out) = cpu::linalg::matmul_bf16(a, la, bc, lb, batch, (m, k, n)) {
+                return Storage::Cpu(out);
+            }
+        }
         let len = batch.iter().product::<usize>() * m * n;
         Storage::run([self, b], (self.dtype(), len), |[a, b]| cpu::linalg::matmul(a, la, b, lb, batch, (m, k, n)))
     }
@@ -37,6 +42,11 @@ impl Storage {
         #[cfg(feature = "gpu")]
         if let Some(out) = super::gpu::interface::addmm((self, li), (a, la), (b, lb), (beta, alpha)) {
             return Storage::Gpu(out);
+        }
+        if let (Storage::Cpu(i), Storage::Cpu(ac), Storage::Cpu(bc)) = (self, a, b) {
+            if let Some(out) = cpu::linalg::addmm_bf16(i, li, (ac, la), (bc, lb), (beta, alpha)) {
+                return Storage::Cpu(out);
+            }
         }
         Storage::run([self, a, b], (self.dtype(), li.numel()), |[input, a, b]| {
             cpu::linalg::addmm(input, li, (a, la), (b, lb), (beta, alpha))

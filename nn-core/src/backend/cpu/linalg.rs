@@ -3,6 +3,7 @@
 use std::mem::MaybeUninit;
 
 use super::gemm::{backend, gemm, gemm_uninit, Backend, MatRef};
+use super::gemm_bf16;
 use super::{team, with_float, CpuElement, CpuFloat, CpuStorage};
 use crate::dtype::Element;
 use crate::shape::{for_each_offset, Dims, Layout};
@@ -34,6 +35,68 @@ pub(crate) fn addmm(
         let (av, bv) = (T::slice(a).expect("same dtype"), T::slice(b).expect("same dtype"));
         T::into_storage(addmm_kernel(iv, li, av, la, bv, lb, T::from_f64(beta), T::from_f64(alpha)))
     })
+}
+
+/// `a @ b` for two `bf16` operands on a CPU with AVX512-BF16 ([`gemm_bf16`]): `f32` sums,
+/// each result rounded to `bf16` once; `None` for other operands or CPUs (the caller then
+/// computes through `f32`).
+pub(crate) fn matmul_bf16(
+    a: &CpuStorage,
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+    batch: &[usize],
+    (m, k, n): (usize, usize, usize),
+) -> Option<CpuStorage> {
+    let (CpuStorage::BF16(av), CpuStorage::BF16(bv)) = (a, b) else { return None };
+    if !gemm_bf16::available() {
+        return None;
+    }
+    let (ra, rb) = (la.rank(), lb.rank());
+    let (ba, bb) = (broadcast_batch(la, batch), broadcast_batch(lb, batch));
+    let mut offsets = Vec::with_capacity(batch.iter().product());
+    for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| offsets.push((oa, ob)));
+    let mut out = vec![0f32; offsets.len() * m * n];
+    for (q, &(oa, ob)) in offsets.iter().enumerate() {
+        let a = gemm_bf16::Strided { data: av, offset: oa, rs: la.strides()[ra - 2], cs: la.strides()[ra - 1] };
+        let b = gemm_bf16::Strided { data: bv, offset: ob, rs: lb.strides()[rb - 2], cs: lb.strides()[rb - 1] };
+        gemm_bf16::gemm(m, k, n, a, b, &mut out[q * m * n..(q + 1) * m * n]);
+    }
+    Some(CpuStorage::BF16(out.iter().map(|&x| half::bf16::from_f32(x)).collect()))
+}
+
+/// `beta * input + alpha * a @ b` (see [`addmm`]) for `bf16` operands on a CPU with
+/// AVX512-BF16: the product summed in `f32`, the sum with the input in `f32`, rounded to
+/// `bf16` once; `None` for other operands or CPUs.
+pub(crate) fn addmm_bf16(
+    input: &CpuStorage,
+    li: &Layout,
+    (a, la): (&CpuStorage, &Layout),
+    (b, lb): (&CpuStorage, &Layout),
+    (beta, alpha): (f64, f64),
+) -> Option<CpuStorage> {
+    let (CpuStorage::BF16(iv), CpuStorage::BF16(av), CpuStorage::BF16(bv)) = (input, a, b) else { return None };
+    if !gemm_bf16::available() {
+        return None;
+    }
+    let (m, k, n) = (la.shape()[0], la.shape()[1], lb.shape()[1]);
+    let sa = gemm_bf16::Strided { data: av, offset: la.offset(), rs: la.strides()[0], cs: la.strides()[1] };
+    let sb = gemm_bf16::Strided { data: bv, offset: lb.offset(), rs: lb.strides()[0], cs: lb.strides()[1] };
+    let mut out = vec![0f32; m * n];
+    gemm_bf16::gemm(m, k, n, sa, sb, &mut out);
+    let (beta, alpha) = (beta as f32, alpha as f32);
+    let (ri, ci) = (li.strides()[0], li.strides()[1]);
+    let rows = out.chunks_mut(n.max(1)).enumerate();
+    Some(CpuStorage::BF16(
+        rows.flat_map(|(i, row)| {
+            row.iter().enumerate().map(move |(j, &p)| {
+                // With beta = 0 the input is not read (BLAS semantics, as `addmm`).
+                let x = if beta == 0.0 { 0.0 } else { beta * iv[li.offset() + i * ri + j * ci].to_f32() };
+                half::bf16::from_f32(alpha.mul_add(p, x))
+            })
+        })
+        .collect(),
+    ))
 }
 
 /// Below this many multiply-adds per matrix, batches are spread over threads (each GEMM

@@ -14,6 +14,7 @@ pub(crate) mod bytes;
 pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod gemm;
+pub(crate) mod gemm_bf16;
 pub(crate) mod index;
 pub(crate) mod linalg;
 pub(crate) mod misc;

@@ -17,9 +17,11 @@
 //! lose digits (`1 + erf(x)` for negative `x`, `1 + tanh(u)` in the tanh-GELU's tail,
 //! `x^3` inside it) cost nothing: `f64` has 29 bits to spare. The price is lanes (eight
 //! `f64` per AVX-512 register instead of sixteen `f32`), which these memory-bound loops
-//! hardly see. The tests sweep the `f32` range against `f64` references. One exception:
+//! hardly see. The tests sweep the `f32` range against `f64` references. The exceptions:
 //! `sigmoid` computes in `f32` (16 lanes; within 2 ulp), where the `f64` route was twice
-//! PyTorch's time.
+//! PyTorch's time; the exact GELU and SiLU look their factor up in the piecewise
+//! polynomials of [`super::vtab`] over the range where activations lie (GELU within 2
+//! ulp there, SiLU within 1), the `f64` route elsewhere.
 //!
 //! Multiply-adds are written as `mul_add`, always fused (an instruction in the AVX2 and
 //! AVX-512 copies), so every copy gives the same bits.

@@ -1,0 +1,277 @@
+//! `bf16` matrix products with `f32` accumulation on AVX512-BF16.
+//!
+//! `vdpbf16ps` multiplies 16 pairs of `bf16` pairs and adds each pair's two products into
+//! an `f32` lane: 32 multiply-adds per instruction where an `f32` FMA does 16, so a
+//! product of `bf16` matrices (what autocast makes of every linear layer) can run at
+//! twice the `f32` rate. The operands are packed into pairs along `k` (`A` by rows of
+//! [`MR`], `B` by panels of [`NR`] columns), and a 12 x 32 register tile accumulates
+//! `f32` sums over blocks of [`KC`] pairs, so every product is summed in `f32` and the
+//! result rounds once, when the caller converts it (PyTorch's CPU `bf16` GEMM does the
+//! same).
+//!
+//! Elsewhere (no AVX512-BF16) the caller widens the operands to `f32` and runs the `f32`
+//! GEMM: the same products, summed in another order.
+
+use half::bf16;
+
+use super::team;
+
+/// Rows of the register tile.
+const MR: usize = 12;
+/// Columns of the register tile (two registers of 16 `f32`).
+const NR: usize = 32;
+/// Pairs of `k` per block: a packed `B` panel block is `KC * NR * 4` = 32 KiB.
+const KC: usize = 256;
+
+/// Whether this CPU runs the kernel: AVX-512 (F, VL, DQ, BW, as the other kernels ask)
+/// and AVX512-BF16 (`NN_NO_AVX512=1` turns it off with the rest).
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| super::vmath::has_avx512() && std::arch::is_x86_feature_detected!("avx512bf16"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A `bf16` matrix read through strides: element `(i, j)` at `offset + i rs + j cs`.
+#[derive(Clone, Copy)]
+pub(crate) struct Strided<'a> {
+    /// The buffer.
+    pub data: &'a [bf16],
+    /// Where element `(0, 0)` is.
+    pub offset: usize,
+    /// Elements between rows.
+    pub rs: usize,
+    /// Elements between columns.
+    pub cs: usize,
+}
+
+impl Strided<'_> {
+    /// The bits of element `(i, j)`.
+    #[inline(always)]
+    fn bits(&self, i: usize, j: usize) -> u32 {
+        self.data[self.offset + i * self.rs + j * self.cs].to_bits() as u32
+    }
+}
+
+/// `c = a b` for `a: [m, k]` and `b: [k, n]`, `c` row-major `[m, n]` `f32`, every slot
+/// written. Parts of rows in parallel when the product is large.
+///
+/// # Panics
+/// When [`available`] is false (the caller checks).
+pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>, c: &mut [f32]) {
+    assert!(available(), "gemm_bf16: this CPU has no AVX512-BF16");
+    assert!(c.len() >= m * n, "gemm_bf16: output of {} for [{m}, {n}]", c.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    let bp = pack_b(b, k, n);
+    let large = m * k * n >= 1 << 21;
+    let threads = if large { team::threads_for_large() } else { 1 };
+    // Parts of whole register tiles of rows.
+    let rows = m.div_ceil(threads).div_ceil(MR) * MR;
+    team::for_chunks_with(large, &mut c[..m * n], rows * n, |q, part| {
+        let r0 = q * rows;
+        let mr = part.len() / n;
+        // SAFETY: `available()` (checked above): the CPU has the target features.
+        unsafe { avx512::rows(r0, mr, k, n, a, &bp, part) };
+    });
+}
+
+/// `b` packed in panels of [`NR`] columns, each `[pairs][NR]` words holding `(b[2p][j],
+/// b[2p + 1][j])` (low half, high half; zero past `k` and past `n`).
+fn pack_b(b: Strided<'_>, k: usize, n: usize) -> Vec<u32> {
+    let pairs = k.div_ceil(2);
+    let panels = n.div_ceil(NR);
+    let mut out = vec![0u32; panels * pairs * NR];
+    for jp in 0..panels {
+        let panel = &mut out[jp * pairs * NR..(jp + 1) * pairs * NR];
+        for j in 0..NR.min(n - jp * NR) {
+            let col = jp * NR + j;
+            for p in 0..pairs {
+                let lo = b.bits(2 * p, col);
+                let hi = if 2 * p + 1 < k { b.bits(2 * p + 1, col) } else { 0 };
+                panel[p * NR + j] = lo | (hi << 16);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Strided, KC, MR, NR};
+
+    /// Rows `r0..r0 + mr` of the product into `c` (`[mr, n]` row-major), block by block
+    /// of [`KC`] pairs: `A`'s rows packed per block, every `B` panel against every row
+    /// tile.
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,avx2,fma")]
+    pub(super) unsafe fn rows(r0: usize, mr: usize, k: usize, n: usize, a: Strided<'_>, bp: &[u32], c: &mut [f32]) {
+        let pairs = k.div_ceil(2);
+        let tiles = mr.div_ceil(MR);
+        let mut ap = vec![0u32; tiles * KC.min(pairs.max(1)) * MR];
+        let mut p0 = 0;
+        // k = 0: no block runs; the output is zeros.
+        if pairs == 0 {
+            c.fill(0.0);
+            return;
+        }
+        while p0 < pairs {
+            let kc = KC.min(pairs - p0);
+            // A's rows for this block: [tile][pair][MR].
+            for t in 0..tiles {
+                let dst = &mut ap[t * kc * MR..(t + 1) * kc * MR];
+                for r in 0..MR.min(mr - t * MR) {
+                    let row = r0 + t * MR + r;
+                    for p in 0..kc {
+                        let kk = 2 * (p0 + p);
+                        let lo = a.bits(row, kk);
+                        let hi = if kk + 1 < k { a.bits(row, kk + 1) } else { 0 };
+                        dst[p * MR + r] = lo | (hi << 16);
+                    }
+                }
+                // Rows past the matrix: zeros (their sums are computed and not stored).
+                for r in MR.min(mr - t * MR)..MR {
+                    for p in 0..kc {
+                        dst[p * MR + r] = 0;
+                    }
+                }
+            }
+            for jp in 0..n.div_ceil(NR) {
+                let panel = &bp[(jp * pairs + p0) * NR..];
+                let cols = NR.min(n - jp * NR);
+                for t in 0..tiles {
+                    let rows = MR.min(mr - t * MR);
+                    // SAFETY: the tile's `rows` rows and `cols` columns are inside `c`
+                    // (row stride `n`), `ap` and `panel` hold `kc` pairs, and this
+                    // function's callers guarantee the CPU features.
+                    unsafe {
+                        let ct = c.as_mut_ptr().add(t * MR * n + jp * NR);
+                        tile(&ap[t * kc * MR..], panel, kc, ct, n, (rows, cols), p0 == 0);
+                    }
+                }
+            }
+            p0 += kc;
+        }
+    }
+
+    /// One `MR x NR` tile: `c (+)= a b` over `kc` pairs, `a` `[kc][MR]` and `b` `[kc][NR]`
+    /// words of two `bf16`; `first` starts from zero, else from `c`. Only the `rows x
+    /// cols` corner of `c` is read and written.
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,avx2,fma")]
+    #[inline]
+    unsafe fn tile(
+        a: &[u32],
+        b: &[u32],
+        kc: usize,
+        c: *mut f32,
+        ldc: usize,
+        (rows, cols): (usize, usize),
+        first: bool,
+    ) {
+        // SAFETY: `a` and `b` hold `kc` pairs of rows (checked by the slicing below), the
+        // caller guarantees that `c`'s `rows x cols` corner (row stride `ldc`) is writable
+        // and the CPU features; a 512-bit integer vector and `__m512bh` have one layout.
+        unsafe {
+            let mask = |h: usize| -> __mmask16 {
+                let valid = cols.saturating_sub(16 * h).min(16);
+                ((1u32 << valid) - 1) as __mmask16
+            };
+            let masks = [mask(0), mask(1)];
+            let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+            if !first {
+                for (r, row) in acc.iter_mut().enumerate().take(rows) {
+                    for (h, v) in row.iter_mut().enumerate() {
+                        *v = _mm512_maskz_loadu_ps(masks[h], c.add(r * ldc + 16 * h));
+                    }
+                }
+            }
+            let (a, b) = (&a[..kc * MR], &b[..kc * NR]);
+            for p in 0..kc {
+                let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.as_ptr().add(p * NR).cast()));
+                let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(b.as_ptr().add(p * NR + 16).cast()));
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(a[p * MR + r] as i32));
+                    row[0] = _mm512_dpbf16_ps(row[0], av, b0);
+                    row[1] = _mm512_dpbf16_ps(row[1], av, b1);
+                }
+            }
+            for (r, row) in acc.iter().enumerate().take(rows) {
+                for (h, v) in row.iter().enumerate() {
+                    _mm512_mask_storeu_ps(c.add(r * ldc + 16 * h), masks[h], *v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512 {
+    use super::Strided;
+
+    /// Never called: [`super::available`] is false here.
+    pub(super) unsafe fn rows(_: usize, _: usize, _: usize, _: usize, _: Strided<'_>, _: &[u32], _: &mut [f32]) {
+        unreachable!("gemm_bf16 without AVX512-BF16")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::bf16;
+
+    use super::{available, gemm, Strided};
+
+    /// Deterministic values of a few bits of mantissa (so that `bf16` holds them and the
+    /// `f32` sums of their products are exact in any order).
+    fn values(len: usize, seed: u32) -> Vec<bf16> {
+        (0..len)
+            .map(|i| bf16::from_f32((((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 17) as f32 / 4.0 - 2.0))
+            .collect()
+    }
+
+    /// Every shape class (tile edges in m, n, odd k, one block and several of k), both
+    /// operands in both orientations: equal to the `f64` product (exact here).
+    #[test]
+    fn products_match_the_exact_product() {
+        if !available() {
+            eprintln!("no AVX512-BF16 here: nothing to test");
+            return;
+        }
+        for &(m, k, n) in &[(1, 1, 1), (12, 2, 32), (13, 3, 33), (25, 517, 70), (7, 1030, 5), (40, 64, 96)] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let (av, bv) = (values(m * k, 1), values(k * n, 2));
+                let a = if ta {
+                    Strided { data: &av, offset: 0, rs: 1, cs: m }
+                } else {
+                    Strided { data: &av, offset: 0, rs: k, cs: 1 }
+                };
+                let b = if tb {
+                    Strided { data: &bv, offset: 0, rs: 1, cs: k }
+                } else {
+                    Strided { data: &bv, offset: 0, rs: n, cs: 1 }
+                };
+                let mut c = vec![f32::NAN; m * n];
+                gemm(m, k, n, a, b, &mut c);
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|p| {
+                                let x = av[if ta { p * m + i } else { i * k + p }].to_f64();
+                                let y = bv[if tb { j * k + p } else { p * n + j }].to_f64();
+                                x * y
+                            })
+                            .sum();
+                        let got = c[i * n + j];
+                        assert_eq!(got as f64, want, "[{m}, {k}, {n}] ta {ta} tb {tb} at ({i}, {j})");
+                    }
+                }
+            }
+        }
+    }
+}
