@@ -64,42 +64,103 @@ impl Strided<'_> {
 /// # Panics
 /// When [`available`] is false (the caller checks).
 pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>, c: &mut [f32]) {
-    assert!(available(), "gemm_bf16: this CPU has no AVX512-BF16");
-    assert!(c.len() >= m * n, "gemm_bf16: output of {} for [{m}, {n}]", c.len());
-    if m == 0 || n == 0 {
-        return;
-    }
-    let bp = pack_b(b, k, n);
-    let large = m * k * n >= 1 << 21;
-    let threads = if large { team::threads_for_large() } else { 1 };
-    // Parts of whole register tiles of rows.
-    let rows = m.div_ceil(threads).div_ceil(MR) * MR;
-    team::for_chunks_with(large, &mut c[..m * n], rows * n, |q, part| {
-        let r0 = q * rows;
-        let mr = part.len() / n;
-        // SAFETY: `available()` (checked above): the CPU has the target features.
-        unsafe { avx512::rows(r0, mr, k, n, a, &bp, part) };
+    run(m, k, n, a, b, &mut c[..m * n], |_, sums, out: &mut [f32]| out.copy_from_slice(sums));
+}
+
+/// [`gemm`] with the sums rounded to `bf16` (once each) into `c`, each part of rows by
+/// the thread that computed it.
+pub(crate) fn gemm_to_bf16(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>, c: &mut [bf16]) {
+    run(m, k, n, a, b, &mut c[..m * n], |_, sums, out: &mut [bf16]| {
+        for (o, &s) in out.iter_mut().zip(sums) {
+            *o = bf16::from_f32(s);
+        }
     });
 }
 
+/// The product in parts of whole register tiles of rows, in parallel when it is large:
+/// each part's `f32` sums go to `finish(first row, sums, the part of c)`.
+fn run<T: Send>(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Strided<'_>,
+    b: Strided<'_>,
+    c: &mut [T],
+    finish: impl Fn(usize, &[f32], &mut [T]) + Sync,
+) {
+    assert!(available(), "gemm_bf16: this CPU has no AVX512-BF16");
+    assert!(c.len() == m * n, "gemm_bf16: output of {} for [{m}, {n}]", c.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    let large = m * k * n >= 1 << 21;
+    let threads = if large { team::threads_for_large() } else { 1 };
+    let mut bp = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().b));
+    pack_b(b, k, n, large, threads, &mut bp);
+    let rows = m.div_ceil(threads).div_ceil(MR) * MR;
+    team::for_chunks_with(large, c, rows * n, |q, part| {
+        let r0 = q * rows;
+        let mr = part.len() / n;
+        let (mut sums, mut ap) = SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            (std::mem::take(&mut s.sums), std::mem::take(&mut s.a))
+        });
+        // Every slot is written by the first block of `k` (or zeroed for `k = 0`).
+        sums.resize(part.len(), 0.0);
+        // SAFETY: `available()` (checked above): the CPU has the target features.
+        unsafe { avx512::rows(r0, mr, k, n, a, &bp, &mut ap, &mut sums) };
+        finish(r0, &sums, part);
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            (s.sums, s.a) = (sums, ap);
+        });
+    });
+    SCRATCH.with(|s| s.borrow_mut().b = bp);
+}
+
+/// Buffers kept per thread between products: fresh ones of these sizes came from `mmap`
+/// and were unmapped after every call (page faults and unmapping were a quarter of a
+/// 1024 x 1024 product's time, 2-vCPU Zen 5).
+#[derive(Default)]
+struct Scratch {
+    /// Packed `B`.
+    b: Vec<u32>,
+    /// Packed rows of `A`.
+    a: Vec<u32>,
+    /// A part's `f32` sums.
+    sums: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
 /// `b` packed in panels of [`NR`] columns, each `[pairs][NR]` words holding `(b[2p][j],
-/// b[2p + 1][j])` (low half, high half; zero past `k` and past `n`).
-fn pack_b(b: Strided<'_>, k: usize, n: usize) -> Vec<u32> {
+/// b[2p + 1][j])` (low half, high half; zero past `k` and past `n`); panels in parallel
+/// when the product is large.
+fn pack_b(b: Strided<'_>, k: usize, n: usize, large: bool, threads: usize, out: &mut Vec<u32>) {
     let pairs = k.div_ceil(2);
     let panels = n.div_ceil(NR);
-    let mut out = vec![0u32; panels * pairs * NR];
-    for jp in 0..panels {
-        let panel = &mut out[jp * pairs * NR..(jp + 1) * pairs * NR];
-        for j in 0..NR.min(n - jp * NR) {
-            let col = jp * NR + j;
+    // Zeros where a panel passes `n` (only those slots are not written below).
+    out.clear();
+    out.resize(panels * pairs * NR, 0);
+    let per = panels.div_ceil(threads).max(1);
+    team::for_chunks_with(large, out, (per * pairs * NR).max(1), |q, part| {
+        // Along `b`'s rows (contiguous in a row-major `b`): walking down its columns
+        // instead read a new cache line per element.
+        for (i, panel) in part.chunks_mut((pairs * NR).max(1)).enumerate() {
+            let jp = q * per + i;
+            let cols = NR.min(n - jp * NR);
             for p in 0..pairs {
-                let lo = b.bits(2 * p, col);
-                let hi = if 2 * p + 1 < k { b.bits(2 * p + 1, col) } else { 0 };
-                panel[p * NR + j] = lo | (hi << 16);
+                for j in 0..cols {
+                    let col = jp * NR + j;
+                    let lo = b.bits(2 * p, col);
+                    let hi = if 2 * p + 1 < k { b.bits(2 * p + 1, col) } else { 0 };
+                    panel[p * NR + j] = lo | (hi << 16);
+                }
             }
         }
-    }
-    out
+    });
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -112,10 +173,21 @@ mod avx512 {
     /// of [`KC`] pairs: `A`'s rows packed per block, every `B` panel against every row
     /// tile.
     #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,avx2,fma")]
-    pub(super) unsafe fn rows(r0: usize, mr: usize, k: usize, n: usize, a: Strided<'_>, bp: &[u32], c: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn rows(
+        r0: usize,
+        mr: usize,
+        k: usize,
+        n: usize,
+        a: Strided<'_>,
+        bp: &[u32],
+        ap: &mut Vec<u32>,
+        c: &mut [f32],
+    ) {
         let pairs = k.div_ceil(2);
         let tiles = mr.div_ceil(MR);
-        let mut ap = vec![0u32; tiles * KC.min(pairs.max(1)) * MR];
+        // Every slot of a block is written below before it is read.
+        ap.resize(tiles * KC.min(pairs.max(1)) * MR, 0);
         let mut p0 = 0;
         // k = 0: no block runs; the output is zeros.
         if pairs == 0 {
@@ -216,7 +288,17 @@ mod avx512 {
     use super::Strided;
 
     /// Never called: [`super::available`] is false here.
-    pub(super) unsafe fn rows(_: usize, _: usize, _: usize, _: usize, _: Strided<'_>, _: &[u32], _: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn rows(
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: Strided<'_>,
+        _: &[u32],
+        _: &mut Vec<u32>,
+        _: &mut [f32],
+    ) {
         unreachable!("gemm_bf16 without AVX512-BF16")
     }
 }

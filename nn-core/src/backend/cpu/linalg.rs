@@ -56,13 +56,13 @@ pub(crate) fn matmul_bf16(
     let (ba, bb) = (broadcast_batch(la, batch), broadcast_batch(lb, batch));
     let mut offsets = Vec::with_capacity(batch.iter().product());
     for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| offsets.push((oa, ob)));
-    let mut out = vec![0f32; offsets.len() * m * n];
+    let mut out = vec![half::bf16::ZERO; offsets.len() * m * n];
     for (q, &(oa, ob)) in offsets.iter().enumerate() {
         let a = gemm_bf16::Strided { data: av, offset: oa, rs: la.strides()[ra - 2], cs: la.strides()[ra - 1] };
         let b = gemm_bf16::Strided { data: bv, offset: ob, rs: lb.strides()[rb - 2], cs: lb.strides()[rb - 1] };
-        gemm_bf16::gemm(m, k, n, a, b, &mut out[q * m * n..(q + 1) * m * n]);
+        gemm_bf16::gemm_to_bf16(m, k, n, a, b, &mut out[q * m * n..(q + 1) * m * n]);
     }
-    Some(CpuStorage::BF16(out.iter().map(|&x| half::bf16::from_f32(x)).collect()))
+    Some(CpuStorage::BF16(out))
 }
 
 /// `beta * input + alpha * a @ b` (see [`addmm`]) for `bf16` operands on a CPU with
