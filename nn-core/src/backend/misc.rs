@@ -36,7 +36,13 @@ impl Storage {
     pub(crate) fn quantile(&self, rows: &Layout, n: usize, q: f64) -> [Storage; 4] {
         let len = rows.numel() / n.max(1);
         match self {
-            Storage::Cpu(x) => cpu::misc::quantile(x, rows, n, q).map(Storage::Cpu),
+            Storage::Cpu(x) => {
+                let [y, below, above, w] =
+                    cpu::widen::through_f32([x], [x.dtype(), DType::I64, DType::I64, x.dtype()], |[x]| {
+                        cpu::misc::quantile(x, rows, n, q)
+                    });
+                [y, below, above, w].map(Storage::Cpu)
+            }
             #[cfg(feature = "gpu")]
             Storage::Gpu(g) => {
                 cpu::misc::quantile(&g.host("quantile"), rows, n, q).map(|c| super::gpu::upload_result(g.ctx(), c))

@@ -146,8 +146,10 @@ impl Storage {
         let len = pl.planes * pl.ho * pl.wo;
         match self {
             Storage::Cpu(x) => {
-                let (values, argmax) = cpu::pooling::max_pool2d(x, pool);
-                (Storage::Cpu(values), Argmax::Cpu(argmax))
+                // Half types through f32, as `Storage::run` does for the other kernels.
+                let wide = cpu::widen::widen(x);
+                let (values, argmax) = cpu::pooling::max_pool2d(wide.as_ref().unwrap_or(x), pool);
+                (Storage::Cpu(cpu::widen::narrow(values, x.dtype())), Argmax::Cpu(argmax))
             }
             Storage::Meta { dtype, .. } => (Storage::Meta { dtype: *dtype, len }, Argmax::Meta { len }),
             #[cfg(feature = "gpu")]
@@ -165,7 +167,11 @@ impl Storage {
     pub(crate) fn max_pool2d_backward(&self, argmax: &Argmax, pool: &MaxPool) -> Storage {
         let pl = &pool.planes;
         match (self, argmax) {
-            (Storage::Cpu(g), Argmax::Cpu(a)) => Storage::Cpu(cpu::pooling::max_pool2d_backward(g, a, pool)),
+            (Storage::Cpu(g), Argmax::Cpu(a)) => {
+                let wide = cpu::widen::widen(g);
+                let dx = cpu::pooling::max_pool2d_backward(wide.as_ref().unwrap_or(g), a, pool);
+                Storage::Cpu(cpu::widen::narrow(dx, g.dtype()))
+            }
             #[cfg(feature = "gpu")]
             (Storage::Gpu(g), Argmax::Cpu(a)) => super::gpu::upload_result(
                 g.ctx(),

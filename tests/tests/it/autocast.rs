@@ -156,6 +156,7 @@ fn scopes_nest_disable_and_restore() {
 
 #[test]
 fn master_weights_stay_f32_and_get_f32_gradients() {
+    nn_core::manual_seed(7);
     let w = Tensor::randn(&[4, 3]).requires_grad_(true);
     let b = Tensor::randn(&[4]).requires_grad_(true);
     let x = Tensor::randn(&[5, 3]);
@@ -163,7 +164,9 @@ fn master_weights_stay_f32_and_get_f32_gradients() {
     let loss = autocast(Device::Cpu, DType::BF16, || {
         let logits = F::linear(&x, &w, Some(&b));
         assert_eq!(logits.dtype(), DType::BF16);
-        let loss = F::cross_entropy(&logits.relu(), &t);
+        // (No ReLU here: a logit near 0 can change sides when rounded to bf16, and its
+        // gradient with it.)
+        let loss = F::cross_entropy(&logits, &t);
         assert_eq!(loss.dtype(), DType::F32);
         loss
     });
@@ -172,7 +175,7 @@ fn master_weights_stay_f32_and_get_f32_gradients() {
     assert_eq!((gw.dtype(), gb.dtype()), (DType::F32, DType::F32));
     // Close to the f32 gradient (bf16 has 8 bits of mantissa).
     let w32 = w.detach().requires_grad_(true);
-    F::cross_entropy(&F::linear(&x, &w32, Some(&b.detach())).relu(), &t).backward();
+    F::cross_entropy(&F::linear(&x, &w32, Some(&b.detach())), &t).backward();
     let (g16, g32) = (gw.to_vec(), w32.grad().expect("a gradient").to_vec());
     let scale = g32.iter().fold(0f32, |m, v| m.max(v.abs()));
     for (a, e) in g16.iter().zip(&g32) {
@@ -190,4 +193,82 @@ fn an_autocast_dtype_that_is_not_half_is_refused() {
 #[should_panic(expected = "autocast: only the CPU is supported, got gpu:0")]
 fn gpu_autocast_is_refused_for_now() {
     let _g = AutocastGuard::new(Device::Gpu(0), DType::F16);
+}
+
+/// A CNN (convolution, batch norm with f32 statistics, max pooling, linear) and a
+/// Transformer encoder layer (attention, layer norm, GELU) train under both half dtypes:
+/// the loss is f32 and close to the f32 model's, every gradient is f32.
+#[test]
+fn a_cnn_and_a_transformer_layer_step_under_autocast() {
+    use nn_core::{manual_seed, Forward, Module};
+    use nn_layers::{
+        BatchNorm2d, Conv2d, Conv2dConfig as LayerConv, Flatten, Linear, MaxPool2d, ReLU, Sequential,
+        TransformerEncoderLayer, TransformerEncoderLayerConfig,
+    };
+    manual_seed(0);
+    let cnn = Sequential::new()
+        .add(Conv2d::with_config(1, 4, 3, LayerConv { padding: 1, ..Default::default() }))
+        .add(BatchNorm2d::new(4))
+        .add(ReLU::new())
+        .add(MaxPool2d::new(2))
+        .add(Flatten::new())
+        .add(Linear::new(4 * 4 * 4, 3));
+    let x = Tensor::randn(&[6, 1, 8, 8]);
+    let y = Tensor::from_vec_i64(vec![0, 1, 2, 0, 1, 2], &[6]);
+    let want = F::cross_entropy(&cnn.forward(&x), &y).item();
+    for h in [DType::BF16, DType::F16] {
+        cnn.zero_grad();
+        let loss = autocast(Device::Cpu, h, || F::cross_entropy(&cnn.forward(&x), &y));
+        assert_eq!(loss.dtype(), DType::F32);
+        assert!((loss.item() - want).abs() <= 0.02 * want.abs() + 0.01, "{h}: {} vs {want}", loss.item());
+        loss.backward();
+        for (name, p) in cnn.named_parameters() {
+            assert_eq!(p.grad().unwrap_or_else(|| panic!("{name}: no gradient")).dtype(), DType::F32, "{name}");
+        }
+    }
+    let c =
+        TransformerEncoderLayerConfig { dim_feedforward: 32, dropout: 0.0, batch_first: true, ..Default::default() };
+    let layer = TransformerEncoderLayer::with_config(16, 2, c);
+    let x = Tensor::randn(&[2, 5, 16]);
+    let want = layer.forward(&x).square().mean().item();
+    for h in [DType::BF16, DType::F16] {
+        layer.zero_grad();
+        let loss = autocast(Device::Cpu, h, || layer.forward(&x).square().mean());
+        assert!((loss.to_dtype(DType::F32).item() - want).abs() <= 0.03 * want.abs(), "{h}");
+        loss.backward();
+        for (name, p) in layer.named_parameters() {
+            assert_eq!(p.grad().unwrap_or_else(|| panic!("{name}: no gradient")).dtype(), DType::F32, "{name}");
+        }
+    }
+}
+
+/// bf16 matrix products (the AVX512-BF16 kernel where the CPU has it) equal the f32
+/// products of the same bf16 values rounded once, for every layout a model makes:
+/// transposed views, batches, a broadcast operand, odd inner sizes, `addmm` with a bias.
+#[test]
+fn bf16_products_are_the_f32_products_of_the_same_values() {
+    let bf = |t: Tensor| t.to_dtype(DType::BF16);
+    let close = |got: &Tensor, want: &Tensor, what: &str| {
+        assert_eq!(got.dtype(), DType::BF16, "{what}");
+        let want = want.to_dtype(DType::BF16).to_vec();
+        for (i, (g, w)) in got.to_vec().iter().zip(&want).enumerate() {
+            // Sums in another order, rounded to bf16: within 2 bf16 ulps (2^-7 relative).
+            assert!((g - w).abs() <= w.abs() / 64.0 + 1e-6, "{what}[{i}]: {g} vs {w}");
+        }
+    };
+    for &(m, k, n) in &[(5, 3, 4), (13, 7, 33), (40, 65, 70), (2, 1, 3)] {
+        let (a, b) = (bf(Tensor::randn(&[m, k])), bf(Tensor::randn(&[k, n])));
+        let f = |t: &Tensor| t.to_dtype(DType::F32);
+        close(&a.matmul(&b), &f(&a).matmul(&f(&b)), "a b");
+        let bt = bf(Tensor::randn(&[n, k]));
+        close(&a.matmul(&bt.t()), &f(&a).matmul(&f(&bt).t()), "a bt^T");
+        let at = bf(Tensor::randn(&[k, m]));
+        close(&at.t().matmul(&b), &f(&at).t().matmul(&f(&b)), "at^T b");
+        let bias = bf(Tensor::randn(&[n]));
+        close(&F::linear(&a, &bt, Some(&bias)), &F::linear(&f(&a), &f(&bt), Some(&f(&bias))), "linear");
+        let (ba, bb) = (bf(Tensor::randn(&[3, m, k])), bf(Tensor::randn(&[k, n])));
+        close(&ba.matmul(&bb), &f(&ba).matmul(&f(&bb)), "batched, broadcast b");
+        let (qa, qb) = (bf(Tensor::randn(&[2, 3, m, k])), bf(Tensor::randn(&[2, 3, n, k])));
+        close(&qa.matmul(&qb.transpose(-1, -2)), &f(&qa).matmul(&f(&qb).transpose(-1, -2)), "batched, transposed b");
+    }
 }

@@ -27,7 +27,7 @@ pub(crate) fn through_f32<const N: usize, const M: usize>(
 }
 
 /// The `f32` copy of a half-type buffer; `None` for other types.
-fn widen(s: &CpuStorage) -> Option<CpuStorage> {
+pub(crate) fn widen(s: &CpuStorage) -> Option<CpuStorage> {
     match s {
         CpuStorage::F16(v) => Some(CpuStorage::F32(v.iter().map(|x| x.to_f32()).collect())),
         CpuStorage::BF16(v) => Some(CpuStorage::F32(v.iter().map(|x| x.to_f32()).collect())),
@@ -36,7 +36,7 @@ fn widen(s: &CpuStorage) -> Option<CpuStorage> {
 }
 
 /// `s` rounded to `dtype` when `s` is `f32` and `dtype` a half type; `s` otherwise.
-fn narrow(s: CpuStorage, dtype: DType) -> CpuStorage {
+pub(crate) fn narrow(s: CpuStorage, dtype: DType) -> CpuStorage {
     match (&s, dtype) {
         (CpuStorage::F32(v), DType::F16) => CpuStorage::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
         (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
