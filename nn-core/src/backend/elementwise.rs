@@ -222,7 +222,7 @@ impl Storage {
         if let Some(out) = super::gpu::interface::convert(self, l, self.dtype()) {
             return Storage::Gpu(out);
         }
-        Storage::run([self], (self.dtype(), l.numel()), |[x]| x.gather_layout(l))
+        Storage::run_exact([self], (self.dtype(), l.numel()), |[x]| x.gather_layout(l))
     }
 
     /// The elements `l` selects, converted to `dtype` (copied as they are when it is
@@ -232,7 +232,7 @@ impl Storage {
         if let Some(out) = super::gpu::interface::convert(self, l, dtype) {
             return Storage::Gpu(out);
         }
-        Storage::run([self], (dtype, l.numel()), |[x]| x.convert_layout(l, dtype))
+        Storage::run_exact([self], (dtype, l.numel()), |[x]| x.convert_layout(l, dtype))
     }
 
     /// In-place integer arithmetic on an `i64` buffer: `dst = f(dst, rhs)` at the

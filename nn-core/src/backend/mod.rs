@@ -281,14 +281,37 @@ impl Storage {
     /// The one place the meta device is handled: runs `cpu` on the operands' CPU buffers,
     /// or returns a meta buffer of `dtype` and `len` when any operand is a meta buffer. GPU
     /// operands reaching here have no native kernel for this method yet: `cpu` runs on host
-    /// copies and the result is uploaded (the host path, counted per method).
+    /// copies and the result is uploaded (the host path, counted per method). On the CPU,
+    /// `f16`/`bf16` operands are widened to `f32` for the kernel and its result rounded back
+    /// (`cpu::widen`).
     fn run<const N: usize, F: FnOnce([&CpuStorage; N]) -> CpuStorage>(
+        operands: [&Storage; N],
+        meta: (DType, usize),
+        cpu: F,
+    ) -> Storage {
+        Storage::run_with(true, operands, meta, cpu)
+    }
+
+    /// [`run`](Storage::run) for the kernels that take every dtype as it is (copies and
+    /// conversions): half-type operands go to the kernel unwidened.
+    fn run_exact<const N: usize, F: FnOnce([&CpuStorage; N]) -> CpuStorage>(
+        operands: [&Storage; N],
+        meta: (DType, usize),
+        cpu: F,
+    ) -> Storage {
+        Storage::run_with(false, operands, meta, cpu)
+    }
+
+    /// [`run`](Storage::run), widening half types or not.
+    fn run_with<const N: usize, F: FnOnce([&CpuStorage; N]) -> CpuStorage>(
+        widen: bool,
         operands: [&Storage; N],
         (dtype, len): (DType, usize),
         cpu: F,
     ) -> Storage {
         match Storage::placement(operands) {
             Placement::Meta => Storage::Meta { dtype, len },
+            Placement::Cpu if !widen => Storage::Cpu(cpu(operands.map(Storage::cpu_ref))),
             Placement::Cpu => {
                 let [y] = cpu::widen::through_f32(operands.map(Storage::cpu_ref), [dtype], |o| [cpu(o)]);
                 Storage::Cpu(y)

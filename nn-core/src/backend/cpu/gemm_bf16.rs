@@ -72,7 +72,7 @@ pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>,
 pub(crate) fn gemm_to_bf16(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>, c: &mut [bf16]) {
     run(m, k, n, a, b, &mut c[..m * n], |_, sums, out: &mut [bf16]| {
         for (o, &s) in out.iter_mut().zip(sums) {
-            *o = bf16::from_f32(s);
+            *o = super::widen::f32_to_bf16(s);
         }
     });
 }

@@ -86,17 +86,25 @@ pub(crate) fn addmm_bf16(
     gemm_bf16::gemm(m, k, n, sa, sb, &mut out);
     let (beta, alpha) = (beta as f32, alpha as f32);
     let (ri, ci) = (li.strides()[0], li.strides()[1]);
-    let rows = out.chunks_mut(n.max(1)).enumerate();
-    Some(CpuStorage::BF16(
-        rows.flat_map(|(i, row)| {
-            row.iter().enumerate().map(move |(j, &p)| {
-                // With beta = 0 the input is not read (BLAS semantics, as `addmm`).
-                let x = if beta == 0.0 { 0.0 } else { beta * iv[li.offset() + i * ri + j * ci].to_f32() };
-                half::bf16::from_f32(alpha.mul_add(p, x))
-            })
-        })
-        .collect(),
-    ))
+    let mut y = vec![half::bf16::ZERO; m * n];
+    for (i, (row, dst)) in out.chunks(n.max(1)).zip(y.chunks_mut(n.max(1))).enumerate() {
+        let at = li.offset() + i * ri;
+        if beta == 0.0 {
+            // The input is not read (BLAS semantics, as `addmm`).
+            for (d, &p) in dst.iter_mut().zip(row) {
+                *d = super::widen::f32_to_bf16(alpha * p);
+            }
+        } else if ci == 1 {
+            for ((d, &p), x) in dst.iter_mut().zip(row).zip(&iv[at..at + n]) {
+                *d = super::widen::f32_to_bf16(alpha * p + beta * super::widen::bf16_to_f32(*x));
+            }
+        } else {
+            for (j, (d, &p)) in dst.iter_mut().zip(row).enumerate() {
+                *d = super::widen::f32_to_bf16(alpha * p + beta * super::widen::bf16_to_f32(iv[at + j * ci]));
+            }
+        }
+    }
+    Some(CpuStorage::BF16(y))
 }
 
 /// Below this many multiply-adds per matrix, batches are spread over threads (each GEMM

@@ -274,6 +274,18 @@ impl CpuStorage {
             }
             out
         }
+        // bf16 and f32 both ways, contiguous (autocast's casts): the vectorizing forms.
+        if let Some(r) = layout.contiguous_range() {
+            match (self, dtype) {
+                (CpuStorage::F32(v), DType::BF16) => {
+                    return CpuStorage::BF16(v[r].iter().map(|&x| widen::f32_to_bf16(x)).collect());
+                }
+                (CpuStorage::BF16(v), DType::F32) => {
+                    return CpuStorage::F32(v[r].iter().map(|&x| widen::bf16_to_f32(x)).collect());
+                }
+                _ => {}
+            }
+        }
         with_cpu!(self, S, v => match dtype {
             DType::F32 => CpuStorage::F32(conv::<S, f32>(v, layout)),
             DType::F64 => CpuStorage::F64(conv::<S, f64>(v, layout)),

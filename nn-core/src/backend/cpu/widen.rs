@@ -26,11 +26,28 @@ pub(crate) fn through_f32<const N: usize, const M: usize>(
     results.map(|r| narrow(r, outs.next().expect("one dtype per result")))
 }
 
+/// `x` as an `f32` (exact: a `bf16` is the top half of an `f32`). A shift, so that loops
+/// over it vectorize (`bf16::to_f32` did not).
+#[inline(always)]
+pub(crate) fn bf16_to_f32(x: bf16) -> f32 {
+    f32::from_bits((x.to_bits() as u32) << 16)
+}
+
+/// `x` rounded to the nearest `bf16`, ties to even; NaN stays NaN (quieted), infinities
+/// and overflow give infinities: `bf16::from_f32`'s values, branch-free so that loops over
+/// it vectorize.
+#[inline(always)]
+pub(crate) fn f32_to_bf16(x: f32) -> bf16 {
+    let b = x.to_bits();
+    let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+    bf16::from_bits(if x.is_nan() { (b >> 16) | 0x40 } else { rounded } as u16)
+}
+
 /// The `f32` copy of a half-type buffer; `None` for other types.
 pub(crate) fn widen(s: &CpuStorage) -> Option<CpuStorage> {
     match s {
         CpuStorage::F16(v) => Some(CpuStorage::F32(v.iter().map(|x| x.to_f32()).collect())),
-        CpuStorage::BF16(v) => Some(CpuStorage::F32(v.iter().map(|x| x.to_f32()).collect())),
+        CpuStorage::BF16(v) => Some(CpuStorage::F32(v.iter().map(|&x| bf16_to_f32(x)).collect())),
         _ => None,
     }
 }
@@ -39,7 +56,34 @@ pub(crate) fn widen(s: &CpuStorage) -> Option<CpuStorage> {
 pub(crate) fn narrow(s: CpuStorage, dtype: DType) -> CpuStorage {
     match (&s, dtype) {
         (CpuStorage::F32(v), DType::F16) => CpuStorage::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-        (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+        (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(v.iter().map(|&x| f32_to_bf16(x)).collect()),
         _ => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::bf16;
+
+    use super::{bf16_to_f32, f32_to_bf16};
+
+    /// The fast conversions give the `half` crate's values, on a sweep of the whole `f32`
+    /// range (ties, subnormals, overflow, infinities and NaN included) and on every `bf16`.
+    #[test]
+    fn the_bf16_conversions_are_the_half_crates() {
+        for bits in (0..=u32::MAX).step_by(997).chain([0x7f7f_ffff, 0x3f80_8000, 0x3f81_8000, 0x7fc0_0001, 0xff80_0000])
+        {
+            let x = f32::from_bits(bits);
+            assert_eq!(f32_to_bf16(x).to_bits(), bf16::from_f32(x).to_bits(), "{x:e} ({bits:#x})");
+        }
+        for bits in 0..=u16::MAX {
+            let h = bf16::from_bits(bits);
+            if h.is_nan() {
+                // NaN stays NaN (the crate also sets the quiet bit of a signalling one).
+                assert!(bf16_to_f32(h).is_nan(), "{bits:#x}");
+            } else {
+                assert_eq!(bf16_to_f32(h).to_bits(), h.to_f32().to_bits(), "{bits:#x}");
+            }
+        }
     }
 }
