@@ -25,7 +25,7 @@ use crate::tensor::Tensor;
 /// ```
 #[track_caller]
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    if let Some(y) = crate::amp::cast3("linear", x, weight, bias, linear) {
+    if let Some(y) = crate::autograd::autocast::cast3("linear", x, weight, bias, linear) {
         return y;
     }
     let _t = crate::autograd::trace::op_with("linear", &[x, weight], &[bias], Vec::new);

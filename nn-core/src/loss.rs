@@ -85,7 +85,7 @@ pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
 /// [`nll_loss`] with options (label smoothing is ignored here, as in PyTorch).
 #[track_caller]
 pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossConfig) -> Tensor {
-    if let Some(y) = crate::amp::cast2("nll_loss", input, target, |i, t| nll_loss_with(i, t, opt)) {
+    if let Some(y) = crate::autograd::autocast::cast2("nll_loss", input, target, |i, t| nll_loss_with(i, t, opt)) {
         return y;
     }
     let (x, t, c) = flatten_class("nll_loss", input, target);
@@ -138,7 +138,9 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Tensor {
 /// formula: `(1 - s) * nll + s * mean over classes of -log p`).
 #[track_caller]
 pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossConfig) -> Tensor {
-    if let Some(y) = crate::amp::cast2("cross_entropy", logits, target, |l, t| cross_entropy_with(l, t, opt)) {
+    if let Some(y) =
+        crate::autograd::autocast::cast2("cross_entropy", logits, target, |l, t| cross_entropy_with(l, t, opt))
+    {
         return y;
     }
     if !(0.0..=1.0).contains(&opt.label_smoothing) {
@@ -180,7 +182,7 @@ fn check_same_shape(op: &str, a: &Tensor, b: &Tensor) {
 /// ```
 #[track_caller]
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
-    if let Some(y) = crate::amp::cast2("mse_loss", input, target, |i, t| mse_loss(i, t, reduction)) {
+    if let Some(y) = crate::autograd::autocast::cast2("mse_loss", input, target, |i, t| mse_loss(i, t, reduction)) {
         return y;
     }
     check_same_shape("mse_loss", input, target);
@@ -199,7 +201,7 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor
 /// ```
 #[track_caller]
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
-    if let Some(y) = crate::amp::cast2("l1_loss", input, target, |i, t| l1_loss(i, t, reduction)) {
+    if let Some(y) = crate::autograd::autocast::cast2("l1_loss", input, target, |i, t| l1_loss(i, t, reduction)) {
         return y;
     }
     check_same_shape("l1_loss", input, target);
@@ -256,7 +258,9 @@ pub fn binary_cross_entropy_with_logits(
     reduction: Reduction,
 ) -> Tensor {
     let run = |i: &Tensor, t: &Tensor, w: Option<&Tensor>| binary_cross_entropy_with_logits(i, t, w, reduction);
-    if let Some(y) = crate::amp::cast3("binary_cross_entropy_with_logits", input, target, pos_weight, run) {
+    if let Some(y) =
+        crate::autograd::autocast::cast3("binary_cross_entropy_with_logits", input, target, pos_weight, run)
+    {
         return y;
     }
     check_same_shape("binary_cross_entropy_with_logits", input, target);

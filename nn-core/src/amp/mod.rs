@@ -4,9 +4,9 @@
 //! gradients from flushing to zero in half precision and skips the steps whose gradients
 //! overflowed.
 
-mod autocast;
 mod grad_scaler;
 
-pub use autocast::{autocast, autocast_dtype, autocast_enabled, AutocastGuard, CastPolicy, POLICIES};
-pub(crate) use autocast::{cast2, cast3, cast_call, cast_many, promote_call, Excluded};
+// The autocast state is a per-thread mode beside grad mode (`autograd::autocast`), where
+// the ops and the backward pass reach it without importing this module.
+pub use crate::autograd::autocast::{autocast, autocast_dtype, autocast_enabled, AutocastGuard, CastPolicy, POLICIES};
 pub use grad_scaler::{GradScaler, GradScalerConfig, GradScalerState, StepOutcome};

@@ -52,7 +52,7 @@ impl Tensor {
         }
         let _no_grad = GradModeGuard::set(false);
         // Gradients keep their forward's dtypes: no autocast casting in a backward pass.
-        let _no_autocast = crate::amp::Excluded::new();
+        let _no_autocast = super::autocast::Excluded::new();
         let callbacks = CallbackFrame::open();
         match &self.0.grad_fn {
             None if self.requires_grad() => {

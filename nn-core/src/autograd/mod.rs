@@ -13,6 +13,7 @@
 //! post-accumulate-grad hooks ([`Tensor::register_post_accumulate_grad_hook`]). Hooks may
 //! queue work for the end of the pass with [`queue_callback`].
 
+pub(crate) mod autocast;
 mod engine;
 mod grad_mode;
 pub(crate) mod handle;

@@ -114,7 +114,7 @@ fn autocast<R>(
     options: &AttentionConfig<'_>,
     run: impl FnOnce(&Tensor, &Tensor, &Tensor, &AttentionConfig<'_>) -> R,
 ) -> Option<R> {
-    crate::amp::cast_call(OP, &[Some(q), Some(k), Some(v), options.attn_mask], |c| {
+    crate::autograd::autocast::cast_call(OP, &[Some(q), Some(k), Some(v), options.attn_mask], |c| {
         let o = AttentionConfig { attn_mask: c[3], ..*options };
         run(c[0].expect("present"), c[1].expect("present"), c[2].expect("present"), &o)
     })

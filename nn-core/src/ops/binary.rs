@@ -169,7 +169,7 @@ pub(crate) fn broadcast_pair(op: &str, a: &Tensor, b: &Tensor) -> (Layout, Layou
 /// Applies a broadcasting binary op, recording its backward.
 #[track_caller]
 pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
-    if let Some(y) = crate::amp::promote_call(a, b, binary::<O>) {
+    if let Some(y) = crate::autograd::autocast::promote_call(a, b, binary::<O>) {
         return y;
     }
     check_same(O::NAME, &[a, b]);
@@ -344,7 +344,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
-        if let Some(y) = crate::amp::promote_call(a, b, |a, b| Tensor::where_cond(cond, a, b)) {
+        if let Some(y) = crate::autograd::autocast::promote_call(a, b, |a, b| Tensor::where_cond(cond, a, b)) {
             return y;
         }
         let _t = crate::autograd::trace::op("where", &[cond, a, b], Vec::new);

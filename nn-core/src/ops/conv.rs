@@ -85,7 +85,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dConfig) -> Tensor {
-        if let Some(y) = crate::amp::cast3("conv2d", self, weight, bias, |x, w, b| x.conv2d(w, b, options)) {
+        if let Some(y) =
+            crate::autograd::autocast::cast3("conv2d", self, weight, bias, |x, w, b| x.conv2d(w, b, options))
+        {
             return y;
         }
         let _t = crate::autograd::trace::op_with("conv2d", &[self, weight], &[bias], || {
@@ -145,7 +147,7 @@ impl Tensor {
         groups: usize,
     ) -> Tensor {
         let conv1d = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| x.conv1d(w, b, stride, padding, dilation, groups);
-        if let Some(y) = crate::amp::cast3("conv1d", self, weight, bias, conv1d) {
+        if let Some(y) = crate::autograd::autocast::cast3("conv1d", self, weight, bias, conv1d) {
             return y;
         }
         if self.rank() != 3 || weight.rank() != 3 {

@@ -147,7 +147,7 @@ impl Tensor {
     #[track_caller]
     pub fn conv_transpose2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: ConvTranspose2dConfig) -> Tensor {
         let conv = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| x.conv_transpose2d(w, b, options);
-        if let Some(y) = crate::amp::cast3("conv_transpose2d", self, weight, bias, conv) {
+        if let Some(y) = crate::autograd::autocast::cast3("conv_transpose2d", self, weight, bias, conv) {
             return y;
         }
         let _t = crate::autograd::trace::op_with("conv_transpose2d", &[self, weight], &[bias], || {
@@ -211,7 +211,7 @@ impl Tensor {
     #[track_caller]
     pub fn conv_transpose1d(&self, weight: &Tensor, bias: Option<&Tensor>, options: ConvTranspose1dConfig) -> Tensor {
         let conv = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| x.conv_transpose1d(w, b, options);
-        if let Some(y) = crate::amp::cast3("conv_transpose1d", self, weight, bias, conv) {
+        if let Some(y) = crate::autograd::autocast::cast3("conv_transpose1d", self, weight, bias, conv) {
             return y;
         }
         if self.rank() != 3 || weight.rank() != 3 {

@@ -27,7 +27,7 @@ impl Tensor {
     /// `matmul: [32, 100] x [784, 256]: inner dimensions 100 and 784 differ`.
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
-        if let Some(y) = crate::amp::cast2("matmul", self, other, |a, b| a.matmul(b)) {
+        if let Some(y) = crate::autograd::autocast::cast2("matmul", self, other, |a, b| a.matmul(b)) {
             return y;
         }
         let _t = crate::autograd::trace::op("matmul", &[self, other], Vec::new);
@@ -171,7 +171,7 @@ impl Tensor {
     /// broadcast to `[m, n]`, or the dtypes or devices differ.
     #[track_caller]
     pub fn addmm_with(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
-        if let Some(y) = crate::amp::cast3("addmm", mat1, mat2, Some(self), |a, b, c| {
+        if let Some(y) = crate::autograd::autocast::cast3("addmm", mat1, mat2, Some(self), |a, b, c| {
             c.expect("present").addmm_with(a, b, beta, alpha)
         }) {
             return y;

@@ -40,8 +40,9 @@ impl Tensor {
     /// `dim` is out of range.
     #[track_caller]
     pub fn quantile(&self, q: f64, dim: Option<i64>, keepdim: bool) -> Tensor {
-        if let Some(y) = crate::amp::cast_call(OP, &[Some(self)], |x| x[0].expect("present").quantile(q, dim, keepdim))
-        {
+        if let Some(y) = crate::autograd::autocast::cast_call(OP, &[Some(self)], |x| {
+            x[0].expect("present").quantile(q, dim, keepdim)
+        }) {
             return y;
         }
         check_float(OP, self);

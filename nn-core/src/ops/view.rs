@@ -287,7 +287,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cat<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
-        if let Some(y) = crate::amp::cast_many("cat", tensors, |ts| Tensor::cat(ts, dim)) {
+        if let Some(y) = crate::autograd::autocast::cast_many("cat", tensors, |ts| Tensor::cat(ts, dim)) {
             return y;
         }
         let _t = crate::autograd::trace::op("cat", tensors, || {
@@ -353,7 +353,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn stack<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
-        if let Some(y) = crate::amp::cast_many("stack", tensors, |ts| Tensor::stack(ts, dim)) {
+        if let Some(y) = crate::autograd::autocast::cast_many("stack", tensors, |ts| Tensor::stack(ts, dim)) {
             return y;
         }
         if tensors.is_empty() {
