@@ -347,11 +347,19 @@ def real_models(torch, F, want, emit):
 
 def nn_gpu_results():
     """`nn_bench gpu`: the adapter's name and the GPU workloads."""
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "nn-bench", "--features", "gpu", "--bin", "nn_bench"], cwd=ROOT, check=True)
-    out = subprocess.run([str(ROOT / "target/release/nn_bench"), "gpu"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    # NN_BENCH_BIN names a prebuilt `nn_bench` (built with `--features gpu`): a GPU machine
+    # without a Rust toolchain runs the binary built elsewhere.
+    prebuilt = os.environ.get("NN_BENCH_BIN")
+    if prebuilt:
+        binary = Path(prebuilt).resolve()
+    else:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "nn-bench", "--features", "gpu", "--bin", "nn_bench"], cwd=ROOT, check=True)
+        binary = ROOT / "target/release/nn_bench"
+    out = subprocess.run([str(binary), "gpu"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines()]
     adapter = next((r["adapter"] for r in rows if "adapter" in r), "?")
-    return adapter, {r["workload"]: r for r in rows if "workload" in r}
+    counts = {r["counts"]: r["per_step"] for r in rows if "counts" in r}
+    return adapter, {r["workload"]: r for r in rows if "workload" in r}, counts
 
 
 def torch_gpu_results():
@@ -378,6 +386,16 @@ def torch_gpu_results():
     def emit(name, ms, unit, thr):
         res[name] = {"workload": name, "median_ms": ms, "unit": unit, "throughput": thr}
 
+    # Host time per launch of a one-element add, 10 000 in a row without a wait.
+    one = torch.ones(1, device=dev)
+    y = one.clone()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10_000):
+        y = y + one
+    us = (time.perf_counter() - t) * 1e6 / 1e4
+    torch.cuda.synchronize()
+    res["gpu_launch_1elem"] = {"workload": "gpu_launch_1elem", "median_ms": us / 1e3, "unit": "us/launch", "throughput": us}
     for n in [1024, 2048, 4096, 8192]:
         a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
         ms = median_ms(timed(lambda: torch.mm(a, b)), 3000)
@@ -412,7 +430,7 @@ def torch_gpu_results():
 
 
 def gpu_main():
-    adapter, mine = nn_gpu_results()
+    adapter, mine, counts = nn_gpu_results()
     try:
         theirs = torch_gpu_results()
     except ImportError:
@@ -429,6 +447,10 @@ def gpu_main():
         a, b, ratio = cell(r, theirs.get(name))
         print(f"{name:<{w}}  {a:>16}  {b:>16}  {ratio}")
     print(LEGEND)
+    if counts:
+        print("nn's device work in one warm step (gpu::stats):")
+        for name, c in counts.items():
+            print(f"  {name:<{w}}  {c}")
 
 
 def torch_peak_rss(threads):

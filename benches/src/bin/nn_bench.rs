@@ -76,24 +76,49 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
             emit(&name, ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
         }
     }
-    for batch in [64usize, 256] {
-        let name = format!("gpu_mlp_step_b{batch}");
+    if want("gpu_launch_1elem") {
+        // Host time per launch of a one-element op: 10 000 adds in a row, no wait until
+        // the end (the wait is outside the timed loop).
+        let x = Tensor::from_vec(vec![1.0f32], &[1]).to_device(gpu);
+        let mut y = x.clone();
+        sync(&y);
+        let t = Instant::now();
+        for _ in 0..10_000 {
+            y = &y + &x;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / 1e4;
+        assert_eq!(y.item(), 10_001.0, "10 000 one-element adds on the GPU");
+        println!("{{\"workload\": \"gpu_launch_1elem\", \"median_ms\": {:.6}, \"unit\": \"us/launch\", \"throughput\": {us:.3}}}", us / 1e3);
+    }
+    let steps: [(String, Box<dyn Fn() -> Step>, usize); 4] = [
+        ("gpu_mlp_step_b64".into(), Box::new(move || Step::on(mlp(), &[64, 784], true, gpu)), 64),
+        ("gpu_mlp_step_b256".into(), Box::new(move || Step::on(mlp(), &[256, 784], true, gpu)), 256),
+        ("gpu_cnn_step_b32".into(), Box::new(move || Step::on(cnn(), &[32, 1, 28, 28], true, gpu)), 32),
+        ("gpu_transformer_step".into(), Box::new(move || Step::on(transformer_layer(), &[16, 64, 128], false, gpu)), 16),
+    ];
+    for (name, make, batch) in steps {
         if want(&name) {
-            let mut s = Step::on(mlp(), &[batch, 784], true, gpu);
+            let mut s = make();
             let ms = median_ms(|| sync(&s.step()), 3000.0);
             emit(&name, ms, "samples/s", batch as f64 / (ms / 1e3));
+            // What one warm step does on the device, read the way `gpu::stats` counts it.
+            let before = nn_core::gpu::stats(0).unwrap_or_default();
+            sync(&s.step());
+            let after = nn_core::gpu::stats(0).unwrap_or_default();
+            println!("{{\"counts\": {:?}, \"per_step\": {:?}}}", name, counters(&after, &before));
         }
     }
-    if want("gpu_cnn_step_b32") {
-        let mut s = Step::on(cnn(), &[32, 1, 28, 28], true, gpu);
-        let ms = median_ms(|| sync(&s.step()), 3000.0);
-        emit("gpu_cnn_step_b32", ms, "samples/s", 32.0 / (ms / 1e3));
-    }
-    if want("gpu_transformer_step") {
-        let mut s = Step::on(transformer_layer(), &[16, 64, 128], false, gpu);
-        let ms = median_ms(|| sync(&s.step()), 3000.0);
-        emit("gpu_transformer_step", ms, "samples/s", 16.0 / (ms / 1e3));
-    }
+}
+
+/// The counters `after - before`, as `name=value` pairs.
+#[cfg(feature = "gpu")]
+fn counters(after: &nn_core::gpu::GpuStats, before: &nn_core::gpu::GpuStats) -> String {
+    format!(
+        "allocations={} dispatches={} host_path={}",
+        after.allocations - before.allocations,
+        after.dispatches - before.dispatches,
+        after.host_path_calls() - before.host_path_calls()
+    )
 }
 
 fn main() {
