@@ -60,13 +60,20 @@ pub fn adapter_info(n: usize) -> Option<String> {
 /// Counters of one GPU since the process started; see [`stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuStats {
-    /// Device buffers created by the caching allocator (a training step after warm-up
-    /// should add none).
+    /// Device buffers created: by the caching allocator, and staging buffers for reads
+    /// (a training step after warm-up should add none).
     pub allocations: u64,
     /// Requests served from the allocator's cache.
     pub reuses: u64,
-    /// Kernels dispatched.
+    /// Kernel launches (recorded into the batch; they run when it is submitted).
     pub dispatches: u64,
+    /// Queue submissions: a batch of recorded launches goes to the device when the host
+    /// reads a value, before a large upload, or when it fills (64 launches).
+    pub submissions: u64,
+    /// Times the host blocked on the device (reading a value back).
+    pub host_waits: u64,
+    /// Bind groups created (one per launch).
+    pub bind_groups: u64,
     /// Backend methods that ran on host copies of their operands (no native GPU kernel
     /// for them or for their dtype yet), by method, with how often.
     pub host_path: Vec<(String, u64)>,
@@ -87,10 +94,14 @@ pub fn stats(n: usize) -> Option<GpuStats> {
         let c = crate::backend::gpu::context::get(n).ok()?;
         let host_path =
             c.fallbacks.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let k = &c.counters;
         Some(GpuStats {
-            allocations: c.allocations.load(Relaxed),
-            reuses: c.reuses.load(Relaxed),
-            dispatches: c.dispatches.load(Relaxed),
+            allocations: k.allocations.load(Relaxed),
+            reuses: k.reuses.load(Relaxed),
+            dispatches: k.dispatches.load(Relaxed),
+            submissions: k.submissions.load(Relaxed),
+            host_waits: k.host_waits.load(Relaxed),
+            bind_groups: k.bind_groups.load(Relaxed),
             host_path,
         })
     }

@@ -96,16 +96,19 @@ pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossConfig) -> T
             target.device()
         );
     }
-    let tv = t.to_vec_i64();
-    let keep: Vec<bool> = tv.iter().map(|&v| v != opt.ignore_index).collect();
-    if let Some(bad) = tv.iter().zip(&keep).find(|(&v, &k)| k && (v < 0 || v >= c as i64)) {
-        panic!("nll_loss: target {} is out of bounds for {c} classes", bad.0);
-    }
-    let safe: Vec<i64> = tv.iter().zip(&keep).map(|(&v, &k)| if k { v } else { 0 }).collect();
-    let idx = Tensor::from_vec_i64(safe, &[tv.len(), 1]).to_device(x.device());
-    let mask = Tensor::from_vec_bool(keep.clone(), &[tv.len()]).to_device(x.device()).to_dtype(x.dtype());
-    let per = -x.gather(1, &idx).reshape(&[tv.len()]) * &mask;
+    let (idx, mask) = class_targets("nll_loss", &t, c, opt.ignore_index, x.dtype());
+    let per = -x.gather(1, &idx).reshape(&[t.numel()]) * &mask;
     finish_class(per, &mask, input, target, opt.reduction)
+}
+
+/// The gather indices (`[n, 1]`, `ignore_index` replaced by 0) and the 0/1 mask of kept
+/// targets (`[n]`, in `dtype`) of flat class targets `t`, on `t`'s device. On a GPU the
+/// bounds check runs on the device, and a bad target is reported at the next host read.
+#[track_caller]
+fn class_targets(op: &str, t: &Tensor, c: usize, ignore_index: i64, dtype: DType) -> (Tensor, Tensor) {
+    let n = t.numel();
+    let (idx, mask) = t.storage_arc().class_targets(t.layout(), c, ignore_index, dtype, op);
+    (Tensor::from_storage(idx, &[n, 1]), Tensor::from_storage(mask, &[n]))
 }
 
 fn finish_class(per: Tensor, mask: &Tensor, input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
@@ -153,10 +156,7 @@ pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossConfig
         return if matches!(opt.reduction, Reduction::None) { nll.reshape(target.shape()) } else { nll };
     }
     let nll = nll_loss_with(&logp, &t, ClassLossConfig { reduction: Reduction::None, ..opt });
-    let tv = t.to_vec_i64();
-    let mask = Tensor::from_vec_bool(tv.iter().map(|&v| v != opt.ignore_index).collect(), &[tv.len()])
-        .to_device(x.device())
-        .to_dtype(x.dtype());
+    let (_, mask) = class_targets("cross_entropy", &t, c, opt.ignore_index, x.dtype());
     let smooth = -logp.sum_dim(1, false) * &mask * (1.0 / c as f64);
     let per = nll * (1.0 - opt.label_smoothing) + smooth * opt.label_smoothing;
     finish_class(per, &mask, logits, target, opt.reduction)

@@ -336,18 +336,84 @@ fn index_ops_with_repeats_ties_and_nan_match_the_cpu() {
 
 #[test]
 #[should_panic(expected = "index_select: index 4 is out of bounds for dimension 0 with size 4")]
-fn an_index_out_of_range_on_the_gpu_panics_with_the_cpu_message() {
+fn an_index_out_of_range_on_the_gpu_panics_with_the_cpu_message_at_the_next_read() {
     let _serial = serial();
     let x = Tensor::zeros(&[4, 2]).to_device(GPU);
-    let _ = x.index_select(0, &Tensor::from_vec_i64(vec![0, 4], &[2]).to_device(GPU));
+    // Checked on the device: the op returns without waiting, and the next read reports it.
+    let y = x.index_select(0, &Tensor::from_vec_i64(vec![0, 4], &[2]).to_device(GPU));
+    let _ = y.to_vec();
+}
+
+/// The message of a panic raised by `f`.
+fn panic_message(f: impl FnOnce()) -> String {
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
+    e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
 }
 
 #[test]
-#[should_panic(expected = "embedding: index 9 is out of range")]
+fn a_result_built_on_a_bad_index_is_never_read_as_right() {
+    let _serial = serial();
+    let w = Tensor::randn(&[4, 3]).to_device(GPU);
+    let clean = (&w * 2.0).sum();
+    let bad = w.index_select(0, &Tensor::from_vec_i64(vec![1, -5, 2], &[3]).to_device(GPU));
+    let derived = (&bad + 1.0).sum();
+    let copy = bad.clone();
+    // The first read anywhere on the thread reports the failure, even of a clean value.
+    let m = panic_message(|| {
+        clean.item();
+    });
+    assert!(m.contains("index_select: index -5 is out of bounds for dimension 0 with size 4"), "{m}");
+    assert!(m.contains("gpu:0") && m.contains("next host read"), "{m}");
+    // Afterwards clean values read normally; everything computed from the bad op panics,
+    // also what is computed from it after the report.
+    assert!((clean.item() - (&w * 2.0).sum().item()).abs() < 1e-5);
+    for (what, t) in [("the op's result", &bad), ("a value computed from it", &derived), ("a copy", &copy)] {
+        let m = panic_message(|| drop(t.to_vec()));
+        assert!(m.contains("index -5 is out of bounds"), "{what}: {m}");
+    }
+    let later = &derived * 3.0;
+    assert!(
+        panic_message(|| {
+            later.item();
+        })
+        .contains("index -5"),
+        "computed after the report"
+    );
+    // A good index on the same weights still works.
+    let ok = w.index_select(0, &Tensor::from_vec_i64(vec![3, -1], &[2]).to_device(GPU));
+    assert_eq!(
+        ok.to_vec(),
+        w.to_device(nn_core::Device::Cpu).index_select(0, &Tensor::from_vec_i64(vec![3, 3], &[2])).to_vec()
+    );
+}
+
+#[test]
+fn a_bad_class_target_on_the_gpu_is_reported_at_the_loss_read() {
+    let _serial = serial();
+    let logits = Tensor::randn(&[3, 5]).to_device(GPU);
+    let before = nn_core::gpu::stats(0).unwrap();
+    let loss = nn_core::functional::cross_entropy(&logits, &Tensor::from_vec_i64(vec![0, 7, 4], &[3]).to_device(GPU));
+    let after = nn_core::gpu::stats(0).unwrap();
+    assert_eq!(after.host_waits, before.host_waits, "the targets are checked without a host wait");
+    let m = panic_message(|| {
+        loss.item();
+    });
+    assert!(m.contains("nll_loss: index 7 is out of bounds for dimension 1 with size 5"), "{m}");
+    // ignore_index targets are skipped, as on the CPU.
+    let t = Tensor::from_vec_i64(vec![0, -100, 4], &[3]);
+    let cfg = nn_core::functional::ClassLossConfig::default();
+    let gpu = nn_core::functional::cross_entropy_with(&logits, &t.to_device(GPU), cfg).item();
+    let cpu = nn_core::functional::cross_entropy_with(&logits.to_device(nn_core::Device::Cpu), &t, cfg).item();
+    assert!((gpu - cpu).abs() < 1e-5, "{gpu} vs {cpu}");
+}
+
+#[test]
+#[should_panic(expected = "embedding: index 9 is out of bounds for dimension 0 with size 4")]
 fn an_embedding_id_out_of_range_on_the_gpu_panics() {
     let _serial = serial();
     let w = Tensor::zeros(&[4, 2]).to_device(GPU);
-    let _ = Tensor::embedding(&Tensor::from_vec_i64(vec![0, 9], &[2]).to_device(GPU), &w);
+    let e = Tensor::embedding(&Tensor::from_vec_i64(vec![0, 9], &[2]).to_device(GPU), &w);
+    let _ = e.to_vec();
 }
 
 #[test]

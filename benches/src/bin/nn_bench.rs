@@ -90,11 +90,16 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
         assert_eq!(y.item(), 10_001.0, "10 000 one-element adds on the GPU");
         println!("{{\"workload\": \"gpu_launch_1elem\", \"median_ms\": {:.6}, \"unit\": \"us/launch\", \"throughput\": {us:.3}}}", us / 1e3);
     }
-    let steps: [(String, Box<dyn Fn() -> Step>, usize); 4] = [
+    type MakeStep = Box<dyn Fn() -> Step>;
+    let steps: [(String, MakeStep, usize); 4] = [
         ("gpu_mlp_step_b64".into(), Box::new(move || Step::on(mlp(), &[64, 784], true, gpu)), 64),
         ("gpu_mlp_step_b256".into(), Box::new(move || Step::on(mlp(), &[256, 784], true, gpu)), 256),
         ("gpu_cnn_step_b32".into(), Box::new(move || Step::on(cnn(), &[32, 1, 28, 28], true, gpu)), 32),
-        ("gpu_transformer_step".into(), Box::new(move || Step::on(transformer_layer(), &[16, 64, 128], false, gpu)), 16),
+        (
+            "gpu_transformer_step".into(),
+            Box::new(move || Step::on(transformer_layer(), &[16, 64, 128], false, gpu)),
+            16,
+        ),
     ];
     for (name, make, batch) in steps {
         if want(&name) {
@@ -114,9 +119,12 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
 #[cfg(feature = "gpu")]
 fn counters(after: &nn_core::gpu::GpuStats, before: &nn_core::gpu::GpuStats) -> String {
     format!(
-        "allocations={} dispatches={} host_path={}",
+        "allocations={} launches={} submissions={} host_waits={} bind_groups={} host_path={}",
         after.allocations - before.allocations,
         after.dispatches - before.dispatches,
+        after.submissions - before.submissions,
+        after.host_waits - before.host_waits,
+        after.bind_groups - before.bind_groups,
         after.host_path_calls() - before.host_path_calls()
     )
 }

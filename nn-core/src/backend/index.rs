@@ -20,13 +20,63 @@ pub(crate) struct IndexArg<'a> {
 impl Storage {
     /// The first `i64` value `l` selects that lies outside `0..n` (row-major order), or
     /// `None` when all lie inside (or on the meta device, which has no values).
-    pub(crate) fn first_outside(&self, l: &Layout, n: usize) -> Option<i64> {
+    ///
+    /// On a GPU the check runs on the device without waiting, and this returns `None`: a
+    /// value outside is reported at the next host read, naming `op` (PyTorch CUDA's
+    /// deferred device-side assert; see `backend::gpu::context`).
+    pub(crate) fn first_outside(&self, l: &Layout, n: usize, op: &str) -> Option<i64> {
         match self {
             Storage::Cpu(c) => cpu::index::first_outside(c, l, n),
-            Storage::Meta { .. } => None,
+            Storage::Meta { .. } => {
+                let _ = op;
+                None
+            }
             #[cfg(feature = "gpu")]
-            Storage::Gpu(_) => super::gpu::interface::first_outside(self, l, n).expect("a GPU buffer"),
+            Storage::Gpu(g) => {
+                super::gpu::checks::check_range(g, l, n, op);
+                None
+            }
         }
+    }
+
+    /// Class targets (`i64` through `l`) of the loss `op` over `c` classes: the targets
+    /// with `ignore_index` replaced by 0 (`i64`, for a gather) and a 0/1 mask of the kept
+    /// ones in `dtype`. A kept target outside `0..c` panics on the host ("`op`: target
+    /// .. is out of bounds"); on a GPU it is checked on the device and reported at the
+    /// next host read (no wait here).
+    #[track_caller]
+    pub(crate) fn class_targets(
+        &self,
+        l: &Layout,
+        c: usize,
+        ignore_index: i64,
+        dtype: crate::DType,
+        op: &str,
+    ) -> (Storage, Storage) {
+        #[cfg(feature = "gpu")]
+        if let Storage::Gpu(g) = self {
+            if let Some((safe, mask)) = super::gpu::checks::class_targets(g, l, c, ignore_index, dtype, op) {
+                return (Storage::Gpu(safe), Storage::Gpu(mask));
+            }
+        }
+        let n = l.numel();
+        if let Storage::Meta { .. } = self {
+            return (Storage::Meta { dtype: crate::DType::I64, len: n }, Storage::Meta { dtype, len: n });
+        }
+        let Storage::Cpu(host) = self.to_device(l, crate::Device::Cpu) else { unreachable!("moved to the host") };
+        let tv = host.to_vec_of::<i64>(&Layout::contiguous(&[n]));
+        let keep: Vec<bool> = tv.iter().map(|&v| v != ignore_index).collect();
+        if let Some(bad) = tv.iter().zip(&keep).find(|(&v, &k)| k && (v < 0 || v >= c as i64)) {
+            panic!("{op}: target {} is out of bounds for {c} classes", bad.0);
+        }
+        let safe: Vec<i64> = tv.iter().zip(&keep).map(|(&v, &k)| if k { v } else { 0 }).collect();
+        let whole = Layout::contiguous(&[n]);
+        let mask = cpu::CpuStorage::Bool(keep).convert_layout(&whole, dtype);
+        let device = self.device();
+        (
+            Storage::Cpu(cpu::CpuStorage::I64(safe)).to_device(&whole, device),
+            Storage::Cpu(mask).to_device(&whole, device),
+        )
     }
 
     /// `index_select`: the slices of `self` (viewed through `l`, rank >= 1) at the 1-D

@@ -162,7 +162,7 @@ impl Tensor {
             panic!("embedding: indices must be an i64 tensor, got {}", indices.dtype());
         }
         let n = weight.shape()[0];
-        if let Some(bad) = indices.storage_arc().first_outside(indices.layout(), n) {
+        if let Some(bad) = indices.storage_arc().first_outside(indices.layout(), n, "embedding") {
             panic!("embedding: index {bad} is out of range for {n} embeddings");
         }
         let flat = indices.reshape(&[indices.numel()]);

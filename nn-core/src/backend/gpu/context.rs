@@ -1,12 +1,57 @@
 //! One opened GPU adapter: its wgpu device and queue, the compiled pipelines, the caching
-//! buffer allocator and the counters [`crate::gpu::stats`] reports.
+//! buffer allocator, the batch of recorded work and the counters [`crate::gpu::stats`]
+//! reports.
+//!
+//! # Recording, not submitting
+//! Kernels are recorded into one command encoder (one compute pass) per context and
+//! submitted together ([`batch`]): when the host needs a value (a download), before a large
+//! host write, or when the batch fills ([`batch::MAX_LAUNCHES`] launches, or its parameter
+//! arena). Kernel parameters and small uploads (a kernel's scalars) go into that arena, one
+//! device buffer per context written once per submission, so a launch allocates nothing
+//! and a warm training step makes no device allocation and waits for nothing until the
+//! loss is read.
+//!
+//! # Index checks on the device
+//! Index ops validate their indices in a kernel that records the first bad position in an
+//! error slot ([`Ctx::error_slot`]); the slots are read at the next host wait, where a bad
+//! index panics naming the op and the value (PyTorch CUDA's deferred device-side assert).
+//! The buffers the failed op wrote, and everything computed from them before the report,
+//! are marked: reading one later panics with the same message, so a result built on a bad
+//! index is never read as right.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::batch::{Batch, Check};
+
 /// Threads per workgroup of every one-dimensional kernel.
 pub(crate) const WORKGROUP: u32 = 256;
+
+/// Bytes of the parameter arena: parameters and small uploads of one submission.
+pub(crate) const ARENA_BYTES: u64 = 1 << 20;
+
+/// Error slots between two host waits (a wait is forced when they run out).
+pub(crate) const ERROR_SLOTS: u64 = 1024;
+
+/// The counters behind [`crate::gpu::GpuStats`].
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) allocations: AtomicU64,
+    pub(crate) reuses: AtomicU64,
+    pub(crate) dispatches: AtomicU64,
+    pub(crate) submissions: AtomicU64,
+    pub(crate) host_waits: AtomicU64,
+    pub(crate) bind_groups: AtomicU64,
+}
+
+/// A compiled kernel: its pipeline and which bindings it writes (read off the WGSL
+/// declarations `var<storage, read_write>`), for marking what a failed index op wrote.
+pub(crate) struct Kernel {
+    pub(crate) pipeline: wgpu::ComputePipeline,
+    pub(crate) layout: wgpu::BindGroupLayout,
+    pub(crate) writes: u64,
+}
 
 /// An opened adapter. Contexts live for the whole process (`&'static`): buffers hand
 /// themselves back to their context's pool when dropped, whatever thread drops them.
@@ -20,11 +65,26 @@ pub(crate) struct Ctx {
     pub(crate) f64: bool,
     /// The largest storage buffer one binding may see, in bytes.
     pub(crate) max_binding: u64,
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// Alignment of a storage binding's offset (parameters in the arena).
+    pub(crate) align: u64,
+    pipelines: Mutex<HashMap<String, Arc<Kernel>>>,
     pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
-    pub(crate) allocations: AtomicU64,
-    pub(crate) reuses: AtomicU64,
-    pub(crate) dispatches: AtomicU64,
+    staging: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
+    pub(crate) batch: Mutex<Batch>,
+    /// Parameters and small uploads of the batch being recorded.
+    pub(crate) arena: wgpu::Buffer,
+    /// The error slots of index checks (zeroed when the first check after a wait is
+    /// recorded).
+    pub(crate) errors: wgpu::Buffer,
+    /// Buffers written by a failed index op, or computed from one, with the report.
+    tainted: Mutex<HashMap<u64, Arc<str>>>,
+    /// Reports of failed checks read by another thread, for the thread that recorded
+    /// them (delivered at its next host read).
+    reports: Mutex<HashMap<std::thread::ThreadId, Arc<str>>>,
+    /// Why the device was lost, once it is.
+    lost: Arc<Mutex<Option<String>>>,
+    next_id: AtomicU64,
+    pub(crate) counters: Counters,
     pub(crate) fallbacks: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -85,6 +145,20 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
     };
     let (device, queue) = pollster::block_on(adapter.request_device(&desc))
         .map_err(|e| format!("opening adapter `{}` ({:?}) failed: {e}", info.name, info.backend))?;
+    let lost = Arc::new(Mutex::new(None));
+    let seen = lost.clone();
+    device.set_device_lost_callback(move |reason, message| {
+        *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{reason:?}: {message}"));
+    });
+    let buffer = |label, size, usage| {
+        device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+    };
+    let arena = buffer(
+        "nn parameters",
+        ARENA_BYTES,
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+    );
+    let errors = buffer("nn index checks", 4 * ERROR_SLOTS, USAGE);
     Ok(Ctx {
         ordinal,
         device,
@@ -92,11 +166,18 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
         info,
         f64,
         max_binding: limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
+        align: u64::from(limits.min_storage_buffer_offset_alignment).max(wgpu::COPY_BUFFER_ALIGNMENT),
         pipelines: Mutex::default(),
         pool: Mutex::default(),
-        allocations: AtomicU64::new(0),
-        reuses: AtomicU64::new(0),
-        dispatches: AtomicU64::new(0),
+        staging: Mutex::default(),
+        batch: Mutex::default(),
+        arena,
+        errors,
+        tainted: Mutex::default(),
+        reports: Mutex::default(),
+        lost,
+        next_id: AtomicU64::new(0),
+        counters: Counters::default(),
         fallbacks: Mutex::default(),
     })
 }
@@ -114,6 +195,8 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
 pub(crate) struct Buffer {
     raw: Option<wgpu::Buffer>,
     class: u64,
+    /// Unique per context for the buffer's lifetime in the pool (index-check marks).
+    pub(crate) id: u64,
     pub(crate) ctx: &'static Ctx,
 }
 
@@ -126,7 +209,12 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take() {
-            self.ctx.pool.lock().unwrap_or_else(|e| e.into_inner()).entry(self.class).or_default().push(raw);
+            // A buffer marked by a failed index check is not reused: the mark stays with
+            // its values, and a fresh tensor never inherits it.
+            if lock(&self.ctx.tainted).remove(&self.id).is_some() {
+                return;
+            }
+            lock(&self.ctx.pool).entry(self.class).or_default().push(raw);
         }
     }
 }
@@ -140,7 +228,20 @@ impl std::fmt::Debug for Buffer {
 const USAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 
+/// A mutex's guard, whether or not another thread panicked holding it (the data behind
+/// every lock here stays consistent between statements).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Ctx {
+    /// Panics naming the device when it was lost.
+    pub(crate) fn check_alive(&self) {
+        if let Some(why) = lock(&self.lost).as_ref() {
+            panic!("gpu:{} (`{}`) was lost: {why}", self.ordinal, self.info.name);
+        }
+    }
+
     /// A buffer of at least `bytes` bytes (contents unspecified), reused from the pool
     /// when one of its size class is free.
     ///
@@ -155,24 +256,34 @@ impl Ctx {
             self.ordinal,
             self.max_binding
         );
-        if let Some(raw) = self.pool.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&class).and_then(Vec::pop) {
-            self.reuses.fetch_add(1, Ordering::Relaxed);
-            return Buffer { raw: Some(raw), class, ctx: self };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Some(raw) = lock(&self.pool).get_mut(&class).and_then(Vec::pop) {
+            self.counters.reuses.fetch_add(1, Ordering::Relaxed);
+            return Buffer { raw: Some(raw), class, id, ctx: self };
         }
+        self.check_alive();
         let raw = match self.try_create(class) {
             Some(raw) => raw,
             None => {
                 // Out of memory: give the cached buffers back to the driver and retry once.
-                self.pool.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                lock(&self.pool).clear();
+                lock(&self.staging).clear();
                 self.try_create(class).unwrap_or_else(|| {
-                    panic!("gpu:{}: out of memory allocating a buffer of {bytes} bytes", self.ordinal)
+                    panic!(
+                        "gpu:{} (`{}`): out of memory allocating a buffer of {bytes} bytes",
+                        self.ordinal, self.info.name
+                    )
                 })
             }
         };
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        Buffer { raw: Some(raw), class, ctx: self }
+        self.counters.allocations.fetch_add(1, Ordering::Relaxed);
+        Buffer { raw: Some(raw), class, id, ctx: self }
     }
 
+    /// A new buffer, or `None` when the device is out of memory. wgpu reports creation
+    /// errors synchronously on native backends, so the error scope's result is ready at
+    /// once: this polls it instead of blocking (and blocks, counted as a host wait, only
+    /// on a backend where it is not).
     fn try_create(&self, size: u64) -> Option<wgpu::Buffer> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let raw = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -181,86 +292,194 @@ impl Ctx {
             usage: USAGE,
             mapped_at_creation: false,
         });
-        match pollster::block_on(scope.pop()) {
-            None => Some(raw),
-            Some(_) => None,
-        }
+        let mut pending = std::pin::pin!(scope.pop());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let error = match std::future::Future::poll(pending.as_mut(), &mut cx) {
+            std::task::Poll::Ready(e) => e,
+            std::task::Poll::Pending => {
+                self.counters.host_waits.fetch_add(1, Ordering::Relaxed);
+                pollster::block_on(pending)
+            }
+        };
+        error.is_none().then_some(raw)
     }
 
-    /// A buffer holding `bytes` (padded to a multiple of four).
+    /// A buffer holding `bytes` (padded to a multiple of four), written in order with the
+    /// recorded kernels.
     pub(crate) fn upload(&'static self, bytes: &[u8]) -> Buffer {
         let buf = self.alloc(bytes.len() as u64);
-        let whole = bytes.len() / 4 * 4;
-        if whole > 0 {
-            self.queue.write_buffer(buf.raw(), 0, &bytes[..whole]);
-        }
-        if whole < bytes.len() {
-            let mut tail = [0u8; 4];
-            tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
-            self.queue.write_buffer(buf.raw(), whole as u64, &tail);
-        }
+        self.write(&buf, bytes);
         buf
     }
 
-    /// The first `len` bytes of `buf`, copied to the host (waits for every kernel queued
-    /// before).
+    /// Writes `bytes` (padded to a multiple of four) at the start of `buf`, after every
+    /// kernel recorded so far: small writes go through the parameter arena and a recorded
+    /// copy; large ones submit the batch and use the queue's write.
+    pub(crate) fn write(&'static self, buf: &Buffer, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let padded = pad4(bytes);
+        let mut b = lock(&self.batch);
+        if (padded.len() as u64) <= ARENA_BYTES / 16 {
+            let at = b.stage(self, &padded);
+            b.copy(self, &self.arena, at, buf.raw(), 0, padded.len() as u64);
+            return;
+        }
+        self.submit_locked(&mut b);
+        drop(b);
+        self.queue.write_buffer(buf.raw(), 0, &padded);
+    }
+
+    /// Copies `bytes` bytes from the start of `src` to the start of `dst`, in order with
+    /// the recorded kernels.
+    pub(crate) fn copy(&'static self, src: &Buffer, dst: &Buffer, bytes: u64) {
+        if bytes > 0 {
+            lock(&self.batch).copy_buffers(self, src, dst, bytes);
+        }
+    }
+
+    /// The first `len` bytes of `buf`, copied to the host: submits the batch and waits for
+    /// it (a host wait). Index checks recorded since the last wait are read here too, and
+    /// a failed one panics (see the module docs); so does reading a buffer marked by one.
     pub(crate) fn download(&'static self, buf: &Buffer, len: usize) -> Vec<u8> {
-        if len == 0 {
-            return Vec::new();
+        if let Some(why) = lock(&self.reports).remove(&std::thread::current().id()) {
+            panic!("{why}");
+        }
+        if let Some(why) = lock(&self.tainted).get(&buf.id) {
+            panic!("{why}");
         }
         let padded = (len as u64).div_ceil(4) * 4;
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("nn download"),
-            size: padded,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
+        let mut b = lock(&self.batch);
+        let checks = b.take_checks();
+        let check_bytes = 4 * checks.len() as u64;
+        let size = size_class(padded + check_bytes);
+        let staging = lock(&self.staging).get_mut(&size).and_then(Vec::pop).unwrap_or_else(|| {
+            self.counters.allocations.fetch_add(1, Ordering::Relaxed);
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("nn download"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
         });
-        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
-        enc.copy_buffer_to_buffer(buf.raw(), 0, &staging, 0, padded);
-        self.queue.submit([enc.finish()]);
+        if padded > 0 {
+            b.copy(self, buf.raw(), 0, &staging, 0, padded);
+        }
+        if check_bytes > 0 {
+            b.copy(self, &self.errors, 0, &staging, padded, check_bytes);
+        }
+        let log = b.take_log();
+        self.submit_locked(&mut b);
+        drop(b);
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        staging.slice(..padded + check_bytes).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .unwrap_or_else(|e| panic!("gpu:{}: waiting for the device failed: {e}", self.ordinal));
-        rx.recv()
-            .expect("map_async calls back once polled")
-            .unwrap_or_else(|e| panic!("gpu:{}: reading a buffer back failed: {e}", self.ordinal));
-        let out = staging
-            .slice(..)
-            .get_mapped_range()
-            .unwrap_or_else(|e| panic!("gpu:{}: reading a mapped buffer failed: {e}", self.ordinal))[..len]
-            .to_vec();
+        self.counters.host_waits.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.device.poll(wgpu::PollType::wait_indefinitely()) {
+            self.check_alive();
+            panic!("gpu:{} (`{}`): waiting for the device failed: {e}", self.ordinal, self.info.name);
+        }
+        if let Err(e) = rx.recv().expect("map_async calls back once polled") {
+            self.check_alive();
+            panic!("gpu:{}: reading a buffer back failed: {e}", self.ordinal);
+        }
+        let (out, slots) = {
+            let view = staging
+                .slice(..padded + check_bytes)
+                .get_mapped_range()
+                .unwrap_or_else(|e| panic!("gpu:{}: reading a mapped buffer failed: {e}", self.ordinal));
+            let slots: Vec<u32> = view[padded as usize..]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            (view[..len].to_vec(), slots)
+        };
         staging.unmap();
+        lock(&self.staging).entry(size).or_default().push(staging);
+        self.failed_checks(&checks, &slots, &log);
+        if let Some(why) = lock(&self.reports).remove(&std::thread::current().id()) {
+            panic!("{why}");
+        }
+        if let Some(why) = lock(&self.tainted).get(&buf.id) {
+            panic!("{why}");
+        }
         out
     }
 
-    /// The compiled pipeline of a WGSL source (entry point `main`), compiled once.
-    fn pipeline(&self, src: &str) -> Arc<wgpu::ComputePipeline> {
-        if let Some(p) = self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(src) {
-            return p.clone();
+    /// Marks what failed checks' ops wrote, and what was computed from that since, and
+    /// files a report for each thread that recorded one (its first failure).
+    fn failed_checks(&'static self, checks: &[Check], slots: &[u32], log: &[(u64, Vec<u64>)]) {
+        let failed: Vec<(&Check, u32)> =
+            checks.iter().zip(slots).filter(|(_, &s)| s != 0).map(|(c, &s)| (c, u32::MAX - s)).collect();
+        let Some(start) = failed.iter().map(|(c, _)| c.launch).min() else { return };
+        let mut reports: HashMap<std::thread::ThreadId, Arc<str>> = HashMap::new();
+        for &(check, first) in &failed {
+            if reports.contains_key(&check.thread) {
+                continue;
+            }
+            let bad = check.value_at(first as usize);
+            let report = format!(
+                "{}: index {bad} is out of bounds for dimension {} with size {} (gpu:{}: checked on the device and \
+                 reported at the next host read; the values computed from it are not readable)",
+                check.op, check.dim, check.size, self.ordinal
+            );
+            reports.insert(check.thread, report.into());
+        }
+        let first: Arc<str> = reports[&failed[0].0.thread].clone();
+        let mut marked: HashSet<u64> = failed.iter().flat_map(|(c, _)| c.writes.iter().copied()).collect();
+        for (launch, (reads, writes)) in log.iter().map(|(l, ids)| (l, split_log(ids))) {
+            if *launch > start && reads.iter().any(|r| marked.contains(r)) {
+                marked.extend(writes);
+            }
+        }
+        let mut t = lock(&self.tainted);
+        for id in marked {
+            t.entry(id).or_insert_with(|| first.clone());
+        }
+        drop(t);
+        let mut r = lock(&self.reports);
+        for (thread, report) in reports {
+            r.entry(thread).or_insert(report);
+        }
+    }
+
+    /// Submits the recorded batch (nothing when it is empty).
+    pub(crate) fn submit_locked(&self, b: &mut Batch) {
+        if let Some(cmd) = b.finish(self) {
+            self.queue.submit([cmd]);
+            self.counters.submissions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The compiled kernel of a WGSL source (entry point `main`), compiled once.
+    pub(crate) fn kernel(&self, src: &str) -> Arc<Kernel> {
+        if let Some(k) = lock(&self.pipelines).get(src) {
+            return k.clone();
         }
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: None,
             source: wgpu::ShaderSource::Wgsl(src.into()),
         });
-        let p = Arc::new(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: None,
             layout: None,
             module: &module,
             entry_point: Some("main"),
             compilation_options: Default::default(),
             cache: None,
-        }));
-        self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).insert(src.to_string(), p.clone());
-        p
+        });
+        let layout = pipeline.get_bind_group_layout(0);
+        let k = Arc::new(Kernel { pipeline, layout, writes: written_bindings(src) });
+        lock(&self.pipelines).insert(src.to_string(), k.clone());
+        k
     }
 
     /// Runs `src` over `groups` workgroups (spread over x and y when there are more than
     /// 65535), with binding 0 a read-only `array<u32>` holding `params` and bindings 1.. the
-    /// `buffers` in order. Returns at once: the host waits only when it reads a buffer.
+    /// `buffers` in order. Returns at once: the launch is recorded, and runs when the batch
+    /// is submitted.
     pub(crate) fn dispatch(&'static self, src: &str, params: &[u32], buffers: &[&Buffer], groups: u64) {
         if groups == 0 {
             return;
@@ -271,40 +490,110 @@ impl Ctx {
     }
 
     /// [`dispatch`](Ctx::dispatch) over an explicit grid of workgroups.
-    pub(crate) fn dispatch3(&'static self, src: &str, params: &[u32], buffers: &[&Buffer], [x, y, z]: [u32; 3]) {
-        if x == 0 || y == 0 || z == 0 {
+    pub(crate) fn dispatch3(&'static self, src: &str, params: &[u32], buffers: &[&Buffer], grid: [u32; 3]) {
+        if grid.contains(&0) {
             return;
         }
-        let pipeline = self.pipeline(src);
-        let p = self.upload(bytes_of_u32(params).as_slice());
-        let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: p.raw().as_entire_binding() }];
-        for (i, b) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.raw().as_entire_binding() });
+        let kernel = self.kernel(src);
+        lock(&self.batch).launch(self, &kernel, params, buffers, false, grid);
+    }
+
+    /// [`dispatch`](Ctx::dispatch) of an index check: the error slots are bound after
+    /// `buffers`.
+    pub(crate) fn dispatch_with_errors(&'static self, src: &str, params: &[u32], buffers: &[&Buffer], groups: u64) {
+        if groups == 0 {
+            return;
         }
-        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        });
-        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &group, &[]);
-            pass.dispatch_workgroups(x, y, z);
+        let x = groups.min(65535) as u32;
+        let y = u32::try_from(groups.div_ceil(65535)).expect("at most 2^32 workgroups");
+        let kernel = self.kernel(src);
+        lock(&self.batch).launch(self, &kernel, params, buffers, true, [x, y, 1]);
+    }
+
+    /// An error slot for an index check recorded now (the check kernel `atomicMax`es
+    /// `u32::MAX - position` of the first bad index into it), with what the report needs.
+    pub(crate) fn error_slot(&'static self, check: Check) -> u32 {
+        let mut b = lock(&self.batch);
+        if b.checks_len() as u64 == ERROR_SLOTS {
+            // Out of slots: read them now (a host wait, only after 1024 unread checks).
+            drop(b);
+            let probe = self.alloc(4);
+            drop(self.download(&probe, 4));
+            b = lock(&self.batch);
         }
-        self.queue.submit([enc.finish()]);
-        self.dispatches.fetch_add(1, Ordering::Relaxed);
+        b.add_check(self, check)
+    }
+
+    /// After a failed check was reported: a step that reads a marked buffer marks what it
+    /// writes.
+    pub(crate) fn propagate_marks(&self, reads: &[u64], writes: &[u64]) {
+        let mut t = lock(&self.tainted);
+        if t.is_empty() {
+            return;
+        }
+        if let Some(why) = reads.iter().find_map(|r| t.get(r).cloned()) {
+            for &w in writes {
+                t.insert(w, why.clone());
+            }
+        }
     }
 
     /// Counts one host round trip of the kernel `name` (an interface method without a
     /// native kernel for its operands yet).
     pub(crate) fn note_fallback(&self, name: &str) {
-        *self.fallbacks.lock().unwrap_or_else(|e| e.into_inner()).entry(name.to_string()).or_default() += 1;
+        *lock(&self.fallbacks).entry(name.to_string()).or_default() += 1;
     }
+}
+
+/// Binding ids of one logged launch: reads first, then `u64::MAX`, then writes.
+fn split_log(ids: &[u64]) -> (&[u64], &[u64]) {
+    let cut = ids.iter().position(|&i| i == u64::MAX).unwrap_or(ids.len());
+    (&ids[..cut], ids.get(cut + 1..).unwrap_or(&[]))
+}
+
+/// The bindings a WGSL source declares `var<storage, read_write>`, as a bit mask.
+pub(crate) fn written_bindings(src: &str) -> u64 {
+    let mut mask = 0;
+    for decl in src.split("@binding(").skip(1) {
+        let Some((n, rest)) = decl.split_once(')') else { continue };
+        let head = rest.split(';').next().unwrap_or("");
+        if let (Ok(n), true) = (n.trim().parse::<u32>(), head.contains("read_write")) {
+            if n < 64 {
+                mask |= 1 << n;
+            }
+        }
+    }
+    mask
+}
+
+/// `bytes` padded with zeros to a multiple of four.
+fn pad4(bytes: &[u8]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    v.resize(bytes.len().div_ceil(4) * 4, 0);
+    v
 }
 
 /// `v` as little-endian bytes.
 pub(crate) fn bytes_of_u32(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_bindings_reads_the_declarations() {
+        let src = "@group(0) @binding(0) var<storage, read> P: array<u32>;\n\
+                   @group(0) @binding(1) var<storage, read> X: array<f32>;\n\
+                   @group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n\
+                   @group(0) @binding(3) var<storage, read_write> F: array<atomic<u32>>;\n";
+        assert_eq!(written_bindings(src), 0b1100);
+    }
+
+    #[test]
+    fn split_log_separates_reads_and_writes() {
+        assert_eq!(split_log(&[1, 2, u64::MAX, 3]), (&[1u64, 2][..], &[3u64][..]));
+        assert_eq!(split_log(&[1]), (&[1u64][..], &[][..]));
+    }
 }

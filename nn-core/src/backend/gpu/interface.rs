@@ -136,7 +136,7 @@ pub(crate) fn softmax(x: &Storage, l: &Layout, dims: (usize, usize, usize), log:
 /// The validated indices of `index` for a dim of `size`.
 #[track_caller]
 fn indices(index: &IndexArg<'_>, size: usize) -> Option<super::context::Buffer> {
-    Some(kernels::checked_indices(gpu(index.index)?, index.layout, size, index.op, index.dim))
+    Some(super::checks::checked_indices(gpu(index.index)?, index.layout, size, index.op, index.dim))
 }
 
 #[track_caller]
@@ -210,13 +210,6 @@ pub(crate) fn sort(
     spec: crate::backend::SortSpec,
 ) -> Option<(GpuStorage, GpuStorage)> {
     kernels::sort(gpu(x)?, l, dims, spec)
-}
-
-/// The first index value outside `0..n`, found on the device (the host reads one word,
-/// and the offending value only when there is one).
-pub(crate) fn first_outside(x: &Storage, l: &Layout, n: usize) -> Option<Option<i64>> {
-    let g = gpu(x)?;
-    Some(kernels::first_outside(g, l, n))
 }
 
 pub(crate) fn conv2d(x: &Storage, w: &Storage, bias: Option<&Storage>, geo: &ConvGeometry) -> Option<GpuStorage> {

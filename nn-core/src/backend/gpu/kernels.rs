@@ -13,7 +13,7 @@ use crate::dtype::DType;
 use crate::shape::Layout;
 
 /// Bindings 0 and the index helpers every one-dimensional kernel starts with.
-const PRELUDE: &str = r#"
+pub(crate) const PRELUDE: &str = r#"
 @group(0) @binding(0) var<storage, read> P: array<u32>;
 
 // NaN, tested on the bits: a shader compiler may assume comparisons never see NaN and fold
@@ -128,7 +128,7 @@ fn tanh_(x: f32) -> f32 {
 }
 "#;
 
-const MAIN_1D: &str = "@compute @workgroup_size(256)\nfn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {\n    let i = flat(id, nw);\n";
+pub(crate) const MAIN_1D: &str = "@compute @workgroup_size(256)\nfn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {\n    let i = flat(id, nw);\n";
 
 /// f32 to f16 and bf16 bits, rounding to nearest even exactly as the `half` crate does
 /// (so a conversion on the GPU gives the CPU's bits).
@@ -180,7 +180,7 @@ pub(crate) fn is_compute(dtype: DType) -> bool {
 }
 
 /// `u32` for a size, or a panic naming the limit: kernels index with 32 bits.
-fn u32_of(what: &str, v: usize) -> u32 {
+pub(crate) fn u32_of(what: &str, v: usize) -> u32 {
     u32::try_from(v).unwrap_or_else(|_| panic!("gpu: {what} {v} exceeds the 32-bit indexing of the GPU kernels"))
 }
 
@@ -197,12 +197,12 @@ pub(crate) fn strided_params(shape: &[usize], layouts: &[&Layout]) -> Vec<u32> {
     p
 }
 
-fn groups_for(n: usize) -> u64 {
+pub(crate) fn groups_for(n: usize) -> u64 {
     (n as u64).div_ceil(u64::from(WORKGROUP))
 }
 
 /// Binding `b` as an array of `ty`, read-only or read-write.
-fn binding(b: u32, name: &str, ty: &str, write: bool) -> String {
+pub(crate) fn binding(b: u32, name: &str, ty: &str, write: bool) -> String {
     let access = if write { "read_write" } else { "read" };
     format!("@group(0) @binding({b}) var<storage, {access}> {name}: array<{ty}>;\n")
 }
@@ -731,76 +731,10 @@ pub(crate) fn scatter(dst: &GpuStorage, layout: &Layout, vals: &GpuStorage) {
     dst.ctx().dispatch(&src, &strided_params(layout.shape(), &[layout]), &[vals.buffer(), dst.buffer()], groups_for(n));
 }
 
-/// Validated indices: `index` (i64, through `li`) with negative values counted from the
-/// back of a dim of `size`, as `u32` words. An index outside `-size..size` panics with the
-/// CPU kernels' message naming `op` and `dim` (the host waits here for one word: a wrong
-/// index is reported at the op that used it, never later and never silently clamped).
-#[track_caller]
-pub(crate) fn checked_indices(index: &GpuStorage, li: &Layout, size: usize, op: &str, dim: usize) -> Buffer {
-    let ctx = index.ctx();
-    let n = li.numel();
-    let out = ctx.alloc(4 * n as u64);
-    let flag = ctx.alloc(4);
-    fill(ctx, &flag, 1, [u32::MAX, u32::MAX]);
-    let mut p = strided_params(li.shape(), &[li]);
-    p.push(u32_of("dimension size", size));
-    let src = format!(
-        "{PRELUDE}{}{}{}{MAIN_1D}    if (i >= P[0]) {{ return; }}
-    let size = P[extras(1u)];
-    let o = at(i, 0u);
-    let lo = X[2u * o];
-    let hi = X[2u * o + 1u];
-    var ok = false;
-    var j = 0u;
-    if (hi == 0u && lo < size) {{ ok = true; j = lo; }}
-    if (hi == 0xffffffffu && lo >= 0u - size && size > 0u) {{ ok = true; j = lo + size; }}
-    if (!ok) {{ atomicMin(&F[0], i); }}
-    Y[i] = j;
-}}
-",
-        binding(1, "X", "u32", false),
-        binding(2, "Y", "u32", true),
-        binding(3, "F", "atomic<u32>", true),
-    );
-    ctx.dispatch(&src, &p, &[index.buffer(), &out, &flag], groups_for(n));
-    let first = u32::from_le_bytes(ctx.download(&flag, 4).try_into().expect("4 bytes"));
-    if first != u32::MAX {
-        let values = index.to_cpu().to_vec_of::<i64>(li);
-        let bad = values[first as usize];
-        panic!("{op}: index {bad} is out of bounds for dimension {dim} with size {size}");
-    }
-    out
-}
-
 /// Whether the index kernels copy this dtype (32- and 64-bit elements; 16-bit ones take
 /// the host path).
 pub(crate) fn words_ok(dtype: DType) -> bool {
     words(dtype).is_some()
-}
-
-/// The first value of the `i64` index (through `li`) outside `0..n`, in row-major order.
-pub(crate) fn first_outside(index: &GpuStorage, li: &Layout, n: usize) -> Option<i64> {
-    let ctx = index.ctx();
-    let count = li.numel();
-    if count == 0 {
-        return None;
-    }
-    let flag = ctx.alloc(4);
-    fill(ctx, &flag, 1, [u32::MAX, u32::MAX]);
-    let mut p = strided_params(li.shape(), &[li]);
-    p.push(u32_of("dimension size", n));
-    let src = format!(
-        "{PRELUDE}{}{}{MAIN_1D}    if (i >= P[0]) {{ return; }}
-    let o = at(i, 0u);
-    if (X[2u * o + 1u] != 0u || X[2u * o] >= P[extras(1u)]) {{ atomicMin(&F[0], i); }}
-}}
-",
-        binding(1, "X", "u32", false),
-        binding(2, "F", "atomic<u32>", true),
-    );
-    ctx.dispatch(&src, &p, &[index.buffer(), &flag], groups_for(count));
-    let first = u32::from_le_bytes(ctx.download(&flag, 4).try_into().expect("4 bytes"));
-    (first != u32::MAX).then(|| index.to_cpu().to_vec_of::<i64>(li)[first as usize])
 }
 
 /// Words per element for the index kernels' copies, or `None` for 16-bit dtypes.

@@ -16,6 +16,8 @@
 //! `f64` kernels use only operations Vulkan offers in double precision (arithmetic,
 //! `sqrt`, comparisons); `exp`, `log`, trigonometry and `pow` in `f64` take the host path.
 
+pub(crate) mod batch;
+pub(crate) mod checks;
 pub(crate) mod context;
 pub(crate) mod interface;
 pub(crate) mod kernels;
@@ -42,11 +44,7 @@ impl Clone for GpuStorage {
         let ctx = self.ctx();
         let out = GpuStorage::uninit(ctx, self.dtype, self.len);
         let bytes = byte_len(self.dtype, self.len).div_ceil(4) * 4;
-        if bytes > 0 {
-            let mut enc = ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
-            enc.copy_buffer_to_buffer(self.buf.raw(), 0, out.buf.raw(), 0, bytes);
-            ctx.queue.submit([enc.finish()]);
-        }
+        ctx.copy(&self.buf, &out.buf, bytes);
         out
     }
 }
@@ -121,20 +119,20 @@ impl GpuStorage {
     /// The elements `l` selects from a host buffer, uploaded.
     pub(crate) fn from_cpu(ctx: &'static Ctx, c: &CpuStorage, l: &Layout) -> GpuStorage {
         let out = GpuStorage::uninit(ctx, c.dtype(), l.numel());
-        let bytes = device_bytes(c, l);
-        if !bytes.is_empty() {
-            ctx.queue.write_buffer(out.buf.raw(), 0, &pad4(bytes));
-        }
+        ctx.write(&out.buf, &device_bytes(c, l));
         out
+    }
+
+    /// Another handle on the same device buffer (no copy): for a deferred index check,
+    /// which reads the indices only if it fails.
+    pub(crate) fn share(&self) -> GpuStorage {
+        GpuStorage { buf: self.buf.clone(), dtype: self.dtype, len: self.len }
     }
 
     /// Replaces the values with those of a host buffer of the same dtype and length.
     pub(crate) fn overwrite(&mut self, c: &CpuStorage) {
         debug_assert_eq!((c.dtype(), c.len()), (self.dtype, self.len));
-        let bytes = device_bytes(c, &Layout::contiguous(&[c.len()]));
-        if !bytes.is_empty() {
-            self.ctx().queue.write_buffer(self.buf.raw(), 0, &pad4(bytes));
-        }
+        self.ctx().write(&self.buf, &device_bytes(c, &Layout::contiguous(&[c.len()])));
     }
 
     /// The whole buffer, copied to the host (waits for the kernels that write it).
@@ -160,8 +158,13 @@ impl GpuStorage {
         let one = CpuStorage::full(dtype, 2, value);
         let mut bytes = device_bytes(&one, &Layout::contiguous(&[2]));
         bytes.truncate(8); // two 16-bit values, or one 32/64-bit value (or two 32-bit ones)
-        let words: Vec<u32> =
-            pad4(bytes).chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+        let words: Vec<u32> = {
+            bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+            bytes
+        }
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
         let (w0, w1) = (words[0], *words.get(1).unwrap_or(&words[0]));
         let n_words = byte_len(dtype, len).div_ceil(4);
         kernels::fill(ctx, &out.buf, n_words, [w0, w1]);
@@ -178,11 +181,6 @@ fn device_bytes(c: &CpuStorage, l: &Layout) -> Vec<u8> {
         }
         other => super::cpu::bytes::le_bytes(other, l),
     }
-}
-
-fn pad4(mut b: Vec<u8>) -> Vec<u8> {
-    b.resize(b.len().div_ceil(4) * 4, 0);
-    b
 }
 
 impl GpuStorage {
