@@ -359,6 +359,7 @@ def nn_gpu_results():
     rows = [json.loads(line) for line in out.splitlines()]
     adapter = next((r["adapter"] for r in rows if "adapter" in r), "?")
     counts = {r["counts"]: r["per_step"] for r in rows if "counts" in r}
+    counts.update({"launch: recording thread's CPU time": f"{r['launch_thread_us']:.2f} us per launch" for r in rows if "launch_thread_us" in r})
     return adapter, {r["workload"]: r for r in rows if "workload" in r}, counts
 
 

@@ -79,16 +79,22 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
     if want("gpu_launch_1elem") {
         // Host time per launch of a one-element op: 10 000 adds in a row, no wait until
         // the end (the wait is outside the timed loop).
+        // The wall time, and the recording thread's own run time (on a software GPU such
+        // as lavapipe the device's threads share the CPU with it).
         let x = Tensor::from_vec(vec![1.0f32], &[1]).to_device(gpu);
         let mut y = x.clone();
         sync(&y);
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), thread_run_ns());
         for _ in 0..10_000 {
             y = &y + &x;
         }
         let us = t.elapsed().as_secs_f64() * 1e6 / 1e4;
+        let cpu_us = thread_run_ns().zip(cpu).map(|(b, a)| (b - a) as f64 / 1e3 / 1e4);
         assert_eq!(y.item(), 10_001.0, "10 000 one-element adds on the GPU");
         println!("{{\"workload\": \"gpu_launch_1elem\", \"median_ms\": {:.6}, \"unit\": \"us/launch\", \"throughput\": {us:.3}}}", us / 1e3);
+        if let Some(c) = cpu_us {
+            println!("{{\"launch_thread_us\": {c:.3}}}");
+        }
     }
     type MakeStep = Box<dyn Fn() -> Step>;
     let steps: [(String, MakeStep, usize); 4] = [
@@ -113,6 +119,12 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
             println!("{{\"counts\": {:?}, \"per_step\": {:?}}}", name, counters(&after, &before));
         }
     }
+}
+
+/// This thread's time on a CPU so far in ns (Linux's schedstat), if the system says.
+#[cfg(feature = "gpu")]
+fn thread_run_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 /// The counters `after - before`, as `name=value` pairs.
