@@ -18,13 +18,26 @@ use crate::module::Parameter;
 /// ```
 pub fn clip_grad_norm_(params: &[Parameter], max_norm: f64) -> f64 {
     let grads: Vec<_> = params.iter().filter_map(|p| p.grad().map(|g| (p, g))).collect();
-    // Squares summed on each gradient's device (in f64 on the CPU); from a GPU the host
-    // reads one number per gradient.
-    let sum_sq = |g: &crate::Tensor| match g.device() {
-        crate::Device::Cpu => g.to_vec_f64().iter().map(|v| v * v).sum::<f64>(),
-        _ => no_grad(|| g.square().sum().item()),
-    };
-    let total: f64 = grads.iter().map(|(_, g)| sum_sq(g)).sum::<f64>().sqrt();
+    // Squares summed on each gradient's device (in f64 on the CPU); on a GPU every
+    // gradient's sum is added there, and the host reads one number per device (one wait).
+    let mut total_sq = 0.0;
+    let mut on_devices: Vec<((crate::Device, crate::DType), crate::Tensor)> = Vec::new();
+    for (_, g) in &grads {
+        match g.device() {
+            crate::Device::Cpu => total_sq += g.to_vec_f64().iter().map(|v| v * v).sum::<f64>(),
+            d => no_grad(|| {
+                let wide = if g.dtype() == crate::DType::F64 { crate::DType::F64 } else { crate::DType::F32 };
+                let s = g.to_dtype(wide).square().sum();
+                let d = (d, wide);
+                match on_devices.iter_mut().find(|(e, _)| *e == d) {
+                    Some((_, acc)) => *acc = &*acc + &s,
+                    None => on_devices.push((d, s)),
+                }
+            }),
+        }
+    }
+    total_sq += on_devices.iter().map(|(_, s)| s.item()).sum::<f64>();
+    let total = total_sq.sqrt();
     let coef = (max_norm / (total + 1e-6)).min(1.0);
     if coef < 1.0 {
         no_grad(|| {
