@@ -50,9 +50,9 @@ impl Family {
             .1
     }
 
-    /// The kernel `name` with its placeholders filled from `values` (see [`fill`]).
+    /// The kernel `name` with its placeholders filled from `values` (see [`substitute`]).
     pub(crate) fn render(&self, name: &str, values: &[(&str, &str)]) -> String {
-        fill((self.file, name), self.kernel(name), values)
+        substitute((self.file, name), self.kernel(name), values)
     }
 }
 
@@ -89,7 +89,7 @@ fn split(file: &str, text: &'static str) -> Vec<(&'static str, &'static str)> {
 /// # Panics
 /// When a placeholder has no value, a value has no placeholder, a name is supplied twice,
 /// or a `{{` does not open a well-formed placeholder.
-pub(crate) fn fill((file, kernel): (&str, &str), template: &str, values: &[(&str, &str)]) -> String {
+pub(crate) fn substitute((file, kernel): (&str, &str), template: &str, values: &[(&str, &str)]) -> String {
     let whose = || format!("gpu template `{file}`, kernel `{kernel}`");
     for (i, (name, _)) in values.iter().enumerate() {
         assert!(values[..i].iter().all(|(n, _)| n != name), "{}: value `{name}` is supplied twice", whose());
@@ -130,24 +130,24 @@ mod tests {
     #[test]
     fn fills_every_placeholder_and_keeps_the_rest() {
         let t = "var<workgroup> S: array<{{T}}, 256>;\n{{PRELUDE}}fn f() -> {{T}} { return {{T}}(0.0); }\n";
-        let out = fill(WHO, t, &[("T", "f64"), ("PRELUDE", "// prelude\n")]);
+        let out = substitute(WHO, t, &[("T", "f64"), ("PRELUDE", "// prelude\n")]);
         assert_eq!(out, "var<workgroup> S: array<f64, 256>;\n// prelude\nfn f() -> f64 { return f64(0.0); }\n");
     }
 
     #[test]
     fn values_are_not_rescanned() {
-        assert_eq!(fill(WHO, "a {{X}} b", &[("X", "{{Y}}")]), "a {{Y}} b");
+        assert_eq!(substitute(WHO, "a {{X}} b", &[("X", "{{Y}}")]), "a {{Y}} b");
     }
 
     #[test]
     fn a_template_without_placeholders_is_returned_as_is() {
-        assert_eq!(fill(WHO, "fn f() { if (true) { } }", &[]), "fn f() { if (true) { } }");
+        assert_eq!(substitute(WHO, "fn f() { if (true) { } }", &[]), "fn f() { if (true) { } }");
     }
 
     #[test]
     #[should_panic(expected = "gpu template `test.wgsl`, kernel `k`: placeholder `{{BODY}}` has no value")]
     fn an_unfilled_placeholder_panics_with_its_name() {
-        fill(WHO, "Y[i] = {{BODY}};", &[]);
+        substitute(WHO, "Y[i] = {{BODY}};", &[]);
     }
 
     #[test]
@@ -155,25 +155,25 @@ mod tests {
         expected = "gpu template `test.wgsl`, kernel `k`: value `T` is supplied but the template has no `{{T}}`"
     )]
     fn a_value_without_a_placeholder_panics_with_its_name() {
-        fill(WHO, "Y[i] = {{BODY}};", &[("BODY", "x"), ("T", "f32")]);
+        substitute(WHO, "Y[i] = {{BODY}};", &[("BODY", "x"), ("T", "f32")]);
     }
 
     #[test]
     #[should_panic(expected = "value `T` is supplied twice")]
     fn a_name_supplied_twice_panics() {
-        fill(WHO, "{{T}}", &[("T", "f32"), ("T", "f64")]);
+        substitute(WHO, "{{T}}", &[("T", "f32"), ("T", "f64")]);
     }
 
     #[test]
     #[should_panic(expected = "`{{` opens no placeholder `{{NAME}}` at `{{ T }}`")]
     fn a_malformed_placeholder_panics() {
-        fill(WHO, "a {{ T }}", &[("T", "f32")]);
+        substitute(WHO, "a {{ T }}", &[("T", "f32")]);
     }
 
     #[test]
     #[should_panic(expected = "opens no placeholder")]
     fn an_unclosed_placeholder_panics() {
-        fill(WHO, "a {{T", &[("T", "f32")]);
+        substitute(WHO, "a {{T", &[("T", "f32")]);
     }
 
     const FILE: &str =
@@ -215,7 +215,7 @@ mod tests {
                         values.push((n, ""));
                     }
                 }
-                fill((f.file, name), text, &values);
+                substitute((f.file, name), text, &values);
             }
         }
     }

@@ -2,7 +2,8 @@
 // col2im (the input gradient folded back from the column gradients). `P` holds the
 // geometry, `[n, c, h, w, o, kh, kw, ho, wo, sh, sw, ph, pw, dh, dw, groups]`.
 //
-// Placeholders: `{{PRELUDE}}`, `{{GEO}}` (the `geo` snippet), `{{T}}` (the dtype, `f32` or `f64`).
+// Placeholders: `{{PRELUDE}}`, `{{GEO}}` (the `geo` snippet), `{{T}}` (the dtype, `f32` or
+// `f64`).
 
 //# geo
 struct Geo { n: u32, c: u32, h: u32, w: u32, o: u32, kh: u32, kw: u32, ho: u32, wo: u32,

@@ -21,7 +21,7 @@ var<workgroup> J: array<u32, 256>;
 fn beats(a: f32, ja: u32, b: f32, jb: u32) -> bool {
     if (isnan_(a)) { return isnan_(b) && jb < ja; }
     if (isnan_(b)) { return true; }
-    if (select(b < a, b > a, LARGEST)) { return true; }
+    if (select(a > b, b > a, LARGEST)) { return true; }
     return b == a && jb < ja;
 }
 
