@@ -5,6 +5,10 @@ Each file's `crate::...`/`super::...` paths (outside comments and test modules) 
 resolved to the file that defines them and folded to nn-core's top-level modules
 (`backend`, `dtype`, `ops`, `tensor`, ...). The one circle allowed is tensor <-> autograd:
 a tensor holds its graph node, and the graph is made of tensors.
+
+It also fails when the GPU backend (`backend/gpu/`) reaches into the CPU backend other than
+through `backend/host.rs` (any `cpu::` path, or `cpu` named in a `use`, outside comments), or
+when one of its files (Rust or WGSL) is longer than 600 lines.
 """
 import os
 import re
@@ -12,6 +16,28 @@ import sys
 
 ALLOWED = [{"autograd", "tensor"}]
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "nn-core", "src")
+GPU = os.path.join(SRC, "backend", "gpu")
+MAX_LINES = 600
+
+
+def gpu_rules():
+    """Problems with the GPU backend's files: imports from `cpu`, files over MAX_LINES."""
+    problems = []
+    for root, _, names in os.walk(GPU):
+        for f in sorted(names):
+            path = os.path.join(root, f)
+            rel = os.path.relpath(path, os.path.join(SRC, "..", ".."))
+            text = open(path).read()
+            lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+            if lines > MAX_LINES:
+                problems.append(f"{rel}: {lines} lines (at most {MAX_LINES} in the GPU backend; split it)")
+            if not f.endswith(".rs"):
+                continue
+            code = re.sub(r"//.*", "", text)
+            uses = [m.group(0) for m in re.finditer(r"\buse\s[^;]*;", code)]
+            if re.search(r"\bcpu\s*::", code) or any(re.search(r"\bcpu\b", u) for u in uses):
+                problems.append(f"{rel}: uses the CPU backend directly (go through backend/host.rs)")
+    return problems
 
 
 def modpath(p):
@@ -91,9 +117,13 @@ def main():
         print("import circle among nn-core modules:", " <-> ".join(sorted(c)))
         for a in sorted(c):
             print(f"  {a} imports {sorted(edges[a] & c)}")
-    if bad:
+    gpu = gpu_rules()
+    for p in gpu:
+        print(p)
+    if bad or gpu:
         sys.exit(1)
     print(f"nn-core: no import circle among {len(set(edges) | {d for ds in edges.values() for d in ds})} modules (tensor <-> autograd allowed)")
+    print(f"nn-core: the GPU backend reaches the CPU backend only through backend/host.rs; no file over {MAX_LINES} lines")
 
 
 main()

@@ -462,6 +462,19 @@ fn half_precision_conversions_on_the_gpu_give_the_cpu_bits() {
         let back = on_gpu.narrow(0, 1, v.len() - 2).to_dtype(DType::F32);
         assert_eq!(bits(&back), bits(&on_cpu.narrow(0, 1, v.len() - 2).to_dtype(DType::F32)), "{dtype} -> f32");
     }
+    // Between 16-bit buffers: a strided copy (a transposed view at an odd offset) and the
+    // other half format; then bool from the device's own f16, bf16 and f64 buffers.
+    let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
+    for (from, to) in [(DType::F16, DType::F16), (DType::BF16, DType::BF16), (DType::F16, DType::BF16)] {
+        let view = |t: &Tensor| t.to_dtype(from).narrow(0, 1, 1018).reshape(&[2, 509]).t();
+        let (on_gpu, on_cpu) = (view(&g).to_dtype(to).contiguous(), view(&x).to_dtype(to).contiguous());
+        assert_eq!(on_gpu.device(), GPU);
+        assert_eq!(bits(&on_gpu), bits(&on_cpu), "{from} -> {to}, transposed");
+    }
+    for from in [DType::F16, DType::BF16, DType::F64] {
+        let (on_gpu, on_cpu) = (g.to_dtype(from).to_dtype(DType::Bool), x.to_dtype(from).to_dtype(DType::Bool));
+        assert_eq!(bits(&on_gpu), bits(&on_cpu), "{from} -> bool");
+    }
 }
 
 #[test]

@@ -33,7 +33,7 @@ impl Storage {
             }
             #[cfg(feature = "gpu")]
             Storage::Gpu(g) => {
-                super::gpu::checks::check_range(g, l, n, op);
+                super::gpu::kernels::check_range(g, l, n, op);
                 None
             }
         }
@@ -55,7 +55,7 @@ impl Storage {
     ) -> (Storage, Storage) {
         #[cfg(feature = "gpu")]
         if let Storage::Gpu(g) = self {
-            if let Some((safe, mask)) = super::gpu::checks::class_targets(g, l, c, ignore_index, dtype, op) {
+            if let Some((safe, mask)) = super::gpu::kernels::class_targets(g, l, c, ignore_index, dtype, op) {
                 return (Storage::Gpu(safe), Storage::Gpu(mask));
             }
         }

@@ -50,6 +50,8 @@ pub(crate) mod cpu;
 mod elementwise;
 #[cfg(feature = "gpu")]
 pub(crate) mod gpu;
+#[cfg(feature = "gpu")]
+mod host;
 mod index;
 mod linalg;
 mod misc;

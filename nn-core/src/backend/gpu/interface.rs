@@ -136,7 +136,7 @@ pub(crate) fn softmax(x: &Storage, l: &Layout, dims: (usize, usize, usize), log:
 /// The validated indices of `index` for a dim of `size`.
 #[track_caller]
 fn indices(index: &IndexArg<'_>, size: usize) -> Option<super::context::Buffer> {
-    Some(super::checks::checked_indices(gpu(index.index)?, index.layout, size, index.op, index.dim))
+    Some(kernels::checked_indices(gpu(index.index)?, index.layout, size, index.op, index.dim))
 }
 
 #[track_caller]

@@ -15,19 +15,24 @@
 //! of them on a training step). Values are the same either way; only the time differs.
 //! `f64` kernels use only operations Vulkan offers in double precision (arithmetic,
 //! `sqrt`, comparisons); `exp`, `log`, trigonometry and `pow` in `f64` take the host path.
+//! Of the CPU backend, this module and its children use only what [`super::host`] offers.
+//!
+//! The kernels' WGSL is in `gpu/wgsl/`, a file per kernel family, rendered into sources by
+//! [`template`] and dispatched by the family's module in [`kernels`].
 
 pub(crate) mod batch;
-pub(crate) mod checks;
 pub(crate) mod context;
 pub(crate) mod interface;
 pub(crate) mod kernels;
+mod readback;
+mod template;
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 
 use self::context::{Buffer, Ctx};
-use super::cpu::CpuStorage;
+use super::host::{self, CpuStorage};
 use crate::dtype::DType;
 use crate::shape::Layout;
 
@@ -176,10 +181,8 @@ impl GpuStorage {
 /// safetensors bytes, except `bool`, which takes a 32-bit word per element.
 fn device_bytes(c: &CpuStorage, l: &Layout) -> Vec<u8> {
     match c {
-        CpuStorage::Bool(v) => {
-            super::cpu::strided_to_vec(v, l).iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect()
-        }
-        other => super::cpu::bytes::le_bytes(other, l),
+        CpuStorage::Bool(v) => host::strided_to_vec(v, l).iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect(),
+        other => host::le_bytes(other, l),
     }
 }
 
@@ -222,10 +225,10 @@ pub(crate) fn write_from(dst: &mut GpuStorage, layout: &Layout, src: &GpuStorage
     match vals {
         Some(vals) if !matches!(dst.dtype(), DType::F16 | DType::BF16) => kernels::scatter(dst, layout, &vals),
         _ => {
-            let mut host = dst.host("write_from");
+            let mut on_host = dst.host("write_from");
             let vals = src.to_cpu().convert_layout(src_layout, dst.dtype());
-            super::cpu::scatter_into(&mut host, layout, &vals);
-            dst.overwrite(&host);
+            host::scatter_into(&mut on_host, layout, &vals);
+            dst.overwrite(&on_host);
         }
     }
 }

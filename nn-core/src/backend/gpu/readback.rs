@@ -1,0 +1,134 @@
+//! Reading device buffers back: the one place the host waits for the device, and where
+//! the index checks recorded since the last wait are read (see [`super::context`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::batch::Check;
+use super::context::{lock, size_class, Buffer, Ctx};
+
+impl Ctx {
+    /// The first `len` bytes of `buf`, copied to the host: submits the batch and waits for
+    /// it (a host wait). Index checks recorded since the last wait are read here too, and
+    /// a failed one panics (see the module docs); so does reading a buffer marked by one.
+    pub(crate) fn download(&'static self, buf: &Buffer, len: usize) -> Vec<u8> {
+        if let Some(why) = lock(&self.reports).remove(&std::thread::current().id()) {
+            panic!("{why}");
+        }
+        if let Some(why) = lock(&self.tainted).get(&buf.id) {
+            panic!("{why}");
+        }
+        let padded = (len as u64).div_ceil(4) * 4;
+        let mut b = lock(&self.batch);
+        let checks = b.take_checks();
+        let check_bytes = 4 * checks.len() as u64;
+        let size = size_class(padded + check_bytes);
+        let staging = lock(&self.staging).get_mut(&size).and_then(Vec::pop).unwrap_or_else(|| {
+            self.counters.allocations.fetch_add(1, Ordering::Relaxed);
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("nn download"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
+        if padded > 0 {
+            b.copy(self, buf.raw(), 0, &staging, 0, padded);
+        }
+        if check_bytes > 0 {
+            b.copy(self, &self.errors, 0, &staging, padded, check_bytes);
+        }
+        let log = b.take_log();
+        self.submit_locked(&mut b);
+        drop(b);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..padded + check_bytes).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.counters.host_waits.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.device.poll(wgpu::PollType::wait_indefinitely()) {
+            self.check_alive();
+            panic!("gpu:{} (`{}`): waiting for the device failed: {e}", self.ordinal, self.info.name);
+        }
+        if let Err(e) = rx.recv().expect("map_async calls back once polled") {
+            self.check_alive();
+            panic!("gpu:{}: reading a buffer back failed: {e}", self.ordinal);
+        }
+        let (out, slots) = {
+            let view = staging
+                .slice(..padded + check_bytes)
+                .get_mapped_range()
+                .unwrap_or_else(|e| panic!("gpu:{}: reading a mapped buffer failed: {e}", self.ordinal));
+            let slots: Vec<u32> = view[padded as usize..]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            (view[..len].to_vec(), slots)
+        };
+        staging.unmap();
+        lock(&self.staging).entry(size).or_default().push(staging);
+        self.failed_checks(&checks, &slots, &log);
+        if let Some(why) = lock(&self.reports).remove(&std::thread::current().id()) {
+            panic!("{why}");
+        }
+        if let Some(why) = lock(&self.tainted).get(&buf.id) {
+            panic!("{why}");
+        }
+        out
+    }
+
+    /// Marks what failed checks' ops wrote, and what was computed from that since, and
+    /// files a report for each thread that recorded one (its first failure).
+    fn failed_checks(&'static self, checks: &[Check], slots: &[u32], log: &[(u64, Vec<u64>)]) {
+        let failed: Vec<(&Check, u32)> =
+            checks.iter().zip(slots).filter(|(_, &s)| s != 0).map(|(c, &s)| (c, u32::MAX - s)).collect();
+        let Some(start) = failed.iter().map(|(c, _)| c.launch).min() else { return };
+        let mut reports: HashMap<std::thread::ThreadId, Arc<str>> = HashMap::new();
+        for &(check, first) in &failed {
+            if reports.contains_key(&check.thread) {
+                continue;
+            }
+            let bad = check.value_at(first as usize);
+            let report = format!(
+                "{}: index {bad} is out of bounds for dimension {} with size {} (gpu:{}: checked on the device and \
+                 reported at the next host read; the values computed from it are not readable)",
+                check.op, check.dim, check.size, self.ordinal
+            );
+            reports.insert(check.thread, report.into());
+        }
+        let first: Arc<str> = reports[&failed[0].0.thread].clone();
+        let mut marked: HashSet<u64> = failed.iter().flat_map(|(c, _)| c.writes.iter().copied()).collect();
+        for (launch, (reads, writes)) in log.iter().map(|(l, ids)| (l, split_log(ids))) {
+            if *launch > start && reads.iter().any(|r| marked.contains(r)) {
+                marked.extend(writes);
+            }
+        }
+        let mut t = lock(&self.tainted);
+        for id in marked {
+            t.entry(id).or_insert_with(|| first.clone());
+        }
+        drop(t);
+        let mut r = lock(&self.reports);
+        for (thread, report) in reports {
+            r.entry(thread).or_insert(report);
+        }
+    }
+}
+
+/// Binding ids of one logged launch: reads first, then `u64::MAX`, then writes.
+fn split_log(ids: &[u64]) -> (&[u64], &[u64]) {
+    let cut = ids.iter().position(|&i| i == u64::MAX).unwrap_or(ids.len());
+    (&ids[..cut], ids.get(cut + 1..).unwrap_or(&[]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_log_separates_reads_and_writes() {
+        assert_eq!(split_log(&[1, 2, u64::MAX, 3]), (&[1u64, 2][..], &[3u64][..]));
+        assert_eq!(split_log(&[1]), (&[1u64][..], &[][..]));
+    }
+}

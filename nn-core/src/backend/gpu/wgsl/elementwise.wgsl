@@ -1,0 +1,97 @@
+// Elementwise kernels (unary and binary ops, their gradients, comparisons, `where`): one
+// thread per output element, `Y[i] = {{VALUE}}`.
+//
+// Placeholders of `elementwise`: `{{PRELUDE}}` and `{{MATH}}` (the snippets), `{{BINDINGS}}`
+// (the op's scalars `K` when it has some, the inputs `I0`, `I1`, ... and the output `Y`),
+// `{{READS}}` (`let x = I0[at(i, 0u)];` per input, and `p0`, `p1` from `K`) and `{{VALUE}}`,
+// the op's expression (from the `Wgsl` tables of `backend::elementwise`).
+
+//# elementwise
+{{PRELUDE}}
+{{MATH}}
+{{BINDINGS}}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = flat(id, nw);
+    if (i >= P[0]) { return; }
+{{READS}}
+    Y[i] = {{VALUE}};
+}
+
+//# math
+// The helpers elementwise expressions may call (see `backend::Wgsl`), in f32.
+
+fn powf_(a: f32, b: f32) -> f32 {
+    if (b == 0.0 || a == 1.0) { return 1.0; }
+    if (isnan_(a) || isnan_(b)) { return a + b; }
+    let r = exp2(b * log2(abs(a)));
+    if (a < 0.0) {
+        if (fract(b) != 0.0) { return bitcast<f32>(0x7fc00000u); }
+        if (fract(b * 0.5) != 0.0) { return -r; }
+    }
+    return r;
+}
+
+fn erfc_(x: f32) -> f32 {
+    let z = abs(x);
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
+        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))));
+    return select(2.0 - r, r, x >= 0.0);
+}
+
+// erf: the Taylor series below 0.5 (relative error below 1e-9 there, where 1 - erfc
+// would lose the leading digits), 1 - erfc_ above (within 2 ulp).
+fn erf_(x: f32) -> f32 {
+    if (isnan_(x)) { return x; }
+    if (abs(x) < 0.5) {
+        let x2 = x * x;
+        let p = 1.0 + x2 * (-0.3333333333 + x2 * (0.1 + x2 * (-0.0238095238 + x2 * (0.0046296296 - x2 * 0.0007575758))));
+        return 1.1283791671 * x * p;
+    }
+    return sign(x) * (1.0 - erfc_(abs(x)));
+}
+
+// erfinv: Giles' single-precision approximation (relative error below 3e-7 on f32
+// inputs), infinite at +-1 and NaN outside [-1, 1].
+fn erfinv_(x: f32) -> f32 {
+    if (abs(x) >= 1.0) {
+        return select(bitcast<f32>(0x7fc00000u), sign(x) * bitcast<f32>(0x7f800000u), abs(x) == 1.0);
+    }
+    var w = -log((1.0 - x) * (1.0 + x));
+    var p: f32;
+    if (w < 5.0) {
+        w = w - 2.5;
+        p = 2.81022636e-08;
+        p = 3.43273939e-07 + p * w;
+        p = -3.5233877e-06 + p * w;
+        p = -4.39150654e-06 + p * w;
+        p = 0.00021858087 + p * w;
+        p = -0.00125372503 + p * w;
+        p = -0.00417768164 + p * w;
+        p = 0.246640727 + p * w;
+        p = 1.50140941 + p * w;
+    } else {
+        w = sqrt(w) - 3.0;
+        p = -0.000200214257;
+        p = 0.000100950558 + p * w;
+        p = 0.00134934322 + p * w;
+        p = -0.00367342844 + p * w;
+        p = 0.00573950773 + p * w;
+        p = -0.0076224613 + p * w;
+        p = 0.00943887047 + p * w;
+        p = 1.00167406 + p * w;
+        p = 2.83297682 + p * w;
+    }
+    return p * x;
+}
+
+fn tanh_(x: f32) -> f32 {
+    let z = abs(x);
+    if (z < 0.2) {
+        let x2 = x * x;
+        return x * (1.0 + x2 * (-0.3333333333 + x2 * (0.1333333333 + x2 * (-0.0539682540 + x2 * 0.0218694885))));
+    }
+    let e = exp(-2.0 * z);
+    return sign(x) * (1.0 - e) / (1.0 + e);
+}
