@@ -280,10 +280,8 @@ impl Ctx {
         Buffer { raw: Some(raw), class, id, ctx: self }
     }
 
-    /// A new buffer, or `None` when the device is out of memory. wgpu reports creation
-    /// errors synchronously on native backends, so the error scope's result is ready at
-    /// once: this polls it instead of blocking (and blocks, counted as a host wait, only
-    /// on a backend where it is not).
+    /// A new buffer, or `None` when the device is out of memory (the error scope's result
+    /// is read without a host wait: see [`ready`](Ctx::ready)).
     fn try_create(&self, size: u64) -> Option<wgpu::Buffer> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let raw = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -292,15 +290,7 @@ impl Ctx {
             usage: USAGE,
             mapped_at_creation: false,
         });
-        let mut pending = std::pin::pin!(scope.pop());
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        let error = match std::future::Future::poll(pending.as_mut(), &mut cx) {
-            std::task::Poll::Ready(e) => e,
-            std::task::Poll::Pending => {
-                self.counters.host_waits.fetch_add(1, Ordering::Relaxed);
-                pollster::block_on(pending)
-            }
-        };
+        let error = self.ready(scope.pop());
         error.is_none().then_some(raw)
     }
 
@@ -348,10 +338,22 @@ impl Ctx {
     }
 
     /// The compiled kernel of a WGSL source (entry point `main`), compiled once.
+    ///
+    /// # Panics
+    /// When the adapter rejects the source (a backend bug, or a feature the adapter
+    /// lacks): the message names the device and the compiler's error.
     pub(crate) fn kernel(&self, src: &str) -> Arc<Kernel> {
+        self.try_kernel(src).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`kernel`](Ctx::kernel), or the compiler's error naming the device (for callers
+    /// with a fallback, such as GEMM variants an adapter may not compile).
+    pub(crate) fn try_kernel(&self, src: &str) -> Result<Arc<Kernel>, String> {
         if let Some(k) = lock(&self.pipelines).get(src) {
-            return k.clone();
+            return Ok(k.clone());
         }
+        self.check_alive();
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: None,
             source: wgpu::ShaderSource::Wgsl(src.into()),
@@ -364,10 +366,31 @@ impl Ctx {
             compilation_options: Default::default(),
             cache: None,
         });
+        if let Some(e) = self.ready(scope.pop()) {
+            let first = src.lines().find(|l| l.starts_with("//") || l.contains("fn main")).unwrap_or("");
+            return Err(format!(
+                "gpu:{} (`{}`): compiling a kernel failed ({first}): {e}",
+                self.ordinal, self.info.name
+            ));
+        }
         let layout = pipeline.get_bind_group_layout(0);
         let k = Arc::new(Kernel { pipeline, layout, writes: written_bindings(src) });
         lock(&self.pipelines).insert(src.to_string(), k.clone());
-        k
+        Ok(k)
+    }
+
+    /// The result of an error scope: wgpu reports errors synchronously on native
+    /// backends, so it is ready at once; where it is not, the host waits for it (counted).
+    fn ready(&self, pending: impl std::future::Future<Output = Option<wgpu::Error>>) -> Option<wgpu::Error> {
+        let mut pending = std::pin::pin!(pending);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::future::Future::poll(pending.as_mut(), &mut cx) {
+            std::task::Poll::Ready(e) => e,
+            std::task::Poll::Pending => {
+                self.counters.host_waits.fetch_add(1, Ordering::Relaxed);
+                pollster::block_on(pending)
+            }
+        }
     }
 
     /// Runs `src` over `groups` workgroups (spread over x and y when there are more than
@@ -469,6 +492,13 @@ pub(crate) fn bytes_of_u32(v: &[u32]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_the_adapter_rejects_is_an_error_naming_the_device() {
+        let Ok(ctx) = get(0) else { return }; // the GPU suite (tests/gpu.rs) requires gpu:0
+        let e = ctx.try_kernel("@compute @workgroup_size(1)\nfn main() { let x: u32 = 1.5; }").err().expect("rejected");
+        assert!(e.starts_with("gpu:0 (`") && e.contains("compiling a kernel failed"), "{e}");
+    }
 
     #[test]
     fn written_bindings_reads_the_declarations() {
