@@ -17,6 +17,8 @@
 //! `sqrt`, comparisons); `exp`, `log`, trigonometry and `pow` in `f64` take the host path.
 
 pub(crate) mod context;
+pub(crate) mod gemm;
+pub(crate) mod gemm_tune;
 pub(crate) mod interface;
 pub(crate) mod kernels;
 
