@@ -109,8 +109,9 @@ pub struct GemmReport {
     pub variants: Vec<(String, Option<String>)>,
     /// The autotuner's table: size class, then the variant chosen with every candidate's time.
     pub tuned: Vec<(String, String)>,
-    /// The variant that ran the latest product and why: `forced`, `tuned`, `small`, or the
-    /// refusals that sent it to the general variant.
+    /// The variant that ran the latest product, why (`forced`, `tuned`, `small`, or the
+    /// refusals that sent it to the general variant) and how it read the operands:
+    /// `t64x64_8x8 (tuned) [f32]`, `t64x64_4x4 (forced ...) [f16 (packed words)]`.
     pub last: Option<String>,
     /// Host waits spent timing variants (the GEMM's only ones: a few per size class, once).
     pub tuning_waits: u64,

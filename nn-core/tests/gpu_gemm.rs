@@ -23,8 +23,11 @@ fn require_gpu() -> String {
     if let Err(e) = GPU.check() {
         panic!("the GPU GEMM suite needs gpu:0: {e}");
     }
+    // `NAME (DeviceType, Backend, driver ...)`, where the name may hold parentheses itself.
     let info = gpu::adapter_info(0).expect("checked");
-    info.split(" (").next().unwrap_or(&info).to_string()
+    let types = ["DiscreteGpu", "IntegratedGpu", "VirtualGpu", "Cpu", "Other"];
+    let end = types.iter().filter_map(|t| info.find(&format!(" ({t}, "))).min().unwrap_or(info.len());
+    info[..end].to_string()
 }
 
 /// The suite's lock: the forced variant is process-wide.
@@ -167,7 +170,11 @@ fn every_variant_matches_the_cpu_or_is_refused_with_a_right_fallback() {
                 eprintln!("{variant}: refused: {why}");
                 assert!(why.contains(&format!("adapter `{adapter}`")), "{why}");
                 assert!(why.contains(&format!("`{variant}`")), "{why}");
-                assert!(needs(variant).iter().any(|n| why.contains(n)), "{variant}: {why} names none of {:?}", needs(variant));
+                assert!(
+                    needs(variant).iter().any(|n| why.contains(n)),
+                    "{variant}: {why} names none of {:?}",
+                    needs(variant)
+                );
             }
             None => eprintln!("{variant}: offered"),
         }
@@ -190,17 +197,30 @@ fn every_variant_matches_the_cpu_or_is_refused_with_a_right_fallback() {
                     // Offered, but the compiler rejected it for this dtype: refused cleanly.
                     None if last.contains(&format!("failed to compile GEMM variant `{variant}`")) => {
                         eprintln!("{spec} {dtype}: REFUSED BY THE COMPILER: {last}");
-                        assert!(last.starts_with("t64x64_4x4 (") && last.contains(&format!("adapter `{adapter}`")), "{last}");
+                        assert!(
+                            last.starts_with("t64x64_4x4 (") && last.contains(&format!("adapter `{adapter}`")),
+                            "{last}"
+                        );
                     }
                     // Not this dtype's variant (coop takes f16 only, subgroups no f64).
-                    None => assert!(last.starts_with("t64x64_4x4 (") && last.contains("does not take"), "{spec} {dtype}: {last}"),
+                    None => assert!(
+                        last.starts_with("t64x64_4x4 (") && last.contains("does not take"),
+                        "{spec} {dtype}: {last}"
+                    ),
                     Some(why) => {
                         assert!(last.starts_with("t64x64_4x4 (forced "), "{spec} {dtype}: {last}");
                         assert!(last.contains(why.as_str()), "{spec} {dtype}: {last}");
                     }
                 }
             }
-            let mut kinds: Vec<&str> = ran.iter().map(|l| l.split(' ').next().unwrap_or("")).collect();
+            if spec.ends_with("+packed") {
+                assert!(ran.iter().all(|l| l.ends_with("[f16 (packed words)]")), "{spec}: {ran:?}");
+            }
+            // The variant and the encoding of each product.
+            let mut kinds: Vec<String> = ran
+                .iter()
+                .map(|l| format!("{} {}", l.split(' ').next().unwrap_or(""), &l[l.rfind('[').unwrap_or(0)..]))
+                .collect();
             kinds.dedup();
             summary.push(format!("forced {spec:<22} {dtype:<5} ran {}", kinds.join(", ")));
         }
@@ -228,7 +248,7 @@ fn the_tuner_measures_a_size_class_once_and_keeps_its_choice() {
         assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{g} against {w}");
     }
     let last = first.last.clone().expect("a product ran");
-    assert!(last.ends_with("(tuned)"), "{last}");
+    assert!(last.ends_with("(tuned) [f32]"), "{last}");
     let chosen = last.split(' ').next().unwrap_or("");
     assert!(first.variants.iter().any(|(v, refused)| v == chosen && refused.is_none()), "{last}");
     assert!(first.tuning_waits > before, "tuning a new class waits for its timings");
@@ -244,7 +264,7 @@ fn the_tuner_measures_a_size_class_once_and_keeps_its_choice() {
     assert_eq!(second.last.as_deref(), Some(last.as_str()));
     // Small products are not tuned.
     drop(Tensor::ones(&[3, 4]).to_device(GPU).matmul(&Tensor::ones(&[4, 5]).to_device(GPU)).to_vec());
-    assert_eq!(gpu::gemm_report(0).unwrap().last.as_deref(), Some("t32x32_4x4 (small)"));
+    assert_eq!(gpu::gemm_report(0).unwrap().last.as_deref(), Some("t32x32_4x4 (small) [f32]"));
 }
 
 #[test]

@@ -56,8 +56,8 @@ fn emit_model(workload: &str, ms: f64, params: usize) {
     );
 }
 
-/// The GPU twins of the CPU workloads, on `gpu:0`: GEMM 1024 to 8192 and the three
-/// training steps, each timed up to a host read of one value of its result.
+/// The GPU twins of the CPU workloads, on `gpu:0`: GEMM 1024 to 8192 (and 4096 in f16) and
+/// the three training steps, each timed up to a host read of one value of its result.
 #[cfg(feature = "gpu")]
 fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
     use nn_core::Device;
@@ -75,6 +75,14 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
             let ms = median_ms(|| sync(&a.matmul(&b)), 3000.0);
             emit(&name, ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
         }
+    }
+    // f16 storage, f32 sums: the cooperative-matrix GEMM where the adapter has one.
+    if want("gpu_gemm_f16_4096") {
+        let n = 4096;
+        let f16 = |t: Tensor| t.to_dtype(DType::F16).to_device(gpu);
+        let (a, b) = (f16(Tensor::randn(&[n, n])), f16(Tensor::randn(&[n, n])));
+        let ms = median_ms(|| sync(&a.matmul(&b)), 3000.0);
+        emit("gpu_gemm_f16_4096", ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
     }
     for batch in [64usize, 256] {
         let name = format!("gpu_mlp_step_b{batch}");

@@ -82,9 +82,7 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
     let base = if f64 { wgpu::Features::SHADER_F64 } else { wgpu::Features::empty() };
     // What the GEMM variants use where the adapter has it (see `gemm`).
     let gemm = adapter.features()
-        & (wgpu::Features::SHADER_F16
-            | wgpu::Features::SUBGROUP
-            | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+        & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
     let desc = |features: wgpu::Features| wgpu::DeviceDescriptor {
         label: Some("nn"),
         required_features: features,

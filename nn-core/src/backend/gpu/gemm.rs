@@ -70,8 +70,8 @@ pub(crate) struct Variant {
 const fn tiled(name: &'static str, bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Variant {
     let threads = (bm / tm) * (bn / tn);
     // The template's preconditions: vec4 register rows, whole loads per thread, one workgroup.
-    assert!(tm % 4 == 0 && tn % 4 == 0 && bk % 4 == 0 && threads <= 256);
-    assert!((bm * bk / 4) % threads == 0 && (bn * bk / 4) % threads == 0);
+    assert!(tm.is_multiple_of(4) && tn.is_multiple_of(4) && bk.is_multiple_of(4) && threads <= 256);
+    assert!((bm * bk / 4).is_multiple_of(threads) && (bn * bk / 4).is_multiple_of(threads));
     Variant { name, algo: Algo::Tiled { bm, bn, bk, tm, tn } }
 }
 
@@ -151,9 +151,8 @@ impl Caps {
         coop: &[wgpu::CooperativeMatrixProperties],
     ) -> Caps {
         use wgpu::CooperativeScalarType as S;
-        let coop_f16 = coop.iter().any(|p| {
-            (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, S::F32)
-        });
+        let coop_f16 =
+            coop.iter().any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, S::F32));
         Caps {
             ordinal,
             adapter: info.name.clone(),
@@ -397,9 +396,9 @@ fn u32_of(v: usize) -> u32 {
 
 /// A's load mode from its strides `[rs, cs]`, its rows `m` and depth `k`.
 fn mode_a([rs, cs]: [usize; 2], m: usize, k: usize, aligned: bool) -> u32 {
-    if aligned && cs == 1 && (rs % 4 == 0 || m == 1) {
+    if aligned && cs == 1 && (rs.is_multiple_of(4) || m == 1) {
         2
-    } else if aligned && rs == 1 && (cs % 4 == 0 || k == 1) {
+    } else if aligned && rs == 1 && (cs.is_multiple_of(4) || k == 1) {
         3
     } else {
         u32::from(rs < cs)
@@ -408,9 +407,9 @@ fn mode_a([rs, cs]: [usize; 2], m: usize, k: usize, aligned: bool) -> u32 {
 
 /// B's load mode from its strides `[rs, cs]`, its depth `k` and columns `n`.
 fn mode_b([rs, cs]: [usize; 2], k: usize, n: usize, aligned: bool) -> u32 {
-    if aligned && cs == 1 && (rs % 4 == 0 || k == 1) {
+    if aligned && cs == 1 && (rs.is_multiple_of(4) || k == 1) {
         2
-    } else if aligned && rs == 1 && (cs % 4 == 0 || n == 1) {
+    } else if aligned && rs == 1 && (cs.is_multiple_of(4) || n == 1) {
         3
     } else {
         u32::from(rs < cs)
@@ -449,8 +448,8 @@ pub(crate) fn matmul(
         Enc::F64 => ctx.upload(&[alpha.to_le_bytes(), beta.to_le_bytes()].concat()),
         _ => ctx.upload(&[(alpha as f32).to_le_bytes(), (beta as f32).to_le_bytes()].concat()),
     };
-    let aligned_a = batch_offsets.iter().all(|&(oa, _)| oa % 4 == 0);
-    let aligned_b = batch_offsets.iter().all(|&(_, ob)| ob % 4 == 0);
+    let aligned_a = batch_offsets.iter().all(|&(oa, _)| oa.is_multiple_of(4));
+    let aligned_b = batch_offsets.iter().all(|&(_, ob)| ob.is_multiple_of(4));
     let call = Call {
         ctx,
         enc,
@@ -473,13 +472,7 @@ mod tests {
     use super::*;
 
     fn caps(features: wgpu::Features) -> Caps {
-        Caps {
-            ordinal: 0,
-            adapter: "test adapter".into(),
-            features,
-            subgroup_sizes: [32, 32],
-            coop_f16: true,
-        }
+        Caps { ordinal: 0, adapter: "test adapter".into(), features, subgroup_sizes: [32, 32], coop_f16: true }
     }
 
     /// Every variant's source for every encoding it serves, with and without an input, is
@@ -498,9 +491,12 @@ mod tests {
                     let src = kernel.source(&caps);
                     let module = naga::front::wgsl::parse_str(&src)
                         .unwrap_or_else(|e| panic!("{kernel:?}: {}\n{src}", e.emit_to_string(&src)));
-                    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-                        .validate(&module)
-                        .unwrap_or_else(|e| panic!("{kernel:?}: {}\n{src}", e.emit_to_string(&src)));
+                    let info = naga::valid::Validator::new(
+                        naga::valid::ValidationFlags::all(),
+                        naga::valid::Capabilities::all(),
+                    )
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("{kernel:?}: {}\n{src}", e.emit_to_string(&src)));
                     naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
                         .unwrap_or_else(|e| panic!("{kernel:?}: SPIR-V: {e}"));
                     checked += 1;

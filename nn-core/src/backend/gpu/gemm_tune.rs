@@ -160,7 +160,10 @@ impl std::str::FromStr for Forced {
             "auto" | "" => None,
             name => Some(VARIANTS.iter().position(|v| v.name == name).ok_or_else(|| {
                 let names: Vec<&str> = VARIANTS.iter().map(|v| v.name).collect();
-                format!("no GEMM variant `{name}`; the variants are auto, {} (each may end in +packed)", names.join(", "))
+                format!(
+                    "no GEMM variant `{name}`; the variants are auto, {} (each may end in +packed)",
+                    names.join(", ")
+                )
             })?),
         };
         Ok(Forced { variant, packed })
@@ -189,7 +192,8 @@ pub(crate) fn force(spec: Option<&str>) {
     *lock(forced_cell()) = f;
 }
 
-/// The kernel that runs `call`, compiled, recording the choice as the adapter's latest.
+/// The kernel that runs `call`, compiled, recording the choice as the adapter's latest
+/// (`variant (why) [encoding]`).
 /// Tuning (the first product of a size class) runs the candidates into `out`.
 pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, Arc<str>) {
     let state = &call.ctx.gemm;
@@ -214,7 +218,7 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
                 if !why.is_empty() {
                     reason = why.join("; ");
                 }
-                *lock(&state.last) = Some(format!("{} ({reason})", VARIANTS[variant].name));
+                *lock(&state.last) = Some(format!("{} ({reason}) [{}]", VARIANTS[variant].name, call.enc.name()));
                 return (kernel, src);
             }
             Err(e) if variant != GENERAL => {
