@@ -124,8 +124,8 @@ impl GemmState {
             return Some(format!("`{}` does not take {}", v.name, call.enc.name()));
         }
         let kernel = Kernel { variant, enc: call.enc, input: call.has_input() };
-        let [bm, _] = kernel.block();
-        if call.mkn[0].div_ceil(bm) > 65535 {
+        let [bm, bn] = kernel.block();
+        if call.mkn[0].div_ceil(bm) > 65535 || call.mkn[2].div_ceil(bn) > 65535 {
             return Some(format!("`{}` would need more than 65535 workgroups", v.name));
         }
         match lock(&self.kernels).get(&kernel) {
