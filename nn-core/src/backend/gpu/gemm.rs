@@ -81,7 +81,7 @@ pub(crate) const VARIANTS: [Variant; 7] = [
     tiled("t64x64_4x4", 64, 64, 16, 4, 4),
     tiled("t64x64_8x8", 64, 64, 16, 8, 8),
     tiled("t128x64_8x4", 128, 64, 16, 8, 4),
-    tiled("t128x128_8x8", 128, 128, 8, 8, 8),
+    tiled("t128x128_8x8", 128, 128, 16, 8, 8),
     Variant { name: "sg64x64_4x4", algo: Algo::Subgroup },
     Variant { name: "coop64x64_f16", algo: Algo::Coop },
 ];
