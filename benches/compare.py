@@ -60,7 +60,8 @@ and takes minutes to build the first time) is built in release and `peers_bench 
 column per peer and ratios nn/peer worded as above (time ratio for steps, throughput ratio for
 GFLOP/s rows). A peer that fails to build or run is reported and left out.
 
-With --gpu, `nn_bench gpu` (built with `--features gpu`) times GEMM 1024..8192 and the MLP,
+With --gpu, `nn_bench gpu` (built with `--features gpu`) times GEMM 1024..8192, an f16 GEMM
+4096 (`gpu_gemm_f16_4096`: f16 storage, f32 sums; PyTorch's is a half `torch.mm`) and the MLP,
 CNN and Transformer training steps on `gpu:0`, and the same workloads run in PyTorch on
 `cuda:0` with TF32 off (FP32 cuBLAS); both sides wait for the device at the end of each timed
 call. Without a CUDA device (or torch), only the nn column is printed, with the adapter's name
@@ -401,6 +402,9 @@ def torch_gpu_results():
         a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
         ms = median_ms(timed(lambda: torch.mm(a, b)), 3000)
         emit(f"gpu_gemm_{n}", ms, "GFLOP/s", 2 * n**3 / (ms * 1e6))
+    a, b = torch.randn(4096, 4096, device=dev).half(), torch.randn(4096, 4096, device=dev).half()
+    ms = median_ms(timed(lambda: torch.mm(a, b)), 3000)
+    emit("gpu_gemm_f16_4096", ms, "GFLOP/s", 2 * 4096**3 / (ms * 1e6))
 
     def step_fn(model, x, y, classify):
         model = model.to(dev)

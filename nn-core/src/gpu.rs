@@ -112,6 +112,65 @@ pub fn stats(n: usize) -> Option<GpuStats> {
     }
 }
 
+/// The GEMM kernels of one GPU (see [`gemm_report`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GemmReport {
+    /// Every GEMM variant, by name, with `None` where this adapter runs it and otherwise why
+    /// not: the adapter and the feature it lacks, or the compiler's error for an element type.
+    pub variants: Vec<(String, Option<String>)>,
+    /// The autotuner's table: size class, then the variant chosen with every candidate's time.
+    pub tuned: Vec<(String, String)>,
+    /// The variant that ran the latest product, why (`forced`, `tuned`, `small`, or the
+    /// refusals that sent it to the general variant) and how it read the operands:
+    /// `t64x64_8x8 (tuned) [f32]`, `t64x64_4x4 (forced ...) [f16 (packed words)]`.
+    pub last: Option<String>,
+    /// Host waits spent timing variants (the GEMM's only ones: a few per size class, once).
+    pub tuning_waits: u64,
+}
+
+/// How `gpu:n` runs matrix products: its GEMM variants, which it refuses and why, the
+/// autotuner's choices and the latest product's variant; `None` when it is not available.
+///
+/// ```
+/// use nn_core::{gpu, Device, Tensor};
+/// if gpu::is_available() {
+///     let g = Device::Gpu(0);
+///     let y = Tensor::ones(&[3, 4]).to_device(g).matmul(&Tensor::ones(&[4, 2]).to_device(g));
+///     assert_eq!(y.to_vec(), vec![4.0; 6]);
+///     let report = gpu::gemm_report(0).unwrap();
+///     assert!(report.variants.iter().any(|(name, refused)| name == "t64x64_4x4" && refused.is_none()));
+///     assert!(report.last.is_some());
+/// }
+/// ```
+pub fn gemm_report(n: usize) -> Option<GemmReport> {
+    #[cfg(feature = "gpu")]
+    {
+        let ctx = crate::backend::gpu::context::get(n).ok()?;
+        let (variants, tuned, last, tuning_waits) = crate::backend::gpu::gemm_tune::report(ctx);
+        Some(GemmReport { variants, tuned, last, tuning_waits })
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        let _ = n;
+        None
+    }
+}
+
+/// Makes every GPU matrix product run the GEMM variant `spec` names where it can (and the
+/// general variant, saying why, where it cannot); `None` or `"auto"` lets the autotuner choose
+/// again. A `+packed` suffix sends f16 tensors through the packed-word path even on adapters
+/// with `SHADER_F16`. The environment variable `NN_GPU_GEMM` sets the initial value. For
+/// tests and benchmarks; the names are those of [`GemmReport::variants`].
+///
+/// # Panics
+/// When `spec` names no variant; the message lists them.
+pub fn force_gemm(spec: Option<&str>) {
+    #[cfg(feature = "gpu")]
+    crate::backend::gpu::gemm_tune::force(spec);
+    #[cfg(not(feature = "gpu"))]
+    let _ = spec;
+}
+
 impl Device {
     /// `Ok` when tensors can be placed on this device: always for `Cpu` and `Meta`; for
     /// `Gpu(n)` when nn-core was built with the `gpu` feature and adapter `n` exists and

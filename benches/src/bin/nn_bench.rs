@@ -56,8 +56,8 @@ fn emit_model(workload: &str, ms: f64, params: usize) {
     );
 }
 
-/// The GPU twins of the CPU workloads, on `gpu:0`: GEMM 1024 to 8192 and the three
-/// training steps, each timed up to a host read of one value of its result.
+/// The GPU twins of the CPU workloads, on `gpu:0`: GEMM 1024 to 8192 (and 4096 in f16) and
+/// the three training steps, each timed up to a host read of one value of its result.
 #[cfg(feature = "gpu")]
 fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
     use nn_core::Device;
@@ -76,10 +76,18 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
             emit(&name, ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
         }
     }
+    // f16 storage, f32 sums: the cooperative-matrix GEMM where the adapter has one.
+    if want("gpu_gemm_f16_4096") {
+        let n = 4096;
+        let f16 = |t: Tensor| t.to_dtype(DType::F16).to_device(gpu);
+        let (a, b) = (f16(Tensor::randn(&[n, n])), f16(Tensor::randn(&[n, n])));
+        let ms = median_ms(|| sync(&a.matmul(&b)), 3000.0);
+        emit("gpu_gemm_f16_4096", ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
+    }
     if want("gpu_launch_1elem") {
         // Host time per launch of a one-element op: 10 000 adds in a row, no wait until
         // the end (the wait is outside the timed loop).
-        // The wall time, and the recording thread's own run time (on a software GPU such
+        // Also the recording thread's own run time (on a software GPU such
         // as lavapipe the device's threads share the CPU with it).
         let x = Tensor::from_vec(vec![1.0f32], &[1]).to_device(gpu);
         let mut y = x.clone();

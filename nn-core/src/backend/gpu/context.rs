@@ -86,6 +86,8 @@ pub(crate) struct Ctx {
     next_id: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) fallbacks: Mutex<BTreeMap<String, u64>>,
+    /// The GEMM's adapter features, compiled kernels and tuning table.
+    pub(crate) gemm: super::gemm_tune::GemmState,
 }
 
 /// The adapters wgpu found, best first (discrete GPUs, then integrated, virtual, software),
@@ -137,13 +139,26 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
     let info = adapter.get_info();
     let f64 = adapter.features().contains(wgpu::Features::SHADER_F64);
     let limits = adapter.limits();
-    let desc = wgpu::DeviceDescriptor {
+    let base = if f64 { wgpu::Features::SHADER_F64 } else { wgpu::Features::empty() };
+    // What the GEMM variants use where the adapter has it (see `gemm`).
+    let gemm = adapter.features()
+        & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    let desc = |features: wgpu::Features| wgpu::DeviceDescriptor {
         label: Some("nn"),
-        required_features: if f64 { wgpu::Features::SHADER_F64 } else { wgpu::Features::empty() },
+        required_features: features,
         required_limits: limits.clone(),
+        experimental_features: if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            // SAFETY: the only experimental feature requested is cooperative matrices, which
+            // only the `coop64x64_f16` GEMM uses, on shapes and types the adapter lists.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        },
         ..Default::default()
     };
-    let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+    // Without the GEMM's extras when the adapter offers them but will not open with them.
+    let (device, queue) = pollster::block_on(adapter.request_device(&desc(base | gemm)))
+        .or_else(|_| pollster::block_on(adapter.request_device(&desc(base))))
         .map_err(|e| format!("opening adapter `{}` ({:?}) failed: {e}", info.name, info.backend))?;
     let lost = Arc::new(Mutex::new(None));
     let seen = lost.clone();
@@ -159,6 +174,7 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
         wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
     );
     let errors = buffer("nn index checks", 4 * ERROR_SLOTS, USAGE);
+    let gemm = super::gemm::Caps::new(ordinal, &info, device.features(), &adapter.cooperative_matrix_properties());
     Ok(Ctx {
         ordinal,
         device,
@@ -179,6 +195,7 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
         next_id: AtomicU64::new(0),
         counters: Counters::default(),
         fallbacks: Mutex::default(),
+        gemm: super::gemm_tune::GemmState::new(gemm),
     })
 }
 

@@ -4,7 +4,7 @@
 
 use std::cmp::Ordering;
 
-use super::{kernels, GpuStorage};
+use super::{gemm, kernels, GpuStorage};
 use crate::backend::{BinaryOp, ConvGeometry, IndexArg, Storage, UnaryOp};
 use crate::dtype::DType;
 use crate::shape::Layout;
@@ -102,7 +102,7 @@ pub(crate) fn matmul(
 ) -> Option<GpuStorage> {
     let (ga, gb) = (gpu(a)?, gpu(b)?);
     let offsets: Vec<(usize, usize)> = batch_offsets(la, batch).into_iter().zip(batch_offsets(lb, batch)).collect();
-    kernels::matmul(ga, gb, mkn, (last_two(la), last_two(lb)), &offsets, None, (0.0, 1.0))
+    gemm::matmul(ga, gb, mkn, (last_two(la), last_two(lb)), &offsets, None, (0.0, 1.0))
 }
 
 pub(crate) fn addmm(
@@ -114,7 +114,7 @@ pub(crate) fn addmm(
     let (gi, ga, gb) = (gpu(input)?, gpu(a)?, gpu(b)?);
     let mkn = (la.shape()[0], la.shape()[1], lb.shape()[1]);
     let offsets = [(la.offset(), lb.offset())];
-    kernels::matmul(ga, gb, mkn, (last_two(la), last_two(lb)), &offsets, Some((gi, li)), (beta, alpha))
+    gemm::matmul(ga, gb, mkn, (last_two(la), last_two(lb)), &offsets, Some((gi, li)), (beta, alpha))
 }
 
 /// Sums over the dims where `mask` is true: the layout is permuted so that the reduced

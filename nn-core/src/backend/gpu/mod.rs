@@ -22,6 +22,8 @@
 
 pub(crate) mod batch;
 pub(crate) mod context;
+pub(crate) mod gemm;
+pub(crate) mod gemm_tune;
 pub(crate) mod interface;
 pub(crate) mod kernels;
 mod readback;

@@ -1,9 +1,9 @@
 //! Convolutions (`conv.wgsl`): im2col and col2im around the GEMM.
 
 use super::elementwise::binary;
-use super::matmul::matmul;
 use super::reduce::sum_lines;
 use super::{groups_for, is_compute, prelude, scalar, u32_of};
+use crate::backend::gpu::gemm::matmul;
 use crate::backend::gpu::template::Family;
 use crate::backend::gpu::GpuStorage;
 use crate::backend::{ConvGeometry, Wgsl};

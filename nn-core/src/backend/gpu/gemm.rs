@@ -1,0 +1,535 @@
+//! The GPU matrix product, `alpha * A @ B (+ beta * I)` over a batch, as one of several WGSL
+//! kernels ("variants") chosen per adapter and problem size ([`super::gemm_tune`]).
+//!
+//! # Variants
+//! | name            | kernel file          | block of C per workgroup | per thread       | needs |
+//! |-----------------|----------------------|--------------------------|------------------|-------|
+//! | `t32x32_4x4`    | `gemm_tiled.wgsl`    | 32 x 32                  | 4 x 4            | nothing |
+//! | `t64x64_4x4`    | `gemm_tiled.wgsl`    | 64 x 64                  | 4 x 4            | nothing (the general variant) |
+//! | `t64x64_8x8`    | `gemm_tiled.wgsl`    | 64 x 64                  | 8 x 8            | nothing |
+//! | `t128x64_8x4`   | `gemm_tiled.wgsl`    | 128 x 64                 | 8 x 4            | nothing |
+//! | `t128x128_8x8`  | `gemm_tiled.wgsl`    | 128 x 128                | 8 x 8            | nothing |
+//! | `sg64x64_4x4`   | `gemm_subgroup.wgsl` | 64 x 64                  | 4 x 4            | `SUBGROUP` |
+//! | `coop64x64_f16` | `gemm_coop.wgsl`     | 64 x 64                  | 32 x 32 per subgroup | `EXPERIMENTAL_COOPERATIVE_MATRIX` (16x16x16 f16 products, f32 sums), `SHADER_F16`, `SUBGROUP`, a fixed subgroup size |
+//!
+//! The tiled variants are one template (register blocks in `vec4` registers, BK-deep slices of
+//! A and B staged in workgroup memory); `sg64x64_4x4` passes A's fragments between threads by
+//! subgroup shuffles instead; `coop64x64_f16` runs f16 tensors only, on the adapter's matrix
+//! units.
+//!
+//! # Layouts
+//! Every variant takes any strides, batch offsets (broadcast batch dims repeat an offset) and
+//! sizes: edge tiles are zero-padded in workgroup memory. Each operand is staged four elements
+//! per load where its contiguous dim allows (stride 1 there, the other stride and every batch
+//! offset multiples of four), and one element per load otherwise (the general path).
+//!
+//! # Element types
+//! f32 and f64 tensors compute in their own type. f16 and bf16 tensors are read as f32, summed
+//! in f32 and rounded once, to nearest even, to their type: the CPU's contract. f16 is read as
+//! `f16` where the adapter has `SHADER_F16`; without it (and always for bf16) as packed words,
+//! two values to a `u32`, and results sharing a word with another thread's are written with
+//! atomic and/or on their half.
+//!
+//! # Refusals
+//! A variant whose adapter feature is missing is refused before any compilation, with a
+//! message naming the adapter, the variant and the feature. A variant whose compilation fails
+//! (naga or the driver; caught by error scopes) is refused for that element type, the message
+//! naming the adapter, the variant and the error. The call then runs the general variant;
+//! [`crate::gpu::gemm_report`] lists the refusals.
+
+use super::context::{Buffer, Ctx};
+use super::gemm_tune;
+use super::GpuStorage;
+use crate::dtype::DType;
+use crate::shape::Layout;
+
+const ELEM: &str = include_str!("wgsl/gemm_elem.wgsl");
+const FILL: &str = include_str!("wgsl/gemm_fill.wgsl");
+const TILED: &str = include_str!("wgsl/gemm_tiled.wgsl");
+const SUBGROUP: &str = include_str!("wgsl/gemm_subgroup.wgsl");
+const COOP: &str = include_str!("wgsl/gemm_coop.wgsl");
+
+/// How a variant computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Algo {
+    /// `gemm_tiled.wgsl`: a `bm x bn` block of C per workgroup, `tm x tn` per thread,
+    /// `bk`-deep slices.
+    Tiled { bm: u32, bn: u32, bk: u32, tm: u32, tn: u32 },
+    /// `gemm_subgroup.wgsl`.
+    Subgroup,
+    /// `gemm_coop.wgsl`.
+    Coop,
+}
+
+/// A GEMM kernel design, compiled per element encoding (see [`Kernel`]).
+pub(crate) struct Variant {
+    pub(crate) name: &'static str,
+    pub(crate) algo: Algo,
+}
+
+const fn tiled(name: &'static str, bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Variant {
+    let threads = (bm / tm) * (bn / tn);
+    // The template's preconditions: vec4 register rows, whole loads per thread, one workgroup.
+    assert!(tm.is_multiple_of(4) && tn.is_multiple_of(4) && bk.is_multiple_of(4) && threads <= 256);
+    assert!((bm * bk / 4).is_multiple_of(threads) && (bn * bk / 4).is_multiple_of(threads));
+    Variant { name, algo: Algo::Tiled { bm, bn, bk, tm, tn } }
+}
+
+/// Every variant, in the order they are tried as fallbacks.
+pub(crate) const VARIANTS: [Variant; 7] = [
+    tiled("t32x32_4x4", 32, 32, 16, 4, 4),
+    tiled("t64x64_4x4", 64, 64, 16, 4, 4),
+    tiled("t64x64_8x8", 64, 64, 16, 8, 8),
+    tiled("t128x64_8x4", 128, 64, 16, 8, 4),
+    tiled("t128x128_8x8", 128, 128, 16, 8, 8),
+    Variant { name: "sg64x64_4x4", algo: Algo::Subgroup },
+    Variant { name: "coop64x64_f16", algo: Algo::Coop },
+];
+
+/// The variant every call can run (any element type, layout and adapter): the fallback.
+pub(crate) const GENERAL: usize = 1;
+
+/// The variant products too small to tune run.
+pub(crate) const SMALL: usize = 0;
+
+/// How a kernel reads and writes its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Enc {
+    F32,
+    F64,
+    /// f16 as `f16` (`SHADER_F16`).
+    F16,
+    /// f16 as packed words.
+    F16Packed,
+    /// bf16 as packed words.
+    BF16,
+}
+
+impl Enc {
+    /// The encoding of `dtype` on this adapter (`packed`: f16 as words even with
+    /// `SHADER_F16`), or `None` for the dtypes without a GPU GEMM (i64, bool).
+    pub(crate) fn of(caps: &Caps, dtype: DType, packed: bool) -> Option<Enc> {
+        match dtype {
+            DType::F32 => Some(Enc::F32),
+            DType::F64 => Some(Enc::F64),
+            DType::F16 if caps.features.contains(wgpu::Features::SHADER_F16) && !packed => Some(Enc::F16),
+            DType::F16 => Some(Enc::F16Packed),
+            DType::BF16 => Some(Enc::BF16),
+            DType::I64 | DType::Bool => None,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Enc::F32 => "f32",
+            Enc::F64 => "f64",
+            Enc::F16 => "f16",
+            Enc::F16Packed => "f16 (packed words)",
+            Enc::BF16 => "bf16",
+        }
+    }
+}
+
+/// What an adapter offers the GEMM, read once when it is opened.
+#[derive(Debug)]
+pub(crate) struct Caps {
+    pub(crate) ordinal: usize,
+    pub(crate) adapter: String,
+    /// The features enabled on the device.
+    pub(crate) features: wgpu::Features,
+    /// The smallest and largest subgroup sizes.
+    pub(crate) subgroup_sizes: [u32; 2],
+    /// Cooperative matrices of 16x16x16 with f16 operands and f32 sums.
+    pub(crate) coop_f16: bool,
+}
+
+impl Caps {
+    pub(crate) fn new(
+        ordinal: usize,
+        info: &wgpu::AdapterInfo,
+        features: wgpu::Features,
+        coop: &[wgpu::CooperativeMatrixProperties],
+    ) -> Caps {
+        use wgpu::CooperativeScalarType as S;
+        let coop_f16 =
+            coop.iter().any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, S::F32));
+        Caps {
+            ordinal,
+            adapter: info.name.clone(),
+            features,
+            subgroup_sizes: [info.subgroup_min_size, info.subgroup_max_size],
+            coop_f16,
+        }
+    }
+
+    /// Why the adapter cannot run variant `v`, or `None` when it can.
+    pub(crate) fn refusal(&self, v: &Variant) -> Option<String> {
+        use wgpu::Features as F;
+        let needs = match v.algo {
+            Algo::Tiled { .. } => F::empty(),
+            Algo::Subgroup => F::SUBGROUP,
+            Algo::Coop => F::EXPERIMENTAL_COOPERATIVE_MATRIX | F::SHADER_F16 | F::SUBGROUP,
+        };
+        let names = [
+            (F::EXPERIMENTAL_COOPERATIVE_MATRIX, "EXPERIMENTAL_COOPERATIVE_MATRIX"),
+            (F::SHADER_F16, "SHADER_F16"),
+            (F::SUBGROUP, "SUBGROUP"),
+        ];
+        let lacks: Vec<&str> =
+            names.iter().filter(|(f, _)| needs.contains(*f) && !self.features.contains(*f)).map(|(_, n)| *n).collect();
+        let [lo, hi] = self.subgroup_sizes;
+        let missing = if !lacks.is_empty() {
+            format!("wgpu feature {}", lacks.join(" and "))
+        } else if v.algo == Algo::Subgroup && !lo.is_power_of_two() {
+            format!("subgroups of a power-of-two size (its smallest is {lo})")
+        } else if v.algo == Algo::Coop && !self.coop_f16 {
+            "16x16x16 cooperative matrices of f16 with f32 sums".to_string()
+        } else if v.algo == Algo::Coop && lo != hi {
+            format!("a fixed subgroup size (it has {lo} to {hi})")
+        } else {
+            return None;
+        };
+        Some(format!(
+            "gpu:{} adapter `{}` lacks {missing}: GEMM variant `{}` refused",
+            self.ordinal, self.adapter, v.name
+        ))
+    }
+
+    /// Threads sharing A's fragments in `gemm_subgroup.wgsl`: a power of two dividing 16 and
+    /// every subgroup size.
+    fn lanes(&self) -> u32 {
+        self.subgroup_sizes[0].clamp(1, 16)
+    }
+}
+
+/// One compiled form of a variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Kernel {
+    /// Index in [`VARIANTS`].
+    pub(crate) variant: usize,
+    pub(crate) enc: Enc,
+    /// Whether `beta * I` is added (addmm with `beta != 0`).
+    pub(crate) input: bool,
+}
+
+impl Kernel {
+    /// Whether the variant takes operands of this encoding.
+    pub(crate) fn serves(variant: usize, enc: Enc) -> bool {
+        match VARIANTS[variant].algo {
+            Algo::Tiled { .. } => true,
+            Algo::Subgroup => enc != Enc::F64,
+            Algo::Coop => enc == Enc::F16,
+        }
+    }
+
+    /// Rows and columns of C one workgroup computes.
+    pub(crate) fn block(&self) -> [usize; 2] {
+        match VARIANTS[self.variant].algo {
+            Algo::Tiled { bm, bn, .. } => [bm as usize, bn as usize],
+            Algo::Subgroup | Algo::Coop => [64, 64],
+        }
+    }
+
+    /// The WGSL source: `gemm_elem.wgsl`'s sections for the encoding, the staging functions,
+    /// then the variant's kernel file.
+    pub(crate) fn source(&self, caps: &Caps) -> String {
+        let (f, unit, out, load, store, bits) = match self.enc {
+            Enc::F32 => ("f32", "vec4<f32>", "f32", "load_float", "store_float", ""),
+            Enc::F64 => ("f64", "vec4<f64>", "f64", "load_float", "store_float", ""),
+            Enc::F16 => ("f32", "vec4<f16>", "f16", "load_f16", "store_float", ""),
+            Enc::F16Packed => ("f32", "vec2<u32>", "atomic<u32>", "load_f16_packed", "store_packed", "f16_bits"),
+            Enc::BF16 => ("f32", "vec2<u32>", "atomic<u32>", "load_bf16", "store_packed", "bf16_bits"),
+        };
+        let algo = VARIANTS[self.variant].algo;
+        let mut enable = String::new();
+        if self.enc == Enc::F16 {
+            enable.push_str("enable f16;\n");
+        }
+        if algo == Algo::Coop {
+            enable.push_str("enable wgpu_cooperative_matrix;\n");
+        }
+        let y_binding = if self.input { "5" } else { "4" };
+        let fills = [("ENABLE", enable.as_str()), ("F", f), ("UNIT", unit), ("OUT", out), ("Y_BINDING", y_binding)];
+        let mut src = fill(section(ELEM, "header"), &fills);
+        let mut operands = vec!["lhs", "rhs"];
+        if self.input {
+            operands.push("inp");
+            src += &fill(section(ELEM, "input_some"), &[("UNIT", unit)]);
+        } else {
+            src += section(ELEM, "input_none");
+        }
+        for x in operands {
+            src += &fill(section(ELEM, load), &[("X", x)]);
+        }
+        src += &fill(section(ELEM, store), &[("OUT", out), ("BITS", bits)]);
+        if algo != Algo::Subgroup {
+            src += section(FILL, "fill_a");
+        }
+        src += section(FILL, "fill_b");
+        let n = |v: u32| v.to_string();
+        src += &match algo {
+            Algo::Tiled { bm, bn, bk, tm, tn } => {
+                fill(TILED, &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk)), ("TM", &n(tm)), ("TN", &n(tn))])
+            }
+            Algo::Subgroup => fill(SUBGROUP, &[("LANES", &n(caps.lanes()))]),
+            Algo::Coop => fill(COOP, &[("SG", &n(caps.subgroup_sizes[0]))]),
+        };
+        src
+    }
+}
+
+/// `template` with each `{{NAME}}` replaced by its value in `fills`, the one way the GEMM's
+/// WGSL is specialised.
+///
+/// # Panics
+/// When a placeholder is left unfilled (a bug here, caught by every GPU test).
+fn fill(template: &str, fills: &[(&str, &str)]) -> String {
+    let mut s = template.to_string();
+    for (name, value) in fills {
+        s = s.replace(&format!("{{{{{name}}}}}"), value);
+    }
+    if let Some(at) = s.find("{{") {
+        let name: String = s[at..].chars().take_while(|&c| c != '\n').collect();
+        panic!("gpu GEMM: WGSL placeholder {name} left unfilled");
+    }
+    s
+}
+
+/// The text of section `name` of a WGSL file split by `// @section NAME` lines.
+fn section<'a>(file: &'a str, name: &str) -> &'a str {
+    let marker = format!("// @section {name}\n");
+    let start = file.find(&marker).unwrap_or_else(|| panic!("gpu GEMM: no WGSL section `{name}`")) + marker.len();
+    let len = file[start..].find("// @section ").unwrap_or(file.len() - start);
+    &file[start..start + len]
+}
+
+/// Compiles `src` (shader module and pipeline) under validation and internal error scopes:
+/// `Err` carries wgpu's message, from naga or the driver. A success leaves nothing behind;
+/// [`Ctx::dispatch3`] compiles the same source again into its pipeline cache.
+pub(crate) fn try_compile(ctx: &Ctx, src: &str) -> Result<(), String> {
+    let validation = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let internal = ctx.device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let module = ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("nn gemm"),
+        source: wgpu::ShaderSource::Wgsl(src.into()),
+    });
+    let pipeline = ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("nn gemm"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    drop(pipeline);
+    let errors = [pollster::block_on(internal.pop()), pollster::block_on(validation.pop())];
+    match errors.into_iter().flatten().next() {
+        None => Ok(()),
+        Some(e) => Err(e.to_string()),
+    }
+}
+
+/// One product's operands, sizes and parameters.
+pub(crate) struct Call<'a> {
+    pub(crate) ctx: &'static Ctx,
+    pub(crate) enc: Enc,
+    /// `[m, k, n]`.
+    pub(crate) mkn: [usize; 3],
+    a: &'a Buffer,
+    b: &'a Buffer,
+    /// I and its layout, when `beta * I` is added.
+    input: Option<(&'a Buffer, &'a Layout)>,
+    /// `[rsa, csa, rsb, csb]`.
+    strides: [usize; 4],
+    /// The load modes of A and B (see `gemm_fill.wgsl`).
+    pub(crate) modes: [u32; 2],
+    /// Element offsets of A's and B's matrix per batch entry.
+    offsets: &'a [(usize, usize)],
+    /// `[alpha, beta]` in the accumulator type.
+    scalars: Buffer,
+}
+
+impl Call<'_> {
+    pub(crate) fn batch(&self) -> usize {
+        self.offsets.len()
+    }
+
+    pub(crate) fn has_input(&self) -> bool {
+        self.input.is_some()
+    }
+
+    /// `P` for sizes `[m, k, n]` over `offsets` (see `gemm_elem.wgsl`).
+    fn params(&self, [m, k, n]: [usize; 3], offsets: &[(usize, usize)]) -> Vec<u32> {
+        let [rsa, csa, rsb, csb] = self.strides;
+        let (rsi, csi, oi) = self.input.map_or((0, 0, 0), |(_, l)| (l.strides()[0], l.strides()[1], l.offset()));
+        let mut p: Vec<u32> =
+            [m, k, n, offsets.len(), rsa, csa, rsb, csb, rsi, csi, oi].iter().map(|&v| u32_of(v)).collect();
+        p.extend(self.modes);
+        p.extend(offsets.iter().map(|&(oa, _)| u32_of(oa)));
+        p.extend(offsets.iter().map(|&(_, ob)| u32_of(ob)));
+        p
+    }
+
+    /// Queues `kernel` (compiled from `src`) writing C into `out`; with `proxy`, the product of
+    /// the leading `[m, k, n]` block of the first batch entry (for timing, see
+    /// [`gemm_tune`]).
+    pub(crate) fn run(&self, kernel: Kernel, src: &str, out: &Buffer, proxy: Option<[usize; 3]>) {
+        let (mkn, offsets) = match proxy {
+            Some(mkn) => (mkn, &self.offsets[..1]),
+            None => (self.mkn, self.offsets),
+        };
+        let [m, _, n] = mkn;
+        let [bm, bn] = kernel.block();
+        let mut bufs = vec![&self.scalars, self.a, self.b];
+        if let Some((i, _)) = self.input {
+            bufs.push(i);
+        }
+        bufs.push(out);
+        let grid = [n.div_ceil(bn), m.div_ceil(bm), offsets.len()].map(|g| g as u32);
+        self.ctx.dispatch3(src, &self.params(mkn, offsets), &bufs, grid);
+    }
+}
+
+fn u32_of(v: usize) -> u32 {
+    u32::try_from(v).unwrap_or_else(|_| panic!("gpu GEMM: size or stride {v} exceeds 32-bit indexing"))
+}
+
+/// A's load mode from its strides `[rs, cs]`, its rows `m` and depth `k`.
+fn mode_a([rs, cs]: [usize; 2], m: usize, k: usize, aligned: bool) -> u32 {
+    if aligned && cs == 1 && (rs.is_multiple_of(4) || m == 1) {
+        2
+    } else if aligned && rs == 1 && (cs.is_multiple_of(4) || k == 1) {
+        3
+    } else {
+        u32::from(rs < cs)
+    }
+}
+
+/// B's load mode from its strides `[rs, cs]`, its depth `k` and columns `n`.
+fn mode_b([rs, cs]: [usize; 2], k: usize, n: usize, aligned: bool) -> u32 {
+    if aligned && cs == 1 && (rs.is_multiple_of(4) || k == 1) {
+        2
+    } else if aligned && rs == 1 && (cs.is_multiple_of(4) || n == 1) {
+        3
+    } else {
+        u32::from(rs < cs)
+    }
+}
+
+/// `alpha * A @ B + beta * I` for `batch_offsets` matrices of A and B (element offsets of
+/// each batch entry), A `[m, k]` with strides `(rsa, csa)`, B `[k, n]` with `(rsb, csb)`;
+/// `input` is I viewed as `[m, n]` (`beta` is then applied; with `beta == 0` I is not read).
+/// `None` (the host path) for dtypes without a GEMM kernel and grids past wgpu's limits.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul(
+    a: &GpuStorage,
+    b: &GpuStorage,
+    (m, k, n): (usize, usize, usize),
+    (a_strides, b_strides): ([usize; 2], [usize; 2]),
+    batch_offsets: &[(usize, usize)],
+    input: Option<(&GpuStorage, &Layout)>,
+    (beta, alpha): (f64, f64),
+) -> Option<GpuStorage> {
+    let ctx = a.ctx();
+    let dtype = a.dtype();
+    let forced = gemm_tune::forced();
+    let enc = Enc::of(&ctx.gemm.caps, dtype, forced.packed)?;
+    let batch = batch_offsets.len();
+    let same = b.dtype() == dtype && input.is_none_or(|(i, _)| i.dtype() == dtype);
+    if !same || batch > 65535 || m.div_ceil(32) > 65535 || n.div_ceil(32) > 65535 {
+        return None;
+    }
+    let out = GpuStorage::uninit(ctx, dtype, batch * m * n);
+    if batch * m * n == 0 {
+        return Some(out);
+    }
+    u32_of(batch * m * n); // panics past 32-bit indexing
+    let scalars = match enc {
+        Enc::F64 => ctx.upload(&[alpha.to_le_bytes(), beta.to_le_bytes()].concat()),
+        _ => ctx.upload(&[(alpha as f32).to_le_bytes(), (beta as f32).to_le_bytes()].concat()),
+    };
+    let aligned_a = batch_offsets.iter().all(|&(oa, _)| oa.is_multiple_of(4));
+    let aligned_b = batch_offsets.iter().all(|&(_, ob)| ob.is_multiple_of(4));
+    let call = Call {
+        ctx,
+        enc,
+        mkn: [m, k, n],
+        a: a.buffer(),
+        b: b.buffer(),
+        input: input.filter(|_| beta != 0.0).map(|(i, l)| (i.buffer(), l)),
+        strides: [a_strides[0], a_strides[1], b_strides[0], b_strides[1]],
+        modes: [mode_a(a_strides, m, k, aligned_a), mode_b(b_strides, k, n, aligned_b)],
+        offsets: batch_offsets,
+        scalars,
+    };
+    let (kernel, src) = gemm_tune::choose(&call, forced, out.buffer());
+    call.run(kernel, &src, out.buffer(), None);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(features: wgpu::Features) -> Caps {
+        Caps { ordinal: 0, adapter: "test adapter".into(), features, subgroup_sizes: [32, 32], coop_f16: true }
+    }
+
+    /// Every variant's source for every encoding it serves, with and without an input, is
+    /// valid WGSL for naga (all capabilities, so the subgroup and cooperative-matrix kernels
+    /// are checked on adapters without them) and translates to SPIR-V.
+    #[test]
+    fn every_source_validates_and_translates() {
+        use wgpu::naga;
+        let caps = caps(wgpu::Features::all());
+        let encs = [Enc::F32, Enc::F64, Enc::F16, Enc::F16Packed, Enc::BF16];
+        let mut checked = 0;
+        for variant in 0..VARIANTS.len() {
+            for &enc in encs.iter().filter(|&&e| Kernel::serves(variant, e)) {
+                for input in [false, true] {
+                    let kernel = Kernel { variant, enc, input };
+                    let src = kernel.source(&caps);
+                    let module = naga::front::wgsl::parse_str(&src)
+                        .unwrap_or_else(|e| panic!("{kernel:?}: {}\n{src}", e.emit_to_string(&src)));
+                    let info = naga::valid::Validator::new(
+                        naga::valid::ValidationFlags::all(),
+                        naga::valid::Capabilities::all(),
+                    )
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("{kernel:?}: {}\n{src}", e.emit_to_string(&src)));
+                    naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
+                        .unwrap_or_else(|e| panic!("{kernel:?}: SPIR-V: {e}"));
+                    checked += 1;
+                }
+            }
+        }
+        // 5 tiled x 5 encodings, subgroup x 4, coop x 1; each with and without an input.
+        assert_eq!(checked, 2 * (5 * 5 + 4 + 1));
+    }
+
+    #[test]
+    fn refusals_name_the_adapter_the_variant_and_the_feature() {
+        let bare = caps(wgpu::Features::empty());
+        assert_eq!(bare.refusal(&VARIANTS[GENERAL]), None);
+        let sg = bare.refusal(&VARIANTS[5]).expect("refused");
+        assert_eq!(sg, "gpu:0 adapter `test adapter` lacks wgpu feature SUBGROUP: GEMM variant `sg64x64_4x4` refused");
+        let coop = bare.refusal(&VARIANTS[6]).expect("refused");
+        assert!(coop.contains("EXPERIMENTAL_COOPERATIVE_MATRIX") && coop.contains("SHADER_F16"), "{coop}");
+        let mut no_shape = caps(wgpu::Features::all());
+        no_shape.coop_f16 = false;
+        assert!(no_shape.refusal(&VARIANTS[6]).expect("refused").contains("16x16x16"));
+    }
+
+    #[test]
+    fn load_modes_need_contiguity_and_alignment() {
+        assert_eq!(mode_a([8, 1], 5, 7, true), 2);
+        assert_eq!(mode_a([8, 1], 5, 7, false), 0);
+        assert_eq!(mode_a([7, 1], 5, 7, true), 0); // rows not aligned
+        assert_eq!(mode_a([1, 12], 5, 7, true), 3);
+        assert_eq!(mode_a([1, 5], 5, 7, true), 1); // transposed, unaligned: m fastest
+        assert_eq!(mode_b([16, 1], 3, 16, true), 2);
+        assert_eq!(mode_b([1, 4], 3, 16, true), 3);
+        assert_eq!(mode_b([1, 3], 3, 16, true), 1);
+        assert_eq!(mode_b([3, 1], 3, 3, true), 0);
+    }
+}

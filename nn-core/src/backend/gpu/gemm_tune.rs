@@ -1,0 +1,349 @@
+//! Which GEMM variant runs a product ([`super::gemm`]): forced, measured once per adapter and
+//! size class, or the general one when the choice is refused.
+//!
+//! # Autotuning
+//! Products of fewer than [`SMALL_FLOPS`] multiply-adds run `t32x32_4x4` (launch costs rule
+//! there). Larger ones are grouped into size classes: the element encoding, the two operands'
+//! load modes, a bucket for each of m, n and k (up to 16, 64, 256, 1024, larger) and whether
+//! there is a batch. The first product of a class on an adapter times every variant the
+//! adapter runs for it (each compiled if it was not, once to warm up, then up to three times,
+//! each up to the host's read of one word of the result, keeping the fastest time) on the
+//! leading block of at most [`TUNE_CAP`] per dim of its own operands, writing its own output
+//! buffer; the fastest variant is kept in the adapter's table (a `Mutex<HashMap>` in
+//! [`GemmState`]) and serves every later product of the class without waiting. These reads
+//! are the GEMM's only host waits: once per class and adapter, counted in
+//! [`crate::gpu::GemmReport::tuning_waits`].
+//!
+//! # Forcing a variant
+//! `NN_GPU_GEMM=<variant>` (read once) or [`crate::gpu::force_gemm`] make every product run
+//! that variant where it can (the general one otherwise, saying why in
+//! [`crate::gpu::GemmReport::last`]); `auto` restores tuning. A `+packed` suffix makes f16
+//! tensors go through the packed-word path even on adapters with `SHADER_F16`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::context::{Buffer, Ctx};
+use super::gemm::{try_compile, Call, Caps, Kernel, GENERAL, SMALL, VARIANTS};
+
+/// Multiply-adds under which a product runs `t32x32_4x4` untuned.
+pub(crate) const SMALL_FLOPS: usize = 1 << 21;
+
+/// The largest m, n and k a tuning run computes.
+pub(crate) const TUNE_CAP: usize = 1024;
+
+/// A size class (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Class {
+    enc: &'static str,
+    modes: [u32; 2],
+    /// Bucket bounds of m, n, k (`usize::MAX` past 1024).
+    mnk: [usize; 3],
+    batched: bool,
+}
+
+impl Class {
+    fn of(call: &Call<'_>) -> Class {
+        let bucket = |d: usize| [16, 64, 256, 1024].into_iter().find(|&b| d <= b).unwrap_or(usize::MAX);
+        let [m, k, n] = call.mkn;
+        Class { enc: call.enc.name(), modes: call.modes, mnk: [m, n, k].map(bucket), batched: call.batch() > 1 }
+    }
+}
+
+impl std::fmt::Display for Class {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.enc)?;
+        for (d, b) in ["m", "n", "k"].iter().zip(self.mnk) {
+            match b {
+                usize::MAX => write!(f, " {d}>1024")?,
+                b => write!(f, " {d}<={b}")?,
+            }
+        }
+        write!(f, " modes {:?}{}", self.modes, if self.batched { " batched" } else { "" })
+    }
+}
+
+/// An adapter's GEMM state: what it offers, compiled kernels and refusals, the tuning table.
+pub(crate) struct GemmState {
+    pub(crate) caps: Caps,
+    /// Each kernel's source once compiled, or the compiler's refusal.
+    kernels: Mutex<HashMap<Kernel, Result<Arc<str>, String>>>,
+    /// The tuning table: the variant chosen per class, with the times measured.
+    tuned: Mutex<BTreeMap<Class, (usize, String)>>,
+    /// The variant of the latest product, with why.
+    last: Mutex<Option<String>>,
+    tuning_waits: AtomicU64,
+}
+
+impl GemmState {
+    pub(crate) fn new(caps: Caps) -> GemmState {
+        GemmState {
+            caps,
+            kernels: Mutex::default(),
+            tuned: Mutex::default(),
+            last: Mutex::default(),
+            tuning_waits: AtomicU64::new(0),
+        }
+    }
+
+    /// The source of `kernel`, compiled once; `Err` is the refusal, remembered.
+    fn compiled(&self, ctx: &Ctx, kernel: Kernel) -> Result<Arc<str>, String> {
+        if let Some(r) = lock(&self.kernels).get(&kernel) {
+            return r.clone();
+        }
+        let src = kernel.source(&self.caps);
+        #[cfg(test)]
+        let src = if tests::BROKEN.lock().unwrap_or_else(|e| e.into_inner()).contains(&kernel) {
+            src + "\nfn broken( {\n"
+        } else {
+            src
+        };
+        let r = try_compile(ctx, &src).map(|()| Arc::from(src)).map_err(|e| {
+            format!(
+                "gpu:{} adapter `{}` failed to compile GEMM variant `{}` for {}: {e}",
+                self.caps.ordinal,
+                self.caps.adapter,
+                VARIANTS[kernel.variant].name,
+                kernel.enc.name()
+            )
+        });
+        lock(&self.kernels).insert(kernel, r.clone());
+        r
+    }
+
+    /// Why `variant` cannot run `call`, or `None` when it can (as far as is known before
+    /// compiling it).
+    fn unavailable(&self, call: &Call<'_>, variant: usize) -> Option<String> {
+        let v = &VARIANTS[variant];
+        if let Some(r) = self.caps.refusal(v) {
+            return Some(r);
+        }
+        if !Kernel::serves(variant, call.enc) {
+            return Some(format!("`{}` does not take {}", v.name, call.enc.name()));
+        }
+        let kernel = Kernel { variant, enc: call.enc, input: call.has_input() };
+        let [bm, bn] = kernel.block();
+        if call.mkn[0].div_ceil(bm) > 65535 || call.mkn[2].div_ceil(bn) > 65535 {
+            return Some(format!("`{}` would need more than 65535 workgroups", v.name));
+        }
+        match lock(&self.kernels).get(&kernel) {
+            Some(Err(e)) => Some(e.clone()),
+            _ => None,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A forced choice (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Forced {
+    /// Index in [`VARIANTS`]; `None` tunes.
+    pub(crate) variant: Option<usize>,
+    /// f16 through packed words.
+    pub(crate) packed: bool,
+}
+
+impl std::str::FromStr for Forced {
+    type Err = String;
+
+    fn from_str(spec: &str) -> Result<Forced, String> {
+        let (name, packed) = match spec.strip_suffix("+packed") {
+            Some(name) => (name, true),
+            None => (spec, false),
+        };
+        let variant = match name {
+            "auto" | "" => None,
+            name => Some(VARIANTS.iter().position(|v| v.name == name).ok_or_else(|| {
+                let names: Vec<&str> = VARIANTS.iter().map(|v| v.name).collect();
+                format!(
+                    "no GEMM variant `{name}`; the variants are auto, {} (each may end in +packed)",
+                    names.join(", ")
+                )
+            })?),
+        };
+        Ok(Forced { variant, packed })
+    }
+}
+
+fn forced_cell() -> &'static Mutex<Forced> {
+    static FORCED: OnceLock<Mutex<Forced>> = OnceLock::new();
+    FORCED.get_or_init(|| {
+        let spec = std::env::var("NN_GPU_GEMM").unwrap_or_default();
+        Mutex::new(spec.parse().unwrap_or_else(|e| panic!("NN_GPU_GEMM={spec:?}: {e}")))
+    })
+}
+
+/// The forced choice now in effect.
+pub(crate) fn forced() -> Forced {
+    *lock(forced_cell())
+}
+
+/// Sets the forced choice from a spec (`None`: `auto`).
+///
+/// # Panics
+/// On a spec naming no variant; the message lists them.
+pub(crate) fn force(spec: Option<&str>) {
+    let f = spec.unwrap_or("auto").parse().unwrap_or_else(|e| panic!("force_gemm: {e}"));
+    *lock(forced_cell()) = f;
+}
+
+/// The kernel that runs `call`, compiled, recording the choice as the adapter's latest
+/// (`variant (why) [encoding]`).
+/// Tuning (the first product of a size class) runs the candidates into `out`.
+pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, Arc<str>) {
+    let state = &call.ctx.gemm;
+    let mut why = Vec::new();
+    let [m, k, n] = call.mkn;
+    let (mut variant, mut reason) = match forced.variant {
+        Some(v) => match state.unavailable(call, v) {
+            None => (v, "forced".to_string()),
+            Some(e) => {
+                why.push(format!("forced `{}` refused: {e}", VARIANTS[v].name));
+                (GENERAL, String::new())
+            }
+        },
+        None if call.batch() * m * n * k < SMALL_FLOPS => (SMALL, "small".to_string()),
+        None => (tuned(call, out), "tuned".to_string()),
+    };
+    let input = call.has_input();
+    loop {
+        let kernel = Kernel { variant, enc: call.enc, input };
+        match state.compiled(call.ctx, kernel) {
+            Ok(src) => {
+                if !why.is_empty() {
+                    reason = why.join("; ");
+                }
+                *lock(&state.last) = Some(format!("{} ({reason}) [{}]", VARIANTS[variant].name, call.enc.name()));
+                return (kernel, src);
+            }
+            Err(e) if variant != GENERAL => {
+                why.push(e);
+                (variant, reason) = (GENERAL, String::new());
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// The tuned variant of `call`'s class, measured now when the class is new.
+fn tuned(call: &Call<'_>, out: &Buffer) -> usize {
+    let state = &call.ctx.gemm;
+    let class = Class::of(call);
+    if let Some(&(v, _)) = lock(&state.tuned).get(&class) {
+        return v;
+    }
+    let proxy = call.mkn.map(|d| d.min(TUNE_CAP));
+    let input = call.has_input();
+    let mut times = Vec::new();
+    for variant in 0..VARIANTS.len() {
+        if state.unavailable(call, variant).is_some() {
+            continue;
+        }
+        let kernel = Kernel { variant, enc: call.enc, input };
+        let Ok(src) = state.compiled(call.ctx, kernel) else { continue };
+        let timed = || {
+            let t = Instant::now();
+            call.run(kernel, &src, out, Some(proxy));
+            wait(call.ctx, out);
+            t.elapsed()
+        };
+        timed(); // warm-up: the pipeline is built on first use
+        let mut best = timed();
+        for _ in 0..2 {
+            if best > Duration::from_millis(250) {
+                break;
+            }
+            best = best.min(timed());
+        }
+        times.push((best, variant));
+    }
+    let &(_, best) = times.iter().min().expect("the general variant always runs");
+    let table: Vec<String> =
+        times.iter().map(|(t, v)| format!("{} {:.3} ms", VARIANTS[*v].name, t.as_secs_f64() * 1e3)).collect();
+    lock(&state.tuned).insert(class, (best, table.join(", ")));
+    best
+}
+
+/// Waits for the kernels queued before, by reading one word of `out` back.
+fn wait(ctx: &'static Ctx, out: &Buffer) {
+    ctx.gemm.tuning_waits.fetch_add(1, Ordering::Relaxed);
+    ctx.download(out, 4);
+}
+
+/// What [`crate::gpu::gemm_report`] shows of `ctx`: the variants with their refusals, the
+/// tuning table, the latest product and the tuning waits (the fields of
+/// `crate::gpu::GemmReport`, which the backend does not import).
+pub(crate) type Report = (Vec<(String, Option<String>)>, Vec<(String, String)>, Option<String>, u64);
+
+/// See [`Report`].
+pub(crate) fn report(ctx: &Ctx) -> Report {
+    let state = &ctx.gemm;
+    let compile: Vec<(usize, String)> =
+        lock(&state.kernels).iter().filter_map(|(k, r)| r.clone().err().map(|e| (k.variant, e))).collect();
+    let variants = VARIANTS
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut why: Vec<String> = state.caps.refusal(v).into_iter().collect();
+            why.extend(compile.iter().filter(|(w, _)| *w == i).map(|(_, e)| e.clone()));
+            (v.name.to_string(), (!why.is_empty()).then(|| why.join("; ")))
+        })
+        .collect();
+    let tuned = lock(&state.tuned)
+        .iter()
+        .map(|(class, (v, times))| (class.to_string(), format!("{} ({times})", VARIANTS[*v].name)))
+        .collect();
+    (variants, tuned, lock(&state.last).clone(), state.tuning_waits.load(Ordering::Relaxed))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::backend::gpu::gemm::Enc;
+    use crate::{Device, Tensor};
+
+    /// Kernels whose source the tests break, to see a compile failure caught.
+    pub(crate) static BROKEN: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
+
+    #[test]
+    fn specs_parse_and_bad_ones_list_the_variants() {
+        assert_eq!("auto".parse::<Forced>(), Ok(Forced::default()));
+        assert_eq!("t64x64_8x8+packed".parse::<Forced>(), Ok(Forced { variant: Some(2), packed: true }));
+        let e = "t9x9".parse::<Forced>().unwrap_err();
+        assert!(e.contains("t9x9") && e.contains("coop64x64_f16"), "{e}");
+    }
+
+    /// A variant the compiler rejects is refused with a message naming the adapter and the
+    /// variant, and the product still comes out right, from the general variant.
+    #[test]
+    fn a_compile_failure_falls_back_and_is_remembered() {
+        let gpu = Device::Gpu(0);
+        if let Err(e) = gpu.check() {
+            panic!("this test needs gpu:0: {e}");
+        }
+        let ctx = super::super::context::get(0).expect("checked");
+        // t128x64_8x4 with an input, in f32: a kernel no other test of this binary runs.
+        let kernel = Kernel { variant: 3, enc: Enc::F32, input: true };
+        BROKEN.lock().unwrap_or_else(|e| e.into_inner()).push(kernel);
+        force(Some("t128x64_8x4"));
+        let (i, a, b) = (Tensor::randn(&[9, 5]), Tensor::randn(&[9, 6]), Tensor::randn(&[6, 5]));
+        let want = i.addmm(&a, &b).to_vec();
+        let got = i.to_device(gpu).addmm(&a.to_device(gpu), &b.to_device(gpu)).to_vec();
+        let (variants, _, last, _) = report(ctx);
+        force(None);
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{got:?} against {want:?}");
+        }
+        let last = last.expect("a product ran");
+        assert!(last.starts_with("t64x64_4x4 ("), "{last}");
+        assert!(last.contains("failed to compile GEMM variant `t128x64_8x4` for f32"), "{last}");
+        assert!(last.contains(&format!("adapter `{}`", ctx.gemm.caps.adapter)), "{last}");
+        let (_, refused) = &variants[3];
+        assert!(refused.as_deref().is_some_and(|e| e.contains("failed to compile")), "{refused:?}");
+    }
+}
