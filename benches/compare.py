@@ -349,14 +349,21 @@ def real_models(torch, F, want, emit):
 def nn_gpu_results():
     """`nn_bench gpu`: the adapter's name and the GPU workloads."""
     # NN_BENCH_BIN names a prebuilt `nn_bench` (built with `--features gpu`): a GPU machine
-    # without a Rust toolchain runs the binary built elsewhere.
+    # without a Rust toolchain runs the binary built elsewhere. NN_BENCH_JSON names the
+    # saved output of such a run instead.
     prebuilt = os.environ.get("NN_BENCH_BIN")
-    if prebuilt:
+    if os.environ.get("NN_BENCH_JSON"):
+        binary = None
+    elif prebuilt:
         binary = Path(prebuilt).resolve()
     else:
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "nn-bench", "--features", "gpu", "--bin", "nn_bench"], cwd=ROOT, check=True)
         binary = ROOT / "target/release/nn_bench"
-    out = subprocess.run([str(binary), "gpu"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    if os.environ.get("NN_BENCH_JSON"):
+        # The rows of an earlier `nn_bench gpu` run (one JSON object per line).
+        out = Path(os.environ["NN_BENCH_JSON"]).read_text()
+    else:
+        out = subprocess.run([str(binary), "gpu"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines()]
     adapter = next((r["adapter"] for r in rows if "adapter" in r), "?")
     counts = {r["counts"]: r["per_step"] for r in rows if "counts" in r}
