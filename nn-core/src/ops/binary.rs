@@ -116,7 +116,7 @@ binary_op!(
         T::zero()
     },
     wgsl = Wgsl::binary(
-        "select(select(b, a, a >= b), a + b, isnan_(f32(a)) || isnan_(f32(b)))",
+        "select(pick_(b, a, a >= b), a + b, isnan_(f32(a)) || isnan_(f32(b)))",
         "select(select(0.0, 0.5, a == b), 1.0, a > b)",
         "select(select(0.0, 0.5, a == b), 1.0, b > a)",
         false
@@ -148,7 +148,7 @@ binary_op!(
         T::zero()
     },
     wgsl = Wgsl::binary(
-        "select(select(b, a, a <= b), a + b, isnan_(f32(a)) || isnan_(f32(b)))",
+        "select(pick_(b, a, a <= b), a + b, isnan_(f32(a)) || isnan_(f32(b)))",
         "select(select(0.0, 0.5, a == b), 1.0, a < b)",
         "select(select(0.0, 0.5, a == b), 1.0, b < a)",
         false

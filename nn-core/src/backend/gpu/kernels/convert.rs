@@ -26,6 +26,9 @@ pub(crate) fn upload(ctx: &'static Ctx, c: &CpuStorage) -> GpuStorage {
 /// The `load_x(o)` snippet reading position `o` of a binding `X` holding `dtype` as `ty`.
 fn load(dtype: DType, ty: &str) -> String {
     let kernel = match dtype {
+        // f32 subnormals widened exactly: a plain conversion flushes them to zero on
+        // drivers without denormal preservation (NVIDIA's).
+        DType::F32 if ty == "f64" => "load_f32_to_f64",
         DType::F32 | DType::F64 | DType::Bool => "load_word",
         DType::F16 => "load_f16",
         DType::BF16 => "load_bf16",

@@ -51,7 +51,14 @@ fn elementwise(
         "elementwise",
         &[
             ("PRELUDE", prelude()),
-            ("MATH", FAMILY.kernel("math")),
+            (
+                "MATH",
+                &format!(
+                    "{}{}",
+                    FAMILY.kernel("math"),
+                    FAMILY.kernel(if dtype == DType::F64 { "pick_f64" } else { "pick_f32" })
+                ),
+            ),
             ("BINDINGS", &decls),
             ("READS", &reads),
             ("VALUE", value),

@@ -127,6 +127,18 @@ fn load_x(o: u32) -> {{T}} {
     return {{T}}(X[o]);
 }
 
+//# load_f32_to_f64
+// f32 to f64 with subnormals kept: built from the bits, since drivers may flush an f32
+// subnormal in a conversion.
+fn load_x(o: u32) -> {{T}} {
+    let bits = bitcast<u32>(X[o]);
+    if ((bits & 0x7f800000u) == 0u) {
+        let m = ldexp({{T}}(bits & 0x007fffffu), -149);
+        return select(m, -m, (bits >> 31u) != 0u);
+    }
+    return {{T}}(X[o]);
+}
+
 //# load_f16
 fn load_x(o: u32) -> {{T}} {
     return {{T}}(unpack2x16float(X[o >> 1u])[o & 1u]);

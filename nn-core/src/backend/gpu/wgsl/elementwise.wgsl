@@ -95,3 +95,15 @@ fn tanh_(x: f32) -> f32 {
     let e = exp(-2.0 * z);
     return sign(x) * (1.0 - e) / (1.0 + e);
 }
+
+//# pick_f32
+// `t` where `c`, else `f`, chosen on the bits: a float select between two compared values
+// may be compiled to a min/max instruction, which does not keep the sign of a zero.
+fn pick_(f: f32, t: f32, c: bool) -> f32 {
+    return bitcast<f32>(select(bitcast<u32>(f), bitcast<u32>(t), c));
+}
+
+//# pick_f64
+fn pick_(f: f64, t: f64, c: bool) -> f64 {
+    return select(f, t, c);
+}
