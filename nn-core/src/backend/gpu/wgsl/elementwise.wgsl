@@ -97,10 +97,12 @@ fn tanh_(x: f32) -> f32 {
 }
 
 //# pick_f32
-// `t` where `c`, else `f`, chosen on the bits: a float select between two compared values
-// may be compiled to a min/max instruction, which does not keep the sign of a zero.
+// `t` where `c`, else `f`, chosen by masking the bits: NVIDIA's compiler turned a select
+// between two compared values (also one on their bits) into a max instruction, which
+// gave +0 for maximum(-0, +0) where the CPU (and PyTorch's CPU) give the first operand.
 fn pick_(f: f32, t: f32, c: bool) -> f32 {
-    return bitcast<f32>(select(bitcast<u32>(f), bitcast<u32>(t), c));
+    let m = select(0u, 0xffffffffu, c);
+    return bitcast<f32>((bitcast<u32>(t) & m) | (bitcast<u32>(f) & ~m));
 }
 
 //# pick_f64
