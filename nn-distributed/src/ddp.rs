@@ -3,13 +3,14 @@
 use std::any::Any;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use nn_core::module::{HoldsState, SetChild};
 use nn_core::{is_grad_enabled, no_grad, Compute, DType, HasBase, HookHandle, Item, Module, ModuleBase, Name, Tensor};
 
 use crate::comm::{wire_dtype, Buf, Op};
 use crate::error::{DistError, Result};
-use crate::group::{recv, ProcessGroup};
+use crate::group::{check_timeout, recv, ProcessGroup};
 use crate::reducer::{Reducer, ReductionStats};
 
 /// Options of [`DistributedDataParallel`], with PyTorch's defaults.
@@ -30,6 +31,10 @@ pub struct DdpConfig {
     /// backward with zeros in their place, and a parameter that no rank used keeps its
     /// `.grad` untouched; this costs the overlap of those buckets and one more all-reduce.
     pub find_unused_parameters: bool,
+    /// The timeout of the wrapper's collectives (construction checks, buffer broadcasts,
+    /// gradient all-reduces); `None` (the default) keeps the group's, 30 minutes unless
+    /// given to [`ProcessGroup::init_with`]. See [`ProcessGroup::with_timeout`].
+    pub timeout: Option<Duration>,
 }
 
 impl Default for DdpConfig {
@@ -39,6 +44,7 @@ impl Default for DdpConfig {
             first_bucket_cap_mb: 1.0,
             broadcast_buffers: true,
             find_unused_parameters: false,
+            timeout: None,
         }
     }
 }
@@ -63,6 +69,10 @@ impl Default for DdpConfig {
 ///   end, see [`ProcessGroup::init`]) unless `find_unused_parameters` is set.
 /// - [`no_sync`](DistributedDataParallel::no_sync) accumulates gradients locally over
 ///   several backward passes; the next synchronised one reduces the sum.
+/// - **Timeouts**: a collective of the wrapper that has not completed within
+///   [`DdpConfig::timeout`] (by default the group's, see
+///   [`ProcessGroup#timeouts`](ProcessGroup#timeouts)) ends the job naming it, its sequence
+///   number and the ranks that did not arrive, instead of hanging on a dead or stuck rank.
 ///
 /// The wrapper is a [`Module`] whose parameters, buffers, sub-modules and `state_dict` keys
 /// are the wrapped model's own (no `module.` prefix), so checkpoints load into the bare
@@ -121,8 +131,8 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
     /// Wraps `module` with explicit options.
     ///
     /// # Errors
-    /// As [`new`](DistributedDataParallel::new), and [`DistError::InvalidConfig`] for a
-    /// bucket cap that is not positive.
+    /// As [`new`](DistributedDataParallel::new), [`DistError::InvalidConfig`] for a bucket
+    /// cap that is not positive and [`DistError::ZeroTimeout`] for a zero timeout.
     pub fn with_config(module: M, group: &ProcessGroup, config: DdpConfig) -> Result<Self> {
         for (name, cap) in
             [("bucket_cap_mb", config.bucket_cap_mb), ("first_bucket_cap_mb", config.first_bucket_cap_mb)]
@@ -131,6 +141,13 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
                 return Err(DistError::InvalidConfig(format!("{name} must be positive, got {cap}")));
             }
         }
+        let group = &match config.timeout {
+            Some(t) => {
+                check_timeout(t, "DistributedDataParallel::with_config (DdpConfig::timeout)")?;
+                group.with_timeout(t)?
+            }
+            None => group.clone(),
+        };
         verify_same_structure(&module, group)?;
         let states = unique_tensors(module.named_parameters().into_iter().map(|(_, p)| p.tensor().clone()));
         let buffers = unique_tensors(module.named_buffers().into_iter().map(|(_, t)| t));
@@ -196,7 +213,7 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
         self.module
     }
 
-    /// The process group.
+    /// The process group (with the wrapper's timeout).
     pub fn group(&self) -> &ProcessGroup {
         &self.group
     }

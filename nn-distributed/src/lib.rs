@@ -6,7 +6,11 @@
 //!
 //! - [`ProcessGroup`]: `init()`, `rank()`, `world_size()` and the tensor collectives
 //!   `all_reduce` (also asynchronous), `broadcast`, `all_gather`, `barrier`. A program started
-//!   without `mpirun` is a one-process world; a panic on any rank ends the whole job.
+//!   without `mpirun` is a one-process world; a panic on any rank ends the whole job. No
+//!   collective hangs: one that has not completed within the timeout (30 minutes, or
+//!   [`ProcessGroup::init_with`]'s) ends the job with an error naming it, its sequence
+//!   number and the ranks that did not arrive; ranks that call different collectives are
+//!   reported at once.
 //! - [`DistributedDataParallel`]: wraps a model; construction broadcasts rank 0's parameters
 //!   and buffers; backward averages gradients in buckets launched as soon as they are
 //!   complete, overlapping communication with the rest of backward; `no_sync` for gradient
@@ -59,11 +63,12 @@ mod error;
 mod group;
 mod reducer;
 mod sync_bn;
+mod watchdog;
 
-pub use abort::PANIC_EXIT_CODE;
+pub use abort::{MISMATCH_EXIT_CODE, PANIC_EXIT_CODE, TIMEOUT_EXIT_CODE};
 pub use comm::ReduceOp;
 pub use ddp::{DdpConfig, DistributedDataParallel};
 pub use error::{DistError, Result};
-pub use group::{ProcessGroup, Work};
+pub use group::{ProcessGroup, Work, DEFAULT_TIMEOUT};
 pub use reducer::ReductionStats;
 pub use sync_bn::SyncBatchNorm;
