@@ -202,7 +202,10 @@ impl Watchdog {
                         Err(req) => *slot = Some(req),
                     }
                 }
-                let sent = sends.iter_mut().fold(true, |done, s| test(s) && done);
+                let mut sent = true;
+                for s in &mut sends {
+                    sent &= test(s); // every send is tested, each call drives them on
+                }
                 sent && heard.iter().all(|&h| h)
             });
             if !all_in {
