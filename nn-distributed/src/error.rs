@@ -29,6 +29,10 @@ pub enum DistError {
     /// The ranks hold models of different structure.
     #[error("DistributedDataParallel::new: the model differs across ranks: {0}")]
     ModelMismatch(String),
+    /// The ranks passed different parameters to a
+    /// [`ZeroRedundancyOptimizer`](crate::ZeroRedundancyOptimizer).
+    #[error("ZeroRedundancyOptimizer::new: the parameters differ across ranks: {0}")]
+    ShardMismatch(String),
     /// A configuration value is out of range.
     #[error("DistributedDataParallel::new: invalid configuration: {0}")]
     InvalidConfig(String),

@@ -17,6 +17,8 @@
 //!   accumulation; buffers broadcast at each forward; unused parameters are an error naming
 //!   them unless `find_unused_parameters` is set. Its `state_dict` keys are the model's own.
 //! - [`SyncBatchNorm`]: batch-norm statistics over every rank's batch.
+//! - [`ZeroRedundancyOptimizer`]: any nn optimizer with its state sharded over the ranks
+//!   (ZeRO stage 1); after each step every rank broadcasts the parameters it updated.
 //!
 //! The data side is `nn_data::DistributedSampler`, which gives each rank its share of every
 //! epoch. A training program (run with `mpirun -np 2 ./train`, or alone):
@@ -62,8 +64,10 @@ mod ddp;
 mod error;
 mod group;
 mod reducer;
+mod structure;
 mod sync_bn;
 mod watchdog;
+mod zero;
 
 pub use abort::{MISMATCH_EXIT_CODE, PANIC_EXIT_CODE, TIMEOUT_EXIT_CODE};
 pub use comm::ReduceOp;
@@ -72,3 +76,4 @@ pub use error::{DistError, Result};
 pub use group::{ProcessGroup, Work, DEFAULT_TIMEOUT};
 pub use reducer::ReductionStats;
 pub use sync_bn::SyncBatchNorm;
+pub use zero::ZeroRedundancyOptimizer;

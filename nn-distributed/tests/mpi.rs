@@ -278,11 +278,12 @@ mod checks {
     use std::time::Duration;
 
     use nn_core::functional::cross_entropy;
-    use nn_core::optim::{Optimizer, Sgd, SgdConfig};
+    use nn_core::optim::{AdamW, AdamWConfig, Optimizer, OptimizerState, Sgd, SgdConfig};
     use nn_core::prelude::*;
     use nn_core::{manual_seed, no_grad};
     use nn_distributed::{
-        DdpConfig, DistError, DistributedDataParallel, ProcessGroup, ReduceOp, SyncBatchNorm, DEFAULT_TIMEOUT,
+        DdpConfig, DistError, DistributedDataParallel, ProcessGroup, ReduceOp, SyncBatchNorm, ZeroRedundancyOptimizer,
+        DEFAULT_TIMEOUT,
     };
     use nn_layers::{BatchNorm1d, BatchNorm2d, Conv2d, Flatten, Linear, ReLU, Sequential};
 
@@ -307,6 +308,8 @@ mod checks {
         ("the_wrapper_has_the_models_keys_and_hooks", wrapper_keys_and_hooks),
         ("timeouts_are_positive_and_sequence_numbers_shared", timeouts_and_sequence_numbers),
         ("a_slow_rank_within_the_timeout_is_waited_for", a_slow_rank_within_the_timeout),
+        ("zero_partitions_greedily_and_refuses_different_parameters", zero_partition_and_construction),
+        ("zero_adamw_matches_one_process_and_resumes_from_its_consolidated_state", zero_adamw_parity_and_resume),
     ];
 
     pub fn run(scenario: &str) {
@@ -804,5 +807,114 @@ mod checks {
             group.all_reduce(&t, ReduceOp::Sum);
         }
         unreachable!("the job should have been aborted");
+    }
+
+    fn zero_partition_and_construction(group: &ProcessGroup) {
+        let model = mlp();
+        let zero = ZeroRedundancyOptimizer::new(model.named_parameters(), group, |g| Sgd::new(g, SgdConfig::default()))
+            .unwrap();
+        // Largest first, each to the least loaded rank (sizes 192, 32, 512, 16, 48, 3).
+        let want: Vec<Vec<&str>> = match group.world_size() {
+            1 => vec![vec!["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]],
+            2 => vec![vec!["2.weight"], vec!["0.weight", "0.bias", "2.bias", "4.weight", "4.bias"]],
+            3 => vec![vec!["2.weight"], vec!["0.weight"], vec!["0.bias", "2.bias", "4.weight", "4.bias"]],
+            w => panic!("no expected partition for {w} ranks"),
+        };
+        assert_eq!(zero.partition(), want);
+        assert_eq!(zero.named_parameters().len(), 6);
+        let mine: Vec<String> = zero.inner().named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(mine, want[group.rank()]);
+        // The last rank names a parameter differently: every rank is told, with both names.
+        let last = group.world_size() - 1;
+        let mut named = model.named_parameters();
+        if group.rank() == last && last > 0 {
+            named[1].0 = "fc.bias".into();
+        }
+        match ZeroRedundancyOptimizer::new(named, group, |g| Sgd::new(g, SgdConfig::default())) {
+            Ok(_) => assert_eq!(last, 0),
+            Err(DistError::ShardMismatch(msg)) => {
+                assert_eq!(msg, format!("entry 1 of the parameters is `0.bias` on rank 0 but `fc.bias` on rank {last}"))
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+
+    fn zero_adamw_parity_and_resume(group: &ProcessGroup) {
+        let config = AdamWConfig { lr: 1e-2, weight_decay: 0.05, ..Default::default() };
+        manual_seed(13);
+        let reference = mlp();
+        manual_seed(13);
+        let ddp = DistributedDataParallel::new(mlp(), group).unwrap();
+        let mut ref_opt = AdamW::new(reference.named_parameters(), config);
+        let mut zero = ZeroRedundancyOptimizer::new(ddp.named_parameters(), group, |g| AdamW::new(g, config)).unwrap();
+        let batch = |step: usize| {
+            manual_seed(500 + step as u64);
+            (Tensor::randn(&[12, 6]), labels(12, 3, step as i64))
+        };
+        let step_ref = |opt: &mut AdamW, step: usize| {
+            let (x, y) = batch(step);
+            opt.zero_grad();
+            cross_entropy(&reference.forward(&x), &y).backward();
+            opt.step();
+        };
+        let step_ddp = |model: &DistributedDataParallel<Sequential>, opt: &mut dyn Optimizer, step: usize| {
+            let (x, y) = batch(step);
+            opt.zero_grad();
+            cross_entropy(&model.forward(&share(group, &x)), &share(group, &y)).backward();
+            opt.step();
+        };
+        for step in 0..10 {
+            step_ref(&mut ref_opt, step);
+            step_ddp(&ddp, &mut zero, step);
+        }
+        // The whole state on rank 0, keyed and ordered as one AdamW over the whole model.
+        zero.consolidate_state_dict(0);
+        let want = ref_opt.state_dict();
+        let mut state = OptimizerState::default();
+        if group.rank() == 0 {
+            state = zero.state_dict();
+            assert_eq!(state.tensors.keys().collect::<Vec<_>>(), want.tensors.keys().collect::<Vec<_>>());
+            assert_eq!(state.lrs, want.lrs);
+            for (key, t) in want.tensors.iter() {
+                assert_close(&state.tensors.get(key).unwrap().to_vec(), &t.to_vec(), 1e-5, key);
+            }
+            // A plain AdamW over the whole model loads it.
+            let mut plain = AdamW::new(mlp().named_parameters(), config);
+            plain.load_state_dict(&state).unwrap();
+        } else {
+            assert!(zero.consolidated_state().is_none());
+        }
+        // Resume: rank 0 writes the state to a file, every rank reads it back into a fresh
+        // optimizer over a copy of the model, and both go on for 10 more steps.
+        let pid = group.broadcast(&Tensor::from_vec_i64(vec![std::process::id() as i64], &[1]), 0).to_vec_i64()[0];
+        let path = std::env::temp_dir().join(format!("nn-distributed-zero-{pid}.safetensors"));
+        if group.rank() == 0 {
+            state.tensors.save(&path).unwrap();
+        }
+        group.barrier();
+        let loaded = OptimizerState { tensors: nn_core::StateDict::load(&path).unwrap(), lrs: vec![config.lr] };
+        group.barrier();
+        if group.rank() == 0 {
+            std::fs::remove_file(&path).unwrap();
+        }
+        let copy = DistributedDataParallel::new(mlp(), group).unwrap();
+        no_grad(|| {
+            copy.parameters().iter().zip(ddp.parameters()).for_each(|(c, p)| {
+                c.copy_(&p);
+            })
+        });
+        let mut resumed =
+            ZeroRedundancyOptimizer::new(copy.named_parameters(), group, |g| AdamW::new(g, config)).unwrap();
+        resumed.load_state_dict(&loaded).unwrap();
+        for step in 10..20 {
+            step_ref(&mut ref_opt, step);
+            step_ddp(&ddp, &mut zero, step);
+            step_ddp(&copy, &mut resumed, step);
+        }
+        let p = params_of(&ddp);
+        assert!(identical_across_ranks(group, &p), "parameters differ across ranks after 20 ZeRO AdamW steps");
+        assert_close(&p, &params_of(&reference), 1e-5, "ZeRO AdamW after 20 steps vs one process");
+        assert_eq!(params_of(&copy), p, "the resumed run equals the uninterrupted one, bit for bit");
+        assert_ne!(p, params_of(&mlp()), "training moved the parameters");
     }
 }
