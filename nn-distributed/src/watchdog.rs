@@ -23,8 +23,10 @@
 //! the worlds this crate targets (up to tens of ranks). Measured with `examples/ddp_bench.rs`
 //! on 2 ranks of one machine (OpenMPI 4.1, shared memory): an all-reduce of one value took
 //! 19.5 us before and 22.9 us after (medians of 5 runs, a quiet 16-core host), 5.5 and 7.5-9.6
-//! us on a busy 2-core one; all-reduces of 207k and 2.9M values and DDP training steps
-//! (MNIST CNN, 2.9M-parameter MLP) did not change beyond the runs' noise (about 10%). A barrier is the arrival exchange itself (every rank has heard from every
+//! us on a busy 2-core one. All-reduces of 207k and 2.9M values and DDP training steps
+//! (MNIST CNN, 2.9M-parameter MLP) did not change beyond the runs' noise (about 10%), except
+//! perhaps the MLP reduced in one 11 MiB bucket (167-170 ms a step before, 184-194 after, in
+//! two runs each; its default buckets: 197-200 before, 187-194 after). A barrier is the arrival exchange itself (every rank has heard from every
 //! other), so it costs no more than before. The waiting thread tests its requests with a
 //! `yield` between tests, as MPI's blocking calls spin; after a second of waiting (a slower
 //! rank, not a transfer) it sleeps 1 ms between tests instead, so a long wait does not hold
