@@ -192,5 +192,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if lead {
         println!("one all-reduce of all {} gradient values: {:.2} ms (median of 30)", grad.numel(), t[15]);
     }
+    // The fixed cost of a collective: an all-reduce of one value.
+    let one = Tensor::zeros(&[1]);
+    let mut t = Vec::new();
+    for _ in 0..500 {
+        let s = Instant::now();
+        let _ = group.all_reduce(&one, ReduceOp::Sum);
+        t.push(s.elapsed().as_secs_f64() * 1e6);
+    }
+    t.sort_by(f64::total_cmp);
+    if lead {
+        println!("one all-reduce of 1 value: {:.1} us (median of 500)", t[250]);
+    }
     Ok(())
 }

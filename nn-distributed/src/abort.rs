@@ -1,4 +1,4 @@
-//! A panic on one rank ends the whole job.
+//! A panic on one rank ends the whole job; the exit codes of the jobs this crate ends.
 //!
 //! Without this, a rank that panics unwinds, drops its process group and waits in
 //! `MPI_Finalize` for peers that are themselves waiting in a collective for it: the job
@@ -15,6 +15,14 @@ use mpi::traits::*;
 
 /// The exit code `mpirun` reports for a job ended by a panic (101, Rust's panic exit code).
 pub const PANIC_EXIT_CODE: i32 = 101;
+
+/// The exit code `mpirun` reports for a job ended by a collective that timed out
+/// ([`DistError::Timeout`](crate::DistError::Timeout); 124, as GNU `timeout`'s).
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// The exit code `mpirun` reports for a job ended by ranks that called different collectives
+/// ([`DistError::Mismatch`](crate::DistError::Mismatch)).
+pub const MISMATCH_EXIT_CODE: i32 = 125;
 
 /// MPI is initialised and not yet finalised: the hook may call `MPI_Abort`.
 static LIVE: AtomicBool = AtomicBool::new(false);

@@ -8,19 +8,24 @@
 //! every rank issues its collectives in one well-defined order: the order of the channel.
 //! The only MPI call made elsewhere is `MPI_Abort`, from the panic hook
 //! ([`abort`](crate::abort)), which is why MPI is asked for `MPI_THREAD_MULTIPLE`.
+//!
+//! Each collective carries its sequence number and timeout; it runs as a non-blocking MPI
+//! collective under the [`watchdog`](crate::watchdog), which ends the job with an error
+//! instead of waiting forever for a rank that does not come.
 
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::Equivalence;
-use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Threading;
 use nn_core::storage::{CpuStorage, Storage};
 use nn_core::{DType, Device, Tensor};
 
 use crate::error::{DistError, Result};
+use crate::watchdog::{Call, Fingerprint, Kind, Watchdog};
 
 /// A reduction of [`ProcessGroup::all_reduce`](crate::ProcessGroup::all_reduce) (PyTorch's
 /// `dist.ReduceOp`).
@@ -86,6 +91,15 @@ impl Buf {
         }
     }
 
+    /// The wire dtype.
+    fn wire(&self) -> DType {
+        match self {
+            Buf::F32(_) => DType::F32,
+            Buf::F64(_) => DType::F64,
+            Buf::I64(_) => DType::I64,
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         match self {
             Buf::F32(v) => v.len(),
@@ -133,8 +147,25 @@ pub(crate) enum Op {
     Barrier,
 }
 
+impl Op {
+    /// What the ranks compare before running it as their collective number `seq`.
+    fn fingerprint(&self, seq: u64) -> Fingerprint {
+        let (kind, buf) = match self {
+            Op::AllReduce { buf, op } => (Kind::AllReduce(*op), Some(buf)),
+            Op::Broadcast { buf, root } => (Kind::Broadcast { root: *root }, Some(buf)),
+            Op::AllGather { buf } => (Kind::AllGather, Some(buf)),
+            Op::Barrier => (Kind::Barrier, None),
+        };
+        Fingerprint { seq, kind, wire: buf.map(Buf::wire), len: buf.map_or(0, Buf::len) }
+    }
+}
+
+/// A collective as sent to the communication thread.
 pub(crate) struct Job {
     pub(crate) op: Op,
+    /// Its sequence number in the group (from 1, in the order of the channel).
+    pub(crate) seq: u64,
+    pub(crate) timeout: Duration,
     pub(crate) reply: SyncSender<Buf>,
 }
 
@@ -172,46 +203,49 @@ fn run(ready: SyncSender<Result<Started>>, jobs: Receiver<Job>) {
         let _ = ready.send(Err(DistError::AlreadyInitialized));
         return;
     };
-    let world = universe.world();
+    let watchdog = Watchdog::new(universe.world());
+    let world = watchdog.world();
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     crate::abort::set_live(rank, size, true);
     if ready.send(Ok(Started { rank, size, threading })).is_ok() {
         while let Ok(job) = jobs.recv() {
-            let out = execute(&world, size, job.op);
+            let call = Call::start(job.op.fingerprint(job.seq), job.timeout);
+            let out = execute(&watchdog, size, job.op, call);
             // The caller may have dropped its `Work` without waiting: nothing to do then.
             let _ = job.reply.send(out);
         }
     }
     crate::abort::set_live(rank, size, false);
-    drop(world);
+    drop(watchdog);
     drop(universe); // MPI_Finalize
 }
 
-fn execute(world: &SimpleCommunicator, size: usize, op: Op) -> Buf {
+/// Runs one collective: the arrival check, then the collective, each within the deadline.
+fn execute(watchdog: &Watchdog, size: usize, op: Op, call: Call) -> Buf {
+    watchdog.arrive(&call);
+    let world = watchdog.world();
     match op {
         Op::AllReduce { buf, op } => match buf {
-            Buf::F32(v) => Buf::F32(all_reduce(world, size, v, op)),
-            Buf::F64(v) => Buf::F64(all_reduce(world, size, v, op)),
-            Buf::I64(v) => Buf::I64(all_reduce(world, size, v, op)),
+            Buf::F32(v) => Buf::F32(all_reduce(watchdog, &call, size, v, op)),
+            Buf::F64(v) => Buf::F64(all_reduce(watchdog, &call, size, v, op)),
+            Buf::I64(v) => Buf::I64(all_reduce(watchdog, &call, size, v, op)),
         },
         Op::Broadcast { mut buf, root } => {
             let root = world.process_at_rank(root as mpi::Rank);
-            match &mut buf {
-                Buf::F32(v) => root.broadcast_into(&mut v[..]),
-                Buf::F64(v) => root.broadcast_into(&mut v[..]),
-                Buf::I64(v) => root.broadcast_into(&mut v[..]),
-            }
+            mpi::request::scope(|scope| match &mut buf {
+                Buf::F32(v) => watchdog.complete(root.immediate_broadcast_into(scope, &mut v[..]), &call),
+                Buf::F64(v) => watchdog.complete(root.immediate_broadcast_into(scope, &mut v[..]), &call),
+                Buf::I64(v) => watchdog.complete(root.immediate_broadcast_into(scope, &mut v[..]), &call),
+            });
             buf
         }
         Op::AllGather { buf } => match buf {
-            Buf::F32(v) => Buf::F32(all_gather(world, size, &v)),
-            Buf::F64(v) => Buf::F64(all_gather(world, size, &v)),
-            Buf::I64(v) => Buf::I64(all_gather(world, size, &v)),
+            Buf::F32(v) => Buf::F32(all_gather(watchdog, &call, size, &v)),
+            Buf::F64(v) => Buf::F64(all_gather(watchdog, &call, size, &v)),
+            Buf::I64(v) => Buf::I64(all_gather(watchdog, &call, size, &v)),
         },
-        Op::Barrier => {
-            world.barrier();
-            Buf::F32(Vec::new())
-        }
+        // Every rank has heard from every other: the arrival exchange was the barrier.
+        Op::Barrier => Buf::F32(Vec::new()),
     }
 }
 
@@ -239,7 +273,7 @@ impl Wire for i64 {
     }
 }
 
-fn all_reduce<T: Wire>(world: &SimpleCommunicator, size: usize, v: Vec<T>, op: ReduceOp) -> Vec<T> {
+fn all_reduce<T: Wire>(watchdog: &Watchdog, call: &Call, size: usize, v: Vec<T>, op: ReduceOp) -> Vec<T> {
     let mut out = vec![T::default(); v.len()];
     let sys = match op {
         ReduceOp::Sum | ReduceOp::Avg => SystemOperation::sum(),
@@ -247,7 +281,9 @@ fn all_reduce<T: Wire>(world: &SimpleCommunicator, size: usize, v: Vec<T>, op: R
         ReduceOp::Min => SystemOperation::min(),
         ReduceOp::Max => SystemOperation::max(),
     };
-    world.all_reduce_into(&v[..], &mut out[..], sys);
+    mpi::request::scope(|scope| {
+        watchdog.complete(watchdog.world().immediate_all_reduce_into(scope, &v[..], &mut out[..], sys), call)
+    });
     if op == ReduceOp::Avg {
         for x in &mut out {
             *x = x.div_world(size);
@@ -256,8 +292,10 @@ fn all_reduce<T: Wire>(world: &SimpleCommunicator, size: usize, v: Vec<T>, op: R
     out
 }
 
-fn all_gather<T: Wire>(world: &SimpleCommunicator, size: usize, v: &[T]) -> Vec<T> {
+fn all_gather<T: Wire>(watchdog: &Watchdog, call: &Call, size: usize, v: &[T]) -> Vec<T> {
     let mut out = vec![T::default(); v.len() * size];
-    world.all_gather_into(v, &mut out[..]);
+    mpi::request::scope(|scope| {
+        watchdog.complete(watchdog.world().immediate_all_gather_into(scope, v, &mut out[..]), call)
+    });
     out
 }

@@ -3,14 +3,15 @@
 use std::any::Any;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use nn_core::module::{HoldsState, SetChild};
-use nn_core::{is_grad_enabled, no_grad, Compute, DType, HasBase, HookHandle, Item, Module, ModuleBase, Name, Tensor};
+use nn_core::{is_grad_enabled, Compute, HasBase, HookHandle, Item, Module, ModuleBase, Name, Tensor};
 
-use crate::comm::{wire_dtype, Buf, Op};
 use crate::error::{DistError, Result};
-use crate::group::{recv, ProcessGroup};
+use crate::group::{check_timeout, ProcessGroup};
 use crate::reducer::{Reducer, ReductionStats};
+use crate::structure::{broadcast_tensors, verify_same, Entry};
 
 /// Options of [`DistributedDataParallel`], with PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -30,6 +31,10 @@ pub struct DdpConfig {
     /// backward with zeros in their place, and a parameter that no rank used keeps its
     /// `.grad` untouched; this costs the overlap of those buckets and one more all-reduce.
     pub find_unused_parameters: bool,
+    /// The timeout of the wrapper's collectives (construction checks, buffer broadcasts,
+    /// gradient all-reduces); `None` (the default) keeps the group's, 30 minutes unless
+    /// given to [`ProcessGroup::init_with`]. See [`ProcessGroup::with_timeout`].
+    pub timeout: Option<Duration>,
 }
 
 impl Default for DdpConfig {
@@ -39,6 +44,7 @@ impl Default for DdpConfig {
             first_bucket_cap_mb: 1.0,
             broadcast_buffers: true,
             find_unused_parameters: false,
+            timeout: None,
         }
     }
 }
@@ -63,6 +69,10 @@ impl Default for DdpConfig {
 ///   end, see [`ProcessGroup::init`]) unless `find_unused_parameters` is set.
 /// - [`no_sync`](DistributedDataParallel::no_sync) accumulates gradients locally over
 ///   several backward passes; the next synchronised one reduces the sum.
+/// - **Timeouts**: a collective of the wrapper that has not completed within
+///   [`DdpConfig::timeout`] (by default the group's, see
+///   [`ProcessGroup#timeouts`](ProcessGroup#timeouts)) ends the job naming it, its sequence
+///   number and the ranks that did not arrive, instead of hanging on a dead or stuck rank.
 ///
 /// The wrapper is a [`Module`] whose parameters, buffers, sub-modules and `state_dict` keys
 /// are the wrapped model's own (no `module.` prefix), so checkpoints load into the bare
@@ -121,8 +131,8 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
     /// Wraps `module` with explicit options.
     ///
     /// # Errors
-    /// As [`new`](DistributedDataParallel::new), and [`DistError::InvalidConfig`] for a
-    /// bucket cap that is not positive.
+    /// As [`new`](DistributedDataParallel::new), [`DistError::InvalidConfig`] for a bucket
+    /// cap that is not positive and [`DistError::ZeroTimeout`] for a zero timeout.
     pub fn with_config(module: M, group: &ProcessGroup, config: DdpConfig) -> Result<Self> {
         for (name, cap) in
             [("bucket_cap_mb", config.bucket_cap_mb), ("first_bucket_cap_mb", config.first_bucket_cap_mb)]
@@ -131,10 +141,17 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
                 return Err(DistError::InvalidConfig(format!("{name} must be positive, got {cap}")));
             }
         }
+        let group = &match config.timeout {
+            Some(t) => {
+                check_timeout(t, "DistributedDataParallel::with_config (DdpConfig::timeout)")?;
+                group.with_timeout(t)?
+            }
+            None => group.clone(),
+        };
         verify_same_structure(&module, group)?;
         let states = unique_tensors(module.named_parameters().into_iter().map(|(_, p)| p.tensor().clone()));
         let buffers = unique_tensors(module.named_buffers().into_iter().map(|(_, t)| t));
-        broadcast_from_rank0(group, &[states, buffers].concat());
+        broadcast_tensors(group, &[states, buffers].concat(), 0);
         let trained = module.named_parameters().into_iter().filter(|(_, p)| p.requires_grad()).collect();
         let (reducer, hooks) = Reducer::new(
             group.clone(),
@@ -196,7 +213,7 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
         self.module
     }
 
-    /// The process group.
+    /// The process group (with the wrapper's timeout).
     pub fn group(&self) -> &ProcessGroup {
         &self.group
     }
@@ -235,7 +252,7 @@ impl<M: Module + Compute> Compute for DistributedDataParallel<M> {
         let sync = is_grad_enabled() && !self.reducer.no_sync.load(std::sync::atomic::Ordering::Acquire);
         if sync && self.config.broadcast_buffers && self.group.world_size() > 1 {
             let buffers = unique_tensors(self.module.named_buffers().into_iter().map(|(_, t)| t));
-            broadcast_from_rank0(&self.group, &buffers);
+            broadcast_tensors(&self.group, &buffers, 0);
         }
         self.reducer.prepare_for_forward(sync);
         nn_core::Forward::forward(&self.module, input)
@@ -289,96 +306,11 @@ fn unique_tensors(ts: impl Iterator<Item = Tensor>) -> Vec<Tensor> {
     ts.filter(|t| seen.insert(t.id())).collect()
 }
 
-/// Copies rank 0's values into `tensors` on every rank: one broadcast per wire dtype.
-fn broadcast_from_rank0(group: &ProcessGroup, tensors: &[Tensor]) {
-    if group.world_size() == 1 {
-        return;
-    }
-    let kinds = [DType::F32, DType::F64, DType::I64];
-    let mut pending = Vec::new();
-    for wire in kinds {
-        let members: Vec<&Tensor> = tensors.iter().filter(|t| wire_dtype(t.dtype()) == wire).collect();
-        if members.is_empty() {
-            continue;
-        }
-        let mut buf = Buf::for_dtype(wire, members.iter().map(|t| t.numel()).sum());
-        members.iter().for_each(|t| buf.extend_from(t));
-        pending.push((members, group.submit(Op::Broadcast { buf, root: 0 })));
-    }
-    for (members, rx) in pending {
-        let buf = recv(&rx, "DistributedDataParallel broadcast");
-        if group.rank() == 0 {
-            continue;
-        }
-        let mut offset = 0;
-        no_grad(|| {
-            for t in members {
-                t.copy_(&buf.tensor(offset, t.shape(), t.dtype()));
-                offset += t.numel();
-            }
-        });
-    }
-}
-
-/// Every rank's parameter and buffer signature (name order, dtype, requires_grad, shape)
-/// must agree with rank 0's; all ranks see all signatures, so all fail alike.
+/// Every rank's parameter and buffer names, dtypes, `requires_grad` and shapes must agree
+/// with rank 0's; all ranks see all of them, so all fail alike.
 fn verify_same_structure<M: Module>(module: &M, group: &ProcessGroup) -> Result<()> {
-    if group.world_size() == 1 {
-        return Ok(());
-    }
-    let mut entries: Vec<(String, Tensor, bool)> =
+    let mut entries: Vec<Entry> =
         module.named_parameters().into_iter().map(|(n, p)| (n, p.tensor().clone(), p.requires_grad())).collect();
     entries.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, false)));
-    // Per entry: dtype code, requires_grad, rank, dims.
-    let describe = |t: &Tensor, rg: bool| -> Vec<i64> {
-        let mut d = vec![t.dtype() as i64, rg as i64, t.rank() as i64];
-        d.extend(t.shape().iter().map(|&s| s as i64));
-        d
-    };
-    let sig: Vec<i64> = entries.iter().flat_map(|(_, t, rg)| describe(t, *rg)).collect();
-    let count = Tensor::from_vec_i64(vec![entries.len() as i64, sig.len() as i64], &[2]);
-    let counts: Vec<Vec<i64>> = group.all_gather(&count).iter().map(Tensor::to_vec_i64).collect();
-    if let Some(r) = counts.iter().position(|c| c[0] != counts[0][0]) {
-        return Err(DistError::ModelMismatch(format!(
-            "rank 0 has {} parameters and buffers, rank {r} has {}",
-            counts[0][0], counts[r][0]
-        )));
-    }
-    // Same counts: compare entry by entry (a length mismatch shows up in the first entry
-    // whose rank differs); pad to the longest signature so one all_gather fits every rank.
-    let longest = counts.iter().map(|c| c[1]).max().unwrap_or(0) as usize;
-    let mut padded = sig.clone();
-    padded.resize(longest, -1);
-    let all: Vec<Vec<i64>> =
-        group.all_gather(&Tensor::from_vec_i64(padded, &[longest])).iter().map(Tensor::to_vec_i64).collect();
-    let parse = |s: &[i64], at: usize| -> (usize, Vec<i64>) {
-        let len = 3 + s.get(at + 2).copied().unwrap_or(0).max(0) as usize;
-        let end = (at + len).min(s.len());
-        (at + len, s[at.min(end)..end].to_vec())
-    };
-    let show = |e: &[i64]| -> String {
-        let dtype = [DType::F32, DType::F64, DType::I64, DType::F16, DType::BF16, DType::Bool]
-            .into_iter()
-            .find(|d| *d as i64 == e[0])
-            .map(|d| d.to_string())
-            .unwrap_or_else(|| "?".into());
-        let shape: Vec<i64> = e.get(3..).map(<[i64]>::to_vec).unwrap_or_default();
-        format!("{shape:?} {dtype}{}", if e.get(1) == Some(&1) { "" } else { " (no grad)" })
-    };
-    for (r, other) in all.iter().enumerate().skip(1) {
-        let (mut a, mut b) = (0, 0);
-        for (name, _, _) in &entries {
-            let (na, ea) = parse(&all[0], a);
-            let (nb, eb) = parse(other, b);
-            if ea != eb {
-                return Err(DistError::ModelMismatch(format!(
-                    "`{name}` is {} on rank 0 but {} on rank {r}",
-                    show(&ea),
-                    show(&eb)
-                )));
-            }
-            (a, b) = (na, nb);
-        }
-    }
-    Ok(())
+    verify_same(group, &entries, "parameters and buffers").map_err(DistError::ModelMismatch)
 }

@@ -1,9 +1,17 @@
 //! The crate's error type.
 
-/// Errors of process-group set-up and of wrapping a model for data-parallel training.
+use std::time::Duration;
+
+/// Errors of process-group set-up, of wrapping a model for data-parallel training, and of
+/// collectives that failed.
 ///
-/// Failures inside a collective (a peer that died, a network error) are not reported here:
-/// MPI's default error handler ends the whole job, as a panic on any rank does (see
+/// A collective that times out or that the ranks do not agree on ([`DistError::Timeout`],
+/// [`DistError::Mismatch`]) is not returned to the caller: the rank that detects it prints
+/// the error on stderr and ends the whole job with `MPI_Abort` (exit codes
+/// [`TIMEOUT_EXIT_CODE`](crate::TIMEOUT_EXIT_CODE) and
+/// [`MISMATCH_EXIT_CODE`](crate::MISMATCH_EXIT_CODE)), because the other ranks cannot go on
+/// either. Other failures inside a collective (a network error) end the job through MPI's
+/// default error handler, as a panic on any rank does (see
 /// [`ProcessGroup::init`](crate::ProcessGroup::init)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -21,9 +29,70 @@ pub enum DistError {
     /// The ranks hold models of different structure.
     #[error("DistributedDataParallel::new: the model differs across ranks: {0}")]
     ModelMismatch(String),
+    /// The ranks passed different parameters to a
+    /// [`ZeroRedundancyOptimizer`](crate::ZeroRedundancyOptimizer).
+    #[error("ZeroRedundancyOptimizer::new: the parameters differ across ranks: {0}")]
+    ShardMismatch(String),
     /// A configuration value is out of range.
     #[error("DistributedDataParallel::new: invalid configuration: {0}")]
     InvalidConfig(String),
+    /// A collective timeout of zero, which would fail every collective.
+    #[error(
+        "{at}: the timeout is 0 s, which would fail every collective; give a positive duration (`ProcessGroup::init` \
+         uses PyTorch's default of 30 minutes)"
+    )]
+    ZeroTimeout {
+        /// The call that was given it.
+        at: &'static str,
+    },
+    /// A collective did not complete within its timeout on the rank that reports it.
+    #[error("{op} #{seq} timed out after {timeout:?} on rank {rank} of {world_size}: {}", describe_missing(missing))]
+    Timeout {
+        /// The collective (`all_reduce`, `broadcast`, `all_gather`, `barrier`).
+        op: &'static str,
+        /// Its sequence number: the group's collectives are numbered from 1, in the order
+        /// they are issued, the same on every rank.
+        seq: u64,
+        /// The rank that waited.
+        rank: usize,
+        /// The number of ranks.
+        world_size: usize,
+        /// The timeout that passed.
+        timeout: Duration,
+        /// The ranks that had not called this collective when the timeout passed, in order;
+        /// empty when every rank had, but the collective still did not complete.
+        missing: Vec<usize>,
+    },
+    /// Two ranks called different collectives (or the same one with different sizes,
+    /// dtypes, reductions or roots) as their collective number `seq`.
+    #[error(
+        "rank {other_rank} called {other_called} while rank {rank} called {called}: every rank must call the same \
+         collectives, in the same order, on tensors of the same shape and dtype"
+    )]
+    Mismatch {
+        /// The sequence number of the collective (the same on both ranks).
+        seq: u64,
+        /// The rank that reports the mismatch.
+        rank: usize,
+        /// What it called, e.g. `all_reduce #4 (sum of 10 f32 values)`.
+        called: String,
+        /// The first rank that called something else.
+        other_rank: usize,
+        /// What that rank called, e.g. `broadcast #4 (10 f32 values from rank 0)`.
+        other_called: String,
+    },
+}
+
+/// The ranks that did not arrive, for [`DistError::Timeout`].
+fn describe_missing(missing: &[usize]) -> String {
+    match missing {
+        [] => "every rank arrived, but it did not complete (a rank died or stopped inside it)".into(),
+        [r] => format!("rank {r} did not arrive (it is slow, stuck or dead, or called fewer collectives)"),
+        _ => {
+            let list: Vec<String> = missing.iter().map(usize::to_string).collect();
+            format!("ranks {} did not arrive (slow, stuck or dead, or they called fewer collectives)", list.join(", "))
+        }
+    }
 }
 
 /// `Result` with [`DistError`].

@@ -3,12 +3,17 @@
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use mpi::Threading;
 use nn_core::{DType, Tensor};
 
 use crate::comm::{self, to_wire, Buf, Job, Op, ReduceOp};
-use crate::error::Result;
+use crate::error::{DistError, Result};
+
+/// The timeout of every collective unless told otherwise: 30 minutes, PyTorch's default
+/// (`datetime.timedelta(minutes=30)` in `init_process_group`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// The processes of an MPI job (PyTorch's default process group after
 /// `dist.init_process_group("mpi")`): each learns its [`rank`](ProcessGroup::rank) and the
@@ -43,23 +48,45 @@ use crate::error::Result;
 /// group.barrier();
 /// # Ok::<(), nn_distributed::DistError>(())
 /// ```
+///
+/// # Timeouts
+///
+/// No collective waits forever: each one that has not completed within the
+/// group's timeout ([`DEFAULT_TIMEOUT`], 30 minutes, or the one given to
+/// [`init_with`](ProcessGroup::init_with) or [`with_timeout`](ProcessGroup::with_timeout))
+/// ends the job with an error naming the collective, its sequence number (the group's
+/// collectives are numbered from 1 in the order they are issued, the same on every rank) and
+/// the ranks that never called it. Before each collective the ranks exchange small arrival
+/// messages; a rank that called another collective, or the same one with another length,
+/// dtype, reduction or root, is reported at once, naming both calls. The failing rank
+/// prints a [`DistError::Timeout`] or [`DistError::Mismatch`] and calls `MPI_Abort`. The
+/// cost is one small-message exchange per collective, about 3 us within a machine (see the
+/// `watchdog` module's notes in the source).
 #[derive(Clone)]
 pub struct ProcessGroup {
     inner: Arc<Inner>,
+    /// The timeout of this handle's collectives.
+    timeout: Duration,
 }
 
 struct Inner {
     rank: usize,
     size: usize,
     threading: Threading,
-    jobs: Mutex<Option<Sender<Job>>>,
+    queue: Mutex<Option<Queue>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The channel to the communication thread and the number of collectives sent on it.
+struct Queue {
+    jobs: Sender<Job>,
+    issued: u64,
 }
 
 impl Drop for Inner {
     /// Closes the channel, so the communication thread finalises MPI, and waits for it.
     fn drop(&mut self) {
-        self.jobs.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        self.queue.get_mut().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = self.thread.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
@@ -72,6 +99,7 @@ impl std::fmt::Debug for ProcessGroup {
             .field("rank", &self.inner.rank)
             .field("world_size", &self.inner.size)
             .field("threading", &self.inner.threading)
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -91,7 +119,37 @@ impl ProcessGroup {
     /// [`DistError::Thread`](crate::DistError::Thread) when the thread cannot start. An MPI
     /// installation that cannot start at all (no `mpirun` daemon reachable for a lone
     /// process) makes MPI itself print the cause and exit.
+    ///
+    /// Every collective has [`DEFAULT_TIMEOUT`] (30 minutes) to complete; see
+    /// [`init_with`](ProcessGroup::init_with).
     pub fn init() -> Result<ProcessGroup> {
+        Self::init_with(DEFAULT_TIMEOUT)
+    }
+
+    /// [`init`](ProcessGroup::init) with another timeout for every collective (PyTorch's
+    /// `init_process_group(timeout=...)`): a collective that has not completed `timeout`
+    /// after this rank started it ends the job, naming the collective, its sequence number
+    /// and the ranks that did not arrive (see [Timeouts](ProcessGroup#timeouts)). A
+    /// collective's clock starts when the communication thread starts it, after the ones
+    /// issued before it. [`with_timeout`](ProcessGroup::with_timeout) gives a handle with
+    /// another timeout later, and [`DdpConfig::timeout`](crate::DdpConfig::timeout) one for
+    /// a wrapper.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nn_distributed::{DistError, ProcessGroup};
+    ///
+    /// assert!(matches!(ProcessGroup::init_with(Duration::ZERO), Err(DistError::ZeroTimeout { .. })));
+    /// let group = ProcessGroup::init_with(Duration::from_secs(60))?;
+    /// assert_eq!(group.timeout(), Duration::from_secs(60));
+    /// # Ok::<(), nn_distributed::DistError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`DistError::ZeroTimeout`] for a zero `timeout` (MPI is then left uninitialised), and
+    /// those of `init`.
+    pub fn init_with(timeout: Duration) -> Result<ProcessGroup> {
+        check_timeout(timeout, "ProcessGroup::init_with")?;
         crate::abort::install();
         let (jobs, thread, started) = comm::spawn()?;
         Ok(ProcessGroup {
@@ -99,10 +157,34 @@ impl ProcessGroup {
                 rank: started.rank,
                 size: started.size,
                 threading: started.threading,
-                jobs: Mutex::new(Some(jobs)),
+                queue: Mutex::new(Some(Queue { jobs, issued: 0 })),
                 thread: Mutex::new(Some(thread)),
             }),
+            timeout,
         })
+    }
+
+    /// The same group with another timeout for the collectives issued through the returned
+    /// handle (and its clones); this handle keeps its own. Sequence numbers stay shared.
+    ///
+    /// # Errors
+    /// [`DistError::ZeroTimeout`] for a zero `timeout`.
+    pub fn with_timeout(&self, timeout: Duration) -> Result<ProcessGroup> {
+        check_timeout(timeout, "ProcessGroup::with_timeout")?;
+        Ok(ProcessGroup { inner: self.inner.clone(), timeout })
+    }
+
+    /// The timeout of this handle's collectives.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// How many collectives this process has issued on the group so far, through every
+    /// handle (PyTorch's sequence number): the next one is number `sequence_number() + 1`,
+    /// the number an error about it would give. Ranks that call the same collectives agree
+    /// on it.
+    pub fn sequence_number(&self) -> u64 {
+        self.inner.queue.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |q| q.issued)
     }
 
     /// This process's rank, `0..world_size()`.
@@ -122,8 +204,11 @@ impl ProcessGroup {
     /// panic has already ended the job).
     pub(crate) fn submit(&self, op: Op) -> Receiver<Buf> {
         let (reply, rx) = mpsc::sync_channel(1);
-        let jobs = self.inner.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        let sent = jobs.as_ref().map(|j| j.send(Job { op, reply }).is_ok()).unwrap_or(false);
+        let mut queue = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = queue.as_mut().is_some_and(|q| {
+            q.issued += 1;
+            q.jobs.send(Job { op, seq: q.issued, timeout: self.timeout, reply }).is_ok()
+        });
         if !sent {
             panic!("nn-distributed: the communication thread has stopped");
         }
@@ -216,7 +301,8 @@ pub struct Work {
 }
 
 impl Work {
-    /// Waits for the collective and returns its result (the input's shape and dtype).
+    /// Waits for the collective and returns its result (the input's shape and dtype). A
+    /// collective that does not complete within the group's timeout ends the job instead.
     pub fn wait(self) -> Tensor {
         recv(&self.rx, self.what).tensor(0, &self.shape, self.dtype)
     }
@@ -226,6 +312,14 @@ impl std::fmt::Debug for Work {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Work").field("op", &self.what).field("shape", &self.shape).finish()
     }
+}
+
+/// `Err` for a zero timeout given to `at`.
+pub(crate) fn check_timeout(timeout: Duration, at: &'static str) -> Result<()> {
+    if timeout.is_zero() {
+        return Err(DistError::ZeroTimeout { at });
+    }
+    Ok(())
 }
 
 /// Waits for a collective's result.

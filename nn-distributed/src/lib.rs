@@ -6,13 +6,19 @@
 //!
 //! - [`ProcessGroup`]: `init()`, `rank()`, `world_size()` and the tensor collectives
 //!   `all_reduce` (also asynchronous), `broadcast`, `all_gather`, `barrier`. A program started
-//!   without `mpirun` is a one-process world; a panic on any rank ends the whole job.
+//!   without `mpirun` is a one-process world; a panic on any rank ends the whole job. No
+//!   collective hangs: one that has not completed within the timeout (30 minutes, or
+//!   [`ProcessGroup::init_with`]'s) ends the job with an error naming it, its sequence
+//!   number and the ranks that did not arrive; ranks that call different collectives are
+//!   reported at once.
 //! - [`DistributedDataParallel`]: wraps a model; construction broadcasts rank 0's parameters
 //!   and buffers; backward averages gradients in buckets launched as soon as they are
 //!   complete, overlapping communication with the rest of backward; `no_sync` for gradient
 //!   accumulation; buffers broadcast at each forward; unused parameters are an error naming
 //!   them unless `find_unused_parameters` is set. Its `state_dict` keys are the model's own.
 //! - [`SyncBatchNorm`]: batch-norm statistics over every rank's batch.
+//! - [`ZeroRedundancyOptimizer`]: any nn optimizer with its state sharded over the ranks
+//!   (ZeRO stage 1); after each step every rank broadcasts the parameters it updated.
 //!
 //! The data side is `nn_data::DistributedSampler`, which gives each rank its share of every
 //! epoch. A training program (run with `mpirun -np 2 ./train`, or alone):
@@ -58,12 +64,16 @@ mod ddp;
 mod error;
 mod group;
 mod reducer;
+mod structure;
 mod sync_bn;
+mod watchdog;
+mod zero;
 
-pub use abort::PANIC_EXIT_CODE;
+pub use abort::{MISMATCH_EXIT_CODE, PANIC_EXIT_CODE, TIMEOUT_EXIT_CODE};
 pub use comm::ReduceOp;
 pub use ddp::{DdpConfig, DistributedDataParallel};
 pub use error::{DistError, Result};
-pub use group::{ProcessGroup, Work};
+pub use group::{ProcessGroup, Work, DEFAULT_TIMEOUT};
 pub use reducer::ReductionStats;
 pub use sync_bn::SyncBatchNorm;
+pub use zero::ZeroRedundancyOptimizer;

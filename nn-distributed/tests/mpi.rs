@@ -6,7 +6,10 @@
 //!   each rank reports the checks it passed, and every rank must report all of them;
 //! - a rank that panics while the others wait in a collective: the job must end, non-zero,
 //!   with the panic's message, within a bounded time;
-//! - a model with a parameter outside the loss: the job must end with an error naming it.
+//! - a model with a parameter outside the loss: the job must end with an error naming it;
+//! - collective timeouts: a rank that sleeps past a 2 s timeout, a rank killed with SIGKILL
+//!   mid-training, and ranks that call different collectives must end their jobs, with the
+//!   exit code and the error naming the collective, its sequence number and the ranks.
 //!
 //! A launched copy finds its scenario in `NN_DISTRIBUTED_SCENARIO`. Arguments that do not
 //! start with `-` filter the launches by name, as libtest's do.
@@ -20,6 +23,9 @@ const SCENARIO: &str = "NN_DISTRIBUTED_SCENARIO";
 const JOB_TIMEOUT: Duration = Duration::from_secs(240);
 /// A panicking rank must have ended its job within this (mpirun start-up included).
 const ABORT_BOUND: Duration = Duration::from_secs(30);
+/// The collective timeout of the timeout scenarios ([`checks::SHORT_TIMEOUT`]), plus
+/// mpirun's start-up and the training before the failure: the job must have ended by then.
+const TIMEOUT_BOUND: Duration = Duration::from_secs(15);
 
 fn main() {
     match std::env::var(SCENARIO) {
@@ -32,8 +38,14 @@ fn main() {
 enum Expect {
     /// Exit 0, and every rank reports all checks passed.
     AllPassed,
-    /// A non-zero exit within `within`, with each string somewhere in the output.
-    Failure { within: Duration, output_has: &'static [&'static str] },
+    /// A non-zero exit (`code` when given) within `within`, with each string of
+    /// `output_has` somewhere in the output, and one of `one_of` at least (when not empty).
+    Failure {
+        within: Duration,
+        code: Option<i32>,
+        output_has: &'static [&'static str],
+        one_of: &'static [&'static str],
+    },
 }
 
 struct Launch {
@@ -54,7 +66,9 @@ const LAUNCHES: &[Launch] = &[
         scenario: "panic",
         expect: Expect::Failure {
             within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
             output_has: &["rank 1 exploded on purpose", "rank 1 of 2 panicked; aborting the MPI job"],
+            one_of: &[],
         },
     },
     Launch {
@@ -63,7 +77,9 @@ const LAUNCHES: &[Launch] = &[
         scenario: "panic",
         expect: Expect::Failure {
             within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
             output_has: &["rank 0 exploded on purpose", "rank 0 of 1 panicked; aborting the MPI job"],
+            one_of: &[],
         },
     },
     Launch {
@@ -72,11 +88,63 @@ const LAUNCHES: &[Launch] = &[
         scenario: "unused",
         expect: Expect::Failure {
             within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
             output_has: &[
                 "2 parameter(s) received no gradient",
                 "`unused.weight`, `unused.bias`",
                 "find_unused_parameters",
             ],
+            one_of: &[],
+        },
+    },
+    // Rank 2 sleeps before its 4th training step; ranks 0 and 1 wait in the step's gradient
+    // all-reduce, the job's 7th collective (2 construction checks, 1 broadcast, 3 steps), and
+    // each names rank 2.
+    Launch {
+        name: "a_rank_sleeping_past_the_timeout_is_named_by_the_others",
+        np: Some(3),
+        scenario: "sleep",
+        expect: Expect::Failure {
+            within: TIMEOUT_BOUND,
+            code: Some(nn_distributed::TIMEOUT_EXIT_CODE),
+            output_has: &[
+                "nn-distributed: all_reduce #7 timed out after 2s on rank 0 of 3: rank 2 did not arrive (it is slow, \
+                 stuck or dead, or called fewer collectives); aborting the MPI job (MPI_Abort)",
+                "nn-distributed: all_reduce #7 timed out after 2s on rank 1 of 3: rank 2 did not arrive",
+            ],
+            one_of: &[],
+        },
+    },
+    // Rank 1 SIGKILLs itself in its 5th step. mpirun sees a rank die and ends the job itself;
+    // an MPI that did not would leave the others to the timeout.
+    Launch {
+        name: "a_rank_killed_mid_training_ends_the_job",
+        np: Some(2),
+        scenario: "sigkill",
+        expect: Expect::Failure {
+            within: TIMEOUT_BOUND,
+            code: None,
+            output_has: &["rank 1 kills itself (SIGKILL) in step 5"],
+            one_of: &["exited on signal 9", "timed out after 2s on rank 0 of 2"],
+        },
+    },
+    // Rank 1 broadcasts where rank 0 all-reduces, as their 4th collective; each names both
+    // calls.
+    Launch {
+        name: "ranks_calling_different_collectives_are_named",
+        np: Some(2),
+        scenario: "mismatch",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::MISMATCH_EXIT_CODE),
+            output_has: &[
+                "nn-distributed: rank 1 called broadcast #4 (3 f32 values from rank 0) while rank 0 called all_reduce \
+                 #4 (sum of 3 f32 values): every rank must call the same collectives, in the same order, on tensors \
+                 of the same shape and dtype; aborting the MPI job (MPI_Abort)",
+                "nn-distributed: rank 0 called all_reduce #4 (sum of 3 f32 values) while rank 1 called broadcast #4 \
+                 (3 f32 values from rank 0)",
+            ],
+            one_of: &[],
         },
     },
 ];
@@ -97,8 +165,9 @@ fn orchestrate() {
     for l in &selected {
         print!("test {} ... ", l.name);
         let _ = std::io::stdout().flush();
+        let start = Instant::now();
         match launch(l) {
-            Ok(()) => println!("ok"),
+            Ok(()) => println!("ok ({:.1} s)", start.elapsed().as_secs_f64()),
             Err(why) => {
                 println!("FAILED");
                 failures.push((l.name, why));
@@ -182,15 +251,21 @@ fn launch(l: &Launch) -> Result<(), String> {
                 return Err(report(format!("exit {status}, {done} of {ranks} ranks passed every check")));
             }
         }
-        Expect::Failure { within, output_has } => {
+        Expect::Failure { within, code, output_has, one_of } => {
             if status.success() {
                 return Err(report("the job succeeded but had to fail".into()));
+            }
+            if code.is_some() && status.code() != *code {
+                return Err(report(format!("exit {status}, but the exit code had to be {}", code.unwrap_or(0))));
             }
             if elapsed > *within {
                 return Err(report(format!("the job took longer than {:.0} s to end", within.as_secs_f64())));
             }
             if let Some(missing) = output_has.iter().find(|s| !output.contains(*s)) {
                 return Err(report(format!("exit {status}, but the output lacks {missing:?}")));
+            }
+            if !one_of.is_empty() && !one_of.iter().any(|s| output.contains(s)) {
+                return Err(report(format!("exit {status}, but the output has none of {one_of:?}")));
             }
         }
     }
@@ -200,16 +275,23 @@ fn launch(l: &Launch) -> Result<(), String> {
 /// What each rank of a launched job runs.
 mod checks {
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     use nn_core::functional::cross_entropy;
-    use nn_core::optim::{Optimizer, Sgd, SgdConfig};
+    use nn_core::optim::{AdamW, AdamWConfig, Optimizer, OptimizerState, Sgd, SgdConfig};
     use nn_core::prelude::*;
     use nn_core::{manual_seed, no_grad};
-    use nn_distributed::{DdpConfig, DistError, DistributedDataParallel, ProcessGroup, ReduceOp, SyncBatchNorm};
+    use nn_distributed::{
+        DdpConfig, DistError, DistributedDataParallel, ProcessGroup, ReduceOp, SyncBatchNorm, ZeroRedundancyOptimizer,
+        DEFAULT_TIMEOUT,
+    };
     use nn_layers::{BatchNorm1d, BatchNorm2d, Conv2d, Flatten, Linear, ReLU, Sequential};
 
     /// What a rank prints once every check of its scenario has passed.
     pub const ALL_PASSED: &str = "passed every check";
+
+    /// The collective timeout of the failure scenarios.
+    pub const SHORT_TIMEOUT: Duration = Duration::from_secs(2);
 
     type Check = (&'static str, fn(&ProcessGroup));
 
@@ -224,6 +306,10 @@ mod checks {
         ("sync_batch_norm_equals_one_process_batch_norm", sync_batch_norm_equals_one_process),
         ("find_unused_parameters_reduces_what_was_used", find_unused_parameters),
         ("the_wrapper_has_the_models_keys_and_hooks", wrapper_keys_and_hooks),
+        ("timeouts_are_positive_and_sequence_numbers_shared", timeouts_and_sequence_numbers),
+        ("a_slow_rank_within_the_timeout_is_waited_for", a_slow_rank_within_the_timeout),
+        ("zero_partitions_greedily_and_refuses_different_parameters", zero_partition_and_construction),
+        ("zero_adamw_matches_one_process_and_resumes_from_its_consolidated_state", zero_adamw_parity_and_resume),
     ];
 
     pub fn run(scenario: &str) {
@@ -232,6 +318,9 @@ mod checks {
             "all" => ALL,
             "panic" => &[("a_rank_panics", a_rank_panics)],
             "unused" => &[("an_unused_parameter", an_unused_parameter)],
+            "sleep" => &[("a_rank_sleeps_past_the_timeout", a_rank_sleeps_past_the_timeout)],
+            "sigkill" => &[("a_rank_is_killed_mid_training", a_rank_is_killed_mid_training)],
+            "mismatch" => &[("ranks_call_different_collectives", ranks_call_different_collectives)],
             other => panic!("unknown scenario {other:?}"),
         };
         for (name, check) in list {
@@ -624,5 +713,208 @@ mod checks {
         let ddp = DistributedDataParallel::new(two_heads(group, vec![]), group).unwrap();
         ddp.forward(&Tensor::ones(&[2, 4])).sum().backward();
         unreachable!("backward should have panicked");
+    }
+
+    fn timeouts_and_sequence_numbers(group: &ProcessGroup) {
+        assert_eq!(group.timeout(), DEFAULT_TIMEOUT);
+        assert_eq!(DEFAULT_TIMEOUT, Duration::from_secs(1800));
+        let zero = ProcessGroup::init_with(Duration::ZERO).unwrap_err();
+        assert!(matches!(zero, DistError::ZeroTimeout { at: "ProcessGroup::init_with" }));
+        assert!(zero.to_string().starts_with("ProcessGroup::init_with: the timeout is 0 s, which would fail every"));
+        assert!(matches!(group.with_timeout(Duration::ZERO), Err(DistError::ZeroTimeout { .. })));
+        let config = DdpConfig { timeout: Some(Duration::ZERO), ..Default::default() };
+        match DistributedDataParallel::with_config(mlp(), group, config) {
+            Err(DistError::ZeroTimeout { at }) => assert!(at.contains("DdpConfig::timeout"), "{at}"),
+            other => panic!("a zero DdpConfig::timeout must be refused, got {:?}", other.map(|_| ())),
+        }
+        // A handle with its own timeout; the sequence numbers are the group's.
+        let quick = group.with_timeout(Duration::from_secs(20)).unwrap();
+        assert_eq!((quick.timeout(), group.timeout()), (Duration::from_secs(20), DEFAULT_TIMEOUT));
+        let n = group.sequence_number();
+        let t = Tensor::ones(&[2]);
+        quick.all_reduce(&t, ReduceOp::Sum);
+        group.broadcast(&t, 0);
+        quick.barrier();
+        assert_eq!((quick.sequence_number(), group.sequence_number()), (n + 3, n + 3));
+        let config = DdpConfig { timeout: Some(Duration::from_secs(20)), ..Default::default() };
+        let ddp = DistributedDataParallel::with_config(mlp(), group, config).unwrap();
+        assert_eq!(ddp.group().timeout(), Duration::from_secs(20));
+        // The ranks issued as many collectives as each other.
+        let seq = Tensor::from_vec_i64(vec![group.sequence_number() as i64], &[1]);
+        assert_eq!(group.all_reduce(&seq, ReduceOp::Max).to_vec_i64(), seq.to_vec_i64());
+    }
+
+    fn a_slow_rank_within_the_timeout(group: &ProcessGroup) {
+        let quick = group.with_timeout(SHORT_TIMEOUT).unwrap();
+        if group.rank() == group.world_size() - 1 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let w = group.world_size() as f32;
+        assert_eq!(quick.all_reduce(&Tensor::ones(&[3]), ReduceOp::Sum).to_vec(), [w; 3]);
+    }
+
+    /// A few training steps of an MLP under DDP with [`SHORT_TIMEOUT`]; `before(step)` runs
+    /// at the start of each.
+    fn train(group: &ProcessGroup, steps: usize, before: impl Fn(usize)) {
+        manual_seed(5);
+        let config = DdpConfig { timeout: Some(SHORT_TIMEOUT), ..Default::default() };
+        let ddp = DistributedDataParallel::with_config(mlp(), group, config).unwrap();
+        let mut opt = Sgd::new(ddp.parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+        for step in 1..=steps {
+            before(step);
+            manual_seed(step as u64);
+            let x = Tensor::randn(&[4, 6]);
+            opt.zero_grad();
+            cross_entropy(&ddp.forward(&x), &labels(4, 3, step as i64)).backward();
+            opt.step();
+        }
+    }
+
+    fn a_rank_sleeps_past_the_timeout(group: &ProcessGroup) {
+        let last = group.world_size() - 1;
+        train(group, 4, |step| {
+            if step == 4 {
+                // 2 all_gathers and a broadcast at construction, one all_reduce per step.
+                assert_eq!(group.sequence_number(), 6);
+                if group.rank() == last {
+                    std::thread::sleep(Duration::from_secs(30));
+                }
+            }
+        });
+        unreachable!("the job should have been aborted");
+    }
+
+    fn a_rank_is_killed_mid_training(group: &ProcessGroup) {
+        train(group, 20, |step| {
+            if step == 5 && group.rank() == 1 {
+                eprintln!("rank 1 kills itself (SIGKILL) in step 5");
+                let pid = std::process::id().to_string();
+                let _ = std::process::Command::new("kill").args(["-s", "KILL", &pid]).status();
+                std::thread::sleep(Duration::from_secs(30));
+            }
+        });
+        unreachable!("the job should have been aborted");
+    }
+
+    fn ranks_call_different_collectives(group: &ProcessGroup) {
+        let t = Tensor::ones(&[3]);
+        for _ in 0..3 {
+            group.all_reduce(&t, ReduceOp::Sum);
+        }
+        if group.rank() == 1 {
+            group.broadcast(&t, 0);
+        } else {
+            group.all_reduce(&t, ReduceOp::Sum);
+        }
+        unreachable!("the job should have been aborted");
+    }
+
+    fn zero_partition_and_construction(group: &ProcessGroup) {
+        let model = mlp();
+        let zero = ZeroRedundancyOptimizer::new(model.named_parameters(), group, |g| Sgd::new(g, SgdConfig::default()))
+            .unwrap();
+        // Largest first, each to the least loaded rank (sizes 192, 32, 512, 16, 48, 3).
+        let want: Vec<Vec<&str>> = match group.world_size() {
+            1 => vec![vec!["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]],
+            2 => vec![vec!["2.weight"], vec!["0.weight", "0.bias", "2.bias", "4.weight", "4.bias"]],
+            3 => vec![vec!["2.weight"], vec!["0.weight"], vec!["0.bias", "2.bias", "4.weight", "4.bias"]],
+            w => panic!("no expected partition for {w} ranks"),
+        };
+        assert_eq!(zero.partition(), want);
+        assert_eq!(zero.named_parameters().len(), 6);
+        let mine: Vec<String> = zero.inner().named_parameters().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(mine, want[group.rank()]);
+        // The last rank names a parameter differently: every rank is told, with both names.
+        let last = group.world_size() - 1;
+        let mut named = model.named_parameters();
+        if group.rank() == last && last > 0 {
+            named[1].0 = "fc.bias".into();
+        }
+        match ZeroRedundancyOptimizer::new(named, group, |g| Sgd::new(g, SgdConfig::default())) {
+            Ok(_) => assert_eq!(last, 0),
+            Err(DistError::ShardMismatch(msg)) => {
+                assert_eq!(msg, format!("entry 1 of the parameters is `0.bias` on rank 0 but `fc.bias` on rank {last}"))
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+
+    fn zero_adamw_parity_and_resume(group: &ProcessGroup) {
+        let config = AdamWConfig { lr: 1e-2, weight_decay: 0.05, ..Default::default() };
+        manual_seed(13);
+        let reference = mlp();
+        manual_seed(13);
+        let ddp = DistributedDataParallel::new(mlp(), group).unwrap();
+        let mut ref_opt = AdamW::new(reference.named_parameters(), config);
+        let mut zero = ZeroRedundancyOptimizer::new(ddp.named_parameters(), group, |g| AdamW::new(g, config)).unwrap();
+        let batch = |step: usize| {
+            manual_seed(500 + step as u64);
+            (Tensor::randn(&[12, 6]), labels(12, 3, step as i64))
+        };
+        let step_ref = |opt: &mut AdamW, step: usize| {
+            let (x, y) = batch(step);
+            opt.zero_grad();
+            cross_entropy(&reference.forward(&x), &y).backward();
+            opt.step();
+        };
+        let step_ddp = |model: &DistributedDataParallel<Sequential>, opt: &mut dyn Optimizer, step: usize| {
+            let (x, y) = batch(step);
+            opt.zero_grad();
+            cross_entropy(&model.forward(&share(group, &x)), &share(group, &y)).backward();
+            opt.step();
+        };
+        for step in 0..10 {
+            step_ref(&mut ref_opt, step);
+            step_ddp(&ddp, &mut zero, step);
+        }
+        // The whole state on rank 0, keyed and ordered as one AdamW over the whole model.
+        zero.consolidate_state_dict(0);
+        let want = ref_opt.state_dict();
+        let mut state = OptimizerState::default();
+        if group.rank() == 0 {
+            state = zero.state_dict();
+            assert_eq!(state.tensors.keys().collect::<Vec<_>>(), want.tensors.keys().collect::<Vec<_>>());
+            assert_eq!(state.lrs, want.lrs);
+            for (key, t) in want.tensors.iter() {
+                assert_close(&state.tensors.get(key).unwrap().to_vec(), &t.to_vec(), 1e-5, key);
+            }
+            // A plain AdamW over the whole model loads it.
+            let mut plain = AdamW::new(mlp().named_parameters(), config);
+            plain.load_state_dict(&state).unwrap();
+        } else {
+            assert!(zero.consolidated_state().is_none());
+        }
+        // Resume: rank 0 writes the state to a file, every rank reads it back into a fresh
+        // optimizer over a copy of the model, and both go on for 10 more steps.
+        let pid = group.broadcast(&Tensor::from_vec_i64(vec![std::process::id() as i64], &[1]), 0).to_vec_i64()[0];
+        let path = std::env::temp_dir().join(format!("nn-distributed-zero-{pid}.safetensors"));
+        if group.rank() == 0 {
+            state.tensors.save(&path).unwrap();
+        }
+        group.barrier();
+        let loaded = OptimizerState { tensors: nn_core::StateDict::load(&path).unwrap(), lrs: vec![config.lr] };
+        group.barrier();
+        if group.rank() == 0 {
+            std::fs::remove_file(&path).unwrap();
+        }
+        let copy = DistributedDataParallel::new(mlp(), group).unwrap();
+        no_grad(|| {
+            copy.parameters().iter().zip(ddp.parameters()).for_each(|(c, p)| {
+                c.copy_(&p);
+            })
+        });
+        let mut resumed =
+            ZeroRedundancyOptimizer::new(copy.named_parameters(), group, |g| AdamW::new(g, config)).unwrap();
+        resumed.load_state_dict(&loaded).unwrap();
+        for step in 10..20 {
+            step_ref(&mut ref_opt, step);
+            step_ddp(&ddp, &mut zero, step);
+            step_ddp(&copy, &mut resumed, step);
+        }
+        let p = params_of(&ddp);
+        assert!(identical_across_ranks(group, &p), "parameters differ across ranks after 20 ZeRO AdamW steps");
+        assert_close(&p, &params_of(&reference), 1e-5, "ZeRO AdamW after 20 steps vs one process");
+        assert_eq!(params_of(&copy), p, "the resumed run equals the uninterrupted one, bit for bit");
+        assert_ne!(p, params_of(&mlp()), "training moved the parameters");
     }
 }
