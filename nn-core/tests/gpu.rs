@@ -408,6 +408,15 @@ fn a_bad_class_target_on_the_gpu_is_reported_at_the_loss_read() {
 }
 
 #[test]
+fn empty_tensors_read_back_without_a_wait() {
+    let _serial = serial();
+    let e = Tensor::zeros(&[0, 3]).to_device(GPU);
+    let before = nn_core::gpu::stats(0).unwrap();
+    assert!((&e + 1.0).to_vec().is_empty());
+    assert_eq!(nn_core::gpu::stats(0).unwrap().host_waits, before.host_waits);
+}
+
+#[test]
 #[should_panic(expected = "embedding: index 9 is out of bounds for dimension 0 with size 4")]
 fn an_embedding_id_out_of_range_on_the_gpu_panics() {
     let _serial = serial();
