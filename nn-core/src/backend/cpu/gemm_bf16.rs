@@ -157,11 +157,21 @@ fn pack_b<'o>(b: Strided<'_>, k: usize, n: usize, large: bool, threads: usize, l
             let jp = q * per + i;
             let cols = NR.min(n - jp * NR);
             for p in 0..pairs {
-                for j in 0..cols {
+                let dst = &mut panel[p * NR..p * NR + cols];
+                if b.cs == 1 && 2 * p + 1 < k {
+                    // Rows of a row-major `b`: two contiguous runs interleaved (vectorizes).
+                    let at = |i: usize| b.offset + i * b.rs + jp * NR;
+                    let (lo, hi) = (&b.data[at(2 * p)..][..cols], &b.data[at(2 * p + 1)..][..cols]);
+                    for ((d, l), h) in dst.iter_mut().zip(lo).zip(hi) {
+                        *d = u32::from(l.to_bits()) | (u32::from(h.to_bits()) << 16);
+                    }
+                    continue;
+                }
+                for (j, d) in dst.iter_mut().enumerate() {
                     let col = jp * NR + j;
                     let lo = b.bits(2 * p, col);
                     let hi = if 2 * p + 1 < k { b.bits(2 * p + 1, col) } else { 0 };
-                    panel[p * NR + j] = lo | (hi << 16);
+                    *d = lo | (hi << 16);
                 }
             }
         }
@@ -214,6 +224,14 @@ mod avx512 {
                 let dst = &mut ap[t * kc * MR..(t + 1) * kc * MR];
                 for r in 0..MR.min(mr - t * MR) {
                     let row = r0 + t * MR + r;
+                    if a.cs == 1 && 2 * (p0 + kc) <= k {
+                        // A contiguous run of the row: its words are the pairs.
+                        let run = &a.data[a.offset + row * a.rs + 2 * p0..][..2 * kc];
+                        for (p, pair) in run.chunks_exact(2).enumerate() {
+                            dst[p * MR + r] = u32::from(pair[0].to_bits()) | (u32::from(pair[1].to_bits()) << 16);
+                        }
+                        continue;
+                    }
                     for p in 0..kc {
                         let kk = 2 * (p0 + p);
                         let lo = a.bits(row, kk);
