@@ -278,21 +278,16 @@ impl Kernel {
     }
 }
 
-/// `template` with each `{{NAME}}` replaced by its value in `fills`, the one way the GEMM's
-/// WGSL is specialised.
+/// `template` with each `{{NAME}}` replaced by its value in `fills`, through the template
+/// step of the other kernels ([`super::template::substitute`]). One set of values serves
+/// the sections of a variant, so values a section does not use are dropped first.
 ///
 /// # Panics
 /// When a placeholder is left unfilled (a bug here, caught by every GPU test).
 fn fill(template: &str, fills: &[(&str, &str)]) -> String {
-    let mut s = template.to_string();
-    for (name, value) in fills {
-        s = s.replace(&format!("{{{{{name}}}}}"), value);
-    }
-    if let Some(at) = s.find("{{") {
-        let name: String = s[at..].chars().take_while(|&c| c != '\n').collect();
-        panic!("gpu GEMM: WGSL placeholder {name} left unfilled");
-    }
-    s
+    let used: Vec<(&str, &str)> =
+        fills.iter().copied().filter(|(name, _)| template.contains(&format!("{{{{{name}}}}}"))).collect();
+    super::template::substitute(("gemm_*.wgsl", "GEMM"), template, &used)
 }
 
 /// The text of section `name` of a WGSL file split by `// @section NAME` lines.
