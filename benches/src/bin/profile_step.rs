@@ -1,6 +1,6 @@
 //! Runs training steps of one `nn_bench` workload in a loop, for `perf record` (not a
 //! benchmark: `nn_bench` and the criterion benches are). Usage:
-//! `profile_step cnn|mlp|mlp256|transformer STEPS`.
+//! `profile_step cnn|mlp|mlp256|transformer|transformer_bf16 STEPS` (the last under bf16 autocast).
 
 use nn_bench::{cnn, mlp, transformer_layer, Step};
 
@@ -12,8 +12,11 @@ fn main() {
         "mlp" => Step::new(mlp(), &[64, 784], true),
         "mlp256" => Step::new(mlp(), &[256, 784], true),
         "transformer" => Step::new(transformer_layer(), &[16, 64, 128], false),
+        "transformer_bf16" => Step::new(transformer_layer(), &[16, 64, 128], false).with_amp(nn_core::DType::BF16),
         other => {
-            eprintln!("profile_step: unknown workload {other:?} (expected cnn, mlp, mlp256 or transformer)");
+            eprintln!(
+                "profile_step: unknown workload {other:?} (expected cnn, mlp, mlp256, transformer or transformer_bf16)"
+            );
             std::process::exit(2);
         }
     };

@@ -141,7 +141,8 @@ impl Storage {
         if let Some(out) = super::gpu::interface::unary(self, l, &op) {
             return Storage::Gpu(out);
         }
-        Storage::run([self], (self.dtype(), l.numel()), |[x]| cpu::elementwise::unary(x, l, op))
+        // Half types are read and written by the kernel itself (one pass, `cpu::widen::Half`).
+        Storage::run_exact([self], (self.dtype(), l.numel()), |[x]| cpu::elementwise::unary(x, l, op))
     }
 
     /// `g * op.df(x, y)` elementwise (the three layouts have one shape).
@@ -156,7 +157,7 @@ impl Storage {
         if let Some(out) = super::gpu::interface::unary_grad((self, lg), (x, lx), (y, ly), &op) {
             return Storage::Gpu(out);
         }
-        Storage::run([self, x, y], (self.dtype(), lg.numel()), |[g, x, y]| {
+        Storage::run_exact([self, x, y], (self.dtype(), lg.numel()), |[g, x, y]| {
             cpu::elementwise::unary_grad(g, lg, (x, lx), (y, ly), op)
         })
     }
@@ -167,7 +168,7 @@ impl Storage {
         if let Some(out) = super::gpu::interface::binary::<O>((self, la), (b, lb)) {
             return Storage::Gpu(out);
         }
-        Storage::run([self, b], (self.dtype(), la.numel()), |[a, b]| cpu::elementwise::binary::<O>(a, la, b, lb))
+        Storage::run_exact([self, b], (self.dtype(), la.numel()), |[a, b]| cpu::elementwise::binary::<O>(a, la, b, lb))
     }
 
     /// `g * dO/d(wrt)` at the broadcast shape of `g`.
@@ -182,7 +183,7 @@ impl Storage {
         if let Some(out) = super::gpu::interface::binary_grad::<O>((self, lg), (a, la), (b, lb), wrt == Operand::Lhs) {
             return Storage::Gpu(out);
         }
-        Storage::run([self, a, b], (self.dtype(), lg.numel()), |[g, a, b]| {
+        Storage::run_exact([self, a, b], (self.dtype(), lg.numel()), |[g, a, b]| {
             cpu::elementwise::binary_grad::<O>(g, lg, (a, la), (b, lb), wrt)
         })
     }

@@ -295,7 +295,9 @@ impl Storage {
     }
 
     /// [`run`](Storage::run) for the kernels that take every dtype as it is (copies and
-    /// conversions): half-type operands go to the kernel unwidened.
+    /// conversions, and the elementwise maps, which widen each half-type element as they
+    /// read it and round each result as they write it): half-type operands go to the
+    /// kernel unwidened.
     fn run_exact<const N: usize, F: FnOnce([&CpuStorage; N]) -> CpuStorage>(
         operands: [&Storage; N],
         meta: (DType, usize),

@@ -208,7 +208,7 @@ impl UnaryOp for Rsqrt {
     }
     #[inline(always)]
     // A closure marked for inlining, not the fn item: an fn item goes through a call shim
-    // that is not inlined into the vector loop (see `vmath::map_f32`).
+    // that is not inlined into the vector loop (see `vmath::map_elems`).
     #[allow(clippy::redundant_closure)]
     fn f32_loop<L: F32Loop>(&self, l: L) -> L::Out {
         l.run(

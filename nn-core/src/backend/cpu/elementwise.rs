@@ -5,6 +5,7 @@ use std::mem::MaybeUninit;
 
 use super::team::{self, GRAIN};
 use super::vtab::Pieces;
+use super::widen::Half;
 use super::{with_cpu, with_float, CpuElement, CpuStorage};
 use crate::backend::elementwise::Operand;
 use crate::backend::{BinaryOp, F32GradLoop, F32Loop, UnaryOp};
@@ -45,7 +46,7 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
         type Out = Vec<f32>;
         #[inline(always)]
         fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<f32> {
-            self.map(f, |src, part| super::vmath::map_f32(src, part, f))
+            self.map(f, |src, part| super::vmath::map_elems(src, part, f))
         }
         #[inline(always)]
         fn run_pieces<const K: usize>(
@@ -66,22 +67,43 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
             map: impl Fn(&[f32], &mut [MaybeUninit<f32>]) + Sync,
         ) -> Vec<f32> {
             let Some(r) = self.1.contiguous_range() else { return map1(self.0, self.1, f) };
-            let src = &self.0[r];
-            let mut out = f32::alloc_buffer(src.len());
-            let grain = grain(src.len());
-            let large = src.len() >= LARGE_MAP;
-            team::for_chunks_with(large, &mut out.spare_capacity_mut()[..src.len()], grain, |q, part| {
-                map(&src[q * grain..], part)
-            });
-            // SAFETY: the parts cover every slot, and `map` writes all of a part's.
-            unsafe { out.set_len(src.len()) };
-            out
+            in_parts(&self.0[r], map)
         }
     }
-    if let CpuStorage::F32(v) = x {
-        return CpuStorage::F32(op.f32_loop(Map(v, l)));
+    /// The half-type loop: each element widened as it is read, `f`'s result rounded as
+    /// it is written.
+    struct HalfMap<'a, H>(&'a [H], &'a Layout);
+    impl<H: Half> F32Loop for HalfMap<'_, H> {
+        type Out = Vec<H>;
+        #[inline(always)]
+        fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<H> {
+            let g = move |x: H| H::narrow1(f(x.widen1()));
+            let Some(r) = self.1.contiguous_range() else { return map1(self.0, self.1, g) };
+            in_parts(&self.0[r], |src, part| super::vmath::map_elems(src, part, g))
+        }
     }
-    with_float!(x, O::NAME, T, v => T::into_storage(map1(v, l, |a: T| op.f(a))))
+    match x {
+        CpuStorage::F32(v) => CpuStorage::F32(op.f32_loop(Map(v, l))),
+        CpuStorage::BF16(v) => CpuStorage::BF16(op.f32_loop(HalfMap(v, l))),
+        CpuStorage::F16(v) => CpuStorage::F16(op.f32_loop(HalfMap(v, l))),
+        _ => with_float!(x, O::NAME, T, v => T::into_storage(map1(v, l, |a: T| op.f(a)))),
+    }
+}
+
+/// A contiguous elementwise map of `src` into a new buffer: `map(src from the part's
+/// start, part)` fills each part (in parallel above the split threshold; the loops of
+/// long maps over the whole team, see [`LARGE_MAP`]) and must write all of its slots.
+#[inline(always)]
+fn in_parts<T: Sync, U: CpuElement + Send>(src: &[T], map: impl Fn(&[T], &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
+    let mut out = U::alloc_buffer(src.len());
+    let grain = grain(src.len());
+    let large = src.len() >= LARGE_MAP;
+    team::for_chunks_with(large, &mut out.spare_capacity_mut()[..src.len()], grain, |q, part| {
+        map(&src[q * grain..], part)
+    });
+    // SAFETY: the parts cover every slot, and `map` writes all of a part's.
+    unsafe { out.set_len(src.len()) };
+    out
 }
 
 /// `g * op.df(x, y)` elementwise; `f32` through the op's [`UnaryOp::df32_loop`].
@@ -103,21 +125,36 @@ pub(crate) fn unary_grad<O: UnaryOp>(
             else {
                 return map3(g, lg, x, lx, y, ly, move |g, x, y| g * df(x, y));
             };
-            let (g, x, y) = (&g[rg], &x[rx], &y[ry]);
-            let mut out = f32::alloc_buffer(g.len());
-            let grain = grain(g.len());
-            let large = g.len() >= LARGE_MAP;
-            team::for_chunks_with(large, &mut out.spare_capacity_mut()[..g.len()], grain, |q, part| {
-                let s = q * grain;
-                super::vmath::map3_f32([&g[s..], &x[s..], &y[s..]], part, df)
-            });
-            // SAFETY: the parts cover every slot, and `map3_f32` writes all of a part's.
-            unsafe { out.set_len(g.len()) };
-            out
+            contiguous3([&g[rg], &x[rx], &y[ry]], move |g, x, y| g * df(x, y))
         }
     }
-    if let (CpuStorage::F32(gv), CpuStorage::F32(xv), CpuStorage::F32(yv)) = (g, x, y) {
-        return CpuStorage::F32(op.df32_loop(Map([(gv, lg), (xv, lx), (yv, ly)])));
+    /// The half-type loop: `g`, `x` and `y` widened as they are read, the product rounded
+    /// as it is written.
+    struct HalfMap<'a, H>([(&'a [H], &'a Layout); 3]);
+    impl<H: Half> F32GradLoop for HalfMap<'_, H> {
+        type Out = Vec<H>;
+        #[inline(always)]
+        fn run(self, df: impl Fn(f32, f32) -> f32 + Copy + Send + Sync) -> Vec<H> {
+            let [(g, lg), (x, lx), (y, ly)] = self.0;
+            let f = move |g: H, x: H, y: H| H::narrow1(g.widen1() * df(x.widen1(), y.widen1()));
+            let (Some(rg), Some(rx), Some(ry)) = (lg.contiguous_range(), lx.contiguous_range(), ly.contiguous_range())
+            else {
+                return map3(g, lg, x, lx, y, ly, f);
+            };
+            contiguous3([&g[rg], &x[rx], &y[ry]], f)
+        }
+    }
+    match (g, x, y) {
+        (CpuStorage::F32(gv), CpuStorage::F32(xv), CpuStorage::F32(yv)) => {
+            return CpuStorage::F32(op.df32_loop(Map([(gv, lg), (xv, lx), (yv, ly)])));
+        }
+        (CpuStorage::BF16(gv), CpuStorage::BF16(xv), CpuStorage::BF16(yv)) => {
+            return CpuStorage::BF16(op.df32_loop(HalfMap([(gv, lg), (xv, lx), (yv, ly)])));
+        }
+        (CpuStorage::F16(gv), CpuStorage::F16(xv), CpuStorage::F16(yv)) => {
+            return CpuStorage::F16(op.df32_loop(HalfMap([(gv, lg), (xv, lx), (yv, ly)])));
+        }
+        _ => {}
     }
     with_float!(g, O::NAME, T, gv => {
         let xv = T::slice(x).expect("same dtype");
@@ -126,15 +163,37 @@ pub(crate) fn unary_grad<O: UnaryOp>(
     })
 }
 
-/// `O::f(a, b)` elementwise.
+/// `f(a, b, c)` over three contiguous inputs of one length into a new buffer, in parts
+/// as [`in_parts`] makes them.
+#[inline(always)]
+fn contiguous3<T: Copy + Sync, U: CpuElement + Send>(
+    [a, b, c]: [&[T]; 3],
+    f: impl Fn(T, T, T) -> U + Copy + Send + Sync,
+) -> Vec<U> {
+    in_parts(a, |part_a, part| {
+        let s = a.len() - part_a.len();
+        super::vmath::map3_elems([part_a, &b[s..], &c[s..]], part, f)
+    })
+}
+
+/// `O::f(a, b)` elementwise; half types computed in `f32`, each read widened and each
+/// result rounded in the one loop.
 pub(crate) fn binary<O: BinaryOp>(a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> CpuStorage {
+    fn half<H: Half, O: BinaryOp>(a: &[H], la: &Layout, b: &[H], lb: &Layout) -> Vec<H> {
+        map2(a, la, b, lb, |x: H, y: H| H::narrow1(O::f(x.widen1(), y.widen1())))
+    }
+    match (a, b) {
+        (CpuStorage::BF16(va), CpuStorage::BF16(vb)) => return CpuStorage::BF16(half::<_, O>(va, la, vb, lb)),
+        (CpuStorage::F16(va), CpuStorage::F16(vb)) => return CpuStorage::F16(half::<_, O>(va, la, vb, lb)),
+        _ => {}
+    }
     with_float!(a, O::NAME, T, va => {
         let vb = T::slice(b).expect("same dtype");
         T::into_storage(map2(va, la, vb, lb, |x: T, y: T| O::f(x, y)))
     })
 }
 
-/// `g * dO/d(wrt)` elementwise.
+/// `g * dO/d(wrt)` elementwise; half types as in [`binary`].
 pub(crate) fn binary_grad<O: BinaryOp>(
     g: &CpuStorage,
     lg: &Layout,
@@ -142,6 +201,23 @@ pub(crate) fn binary_grad<O: BinaryOp>(
     (b, lb): (&CpuStorage, &Layout),
     wrt: Operand,
 ) -> CpuStorage {
+    fn half<H: Half, O: BinaryOp>(g: (&[H], &Layout), a: (&[H], &Layout), b: (&[H], &Layout), wrt: Operand) -> Vec<H> {
+        let ((g, lg), (a, la), (b, lb)) = (g, a, b);
+        let w = |x: H| x.widen1();
+        match wrt {
+            Operand::Lhs => map3(g, lg, a, la, b, lb, |g: H, x: H, y: H| H::narrow1(w(g) * O::da(w(x), w(y)))),
+            Operand::Rhs => map3(g, lg, a, la, b, lb, |g: H, x: H, y: H| H::narrow1(w(g) * O::db(w(x), w(y)))),
+        }
+    }
+    match (g, a, b) {
+        (CpuStorage::BF16(gv), CpuStorage::BF16(va), CpuStorage::BF16(vb)) => {
+            return CpuStorage::BF16(half::<_, O>((gv, lg), (va, la), (vb, lb), wrt));
+        }
+        (CpuStorage::F16(gv), CpuStorage::F16(va), CpuStorage::F16(vb)) => {
+            return CpuStorage::F16(half::<_, O>((gv, lg), (va, la), (vb, lb), wrt));
+        }
+        _ => {}
+    }
     with_float!(g, O::NAME, T, gv => {
         let va = T::slice(a).expect("same dtype");
         let vb = T::slice(b).expect("same dtype");
@@ -352,4 +428,117 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: CpuElement>(
         },
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use half::{bf16, f16};
+
+    use super::{binary, binary_grad, unary, unary_grad, CpuStorage};
+    use crate::backend::cpu::widen::widen;
+    use crate::backend::elementwise::Operand;
+    use crate::backend::{BinaryOp, UnaryOp};
+    use crate::dtype::DType;
+    use crate::ops::activation::{Gelu, Sigmoid, Tanh};
+    use crate::ops::binary::{AddOp, DivOp, MulOp};
+    use crate::ops::unary::Exp;
+    use crate::shape::Layout;
+
+    /// Values over several binades (and a zero), as `f32`.
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len).map(|i| ((i as u32 * 7919 + seed * 104_729) % 211) as f32 / 37.0 - 2.8).collect()
+    }
+
+    /// An `f32` buffer rounded to `dtype` (`BF16` or `F16`) by the `half` crate: the
+    /// reference rounding, independent of the kernels' own.
+    fn narrow(s: CpuStorage, dtype: DType) -> CpuStorage {
+        let CpuStorage::F32(ref v) = s else { panic!("not an f32 buffer") };
+        match dtype {
+            DType::BF16 => CpuStorage::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+            DType::F16 => CpuStorage::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+            other => panic!("not a half type: {other}"),
+        }
+    }
+
+    /// The buffer of `v` in `dtype` (`BF16` or `F16`).
+    fn buffer(v: &[f32], dtype: DType) -> CpuStorage {
+        narrow(CpuStorage::F32(v.to_vec()), dtype)
+    }
+
+    /// The bits of a half buffer, to compare exactly.
+    fn bits(s: &CpuStorage) -> Vec<u16> {
+        match s {
+            CpuStorage::BF16(v) => v.iter().map(|x: &bf16| x.to_bits()).collect(),
+            CpuStorage::F16(v) => v.iter().map(|x: &f16| x.to_bits()).collect(),
+            other => panic!("not a half buffer: {}", other.dtype()),
+        }
+    }
+
+    /// `got` and `want` hold the same half values, bit for bit (the first difference named).
+    fn same(got: &CpuStorage, want: &CpuStorage, what: &str) {
+        let (g, w) = (bits(got), bits(want));
+        assert_eq!(g.len(), w.len(), "{what}: lengths");
+        if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
+            panic!("{what}: element {i} is {:#06x}, the f32 result rounded once is {:#06x}", g[i], w[i]);
+        }
+    }
+
+    /// The layouts the kernels take apart: contiguous (long enough to split over
+    /// threads), a transposed view, a row broadcast, and an offset slice.
+    fn layouts() -> Vec<(Layout, usize)> {
+        let n = 1 << 16;
+        vec![
+            (Layout::contiguous(&[n]), n),
+            (Layout::contiguous(&[48, 40]).permute(&[1, 0]), 48 * 40),
+            (Layout::contiguous(&[40]).broadcast_to(&[48, 40]).unwrap(), 40),
+            (Layout::new(smallvec::smallvec![30, 7], smallvec::smallvec![9, 1], 5), 5 + 29 * 9 + 7),
+        ]
+    }
+
+    /// A half buffer through a kernel directly gives the widened `f32` result rounded once
+    /// (the half kernels read and write half types in one pass; this was their old path),
+    /// bit for bit, for maps, their gradients, binary ops and theirs, in every layout.
+    #[test]
+    fn half_kernels_equal_the_f32_result_rounded_once() {
+        fn check_unary<O: UnaryOp>(op: O) {
+            for dt in [DType::BF16, DType::F16] {
+                for (l, len) in layouts() {
+                    let (x, y, g) =
+                        (buffer(&values(len, 1), dt), buffer(&values(len, 2), dt), buffer(&values(len, 3), dt));
+                    let wide = |s: &CpuStorage| widen(s).unwrap();
+                    let want = narrow(unary(&wide(&x), &l, op), dt);
+                    same(&unary(&x, &l, op), &want, &format!("{} {dt} {l:?}", O::NAME));
+                    let want = narrow(unary_grad(&wide(&g), &l, (&wide(&x), &l), (&wide(&y), &l), op), dt);
+                    same(&unary_grad(&g, &l, (&x, &l), (&y, &l), op), &want, &format!("{} grad {dt} {l:?}", O::NAME));
+                }
+            }
+        }
+        fn check_binary<O: BinaryOp>() {
+            for dt in [DType::BF16, DType::F16] {
+                for (l, len) in layouts() {
+                    let (a, b, g) =
+                        (buffer(&values(len, 4), dt), buffer(&values(len, 5), dt), buffer(&values(len, 6), dt));
+                    let wide = |s: &CpuStorage| widen(s).unwrap();
+                    // `b` contiguous against `a` strided: mixed layouts take the odometer.
+                    let lb = Layout::contiguous(l.shape());
+                    let b = if lb.numel() > len { buffer(&values(lb.numel(), 5), dt) } else { b };
+                    let want = narrow(binary::<O>(&wide(&a), &l, &wide(&b), &lb), dt);
+                    same(&binary::<O>(&a, &l, &b, &lb), &want, &format!("{} {dt} {l:?}", O::NAME));
+                    for wrt in [Operand::Lhs, Operand::Rhs] {
+                        let g = if lb.numel() > len { buffer(&values(lb.numel(), 6), dt) } else { g.clone() };
+                        let got = binary_grad::<O>(&g, &lb, (&a, &l), (&b, &lb), wrt);
+                        let want = narrow(binary_grad::<O>(&wide(&g), &lb, (&wide(&a), &l), (&wide(&b), &lb), wrt), dt);
+                        same(&got, &want, &format!("{} grad {wrt:?} {dt} {l:?}", O::NAME));
+                    }
+                }
+            }
+        }
+        check_unary(Exp);
+        check_unary(Tanh);
+        check_unary(Gelu);
+        check_unary(Sigmoid);
+        check_binary::<AddOp>();
+        check_binary::<MulOp>();
+        check_binary::<DivOp>();
+    }
 }

@@ -62,27 +62,35 @@ impl Strided<'_> {
 }
 
 /// `c = a b` for `a: [m, k]` and `b: [k, n]`, `c` row-major `[m, n]` `f32`, every slot
-/// written. Parts of rows in parallel when the product is large.
+/// written (the tests' entry: the library's callers round or add in [`run`]'s epilogue).
 ///
 /// # Panics
 /// When [`available`] is false (the caller checks).
+#[cfg(test)]
 pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>, c: &mut [f32]) {
     run(m, k, n, a, b, &mut c[..m * n], |_, sums, out: &mut [f32]| out.copy_from_slice(sums));
 }
 
 /// [`gemm`] with the sums rounded to `bf16` (once each) into `c`, each part of rows by
-/// the thread that computed it.
+/// the thread that computed it, in a vector loop.
 pub(crate) fn gemm_to_bf16(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>, c: &mut [bf16]) {
     run(m, k, n, a, b, &mut c[..m * n], |_, sums, out: &mut [bf16]| {
-        for (o, &s) in out.iter_mut().zip(sums) {
-            *o = super::widen::f32_to_bf16(s);
-        }
+        super::vmath::map_elems(sums, uninit(out), super::widen::f32_to_bf16)
     });
 }
 
+/// `s` as slots to overwrite (the kernels' loops write `MaybeUninit` slots).
+pub(crate) fn uninit<T>(s: &mut [T]) -> &mut [std::mem::MaybeUninit<T>] {
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and the slots start initialized; writers
+    // through the view only store values of `T` (never `uninit()`), so the slice stays
+    // initialized.
+    unsafe { &mut *(s as *mut [T] as *mut [std::mem::MaybeUninit<T>]) }
+}
+
 /// The product in parts of whole register tiles of rows, in parallel when it is large:
-/// each part's `f32` sums go to `finish(first row, sums, the part of c)`.
-fn run<T: Send>(
+/// each part's `f32` sums go to `finish(first row, sums, the part of c)` on the thread
+/// that computed them, while they are in its cache (an epilogue: rounding, a bias).
+pub(crate) fn run<T: Send>(
     m: usize,
     k: usize,
     n: usize,
@@ -167,6 +175,14 @@ fn pack_b<'o>(b: Strided<'_>, k: usize, n: usize, large: bool, threads: usize, l
                     }
                     continue;
                 }
+                if b.rs == 1 && 2 * p + 1 < k {
+                    // A transposed `b` (`q k^T`): each column's pair is two neighbours.
+                    for (j, d) in dst.iter_mut().enumerate() {
+                        let at = b.offset + (jp * NR + j) * b.cs + 2 * p;
+                        *d = u32::from(b.data[at].to_bits()) | (u32::from(b.data[at + 1].to_bits()) << 16);
+                    }
+                    continue;
+                }
                 for (j, d) in dst.iter_mut().enumerate() {
                     let col = jp * NR + j;
                     let lo = b.bits(2 * p, col);
@@ -222,7 +238,8 @@ mod avx512 {
             // A's rows for this block: [tile][pair][MR].
             for t in 0..tiles {
                 let dst = &mut ap[t * kc * MR..(t + 1) * kc * MR];
-                for r in 0..MR.min(mr - t * MR) {
+                let rows_here = MR.min(mr - t * MR);
+                for r in 0..rows_here {
                     let row = r0 + t * MR + r;
                     if a.cs == 1 && 2 * (p0 + kc) <= k {
                         // A contiguous run of the row: its words are the pairs.
@@ -231,6 +248,20 @@ mod avx512 {
                             dst[p * MR + r] = u32::from(pair[0].to_bits()) | (u32::from(pair[1].to_bits()) << 16);
                         }
                         continue;
+                    }
+                    if a.rs == 1 && r == 0 && rows_here == MR && 2 * (p0 + kc) <= k {
+                        // A transposed view (`g^T x`, a weight's gradient): columns of
+                        // `a` are contiguous, so the tile's MR rows of columns `2p` and
+                        // `2p + 1` are two contiguous runs, interleaved (vectorizes).
+                        let first = r0 + t * MR;
+                        for p in 0..kc {
+                            let at = |kk: usize| a.offset + kk * a.cs + first;
+                            let (lo, hi) = (&a.data[at(2 * (p0 + p))..][..MR], &a.data[at(2 * (p0 + p) + 1)..][..MR]);
+                            for ((d, l), h) in dst[p * MR..(p + 1) * MR].iter_mut().zip(lo).zip(hi) {
+                                *d = u32::from(l.to_bits()) | (u32::from(h.to_bits()) << 16);
+                            }
+                        }
+                        break;
                     }
                     for p in 0..kc {
                         let kk = 2 * (p0 + p);
@@ -351,7 +382,8 @@ mod tests {
     }
 
     /// Every shape class (tile edges in m, n, odd k, one block and several of k), both
-    /// operands in both orientations: equal to the `f64` product (exact here).
+    /// operands in both orientations (each packed by its own path), starting past the
+    /// buffer's first elements: equal to the `f64` product (exact here).
     #[test]
     fn products_match_the_exact_product() {
         if !available() {
@@ -360,16 +392,17 @@ mod tests {
         }
         for &(m, k, n) in &[(1, 1, 1), (12, 2, 32), (13, 3, 33), (25, 517, 70), (7, 1030, 5), (40, 64, 96)] {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-                let (av, bv) = (values(m * k, 1), values(k * n, 2));
+                const AT: usize = 3;
+                let (av, bv) = (values(m * k + AT, 1), values(k * n + AT, 2));
                 let a = if ta {
-                    Strided { data: &av, offset: 0, rs: 1, cs: m }
+                    Strided { data: &av, offset: AT, rs: 1, cs: m }
                 } else {
-                    Strided { data: &av, offset: 0, rs: k, cs: 1 }
+                    Strided { data: &av, offset: AT, rs: k, cs: 1 }
                 };
                 let b = if tb {
-                    Strided { data: &bv, offset: 0, rs: 1, cs: k }
+                    Strided { data: &bv, offset: AT, rs: 1, cs: k }
                 } else {
-                    Strided { data: &bv, offset: 0, rs: n, cs: 1 }
+                    Strided { data: &bv, offset: AT, rs: n, cs: 1 }
                 };
                 let mut c = vec![f32::NAN; m * n];
                 gemm(m, k, n, a, b, &mut c);
@@ -377,8 +410,8 @@ mod tests {
                     for j in 0..n {
                         let want: f64 = (0..k)
                             .map(|p| {
-                                let x = av[if ta { p * m + i } else { i * k + p }].to_f64();
-                                let y = bv[if tb { j * k + p } else { p * n + j }].to_f64();
+                                let x = av[AT + if ta { p * m + i } else { i * k + p }].to_f64();
+                                let y = bv[AT + if tb { j * k + p } else { p * n + j }].to_f64();
                                 x * y
                             })
                             .sum();

@@ -82,28 +82,33 @@ pub(crate) fn addmm_bf16(
     let (m, k, n) = (la.shape()[0], la.shape()[1], lb.shape()[1]);
     let sa = gemm_bf16::Strided { data: av, offset: la.offset(), rs: la.strides()[0], cs: la.strides()[1] };
     let sb = gemm_bf16::Strided { data: bv, offset: lb.offset(), rs: lb.strides()[0], cs: lb.strides()[1] };
-    let mut out = vec![0f32; m * n];
-    gemm_bf16::gemm(m, k, n, sa, sb, &mut out);
     let (beta, alpha) = (beta as f32, alpha as f32);
     let (ri, ci) = (li.strides()[0], li.strides()[1]);
     let mut y = vec![half::bf16::ZERO; m * n];
-    for (i, (row, dst)) in out.chunks(n.max(1)).zip(y.chunks_mut(n.max(1))).enumerate() {
-        let at = li.offset() + i * ri;
-        if beta == 0.0 {
-            // The input is not read (BLAS semantics, as `addmm`).
-            for (d, &p) in dst.iter_mut().zip(row) {
-                *d = super::widen::f32_to_bf16(alpha * p);
+    // The epilogue runs on each part's sums as the thread that made them finishes, in
+    // vector loops (AVX2 or wider, `with_avx2`).
+    gemm_bf16::run(m, k, n, sa, sb, &mut y, |r0, sums, part: &mut [half::bf16]| {
+        use super::widen::{bf16_to_f32, f32_to_bf16};
+        super::vmath::with_avx2(|| {
+            for (i, (row, dst)) in sums.chunks(n.max(1)).zip(part.chunks_mut(n.max(1))).enumerate() {
+                let at = li.offset() + (r0 + i) * ri;
+                if beta == 0.0 {
+                    // The input is not read (BLAS semantics, as `addmm`).
+                    for (d, &p) in dst.iter_mut().zip(row) {
+                        *d = f32_to_bf16(alpha * p);
+                    }
+                } else if ci == 1 {
+                    for ((d, &p), x) in dst.iter_mut().zip(row).zip(&iv[at..at + n]) {
+                        *d = f32_to_bf16(alpha * p + beta * bf16_to_f32(*x));
+                    }
+                } else {
+                    for (j, (d, &p)) in dst.iter_mut().zip(row).enumerate() {
+                        *d = f32_to_bf16(alpha * p + beta * bf16_to_f32(iv[at + j * ci]));
+                    }
+                }
             }
-        } else if ci == 1 {
-            for ((d, &p), x) in dst.iter_mut().zip(row).zip(&iv[at..at + n]) {
-                *d = super::widen::f32_to_bf16(alpha * p + beta * super::widen::bf16_to_f32(*x));
-            }
-        } else {
-            for (j, (d, &p)) in dst.iter_mut().zip(row).enumerate() {
-                *d = super::widen::f32_to_bf16(alpha * p + beta * super::widen::bf16_to_f32(iv[at + j * ci]));
-            }
-        }
-    }
+        })
+    });
     Some(CpuStorage::BF16(y))
 }
 

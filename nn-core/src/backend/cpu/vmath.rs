@@ -264,10 +264,12 @@ pub(crate) fn write_items<U, I: Iterator<Item = U>>(slots: &mut [std::mem::Maybe
 /// `vfun`'s functions inline into it whole, where a `zip` adapter around them was left
 /// out of line once they grew (its `next` then ran scalar code without FMA, calling the
 /// software `fma`: an exact GELU took 58 ms for 786k elements instead of under one).
+/// Generic over the element types, so that a half-type map widens each element as it
+/// reads it and rounds each result as it writes it, in the same vector loop.
 #[inline]
-pub(crate) fn map_f32(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 + Copy) {
+pub(crate) fn map_elems<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: impl Fn(T) -> U + Copy) {
     #[inline(always)]
-    fn body(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 + Copy) {
+    fn body<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: impl Fn(T) -> U + Copy) {
         let n = src.len().min(dst.len());
         let (src, dst) = (&src[..n], &mut dst[..n]);
         for i in 0..n {
@@ -276,12 +278,12 @@ pub(crate) fn map_f32(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32)
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
-    unsafe fn body_avx512(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 + Copy) {
+    unsafe fn body_avx512<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: impl Fn(T) -> U + Copy) {
         body(src, dst, f)
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn body_avx2(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 + Copy) {
+    unsafe fn body_avx2<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: impl Fn(T) -> U + Copy) {
         body(src, dst, f)
     }
     #[cfg(target_arch = "x86_64")]
@@ -297,38 +299,39 @@ pub(crate) fn map_f32(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32)
     body(src, dst, f)
 }
 
-/// `dst[i] = g[i] * df(x[i], y[i])` (a unary op's backward) as [`map_f32`] does its map.
+/// `dst[i] = f(a[i], b[i], c[i])` (a unary op's backward: `g * df(x, y)`) as
+/// [`map_elems`] does its map.
 #[inline]
-pub(crate) fn map3_f32([g, x, y]: [&[f32]; 3], dst: &mut [MaybeUninit<f32>], df: impl Fn(f32, f32) -> f32 + Copy) {
+pub(crate) fn map3_elems<T: Copy, U>(s: [&[T]; 3], dst: &mut [MaybeUninit<U>], f: impl Fn(T, T, T) -> U + Copy) {
     #[inline(always)]
-    fn body([g, x, y]: [&[f32]; 3], dst: &mut [MaybeUninit<f32>], df: impl Fn(f32, f32) -> f32 + Copy) {
-        let n = dst.len().min(g.len()).min(x.len()).min(y.len());
-        let (g, x, y, dst) = (&g[..n], &x[..n], &y[..n], &mut dst[..n]);
+    fn body<T: Copy, U>([a, b, c]: [&[T]; 3], dst: &mut [MaybeUninit<U>], f: impl Fn(T, T, T) -> U + Copy) {
+        let n = dst.len().min(a.len()).min(b.len()).min(c.len());
+        let (a, b, c, dst) = (&a[..n], &b[..n], &c[..n], &mut dst[..n]);
         for i in 0..n {
-            dst[i].write(g[i] * df(x[i], y[i]));
+            dst[i].write(f(a[i], b[i], c[i]));
         }
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
-    unsafe fn body_avx512(s: [&[f32]; 3], dst: &mut [MaybeUninit<f32>], df: impl Fn(f32, f32) -> f32 + Copy) {
-        body(s, dst, df)
+    unsafe fn body_avx512<T: Copy, U>(s: [&[T]; 3], dst: &mut [MaybeUninit<U>], f: impl Fn(T, T, T) -> U + Copy) {
+        body(s, dst, f)
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn body_avx2(s: [&[f32]; 3], dst: &mut [MaybeUninit<f32>], df: impl Fn(f32, f32) -> f32 + Copy) {
-        body(s, dst, df)
+    unsafe fn body_avx2<T: Copy, U>(s: [&[T]; 3], dst: &mut [MaybeUninit<U>], f: impl Fn(T, T, T) -> U + Copy) {
+        body(s, dst, f)
     }
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
         // SAFETY: the CPU has these AVX-512 subsets, AVX2 and FMA.
-        return unsafe { body_avx512([g, x, y], dst, df) };
+        return unsafe { body_avx512(s, dst, f) };
     }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA.
-        return unsafe { body_avx2([g, x, y], dst, df) };
+        return unsafe { body_avx2(s, dst, f) };
     }
-    body([g, x, y], dst, df)
+    body(s, dst, f)
 }
 
 /// Runs `f` from a function compiled with AVX2 and FMA when the CPU has them, so that the

@@ -1,13 +1,48 @@
-//! `f16` and `bf16` arithmetic: the kernels are written for `f32` and `f64`, and a half
-//! operand is widened to `f32` before one runs, its `f32` result rounded back (once, to
-//! nearest even) where the op's result is a half type. PyTorch's CPU kernels compute half
-//! types in `f32` per op the same way, rounding each op's result; sums and products
-//! accumulate in `f32`.
+//! `f16` and `bf16` arithmetic: the kernels compute in `f32` (or `f64`), and a half
+//! result is rounded (once, to nearest even) from the `f32` one. PyTorch's CPU kernels
+//! compute half types in `f32` per op the same way, rounding each op's result; sums and
+//! products accumulate in `f32`.
+//!
+//! Two ways in: the elementwise kernels read and write half types directly through
+//! [`Half`] (each element widened as it is read, its result rounded as it is written, in
+//! the same vector loop: one pass over memory); the other kernels get `f32` copies of
+//! their half operands ([`through_f32`]) and their results rounded back.
 
 use ::half::{bf16, f16};
 
-use super::CpuStorage;
+use super::{CpuElement, CpuStorage};
 use crate::dtype::DType;
+
+/// A half type as the elementwise kernels read and write it: exact widening to `f32`, and
+/// rounding of an `f32` result to nearest even.
+pub(crate) trait Half: CpuElement + Copy + Send + Sync + 'static {
+    /// The value as an `f32` (exact).
+    fn widen1(self) -> f32;
+    /// `x` rounded to this type, ties to even.
+    fn narrow1(x: f32) -> Self;
+}
+
+impl Half for bf16 {
+    #[inline(always)]
+    fn widen1(self) -> f32 {
+        bf16_to_f32(self)
+    }
+    #[inline(always)]
+    fn narrow1(x: f32) -> Self {
+        f32_to_bf16(x)
+    }
+}
+
+impl Half for f16 {
+    #[inline(always)]
+    fn widen1(self) -> f32 {
+        self.to_f32()
+    }
+    #[inline(always)]
+    fn narrow1(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+}
 
 /// Runs `kernel` on `operands`, any `f16`/`bf16` among them widened to `f32`, and rounds
 /// each `f32` result whose expected dtype (`outs`) is a half type to it. Operands without
@@ -46,8 +81,8 @@ pub(crate) fn f32_to_bf16(x: f32) -> bf16 {
 /// The `f32` copy of a half-type buffer; `None` for other types.
 pub(crate) fn widen(s: &CpuStorage) -> Option<CpuStorage> {
     match s {
-        CpuStorage::F16(v) => Some(CpuStorage::F32(v.iter().map(|x| x.to_f32()).collect())),
-        CpuStorage::BF16(v) => Some(CpuStorage::F32(v.iter().map(|&x| bf16_to_f32(x)).collect())),
+        CpuStorage::F16(v) => Some(CpuStorage::F32(convert(v, Half::widen1))),
+        CpuStorage::BF16(v) => Some(CpuStorage::F32(convert(v, Half::widen1))),
         _ => None,
     }
 }
@@ -55,10 +90,19 @@ pub(crate) fn widen(s: &CpuStorage) -> Option<CpuStorage> {
 /// `s` rounded to `dtype` when `s` is `f32` and `dtype` a half type; `s` otherwise.
 pub(crate) fn narrow(s: CpuStorage, dtype: DType) -> CpuStorage {
     match (&s, dtype) {
-        (CpuStorage::F32(v), DType::F16) => CpuStorage::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-        (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(v.iter().map(|&x| f32_to_bf16(x)).collect()),
+        (CpuStorage::F32(v), DType::F16) => CpuStorage::F16(convert(v, f16::narrow1)),
+        (CpuStorage::F32(v), DType::BF16) => CpuStorage::BF16(convert(v, bf16::narrow1)),
         _ => s,
     }
+}
+
+/// `f` over `v` into a new buffer, in the widest vector loop the CPU runs.
+fn convert<T: Copy, U: CpuElement>(v: &[T], f: impl Fn(T) -> U + Copy) -> Vec<U> {
+    let mut out = U::alloc_buffer(v.len());
+    super::vmath::map_elems(v, &mut out.spare_capacity_mut()[..v.len()], f);
+    // SAFETY: `map_elems` wrote all `v.len()` slots.
+    unsafe { out.set_len(v.len()) };
+    out
 }
 
 #[cfg(test)]
