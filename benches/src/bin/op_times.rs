@@ -59,6 +59,22 @@ fn main() {
         time(name, &mut || drop(f(&a0)));
         time(&format!("{name}_bwd"), &mut fwd_bwd(&a, f));
     }
+    // The Transformer workload's matrix products in f32 and bf16 (`gemm_<m>x<k>x<n>`,
+    // `t`: the first operand a transposed view, as in a weight's gradient).
+    for (m, k, n, ta) in [
+        (1024, 128, 128, false),
+        (1024, 128, 512, false),
+        (1024, 512, 128, false),
+        (128, 1024, 128, true),
+        (512, 1024, 128, true),
+    ] {
+        let a = if ta { Tensor::randn(&[k, m]).t() } else { Tensor::randn(&[m, k]) };
+        let b = Tensor::randn(&[k, n]);
+        let (ah, bh) = (a.to_dtype(nn_core::DType::BF16), b.to_dtype(nn_core::DType::BF16));
+        let name = format!("gemm_{m}x{k}x{n}{}", if ta { "t" } else { "" });
+        time(&format!("{name}_f32"), &mut || drop(a.matmul(&b)));
+        time(&format!("{name}_bf16"), &mut || drop(ah.matmul(&bh)));
+    }
     let x = Tensor::randn(&[32, 1, 28, 28]);
     let w1 = Tensor::randn(&[8, 1, 3, 3]).requires_grad_(true);
     let h = Tensor::randn(&[32, 8, 26, 26]).requires_grad_(true);

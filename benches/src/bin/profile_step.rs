@@ -1,12 +1,26 @@
 //! Runs training steps of one `nn_bench` workload in a loop, for `perf record` (not a
 //! benchmark: `nn_bench` and the criterion benches are). Usage:
-//! `profile_step cnn|mlp|mlp256|transformer|transformer_bf16 STEPS` (the last under bf16 autocast).
+//! `profile_step cnn|mlp|mlp256|transformer|transformer_bf16|gpt2|gpt2_bf16 STEPS` (`_bf16`: under bf16
+//! autocast).
 
-use nn_bench::{cnn, mlp, transformer_layer, Step};
+use nn_bench::{cnn, gpt2, mlp, token_ids, transformer_layer, LmStep, Step, LM_INPUT};
 
 fn main() {
     let which = std::env::args().nth(1).unwrap_or_else(|| "cnn".into());
     let steps: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(50);
+    if let Some(amp) = which.strip_prefix("gpt2") {
+        // The GPT-2 workload (`gpt2`, or `gpt2_bf16` under bf16 autocast).
+        let mut s = LmStep::new(gpt2(), token_ids(50257, &LM_INPUT));
+        if amp == "_bf16" {
+            s = s.with_amp(nn_core::DType::BF16);
+        }
+        let t = std::time::Instant::now();
+        for _ in 0..steps {
+            drop(s.step());
+        }
+        println!("{which}: {:.3} ms per step", t.elapsed().as_secs_f64() * 1e3 / steps as f64);
+        return;
+    }
     let mut s = match which.as_str() {
         "cnn" => Step::new(cnn(), &[32, 1, 28, 28], true),
         "mlp" => Step::new(mlp(), &[64, 784], true),

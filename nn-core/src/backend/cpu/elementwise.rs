@@ -94,7 +94,10 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
 /// start, part)` fills each part (in parallel above the split threshold; the loops of
 /// long maps over the whole team, see [`LARGE_MAP`]) and must write all of its slots.
 #[inline(always)]
-fn in_parts<T: Sync, U: CpuElement + Send>(src: &[T], map: impl Fn(&[T], &mut [MaybeUninit<U>]) + Sync) -> Vec<U> {
+pub(crate) fn in_parts<T: Sync, U: CpuElement + Send>(
+    src: &[T],
+    map: impl Fn(&[T], &mut [MaybeUninit<U>]) + Sync,
+) -> Vec<U> {
     let mut out = U::alloc_buffer(src.len());
     let grain = grain(src.len());
     let large = src.len() >= LARGE_MAP;

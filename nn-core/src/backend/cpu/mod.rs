@@ -81,12 +81,24 @@ impl_cpu_element!(
     }
 );
 impl_cpu_element!(i64, I64);
-impl_cpu_element!(f16, F16);
-impl_cpu_element!(bf16, BF16);
+impl_cpu_element!(
+    f16,
+    F16,
+    fn alloc_buffer(len: usize) -> Vec<Self> {
+        pool::take(len)
+    }
+);
+impl_cpu_element!(
+    bf16,
+    BF16,
+    fn alloc_buffer(len: usize) -> Vec<Self> {
+        pool::take(len)
+    }
+);
 impl_cpu_element!(bool, Bool);
 
-/// Typed host buffers. Large `f32`/`f64` buffers return to a recycling pool when dropped
-/// (see `pool.rs`).
+/// Typed host buffers. Large floating-point buffers return to a recycling pool when
+/// dropped (see `pool.rs`).
 #[derive(Debug, PartialEq)]
 #[allow(missing_docs)]
 pub enum CpuStorage {
@@ -190,6 +202,8 @@ impl Drop for CpuStorage {
         match self {
             CpuStorage::F32(v) => pool::give(std::mem::take(v)),
             CpuStorage::F64(v) => pool::give(std::mem::take(v)),
+            CpuStorage::F16(v) => pool::give(std::mem::take(v)),
+            CpuStorage::BF16(v) => pool::give(std::mem::take(v)),
             _ => {}
         }
     }
@@ -274,15 +288,15 @@ impl CpuStorage {
             }
             out
         }
-        // bf16 and f32 both ways, contiguous (autocast's casts): the vectorizing forms.
+        // Half types and f32 both ways, contiguous (autocast's casts): vector loops, in
+        // parallel when long, into pooled buffers.
         if let Some(r) = layout.contiguous_range() {
+            use widen::{convert, Half};
             match (self, dtype) {
-                (CpuStorage::F32(v), DType::BF16) => {
-                    return CpuStorage::BF16(v[r].iter().map(|&x| widen::f32_to_bf16(x)).collect());
-                }
-                (CpuStorage::BF16(v), DType::F32) => {
-                    return CpuStorage::F32(v[r].iter().map(|&x| widen::bf16_to_f32(x)).collect());
-                }
+                (CpuStorage::F32(v), DType::BF16) => return CpuStorage::BF16(convert(&v[r], bf16::narrow1)),
+                (CpuStorage::BF16(v), DType::F32) => return CpuStorage::F32(convert(&v[r], Half::widen1)),
+                (CpuStorage::F32(v), DType::F16) => return CpuStorage::F16(convert(&v[r], f16::narrow1)),
+                (CpuStorage::F16(v), DType::F32) => return CpuStorage::F32(convert(&v[r], Half::widen1)),
                 _ => {}
             }
         }

@@ -96,13 +96,10 @@ pub(crate) fn narrow(s: CpuStorage, dtype: DType) -> CpuStorage {
     }
 }
 
-/// `f` over `v` into a new buffer, in the widest vector loop the CPU runs.
-fn convert<T: Copy, U: CpuElement>(v: &[T], f: impl Fn(T) -> U + Copy) -> Vec<U> {
-    let mut out = U::alloc_buffer(v.len());
-    super::vmath::map_elems(v, &mut out.spare_capacity_mut()[..v.len()], f);
-    // SAFETY: `map_elems` wrote all `v.len()` slots.
-    unsafe { out.set_len(v.len()) };
-    out
+/// `f` over `v` into a new buffer, in the widest vector loop the CPU runs, in parallel
+/// when it is long (as the elementwise maps split).
+pub(crate) fn convert<T: Copy + Sync, U: CpuElement + Send>(v: &[T], f: impl Fn(T) -> U + Copy + Sync) -> Vec<U> {
+    super::elementwise::in_parts(v, |src, part| super::vmath::map_elems(src, part, f))
 }
 
 #[cfg(test)]
