@@ -33,6 +33,15 @@ pub enum DistError {
     /// [`ZeroRedundancyOptimizer`](crate::ZeroRedundancyOptimizer).
     #[error("ZeroRedundancyOptimizer::new: the parameters differ across ranks: {0}")]
     ShardMismatch(String),
+    /// A [`FullyShardedDataParallel`](crate::FullyShardedDataParallel) call refused its
+    /// input (the model, a state dict, a sharded checkpoint); every rank gets the same error.
+    #[error("{at}: {message}")]
+    Fsdp {
+        /// The call that failed.
+        at: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// A configuration value is out of range.
     #[error("DistributedDataParallel::new: invalid configuration: {0}")]
     InvalidConfig(String),
