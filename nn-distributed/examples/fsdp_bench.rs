@@ -156,12 +156,7 @@ fn lm(a: &Args) -> Lm {
 }
 
 /// Peak bytes (above `floor`) and seconds of each timed step; the first step is untimed.
-fn run(
-    a: &Args,
-    group: &ProcessGroup,
-    floor: usize,
-    step: &mut dyn FnMut(&Tensor, &Tensor),
-) -> (Vec<usize>, Vec<f64>) {
+fn run(a: &Args, group: &ProcessGroup, floor: usize, step: &mut dyn FnMut(&Tensor, &Tensor)) -> (Vec<usize>, Vec<f64>) {
     let batch = |i: usize| {
         let n = a.batch * a.seq;
         let ids = |salt: usize| -> Vec<i64> {

@@ -688,6 +688,32 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         self.shared.units.iter().map(|u| u.shard_len * u.dtype.size_in_bytes()).sum()
     }
 
+    /// Scales the shards' gradients so that the whole model's gradient has an L2 norm of at
+    /// most `max_norm` (PyTorch's `FullyShardedDataParallel.clip_grad_norm_`) and returns
+    /// the norm before clipping. The norm is that of the full gradient: each rank's sum of
+    /// squares (the padding is zero) is all-reduced, so every rank scales alike. A
+    /// collective: every rank calls it, after backward.
+    pub fn clip_grad_norm_(&self, max_norm: f64) -> f64 {
+        let local: f64 = self
+            .shared
+            .units
+            .iter()
+            .filter_map(|u| u.shard.grad())
+            .map(|g| g.to_vec_of::<f64>().iter().map(|v| v * v).sum::<f64>())
+            .sum();
+        let total = self.shared.group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), crate::ReduceOp::Sum);
+        let norm = total.to_vec_of::<f64>()[0].sqrt();
+        let scale = max_norm / (norm + 1e-6);
+        if scale < 1.0 {
+            for u in &self.shared.units {
+                if let Some(g) = u.shard.grad() {
+                    u.shard.set_grad(Some(&g * scale));
+                }
+            }
+        }
+        norm
+    }
+
     /// Gathers every unit on rank 0 and returns the model's own state dict there (PyTorch's
     /// `FULL_STATE_DICT` with `rank0_only`): the keys, shapes and values the unwrapped model
     /// would give, loadable into it. Other ranks get `None`. A collective: every rank calls
