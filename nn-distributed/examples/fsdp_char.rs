@@ -45,7 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let group = ProcessGroup::init()?;
     let (rank, world) = (group.rank(), group.world_size());
     let lead = rank == 0;
-    if BATCH % world != 0 {
+    if !BATCH.is_multiple_of(world) {
         return Err(format!("the batch of {BATCH} windows does not split over {world} ranks").into());
     }
     let corpus = Corpus::load()?;

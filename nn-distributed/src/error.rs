@@ -57,7 +57,7 @@ pub enum DistError {
     /// A collective did not complete within its timeout on the rank that reports it.
     #[error("{op} #{seq} timed out after {timeout:?} on rank {rank} of {world_size}: {}", describe_missing(missing))]
     Timeout {
-        /// The collective (`all_reduce`, `broadcast`, `all_gather`, `barrier`).
+        /// The collective (`all_reduce`, `broadcast`, `all_gather`, `reduce_scatter`, `barrier`).
         op: &'static str,
         /// Its sequence number: the group's collectives are numbered from 1, in the order
         /// they are issued, the same on every rank.

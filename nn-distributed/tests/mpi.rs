@@ -1030,10 +1030,6 @@ mod checks {
         AdamWConfig { lr: 3e-3, weight_decay: 0.05, ..Default::default() }
     }
 
-    fn state_values(sd: &nn_core::StateDict) -> Vec<f32> {
-        sd.iter().flat_map(|(_, t)| t.to_vec()).collect()
-    }
-
     fn fsdp_policy_and_construction(group: &ProcessGroup) {
         let paths = layers_policy().units(&tiny_transformer(1));
         assert_eq!(paths, ["encoder.layers.0", "encoder.layers.1"]);
@@ -1201,7 +1197,7 @@ mod checks {
             sd.insert("head.weight".into(), Tensor::zeros(&[3, 16]));
             sd
         });
-        let err = other.load_full_state_dict(wrong.as_ref()).err().expect("refused").to_string();
+        let err = other.load_full_state_dict(wrong.as_ref()).expect_err("refused").to_string();
         assert!(
             err.starts_with(
                 "FullyShardedDataParallel::load_full_state_dict: rank 0: the state dict does not fit the model"
@@ -1245,7 +1241,7 @@ mod checks {
         let mut fresh_opt = AdamW::new(fresh.named_parameters(), adamw());
         let untouched = no_grad(|| fresh.forward(&x)).to_vec();
         let check_refused = |file: &std::path::Path, opt: &mut AdamW, want: &str| {
-            let err = fresh.load_sharded(file, opt).err().expect("refused").to_string();
+            let err = fresh.load_sharded(file, opt).expect_err("refused").to_string();
             assert!(err.starts_with("FullyShardedDataParallel::load_sharded: rank "), "{err}");
             assert!(err.contains(want), "{err} lacks {want:?}");
             assert_eq!(no_grad(|| fresh.forward(&x)).to_vec(), untouched, "nothing was loaded");
