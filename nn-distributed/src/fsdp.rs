@@ -1,48 +1,7 @@
 //! `FullyShardedDataParallel`: parameters, gradients and optimizer state sharded over the
 //! ranks (ZeRO stage 3), gathered one wrapped unit at a time.
 //!
-//! # How it works
-//!
-//! A [`FsdpPolicy`] picks *units* among the model's sub-modules; the model itself is the
-//! root unit, which holds every parameter no other unit holds. Each unit's own parameters
-//! are laid out end to end in one flat vector (registration order), padded with zeros to a
-//! multiple of the world size; rank `r` keeps block `r` of it as a [`Parameter`] of its
-//! own, the *shard*, which the optimizer updates. The module's parameters keep their
-//! identity (the model tree, hooks and autograd see the same [`Parameter`]s) but not their
-//! values: outside their unit's forward they are meta tensors (no storage,
-//! [`Tensor::set_data`] with a [`Device::Meta`] tensor), so any use of them outside the unit
-//! fails on a device mismatch instead of reading stale or freed values.
-//!
-//! - **Forward**: a forward pre-hook on each unit all-gathers the shards and writes the full
-//!   values back into the unit's parameters ([`Tensor::set_data`]); a forward hook sets them
-//!   back to meta once the unit's forward has returned. The pre-hook also starts the
-//!   all-gather of the next unit (pre-order, the order units run in a forward), so that
-//!   transfer runs on the communication thread while this unit computes (*prefetch*).
-//! - **Backward**: the gathered values a unit's backward needs stay alive exactly as long as
-//!   autograd holds them: nn's ops save their own handle on a tensor's buffer (as PyTorch's
-//!   saved tensors do), so the buffers survive the parameter going back to meta and are
-//!   released node by node as backward runs. Nothing needs gathering again before backward
-//!   (PyTorch re-gathers because its resharding frees the storage those saved tensors share;
-//!   here it cannot free them under autograd). A post-accumulate-grad hook on every parameter
-//!   counts a unit's gradients; when the last is in, the unit's full gradient is flattened,
-//!   its `.grad`s freed, and a reduce-scatter (mean over the ranks, each rank receiving its
-//!   block) handed to the communication thread while backward goes on with earlier units.
-//!   Units are reduced in reverse pre-order on every rank. When backward ends, each rank's
-//!   averaged block is added to its shard's `.grad`.
-//! - **Step**: the optimizer holds the shards ([`FullyShardedDataParallel::parameters`]):
-//!   any nn optimizer, stepping `1 / world_size` of the model on each rank.
-//!
-//! Memory per rank, then: the shards, their gradients and the optimizer state of
-//! `1 / world_size` of the model, plus the full parameters of the units whose forward has
-//! run and whose backward has not (all of them at the start of backward: the price of not
-//! recomputing forward) and one unit's full gradients. Without grad (evaluation), a unit's
-//! full parameters are freed as soon as its forward returns.
-//!
-//! # What the ranks must agree on
-//!
-//! Every rank wraps the same model structure (checked at construction, as for
-//! [`DistributedDataParallel`](crate::DistributedDataParallel)) and runs the same units in
-//! the same order: the collectives of a forward and a backward follow from them.
+//! See [`FullyShardedDataParallel`] for how it works.
 
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
@@ -398,7 +357,7 @@ fn reset(st: &mut State, units: &[Unit]) {
 ///
 /// - **Wrapping** by a [`FsdpPolicy`]: units are sub-modules (of given types, or above a
 ///   parameter count); each unit's parameters are stored flat and sharded (see the
-///   [module notes](self) for the whole scheme). Construction checks that every rank holds
+///   notes [below](#how-it-works) for the whole scheme). Construction checks that every rank holds
 ///   the same structure (names, shapes, dtypes; [`DistError::Fsdp`] naming the first
 ///   difference, on every rank), broadcasts rank 0's values and shards them.
 /// - **Forward** gathers each unit in a forward pre-hook, prefetching the next one, and
@@ -441,6 +400,49 @@ fn reset(st: &mut State, units: &[Unit]) {
 /// }
 /// # Ok::<(), nn_distributed::DistError>(())
 /// ```
+///
+/// # How it works
+///
+/// A [`FsdpPolicy`] picks *units* among the model's sub-modules; the model itself is the
+/// root unit, which holds every parameter no other unit holds. Each unit's own parameters
+/// are laid out end to end in one flat vector (registration order), padded with zeros to a
+/// multiple of the world size; rank `r` keeps block `r` of it as a [`Parameter`] of its
+/// own, the *shard*, which the optimizer updates. The module's parameters keep their
+/// identity (the model tree, hooks and autograd see the same [`Parameter`]s) but not their
+/// values: outside their unit's forward they are meta tensors (no storage,
+/// [`Tensor::set_data`] with a [`Device::Meta`] tensor), so any use of them outside the unit
+/// fails on a device mismatch instead of reading stale or freed values.
+///
+/// - **Forward**: a forward pre-hook on each unit all-gathers the shards and writes the full
+///   values back into the unit's parameters ([`Tensor::set_data`]); a forward hook sets them
+///   back to meta once the unit's forward has returned. The pre-hook also starts the
+///   all-gather of the next unit (pre-order, the order units run in a forward), so that
+///   transfer runs on the communication thread while this unit computes (*prefetch*).
+/// - **Backward**: the gathered values a unit's backward needs stay alive exactly as long as
+///   autograd holds them: nn's ops save their own handle on a tensor's buffer (as PyTorch's
+///   saved tensors do), so the buffers survive the parameter going back to meta and are
+///   released node by node as backward runs. Nothing needs gathering again before backward
+///   (PyTorch re-gathers because its resharding frees the storage those saved tensors share;
+///   here it cannot free them under autograd). A post-accumulate-grad hook on every parameter
+///   counts a unit's gradients; when the last is in, the unit's full gradient is flattened,
+///   its `.grad`s freed, and a reduce-scatter (mean over the ranks, each rank receiving its
+///   block) handed to the communication thread while backward goes on with earlier units.
+///   Units are reduced in reverse pre-order on every rank. When backward ends, each rank's
+///   averaged block is added to its shard's `.grad`.
+/// - **Step**: the optimizer holds the shards ([`FullyShardedDataParallel::parameters`]):
+///   any nn optimizer, stepping `1 / world_size` of the model on each rank.
+///
+/// Memory per rank, then: the shards, their gradients and the optimizer state of
+/// `1 / world_size` of the model, plus the full parameters of the units whose forward has
+/// run and whose backward has not (all of them at the start of backward: the price of not
+/// recomputing forward) and one unit's full gradients. Without grad (evaluation), a unit's
+/// full parameters are freed as soon as its forward returns.
+///
+/// # What the ranks must agree on
+///
+/// Every rank wraps the same model structure (checked at construction, as for
+/// [`DistributedDataParallel`](crate::DistributedDataParallel)) and runs the same units in
+/// the same order: the collectives of a forward and a backward follow from them.
 pub struct FullyShardedDataParallel<M: Module> {
     module: M,
     shared: Arc<Shared>,
