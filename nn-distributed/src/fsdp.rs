@@ -205,7 +205,7 @@ impl Shared {
             }
         };
         let full = recv(&rx, "FullyShardedDataParallel all_gather");
-        for ((p, &o), _) in unit.params.iter().zip(&unit.offsets).zip(&unit.names) {
+        for (p, &o) in unit.params.iter().zip(&unit.offsets) {
             p.set_data(&full.tensor(o, p.shape(), p.dtype()));
         }
         self.lock().gathered[u] = true;
