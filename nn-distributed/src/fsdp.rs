@@ -124,6 +124,9 @@ pub struct FsdpStats {
     pub prefetched: usize,
     /// Units whose gradients were reduce-scattered.
     pub reduce_scatters: usize,
+    /// Of those, the ones whose reduce-scatter started while backward was still producing
+    /// other units' gradients (it overlapped computation).
+    pub overlapped_reduce_scatters: usize,
 }
 
 /// One unit: its own parameters and this rank's shard of them.
@@ -287,6 +290,9 @@ impl Shared {
             st.rs[u] = self.launch_reduce_scatter(u);
             if st.rs[u].is_some() {
                 st.stats.reduce_scatters += 1;
+                if st.pending.iter().any(|&p| p > 0) {
+                    st.stats.overlapped_reduce_scatters += 1;
+                }
             }
             st.next_rs += 1;
         }

@@ -1104,11 +1104,13 @@ mod checks {
             fsdp_step(&fsdp, &mut opt, group, step);
         }
         // Three units a step: each gathered once in forward (the two layers prefetched) and
-        // reduce-scattered once.
+        // reduce-scattered once, the two layers' while backward still ran through the root's
+        // embeddings.
         let s = fsdp.stats();
         assert_eq!(s.gathers - before.gathers, 60);
         assert_eq!(s.prefetched - before.prefetched, 40);
         assert_eq!(s.reduce_scatters - before.reduce_scatters, 60);
+        assert_eq!(s.overlapped_reduce_scatters - before.overlapped_reduce_scatters, 40);
         // Replicated values agree bit for bit: the logits of one input on every rank.
         let (x, _) = token_batch(99);
         let logits = no_grad(|| fsdp.forward(&x)).to_vec_of::<f64>();
