@@ -332,6 +332,7 @@ mod checks {
         ("zero_adamw_matches_one_process_and_resumes_from_its_consolidated_state", zero_adamw_parity_and_resume),
         ("fsdp_wraps_by_policy_and_refuses_bad_construction", fsdp_policy_and_construction),
         ("fsdp_transformer_adamw_matches_one_process_for_20_steps", fsdp_transformer_parity),
+        ("fsdp_nested_units_by_size_match_one_process", fsdp_nested_units),
         ("fsdp_holds_full_parameters_only_inside_a_units_forward", fsdp_frees_outside_forward),
         ("fsdp_full_state_dict_round_trips_and_refuses_another_model", fsdp_full_state_dict),
         ("fsdp_sharded_checkpoints_resume_and_refuse_other_worlds_and_ranks", fsdp_sharded_checkpoint),
@@ -1134,6 +1135,39 @@ mod checks {
         }
         let d = diff(&logits, &no_grad(|| reference.forward(&x)).to_vec_of::<f64>());
         assert!(d <= 1e-5, "logits after 20 steps: max |difference| {d:e}");
+    }
+
+    /// Units inside units (each layer's attention, then the rest of the layer), without
+    /// prefetch: 5 AdamW steps in f64 equal one process's.
+    fn fsdp_nested_units(group: &ProcessGroup) {
+        let f64_model = |seed| {
+            let mut m = tiny_transformer(seed);
+            m.to_dtype(DType::F64);
+            m
+        };
+        let reference = f64_model(4);
+        let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
+        let config = FsdpConfig { forward_prefetch: false, ..Default::default() };
+        let fsdp =
+            FullyShardedDataParallel::with_config(f64_model(4), group, FsdpPolicy::new().min_params(1000), config)
+                .unwrap();
+        assert_eq!(fsdp.unit_paths().len(), 5);
+        assert_eq!(fsdp.unit_parameter_names()[2][0], "encoder.layers.0.self_attn.in_proj_weight");
+        assert_eq!(fsdp.unit_parameter_names()[1][0], "encoder.layers.0.linear1.weight");
+        let mut opt = AdamW::new(fsdp.named_parameters(), adamw());
+        for step in 0..5 {
+            let (x, y) = token_batch(step);
+            ref_opt.zero_grad();
+            lm_loss(&reference.forward(&x), &y).backward();
+            ref_opt.step();
+            fsdp_step(&fsdp, &mut opt, group, step);
+        }
+        assert_eq!(fsdp.stats().prefetched, 0);
+        let (x, _) = token_batch(50);
+        let got = no_grad(|| fsdp.forward(&x)).to_vec_of::<f64>();
+        let want = no_grad(|| reference.forward(&x)).to_vec_of::<f64>();
+        let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(d <= 1e-9, "nested units after 5 steps: max |difference| {d:e}");
     }
 
     fn fsdp_frees_outside_forward(group: &ProcessGroup) {
