@@ -141,9 +141,23 @@ pub(crate) fn to_wire(t: &Tensor, op: &str) -> Buf {
 
 /// One collective for the communication thread.
 pub(crate) enum Op {
-    AllReduce { buf: Buf, op: ReduceOp },
-    Broadcast { buf: Buf, root: usize },
-    AllGather { buf: Buf },
+    AllReduce {
+        buf: Buf,
+        op: ReduceOp,
+    },
+    Broadcast {
+        buf: Buf,
+        root: usize,
+    },
+    AllGather {
+        buf: Buf,
+    },
+    /// The element-wise mean over the ranks of `buf` (of `world_size` equal blocks), of
+    /// which each rank receives its own block (`MPI_Ireduce_scatter_block`, then a division
+    /// by the world size).
+    ReduceScatterAvg {
+        buf: Buf,
+    },
     Barrier,
 }
 
@@ -154,6 +168,7 @@ impl Op {
             Op::AllReduce { buf, op } => (Kind::AllReduce(*op), Some(buf)),
             Op::Broadcast { buf, root } => (Kind::Broadcast { root: *root }, Some(buf)),
             Op::AllGather { buf } => (Kind::AllGather, Some(buf)),
+            Op::ReduceScatterAvg { buf } => (Kind::ReduceScatter, Some(buf)),
             Op::Barrier => (Kind::Barrier, None),
         };
         Fingerprint { seq, kind, wire: buf.map(Buf::wire), len: buf.map_or(0, Buf::len) }
@@ -244,6 +259,11 @@ fn execute(watchdog: &Watchdog, size: usize, op: Op, call: Call) -> Buf {
             Buf::F64(v) => Buf::F64(all_gather(watchdog, &call, size, &v)),
             Buf::I64(v) => Buf::I64(all_gather(watchdog, &call, size, &v)),
         },
+        Op::ReduceScatterAvg { buf } => match buf {
+            Buf::F32(v) => Buf::F32(reduce_scatter_avg(watchdog, &call, size, &v)),
+            Buf::F64(v) => Buf::F64(reduce_scatter_avg(watchdog, &call, size, &v)),
+            Buf::I64(_) => unreachable!("FullyShardedDataParallel reduces floating-point gradients only"),
+        },
         // Every rank has heard from every other: the arrival exchange was the barrier.
         Op::Barrier => Buf::F32(Vec::new()),
     }
@@ -297,5 +317,22 @@ fn all_gather<T: Wire>(watchdog: &Watchdog, call: &Call, size: usize, v: &[T]) -
     mpi::request::scope(|scope| {
         watchdog.complete(watchdog.world().immediate_all_gather_into(scope, v, &mut out[..]), call)
     });
+    out
+}
+
+/// Sums `v` (`size` equal blocks) over the ranks, keeps this rank's block and divides it by
+/// the world size.
+fn reduce_scatter_avg<T: Wire>(watchdog: &Watchdog, call: &Call, size: usize, v: &[T]) -> Vec<T> {
+    assert_eq!(v.len() % size, 0, "reduce_scatter: {} values do not split into {size} equal blocks", v.len());
+    let mut out = vec![T::default(); v.len() / size];
+    mpi::request::scope(|scope| {
+        watchdog.complete(
+            watchdog.world().immediate_reduce_scatter_block_into(scope, v, &mut out[..], SystemOperation::sum()),
+            call,
+        )
+    });
+    for x in &mut out {
+        *x = x.div_world(size);
+    }
     out
 }

@@ -33,6 +33,15 @@ pub enum DistError {
     /// [`ZeroRedundancyOptimizer`](crate::ZeroRedundancyOptimizer).
     #[error("ZeroRedundancyOptimizer::new: the parameters differ across ranks: {0}")]
     ShardMismatch(String),
+    /// A [`FullyShardedDataParallel`](crate::FullyShardedDataParallel) call refused its
+    /// input (the model, a state dict, a sharded checkpoint); every rank gets the same error.
+    #[error("{at}: {message}")]
+    Fsdp {
+        /// The call that failed.
+        at: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// A configuration value is out of range.
     #[error("DistributedDataParallel::new: invalid configuration: {0}")]
     InvalidConfig(String),
@@ -48,7 +57,7 @@ pub enum DistError {
     /// A collective did not complete within its timeout on the rank that reports it.
     #[error("{op} #{seq} timed out after {timeout:?} on rank {rank} of {world_size}: {}", describe_missing(missing))]
     Timeout {
-        /// The collective (`all_reduce`, `broadcast`, `all_gather`, `barrier`).
+        /// The collective (`all_reduce`, `broadcast`, `all_gather`, `reduce_scatter`, `barrier`).
         op: &'static str,
         /// Its sequence number: the group's collectives are numbered from 1, in the order
         /// they are issued, the same on every rank.

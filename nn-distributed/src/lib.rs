@@ -5,7 +5,8 @@
 //! `DistributedDataParallel`, on an existing distributed engine rather than a home-made one.
 //!
 //! - [`ProcessGroup`]: `init()`, `rank()`, `world_size()` and the tensor collectives
-//!   `all_reduce` (also asynchronous), `broadcast`, `all_gather`, `barrier`. A program started
+//!   `all_reduce` (also asynchronous), `broadcast`, `all_gather`, `barrier` (and, inside the
+//!   crate, the reduce-scatter FSDP uses). A program started
 //!   without `mpirun` is a one-process world; a panic on any rank ends the whole job. No
 //!   collective hangs: one that has not completed within the timeout (30 minutes, or
 //!   [`ProcessGroup::init_with`]'s) ends the job with an error naming it, its sequence
@@ -19,6 +20,14 @@
 //! - [`SyncBatchNorm`]: batch-norm statistics over every rank's batch.
 //! - [`ZeroRedundancyOptimizer`]: any nn optimizer with its state sharded over the ranks
 //!   (ZeRO stage 1); after each step every rank broadcasts the parameters it updated.
+//! - [`FullyShardedDataParallel`]: parameters, gradients and optimizer state sharded over
+//!   the ranks (ZeRO stage 3). A [`FsdpPolicy`] picks units (sub-modules of given types, or
+//!   above a parameter count); each unit's parameters are stored flat and sharded, gathered
+//!   in a forward pre-hook (the next unit's all-gather prefetched meanwhile) and set back to
+//!   meta tensors after the unit's forward; gradients are reduce-scattered unit by unit
+//!   while backward runs; the optimizer steps the local shards. `full_state_dict` /
+//!   `load_full_state_dict` gather and scatter the model's own state dict; sharded
+//!   checkpoints save and resume per rank, refusing another world size, rank or model.
 //!
 //! The data side is `nn_data::DistributedSampler`, which gives each rank its share of every
 //! epoch. A training program (run with `mpirun -np 2 ./train`, or alone):
@@ -62,6 +71,7 @@ mod abort;
 mod comm;
 mod ddp;
 mod error;
+mod fsdp;
 mod group;
 mod reducer;
 mod structure;
@@ -73,6 +83,7 @@ pub use abort::{MISMATCH_EXIT_CODE, PANIC_EXIT_CODE, TIMEOUT_EXIT_CODE};
 pub use comm::ReduceOp;
 pub use ddp::{DdpConfig, DistributedDataParallel};
 pub use error::{DistError, Result};
+pub use fsdp::{FsdpConfig, FsdpPolicy, FsdpStats, FullyShardedDataParallel};
 pub use group::{ProcessGroup, Work, DEFAULT_TIMEOUT};
 pub use reducer::ReductionStats;
 pub use sync_bn::SyncBatchNorm;

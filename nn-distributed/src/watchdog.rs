@@ -57,8 +57,12 @@ const GRACE: Duration = Duration::from_millis(500);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     AllReduce(ReduceOp),
-    Broadcast { root: usize },
+    Broadcast {
+        root: usize,
+    },
     AllGather,
+    /// A mean over the ranks, each keeping its block.
+    ReduceScatter,
     Barrier,
 }
 
@@ -83,6 +87,7 @@ impl Fingerprint {
             Kind::AllReduce(_) => "all_reduce",
             Kind::Broadcast { .. } => "broadcast",
             Kind::AllGather => "all_gather",
+            Kind::ReduceScatter => "reduce_scatter",
             Kind::Barrier => "barrier",
         }
     }
@@ -97,6 +102,7 @@ impl Fingerprint {
             Kind::AllReduce(op) => format!(" ({} of {values})", format!("{op:?}").to_lowercase()),
             Kind::Broadcast { root } => format!(" ({values} from rank {root})"),
             Kind::AllGather => format!(" ({values} from each rank)"),
+            Kind::ReduceScatter => format!(" (mean of {values}, one block per rank)"),
             Kind::Barrier => String::new(),
         };
         format!("{} #{}{detail}", self.name(), self.seq)
@@ -109,6 +115,7 @@ impl Fingerprint {
             Kind::Broadcast { root } => (2, root as i64),
             Kind::AllGather => (3, 0),
             Kind::Barrier => (4, 0),
+            Kind::ReduceScatter => (5, 0),
         };
         let wire = self.wire.and_then(|w| WIRES.iter().position(|&x| x == w)).map_or(-1, |i| i as i64);
         [self.seq as i64, kind, arg, wire, self.len as i64]
@@ -122,6 +129,7 @@ impl Fingerprint {
             2 => Kind::Broadcast { root: usize::try_from(arg).ok()? },
             3 => Kind::AllGather,
             4 => Kind::Barrier,
+            5 => Kind::ReduceScatter,
             _ => return None,
         };
         let wire = if wire < 0 { None } else { Some(*WIRES.get(wire as usize)?) };
@@ -320,6 +328,10 @@ mod tests {
                 "all_gather #1 (3 f64 values from each rank)",
             ),
             (Fingerprint { seq: 2, kind: Kind::Barrier, wire: None, len: 0 }, "barrier #2"),
+            (
+                Fingerprint { seq: 5, kind: Kind::ReduceScatter, wire: Some(DType::F32), len: 6 },
+                "reduce_scatter #5 (mean of 6 f32 values, one block per rank)",
+            ),
         ];
         for (f, text) in cases {
             assert_eq!(Fingerprint::decode(&f.encode()), Some(f));

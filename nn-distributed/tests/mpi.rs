@@ -147,6 +147,23 @@ const LAUNCHES: &[Launch] = &[
             one_of: &[],
         },
     },
+    // Every rank replaces a layer of its FSDP-wrapped model, then runs a forward: each rank
+    // names the replaced parameters.
+    Launch {
+        name: "fsdp_a_model_changed_after_wrapping_fails_on_every_rank",
+        np: Some(2),
+        scenario: "fsdp_changed",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &[
+                "FullyShardedDataParallel: the wrapped model's parameters changed after wrapping on rank 0: \
+                 `2.weight` was replaced by another tensor, `2.bias` was replaced by another tensor",
+                "changed after wrapping on rank 1",
+            ],
+            one_of: &[],
+        },
+    },
 ];
 
 fn orchestrate() {
@@ -282,10 +299,13 @@ mod checks {
     use nn_core::prelude::*;
     use nn_core::{manual_seed, no_grad};
     use nn_distributed::{
-        DdpConfig, DistError, DistributedDataParallel, ProcessGroup, ReduceOp, SyncBatchNorm, ZeroRedundancyOptimizer,
-        DEFAULT_TIMEOUT,
+        DdpConfig, DistError, DistributedDataParallel, FsdpConfig, FsdpPolicy, FullyShardedDataParallel, ProcessGroup,
+        ReduceOp, SyncBatchNorm, ZeroRedundancyOptimizer, DEFAULT_TIMEOUT,
     };
-    use nn_layers::{BatchNorm1d, BatchNorm2d, Conv2d, Flatten, Linear, ReLU, Sequential};
+    use nn_layers::{
+        BatchNorm1d, BatchNorm2d, Conv2d, Embedding, EncoderInput, Flatten, LayerNorm, Linear, ReLU, Sequential,
+        TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+    };
 
     /// What a rank prints once every check of its scenario has passed.
     pub const ALL_PASSED: &str = "passed every check";
@@ -310,6 +330,12 @@ mod checks {
         ("a_slow_rank_within_the_timeout_is_waited_for", a_slow_rank_within_the_timeout),
         ("zero_partitions_greedily_and_refuses_different_parameters", zero_partition_and_construction),
         ("zero_adamw_matches_one_process_and_resumes_from_its_consolidated_state", zero_adamw_parity_and_resume),
+        ("fsdp_wraps_by_policy_and_refuses_bad_construction", fsdp_policy_and_construction),
+        ("fsdp_transformer_adamw_matches_one_process_for_20_steps", fsdp_transformer_parity),
+        ("fsdp_nested_units_by_size_match_one_process", fsdp_nested_units),
+        ("fsdp_holds_full_parameters_only_inside_a_units_forward", fsdp_frees_outside_forward),
+        ("fsdp_full_state_dict_round_trips_and_refuses_another_model", fsdp_full_state_dict),
+        ("fsdp_sharded_checkpoints_resume_and_refuse_other_worlds_and_ranks", fsdp_sharded_checkpoint),
     ];
 
     pub fn run(scenario: &str) {
@@ -321,6 +347,7 @@ mod checks {
             "sleep" => &[("a_rank_sleeps_past_the_timeout", a_rank_sleeps_past_the_timeout)],
             "sigkill" => &[("a_rank_is_killed_mid_training", a_rank_is_killed_mid_training)],
             "mismatch" => &[("ranks_call_different_collectives", ranks_call_different_collectives)],
+            "fsdp_changed" => &[("a_wrapped_model_changes_its_parameters", fsdp_model_changed)],
             other => panic!("unknown scenario {other:?}"),
         };
         for (name, check) in list {
@@ -916,5 +943,380 @@ mod checks {
         assert_close(&p, &params_of(&reference), 1e-5, "ZeRO AdamW after 20 steps vs one process");
         assert_eq!(params_of(&copy), p, "the resumed run equals the uninterrupted one, bit for bit");
         assert_ne!(p, params_of(&mlp()), "training moved the parameters");
+    }
+
+    // ------------------------------------------------------------------------------------
+    // FullyShardedDataParallel
+    // ------------------------------------------------------------------------------------
+
+    const VOCAB: usize = 11;
+    const SEQ: usize = 6;
+
+    /// A small causal Transformer (no dropout, so one process and several compute the same).
+    #[derive(Module)]
+    struct TinyTransformer {
+        #[module]
+        tok: Embedding,
+        #[module]
+        pos: Embedding,
+        #[module]
+        encoder: TransformerEncoder,
+        #[module]
+        norm: LayerNorm,
+        #[module]
+        head: Linear,
+        #[base]
+        base: ModuleBase,
+    }
+
+    impl Compute for TinyTransformer {
+        type Input = Tensor;
+        type Output = Tensor;
+        fn compute(&self, idx: &Tensor) -> Tensor {
+            let t = idx.shape()[1];
+            let pos = Tensor::from_vec_i64((0..t as i64).collect(), &[t]);
+            let x = self.tok.forward(idx) + self.pos.forward(&pos);
+            let causal = Tensor::from_vec_bool((0..t * t).map(|k| k % t > k / t).collect(), &[t, t]);
+            let h = self.encoder.forward(&EncoderInput::new(&x).src_mask(&causal));
+            self.head.forward(&self.norm.forward(&h))
+        }
+    }
+
+    fn tiny_transformer(seed: u64) -> TinyTransformer {
+        manual_seed(seed);
+        let d = 16;
+        let cfg = TransformerEncoderLayerConfig {
+            dim_feedforward: 32,
+            dropout: 0.0,
+            batch_first: true,
+            norm_first: true,
+            ..Default::default()
+        };
+        TinyTransformer {
+            tok: Embedding::new(VOCAB, d),
+            pos: Embedding::new(SEQ, d),
+            encoder: TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(d, 2, cfg), None),
+            norm: LayerNorm::new(d),
+            head: Linear::new(d, VOCAB),
+            base: ModuleBase::new(),
+        }
+    }
+
+    fn layers_policy() -> FsdpPolicy {
+        FsdpPolicy::new().module_type::<TransformerEncoderLayer>()
+    }
+
+    /// Token windows and next-token targets of step `step`: `[12, SEQ]` each.
+    fn token_batch(step: usize) -> (Tensor, Tensor) {
+        let ids =
+            |salt: usize| -> Vec<i64> { (0..12 * SEQ).map(|i| ((i * 5 + step * 3 + salt) % VOCAB) as i64).collect() };
+        (Tensor::from_vec_i64(ids(0), &[12, SEQ]), Tensor::from_vec_i64(ids(1), &[12 * SEQ]))
+    }
+
+    fn lm_loss(logits: &Tensor, y: &Tensor) -> Tensor {
+        let n = y.shape()[0];
+        cross_entropy(&logits.reshape(&[n, VOCAB]), y)
+    }
+
+    fn fsdp_step(fsdp: &FullyShardedDataParallel<TinyTransformer>, opt: &mut AdamW, group: &ProcessGroup, step: usize) {
+        let (x, y) = token_batch(step);
+        let (xs, ys) =
+            (share(group, &x), share(group, &y.reshape(&[12, SEQ])).reshape(&[12 / group.world_size() * SEQ]));
+        opt.zero_grad();
+        lm_loss(&fsdp.forward(&xs), &ys).backward();
+        opt.step();
+    }
+
+    fn adamw() -> AdamWConfig {
+        AdamWConfig { lr: 3e-3, weight_decay: 0.05, ..Default::default() }
+    }
+
+    fn fsdp_policy_and_construction(group: &ProcessGroup) {
+        let paths = layers_policy().units(&tiny_transformer(1));
+        assert_eq!(paths, ["encoder.layers.0", "encoder.layers.1"]);
+        // Size-based, bottom-up: attention blocks (1088 elements) are wrapped at 1000, and the
+        // rest of each layer (1136) too; at 1500 only whole layers (2224) are.
+        let by_size = |n| FsdpPolicy::new().min_params(n).units(&tiny_transformer(1));
+        assert_eq!(
+            by_size(1000),
+            ["encoder.layers.0", "encoder.layers.0.self_attn", "encoder.layers.1", "encoder.layers.1.self_attn"]
+        );
+        assert_eq!(by_size(1500), ["encoder.layers.0", "encoder.layers.1"]);
+        let fsdp = FullyShardedDataParallel::new(tiny_transformer(1), group, layers_policy()).unwrap();
+        assert_eq!(fsdp.unit_paths(), ["", "encoder.layers.0", "encoder.layers.1"]);
+        let names = fsdp.unit_parameter_names();
+        assert_eq!(names[0], ["tok.weight", "pos.weight", "norm.weight", "norm.bias", "head.weight", "head.bias"]);
+        assert_eq!(names[1][0], "encoder.layers.0.self_attn.in_proj_weight");
+        // The optimizer's parameters: one block per unit, of ceil(numel / world) elements.
+        let shards = fsdp.named_parameters();
+        let keys: Vec<&str> = shards.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(keys, ["flat_param", "encoder.layers.0.flat_param", "encoder.layers.1.flat_param"]);
+        let model = tiny_transformer(1);
+        let root: usize =
+            ["tok", "pos", "norm", "head"].iter().map(|m| model.get_submodule(m).unwrap().num_parameters()).sum();
+        assert_eq!(shards[0].1.numel(), root.div_ceil(group.world_size()));
+        assert_eq!(fsdp.shard_bytes(), shards.iter().map(|(_, p)| p.numel() * 4).sum::<usize>());
+        // A zero timeout, and models that differ across ranks, on every rank.
+        let zero = FsdpConfig { timeout: Some(Duration::ZERO), ..Default::default() };
+        assert!(matches!(
+            FullyShardedDataParallel::with_config(mlp(), group, FsdpPolicy::new(), zero),
+            Err(DistError::ZeroTimeout { .. })
+        ));
+        let last = group.world_size() - 1;
+        let out = if group.rank() == last && last > 0 { 5 } else { 4 };
+        let model = Sequential::new().add(Linear::new(3, 3)).add(Linear::new(3, out));
+        match FullyShardedDataParallel::new(model, group, FsdpPolicy::new().module_type::<Linear>()) {
+            Ok(_) => assert_eq!(last, 0),
+            Err(e) => assert_eq!(
+                e.to_string(),
+                format!(
+                    "FullyShardedDataParallel::new: the model differs across ranks: `1.weight` is [4, 3] f32 on rank 0 \
+                     but [5, 3] f32 on rank {last}"
+                )
+            ),
+        }
+        let frozen = mlp();
+        frozen.get_submodule("0").unwrap().requires_grad_(false);
+        let err = FullyShardedDataParallel::new(frozen, group, FsdpPolicy::new()).err().expect("refused");
+        assert!(err.to_string().contains("parameter `0.weight` of shape [32, 6] does not require grad"), "{err}");
+    }
+
+    /// In f64: AdamW divides each gradient by its own running magnitude, so an element whose
+    /// gradient is zero but for rounding (the attention's key bias: softmax ignores a shift
+    /// shared by every key) takes lr-sized steps in the direction of its rounding noise, and
+    /// an f32 run on a different summation order drifts by ~1e-4 there. In f64 that noise is
+    /// far below AdamW's eps.
+    fn fsdp_transformer_parity(group: &ProcessGroup) {
+        let f64_model = |seed| {
+            let mut m = tiny_transformer(seed);
+            m.to_dtype(DType::F64);
+            m
+        };
+        let reference = f64_model(21);
+        let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
+        let fsdp = FullyShardedDataParallel::new(f64_model(21), group, layers_policy()).unwrap();
+        let mut opt = AdamW::new(fsdp.named_parameters(), adamw());
+        let before = fsdp.stats();
+        for step in 0..20 {
+            let (x, y) = token_batch(step);
+            ref_opt.zero_grad();
+            lm_loss(&reference.forward(&x), &y).backward();
+            ref_opt.step();
+            fsdp_step(&fsdp, &mut opt, group, step);
+        }
+        // Three units a step: each gathered once in forward (the two layers prefetched) and
+        // reduce-scattered once, the two layers' while backward still ran through the root's
+        // embeddings.
+        let s = fsdp.stats();
+        assert_eq!(s.gathers - before.gathers, 60);
+        assert_eq!(s.prefetched - before.prefetched, 40);
+        assert_eq!(s.reduce_scatters - before.reduce_scatters, 60);
+        assert_eq!(s.overlapped_reduce_scatters - before.overlapped_reduce_scatters, 40);
+        // Replicated values agree bit for bit: the logits of one input on every rank.
+        let (x, _) = token_batch(99);
+        let logits = no_grad(|| fsdp.forward(&x)).to_vec_of::<f64>();
+        let bits: Vec<f32> = logits
+            .iter()
+            .flat_map(|v| {
+                let b = v.to_bits();
+                [f32::from_bits(b as u32), f32::from_bits((b >> 32) as u32)]
+            })
+            .collect();
+        assert!(identical_across_ranks(group, &bits), "the ranks' logits differ");
+        let want = reference.state_dict();
+        let values =
+            |sd: &nn_core::StateDict| -> Vec<f64> { sd.iter().flat_map(|(_, t)| t.to_vec_of::<f64>()).collect() };
+        let diff = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        if let Some(full) = fsdp.full_state_dict() {
+            assert_eq!(full.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+            let d = diff(&values(&full), &values(&want));
+            assert!(d <= 1e-5, "FSDP AdamW after 20 steps vs one process: max |difference| {d:e}");
+            assert!(diff(&values(&full), &values(&f64_model(21).state_dict())) > 1e-2, "training moved them");
+        }
+        let d = diff(&logits, &no_grad(|| reference.forward(&x)).to_vec_of::<f64>());
+        assert!(d <= 1e-5, "logits after 20 steps: max |difference| {d:e}");
+    }
+
+    /// Units inside units (each layer's attention, then the rest of the layer), without
+    /// prefetch: 5 AdamW steps in f64 equal one process's.
+    fn fsdp_nested_units(group: &ProcessGroup) {
+        let f64_model = |seed| {
+            let mut m = tiny_transformer(seed);
+            m.to_dtype(DType::F64);
+            m
+        };
+        let reference = f64_model(4);
+        let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
+        let config = FsdpConfig { forward_prefetch: false, ..Default::default() };
+        let fsdp =
+            FullyShardedDataParallel::with_config(f64_model(4), group, FsdpPolicy::new().min_params(1000), config)
+                .unwrap();
+        assert_eq!(fsdp.unit_paths().len(), 5);
+        assert_eq!(fsdp.unit_parameter_names()[2][0], "encoder.layers.0.self_attn.in_proj_weight");
+        assert_eq!(fsdp.unit_parameter_names()[1][0], "encoder.layers.0.linear1.weight");
+        let mut opt = AdamW::new(fsdp.named_parameters(), adamw());
+        for step in 0..5 {
+            let (x, y) = token_batch(step);
+            ref_opt.zero_grad();
+            lm_loss(&reference.forward(&x), &y).backward();
+            ref_opt.step();
+            fsdp_step(&fsdp, &mut opt, group, step);
+        }
+        assert_eq!(fsdp.stats().prefetched, 0);
+        let (x, _) = token_batch(50);
+        let got = no_grad(|| fsdp.forward(&x)).to_vec_of::<f64>();
+        let want = no_grad(|| reference.forward(&x)).to_vec_of::<f64>();
+        let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(d <= 1e-9, "nested units after 5 steps: max |difference| {d:e}");
+    }
+
+    fn fsdp_frees_outside_forward(group: &ProcessGroup) {
+        let fsdp = FullyShardedDataParallel::new(tiny_transformer(3), group, layers_policy()).unwrap();
+        let all = fsdp.module().parameters();
+        let materialized = {
+            let all = all.clone();
+            move || all.iter().filter(|p| p.device() != Device::Meta).map(|p| p.numel()).sum::<usize>()
+        };
+        assert_eq!(materialized(), 0, "no parameter holds values outside a forward");
+        // Inside layer 1's forward: the root, layer 1 and nothing else (layer 0 was freed,
+        // and no unit follows to prefetch).
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let count = materialized.clone();
+        let layer1 = fsdp.module().encoder.layers[1]
+            .register_forward_pre_hook(move |_| {
+                log.lock().unwrap().push(count());
+                None
+            })
+            .unwrap();
+        let (x, y) = token_batch(0);
+        lm_loss(&fsdp.forward(&x), &y).backward();
+        let model = tiny_transformer(3);
+        let root: usize =
+            ["tok", "pos", "norm", "head"].iter().map(|m| model.get_submodule(m).unwrap().num_parameters()).sum();
+        let layer = model.encoder.layers[1].num_parameters();
+        assert_eq!(*seen.lock().unwrap(), [root + layer]);
+        assert_eq!(materialized(), 0);
+        // Gradients: the shards', of the shards' shape; the model's own are freed.
+        assert!(all.iter().all(|p| p.grad().is_none()));
+        for (_, s) in fsdp.named_parameters() {
+            assert_eq!(s.grad().expect("a shard gradient").shape(), s.shape());
+        }
+        layer1.remove();
+        // A freed parameter is a meta tensor: using it outside its unit fails (on a device
+        // mismatch) instead of reading stale values.
+        assert_eq!(fsdp.module().head.weight.device(), Device::Meta);
+        assert_eq!(fsdp.module().head.weight.shape(), &[VOCAB, 16]);
+    }
+
+    fn fsdp_full_state_dict(group: &ProcessGroup) {
+        let fsdp = FullyShardedDataParallel::new(tiny_transformer(5), group, layers_policy()).unwrap();
+        let mut opt = AdamW::new(fsdp.named_parameters(), adamw());
+        fsdp_step(&fsdp, &mut opt, group, 0);
+        let full = fsdp.full_state_dict();
+        assert_eq!(full.is_some(), group.rank() == 0);
+        // Into a fresh wrapper of another initialisation: its state becomes the first one's.
+        let other = FullyShardedDataParallel::new(tiny_transformer(6), group, layers_policy()).unwrap();
+        other.load_full_state_dict(full.as_ref()).unwrap();
+        let (x, _) = token_batch(1);
+        let a = no_grad(|| fsdp.forward(&x)).to_vec();
+        assert_eq!(no_grad(|| other.forward(&x)).to_vec(), a, "loaded the full state bit for bit");
+        // And into the unwrapped model, under PyTorch's names.
+        if let Some(full) = &full {
+            let mut plain = tiny_transformer(7);
+            plain.load_state_dict(full, true).unwrap();
+            assert_eq!(no_grad(|| plain.forward(&x)).to_vec(), a);
+        }
+        // A state dict from another model: refused on every rank, nothing loaded.
+        let wrong = (group.rank() == 0).then(|| {
+            let mut sd = mlp().state_dict();
+            sd.insert("head.weight".into(), Tensor::zeros(&[3, 16]));
+            sd
+        });
+        let err = other.load_full_state_dict(wrong.as_ref()).expect_err("refused").to_string();
+        assert!(
+            err.starts_with(
+                "FullyShardedDataParallel::load_full_state_dict: rank 0: the state dict does not fit the model"
+            ) && err.contains("`tok.weight` is missing")
+                && err.contains("`head.weight` has shape [3, 16] where the model has [11, 16]"),
+            "{err}"
+        );
+        assert_eq!(no_grad(|| other.forward(&x)).to_vec(), a, "nothing was loaded");
+    }
+
+    fn fsdp_sharded_checkpoint(group: &ProcessGroup) {
+        let (rank, world) = (group.rank(), group.world_size());
+        let pid = group.broadcast(&Tensor::from_vec_i64(vec![std::process::id() as i64], &[1]), 0).to_vec_i64()[0];
+        let dir = std::env::temp_dir().join(format!("nn-fsdp-ckpt-{pid}"));
+        if rank == 0 {
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        group.barrier();
+        let fsdp = FullyShardedDataParallel::new(tiny_transformer(8), group, layers_policy()).unwrap();
+        let mut opt = AdamW::new(fsdp.named_parameters(), adamw());
+        for step in 0..3 {
+            fsdp_step(&fsdp, &mut opt, group, step);
+        }
+        let path = fsdp.shard_path(&dir);
+        assert_eq!(path.file_name().unwrap().to_str().unwrap(), format!("rank{rank}-of-{world}.safetensors"));
+        fsdp.save_sharded(&path, &opt).unwrap();
+        group.barrier();
+        // Resume into a fresh wrapper and optimizer: both runs go on identically.
+        let resumed = FullyShardedDataParallel::new(tiny_transformer(9), group, layers_policy()).unwrap();
+        let mut resumed_opt = AdamW::new(resumed.named_parameters(), adamw());
+        resumed.load_sharded(&path, &mut resumed_opt).unwrap();
+        for step in 3..6 {
+            fsdp_step(&fsdp, &mut opt, group, step);
+            fsdp_step(&resumed, &mut resumed_opt, group, step);
+        }
+        let (x, _) = token_batch(7);
+        let a = no_grad(|| fsdp.forward(&x)).to_vec();
+        assert_eq!(no_grad(|| resumed.forward(&x)).to_vec(), a, "the resumed run equals the uninterrupted one");
+
+        let fresh = FullyShardedDataParallel::new(tiny_transformer(10), group, layers_policy()).unwrap();
+        let mut fresh_opt = AdamW::new(fresh.named_parameters(), adamw());
+        let untouched = no_grad(|| fresh.forward(&x)).to_vec();
+        let check_refused = |file: &std::path::Path, opt: &mut AdamW, want: &str| {
+            let err = fresh.load_sharded(file, opt).expect_err("refused").to_string();
+            assert!(err.starts_with("FullyShardedDataParallel::load_sharded: rank "), "{err}");
+            assert!(err.contains(want), "{err} lacks {want:?}");
+            assert_eq!(no_grad(|| fresh.forward(&x)).to_vec(), untouched, "nothing was loaded");
+            assert!(opt.state_dict().tensors.is_empty(), "the optimizer state was not loaded");
+        };
+        // Another rank's file (rank 0 reads its own: the others fail, and so does rank 0).
+        if world > 1 {
+            let other = dir.join(format!("rank{}-of-{world}.safetensors", (rank + world - 1) % world));
+            let mine = if rank == 0 { path.clone() } else { other };
+            check_refused(&mine, &mut fresh_opt, "rank 1: ");
+            check_refused(&mine, &mut fresh_opt, "holds rank 0's shard, not rank 1's");
+        }
+        // A file written by a world of another size: rewrite this rank's with one more rank.
+        let (sd, mut meta) = nn_core::StateDict::load_with_metadata(&path).unwrap();
+        meta.insert("nn.fsdp.world_size".into(), (world + 1).to_string());
+        let foreign = dir.join(format!("foreign-{rank}.safetensors"));
+        sd.save_with_metadata(&foreign, Some(meta.clone())).unwrap();
+        check_refused(
+            &foreign,
+            &mut fresh_opt,
+            &format!("was saved by a world of {} rank(s), this one has {world}", world + 1),
+        );
+        // Another model (another layout), and a missing file.
+        meta.insert("nn.fsdp.world_size".into(), world.to_string());
+        meta.insert("nn.fsdp.layout".into(), "=10/5".into());
+        sd.save_with_metadata(&foreign, Some(meta)).unwrap();
+        check_refused(&foreign, &mut fresh_opt, "was saved from another model");
+        check_refused(&dir.join("nothing-here"), &mut fresh_opt, "cannot read");
+        group.barrier();
+        if rank == 0 {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    fn fsdp_model_changed(group: &ProcessGroup) {
+        let mut fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        let replacement: Box<dyn nn_core::Layer> = Box::new(Linear::new(32, 16));
+        fsdp.module_mut().set_submodule("2", replacement).unwrap();
+        fsdp.forward(&Tensor::ones(&[2, 6]));
+        unreachable!("the forward should have panicked");
     }
 }

@@ -76,6 +76,24 @@ impl Tensor {
     /// identity, so every handle (a module's parameter, an optimizer's copy) sees the new
     /// values: PyTorch's `param.data = src`. Shares `src`'s buffer when the layouts allow.
     ///
+    /// Ops that already ran keep their own handle on the values they saved for backward, so
+    /// replacing a parameter's data between a forward and its backward (even with a meta
+    /// tensor, which drops the parameter's hold on its buffer) leaves that backward as it
+    /// was; the buffer goes once backward has used it. `nn-distributed`'s
+    /// `FullyShardedDataParallel` relies on this.
+    ///
+    /// ```
+    /// use nn_core::{DType, Device, Parameter, Tensor};
+    /// let w = Parameter::new(Tensor::from_vec(vec![2.0, 3.0], &[2]));
+    /// let x = Tensor::from_vec(vec![5.0, 7.0], &[2]).requires_grad_(true);
+    /// let y = (&x * &*w).sum();
+    /// w.set_data(&Tensor::full_on(&[2], 0.0, DType::F32, Device::Meta));
+    /// assert_eq!(w.device(), Device::Meta);
+    /// y.backward();
+    /// assert_eq!(x.grad().unwrap().to_vec(), [2.0, 3.0]); // the w of the forward
+    /// assert_eq!(w.grad().unwrap().to_vec(), [5.0, 7.0]);
+    /// ```
+    ///
     /// # Panics
     /// When the shapes differ.
     #[track_caller]

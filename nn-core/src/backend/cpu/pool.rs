@@ -19,6 +19,8 @@ pub(crate) const MAX_BYTES: usize = 256 << 20;
 const MAX_BUFFERS: usize = 256;
 
 static BYTES: AtomicUsize = AtomicUsize::new(0);
+/// The pool's current ceiling ([`MAX_BYTES`] unless [`set_limit`] changed it).
+static LIMIT: AtomicUsize = AtomicUsize::new(MAX_BYTES);
 static F32: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
 static F64: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
 static F16: Mutex<Vec<Vec<half::f16>>> = Mutex::new(Vec::new());
@@ -108,7 +110,7 @@ pub(crate) fn try_filled<T: Pooled + Copy>(len: usize, value: T) -> Option<Vec<T
 /// Returns a buffer to the pool (or frees it when the pool is full or it is small).
 pub(crate) fn give<T: Pooled>(v: Vec<T>) {
     let bytes = v.capacity() * std::mem::size_of::<T>();
-    if v.capacity() < MIN_ELEMS || BYTES.load(Ordering::Relaxed) + bytes > MAX_BYTES {
+    if v.capacity() < MIN_ELEMS || BYTES.load(Ordering::Relaxed) + bytes > LIMIT.load(Ordering::Relaxed) {
         return;
     }
     let mut list = T::list().lock().unwrap_or_else(|e| e.into_inner());
@@ -117,6 +119,25 @@ pub(crate) fn give<T: Pooled>(v: Vec<T>) {
     }
     BYTES.fetch_add(bytes, Ordering::Relaxed);
     list.push(v);
+}
+
+/// Bytes the pool holds now (freed buffers kept for reuse).
+pub(crate) fn bytes() -> usize {
+    BYTES.load(Ordering::Relaxed)
+}
+
+/// Sets the pool's ceiling (`0` turns pooling off) and frees what it holds above it.
+pub(crate) fn set_limit(limit: usize) {
+    LIMIT.store(limit, Ordering::Relaxed);
+    fn trim<T: Pooled>(limit: usize) {
+        let mut list = T::list().lock().unwrap_or_else(|e| e.into_inner());
+        while BYTES.load(Ordering::Relaxed) > limit {
+            let Some(v) = list.pop() else { break };
+            BYTES.fetch_sub(v.capacity() * std::mem::size_of::<T>(), Ordering::Relaxed);
+        }
+    }
+    trim::<f32>(limit);
+    trim::<f64>(limit);
 }
 
 /// Returns a scratch buffer of any element type to the pool (through the storage drop,
@@ -167,8 +188,12 @@ pub(crate) fn keep_heap_pages() {
 mod tests {
     use super::*;
 
+    /// The two tests that change or rely on the pool's limit run one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     #[test]
     fn recycles_similar_sizes_only() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let v: Vec<f64> = Vec::with_capacity(1 << 13);
         let p = v.as_ptr();
         give(v);
@@ -179,5 +204,18 @@ mod tests {
         let small: Vec<f64> = take(1 << 11);
         assert_ne!(small.as_ptr(), p, "a buffer more than twice too large is not handed out");
         let _ = take::<f64>(1 << 13);
+    }
+
+    #[test]
+    fn a_lower_limit_frees_what_is_above_it() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        // Other tests share the pool: only what this one adds and removes is checked.
+        give::<f32>(Vec::with_capacity(1 << 14));
+        assert!(bytes() >= 4 << 14);
+        set_limit(0);
+        assert_eq!(bytes(), 0, "everything above the limit is freed");
+        give::<f32>(Vec::with_capacity(1 << 14));
+        assert_eq!(bytes(), 0, "nothing is kept under a limit of 0");
+        set_limit(MAX_BYTES);
     }
 }

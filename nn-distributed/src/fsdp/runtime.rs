@@ -1,0 +1,241 @@
+//! The machinery of a `FullyShardedDataParallel` during a step: each unit's shard and
+//! parameters, gathering and freeing them around a unit's forward (with the next unit's
+//! all-gather prefetched), and reduce-scattering each unit's gradients during backward.
+
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nn_core::autograd::queue_callback;
+use nn_core::{DType, Device, Parameter, Tensor};
+
+use super::FsdpStats;
+use crate::comm::{to_wire, Buf, Op};
+use crate::group::{recv, ProcessGroup};
+
+/// One unit: its own parameters and this rank's shard of them.
+pub(super) struct Unit {
+    /// Dotted path (`""`: the root).
+    pub(super) path: String,
+    pub(super) names: Vec<String>,
+    pub(super) params: Vec<Parameter>,
+    /// Each parameter's offset in the flat vector.
+    pub(super) offsets: Vec<usize>,
+    pub(super) dtype: DType,
+    /// Elements of the flat vector, before padding.
+    pub(super) numel: usize,
+    /// Elements of each rank's block (the padded length over the world size).
+    pub(super) shard_len: usize,
+    /// This rank's block, updated by the optimizer.
+    pub(super) shard: Parameter,
+    /// The shard's name in [`Module::named_parameters`] (`<path>.flat_param`).
+    pub(super) shard_name: String,
+}
+
+/// Where the wrapper stands in the current forward and backward.
+pub(super) struct State {
+    /// Per unit: its parameters hold their full values.
+    pub(super) gathered: Vec<bool>,
+    /// Per unit: an all-gather started and not yet waited for.
+    pub(super) inflight: Vec<Option<Receiver<Buf>>>,
+    /// The forward ran with grad on: its backward reduces gradients.
+    pub(super) armed: bool,
+    pub(super) ready: Vec<Vec<bool>>,
+    pub(super) pending: Vec<usize>,
+    /// The next unit to reduce, as a position in reverse pre-order.
+    pub(super) next_rs: usize,
+    pub(super) rs: Vec<Option<Receiver<Buf>>>,
+    pub(super) finalize_queued: bool,
+    pub(super) stats: FsdpStats,
+}
+
+pub(super) struct Shared {
+    pub(super) group: ProcessGroup,
+    pub(super) units: Vec<Unit>,
+    pub(super) prefetch: bool,
+    pub(super) state: Mutex<State>,
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn launch_gather(&self, st: &mut State, u: usize) {
+        let buf = to_wire(&self.units[u].shard, "FullyShardedDataParallel all_gather");
+        st.inflight[u] = Some(self.group.submit(Op::AllGather { buf }));
+    }
+
+    /// Makes unit `u`'s parameters hold their full values (waiting for a prefetched
+    /// all-gather, or running one).
+    pub(super) fn gather(&self, u: usize) {
+        let unit = &self.units[u];
+        let rx = {
+            let mut st = self.lock();
+            if st.gathered[u] {
+                return;
+            }
+            st.stats.gathers += 1;
+            if unit.numel == 0 {
+                st.gathered[u] = true;
+                return;
+            }
+            match st.inflight[u].take() {
+                Some(rx) => {
+                    st.stats.prefetched += 1;
+                    rx
+                }
+                None => {
+                    self.launch_gather(&mut st, u);
+                    st.inflight[u].take().expect("just launched")
+                }
+            }
+        };
+        let full = recv(&rx, "FullyShardedDataParallel all_gather");
+        for (p, &o) in unit.params.iter().zip(&unit.offsets) {
+            p.set_data(&full.tensor(o, p.shape(), p.dtype()));
+        }
+        self.lock().gathered[u] = true;
+    }
+
+    /// Forward pre-hook of unit `u`: gather it, prefetch the next one.
+    pub(super) fn pre_forward(&self, u: usize) {
+        self.gather(u);
+        if self.prefetch {
+            let mut st = self.lock();
+            if let Some(next) = (u + 1..self.units.len()).find(|&v| self.units[v].numel > 0) {
+                if !st.gathered[next] && st.inflight[next].is_none() {
+                    self.launch_gather(&mut st, next);
+                }
+            }
+        }
+    }
+
+    /// Sets unit `u`'s parameters back to meta.
+    pub(super) fn free(&self, u: usize) {
+        for p in &self.units[u].params {
+            p.set_data(&Tensor::full_on(p.shape(), 0.0, p.dtype(), Device::Meta));
+        }
+        self.lock().gathered[u] = false;
+    }
+
+    /// Waits for (and drops) every all-gather still in flight: a prefetched unit that the
+    /// forward did not run.
+    pub(super) fn drain(&self) {
+        let pending: Vec<Receiver<Buf>> = self.lock().inflight.iter_mut().filter_map(Option::take).collect();
+        for rx in pending {
+            recv(&rx, "FullyShardedDataParallel all_gather");
+        }
+    }
+
+    pub(super) fn prepare_for_forward(&self, armed: bool) {
+        let mut st = self.lock();
+        reset(&mut st, &self.units);
+        st.armed = armed;
+    }
+
+    /// Parameter `j` of unit `u` has its gradient of this backward.
+    pub(super) fn mark_ready(self: &Arc<Self>, u: usize, j: usize) {
+        let mut st = self.lock();
+        if !st.armed {
+            return;
+        }
+        if st.ready[u][j] {
+            reset(&mut st, &self.units);
+            drop(st);
+            panic!(
+                "FullyShardedDataParallel: parameter `{}` received its gradient twice in one iteration (a second \
+                 backward through the same forward); run the forward again before each backward",
+                self.units[u].names[j]
+            );
+        }
+        st.ready[u][j] = true;
+        st.pending[u] -= 1;
+        if !st.finalize_queued {
+            st.finalize_queued = true;
+            let weak = Arc::downgrade(self);
+            queue_callback(move || {
+                if let Some(s) = weak.upgrade() {
+                    s.finalize();
+                }
+            });
+        }
+        self.launch_ready(&mut st);
+    }
+
+    /// Launches, in reverse pre-order, every unit whose gradients are all in.
+    pub(super) fn launch_ready(&self, st: &mut State) {
+        let n = self.units.len();
+        while st.next_rs < n {
+            let u = n - 1 - st.next_rs;
+            if st.pending[u] > 0 {
+                break;
+            }
+            st.rs[u] = self.launch_reduce_scatter(u);
+            if st.rs[u].is_some() {
+                st.stats.reduce_scatters += 1;
+                if st.pending.iter().any(|&p| p > 0) {
+                    st.stats.overlapped_reduce_scatters += 1;
+                }
+            }
+            st.next_rs += 1;
+        }
+    }
+
+    /// Flattens unit `u`'s gradients (zeros where a parameter got none), frees them and
+    /// starts their reduce-scatter.
+    pub(super) fn launch_reduce_scatter(&self, u: usize) -> Option<Receiver<Buf>> {
+        let unit = &self.units[u];
+        if unit.numel == 0 {
+            return None;
+        }
+        let total = unit.shard_len * self.group.world_size();
+        let mut buf = Buf::for_dtype(unit.dtype, total);
+        for p in &unit.params {
+            match p.grad() {
+                Some(g) => buf.extend_from(&g),
+                None => buf.extend_zeros(p.numel()),
+            }
+            p.set_grad(None);
+        }
+        buf.extend_zeros(total - unit.numel);
+        Some(self.group.submit(Op::ReduceScatterAvg { buf }))
+    }
+
+    /// The end of backward: reduces what is left (parameters without a gradient count as
+    /// zeros), waits for every unit and adds each rank's block to its shard's `.grad`.
+    pub(super) fn finalize(&self) {
+        let mut st = self.lock();
+        if !st.armed {
+            return;
+        }
+        for u in 0..self.units.len() {
+            st.pending[u] = 0;
+        }
+        self.launch_ready(&mut st);
+        let works: Vec<Option<Receiver<Buf>>> = st.rs.iter_mut().map(Option::take).collect();
+        reset(&mut st, &self.units);
+        drop(st);
+        // Wait in launch order (reverse pre-order).
+        for u in (0..self.units.len()).rev() {
+            let Some(rx) = &works[u] else { continue };
+            let unit = &self.units[u];
+            let block = recv(rx, "FullyShardedDataParallel reduce_scatter").tensor(0, &[unit.shard_len], unit.dtype);
+            let grad = match unit.shard.grad() {
+                Some(g) => &g + &block,
+                None => block,
+            };
+            unit.shard.set_grad(Some(grad));
+        }
+    }
+}
+
+pub(super) fn reset(st: &mut State, units: &[Unit]) {
+    st.armed = false;
+    for (u, unit) in units.iter().enumerate() {
+        st.ready[u].iter_mut().for_each(|r| *r = false);
+        st.pending[u] = unit.params.len();
+        st.rs[u] = None;
+    }
+    st.next_rs = 0;
+    st.finalize_queued = false;
+}
