@@ -138,6 +138,8 @@ pub(crate) fn set_limit(limit: usize) {
     }
     trim::<f32>(limit);
     trim::<f64>(limit);
+    trim::<half::f16>(limit);
+    trim::<half::bf16>(limit);
 }
 
 /// Returns a scratch buffer of any element type to the pool (through the storage drop,
