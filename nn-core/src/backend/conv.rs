@@ -77,9 +77,13 @@ impl Storage {
         if let Some(out) = super::gpu::interface::conv2d(self, weight, bias, geo) {
             return Storage::Gpu(out);
         }
+        // `bf16` runs on its own kernels where the CPU has them (`cpu::conv::native`).
+        let widen = !cpu::conv::native(self.dtype());
         match bias {
-            Some(b) => Storage::run([self, weight, b], meta, |[x, w, b]| cpu::conv::forward(x, w, Some(b), geo)),
-            None => Storage::run([self, weight], meta, |[x, w]| cpu::conv::forward(x, w, None, geo)),
+            Some(b) => {
+                Storage::run_with(widen, [self, weight, b], meta, |[x, w, b]| cpu::conv::forward(x, w, Some(b), geo))
+            }
+            None => Storage::run_with(widen, [self, weight], meta, |[x, w]| cpu::conv::forward(x, w, None, geo)),
         }
     }
 
@@ -99,9 +103,12 @@ impl Storage {
         if let Some((dx, dw)) = super::gpu::interface::conv2d_backward(self, x, weight, geo, (need_dx, need_dw)) {
             return (Storage::Gpu(dx), Storage::Gpu(dw));
         }
-        Storage::run2([self, x, weight], [(dtype, dx_len), (dtype, dw_len)], |[g, x, w]| {
-            cpu::conv::backward(g, x, w, geo, (need_dx, need_dw))
-        })
+        Storage::run2_with(
+            !cpu::conv::native(dtype),
+            [self, x, weight],
+            [(dtype, dx_len), (dtype, dw_len)],
+            |[g, x, w]| cpu::conv::backward(g, x, w, geo, (need_dx, need_dw)),
+        )
     }
 
     /// The transposed convolution of contiguous `self` (`[n, o, ho, wo]`) with contiguous

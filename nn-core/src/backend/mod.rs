@@ -334,10 +334,24 @@ impl Storage {
         meta: [(DType, usize); 2],
         cpu: F,
     ) -> (Storage, Storage) {
+        Storage::run2_with(true, operands, meta, cpu)
+    }
+
+    /// [`run2`](Storage::run2), widening half types or not (as [`run_with`](Storage::run_with)).
+    fn run2_with<const N: usize, F: FnOnce([&CpuStorage; N]) -> (CpuStorage, CpuStorage)>(
+        widen: bool,
+        operands: [&Storage; N],
+        meta: [(DType, usize); 2],
+        cpu: F,
+    ) -> (Storage, Storage) {
         match Storage::placement(operands) {
             Placement::Meta => {
                 let [(da, la), (db, lb)] = meta;
                 (Storage::Meta { dtype: da, len: la }, Storage::Meta { dtype: db, len: lb })
+            }
+            Placement::Cpu if !widen => {
+                let (a, b) = cpu(operands.map(Storage::cpu_ref));
+                (Storage::Cpu(a), Storage::Cpu(b))
             }
             Placement::Cpu => {
                 let [a, b] = cpu::widen::through_f32(operands.map(Storage::cpu_ref), meta.map(|m| m.0), |o| {

@@ -180,6 +180,41 @@ mod tests {
         Tensor::from_vec_f64(v, shape)
     }
 
+    /// `bf16` convolutions (their own GEMM on an AVX512-BF16 CPU, `f32` copies elsewhere):
+    /// forward and both gradients within one `bf16` rounding of the `f32` convolution of
+    /// the same `bf16` values rounded once (the products are exact in `f32`; only the order
+    /// of the sums differs), over the plain and padded ("wide") layouts, groups, stride and
+    /// dilation, and batches split over blocks.
+    #[test]
+    fn bf16_convolutions_match_f32_rounded_once() {
+        for (n, c, o, hw, opt) in
+            [(3, 4, 6, 9, opts(1, 1, 1, 1)), (2, 4, 6, 10, opts(2, 0, 1, 2)), (17, 3, 5, 7, opts(1, 0, 2, 1))]
+        {
+            let x = vals(&[n, c, hw, hw], 1).to_dtype(DType::BF16).requires_grad_(true);
+            let w = vals(&[o, c / opt.groups, 3, 3], 2).to_dtype(DType::BF16).requires_grad_(true);
+            let b = vals(&[o], 3).to_dtype(DType::BF16).requires_grad_(true);
+            let y = x.conv2d(&w, Some(&b), opt);
+            assert_eq!(y.dtype(), DType::BF16);
+            let g = vals(y.shape(), 4).to_dtype(DType::BF16);
+            y.backward_with(&g, false);
+            let f32_of = |t: &Tensor| t.detach().to_dtype(DType::F32).requires_grad_(true);
+            let (x32, w32, b32) = (f32_of(&x), f32_of(&w), f32_of(&b));
+            let y32 = x32.conv2d(&w32, Some(&b32), opt);
+            y32.backward_with(&g.to_dtype(DType::F32), false);
+            let close = |got: &Tensor, want: &Tensor, what: &str| {
+                let want = want.to_dtype(DType::BF16).to_vec();
+                for (i, (a, e)) in got.to_vec().iter().zip(&want).enumerate() {
+                    // One bf16 step apart at most (8 bits of precision).
+                    assert!((a - e).abs() <= e.abs() / 128.0 + 1e-6, "{what} [{n}, {c}, {hw}] at {i}: {a} against {e}");
+                }
+            };
+            close(&y, &y32, "output");
+            close(&x.grad().unwrap(), &x32.grad().unwrap(), "input gradient");
+            close(&w.grad().unwrap(), &w32.grad().unwrap(), "weight gradient");
+            close(&b.grad().unwrap(), &b32.grad().unwrap(), "bias gradient");
+        }
+    }
+
     /// Direct-loop convolution, for reference.
     fn naive(x: &Tensor, w: &Tensor, b: Option<&Tensor>, o: Conv2dConfig) -> (Vec<usize>, Vec<f64>) {
         let (xs, ws) = (x.shape(), w.shape());

@@ -1,9 +1,119 @@
 //! The CPU kernels of the convolutions: im2col / col2im (plain and "wide" for stride 1), the
 //! blocked GEMMs over samples, and the forward and backward passes built from them.
+//!
+//! Written over [`ConvElem`]: `f32` and `f64` sum in their own type; `bf16` (autocast's
+//! convolutions, on a CPU with AVX512-BF16) keeps its column matrices in `bf16` for the
+//! `bf16` GEMM, sums in `f32` and rounds each result once, as PyTorch's CPU does.
+
+use half::bf16;
 
 use super::gemm::{gemm, MatRef};
-use super::{pool, team, with_float, CpuElement, CpuFloat, CpuStorage};
+use super::{gemm_bf16, pool, team, with_float, CpuElement, CpuFloat, CpuStorage};
 use crate::backend::ConvGeometry as Geometry;
+
+/// An element type the convolutions run on: its column matrices hold it, and its GEMMs
+/// sum into [`Acc`](ConvElem::Acc).
+pub(crate) trait ConvElem: CpuElement + Copy + Send + Sync + 'static {
+    /// The type products are summed in, and the gradients accumulated in.
+    type Acc: CpuFloat;
+    /// Zero.
+    fn zero() -> Self;
+    /// The value in the accumulator type (exact).
+    fn widen(self) -> Self::Acc;
+    /// An accumulated value rounded to this type.
+    fn narrow(x: Self::Acc) -> Self;
+    /// A buffer of accumulated values rounded to this type (kept as it is when the types
+    /// are the same).
+    fn narrow_vec(v: Vec<Self::Acc>) -> Vec<Self>;
+    /// `c = a b + (c if accumulate)`, `c` row-major `m x n`.
+    fn gemm_acc(
+        dims: (usize, usize, usize),
+        a: MatRef<'_, Self>,
+        b: MatRef<'_, Self>,
+        accumulate: bool,
+        c: &mut [Self::Acc],
+    );
+}
+
+macro_rules! conv_elem_wide {
+    ($t:ty) => {
+        impl ConvElem for $t {
+            type Acc = $t;
+            fn zero() -> Self {
+                0.0
+            }
+            #[inline(always)]
+            fn widen(self) -> $t {
+                self
+            }
+            #[inline(always)]
+            fn narrow(x: $t) -> Self {
+                x
+            }
+            fn narrow_vec(v: Vec<$t>) -> Vec<$t> {
+                v
+            }
+            fn gemm_acc(
+                dims: (usize, usize, usize),
+                a: MatRef<'_, $t>,
+                b: MatRef<'_, $t>,
+                accumulate: bool,
+                c: &mut [$t],
+            ) {
+                gemm(dims, 1.0, a, b, if accumulate { 1.0 } else { 0.0 }, c)
+            }
+        }
+    };
+}
+conv_elem_wide!(f32);
+conv_elem_wide!(f64);
+
+impl ConvElem for bf16 {
+    type Acc = f32;
+    fn zero() -> Self {
+        bf16::ZERO
+    }
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        super::widen::bf16_to_f32(self)
+    }
+    #[inline(always)]
+    fn narrow(x: f32) -> Self {
+        super::widen::f32_to_bf16(x)
+    }
+    fn narrow_vec(v: Vec<f32>) -> Vec<bf16> {
+        let out = super::widen::convert(&v, super::widen::f32_to_bf16);
+        pool::recycle(v);
+        out
+    }
+    /// Through [`gemm_bf16`] (the caller checks that the CPU has it).
+    fn gemm_acc(
+        (m, k, n): (usize, usize, usize),
+        a: MatRef<'_, bf16>,
+        b: MatRef<'_, bf16>,
+        accumulate: bool,
+        c: &mut [f32],
+    ) {
+        fn strided(x: MatRef<'_, bf16>) -> gemm_bf16::Strided<'_> {
+            gemm_bf16::Strided { data: x.data, offset: x.offset, rs: x.row_stride, cs: x.col_stride }
+        }
+        gemm_bf16::run(m, k, n, strided(a), strided(b), &mut c[..m * n], |_, sums, part: &mut [f32]| {
+            if accumulate {
+                for (d, &s) in part.iter_mut().zip(sums) {
+                    *d += s;
+                }
+            } else {
+                part.copy_from_slice(sums);
+            }
+        });
+    }
+}
+
+/// Whether a `dtype` convolution runs on its own type here (`bf16` on a CPU with
+/// AVX512-BF16); other half types, and `bf16` elsewhere, are computed through `f32` copies.
+pub(crate) fn native(dtype: crate::dtype::DType) -> bool {
+    dtype != crate::dtype::DType::F16 && (dtype != crate::dtype::DType::BF16 || gemm_bf16::available())
+}
 
 /// The input columns `lo..hi` of output row `oh` that kernel tap `(ki, kj)` reads, and the
 /// input row and first input column: `None` when the tap falls in the vertical padding.
@@ -26,7 +136,7 @@ fn tap_run(g: &Geometry, oh: usize, ki: usize, kj: usize) -> Option<(usize, usiz
 /// Fills the columns of one sample in a column matrix `[C/g * kh * kw, row_stride]` from
 /// one group of that sample, `x` (`[C/g, H, W]` contiguous): row `r` of the sample's
 /// block is `cols[r * row_stride + offset..][..Ho * Wo]`.
-fn im2col<T: CpuFloat>(x: &[T], g: &Geometry, cols: &mut [T], row_stride: usize, offset: usize) {
+fn im2col<T: ConvElem>(x: &[T], g: &Geometry, cols: &mut [T], row_stride: usize, offset: usize) {
     let sw = g.opt.stride.1;
     let hw = g.out_pixels();
     for c in 0..g.in_channels_per_group() {
@@ -128,7 +238,7 @@ impl Cols {
 
 /// Copies one group of one sample (`[C/g, H, W]`) into `out` (`[C/g, Hp, Wp]`) with zeros
 /// around it, or returns the input itself when there is no padding.
-fn padded<'a, T: CpuFloat>(x: &'a [T], g: &Geometry, l: &Cols, out: &'a mut Vec<T>) -> &'a [T] {
+fn padded<'a, T: ConvElem>(x: &'a [T], g: &Geometry, l: &Cols, out: &'a mut Vec<T>) -> &'a [T] {
     let (ph, pw) = g.opt.padding;
     if (ph, pw) == (0, 0) {
         return x;
@@ -145,7 +255,7 @@ fn padded<'a, T: CpuFloat>(x: &'a [T], g: &Geometry, l: &Cols, out: &'a mut Vec<
 }
 
 /// [`im2col`] for the `Wide` layout, from the padded planes `xp` (`[C/g, Hp, Wp]`).
-fn im2col_wide<T: CpuFloat>(xp: &[T], g: &Geometry, l: &Cols, cols: &mut [T], row_stride: usize, offset: usize) {
+fn im2col_wide<T: ConvElem>(xp: &[T], g: &Geometry, l: &Cols, cols: &mut [T], row_stride: usize, offset: usize) {
     let plane = l.hp * l.wp;
     for c in 0..g.in_channels_per_group() {
         let src = &xp[c * plane..(c + 1) * plane];
@@ -195,16 +305,23 @@ fn samples_per_task<T>(g: &Geometry, l: &Cols) -> usize {
     g.n.div_ceil(threads).clamp(1, fit)
 }
 
-/// The convolution of contiguous buffers (see [`crate::backend::Storage::conv2d`]).
+/// The convolution of contiguous buffers (see [`crate::backend::Storage::conv2d`]):
+/// `f32`, `f64`, and `bf16` where [`native`] says so (the caller widens the rest).
 pub(crate) fn forward(x: &CpuStorage, w: &CpuStorage, bias: Option<&CpuStorage>, g: &Geometry) -> CpuStorage {
-    with_float!(x, "conv2d", T, xv => {
+    fn run<T: ConvElem>(x: &[T], w: &CpuStorage, bias: Option<&CpuStorage>, g: &Geometry) -> CpuStorage {
         let wv = T::slice(w).expect("same dtype");
         let bv = bias.map(|b| T::slice(b).expect("same dtype"));
-        T::into_storage(conv_forward(xv, wv, bv, g))
-    })
+        T::into_storage(conv_forward(x, wv, bv, g))
+    }
+    if let CpuStorage::BF16(xv) = x {
+        assert!(native(x.dtype()), "conv2d: bf16 kernels need AVX512-BF16 (the caller widens)");
+        return run(xv, w, bias, g);
+    }
+    with_float!(x, "conv2d", T, xv => run(xv, w, bias, g))
 }
 
-/// The input and weight gradients (see [`crate::backend::Storage::conv2d_backward`]).
+/// The input and weight gradients (see [`crate::backend::Storage::conv2d_backward`]),
+/// for the types [`forward`] takes.
 pub(crate) fn backward(
     gy: &CpuStorage,
     x: &CpuStorage,
@@ -212,19 +329,30 @@ pub(crate) fn backward(
     g: &Geometry,
     (need_dx, need_dw): (bool, bool),
 ) -> (CpuStorage, CpuStorage) {
-    with_float!(gy, "conv2d", T, gv => {
+    fn run<T: ConvElem>(
+        gv: &[T],
+        x: &CpuStorage,
+        w: &CpuStorage,
+        g: &Geometry,
+        need: (bool, bool),
+    ) -> (CpuStorage, CpuStorage) {
         let wv = T::slice(w).expect("same dtype");
         let xv = T::slice(x).expect("same dtype");
-        let (dx, dw) = conv_backward(xv, wv, gv, g, need_dx, need_dw);
+        let (dx, dw) = conv_backward(xv, wv, gv, g, need.0, need.1);
         (T::into_storage(dx), T::into_storage(dw))
-    })
+    }
+    if let CpuStorage::BF16(gv) = gy {
+        assert!(native(gy.dtype()), "conv2d: bf16 kernels need AVX512-BF16 (the caller widens)");
+        return run(gv, x, w, g, (need_dx, need_dw));
+    }
+    with_float!(gy, "conv2d", T, gv => run(gv, x, w, g, (need_dx, need_dw)))
 }
 
 /// Forward over blocks of samples: one im2col for the whole block (`[C/g * kh * kw,
 /// B * span]`, see [`Cols`]) and one GEMM per group, so the GEMM sees a wide matrix instead
-/// of one small product per sample; the `[O/g, B * span]` result is copied into the
-/// `[B, O, Ho, Wo]` output with the bias added.
-fn conv_forward<T: CpuFloat>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry) -> Vec<T> {
+/// of one small product per sample; the `[O/g, B * span]` result (in the accumulator type)
+/// is copied into the `[B, O, Ho, Wo]` output with the bias added, each value rounded once.
+fn conv_forward<T: ConvElem>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry) -> Vec<T> {
     let (cg, og, ckk, hw) = (g.in_channels_per_group(), g.out_channels_per_group(), g.col_rows(), g.out_pixels());
     let (in_sample, out_sample, group_in) = (g.c * g.h * g.w, g.o * hw, g.in_channels_per_group() * g.h * g.w);
     let l = Cols::new(g);
@@ -236,8 +364,8 @@ fn conv_forward<T: CpuFloat>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry)
         let cols_n = nb * l.span;
         let mut cols = T::alloc_buffer(ckk * cols_n);
         cols.resize(ckk * cols_n, T::zero());
-        let mut yg = T::alloc_buffer(og * cols_n);
-        yg.resize(og * cols_n, T::zero());
+        let mut yg = T::Acc::alloc_buffer(og * cols_n);
+        yg.resize(og * cols_n, <T::Acc as num_traits::Zero>::zero());
         let mut pad = Vec::new();
         for gi in 0..g.opt.groups {
             for i in 0..nb {
@@ -249,16 +377,16 @@ fn conv_forward<T: CpuFloat>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry)
                 }
             }
             let wg = MatRef::row_major(&w[gi * og * ckk..(gi + 1) * og * ckk], (og, ckk), false);
-            gemm((og, ckk, cols_n), T::one(), wg, MatRef::row_major(&cols, (ckk, cols_n), false), T::zero(), &mut yg);
+            T::gemm_acc((og, ckk, cols_n), wg, MatRef::row_major(&cols, (ckk, cols_n), false), false, &mut yg);
             for i in 0..nb {
                 for o in 0..og {
                     let oc = gi * og + o;
-                    let b = bias.map_or(T::zero(), |b| b[oc]);
+                    let b = bias.map_or(T::zero(), |b| b[oc]).widen();
                     let src = &yg[o * cols_n + i * l.span..][..l.span];
                     let dst = &mut y[i * out_sample + oc * hw..][..hw];
                     for (d, s) in dst.chunks_exact_mut(g.wo).zip(src.chunks(l.row)) {
                         for (d, &v) in d.iter_mut().zip(s) {
-                            *d = v + b;
+                            *d = T::narrow(v + b);
                         }
                     }
                 }
@@ -281,8 +409,8 @@ fn conv_forward<T: CpuFloat>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry)
 /// output gradient is gathered to `[O/g, B * span]` (zeros in dropped columns), then one
 /// GEMM gives the weight gradient (against the recomputed columns) and one the column
 /// gradient (scattered back by col2im). Each task accumulates its own weight-gradient
-/// partial.
-fn conv_backward<T: CpuFloat>(
+/// partial. Gradients accumulate in the accumulator type and are rounded once at the end.
+fn conv_backward<T: ConvElem>(
     x: &[T],
     w: &[T],
     gy: &[T],
@@ -290,6 +418,7 @@ fn conv_backward<T: CpuFloat>(
     need_dx: bool,
     need_dw: bool,
 ) -> (Vec<T>, Vec<T>) {
+    let zero = <T::Acc as num_traits::Zero>::zero();
     let (cg, og, ckk, hw) =
         (geo.in_channels_per_group(), geo.out_channels_per_group(), geo.col_rows(), geo.out_pixels());
     let (in_sample, out_sample, group_in) =
@@ -299,15 +428,17 @@ fn conv_backward<T: CpuFloat>(
     // Sized by the geometry, not by `x`: without the weight gradient `x` is never read (a
     // transposed convolution passes a stand-in).
     let dx_len = if need_dx { geo.n * in_sample } else { 0 };
-    let mut dx = T::alloc_buffer(dx_len);
-    dx.resize(dx_len, T::zero());
+    let mut dx = T::Acc::alloc_buffer(dx_len);
+    dx.resize(dx_len, zero);
     let wlen = w.len();
     let (ph, pw) = geo.opt.padding;
     // One block of samples starting at sample `n0`; `dxs` is the block's input gradient.
-    let per_block = |n0: usize, nb: usize, dxs: &mut [T], dw: &mut Vec<T>| {
+    let per_block = |n0: usize, nb: usize, dxs: &mut [T::Acc], dw: &mut Vec<T::Acc>| {
         let cols_n = nb * l.span;
         let mut cols = T::alloc_buffer(ckk * cols_n);
         cols.resize(ckk * cols_n, T::zero());
+        let mut dcols = T::Acc::alloc_buffer(if need_dx { ckk * cols_n } else { 0 });
+        dcols.resize(if need_dx { ckk * cols_n } else { 0 }, zero);
         let mut gyg = T::alloc_buffer(og * cols_n);
         gyg.resize(og * cols_n, T::zero());
         let (mut pad, mut dpad) = (Vec::new(), Vec::new());
@@ -334,37 +465,23 @@ fn conv_backward<T: CpuFloat>(
                 // dW_g += gy_g (og x B span) * cols^T (B span x ckk)
                 let (gy_rows, cols_t) =
                     (MatRef::row_major(&gyg, (og, cols_n), false), MatRef::row_major(&cols, (cols_n, ckk), true));
-                gemm(
-                    (og, cols_n, ckk),
-                    T::one(),
-                    gy_rows,
-                    cols_t,
-                    T::one(),
-                    &mut dw[gi * og * ckk..(gi + 1) * og * ckk],
-                );
+                T::gemm_acc((og, cols_n, ckk), gy_rows, cols_t, true, &mut dw[gi * og * ckk..(gi + 1) * og * ckk]);
             }
             if need_dx {
                 // dcols = W_g^T (ckk x og) * gy_g (og x B span)
                 let wt = MatRef::row_major(&w[gi * og * ckk..(gi + 1) * og * ckk], (ckk, og), true);
-                gemm(
-                    (ckk, og, cols_n),
-                    T::one(),
-                    wt,
-                    MatRef::row_major(&gyg, (og, cols_n), false),
-                    T::zero(),
-                    &mut cols,
-                );
+                T::gemm_acc((ckk, og, cols_n), wt, MatRef::row_major(&gyg, (og, cols_n), false), false, &mut dcols);
                 for i in 0..nb {
                     let d = &mut dxs[i * in_sample + gi * group_in..][..group_in];
                     if !l.wide() {
-                        col2im(&cols, geo, d, cols_n, i * l.span);
+                        col2im(&dcols, geo, d, cols_n, i * l.span);
                     } else if (ph, pw) == (0, 0) {
-                        col2im_wide(&cols, geo, &l, d, cols_n, i * l.span);
+                        col2im_wide(&dcols, geo, &l, d, cols_n, i * l.span);
                     } else {
                         // Into a padded scratch plane, then its interior into the gradient.
                         dpad.clear();
-                        dpad.resize(cg * l.hp * l.wp, T::zero());
-                        col2im_wide(&cols, geo, &l, &mut dpad, cols_n, i * l.span);
+                        dpad.resize(cg * l.hp * l.wp, zero);
+                        col2im_wide(&dcols, geo, &l, &mut dpad, cols_n, i * l.span);
                         for c in 0..cg {
                             for ih in 0..geo.h {
                                 let src = &dpad[(c * l.hp + ih + ph) * l.wp + pw..][..geo.w];
@@ -378,9 +495,10 @@ fn conv_backward<T: CpuFloat>(
             }
         }
         pool::recycle(cols);
+        pool::recycle(dcols);
         pool::recycle(gyg);
     };
-    let zeros = || vec![T::zero(); if need_dw { wlen } else { 0 }];
+    let zeros = || vec![zero; if need_dw { wlen } else { 0 }];
     let dw = if geo.n <= block {
         // One task: here, as in the forward.
         let mut dw = zeros();
@@ -388,7 +506,7 @@ fn conv_backward<T: CpuFloat>(
         dw
     } else {
         // One weight-gradient partial per block, summed after.
-        let mut partials: Vec<Vec<T>> = (0..geo.n.div_ceil(block)).map(|_| zeros()).collect();
+        let mut partials: Vec<Vec<T::Acc>> = (0..geo.n.div_ceil(block)).map(|_| zeros()).collect();
         if need_dx && !dx.is_empty() {
             team::for_chunks2((&mut dx, block * in_sample), (&mut partials, 1), |bi, dxs, dw| {
                 per_block(bi * block, dxs.len() / in_sample.max(1), dxs, &mut dw[0])
@@ -400,7 +518,7 @@ fn conv_backward<T: CpuFloat>(
         }
         partials.into_iter().reduce(add_vecs).unwrap_or_else(zeros)
     };
-    (dx, dw)
+    (T::narrow_vec(dx), T::narrow_vec(dw))
 }
 
 fn add_vecs<T: CpuFloat>(mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
