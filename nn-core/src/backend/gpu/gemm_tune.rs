@@ -18,7 +18,9 @@
 //! `NN_GPU_GEMM=<variant>` (read once) or [`crate::gpu::force_gemm`] make every product run
 //! that variant where it can (the general one otherwise, saying why in
 //! [`crate::gpu::GemmReport::last`]); `auto` restores tuning. A `+packed` suffix makes f16
-//! tensors go through the packed-word path even on adapters with `SHADER_F16`.
+//! tensors go through the packed-word path even on adapters with `SHADER_F16`; a `+checked`
+//! suffix (or `NN_GPU_GEMM_CHECKED=1`, with any spec) compiles the kernels with wgpu's runtime
+//! checks, which they otherwise go without (see [`super::gemm::compile`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,27 +28,38 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::context::{Buffer, Ctx};
-use super::gemm::{try_compile, Call, Caps, Kernel, GENERAL, SMALL, VARIANTS};
+use super::context::Kernel as Pipeline;
+use super::gemm::{compile, Algo, Call, Caps, Kernel, GENERAL, SMALL, VARIANTS};
 
 /// Multiply-adds under which a product runs `t32x32_4x4` untuned.
 pub(crate) const SMALL_FLOPS: usize = 1 << 21;
 
-/// The largest m, n and k a tuning run computes.
+/// The largest m, n and k the first round of tuning computes.
 pub(crate) const TUNE_CAP: usize = 1024;
+
+/// The largest m, n and k the second round computes (the size itself, up to this).
+pub(crate) const REAL_CAP: usize = 4096;
+
+/// The variants the second round times again.
+pub(crate) const FINALISTS: usize = 3;
+
+/// The second round runs when the fastest variant's time, scaled from the first round's
+/// block to the second's, is at most this (each finalist runs four times).
+pub(crate) const REAL_BUDGET: Duration = Duration::from_millis(40);
 
 /// A size class (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Class {
     enc: &'static str,
     modes: [u32; 2],
-    /// Bucket bounds of m, n, k (`usize::MAX` past 1024).
+    /// Bucket bounds of m, n, k (`usize::MAX` past 4096).
     mnk: [usize; 3],
     batched: bool,
 }
 
 impl Class {
     fn of(call: &Call<'_>) -> Class {
-        let bucket = |d: usize| [16, 64, 256, 1024].into_iter().find(|&b| d <= b).unwrap_or(usize::MAX);
+        let bucket = |d: usize| [16, 64, 256, 1024, 4096].into_iter().find(|&b| d <= b).unwrap_or(usize::MAX);
         let [m, k, n] = call.mkn;
         Class { enc: call.enc.name(), modes: call.modes, mnk: [m, n, k].map(bucket), batched: call.batch() > 1 }
     }
@@ -57,7 +70,7 @@ impl std::fmt::Display for Class {
         write!(f, "{}", self.enc)?;
         for (d, b) in ["m", "n", "k"].iter().zip(self.mnk) {
             match b {
-                usize::MAX => write!(f, " {d}>1024")?,
+                usize::MAX => write!(f, " {d}>4096")?,
                 b => write!(f, " {d}<={b}")?,
             }
         }
@@ -68,8 +81,8 @@ impl std::fmt::Display for Class {
 /// An adapter's GEMM state: what it offers, compiled kernels and refusals, the tuning table.
 pub(crate) struct GemmState {
     pub(crate) caps: Caps,
-    /// Each kernel's source once compiled, or the compiler's refusal.
-    kernels: Mutex<HashMap<Kernel, Result<Arc<str>, String>>>,
+    /// Each kernel's pipeline once compiled, or the compiler's refusal.
+    kernels: Mutex<HashMap<Kernel, Result<Arc<Pipeline>, String>>>,
     /// The tuning table: the variant chosen per class, with the times measured.
     tuned: Mutex<BTreeMap<Class, (usize, String)>>,
     /// The variant of the latest product, with why.
@@ -88,8 +101,8 @@ impl GemmState {
         }
     }
 
-    /// The source of `kernel`, compiled once; `Err` is the refusal, remembered.
-    fn compiled(&self, ctx: &Ctx, kernel: Kernel) -> Result<Arc<str>, String> {
+    /// The pipeline of `kernel`, compiled once; `Err` is the refusal, remembered.
+    fn compiled(&self, ctx: &Ctx, kernel: Kernel) -> Result<Arc<Pipeline>, String> {
         if let Some(r) = lock(&self.kernels).get(&kernel) {
             return r.clone();
         }
@@ -100,7 +113,7 @@ impl GemmState {
         } else {
             src
         };
-        let r = try_compile(ctx, &src).map(|()| Arc::from(src)).map_err(|e| {
+        let r = compile(ctx, kernel, &src).map_err(|e| {
             format!(
                 "gpu:{} adapter `{}` failed to compile GEMM variant `{}` for {}: {e}",
                 self.caps.ordinal,
@@ -123,7 +136,7 @@ impl GemmState {
         if !Kernel::serves(variant, call.enc) {
             return Some(format!("`{}` does not take {}", v.name, call.enc.name()));
         }
-        let kernel = Kernel { variant, enc: call.enc, input: call.has_input() };
+        let kernel = Kernel { variant, enc: call.enc, input: call.has_input(), checked: false };
         let [bm, bn] = kernel.block();
         if call.mkn[0].div_ceil(bm) > 65535 || call.mkn[2].div_ceil(bn) > 65535 {
             return Some(format!("`{}` would need more than 65535 workgroups", v.name));
@@ -132,6 +145,8 @@ impl GemmState {
             Some(Err(e)) => Some(e.clone()),
             _ => None,
         }
+        // (The checked form of a kernel compiles from the same source, so the unchecked
+        // form's refusal stands for both.)
     }
 }
 
@@ -146,27 +161,35 @@ pub(crate) struct Forced {
     pub(crate) variant: Option<usize>,
     /// f16 through packed words.
     pub(crate) packed: bool,
+    /// Kernels compiled with wgpu's runtime checks (see [`super::gemm::compile`]).
+    pub(crate) checked: bool,
 }
 
 impl std::str::FromStr for Forced {
     type Err = String;
 
     fn from_str(spec: &str) -> Result<Forced, String> {
-        let (name, packed) = match spec.strip_suffix("+packed") {
-            Some(name) => (name, true),
-            None => (spec, false),
-        };
+        let (mut name, mut packed, mut checked) = (spec, false, false);
+        loop {
+            if let Some(rest) = name.strip_suffix("+packed") {
+                (name, packed) = (rest, true);
+            } else if let Some(rest) = name.strip_suffix("+checked") {
+                (name, checked) = (rest, true);
+            } else {
+                break;
+            }
+        }
         let variant = match name {
             "auto" | "" => None,
             name => Some(VARIANTS.iter().position(|v| v.name == name).ok_or_else(|| {
                 let names: Vec<&str> = VARIANTS.iter().map(|v| v.name).collect();
                 format!(
-                    "no GEMM variant `{name}`; the variants are auto, {} (each may end in +packed)",
+                    "no GEMM variant `{name}`; the variants are auto, {} (each may end in +packed and/or +checked)",
                     names.join(", ")
                 )
             })?),
         };
-        Ok(Forced { variant, packed })
+        Ok(Forced { variant, packed, checked })
     }
 }
 
@@ -174,7 +197,9 @@ fn forced_cell() -> &'static Mutex<Forced> {
     static FORCED: OnceLock<Mutex<Forced>> = OnceLock::new();
     FORCED.get_or_init(|| {
         let spec = std::env::var("NN_GPU_GEMM").unwrap_or_default();
-        Mutex::new(spec.parse().unwrap_or_else(|e| panic!("NN_GPU_GEMM={spec:?}: {e}")))
+        let mut f: Forced = spec.parse().unwrap_or_else(|e| panic!("NN_GPU_GEMM={spec:?}: {e}"));
+        f.checked |= std::env::var("NN_GPU_GEMM_CHECKED").is_ok_and(|v| v == "1");
+        Mutex::new(f)
     })
 }
 
@@ -195,7 +220,7 @@ pub(crate) fn force(spec: Option<&str>) {
 /// The kernel that runs `call`, compiled, recording the choice as the adapter's latest
 /// (`variant (why) [encoding]`).
 /// Tuning (the first product of a size class) runs the candidates into `out`.
-pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, Arc<str>) {
+pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, Arc<Pipeline>) {
     let state = &call.ctx.gemm;
     let mut why = Vec::new();
     let [m, k, n] = call.mkn;
@@ -208,18 +233,24 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
             }
         },
         None if call.batch() * m * n * k < SMALL_FLOPS => (SMALL, "small".to_string()),
-        None => (tuned(call, out), "tuned".to_string()),
+        None => (tuned(call, forced.checked, out), "tuned".to_string()),
     };
     let input = call.has_input();
     loop {
-        let kernel = Kernel { variant, enc: call.enc, input };
+        let kernel = Kernel { variant, enc: call.enc, input, checked: forced.checked };
         match state.compiled(call.ctx, kernel) {
-            Ok(src) => {
+            Ok(pipeline) => {
                 if !why.is_empty() {
                     reason = why.join("; ");
                 }
+                if forced.checked {
+                    reason += ", checked";
+                }
+                if VARIANTS[variant].algo == Algo::CoopBlock && state.caps.coop_sums() == "f16" {
+                    reason += ", f16 sums: the adapter offers no f32 sums";
+                }
                 *lock(&state.last) = Some(format!("{} ({reason}) [{}]", VARIANTS[variant].name, call.enc.name()));
-                return (kernel, src);
+                return (kernel, pipeline);
             }
             Err(e) if variant != GENERAL => {
                 why.push(e);
@@ -230,8 +261,11 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
     }
 }
 
-/// The tuned variant of `call`'s class, measured now when the class is new.
-fn tuned(call: &Call<'_>, out: &Buffer) -> usize {
+/// The tuned variant of `call`'s class, measured now when the class is new: every variant
+/// on the leading block of at most [`TUNE_CAP`] per dim, then, when the class is larger and
+/// the estimate says it is cheap, the [`FINALISTS`] fastest again at up to [`REAL_CAP`] per
+/// dim, which decides.
+fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
     let state = &call.ctx.gemm;
     let class = Class::of(call);
     if let Some(&(v, _)) = lock(&state.tuned).get(&class) {
@@ -244,29 +278,55 @@ fn tuned(call: &Call<'_>, out: &Buffer) -> usize {
         if state.unavailable(call, variant).is_some() {
             continue;
         }
-        let kernel = Kernel { variant, enc: call.enc, input };
-        let Ok(src) = state.compiled(call.ctx, kernel) else { continue };
-        let timed = || {
-            let t = Instant::now();
-            call.run(kernel, &src, out, Some(proxy));
-            wait(call.ctx, out);
-            t.elapsed()
-        };
-        timed(); // warm-up: the pipeline is built on first use
-        let mut best = timed();
-        for _ in 0..2 {
-            if best > Duration::from_millis(250) {
-                break;
-            }
-            best = best.min(timed());
-        }
-        times.push((best, variant));
+        let kernel = Kernel { variant, enc: call.enc, input, checked };
+        let Ok(pipeline) = state.compiled(call.ctx, kernel) else { continue };
+        times.push((time(call, kernel, &pipeline, out, proxy), variant));
     }
-    let &(_, best) = times.iter().min().expect("the general variant always runs");
-    let table: Vec<String> =
-        times.iter().map(|(t, v)| format!("{} {:.3} ms", VARIANTS[*v].name, t.as_secs_f64() * 1e3)).collect();
+    times.sort();
+    let &(fastest, mut best) = times.first().expect("the general variant always runs");
+    let mut table: Vec<String> = times.iter().map(|(t, v)| format!("{} {}", VARIANTS[*v].name, ms(*t))).collect();
+    let real = call.mkn.map(|d| d.min(REAL_CAP));
+    let scale = |mkn: [usize; 3]| mkn.iter().map(|&d| d as f64).product::<f64>();
+    let estimate = fastest.mul_f64(scale(real) / scale(proxy));
+    if real != proxy && estimate <= REAL_BUDGET {
+        let mut finals = Vec::new();
+        for &(_, variant) in times.iter().take(FINALISTS) {
+            let kernel = Kernel { variant, enc: call.enc, input, checked };
+            let Ok(pipeline) = state.compiled(call.ctx, kernel) else { continue };
+            finals.push((time(call, kernel, &pipeline, out, real), variant));
+        }
+        finals.sort();
+        best = finals[0].1;
+        let [m, k, n] = real;
+        table.push(format!("at {m}x{k}x{n}:"));
+        table.extend(finals.iter().map(|(t, v)| format!("{} {}", VARIANTS[*v].name, ms(*t))));
+    }
     lock(&state.tuned).insert(class, (best, table.join(", ")));
     best
+}
+
+/// The fastest of a warm-up run and up to three timed runs of `kernel` on the leading
+/// `mkn` block of `call`'s first batch entry (one when a run exceeds 250 ms).
+fn time(call: &Call<'_>, kernel: Kernel, pipeline: &Pipeline, out: &Buffer, mkn: [usize; 3]) -> Duration {
+    let timed = || {
+        let t = Instant::now();
+        call.run(kernel, pipeline, out, Some(mkn));
+        wait(call.ctx, out);
+        t.elapsed()
+    };
+    timed(); // warm-up: the pipeline is built on first use
+    let mut best = timed();
+    for _ in 0..2 {
+        if best > Duration::from_millis(250) {
+            break;
+        }
+        best = best.min(timed());
+    }
+    best
+}
+
+fn ms(t: Duration) -> String {
+    format!("{:.3} ms", t.as_secs_f64() * 1e3)
 }
 
 /// Waits for the kernels queued before, by reading one word of `out` back.
@@ -313,7 +373,13 @@ pub(crate) mod tests {
     #[test]
     fn specs_parse_and_bad_ones_list_the_variants() {
         assert_eq!("auto".parse::<Forced>(), Ok(Forced::default()));
-        assert_eq!("t64x64_8x8+packed".parse::<Forced>(), Ok(Forced { variant: Some(2), packed: true }));
+        assert_eq!(
+            "t64x64_8x8+packed".parse::<Forced>(),
+            Ok(Forced { variant: Some(2), packed: true, checked: false })
+        );
+        let both = Forced { variant: Some(7), packed: true, checked: true };
+        assert_eq!("db128x128_k8+checked+packed".parse::<Forced>(), Ok(both));
+        assert_eq!("db128x128_k8+packed+checked".parse::<Forced>(), Ok(both));
         let e = "t9x9".parse::<Forced>().unwrap_err();
         assert!(e.contains("t9x9") && e.contains("coop64x64_f16"), "{e}");
     }
@@ -328,7 +394,7 @@ pub(crate) mod tests {
         }
         let ctx = super::super::context::get(0).expect("checked");
         // t128x64_8x4 with an input, in f32: a kernel no other test of this binary runs.
-        let kernel = Kernel { variant: 3, enc: Enc::F32, input: true };
+        let kernel = Kernel { variant: 3, enc: Enc::F32, input: true, checked: false };
         BROKEN.lock().unwrap_or_else(|e| e.into_inner()).push(kernel);
         force(Some("t128x64_8x4"));
         let (i, a, b) = (Tensor::randn(&[9, 5]), Tensor::randn(&[9, 6]), Tensor::randn(&[6, 5]));
