@@ -44,8 +44,9 @@ pub(crate) const REAL_CAP: usize = 4096;
 pub(crate) const FINALISTS: usize = 3;
 
 /// The second round runs when the fastest variant's time, scaled from the first round's
-/// block to the second's, is at most this (each finalist runs four times).
-pub(crate) const REAL_BUDGET: Duration = Duration::from_millis(40);
+/// block to the second's, is at most this (each finalist runs up to four times: about 2 s
+/// once per size class at most).
+pub(crate) const REAL_BUDGET: Duration = Duration::from_millis(150);
 
 /// A size class (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
