@@ -74,7 +74,12 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
     let sizes = |var: &str, default: &[usize]| -> Vec<usize> {
         std::env::var(var).map_or_else(
             |_| default.to_vec(),
-            |v| v.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap_or_else(|_| panic!("{var}={v:?}: not a list of sizes"))).collect(),
+            |v| {
+                v.split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| s.trim().parse().unwrap_or_else(|_| panic!("{var}={v:?}: not a list of sizes")))
+                    .collect()
+            },
         )
     };
     let budget: f64 = std::env::var("NN_BENCH_BUDGET_MS").map_or(3000.0, |v| v.parse().expect("NN_BENCH_BUDGET_MS"));

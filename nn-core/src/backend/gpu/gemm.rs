@@ -11,11 +11,20 @@
 //! | `t128x128_8x8`  | `gemm_tiled.wgsl`    | 128 x 128                | 8 x 8            | nothing |
 //! | `sg64x64_4x4`   | `gemm_subgroup.wgsl` | 64 x 64                  | 4 x 4            | `SUBGROUP` |
 //! | `coop64x64_f16` | `gemm_coop.wgsl`     | 64 x 64                  | 32 x 32 per subgroup | `EXPERIMENTAL_COOPERATIVE_MATRIX` (16x16x16 f16 products, f32 sums), `SHADER_F16`, `SUBGROUP`, a fixed subgroup size |
+//! | `db128x128_k8`  | `gemm_pipe.wgsl`     | 128 x 128                | 8 x 8            | nothing (not f64) |
+//! | `db128x128_k16` | `gemm_pipe.wgsl`     | 128 x 128                | 8 x 8            | nothing (not f64) |
+//! | `db128x64_k16`  | `gemm_pipe.wgsl`     | 128 x 64                 | 8 x 8            | nothing (not f64) |
+//! | `coop128x128_f16` | `gemm_coop_block.wgsl` | 128 x 128           | 64 x 64 per subgroup | as `coop64x64_f16`, with f32 or (where that is all there is) f16 sums |
 //!
 //! The tiled variants are one template (register blocks in `vec4` registers, BK-deep slices of
-//! A and B staged in workgroup memory); `sg64x64_4x4` passes A's fragments between threads by
-//! subgroup shuffles instead; `coop64x64_f16` runs f16 tensors only, on the adapter's matrix
-//! units.
+//! A and B staged in workgroup memory); the `db` variants hold two slices (the `k` in their
+//! name deep) and load the next into registers while multiplying the current one;
+//! `sg64x64_4x4` passes A's fragments between threads by subgroup shuffles instead; the
+//! `coop` variants run f16 tensors only, on the adapter's matrix units, `coop128x128_f16`
+//! with 4 x 4 sum tiles per subgroup, so each staged tile serves four products.
+//!
+//! Every variant compiles without wgpu's runtime checks (bounds checks, loop bounding):
+//! they stay in bounds by construction, see [`compile`].
 //!
 //! # Layouts
 //! Every variant takes any strides, batch offsets (broadcast batch dims repeat an offset) and
@@ -401,8 +410,8 @@ mod tests {
     /// SPIR-V, with and without bounds checks (the unchecked form is what adapters compile).
     fn validates(what: &str, src: &str) {
         use wgpu::naga;
-        let module = naga::front::wgsl::parse_str(src)
-            .unwrap_or_else(|e| panic!("{what}: {}\n{src}", e.emit_to_string(src)));
+        let module =
+            naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{what}: {}\n{src}", e.emit_to_string(src)));
         let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
             .validate(&module)
             .unwrap_or_else(|e| panic!("{what}: {}\n{src}", e.emit_to_string(src)));

@@ -65,7 +65,9 @@ impl Caps {
         coop: &[wgpu::CooperativeMatrixProperties],
     ) -> Caps {
         use wgpu::CooperativeScalarType as S;
-        let offers = |sums| coop.iter().any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, sums));
+        let offers = |sums| {
+            coop.iter().any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, sums))
+        };
         Caps {
             ordinal,
             adapter: info.name.clone(),

@@ -4,12 +4,15 @@
 //! # Autotuning
 //! Products of fewer than [`SMALL_FLOPS`] multiply-adds run `t32x32_4x4` (launch costs rule
 //! there). Larger ones are grouped into size classes: the element encoding, the two operands'
-//! load modes, a bucket for each of m, n and k (up to 16, 64, 256, 1024, larger) and whether
-//! there is a batch. The first product of a class on an adapter times every variant the
-//! adapter runs for it (each compiled if it was not, once to warm up, then up to three times,
-//! each up to the host's read of one word of the result, keeping the fastest time) on the
-//! leading block of at most [`TUNE_CAP`] per dim of its own operands, writing its own output
-//! buffer; the fastest variant is kept in the adapter's table (a `Mutex<HashMap>` in
+//! load modes, a bucket for each of m, n and k (up to 16, 64, 256, 1024, 4096, larger) and
+//! whether there is a batch. The first product of a class on an adapter times every variant
+//! the adapter runs for it (each compiled if it was not, once to warm up, then up to three
+//! times, each up to the host's read of one word of the result, keeping the fastest time) on
+//! the leading block of at most [`TUNE_CAP`] per dim of its own operands, writing its own
+//! output buffer. When the product is larger and the fastest time, scaled to the product (at
+//! most [`REAL_CAP`] per dim), is at most [`REAL_BUDGET`], the [`FINALISTS`] fastest are
+//! timed again at that size, which decides (large tiles pay off at large sizes only). The
+//! chosen variant is kept in the adapter's table (a `Mutex<HashMap>` in
 //! [`GemmState`]) and serves every later product of the class without waiting. These reads
 //! are the GEMM's only host waits: once per class and adapter, counted in
 //! [`crate::gpu::GemmReport::tuning_waits`].
@@ -27,8 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::context::{Buffer, Ctx};
 use super::context::Kernel as Pipeline;
+use super::context::{Buffer, Ctx};
 use super::gemm::{compile, Algo, Call, Caps, Kernel, GENERAL, SMALL, VARIANTS};
 
 /// Multiply-adds under which a product runs `t32x32_4x4` untuned.
@@ -285,7 +288,10 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
     }
     times.sort();
     let &(fastest, mut best) = times.first().expect("the general variant always runs");
-    let mut table: Vec<String> = times.iter().map(|(t, v)| format!("{} {}", VARIANTS[*v].name, ms(*t))).collect();
+    let row = |times: &[(Duration, usize)]| {
+        times.iter().map(|(t, v)| format!("{} {}", VARIANTS[*v].name, ms(*t))).collect::<Vec<_>>().join(", ")
+    };
+    let mut table = row(&times);
     let real = call.mkn.map(|d| d.min(REAL_CAP));
     let scale = |mkn: [usize; 3]| mkn.iter().map(|&d| d as f64).product::<f64>();
     let estimate = fastest.mul_f64(scale(real) / scale(proxy));
@@ -299,10 +305,9 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
         finals.sort();
         best = finals[0].1;
         let [m, k, n] = real;
-        table.push(format!("at {m}x{k}x{n}:"));
-        table.extend(finals.iter().map(|(t, v)| format!("{} {}", VARIANTS[*v].name, ms(*t))));
+        table += &format!("; at {m}x{k}x{n}: {}", row(&finals));
     }
-    lock(&state.tuned).insert(class, (best, table.join(", ")));
+    lock(&state.tuned).insert(class, (best, table));
     best
 }
 
