@@ -11,11 +11,12 @@
 #   SWEEP_SIZES      f32 sizes, comma-separated (default 1024,4096,8192)
 #   SWEEP_F16_SIZES  f16 sizes (default 4096)
 #   SWEEP_BUDGET_MS  sampling time per product (default 400; at least 5 timed runs)
-#   SWEEP_VARIANTS   the variants to force, space-separated (default: every one offered)
+#   SWEEP_VARIANTS   the variants to force, space-separated (default: every one offered, the
+#                    new ones first)
 #   SWEEP_CHECKED    variants to run again compiled with wgpu's bounds checks
-#                    (default "db128x128_k16 t128x128_8x8")
+#                    (default "db128x128_k16")
 #   SWEEP_RUN_S      time limit of one variant's run (default 45: a run past it is reported)
-#   SWEEP_MAX_S      stop starting runs after this many seconds (default 200)
+#   SWEEP_MAX_S      stop starting runs after this many seconds (default 170)
 # Tiny sizes for a software adapter (lavapipe):
 #   SWEEP_SIZES=64,128 SWEEP_F16_SIZES=64 SWEEP_BUDGET_MS=20 benches/gpu_gemm_sweep.sh
 # Output: one line per (variant, product): GFLOP/s, milliseconds and the variant that really
@@ -27,9 +28,9 @@ BIN=${NN_BENCH_BIN:-target/release/nn_bench}
 SIZES=${SWEEP_SIZES:-1024,4096,8192}
 F16_SIZES=${SWEEP_F16_SIZES:-4096}
 BUDGET=${SWEEP_BUDGET_MS:-400}
-CHECKED=${SWEEP_CHECKED:-db128x128_k16 t128x128_8x8}
+CHECKED=${SWEEP_CHECKED:-db128x128_k16}
 RUN_S=${SWEEP_RUN_S:-45}
-MAX_S=${SWEEP_MAX_S:-200}
+MAX_S=${SWEEP_MAX_S:-170}
 [ -x "$BIN" ] || { echo "gpu_gemm_sweep: no binary $BIN (build: cargo build --release -p nn-bench --features gpu --bin nn_bench)" >&2; exit 2; }
 START=$(date +%s)
 
@@ -73,9 +74,15 @@ while IFS= read -r line; do
     if [ "$why" = null ]; then offered="$offered $v"; else echo "refused: $why"; fi
 done < <(grep '"gemm_variant"' <<<"$report")
 echo "offered:$offered"
+# The newest and likeliest fastest first (SWEEP_MAX_S may cut the tail).
+ordered=""
+for v in db128x128_k16 db128x128_k8 db128x64_k16 coop128x128_f16 t128x128_8x8 t64x64_8x8 coop64x64_f16 \
+    t128x64_8x4 sg64x64_4x4 t64x64_4x4 t32x32_4x4 $offered; do
+    case " $offered " in *" $v "*) case " $ordered " in *" $v "*) ;; *) ordered="$ordered $v" ;; esac ;; esac
+done
 echo
 run auto "$SIZES" "$F16_SIZES"
-for v in ${SWEEP_VARIANTS:-$offered}; do
+for v in ${SWEEP_VARIANTS:-$ordered}; do
     case $v in
         coop*) run "$v" "" "$F16_SIZES" ;;   # f16 only
         *) run "$v" "$SIZES" "$F16_SIZES" ;;
