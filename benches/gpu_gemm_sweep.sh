@@ -17,6 +17,10 @@
 #                    (default "db128x128_k16")
 #   SWEEP_RUN_S      time limit of one variant's run (default 45: a run past it is reported)
 #   SWEEP_MAX_S      stop starting runs after this many seconds (default 170)
+#   GEMM_TEST_BIN    a prebuilt nn-core/tests/gpu_gemm.rs binary, run first (each variant
+#                    against the CPU: the cooperative-matrix ones can be checked only on a
+#                    device): cargo test --release -p nn-core --features gpu --test gpu_gemm --no-run
+#                    prints its path; strip it (`strip -o target/gpu_gemm_test PATH`)
 # Tiny sizes for a software adapter (lavapipe):
 #   SWEEP_SIZES=64,128 SWEEP_F16_SIZES=64 SWEEP_BUDGET_MS=20 benches/gpu_gemm_sweep.sh
 # Output: one line per (variant, product): GFLOP/s, milliseconds and the variant that really
@@ -64,6 +68,13 @@ run() {
     fi
 }
 
+if [ -n "${GEMM_TEST_BIN:-}" ]; then
+    echo "== $GEMM_TEST_BIN (every variant against the CPU)"
+    NN_GPU_GEMM= timeout 150 "$GEMM_TEST_BIN" --test-threads=1 --nocapture 2>&1 \
+        | grep -E "offered|refused|REFUSED|forced coop|panicked|test result|element|ran past" | grep -v "^forced t\|^forced db\|^forced sg"
+    echo "== (test binary exit ${PIPESTATUS[0]}, $(( $(date +%s) - START )) s)"
+    START=$(date +%s)
+fi
 report=$(NN_BENCH_GPU_GEMM_SIZES= NN_BENCH_GPU_GEMM_F16_SIZES= timeout 60 "$BIN" gpu_gemm_report 2>&1) \
     || { echo "gpu_gemm_sweep: nn_bench failed:"; echo "$report"; exit 1; }
 echo "adapter: $(grep '"adapter"' <<<"$report" | field adapter)"
