@@ -10,12 +10,12 @@
 //! times, each up to the host's read of one word of the result, keeping the fastest time) on
 //! the leading block of at most [`TUNE_CAP`] per dim of its own operands, writing its own
 //! output buffer. When the product is larger and the fastest time, scaled to the product (at
-//! most [`REAL_CAP`] per dim), is at most [`REAL_BUDGET`], the [`FINALISTS`] fastest are
-//! timed again at that size, which decides (large tiles pay off at large sizes only). The
-//! chosen variant is kept in the adapter's table (a `Mutex<HashMap>` in
-//! [`GemmState`]) and serves every later product of the class without waiting. These reads
-//! are the GEMM's only host waits: once per class and adapter, counted in
-//! [`crate::gpu::GemmReport::tuning_waits`].
+//! most [`REAL_CAP`] per dim), is at most [`REAL_BUDGET`], the [`FINALISTS`] fastest (and
+//! the fastest of each 128-row block shape) are timed again at that size, which decides
+//! (large tiles pay off at large sizes only). The chosen variant is kept in the adapter's
+//! table (a `Mutex<HashMap>` in [`GemmState`]) and serves every later product of the class
+//! without waiting. These reads are the GEMM's only host waits: once per class and adapter,
+//! counted in [`crate::gpu::GemmReport::tuning_waits`].
 //!
 //! # Forcing a variant
 //! `NN_GPU_GEMM=<variant>` (read once) or [`crate::gpu::force_gemm`] make every product run
@@ -47,8 +47,8 @@ pub(crate) const REAL_CAP: usize = 4096;
 pub(crate) const FINALISTS: usize = 3;
 
 /// The second round runs when the fastest variant's time, scaled from the first round's
-/// block to the second's, is at most this (each finalist runs up to four times: about 2 s
-/// once per size class at most).
+/// block to the second's, is at most this (each of the up to six finalists runs up to four
+/// times: about 4 s once per size class at most).
 pub(crate) const REAL_BUDGET: Duration = Duration::from_millis(150);
 
 /// A size class (see the module docs).
@@ -267,8 +267,8 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
 
 /// The tuned variant of `call`'s class, measured now when the class is new: every variant
 /// on the leading block of at most [`TUNE_CAP`] per dim, then, when the class is larger and
-/// the estimate says it is cheap, the [`FINALISTS`] fastest again at up to [`REAL_CAP`] per
-/// dim, which decides.
+/// the estimate says it is cheap, the finalists ([`finalists`]) again at up to [`REAL_CAP`]
+/// per dim, which decides.
 fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
     let state = &call.ctx.gemm;
     let class = Class::of(call);
@@ -297,7 +297,7 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
     let estimate = fastest.mul_f64(scale(real) / scale(proxy));
     if real != proxy && estimate <= REAL_BUDGET {
         let mut finals = Vec::new();
-        for &(_, variant) in times.iter().take(FINALISTS) {
+        for variant in finalists(&times, call.enc, input) {
             let kernel = Kernel { variant, enc: call.enc, input, checked };
             let Ok(pipeline) = state.compiled(call.ctx, kernel) else { continue };
             finals.push((time(call, kernel, &pipeline, out, real), variant));
@@ -309,6 +309,21 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
     }
     lock(&state.tuned).insert(class, (best, table));
     best
+}
+
+/// The variants the second round times, from the first round's `times` (fastest first): the
+/// [`FINALISTS`] fastest, and the fastest of each block shape of 128 rows (too few
+/// workgroups to fill a large GPU at 1024, they may still win at the real size).
+fn finalists(times: &[(Duration, usize)], enc: super::gemm::Enc, input: bool) -> Vec<usize> {
+    let block = |variant| Kernel { variant, enc, input, checked: false }.block();
+    let mut out: Vec<usize> = Vec::new();
+    for (i, &(_, v)) in times.iter().enumerate() {
+        let shape = block(v);
+        if i < FINALISTS || (shape[0] >= 128 && out.iter().all(|&w| block(w) != shape)) {
+            out.push(v);
+        }
+    }
+    out
 }
 
 /// The fastest of a warm-up run and up to three timed runs of `kernel` on the leading
