@@ -144,7 +144,7 @@ fn run_cases(dtype: DType, label: &str) -> Vec<String> {
 fn needs(variant: &str) -> &'static [&'static str] {
     match variant {
         "sg64x64_4x4" => &["SUBGROUP", "subgroups of a power-of-two size"],
-        "coop64x64_f16" | "coop128x128_f16" => &[
+        "coop64x64_f16" | "coop128x128_f16" | "coop128x128_db_f16" => &[
             "EXPERIMENTAL_COOPERATIVE_MATRIX",
             "SHADER_F16",
             "SUBGROUP",
@@ -162,7 +162,7 @@ fn every_variant_matches_the_cpu_or_is_refused_with_a_right_fallback() {
     eprintln!("gpu:0 is {}", gpu::adapter_info(0).unwrap());
     manual_seed(7);
     let report = gpu::gemm_report(0).expect("gpu:0 is open");
-    assert_eq!(report.variants.len(), 11, "{report:?}");
+    assert_eq!(report.variants.len(), 12, "{report:?}");
     let mut summary = Vec::new();
     for (variant, refused) in &report.variants {
         match refused {

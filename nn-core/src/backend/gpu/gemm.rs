@@ -15,13 +15,16 @@
 //! | `db128x128_k16` | `gemm_pipe.wgsl`     | 128 x 128                | 8 x 8            | nothing (not f64) |
 //! | `db128x64_k16`  | `gemm_pipe.wgsl`     | 128 x 64                 | 8 x 8            | nothing (not f64) |
 //! | `coop128x128_f16` | `gemm_coop_block.wgsl` | 128 x 128           | 64 x 64 per subgroup | as `coop64x64_f16`, with f32 or (where that is all there is) f16 sums |
+//! | `coop128x128_db_f16` | `gemm_coop_block.wgsl` | 128 x 128        | 64 x 64 per subgroup | as `coop128x128_f16` |
 //!
 //! The tiled variants are one template (register blocks in `vec4` registers, BK-deep slices of
 //! A and B staged in workgroup memory); the `db` variants hold two slices (the `k` in their
 //! name deep) and load the next into registers while multiplying the current one;
 //! `sg64x64_4x4` passes A's fragments between threads by subgroup shuffles instead; the
-//! `coop` variants run f16 tensors only, on the adapter's matrix units, `coop128x128_f16`
-//! with 4 x 4 sum tiles per subgroup, so each staged tile serves four products.
+//! `coop` variants run f16 tensors only, on the adapter's matrix units, the `coop128x128`
+//! ones with 4 x 4 sum tiles per subgroup, so each staged tile serves four products (`db`:
+//! two slices staged, the next loaded into registers during the products, as the `db` f32
+//! variants).
 //!
 //! Every variant compiles without wgpu's runtime checks (bounds checks, loop bounding):
 //! they stay in bounds by construction, see [`compile`].
@@ -58,10 +61,10 @@ use crate::shape::Layout;
 static ELEM: Family = Family::new("gemm_elem.wgsl", include_str!("wgsl/gemm_elem.wgsl"));
 static FILL: Family = Family::new("gemm_fill.wgsl", include_str!("wgsl/gemm_fill.wgsl"));
 const TILED: &str = include_str!("wgsl/gemm_tiled.wgsl");
-const PIPELINED: &str = include_str!("wgsl/gemm_pipe.wgsl");
+static PIPELINED: Family = Family::new("gemm_pipe.wgsl", include_str!("wgsl/gemm_pipe.wgsl"));
 const SUBGROUP: &str = include_str!("wgsl/gemm_subgroup.wgsl");
 const COOP: &str = include_str!("wgsl/gemm_coop.wgsl");
-const COOP_BLOCK: &str = include_str!("wgsl/gemm_coop_block.wgsl");
+static COOP_BLOCK: Family = Family::new("gemm_coop_block.wgsl", include_str!("wgsl/gemm_coop_block.wgsl"));
 
 /// How a variant computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,8 +79,8 @@ pub(crate) enum Algo {
     Subgroup,
     /// `gemm_coop.wgsl`.
     Coop,
-    /// `gemm_coop_block.wgsl`.
-    CoopBlock,
+    /// `gemm_coop_block.wgsl`, one slice staged at a time or (`double`) two.
+    CoopBlock { double: bool },
 }
 
 /// A GEMM kernel design, compiled per element encoding (see [`Kernel`]).
@@ -103,7 +106,7 @@ const fn pipelined(name: &'static str, bm: u32, bn: u32, bk: u32) -> Variant {
 }
 
 /// Every variant, in the order they are tried as fallbacks.
-pub(crate) const VARIANTS: [Variant; 11] = [
+pub(crate) const VARIANTS: [Variant; 12] = [
     tiled("t32x32_4x4", 32, 32, 16, 4, 4),
     tiled("t64x64_4x4", 64, 64, 16, 4, 4),
     tiled("t64x64_8x8", 64, 64, 16, 8, 8),
@@ -114,7 +117,8 @@ pub(crate) const VARIANTS: [Variant; 11] = [
     pipelined("db128x128_k8", 128, 128, 8),
     pipelined("db128x128_k16", 128, 128, 16),
     pipelined("db128x64_k16", 128, 64, 16),
-    Variant { name: "coop128x128_f16", algo: Algo::CoopBlock },
+    Variant { name: "coop128x128_f16", algo: Algo::CoopBlock { double: false } },
+    Variant { name: "coop128x128_db_f16", algo: Algo::CoopBlock { double: true } },
 ];
 
 /// The variant every call can run (any element type, layout and adapter): the fallback.
@@ -142,7 +146,7 @@ impl Kernel {
         match VARIANTS[variant].algo {
             Algo::Tiled { .. } => true,
             Algo::Subgroup | Algo::Pipelined { .. } => enc != Enc::F64,
-            Algo::Coop | Algo::CoopBlock => enc == Enc::F16,
+            Algo::Coop | Algo::CoopBlock { .. } => enc == Enc::F16,
         }
     }
 
@@ -151,7 +155,7 @@ impl Kernel {
         match VARIANTS[self.variant].algo {
             Algo::Tiled { bm, bn, .. } | Algo::Pipelined { bm, bn, .. } => [bm as usize, bn as usize],
             Algo::Subgroup | Algo::Coop => [64, 64],
-            Algo::CoopBlock => [128, 128],
+            Algo::CoopBlock { .. } => [128, 128],
         }
     }
 
@@ -170,7 +174,7 @@ impl Kernel {
         if self.enc == Enc::F16 {
             enable.push_str("enable f16;\n");
         }
-        if matches!(algo, Algo::Coop | Algo::CoopBlock) {
+        if matches!(algo, Algo::Coop | Algo::CoopBlock { .. }) {
             enable.push_str("enable wgpu_cooperative_matrix;\n");
         }
         let y_binding = if self.input { "5" } else { "4" };
@@ -187,10 +191,13 @@ impl Kernel {
             src += &fill(ELEM.kernel(load), &[("X", x)]);
         }
         src += &fill(ELEM.kernel(store), &[("OUT", out), ("BITS", bits)]);
-        if matches!(algo, Algo::Tiled { .. } | Algo::Coop | Algo::CoopBlock) {
-            src += FILL.kernel("fill_a");
-        }
-        if !matches!(algo, Algo::Pipelined { .. }) {
+        let registers = matches!(algo, Algo::Pipelined { .. } | Algo::CoopBlock { double: true });
+        if registers {
+            src += PIPELINED.kernel("loads");
+        } else {
+            if algo != Algo::Subgroup {
+                src += FILL.kernel("fill_a");
+            }
             src += FILL.kernel("fill_b");
         }
         let n = |v: u32| v.to_string();
@@ -198,10 +205,16 @@ impl Kernel {
             Algo::Tiled { bm, bn, bk, tm, tn } => {
                 fill(TILED, &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk)), ("TM", &n(tm)), ("TN", &n(tn))])
             }
-            Algo::Pipelined { bm, bn, bk } => fill(PIPELINED, &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk))]),
+            Algo::Pipelined { bm, bn, bk } => {
+                fill(PIPELINED.kernel("main"), &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk))])
+            }
             Algo::Subgroup => fill(SUBGROUP, &[("LANES", &n(caps.lanes()))]),
             Algo::Coop => fill(COOP, &[("SG", &n(caps.subgroup_sizes[0]))]),
-            Algo::CoopBlock => fill(COOP_BLOCK, &[("SG", &n(caps.subgroup_sizes[0])), ("ACC", caps.coop_sums())]),
+            Algo::CoopBlock { double } => {
+                let common = [("SG", n(caps.subgroup_sizes[0])), ("ACC", caps.coop_sums().to_string())];
+                let common: Vec<(&str, &str)> = common.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                fill(COOP_BLOCK.kernel("common"), &common) + COOP_BLOCK.kernel(if double { "double" } else { "single" })
+            }
         };
         src
     }
@@ -443,23 +456,25 @@ mod tests {
                 }
             }
         }
-        // 5 tiled x 5 encodings, subgroup and 3 pipelined x 4, 2 coop x 1; with and without
+        // 5 tiled x 5 encodings, subgroup and 3 pipelined x 4, 3 coop x 1; with and without
         // an input.
-        assert_eq!(checked, 2 * (5 * 5 + 4 * 4 + 2));
+        assert_eq!(checked, 2 * (5 * 5 + 4 * 4 + 3));
     }
 
     /// The blocked cooperative-matrix kernel sums in f32 where the adapter offers f32 sums,
     /// in f16 where only f16 sums are offered, and validates either way.
     #[test]
     fn the_blocked_coop_kernel_sums_in_what_the_adapter_offers() {
-        let block = VARIANTS.iter().position(|v| v.algo == Algo::CoopBlock).expect("listed");
+        let block = VARIANTS.iter().position(|v| v.algo == Algo::CoopBlock { double: false }).expect("listed");
         let mut caps = caps(wgpu::Features::all());
         for (f32_sums, want) in [(true, "alias ACC = f32;"), (false, "alias ACC = f16;")] {
             (caps.coop_f16, caps.coop_f16_sums) = (f32_sums, !f32_sums);
-            assert_eq!(caps.refusal(&VARIANTS[block]), None);
-            let src = Kernel { variant: block, enc: Enc::F16, input: true, checked: false }.source(&caps);
-            assert!(src.contains(want), "{src}");
-            validates(want, &src);
+            for variant in [block, block + 1] {
+                assert_eq!(caps.refusal(&VARIANTS[variant]), None);
+                let src = Kernel { variant, enc: Enc::F16, input: true, checked: false }.source(&caps);
+                assert!(src.contains(want), "{src}");
+                validates(want, &src);
+            }
         }
         caps.coop_f16_sums = false;
         let why = caps.refusal(&VARIANTS[block]).expect("refused");

@@ -81,11 +81,11 @@ impl Caps {
     /// Why the adapter cannot run variant `v`, or `None` when it can.
     pub(crate) fn refusal(&self, v: &Variant) -> Option<String> {
         use wgpu::Features as F;
-        let coop = matches!(v.algo, Algo::Coop | Algo::CoopBlock);
+        let coop = matches!(v.algo, Algo::Coop | Algo::CoopBlock { .. });
         let needs = match v.algo {
             Algo::Tiled { .. } | Algo::Pipelined { .. } => F::empty(),
             Algo::Subgroup => F::SUBGROUP,
-            Algo::Coop | Algo::CoopBlock => F::EXPERIMENTAL_COOPERATIVE_MATRIX | F::SHADER_F16 | F::SUBGROUP,
+            Algo::Coop | Algo::CoopBlock { .. } => F::EXPERIMENTAL_COOPERATIVE_MATRIX | F::SHADER_F16 | F::SUBGROUP,
         };
         let names = [
             (F::EXPERIMENTAL_COOPERATIVE_MATRIX, "EXPERIMENTAL_COOPERATIVE_MATRIX"),
@@ -101,7 +101,7 @@ impl Caps {
             format!("subgroups of a power-of-two size (its smallest is {lo})")
         } else if v.algo == Algo::Coop && !self.coop_f16 {
             "16x16x16 cooperative matrices of f16 with f32 sums".to_string()
-        } else if v.algo == Algo::CoopBlock && !self.coop_f16 && !self.coop_f16_sums {
+        } else if matches!(v.algo, Algo::CoopBlock { .. }) && !self.coop_f16 && !self.coop_f16_sums {
             "16x16x16 cooperative matrices of f16 (with f32 or f16 sums)".to_string()
         } else if coop && lo != hi {
             format!("a fixed subgroup size (it has {lo} to {hi})")
@@ -114,7 +114,7 @@ impl Caps {
         ))
     }
 
-    /// The type `coop128x128_f16` sums in: `f32` where the adapter offers f16 x f16 -> f32
+    /// The type the `coop128x128` variants sum in: `f32` where the adapter offers f16 x f16 -> f32
     /// tiles, else `f16`.
     pub(crate) fn coop_sums(&self) -> &'static str {
         if self.coop_f16 {

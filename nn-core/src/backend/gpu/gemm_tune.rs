@@ -250,7 +250,7 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
                 if forced.checked {
                     reason += ", checked";
                 }
-                if VARIANTS[variant].algo == Algo::CoopBlock && state.caps.coop_sums() == "f16" {
+                if matches!(VARIANTS[variant].algo, Algo::CoopBlock { .. }) && state.caps.coop_sums() == "f16" {
                     reason += ", f16 sums: the adapter offers no f32 sums";
                 }
                 *lock(&state.last) = Some(format!("{} ({reason}) [{}]", VARIANTS[variant].name, call.enc.name()));

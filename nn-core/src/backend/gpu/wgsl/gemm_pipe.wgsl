@@ -16,21 +16,12 @@
 // size is a multiple of 64 bytes); workgroup and private arrays are indexed by constants,
 // loop counters under constant bounds and the thread's own index.
 
-const BM = {{BM}}u;
-const BN = {{BN}}u;
-const BK = {{BK}}u;
-const WG = (BM / 8u) * (BN / 8u);
-const RUN = 4u;
-const SA = BM + 4u;
-const SB = BN + 4u;
-const NA = BM * BK / 4u / WG;
-const NB = BN * BK / 4u / WG;
-
-var<private> row: array<F, RUN>;
-var<private> ra: array<vec4<F>, NA>;
-var<private> rb: array<vec4<F>, NB>;
-var<workgroup> As: array<vec4<F>, 2u * BK * SA / 4u>;
-var<workgroup> Bs: array<vec4<F>, 2u * BK * SB / 4u>;
+//# loads
+// Global to registers, shared with gemm_coop_block.wgsl's `double` kernel: the kernel defines
+// BM, BN, BK, WG, NA = BM * BK / 4 / WG, NB = BN * BK / 4 / WG and R, the register type (a
+// `vec4` the loaded `vec4<F>` converts to).
+var<private> ra: array<R, NA>;
+var<private> rb: array<R, NB>;
 
 // Slice `t` of A into `ra`: k fastest (modes 0, 2: row u / (BK/4), four k from (u % (BK/4)) * 4)
 // or m fastest (modes 1, 3: k u / (BM/4), four rows from (u % (BM/4)) * 4).
@@ -61,25 +52,7 @@ fn load_a(oa: u32, row0: u32, t: u32, tid: u32) {
                 }
             }
         }
-        ra[e] = v;
-    }
-}
-
-fn store_a(s: u32, tid: u32) {
-    let mode = P[11];
-    for (var e = 0u; e < NA; e++) {
-        let u = tid + e * WG;
-        if (mode == 0u || mode == 2u) {
-            let r = u / (BK / 4u);
-            let kk = (u % (BK / 4u)) * 4u;
-            for (var j = 0u; j < 4u; j++) {
-                As[(s * BK + kk + j) * (SA / 4u) + r / 4u][r % 4u] = ra[e][j];
-            }
-        } else {
-            let kk = u / (BM / 4u);
-            let r = (u % (BM / 4u)) * 4u;
-            As[(s * BK + kk) * (SA / 4u) + r / 4u] = ra[e];
-        }
+        ra[e] = R(v);
     }
 }
 
@@ -112,7 +85,42 @@ fn load_b(ob: u32, col0: u32, t: u32, tid: u32) {
                 }
             }
         }
-        rb[e] = v;
+        rb[e] = R(v);
+    }
+}
+
+//# main
+const BM = {{BM}}u;
+const BN = {{BN}}u;
+const BK = {{BK}}u;
+const WG = (BM / 8u) * (BN / 8u);
+const RUN = 4u;
+const SA = BM + 4u;
+const SB = BN + 4u;
+const NA = BM * BK / 4u / WG;
+const NB = BN * BK / 4u / WG;
+
+alias R = vec4<F>;
+
+var<private> row: array<F, RUN>;
+var<workgroup> As: array<vec4<F>, 2u * BK * SA / 4u>;
+var<workgroup> Bs: array<vec4<F>, 2u * BK * SB / 4u>;
+
+fn store_a(s: u32, tid: u32) {
+    let mode = P[11];
+    for (var e = 0u; e < NA; e++) {
+        let u = tid + e * WG;
+        if (mode == 0u || mode == 2u) {
+            let r = u / (BK / 4u);
+            let kk = (u % (BK / 4u)) * 4u;
+            for (var j = 0u; j < 4u; j++) {
+                As[(s * BK + kk + j) * (SA / 4u) + r / 4u][r % 4u] = ra[e][j];
+            }
+        } else {
+            let kk = u / (BM / 4u);
+            let r = (u % (BM / 4u)) * 4u;
+            As[(s * BK + kk) * (SA / 4u) + r / 4u] = ra[e];
+        }
     }
 }
 
