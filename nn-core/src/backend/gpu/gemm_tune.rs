@@ -12,7 +12,10 @@
 //! output buffer. When the product is larger and the fastest time, scaled to the product (at
 //! most [`REAL_CAP`] per dim), is at most [`REAL_BUDGET`], the [`FINALISTS`] fastest (and
 //! the fastest of each 128-row block shape) are timed again at that size, which decides
-//! (large tiles pay off at large sizes only). The chosen variant is kept in the adapter's
+//! (large tiles pay off at large sizes only). Every candidate's product of the first round's
+//! block is read back and checked against the general variant's (within rounding, see
+//! [`agrees`]): one that differs (a kernel never run on this kind of adapter, a driver's
+//! miscompilation) is refused, and [`crate::gpu::gemm_report`] says so. The chosen variant is kept in the adapter's
 //! table (a `Mutex<HashMap>` in [`GemmState`]) and serves every later product of the class
 //! without waiting. These reads are the GEMM's only host waits: once per class and adapter,
 //! counted in [`crate::gpu::GemmReport::tuning_waits`].
@@ -32,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use super::context::Kernel as Pipeline;
 use super::context::{Buffer, Ctx};
-use super::gemm::{compile, Algo, Call, Caps, Kernel, GENERAL, SMALL, VARIANTS};
+use super::gemm::{compile, Algo, Call, Caps, Enc, Kernel, GENERAL, SMALL, VARIANTS};
 
 /// Multiply-adds under which a product runs `t32x32_4x4` untuned.
 pub(crate) const SMALL_FLOPS: usize = 1 << 21;
@@ -114,6 +117,8 @@ impl GemmState {
         #[cfg(test)]
         let src = if tests::BROKEN.lock().unwrap_or_else(|e| e.into_inner()).contains(&kernel) {
             src + "\nfn broken( {\n"
+        } else if tests::WRONG.lock().unwrap_or_else(|e| e.into_inner()).contains(&kernel) {
+            src.replace("let alpha = K[0];", "let alpha = K[0] * 1.5;")
         } else {
             src
         };
@@ -277,6 +282,14 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
     }
     let proxy = call.mkn.map(|d| d.min(TUNE_CAP));
     let input = call.has_input();
+    let general = Kernel { variant: GENERAL, enc: call.enc, input, checked };
+    let reference = match state.compiled(call.ctx, general) {
+        Ok(pipeline) => {
+            call.run(general, &pipeline, out, Some(proxy));
+            read(call, out, proxy[0] * proxy[2])
+        }
+        Err(e) => panic!("{e}"),
+    };
     let mut times = Vec::new();
     for variant in 0..VARIANTS.len() {
         if state.unavailable(call, variant).is_some() {
@@ -284,7 +297,21 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
         }
         let kernel = Kernel { variant, enc: call.enc, input, checked };
         let Ok(pipeline) = state.compiled(call.ctx, kernel) else { continue };
-        times.push((time(call, kernel, &pipeline, out, proxy), variant));
+        let t = time(call, kernel, &pipeline, out, proxy);
+        if variant != GENERAL {
+            if let Err(e) = agrees(call.enc, &reference, &read(call, out, reference.len())) {
+                let why = format!(
+                    "gpu:{} adapter `{}`: GEMM variant `{}` computed a wrong product for {} while tuning ({e}): refused",
+                    state.caps.ordinal,
+                    state.caps.adapter,
+                    VARIANTS[variant].name,
+                    call.enc.name()
+                );
+                lock(&state.kernels).insert(kernel, Err(why));
+                continue;
+            }
+        }
+        times.push((t, variant));
     }
     times.sort();
     let &(fastest, mut best) = times.first().expect("the general variant always runs");
@@ -350,6 +377,58 @@ fn ms(t: Duration) -> String {
     format!("{:.3} ms", t.as_secs_f64() * 1e3)
 }
 
+/// The first `count` elements of `out` (a tuning wait).
+fn read(call: &Call<'_>, out: &Buffer, count: usize) -> Vec<f64> {
+    call.ctx.gemm.tuning_waits.fetch_add(1, Ordering::Relaxed);
+    let size = if call.enc == Enc::F64 {
+        8
+    } else if call.enc == Enc::F32 {
+        4
+    } else {
+        2
+    };
+    let bytes = call.ctx.download(out, count * size);
+    let enc = call.enc;
+    bytes
+        .chunks_exact(size)
+        .take(count)
+        .map(|b| match enc {
+            Enc::F64 => f64::from_le_bytes(b.try_into().expect("8 bytes")),
+            Enc::F32 => f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+            Enc::F16 | Enc::F16Packed => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+            Enc::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+        })
+        .collect()
+}
+
+/// Whether a candidate's product `got` matches the general variant's `want` within what
+/// summation order (and, for 16-bit types, f16 sums on matrix units) explains: every
+/// element within `tol * max |want|`. A check against kernels a driver miscompiles, or
+/// that were never run on this kind of adapter, before one may win. Products with
+/// non-finite values pass (they say nothing).
+fn agrees(enc: Enc, want: &[f64], got: &[f64]) -> Result<(), String> {
+    if want.iter().any(|w| !w.is_finite()) {
+        return Ok(());
+    }
+    let tol = match enc {
+        Enc::F64 => 1e-9,
+        Enc::F32 => 1e-4,
+        Enc::F16 | Enc::F16Packed | Enc::BF16 => 5e-2,
+    };
+    let scale = want.iter().fold(f64::MIN_POSITIVE, |m, w| m.max(w.abs()));
+    let (i, err) = want
+        .iter()
+        .zip(got)
+        .map(|(w, g)| if g.is_finite() { (w - g).abs() } else { f64::INFINITY })
+        .enumerate()
+        .fold((0, 0.0), |(bi, be), (i, e)| if e > be { (i, e) } else { (bi, be) });
+    if err <= tol * scale {
+        Ok(())
+    } else {
+        Err(format!("element {i} is {}, the general variant's {} (largest {scale:e})", got[i], want[i]))
+    }
+}
+
 /// Waits for the kernels queued before, by reading one word of `out` back.
 fn wait(ctx: &'static Ctx, out: &Buffer) {
     ctx.gemm.tuning_waits.fetch_add(1, Ordering::Relaxed);
@@ -385,11 +464,63 @@ pub(crate) fn report(ctx: &Ctx) -> Report {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::backend::gpu::gemm::Enc;
     use crate::{Device, Tensor};
 
     /// Kernels whose source the tests break, to see a compile failure caught.
     pub(crate) static BROKEN: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
+
+    /// The lock of the tests that force variants or depend on tuning (the choice is
+    /// process-wide).
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// Kernels the tests make compute a wrong product (alpha scaled by 1.5).
+    pub(crate) static WRONG: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
+
+    #[test]
+    fn agreement_allows_rounding_and_catches_wrong_values() {
+        let want = [1.0, -2.0, 4.0];
+        assert_eq!(agrees(Enc::F32, &want, &[1.0, -2.0002, 4.0]), Ok(()));
+        let e = agrees(Enc::F32, &want, &[1.0, -2.0, 4.01]).unwrap_err();
+        assert!(e.starts_with("element 2 is 4.01, the general variant's 4"), "{e}");
+        assert!(agrees(Enc::F16, &want, &[1.1, -2.0, 4.0]).is_ok());
+        assert!(agrees(Enc::F16, &want, &[1.0, 2.0, 4.0]).is_err());
+        assert!(agrees(Enc::F32, &want, &[1.0, f64::NAN, 4.0]).is_err());
+        assert!(agrees(Enc::F32, &[f64::INFINITY, 0.0], &[0.0, 9.0]).is_ok());
+    }
+
+    /// A candidate whose product is wrong cannot win the tuning: it is refused, and says so
+    /// in the report.
+    #[test]
+    fn a_wrong_candidate_is_refused_while_tuning() {
+        let _serial = lock(&SERIAL);
+        let gpu = Device::Gpu(0);
+        if let Err(e) = gpu.check() {
+            panic!("this test needs gpu:0: {e}");
+        }
+        let ctx = super::super::context::get(0).expect("checked");
+        let t128 = VARIANTS.iter().position(|v| v.name == "t128x128_8x8").expect("listed");
+        WRONG.lock().unwrap_or_else(|e| e.into_inner()).push(Kernel {
+            variant: t128,
+            enc: Enc::F32,
+            input: false,
+            checked: false,
+        });
+        // A batched class no other test of this binary tunes.
+        let (a, b) = (Tensor::randn(&[2, 300, 520]), Tensor::randn(&[2, 520, 36]));
+        let want = a.matmul(&b).to_vec();
+        let got = a.to_device(gpu).matmul(&b.to_device(gpu)).to_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} against {w}");
+        }
+        let (variants, tuned, _, _) = report(ctx);
+        let (_, refused) = &variants[t128];
+        assert!(
+            refused.as_deref().is_some_and(|e| e.contains("`t128x128_8x8` computed a wrong product for f32")),
+            "{refused:?}"
+        );
+        let (_, entry) = tuned.iter().find(|(c, _)| c.contains("batched") && c.contains("n<=64")).expect("tuned");
+        assert!(!entry.contains("t128x128_8x8"), "{entry}");
+    }
 
     #[test]
     fn specs_parse_and_bad_ones_list_the_variants() {
@@ -409,6 +540,7 @@ pub(crate) mod tests {
     /// variant, and the product still comes out right, from the general variant.
     #[test]
     fn a_compile_failure_falls_back_and_is_remembered() {
+        let _serial = lock(&SERIAL);
         let gpu = Device::Gpu(0);
         if let Err(e) = gpu.check() {
             panic!("this test needs gpu:0: {e}");
