@@ -291,7 +291,7 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
         Err(e) => panic!("{e}"),
     };
     let mut times = Vec::new();
-    for variant in 0..VARIANTS.len() {
+    for (variant, v) in VARIANTS.iter().enumerate() {
         if state.unavailable(call, variant).is_some() {
             continue;
         }
@@ -304,7 +304,7 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
                     "gpu:{} adapter `{}`: GEMM variant `{}` computed a wrong product for {} while tuning ({e}): refused",
                     state.caps.ordinal,
                     state.caps.adapter,
-                    VARIANTS[variant].name,
+                    v.name,
                     call.enc.name()
                 );
                 lock(&state.kernels).insert(kernel, Err(why));
