@@ -159,7 +159,9 @@ pub fn gemm_report(n: usize) -> Option<GemmReport> {
 /// Makes every GPU matrix product run the GEMM variant `spec` names where it can (and the
 /// general variant, saying why, where it cannot); `None` or `"auto"` lets the autotuner choose
 /// again. A `+packed` suffix sends f16 tensors through the packed-word path even on adapters
-/// with `SHADER_F16`. The environment variable `NN_GPU_GEMM` sets the initial value. For
+/// with `SHADER_F16`; a `+checked` suffix compiles the kernels with wgpu's runtime bounds
+/// checks (`NN_GPU_GEMM_CHECKED=1` adds it to any spec), which they otherwise go without.
+/// The environment variable `NN_GPU_GEMM` sets the initial value. For
 /// tests and benchmarks; the names are those of [`GemmReport::variants`].
 ///
 /// # Panics

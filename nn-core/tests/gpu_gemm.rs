@@ -144,7 +144,7 @@ fn run_cases(dtype: DType, label: &str) -> Vec<String> {
 fn needs(variant: &str) -> &'static [&'static str] {
     match variant {
         "sg64x64_4x4" => &["SUBGROUP", "subgroups of a power-of-two size"],
-        "coop64x64_f16" => &[
+        "coop64x64_f16" | "coop128x128_f16" | "coop128x128_db_f16" => &[
             "EXPERIMENTAL_COOPERATIVE_MATRIX",
             "SHADER_F16",
             "SUBGROUP",
@@ -162,7 +162,7 @@ fn every_variant_matches_the_cpu_or_is_refused_with_a_right_fallback() {
     eprintln!("gpu:0 is {}", gpu::adapter_info(0).unwrap());
     manual_seed(7);
     let report = gpu::gemm_report(0).expect("gpu:0 is open");
-    assert_eq!(report.variants.len(), 7, "{report:?}");
+    assert_eq!(report.variants.len(), 12, "{report:?}");
     let mut summary = Vec::new();
     for (variant, refused) in &report.variants {
         match refused {
@@ -262,6 +262,20 @@ fn the_tuner_measures_a_size_class_once_and_keeps_its_choice() {
     let second = gpu::gemm_report(0).unwrap();
     assert_eq!(second.tuning_waits, first.tuning_waits, "a known class is not timed again");
     assert_eq!(second.last.as_deref(), Some(last.as_str()));
+    // Past 1024 rows: timed on the leading 1024 rows, then the finalists at the real size
+    // (cheap here), which decides.
+    let (a, b) = (Tensor::randn(&[1100, 64]), Tensor::randn(&[64, 32]));
+    let want = a.matmul(&b).to_vec();
+    let got = a.to_device(GPU).matmul(&b.to_device(GPU)).to_vec();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{g} against {w}");
+    }
+    let third = gpu::gemm_report(0).unwrap();
+    let (class, entry) = third.tuned.iter().find(|(c, _)| c.starts_with("f32 m<=4096 n<=64 k<=64")).expect("tuned");
+    eprintln!("{class}: {entry}");
+    let chosen = third.last.as_deref().unwrap_or("").split(' ').next().unwrap_or("").to_string();
+    let finals = entry.split("at 1100x64x32:").nth(1).unwrap_or_else(|| panic!("no second round: {entry}"));
+    assert!(finals.trim_start().starts_with(&format!("{chosen} ")), "the fastest finalist decides: {entry}");
     // Small products are not tuned.
     drop(Tensor::ones(&[3, 4]).to_device(GPU).matmul(&Tensor::ones(&[4, 5]).to_device(GPU)).to_vec());
     assert_eq!(gpu::gemm_report(0).unwrap().last.as_deref(), Some("t32x32_4x4 (small) [f32]"));
@@ -273,4 +287,40 @@ fn forcing_an_unknown_variant_lists_the_variants() {
     let e = std::panic::catch_unwind(|| gpu::force_gemm(Some("t3x3"))).expect_err("no such variant");
     let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("t3x3") && msg.contains("t64x64_4x4") && msg.contains("coop64x64_f16"), "{msg}");
+}
+
+/// The kernels compile without wgpu's runtime checks unless asked: each variant the adapter
+/// runs gives the same bits both ways (same arithmetic; the checks only guard the indices),
+/// and the report says which form ran.
+#[test]
+fn checked_and_unchecked_kernels_agree() {
+    let _serial = serial();
+    manual_seed(11);
+    let report = gpu::gemm_report(0).expect("gpu:0 is open");
+    for (variant, refused) in &report.variants {
+        if refused.is_some() {
+            continue;
+        }
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for case in cases(dtype).iter().filter(|c| ["plain", "A transposed", "addmm", "shifted"].contains(&c.name))
+            {
+                let on_gpu: Vec<Tensor> = case.inputs.iter().map(|t| t.to_device(GPU)).collect();
+                let mut out = Vec::new();
+                for spec in [variant.clone(), format!("{variant}+checked")] {
+                    gpu::force_gemm(Some(&spec));
+                    out.push((case.f)(&on_gpu).to_vec_f64());
+                    let last = gpu::gemm_report(0).and_then(|r| r.last).expect("a product ran");
+                    gpu::force_gemm(None);
+                    let ran_it = last.starts_with(&format!("{variant} (forced"));
+                    assert_eq!(
+                        ran_it && last.contains(", checked"),
+                        ran_it && spec.ends_with("+checked"),
+                        "{spec}: {last}"
+                    );
+                }
+                let same = out[0].iter().zip(&out[1]).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{variant} {dtype} {}: checked and unchecked kernels differ", case.name);
+            }
+        }
+    }
 }

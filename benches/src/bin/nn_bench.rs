@@ -68,21 +68,57 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
     }
     println!("{{\"adapter\": {:?}}}", nn_core::gpu::adapter_info(0).unwrap_or_default());
     let sync = |t: &Tensor| drop(t.reshape(&[t.numel()]).narrow(0, 0, 1).to_vec());
-    for n in [1024usize, 2048, 4096, 8192] {
+    // NN_BENCH_GPU_GEMM_SIZES / NN_BENCH_GPU_GEMM_F16_SIZES (comma lists) replace the sizes,
+    // NN_BENCH_BUDGET_MS the time each is sampled for (benches/gpu_gemm_sweep.sh uses them);
+    // after each GEMM a `{"gemm_ran": ...}` line names the variant that ran it.
+    let sizes = |var: &str, default: &[usize]| -> Vec<usize> {
+        std::env::var(var).map_or_else(
+            |_| default.to_vec(),
+            |v| {
+                v.split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| s.trim().parse().unwrap_or_else(|_| panic!("{var}={v:?}: not a list of sizes")))
+                    .collect()
+            },
+        )
+    };
+    let budget: f64 = std::env::var("NN_BENCH_BUDGET_MS").map_or(3000.0, |v| v.parse().expect("NN_BENCH_BUDGET_MS"));
+    let ran = |name: &str| {
+        let last = nn_core::gpu::gemm_report(0).and_then(|r| r.last).unwrap_or_default();
+        println!("{{\"gemm_ran\": {name:?}, \"variant\": {last:?}}}");
+    };
+    for n in sizes("NN_BENCH_GPU_GEMM_SIZES", &[1024, 2048, 4096, 8192]) {
         let name = format!("gpu_gemm_{n}");
         if want(&name) {
             let (a, b) = (Tensor::randn(&[n, n]).to_device(gpu), Tensor::randn(&[n, n]).to_device(gpu));
-            let ms = median_ms(|| sync(&a.matmul(&b)), 3000.0);
+            let ms = median_ms(|| sync(&a.matmul(&b)), budget);
             emit(&name, ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
+            ran(&name);
         }
     }
     // f16 storage, f32 sums: the cooperative-matrix GEMM where the adapter has one.
-    if want("gpu_gemm_f16_4096") {
-        let n = 4096;
-        let f16 = |t: Tensor| t.to_dtype(DType::F16).to_device(gpu);
-        let (a, b) = (f16(Tensor::randn(&[n, n])), f16(Tensor::randn(&[n, n])));
-        let ms = median_ms(|| sync(&a.matmul(&b)), 3000.0);
-        emit("gpu_gemm_f16_4096", ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
+    for n in sizes("NN_BENCH_GPU_GEMM_F16_SIZES", &[4096]) {
+        let name = format!("gpu_gemm_f16_{n}");
+        if want(&name) {
+            let f16 = |t: Tensor| t.to_dtype(DType::F16).to_device(gpu);
+            let (a, b) = (f16(Tensor::randn(&[n, n])), f16(Tensor::randn(&[n, n])));
+            let ms = median_ms(|| sync(&a.matmul(&b)), budget);
+            emit(&name, ms, "GFLOP/s", 2.0 * (n * n * n) as f64 / (ms * 1e6));
+            ran(&name);
+        }
+    }
+    if want("gpu_gemm_report") {
+        // The variants (`refused`: why not, or null) and the autotuner's table (size class:
+        // chosen variant (every candidate's time)).
+        for (variant, refused) in nn_core::gpu::gemm_report(0).map(|r| r.variants).unwrap_or_default() {
+            match refused {
+                Some(why) => println!("{{\"gemm_variant\": {variant:?}, \"refused\": {why:?}}}"),
+                None => println!("{{\"gemm_variant\": {variant:?}, \"refused\": null}}"),
+            }
+        }
+        for (class, choice) in nn_core::gpu::gemm_report(0).map(|r| r.tuned).unwrap_or_default() {
+            println!("{{\"gemm_tuned\": {class:?}, \"choice\": {choice:?}}}");
+        }
     }
     if want("gpu_launch_1elem") {
         // Host time per launch of a one-element op: 10 000 adds in a row, no wait until

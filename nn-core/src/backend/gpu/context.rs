@@ -369,12 +369,37 @@ impl Ctx {
         if let Some(k) = lock(&self.pipelines).get(src) {
             return Ok(k.clone());
         }
+        let k = self.build(src, wgpu::ShaderRuntimeChecks::checked())?;
+        lock(&self.pipelines).insert(src.to_string(), k.clone());
+        Ok(k)
+    }
+
+    /// Compiles `src` (entry point `main`) with the runtime checks `checks`, outside the
+    /// pipeline cache, under validation and internal error scopes: `Err` carries the
+    /// compiler's error (naga or the driver), naming the device.
+    ///
+    /// # Safety
+    /// With checks off (anything but [`wgpu::ShaderRuntimeChecks::checked`]), every buffer
+    /// and array access of `src` must be in bounds for every binding it will be
+    /// dispatched with, every loop must terminate and no integer division may divide by
+    /// zero: the compiled code no longer guards against these (see
+    /// `wgpu::Device::create_shader_module_trusted`).
+    pub(crate) unsafe fn build_trusted(
+        &self,
+        src: &str,
+        checks: wgpu::ShaderRuntimeChecks,
+    ) -> Result<Arc<Kernel>, String> {
+        self.build(src, checks)
+    }
+
+    fn build(&self, src: &str, checks: wgpu::ShaderRuntimeChecks) -> Result<Arc<Kernel>, String> {
         self.check_alive();
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: None,
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+        let desc = wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(src.into()) };
+        // SAFETY: `checks` is `checked()` (then this is `create_shader_module`), or comes
+        // from `build_trusted`, whose caller vouches for `src`.
+        let module = unsafe { self.device.create_shader_module_trusted(desc, checks) };
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: None,
             layout: None,
@@ -383,7 +408,8 @@ impl Ctx {
             compilation_options: Default::default(),
             cache: None,
         });
-        if let Some(e) = self.ready(scope.pop()) {
+        let errors = [self.ready(internal.pop()), self.ready(validation.pop())];
+        if let Some(e) = errors.into_iter().flatten().next() {
             let first = src.lines().find(|l| l.starts_with("//") || l.contains("fn main")).unwrap_or("");
             return Err(format!(
                 "gpu:{} (`{}`): compiling a kernel failed ({first}): {e}",
@@ -391,9 +417,7 @@ impl Ctx {
             ));
         }
         let layout = pipeline.get_bind_group_layout(0);
-        let k = Arc::new(Kernel { pipeline, layout, writes: written_bindings(src) });
-        lock(&self.pipelines).insert(src.to_string(), k.clone());
-        Ok(k)
+        Ok(Arc::new(Kernel { pipeline, layout, writes: written_bindings(src) }))
     }
 
     /// The result of an error scope: wgpu reports errors synchronously on native
@@ -429,7 +453,15 @@ impl Ctx {
             return;
         }
         let kernel = self.kernel(src);
-        lock(&self.batch).launch(self, &kernel, params, buffers, false, grid);
+        self.launch3(&kernel, params, buffers, grid);
+    }
+
+    /// [`dispatch3`](Ctx::dispatch3) of a kernel compiled before.
+    pub(crate) fn launch3(&'static self, kernel: &Kernel, params: &[u32], buffers: &[&Buffer], grid: [u32; 3]) {
+        if grid.contains(&0) {
+            return;
+        }
+        lock(&self.batch).launch(self, kernel, params, buffers, false, grid);
     }
 
     /// [`dispatch`](Ctx::dispatch) of an index check: the error slots are bound after

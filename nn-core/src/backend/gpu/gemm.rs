@@ -11,11 +11,23 @@
 //! | `t128x128_8x8`  | `gemm_tiled.wgsl`    | 128 x 128                | 8 x 8            | nothing |
 //! | `sg64x64_4x4`   | `gemm_subgroup.wgsl` | 64 x 64                  | 4 x 4            | `SUBGROUP` |
 //! | `coop64x64_f16` | `gemm_coop.wgsl`     | 64 x 64                  | 32 x 32 per subgroup | `EXPERIMENTAL_COOPERATIVE_MATRIX` (16x16x16 f16 products, f32 sums), `SHADER_F16`, `SUBGROUP`, a fixed subgroup size |
+//! | `db128x128_k8`  | `gemm_pipe.wgsl`     | 128 x 128                | 8 x 8            | nothing (not f64) |
+//! | `db128x128_k16` | `gemm_pipe.wgsl`     | 128 x 128                | 8 x 8            | nothing (not f64) |
+//! | `db128x64_k16`  | `gemm_pipe.wgsl`     | 128 x 64                 | 8 x 8            | nothing (not f64) |
+//! | `coop128x128_f16` | `gemm_coop_block.wgsl` | 128 x 128           | 64 x 64 per subgroup | as `coop64x64_f16`, with f32 or (where that is all there is) f16 sums |
+//! | `coop128x128_db_f16` | `gemm_coop_block.wgsl` | 128 x 128        | 64 x 64 per subgroup | as `coop128x128_f16` |
 //!
 //! The tiled variants are one template (register blocks in `vec4` registers, BK-deep slices of
-//! A and B staged in workgroup memory); `sg64x64_4x4` passes A's fragments between threads by
-//! subgroup shuffles instead; `coop64x64_f16` runs f16 tensors only, on the adapter's matrix
-//! units.
+//! A and B staged in workgroup memory); the `db` variants hold two slices (the `k` in their
+//! name deep) and load the next into registers while multiplying the current one;
+//! `sg64x64_4x4` passes A's fragments between threads by subgroup shuffles instead; the
+//! `coop` variants run f16 tensors only, on the adapter's matrix units, the `coop128x128`
+//! ones with 4 x 4 sum tiles per subgroup, so each staged tile serves four products (`db`:
+//! two slices staged, the next loaded into registers during the products, as the `db` f32
+//! variants).
+//!
+//! Every variant compiles without wgpu's runtime checks (bounds checks, loop bounding):
+//! they stay in bounds by construction, see [`compile`].
 //!
 //! # Layouts
 //! Every variant takes any strides, batch offsets (broadcast batch dims repeat an offset) and
@@ -37,17 +49,22 @@
 //! naming the adapter, the variant and the error. The call then runs the general variant;
 //! [`crate::gpu::gemm_report`] lists the refusals.
 
-use super::context::{Buffer, Ctx};
+use std::sync::Arc;
+
+use super::context::{Buffer, Ctx, Kernel as Pipeline};
+pub(crate) use super::gemm_caps::{Caps, Enc};
 use super::gemm_tune;
+use super::template::Family;
 use super::GpuStorage;
-use crate::dtype::DType;
 use crate::shape::Layout;
 
-const ELEM: &str = include_str!("wgsl/gemm_elem.wgsl");
-const FILL: &str = include_str!("wgsl/gemm_fill.wgsl");
+static ELEM: Family = Family::new("gemm_elem.wgsl", include_str!("wgsl/gemm_elem.wgsl"));
+static FILL: Family = Family::new("gemm_fill.wgsl", include_str!("wgsl/gemm_fill.wgsl"));
 const TILED: &str = include_str!("wgsl/gemm_tiled.wgsl");
+static PIPELINED: Family = Family::new("gemm_pipe.wgsl", include_str!("wgsl/gemm_pipe.wgsl"));
 const SUBGROUP: &str = include_str!("wgsl/gemm_subgroup.wgsl");
 const COOP: &str = include_str!("wgsl/gemm_coop.wgsl");
+static COOP_BLOCK: Family = Family::new("gemm_coop_block.wgsl", include_str!("wgsl/gemm_coop_block.wgsl"));
 
 /// How a variant computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,10 +72,15 @@ pub(crate) enum Algo {
     /// `gemm_tiled.wgsl`: a `bm x bn` block of C per workgroup, `tm x tn` per thread,
     /// `bk`-deep slices.
     Tiled { bm: u32, bn: u32, bk: u32, tm: u32, tn: u32 },
+    /// `gemm_pipe.wgsl`: a `bm x bn` block per workgroup, 8 x 8 per thread, `bk`-deep
+    /// slices double-buffered.
+    Pipelined { bm: u32, bn: u32, bk: u32 },
     /// `gemm_subgroup.wgsl`.
     Subgroup,
     /// `gemm_coop.wgsl`.
     Coop,
+    /// `gemm_coop_block.wgsl`, one slice staged at a time or (`double`) two.
+    CoopBlock { double: bool },
 }
 
 /// A GEMM kernel design, compiled per element encoding (see [`Kernel`]).
@@ -75,8 +97,16 @@ const fn tiled(name: &'static str, bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) 
     Variant { name, algo: Algo::Tiled { bm, bn, bk, tm, tn } }
 }
 
+const fn pipelined(name: &'static str, bm: u32, bn: u32, bk: u32) -> Variant {
+    let threads = (bm / 8) * (bn / 8);
+    // The template's preconditions: whole vec4 loads per thread, split halves, one workgroup.
+    assert!(bm.is_multiple_of(64) && bn.is_multiple_of(64) && bk.is_multiple_of(4) && threads <= 256);
+    assert!((bm * bk / 4).is_multiple_of(threads) && (bn * bk / 4).is_multiple_of(threads));
+    Variant { name, algo: Algo::Pipelined { bm, bn, bk } }
+}
+
 /// Every variant, in the order they are tried as fallbacks.
-pub(crate) const VARIANTS: [Variant; 7] = [
+pub(crate) const VARIANTS: [Variant; 12] = [
     tiled("t32x32_4x4", 32, 32, 16, 4, 4),
     tiled("t64x64_4x4", 64, 64, 16, 4, 4),
     tiled("t64x64_8x8", 64, 64, 16, 8, 8),
@@ -84,6 +114,11 @@ pub(crate) const VARIANTS: [Variant; 7] = [
     tiled("t128x128_8x8", 128, 128, 16, 8, 8),
     Variant { name: "sg64x64_4x4", algo: Algo::Subgroup },
     Variant { name: "coop64x64_f16", algo: Algo::Coop },
+    pipelined("db128x128_k8", 128, 128, 8),
+    pipelined("db128x128_k16", 128, 128, 16),
+    pipelined("db128x64_k16", 128, 64, 16),
+    Variant { name: "coop128x128_f16", algo: Algo::CoopBlock { double: false } },
+    Variant { name: "coop128x128_db_f16", algo: Algo::CoopBlock { double: true } },
 ];
 
 /// The variant every call can run (any element type, layout and adapter): the fallback.
@@ -91,116 +126,6 @@ pub(crate) const GENERAL: usize = 1;
 
 /// The variant products too small to tune run.
 pub(crate) const SMALL: usize = 0;
-
-/// How a kernel reads and writes its operands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Enc {
-    F32,
-    F64,
-    /// f16 as `f16` (`SHADER_F16`).
-    F16,
-    /// f16 as packed words.
-    F16Packed,
-    /// bf16 as packed words.
-    BF16,
-}
-
-impl Enc {
-    /// The encoding of `dtype` on this adapter (`packed`: f16 as words even with
-    /// `SHADER_F16`), or `None` for the dtypes without a GPU GEMM (i64, bool).
-    pub(crate) fn of(caps: &Caps, dtype: DType, packed: bool) -> Option<Enc> {
-        match dtype {
-            DType::F32 => Some(Enc::F32),
-            DType::F64 => Some(Enc::F64),
-            DType::F16 if caps.features.contains(wgpu::Features::SHADER_F16) && !packed => Some(Enc::F16),
-            DType::F16 => Some(Enc::F16Packed),
-            DType::BF16 => Some(Enc::BF16),
-            DType::I64 | DType::Bool => None,
-        }
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Enc::F32 => "f32",
-            Enc::F64 => "f64",
-            Enc::F16 => "f16",
-            Enc::F16Packed => "f16 (packed words)",
-            Enc::BF16 => "bf16",
-        }
-    }
-}
-
-/// What an adapter offers the GEMM, read once when it is opened.
-#[derive(Debug)]
-pub(crate) struct Caps {
-    pub(crate) ordinal: usize,
-    pub(crate) adapter: String,
-    /// The features enabled on the device.
-    pub(crate) features: wgpu::Features,
-    /// The smallest and largest subgroup sizes.
-    pub(crate) subgroup_sizes: [u32; 2],
-    /// Cooperative matrices of 16x16x16 with f16 operands and f32 sums.
-    pub(crate) coop_f16: bool,
-}
-
-impl Caps {
-    pub(crate) fn new(
-        ordinal: usize,
-        info: &wgpu::AdapterInfo,
-        features: wgpu::Features,
-        coop: &[wgpu::CooperativeMatrixProperties],
-    ) -> Caps {
-        use wgpu::CooperativeScalarType as S;
-        let coop_f16 =
-            coop.iter().any(|p| (p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type) == (16, 16, 16, S::F16, S::F32));
-        Caps {
-            ordinal,
-            adapter: info.name.clone(),
-            features,
-            subgroup_sizes: [info.subgroup_min_size, info.subgroup_max_size],
-            coop_f16,
-        }
-    }
-
-    /// Why the adapter cannot run variant `v`, or `None` when it can.
-    pub(crate) fn refusal(&self, v: &Variant) -> Option<String> {
-        use wgpu::Features as F;
-        let needs = match v.algo {
-            Algo::Tiled { .. } => F::empty(),
-            Algo::Subgroup => F::SUBGROUP,
-            Algo::Coop => F::EXPERIMENTAL_COOPERATIVE_MATRIX | F::SHADER_F16 | F::SUBGROUP,
-        };
-        let names = [
-            (F::EXPERIMENTAL_COOPERATIVE_MATRIX, "EXPERIMENTAL_COOPERATIVE_MATRIX"),
-            (F::SHADER_F16, "SHADER_F16"),
-            (F::SUBGROUP, "SUBGROUP"),
-        ];
-        let lacks: Vec<&str> =
-            names.iter().filter(|(f, _)| needs.contains(*f) && !self.features.contains(*f)).map(|(_, n)| *n).collect();
-        let [lo, hi] = self.subgroup_sizes;
-        let missing = if !lacks.is_empty() {
-            format!("wgpu feature {}", lacks.join(" and "))
-        } else if v.algo == Algo::Subgroup && !lo.is_power_of_two() {
-            format!("subgroups of a power-of-two size (its smallest is {lo})")
-        } else if v.algo == Algo::Coop && !self.coop_f16 {
-            "16x16x16 cooperative matrices of f16 with f32 sums".to_string()
-        } else if v.algo == Algo::Coop && lo != hi {
-            format!("a fixed subgroup size (it has {lo} to {hi})")
-        } else {
-            return None;
-        };
-        Some(format!(
-            "gpu:{} adapter `{}` lacks {missing}: GEMM variant `{}` refused",
-            self.ordinal, self.adapter, v.name
-        ))
-    }
-
-    /// Threads sharing A's fragments in `gemm_subgroup.wgsl`: a power of two dividing 16 and
-    /// every subgroup size.
-    fn lanes(&self) -> u32 {
-        self.subgroup_sizes[0].clamp(1, 16)
-    }
-}
 
 /// One compiled form of a variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -210,6 +135,9 @@ pub(crate) struct Kernel {
     pub(crate) enc: Enc,
     /// Whether `beta * I` is added (addmm with `beta != 0`).
     pub(crate) input: bool,
+    /// Compiled with wgpu's runtime checks (bounds checks and loop bounding): only when
+    /// asked for (see [`compile`]).
+    pub(crate) checked: bool,
 }
 
 impl Kernel {
@@ -217,16 +145,17 @@ impl Kernel {
     pub(crate) fn serves(variant: usize, enc: Enc) -> bool {
         match VARIANTS[variant].algo {
             Algo::Tiled { .. } => true,
-            Algo::Subgroup => enc != Enc::F64,
-            Algo::Coop => enc == Enc::F16,
+            Algo::Subgroup | Algo::Pipelined { .. } => enc != Enc::F64,
+            Algo::Coop | Algo::CoopBlock { .. } => enc == Enc::F16,
         }
     }
 
     /// Rows and columns of C one workgroup computes.
     pub(crate) fn block(&self) -> [usize; 2] {
         match VARIANTS[self.variant].algo {
-            Algo::Tiled { bm, bn, .. } => [bm as usize, bn as usize],
+            Algo::Tiled { bm, bn, .. } | Algo::Pipelined { bm, bn, .. } => [bm as usize, bn as usize],
             Algo::Subgroup | Algo::Coop => [64, 64],
+            Algo::CoopBlock { .. } => [128, 128],
         }
     }
 
@@ -245,34 +174,47 @@ impl Kernel {
         if self.enc == Enc::F16 {
             enable.push_str("enable f16;\n");
         }
-        if algo == Algo::Coop {
+        if matches!(algo, Algo::Coop | Algo::CoopBlock { .. }) {
             enable.push_str("enable wgpu_cooperative_matrix;\n");
         }
         let y_binding = if self.input { "5" } else { "4" };
         let fills = [("ENABLE", enable.as_str()), ("F", f), ("UNIT", unit), ("OUT", out), ("Y_BINDING", y_binding)];
-        let mut src = fill(section(ELEM, "header"), &fills);
+        let mut src = fill(ELEM.kernel("header"), &fills);
         let mut operands = vec!["lhs", "rhs"];
         if self.input {
             operands.push("inp");
-            src += &fill(section(ELEM, "input_some"), &[("UNIT", unit)]);
+            src += &fill(ELEM.kernel("input_some"), &[("UNIT", unit)]);
         } else {
-            src += section(ELEM, "input_none");
+            src += ELEM.kernel("input_none");
         }
         for x in operands {
-            src += &fill(section(ELEM, load), &[("X", x)]);
+            src += &fill(ELEM.kernel(load), &[("X", x)]);
         }
-        src += &fill(section(ELEM, store), &[("OUT", out), ("BITS", bits)]);
-        if algo != Algo::Subgroup {
-            src += section(FILL, "fill_a");
+        src += &fill(ELEM.kernel(store), &[("OUT", out), ("BITS", bits)]);
+        let registers = matches!(algo, Algo::Pipelined { .. } | Algo::CoopBlock { double: true });
+        if registers {
+            src += PIPELINED.kernel("loads");
+        } else {
+            if algo != Algo::Subgroup {
+                src += FILL.kernel("fill_a");
+            }
+            src += FILL.kernel("fill_b");
         }
-        src += section(FILL, "fill_b");
         let n = |v: u32| v.to_string();
         src += &match algo {
             Algo::Tiled { bm, bn, bk, tm, tn } => {
                 fill(TILED, &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk)), ("TM", &n(tm)), ("TN", &n(tn))])
             }
+            Algo::Pipelined { bm, bn, bk } => {
+                fill(PIPELINED.kernel("main"), &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk))])
+            }
             Algo::Subgroup => fill(SUBGROUP, &[("LANES", &n(caps.lanes()))]),
             Algo::Coop => fill(COOP, &[("SG", &n(caps.subgroup_sizes[0]))]),
+            Algo::CoopBlock { double } => {
+                let common = [("SG", n(caps.subgroup_sizes[0])), ("ACC", caps.coop_sums().to_string())];
+                let common: Vec<(&str, &str)> = common.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                fill(COOP_BLOCK.kernel("common"), &common) + COOP_BLOCK.kernel(if double { "double" } else { "single" })
+            }
         };
         src
     }
@@ -290,38 +232,35 @@ fn fill(template: &str, fills: &[(&str, &str)]) -> String {
     super::template::substitute(("gemm_*.wgsl", "GEMM"), template, &used)
 }
 
-/// The text of section `name` of a WGSL file split by `// @section NAME` lines.
-fn section<'a>(file: &'a str, name: &str) -> &'a str {
-    let marker = format!("// @section {name}\n");
-    let start = file.find(&marker).unwrap_or_else(|| panic!("gpu GEMM: no WGSL section `{name}`")) + marker.len();
-    let len = file[start..].find("// @section ").unwrap_or(file.len() - start);
-    &file[start..start + len]
-}
-
-/// Compiles `src` (shader module and pipeline) under validation and internal error scopes:
-/// `Err` carries wgpu's message, from naga or the driver. A success leaves nothing behind;
-/// [`Ctx::dispatch3`] compiles the same source again into its pipeline cache.
-pub(crate) fn try_compile(ctx: &Ctx, src: &str) -> Result<(), String> {
-    let validation = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let internal = ctx.device.push_error_scope(wgpu::ErrorFilter::Internal);
-    let module = ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("nn gemm"),
-        source: wgpu::ShaderSource::Wgsl(src.into()),
-    });
-    let pipeline = ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("nn gemm"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    drop(pipeline);
-    let errors = [pollster::block_on(internal.pop()), pollster::block_on(validation.pop())];
-    match errors.into_iter().flatten().next() {
-        None => Ok(()),
-        Some(e) => Err(e.to_string()),
+/// The pipeline of `kernel` (source `src`), compiled under error scopes: `Err` carries
+/// wgpu's message, from naga or the driver.
+///
+/// Without `kernel.checked` the module is compiled without wgpu's runtime checks (no
+/// bounds checks or clamping on buffer and array accesses, no loop bounding, no division
+/// guards): the GEMM's inner loops read workgroup memory on every multiply-add, and every
+/// such check costs there. `kernel.checked` comes from a `+checked` suffix of
+/// `NN_GPU_GEMM` (or [`crate::gpu::force_gemm`]), or `NN_GPU_GEMM_CHECKED=1`.
+pub(crate) fn compile(ctx: &Ctx, kernel: Kernel, src: &str) -> Result<Arc<Pipeline>, String> {
+    if kernel.checked {
+        return ctx.try_kernel(src);
     }
+    // SAFETY: every GEMM kernel (`gemm_*.wgsl`, as assembled by `Kernel::source`) stays in
+    // bounds by construction, which the checks would only re-verify:
+    // - Global reads (A, B, the input) and writes (Y) happen only under explicit tests of
+    //   their row, column and depth against m, n and k (`fill_a`/`fill_b`, `load_a`/`load_b`,
+    //   the epilogues, `min(c, n - 1)` for the input), at element offsets within each
+    //   tensor's storage by the layouts `matmul` is given. Four-element reads cover one unit
+    //   of the binding (`vec4`/`vec2<u32>`), and every buffer is a whole number of 64-byte
+    //   size classes (`context::size_class`), so a unit holding an element in the tensor
+    //   lies inside the binding. Packed-word stores write words holding their own elements.
+    // - `P` has 13 + 2 * batch words (`Call::params`) and is read at 0..13 and 13 + bt,
+    //   13 + batch + bt for the batch entry bt < batch (the grid's z); `K` has two.
+    // - Workgroup, private and cooperative-matrix arrays are indexed by constants, loop
+    //   counters with constant bounds and the thread's (or subgroup's) own index, each
+    //   bounded by the array's constant size (the comments at the top of each kernel file).
+    // - Every loop ends: constant bounds, or `t < k` stepping by BK with k at most
+    //   2^32 - 1024 (checked by `matmul`); every integer division is by a nonzero constant.
+    unsafe { ctx.build_trusted(src, wgpu::ShaderRuntimeChecks::unchecked()) }
 }
 
 /// One product's operands, sizes and parameters.
@@ -365,10 +304,10 @@ impl Call<'_> {
         p
     }
 
-    /// Queues `kernel` (compiled from `src`) writing C into `out`; with `proxy`, the product of
+    /// Queues `kernel` (compiled into `pipeline`) writing C into `out`; with `proxy`, the product of
     /// the leading `[m, k, n]` block of the first batch entry (for timing, see
     /// [`gemm_tune`]).
-    pub(crate) fn run(&self, kernel: Kernel, src: &str, out: &Buffer, proxy: Option<[usize; 3]>) {
+    pub(crate) fn run(&self, kernel: Kernel, pipeline: &Pipeline, out: &Buffer, proxy: Option<[usize; 3]>) {
         let (mkn, offsets) = match proxy {
             Some(mkn) => (mkn, &self.offsets[..1]),
             None => (self.mkn, self.offsets),
@@ -381,7 +320,7 @@ impl Call<'_> {
         }
         bufs.push(out);
         let grid = [n.div_ceil(bn), m.div_ceil(bm), offsets.len()].map(|g| g as u32);
-        self.ctx.dispatch3(src, &self.params(mkn, offsets), &bufs, grid);
+        self.ctx.launch3(pipeline, &self.params(mkn, offsets), &bufs, grid);
     }
 }
 
@@ -431,7 +370,9 @@ pub(crate) fn matmul(
     let enc = Enc::of(&ctx.gemm.caps, dtype, forced.packed)?;
     let batch = batch_offsets.len();
     let same = b.dtype() == dtype && input.is_none_or(|(i, _)| i.dtype() == dtype);
-    if !same || batch > 65535 || m.div_ceil(32) > 65535 || n.div_ceil(32) > 65535 {
+    // k below 2^32 - 1024: the kernels' slice loops (`t < k`, stepping by up to 128) end.
+    let deep = k > (u32::MAX - 1024) as usize;
+    if !same || deep || batch > 65535 || m.div_ceil(32) > 65535 || n.div_ceil(32) > 65535 {
         return None;
     }
     let out = GpuStorage::uninit(ctx, dtype, batch * m * n);
@@ -457,8 +398,8 @@ pub(crate) fn matmul(
         offsets: batch_offsets,
         scalars,
     };
-    let (kernel, src) = gemm_tune::choose(&call, forced, out.buffer());
-    call.run(kernel, &src, out.buffer(), None);
+    let (kernel, pipeline) = gemm_tune::choose(&call, forced, out.buffer());
+    call.run(kernel, &pipeline, out.buffer(), None);
     Some(out)
 }
 
@@ -467,39 +408,77 @@ mod tests {
     use super::*;
 
     fn caps(features: wgpu::Features) -> Caps {
-        Caps { ordinal: 0, adapter: "test adapter".into(), features, subgroup_sizes: [32, 32], coop_f16: true }
+        Caps {
+            ordinal: 0,
+            adapter: "test adapter".into(),
+            features,
+            subgroup_sizes: [32, 32],
+            coop_f16: true,
+            coop_f16_sums: false,
+        }
     }
 
-    /// Every variant's source for every encoding it serves, with and without an input, is
-    /// valid WGSL for naga (all capabilities, so the subgroup and cooperative-matrix kernels
-    /// are checked on adapters without them) and translates to SPIR-V.
+    /// `src` parses and validates in naga with every capability (so the subgroup and
+    /// cooperative-matrix kernels are checked on adapters without them) and translates to
+    /// SPIR-V, with and without bounds checks (the unchecked form is what adapters compile).
+    fn validates(what: &str, src: &str) {
+        use wgpu::naga;
+        let module =
+            naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{what}: {}\n{src}", e.emit_to_string(src)));
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{what}: {}\n{src}", e.emit_to_string(src)));
+        let mut options = naga::back::spv::Options::default();
+        for policy in [naga::proc::BoundsCheckPolicy::Restrict, naga::proc::BoundsCheckPolicy::Unchecked] {
+            options.bounds_check_policies = naga::proc::BoundsCheckPolicies {
+                index: policy,
+                buffer: policy,
+                image_load: policy,
+                binding_array: policy,
+            };
+            naga::back::spv::write_vec(&module, &info, &options, None)
+                .unwrap_or_else(|e| panic!("{what}: SPIR-V ({policy:?}): {e}"));
+        }
+    }
+
+    /// Every variant's source for every encoding it serves, with and without an input.
     #[test]
     fn every_source_validates_and_translates() {
-        use wgpu::naga;
         let caps = caps(wgpu::Features::all());
         let encs = [Enc::F32, Enc::F64, Enc::F16, Enc::F16Packed, Enc::BF16];
         let mut checked = 0;
         for variant in 0..VARIANTS.len() {
             for &enc in encs.iter().filter(|&&e| Kernel::serves(variant, e)) {
                 for input in [false, true] {
-                    let kernel = Kernel { variant, enc, input };
-                    let src = kernel.source(&caps);
-                    let module = naga::front::wgsl::parse_str(&src)
-                        .unwrap_or_else(|e| panic!("{kernel:?}: {}\n{src}", e.emit_to_string(&src)));
-                    let info = naga::valid::Validator::new(
-                        naga::valid::ValidationFlags::all(),
-                        naga::valid::Capabilities::all(),
-                    )
-                    .validate(&module)
-                    .unwrap_or_else(|e| panic!("{kernel:?}: {}\n{src}", e.emit_to_string(&src)));
-                    naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
-                        .unwrap_or_else(|e| panic!("{kernel:?}: SPIR-V: {e}"));
+                    let kernel = Kernel { variant, enc, input, checked: false };
+                    validates(&format!("{kernel:?}"), &kernel.source(&caps));
                     checked += 1;
                 }
             }
         }
-        // 5 tiled x 5 encodings, subgroup x 4, coop x 1; each with and without an input.
-        assert_eq!(checked, 2 * (5 * 5 + 4 + 1));
+        // 5 tiled x 5 encodings, subgroup and 3 pipelined x 4, 3 coop x 1; with and without
+        // an input.
+        assert_eq!(checked, 2 * (5 * 5 + 4 * 4 + 3));
+    }
+
+    /// The blocked cooperative-matrix kernel sums in f32 where the adapter offers f32 sums,
+    /// in f16 where only f16 sums are offered, and validates either way.
+    #[test]
+    fn the_blocked_coop_kernel_sums_in_what_the_adapter_offers() {
+        let block = VARIANTS.iter().position(|v| v.algo == Algo::CoopBlock { double: false }).expect("listed");
+        let mut caps = caps(wgpu::Features::all());
+        for (f32_sums, want) in [(true, "alias ACC = f32;"), (false, "alias ACC = f16;")] {
+            (caps.coop_f16, caps.coop_f16_sums) = (f32_sums, !f32_sums);
+            for variant in [block, block + 1] {
+                assert_eq!(caps.refusal(&VARIANTS[variant]), None);
+                let src = Kernel { variant, enc: Enc::F16, input: true, checked: false }.source(&caps);
+                assert!(src.contains(want), "{src}");
+                validates(want, &src);
+            }
+        }
+        caps.coop_f16_sums = false;
+        let why = caps.refusal(&VARIANTS[block]).expect("refused");
+        assert!(why.contains("16x16x16 cooperative matrices of f16") && why.contains("coop128x128_f16"), "{why}");
     }
 
     #[test]

@@ -4,49 +4,69 @@
 //! # Autotuning
 //! Products of fewer than [`SMALL_FLOPS`] multiply-adds run `t32x32_4x4` (launch costs rule
 //! there). Larger ones are grouped into size classes: the element encoding, the two operands'
-//! load modes, a bucket for each of m, n and k (up to 16, 64, 256, 1024, larger) and whether
-//! there is a batch. The first product of a class on an adapter times every variant the
-//! adapter runs for it (each compiled if it was not, once to warm up, then up to three times,
-//! each up to the host's read of one word of the result, keeping the fastest time) on the
-//! leading block of at most [`TUNE_CAP`] per dim of its own operands, writing its own output
-//! buffer; the fastest variant is kept in the adapter's table (a `Mutex<HashMap>` in
-//! [`GemmState`]) and serves every later product of the class without waiting. These reads
-//! are the GEMM's only host waits: once per class and adapter, counted in
-//! [`crate::gpu::GemmReport::tuning_waits`].
+//! load modes, a bucket for each of m, n and k (up to 16, 64, 256, 1024, 4096, larger) and
+//! whether there is a batch. The first product of a class on an adapter times every variant
+//! the adapter runs for it (each compiled if it was not, once to warm up, then up to three
+//! times, each up to the host's read of one word of the result, keeping the fastest time) on
+//! the leading block of at most [`TUNE_CAP`] per dim of its own operands, writing its own
+//! output buffer. When the product is larger and the fastest time, scaled to the product (at
+//! most [`REAL_CAP`] per dim), is at most [`REAL_BUDGET`], the [`FINALISTS`] fastest (and
+//! the fastest of each 128-row block shape) are timed again at that size, which decides
+//! (large tiles pay off at large sizes only). Every candidate's product of the first round's
+//! block is read back and checked against the general variant's (within rounding, see
+//! [`agrees`]): one that differs (a kernel never run on this kind of adapter, a driver's
+//! miscompilation) is refused, and [`crate::gpu::gemm_report`] says so. The chosen variant is kept in the adapter's
+//! table (a `Mutex<HashMap>` in [`GemmState`]) and serves every later product of the class
+//! without waiting. These reads are the GEMM's only host waits: once per class and adapter,
+//! counted in [`crate::gpu::GemmReport::tuning_waits`].
 //!
 //! # Forcing a variant
 //! `NN_GPU_GEMM=<variant>` (read once) or [`crate::gpu::force_gemm`] make every product run
 //! that variant where it can (the general one otherwise, saying why in
 //! [`crate::gpu::GemmReport::last`]); `auto` restores tuning. A `+packed` suffix makes f16
-//! tensors go through the packed-word path even on adapters with `SHADER_F16`.
+//! tensors go through the packed-word path even on adapters with `SHADER_F16`; a `+checked`
+//! suffix (or `NN_GPU_GEMM_CHECKED=1`, with any spec) compiles the kernels with wgpu's runtime
+//! checks, which they otherwise go without (see [`super::gemm::compile`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::context::Kernel as Pipeline;
 use super::context::{Buffer, Ctx};
-use super::gemm::{try_compile, Call, Caps, Kernel, GENERAL, SMALL, VARIANTS};
+use super::gemm::{compile, Algo, Call, Caps, Enc, Kernel, GENERAL, SMALL, VARIANTS};
 
 /// Multiply-adds under which a product runs `t32x32_4x4` untuned.
 pub(crate) const SMALL_FLOPS: usize = 1 << 21;
 
-/// The largest m, n and k a tuning run computes.
+/// The largest m, n and k the first round of tuning computes.
 pub(crate) const TUNE_CAP: usize = 1024;
+
+/// The largest m, n and k the second round computes (the size itself, up to this).
+pub(crate) const REAL_CAP: usize = 4096;
+
+/// The variants the second round times again.
+pub(crate) const FINALISTS: usize = 3;
+
+/// The second round runs when the fastest variant's time, scaled from the first round's
+/// block to the second's, is at most this (each of the up to six finalists runs up to four
+/// times: about 4 s once per size class at most).
+pub(crate) const REAL_BUDGET: Duration = Duration::from_millis(150);
 
 /// A size class (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Class {
     enc: &'static str,
     modes: [u32; 2],
-    /// Bucket bounds of m, n, k (`usize::MAX` past 1024).
+    /// Bucket bounds of m, n, k (`usize::MAX` past 4096).
     mnk: [usize; 3],
     batched: bool,
 }
 
 impl Class {
     fn of(call: &Call<'_>) -> Class {
-        let bucket = |d: usize| [16, 64, 256, 1024].into_iter().find(|&b| d <= b).unwrap_or(usize::MAX);
+        let bucket = |d: usize| [16, 64, 256, 1024, 4096].into_iter().find(|&b| d <= b).unwrap_or(usize::MAX);
         let [m, k, n] = call.mkn;
         Class { enc: call.enc.name(), modes: call.modes, mnk: [m, n, k].map(bucket), batched: call.batch() > 1 }
     }
@@ -57,7 +77,7 @@ impl std::fmt::Display for Class {
         write!(f, "{}", self.enc)?;
         for (d, b) in ["m", "n", "k"].iter().zip(self.mnk) {
             match b {
-                usize::MAX => write!(f, " {d}>1024")?,
+                usize::MAX => write!(f, " {d}>4096")?,
                 b => write!(f, " {d}<={b}")?,
             }
         }
@@ -68,8 +88,8 @@ impl std::fmt::Display for Class {
 /// An adapter's GEMM state: what it offers, compiled kernels and refusals, the tuning table.
 pub(crate) struct GemmState {
     pub(crate) caps: Caps,
-    /// Each kernel's source once compiled, or the compiler's refusal.
-    kernels: Mutex<HashMap<Kernel, Result<Arc<str>, String>>>,
+    /// Each kernel's pipeline once compiled, or the compiler's refusal.
+    kernels: Mutex<HashMap<Kernel, Result<Arc<Pipeline>, String>>>,
     /// The tuning table: the variant chosen per class, with the times measured.
     tuned: Mutex<BTreeMap<Class, (usize, String)>>,
     /// The variant of the latest product, with why.
@@ -88,8 +108,8 @@ impl GemmState {
         }
     }
 
-    /// The source of `kernel`, compiled once; `Err` is the refusal, remembered.
-    fn compiled(&self, ctx: &Ctx, kernel: Kernel) -> Result<Arc<str>, String> {
+    /// The pipeline of `kernel`, compiled once; `Err` is the refusal, remembered.
+    fn compiled(&self, ctx: &Ctx, kernel: Kernel) -> Result<Arc<Pipeline>, String> {
         if let Some(r) = lock(&self.kernels).get(&kernel) {
             return r.clone();
         }
@@ -97,10 +117,12 @@ impl GemmState {
         #[cfg(test)]
         let src = if tests::BROKEN.lock().unwrap_or_else(|e| e.into_inner()).contains(&kernel) {
             src + "\nfn broken( {\n"
+        } else if tests::WRONG.lock().unwrap_or_else(|e| e.into_inner()).contains(&kernel) {
+            src.replace("let alpha = K[0];", "let alpha = K[0] * 1.5;")
         } else {
             src
         };
-        let r = try_compile(ctx, &src).map(|()| Arc::from(src)).map_err(|e| {
+        let r = compile(ctx, kernel, &src).map_err(|e| {
             format!(
                 "gpu:{} adapter `{}` failed to compile GEMM variant `{}` for {}: {e}",
                 self.caps.ordinal,
@@ -123,7 +145,7 @@ impl GemmState {
         if !Kernel::serves(variant, call.enc) {
             return Some(format!("`{}` does not take {}", v.name, call.enc.name()));
         }
-        let kernel = Kernel { variant, enc: call.enc, input: call.has_input() };
+        let kernel = Kernel { variant, enc: call.enc, input: call.has_input(), checked: false };
         let [bm, bn] = kernel.block();
         if call.mkn[0].div_ceil(bm) > 65535 || call.mkn[2].div_ceil(bn) > 65535 {
             return Some(format!("`{}` would need more than 65535 workgroups", v.name));
@@ -132,6 +154,8 @@ impl GemmState {
             Some(Err(e)) => Some(e.clone()),
             _ => None,
         }
+        // (The checked form of a kernel compiles from the same source, so the unchecked
+        // form's refusal stands for both.)
     }
 }
 
@@ -146,27 +170,35 @@ pub(crate) struct Forced {
     pub(crate) variant: Option<usize>,
     /// f16 through packed words.
     pub(crate) packed: bool,
+    /// Kernels compiled with wgpu's runtime checks (see [`super::gemm::compile`]).
+    pub(crate) checked: bool,
 }
 
 impl std::str::FromStr for Forced {
     type Err = String;
 
     fn from_str(spec: &str) -> Result<Forced, String> {
-        let (name, packed) = match spec.strip_suffix("+packed") {
-            Some(name) => (name, true),
-            None => (spec, false),
-        };
+        let (mut name, mut packed, mut checked) = (spec, false, false);
+        loop {
+            if let Some(rest) = name.strip_suffix("+packed") {
+                (name, packed) = (rest, true);
+            } else if let Some(rest) = name.strip_suffix("+checked") {
+                (name, checked) = (rest, true);
+            } else {
+                break;
+            }
+        }
         let variant = match name {
             "auto" | "" => None,
             name => Some(VARIANTS.iter().position(|v| v.name == name).ok_or_else(|| {
                 let names: Vec<&str> = VARIANTS.iter().map(|v| v.name).collect();
                 format!(
-                    "no GEMM variant `{name}`; the variants are auto, {} (each may end in +packed)",
+                    "no GEMM variant `{name}`; the variants are auto, {} (each may end in +packed and/or +checked)",
                     names.join(", ")
                 )
             })?),
         };
-        Ok(Forced { variant, packed })
+        Ok(Forced { variant, packed, checked })
     }
 }
 
@@ -174,7 +206,9 @@ fn forced_cell() -> &'static Mutex<Forced> {
     static FORCED: OnceLock<Mutex<Forced>> = OnceLock::new();
     FORCED.get_or_init(|| {
         let spec = std::env::var("NN_GPU_GEMM").unwrap_or_default();
-        Mutex::new(spec.parse().unwrap_or_else(|e| panic!("NN_GPU_GEMM={spec:?}: {e}")))
+        let mut f: Forced = spec.parse().unwrap_or_else(|e| panic!("NN_GPU_GEMM={spec:?}: {e}"));
+        f.checked |= std::env::var("NN_GPU_GEMM_CHECKED").is_ok_and(|v| v == "1");
+        Mutex::new(f)
     })
 }
 
@@ -195,7 +229,7 @@ pub(crate) fn force(spec: Option<&str>) {
 /// The kernel that runs `call`, compiled, recording the choice as the adapter's latest
 /// (`variant (why) [encoding]`).
 /// Tuning (the first product of a size class) runs the candidates into `out`.
-pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, Arc<str>) {
+pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, Arc<Pipeline>) {
     let state = &call.ctx.gemm;
     let mut why = Vec::new();
     let [m, k, n] = call.mkn;
@@ -208,18 +242,24 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
             }
         },
         None if call.batch() * m * n * k < SMALL_FLOPS => (SMALL, "small".to_string()),
-        None => (tuned(call, out), "tuned".to_string()),
+        None => (tuned(call, forced.checked, out), "tuned".to_string()),
     };
     let input = call.has_input();
     loop {
-        let kernel = Kernel { variant, enc: call.enc, input };
+        let kernel = Kernel { variant, enc: call.enc, input, checked: forced.checked };
         match state.compiled(call.ctx, kernel) {
-            Ok(src) => {
+            Ok(pipeline) => {
                 if !why.is_empty() {
                     reason = why.join("; ");
                 }
+                if forced.checked {
+                    reason += ", checked";
+                }
+                if matches!(VARIANTS[variant].algo, Algo::CoopBlock { .. }) && state.caps.coop_sums() == "f16" {
+                    reason += ", f16 sums: the adapter offers no f32 sums";
+                }
                 *lock(&state.last) = Some(format!("{} ({reason}) [{}]", VARIANTS[variant].name, call.enc.name()));
-                return (kernel, src);
+                return (kernel, pipeline);
             }
             Err(e) if variant != GENERAL => {
                 why.push(e);
@@ -230,8 +270,11 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
     }
 }
 
-/// The tuned variant of `call`'s class, measured now when the class is new.
-fn tuned(call: &Call<'_>, out: &Buffer) -> usize {
+/// The tuned variant of `call`'s class, measured now when the class is new: every variant
+/// on the leading block of at most [`TUNE_CAP`] per dim, then, when the class is larger and
+/// the estimate says it is cheap, the finalists ([`finalists`]) again at up to [`REAL_CAP`]
+/// per dim, which decides.
+fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
     let state = &call.ctx.gemm;
     let class = Class::of(call);
     if let Some(&(v, _)) = lock(&state.tuned).get(&class) {
@@ -239,34 +282,151 @@ fn tuned(call: &Call<'_>, out: &Buffer) -> usize {
     }
     let proxy = call.mkn.map(|d| d.min(TUNE_CAP));
     let input = call.has_input();
+    let general = Kernel { variant: GENERAL, enc: call.enc, input, checked };
+    let reference = match state.compiled(call.ctx, general) {
+        Ok(pipeline) => {
+            call.run(general, &pipeline, out, Some(proxy));
+            read(call, out, proxy[0] * proxy[2])
+        }
+        Err(e) => panic!("{e}"),
+    };
     let mut times = Vec::new();
-    for variant in 0..VARIANTS.len() {
+    for (variant, v) in VARIANTS.iter().enumerate() {
         if state.unavailable(call, variant).is_some() {
             continue;
         }
-        let kernel = Kernel { variant, enc: call.enc, input };
-        let Ok(src) = state.compiled(call.ctx, kernel) else { continue };
-        let timed = || {
-            let t = Instant::now();
-            call.run(kernel, &src, out, Some(proxy));
-            wait(call.ctx, out);
-            t.elapsed()
-        };
-        timed(); // warm-up: the pipeline is built on first use
-        let mut best = timed();
-        for _ in 0..2 {
-            if best > Duration::from_millis(250) {
-                break;
+        let kernel = Kernel { variant, enc: call.enc, input, checked };
+        let Ok(pipeline) = state.compiled(call.ctx, kernel) else { continue };
+        let t = time(call, kernel, &pipeline, out, proxy);
+        if variant != GENERAL {
+            if let Err(e) = agrees(call.enc, &reference, &read(call, out, reference.len())) {
+                let why = format!(
+                    "gpu:{} adapter `{}`: GEMM variant `{}` computed a wrong product for {} while tuning ({e}): refused",
+                    state.caps.ordinal,
+                    state.caps.adapter,
+                    v.name,
+                    call.enc.name()
+                );
+                lock(&state.kernels).insert(kernel, Err(why));
+                continue;
             }
-            best = best.min(timed());
         }
-        times.push((best, variant));
+        times.push((t, variant));
     }
-    let &(_, best) = times.iter().min().expect("the general variant always runs");
-    let table: Vec<String> =
-        times.iter().map(|(t, v)| format!("{} {:.3} ms", VARIANTS[*v].name, t.as_secs_f64() * 1e3)).collect();
-    lock(&state.tuned).insert(class, (best, table.join(", ")));
+    times.sort();
+    let &(fastest, mut best) = times.first().expect("the general variant always runs");
+    let row = |times: &[(Duration, usize)]| {
+        times.iter().map(|(t, v)| format!("{} {}", VARIANTS[*v].name, ms(*t))).collect::<Vec<_>>().join(", ")
+    };
+    let mut table = row(&times);
+    let real = call.mkn.map(|d| d.min(REAL_CAP));
+    let scale = |mkn: [usize; 3]| mkn.iter().map(|&d| d as f64).product::<f64>();
+    let estimate = fastest.mul_f64(scale(real) / scale(proxy));
+    if real != proxy && estimate <= REAL_BUDGET {
+        let mut finals = Vec::new();
+        for variant in finalists(&times, call.enc, input) {
+            let kernel = Kernel { variant, enc: call.enc, input, checked };
+            let Ok(pipeline) = state.compiled(call.ctx, kernel) else { continue };
+            finals.push((time(call, kernel, &pipeline, out, real), variant));
+        }
+        finals.sort();
+        best = finals[0].1;
+        let [m, k, n] = real;
+        table += &format!("; at {m}x{k}x{n}: {}", row(&finals));
+    }
+    lock(&state.tuned).insert(class, (best, table));
     best
+}
+
+/// The variants the second round times, from the first round's `times` (fastest first): the
+/// [`FINALISTS`] fastest, and the fastest of each block shape of 128 rows (too few
+/// workgroups to fill a large GPU at 1024, they may still win at the real size).
+fn finalists(times: &[(Duration, usize)], enc: super::gemm::Enc, input: bool) -> Vec<usize> {
+    let block = |variant| Kernel { variant, enc, input, checked: false }.block();
+    let mut out: Vec<usize> = Vec::new();
+    for (i, &(_, v)) in times.iter().enumerate() {
+        let shape = block(v);
+        if i < FINALISTS || (shape[0] >= 128 && out.iter().all(|&w| block(w) != shape)) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The fastest of a warm-up run and up to three timed runs of `kernel` on the leading
+/// `mkn` block of `call`'s first batch entry (one when a run exceeds 250 ms).
+fn time(call: &Call<'_>, kernel: Kernel, pipeline: &Pipeline, out: &Buffer, mkn: [usize; 3]) -> Duration {
+    let timed = || {
+        let t = Instant::now();
+        call.run(kernel, pipeline, out, Some(mkn));
+        wait(call.ctx, out);
+        t.elapsed()
+    };
+    timed(); // warm-up: the pipeline is built on first use
+    let mut best = timed();
+    for _ in 0..2 {
+        if best > Duration::from_millis(250) {
+            break;
+        }
+        best = best.min(timed());
+    }
+    best
+}
+
+fn ms(t: Duration) -> String {
+    format!("{:.3} ms", t.as_secs_f64() * 1e3)
+}
+
+/// The first `count` elements of `out` (a tuning wait).
+fn read(call: &Call<'_>, out: &Buffer, count: usize) -> Vec<f64> {
+    call.ctx.gemm.tuning_waits.fetch_add(1, Ordering::Relaxed);
+    let size = if call.enc == Enc::F64 {
+        8
+    } else if call.enc == Enc::F32 {
+        4
+    } else {
+        2
+    };
+    let bytes = call.ctx.download(out, count * size);
+    let enc = call.enc;
+    bytes
+        .chunks_exact(size)
+        .take(count)
+        .map(|b| match enc {
+            Enc::F64 => f64::from_le_bytes(b.try_into().expect("8 bytes")),
+            Enc::F32 => f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+            Enc::F16 | Enc::F16Packed => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+            Enc::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+        })
+        .collect()
+}
+
+/// Whether a candidate's product `got` matches the general variant's `want` within what
+/// summation order (and, for 16-bit types, f16 sums on matrix units) explains: every
+/// element within `tol * max |want|`. A check against kernels a driver miscompiles, or
+/// that were never run on this kind of adapter, before one may win. Products with
+/// non-finite values pass (they say nothing).
+fn agrees(enc: Enc, want: &[f64], got: &[f64]) -> Result<(), String> {
+    if want.iter().any(|w| !w.is_finite()) {
+        return Ok(());
+    }
+    let tol = match enc {
+        Enc::F64 => 1e-9,
+        Enc::F32 => 1e-4,
+        Enc::F16 | Enc::F16Packed | Enc::BF16 => 5e-2,
+    };
+    let scale = want.iter().fold(f64::MIN_POSITIVE, |m, w| m.max(w.abs()));
+    let (i, err) = want
+        .iter()
+        .zip(got)
+        .map(|(w, g)| if g.is_finite() { (w - g).abs() } else { f64::INFINITY })
+        .enumerate()
+        .fold((0, 0.0), |(bi, be), (i, e)| if e > be { (i, e) } else { (bi, be) });
+    if err <= tol * scale {
+        Ok(())
+    } else {
+        Err(format!("element {i} is {}, the general variant's {} (largest {scale:e})", got[i], want[i]))
+    }
 }
 
 /// Waits for the kernels queued before, by reading one word of `out` back.
@@ -304,16 +464,74 @@ pub(crate) fn report(ctx: &Ctx) -> Report {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::backend::gpu::gemm::Enc;
     use crate::{Device, Tensor};
 
     /// Kernels whose source the tests break, to see a compile failure caught.
     pub(crate) static BROKEN: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
 
+    /// The lock of the tests that force variants or depend on tuning (the choice is
+    /// process-wide).
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// Kernels the tests make compute a wrong product (alpha scaled by 1.5).
+    pub(crate) static WRONG: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
+
+    #[test]
+    fn agreement_allows_rounding_and_catches_wrong_values() {
+        let want = [1.0, -2.0, 4.0];
+        assert_eq!(agrees(Enc::F32, &want, &[1.0, -2.0002, 4.0]), Ok(()));
+        let e = agrees(Enc::F32, &want, &[1.0, -2.0, 4.01]).unwrap_err();
+        assert!(e.starts_with("element 2 is 4.01, the general variant's 4"), "{e}");
+        assert!(agrees(Enc::F16, &want, &[1.1, -2.0, 4.0]).is_ok());
+        assert!(agrees(Enc::F16, &want, &[1.0, 2.0, 4.0]).is_err());
+        assert!(agrees(Enc::F32, &want, &[1.0, f64::NAN, 4.0]).is_err());
+        assert!(agrees(Enc::F32, &[f64::INFINITY, 0.0], &[0.0, 9.0]).is_ok());
+    }
+
+    /// A candidate whose product is wrong cannot win the tuning: it is refused, and says so
+    /// in the report.
+    #[test]
+    fn a_wrong_candidate_is_refused_while_tuning() {
+        let _serial = lock(&SERIAL);
+        let gpu = Device::Gpu(0);
+        if let Err(e) = gpu.check() {
+            panic!("this test needs gpu:0: {e}");
+        }
+        let ctx = super::super::context::get(0).expect("checked");
+        let t128 = VARIANTS.iter().position(|v| v.name == "t128x128_8x8").expect("listed");
+        WRONG.lock().unwrap_or_else(|e| e.into_inner()).push(Kernel {
+            variant: t128,
+            enc: Enc::F32,
+            input: false,
+            checked: false,
+        });
+        // A batched class no other test of this binary tunes.
+        let (a, b) = (Tensor::randn(&[2, 300, 520]), Tensor::randn(&[2, 520, 36]));
+        let want = a.matmul(&b).to_vec();
+        let got = a.to_device(gpu).matmul(&b.to_device(gpu)).to_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} against {w}");
+        }
+        let (variants, tuned, _, _) = report(ctx);
+        let (_, refused) = &variants[t128];
+        assert!(
+            refused.as_deref().is_some_and(|e| e.contains("`t128x128_8x8` computed a wrong product for f32")),
+            "{refused:?}"
+        );
+        let (_, entry) = tuned.iter().find(|(c, _)| c.contains("batched") && c.contains("n<=64")).expect("tuned");
+        assert!(!entry.contains("t128x128_8x8"), "{entry}");
+    }
+
     #[test]
     fn specs_parse_and_bad_ones_list_the_variants() {
         assert_eq!("auto".parse::<Forced>(), Ok(Forced::default()));
-        assert_eq!("t64x64_8x8+packed".parse::<Forced>(), Ok(Forced { variant: Some(2), packed: true }));
+        assert_eq!(
+            "t64x64_8x8+packed".parse::<Forced>(),
+            Ok(Forced { variant: Some(2), packed: true, checked: false })
+        );
+        let both = Forced { variant: Some(7), packed: true, checked: true };
+        assert_eq!("db128x128_k8+checked+packed".parse::<Forced>(), Ok(both));
+        assert_eq!("db128x128_k8+packed+checked".parse::<Forced>(), Ok(both));
         let e = "t9x9".parse::<Forced>().unwrap_err();
         assert!(e.contains("t9x9") && e.contains("coop64x64_f16"), "{e}");
     }
@@ -322,13 +540,14 @@ pub(crate) mod tests {
     /// variant, and the product still comes out right, from the general variant.
     #[test]
     fn a_compile_failure_falls_back_and_is_remembered() {
+        let _serial = lock(&SERIAL);
         let gpu = Device::Gpu(0);
         if let Err(e) = gpu.check() {
             panic!("this test needs gpu:0: {e}");
         }
         let ctx = super::super::context::get(0).expect("checked");
         // t128x64_8x4 with an input, in f32: a kernel no other test of this binary runs.
-        let kernel = Kernel { variant: 3, enc: Enc::F32, input: true };
+        let kernel = Kernel { variant: 3, enc: Enc::F32, input: true, checked: false };
         BROKEN.lock().unwrap_or_else(|e| e.into_inner()).push(kernel);
         force(Some("t128x64_8x4"));
         let (i, a, b) = (Tensor::randn(&[9, 5]), Tensor::randn(&[9, 6]), Tensor::randn(&[6, 5]));

@@ -23,6 +23,7 @@
 pub(crate) mod batch;
 pub(crate) mod context;
 pub(crate) mod gemm;
+pub(crate) mod gemm_caps;
 pub(crate) mod gemm_tune;
 pub(crate) mod interface;
 pub(crate) mod kernels;

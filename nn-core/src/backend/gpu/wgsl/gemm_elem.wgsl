@@ -1,5 +1,5 @@
 // The GEMM kernels' bindings and element access, one section per storage encoding
-// (`// @section NAME` to the next section). `gemm.rs` (`Kernel::source`) assembles a kernel
+// (`//# NAME` to the next such line, as in template.rs). `gemm.rs` (`Kernel::source`) assembles a kernel
 // from `header`, one `load_*` section per operand with `{{X}}` the binding (lhs, rhs, inp), one
 // `input_*` section and one `store_*` section, then the kernel file.
 //
@@ -9,7 +9,7 @@
 // f64 tensors). The kernels write results through `store_run(e0, cnt)`: elements `e0..e0+cnt`
 // of Y take `row[0..cnt]` (the kernel declares `row: array<F, RUN>`).
 
-// @section header
+//# header
 {{ENABLE}}
 alias F = {{F}};
 
@@ -21,22 +21,22 @@ alias F = {{F}};
 @group(0) @binding(3) var<storage, read> rhs: array<{{UNIT}}>;
 @group(0) @binding({{Y_BINDING}}) var<storage, read_write> Y: array<{{OUT}}>;
 
-// @section load_float
+//# load_float
 fn ld1_{{X}}(e: u32) -> F { return {{X}}[e >> 2u][e & 3u]; }
 fn ld4_{{X}}(u: u32) -> vec4<F> { return {{X}}[u]; }
 
-// @section load_f16
+//# load_f16
 fn ld1_{{X}}(e: u32) -> F { return F({{X}}[e >> 2u][e & 3u]); }
 fn ld4_{{X}}(u: u32) -> vec4<F> { return vec4<F>({{X}}[u]); }
 
-// @section load_f16_packed
+//# load_f16_packed
 fn ld1_{{X}}(e: u32) -> F { return unpack2x16float({{X}}[e >> 2u][(e >> 1u) & 1u])[e & 1u]; }
 fn ld4_{{X}}(u: u32) -> vec4<F> {
     let w = {{X}}[u];
     return vec4<F>(unpack2x16float(w.x), unpack2x16float(w.y));
 }
 
-// @section load_bf16
+//# load_bf16
 // A bf16 value is the high half of an f32.
 fn ld1_{{X}}(e: u32) -> F { return bitcast<f32>(({{X}}[e >> 2u][(e >> 1u) & 1u] >> ((e & 1u) * 16u)) << 16u); }
 fn ld4_{{X}}(u: u32) -> vec4<F> {
@@ -44,21 +44,21 @@ fn ld4_{{X}}(u: u32) -> vec4<F> {
     return bitcast<vec4<f32>>(vec4<u32>(w.x << 16u, w.x & 0xffff0000u, w.y << 16u, w.y & 0xffff0000u));
 }
 
-// @section input_none
+//# input_none
 // Without an input (matmul, or addmm with beta = 0: the input is not read).
 fn input(e: u32) -> F { return F(0); }
 
-// @section input_some
+//# input_some
 @group(0) @binding(4) var<storage, read> inp: array<{{UNIT}}>;
 fn input(e: u32) -> F { return ld1_inp(e); }
 
-// @section store_float
+//# store_float
 // Y holds F, or f16 (rounded by the conversion).
 fn store_run(e0: u32, cnt: u32) {
     for (var j = 0u; j < cnt; j++) { Y[e0 + j] = {{OUT}}(row[j]); }
 }
 
-// @section store_packed
+//# store_packed
 // Y holds two 16-bit values per word. A thread stores the words whose both halves are its own
 // whole, and the others half by half, atomically (the other half belongs to another thread).
 fn put_half(e: u32, h: u32) {

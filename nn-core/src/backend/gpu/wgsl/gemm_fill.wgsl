@@ -1,4 +1,4 @@
-// Staging of operand tiles in workgroup memory, shared by the GEMM kernels (sections as in
+// Staging of operand tiles in workgroup memory, shared by the GEMM kernels (kernels as in
 // gemm_elem.wgsl). A kernel defines BM, BN, BK, WG and the writers `put_a(i, v)`,
 // `put_a4(q, v)` (element `i`, or elements `4q..4q+4`, of the A tile held k-major: element
 // (r, kk) at `kk * BM + r`) and likewise `put_b`/`put_b4` (element (kk, c) at `kk * BN + c`).
@@ -12,7 +12,7 @@
 // Modes 2 and 3 need the offsets and the other stride to be multiples of four (checked on
 // the host), so a load of four never straddles a unit of the binding.
 
-// @section fill_a
+//# fill_a
 fn fill_a(oa: u32, row0: u32, t: u32, tid: u32) {
     let m = P[0]; let k = P[1]; let rs = P[4]; let cs = P[5]; let mode = P[11];
     let step = vec4<u32>(0u, 1u, 2u, 3u);
@@ -51,7 +51,7 @@ fn fill_a(oa: u32, row0: u32, t: u32, tid: u32) {
     }
 }
 
-// @section fill_b
+//# fill_b
 fn fill_b(ob: u32, col0: u32, t: u32, tid: u32) {
     let k = P[1]; let n = P[2]; let rs = P[6]; let cs = P[7]; let mode = P[12];
     let step = vec4<u32>(0u, 1u, 2u, 3u);
