@@ -97,11 +97,15 @@ fn tanh_(x: f32) -> f32 {
 }
 
 //# pick_f32
-// `t` where `c`, else `f`, chosen by masking the bits: NVIDIA's compiler turned a select
-// between two compared values (also one on their bits) into a max instruction, which
-// gave +0 for maximum(-0, +0) where the CPU (and PyTorch's CPU) give the first operand.
+// `t` where `c`, else `f`, chosen by masking the bits with a mask the compiler cannot
+// trace back to the comparison. NVIDIA's compiler turned a select between two compared
+// values into a max instruction, which gave +0 for maximum(-0, +0) where the CPU (and
+// PyTorch's CPU) give the first operand; it saw through a select on the bits and through
+// a mask made from the comparison too (H200, driver 580). `P[0] >> 31` is always 0 (an
+// element count: a storage binding holds under 2^32 bytes, so under 2^31 of any type of
+// two bytes or more), but it is read at run time, so the mask stays opaque.
 fn pick_(f: f32, t: f32, c: bool) -> f32 {
-    let m = select(0u, 0xffffffffu, c);
+    let m = select(0u, 0xffffffffu, c) ^ (P[0] >> 31u);
     return bitcast<f32>((bitcast<u32>(t) & m) | (bitcast<u32>(f) & ~m));
 }
 
