@@ -16,7 +16,7 @@
 //! `--batch` keeps small, and communication buffers). Every rank measures its own; rank 0
 //! prints the largest. DDP runs first, then its model and optimizer are dropped and FSDP
 //! (each encoder layer a unit) runs on a fresh copy. nn's CPU buffer pool (freed buffers
-//! kept for reuse, up to 256 MiB) is turned off unless `--keep-pool`, so that memory a
+//! kept for reuse, up to 1 GiB) is turned off unless `--keep-pool`, so that memory a
 //! wrapper frees is seen going; step times are then those of a run without the pool.
 
 use std::alloc::{GlobalAlloc, Layout, System};
