@@ -203,7 +203,8 @@ impl Storage {
         if let Some(out) = super::gpu::interface::select((self, lc), (a, la), (b, lb)) {
             return Storage::Gpu(out);
         }
-        Storage::run([self, a, b], (a.dtype(), lc.numel()), |[c, a, b]| {
+        // A copy of values: half types are picked as they are (no f32 copies).
+        Storage::run_exact([self, a, b], (a.dtype(), lc.numel()), |[c, a, b]| {
             cpu::elementwise::select(c, lc, (a, la), (b, lb))
         })
     }

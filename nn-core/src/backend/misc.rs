@@ -5,17 +5,19 @@ use crate::dtype::DType;
 use crate::shape::Layout;
 
 impl Storage {
-    /// A dropout mask on this buffer's device: `len` `f64` values, each `1 / keep` with
-    /// probability `keep` and 0 otherwise, drawn in order from the global generator (no
-    /// draw on the meta device).
-    pub(crate) fn dropout_mask(&self, len: usize, keep: f64) -> Storage {
+    /// A dropout mask on this buffer's device: `len` values of `dtype`, drawn in order from
+    /// the global generator (no draw on the meta device), each kept with probability
+    /// `keep`. A kept value is `1 / keep` in `f32`/`f64`, and 1 in a half type (the caller
+    /// then scales in `f32`, so the result rounds once, as PyTorch's `input * mask * scale`;
+    /// `1 / keep` rounded to `bf16` would bias every kept value by up to 0.4%).
+    pub(crate) fn dropout_mask(&self, len: usize, keep: f64, dtype: DType) -> Storage {
         // Drawn on the host from the global generator on every device (one seed, one mask
         // everywhere), then uploaded: the operand's values are not read.
         #[cfg(feature = "gpu")]
         if let Storage::Gpu(g) = self {
-            return Storage::Gpu(super::gpu::kernels::upload(g.ctx(), &cpu::misc::dropout_mask(len, keep)));
+            return Storage::Gpu(super::gpu::kernels::upload(g.ctx(), &cpu::misc::dropout_mask(len, keep, dtype)));
         }
-        Storage::run([self], (DType::F64, len), |_| cpu::misc::dropout_mask(len, keep))
+        Storage::run_exact([self], (dtype, len), |_| cpu::misc::dropout_mask(len, keep, dtype))
     }
 
     /// Softmax (or log-softmax, `log`) of the elements `l` selects, viewed as

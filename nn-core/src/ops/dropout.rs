@@ -36,8 +36,13 @@ impl Tensor {
         if p == 1.0 {
             return self * 0.0;
         }
-        let mask = Tensor::from_storage(self.storage_arc().dropout_mask(self.numel(), 1.0 - p), self.shape());
-        let mask = mask.to_dtype(self.dtype());
+        let dtype = self.dtype();
+        let mask = Tensor::from_storage(self.storage_arc().dropout_mask(self.numel(), 1.0 - p, dtype), self.shape());
+        if dtype.is_half() {
+            // A 0/1 mask, then the scale applied in f32: each kept value rounds once (see
+            // `Storage::dropout_mask`).
+            return (self * &mask) * (1.0 / (1.0 - p));
+        }
         self * &mask
     }
 }
@@ -47,6 +52,34 @@ mod tests {
     use crate::testing::gradcheck;
     use crate::testing::support::{assert_close64, grad, leaf, noncontig, rng_lock, t64};
     use crate::{manual_seed, DType, Device, Tensor};
+
+    /// In a half type each kept value is `x / (1 - p)` computed in `f32` and rounded once
+    /// (PyTorch's `input * mask * scale`), not `x` times the scale rounded to the half type
+    /// (for p = 0.1, bf16's 1.109375 instead of 1.1111). The gradient is scaled the same way.
+    #[test]
+    fn half_dropout_scales_in_f32_and_rounds_once() {
+        let _rng = rng_lock();
+        for dt in [DType::BF16, DType::F16] {
+            manual_seed(3);
+            let x = Tensor::from_vec((0..4000).map(|i| 1.0 + i as f32 / 997.0).collect(), &[4000]).to_dtype(dt);
+            let x = x.requires_grad_(true);
+            let y = x.dropout(0.1, true);
+            assert_eq!(y.dtype(), dt);
+            let (xs, ys) = (x.to_vec(), y.to_vec());
+            let kept = ys.iter().filter(|&&v| v != 0.0).count() as f64 / ys.len() as f64;
+            assert!((kept - 0.9).abs() < 0.03, "{dt}: kept {kept}");
+            for (xv, yv) in xs.iter().zip(&ys) {
+                let want = Tensor::from_vec(vec![xv * (1.0 / 0.9f64) as f32], &[1]).to_dtype(dt).to_vec()[0];
+                assert!(*yv == 0.0 || *yv == want, "{dt}: {xv} gave {yv}, not 0 or {want}");
+            }
+            y.sum().backward();
+            let g = x.grad().unwrap().to_vec();
+            let one = Tensor::from_vec(vec![(1.0 / 0.9f64) as f32], &[1]).to_dtype(dt).to_vec()[0];
+            for (gv, yv) in g.iter().zip(&ys) {
+                assert_eq!(*gv, if *yv == 0.0 { 0.0 } else { one }, "{dt} gradient");
+            }
+        }
+    }
 
     #[test]
     fn dropout_zeroes_with_probability_p_and_scales_the_rest() {

@@ -7,9 +7,19 @@ use crate::dtype::Element;
 use crate::shape::Layout;
 
 /// See [`crate::backend::Storage::dropout_mask`].
-pub(crate) fn dropout_mask(len: usize, keep: f64) -> CpuStorage {
+pub(crate) fn dropout_mask(len: usize, keep: f64, dtype: crate::dtype::DType) -> CpuStorage {
+    use crate::dtype::DType;
     let scale = 1.0 / keep;
-    CpuStorage::F64(dropout_draws(len, keep, |kept| if kept { scale } else { 0.0 }))
+    match dtype {
+        DType::F32 => CpuStorage::F32(dropout_draws(len, keep, |kept| if kept { scale as f32 } else { 0.0 })),
+        DType::BF16 => {
+            CpuStorage::BF16(dropout_draws(len, keep, |kept| if kept { half::bf16::ONE } else { half::bf16::ZERO }))
+        }
+        DType::F16 => {
+            CpuStorage::F16(dropout_draws(len, keep, |kept| if kept { half::f16::ONE } else { half::f16::ZERO }))
+        }
+        _ => CpuStorage::F64(dropout_draws(len, keep, |kept| if kept { scale } else { 0.0 })),
+    }
 }
 
 /// `len` dropout draws from the global generator, in order, each kept with probability
