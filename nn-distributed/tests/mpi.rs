@@ -1079,6 +1079,18 @@ mod checks {
         frozen.get_submodule("0").unwrap().requires_grad_(false);
         let err = FullyShardedDataParallel::new(frozen, group, FsdpPolicy::new()).err().expect("refused");
         assert!(err.to_string().contains("parameter `0.weight` of shape [32, 6] does not require grad"), "{err}");
+        // A weight tied between two units is refused by name; tied within the root is fine.
+        let tied = || {
+            let a = Linear::new(4, 4);
+            let mut b = Linear::new(4, 4);
+            b.weight = a.weight.clone();
+            Sequential::new().add(a).add(ReLU::new()).add(b)
+        };
+        let err = FullyShardedDataParallel::new(tied(), group, FsdpPolicy::new().module_type::<Linear>())
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("parameter `0.weight` (unit `0`) is also `2.weight` (unit `2`)"), "{err}");
+        assert!(FullyShardedDataParallel::new(tied(), group, FsdpPolicy::new()).is_ok());
     }
 
     /// In f64: AdamW divides each gradient by its own running magnitude, so an element whose

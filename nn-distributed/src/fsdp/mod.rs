@@ -253,6 +253,32 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
                 .max_by_key(|&u| unit_paths[u].len())
                 .unwrap_or(0)
         };
+        // A parameter registered under several names (tied weights) lives in the unit of its
+        // first name. Every other user must run while that unit is gathered: inside it, or
+        // inside a unit nested in it. Otherwise its forward would meet a freed (meta) tensor;
+        // refused here, on every rank alike, naming both places.
+        let within = |outer: usize, inner: usize| {
+            outer == 0 || inner == outer || unit_paths[inner].starts_with(&format!("{}.", unit_paths[outer]))
+        };
+        let first: HashMap<_, &str> = named.iter().map(|(n, p)| (p.id(), n.as_str())).collect();
+        for (path, m) in module.named_modules() {
+            for (rel, p) in m.named_parameters() {
+                let name = if path.is_empty() { rel } else { format!("{path}.{rel}") };
+                let home = first[&p.id()];
+                if !within(owner(home), owner(&name)) {
+                    return Err(fsdp_err(
+                        AT,
+                        format!(
+                            "parameter `{home}` (unit `{}`) is also `{name}` (unit `{}`): a tied parameter must \
+                             belong to a unit that is gathered wherever it is used; wrap both users in one unit \
+                             (or leave them to an enclosing one)",
+                            unit_paths[owner(home)],
+                            unit_paths[owner(&name)]
+                        ),
+                    ));
+                }
+            }
+        }
         let (rank, world) = (group.rank(), group.world_size());
         let mut units = Vec::with_capacity(unit_paths.len());
         let mut own: Vec<Vec<(String, Parameter)>> = vec![Vec::new(); unit_paths.len()];
