@@ -27,7 +27,9 @@ use clap::Parser;
 use nn_core::functional::cross_entropy;
 use nn_core::optim::{AdamW, AdamWConfig, Optimizer};
 use nn_core::{manual_seed, Compute, Forward, Module, ModuleBase, Tensor};
-use nn_distributed::{DistributedDataParallel, FsdpPolicy, FullyShardedDataParallel, ProcessGroup, ReduceOp};
+use nn_distributed::{
+    DistributedDataParallel, FsdpConfig, FsdpPolicy, FullyShardedDataParallel, ProcessGroup, ReduceOp,
+};
 use nn_layers::{
     Activation, Embedding, EncoderInput, LayerNorm, Linear, TransformerEncoder, TransformerEncoderLayer,
     TransformerEncoderLayerConfig,
@@ -212,7 +214,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
     }
 
-    for which in ["DDP", "FSDP"] {
+    // FSDP as PyTorch's FULL_SHARD (the default: parameters freed after each unit's
+    // forward, gathered again for its backward), then without resharding after forward
+    // (PyTorch's SHARD_GRAD_OP: autograd keeps each unit's parameters until its backward).
+    for which in ["DDP", "FSDP", "FSDP, no reshard"] {
         let floor = LIVE.load(Ordering::Relaxed);
         let model = lm(&a);
         let params = model.num_parameters();
@@ -227,7 +232,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (p, t, LIVE.load(Ordering::Relaxed) - floor)
         } else {
             let policy = FsdpPolicy::new().module_type::<TransformerEncoderLayer>();
-            let fsdp = FullyShardedDataParallel::new(model, &group, policy)?;
+            let fsdp_config = FsdpConfig { reshard_after_forward: which == "FSDP", ..Default::default() };
+            let fsdp = FullyShardedDataParallel::with_config(model, &group, policy, fsdp_config)?;
             let mut opt = AdamW::new(fsdp.named_parameters(), config);
             let (p, t) = run(&a, &group, floor, &mut |x, y| {
                 opt.zero_grad();
@@ -241,7 +247,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let step = max_over_ranks(&group, median(times));
         if lead {
             println!(
-                "{which:>4}: {params} parameters ({:.0} MiB f32), {} rank(s): held between steps {:.0} MiB, peak during \
+                "{which:>16}: {params} parameters ({:.0} MiB f32), {} rank(s): held between steps {:.0} MiB, peak during \
                  a step {:.0} MiB, median step {:.3} s",
                 mib(params as f64 * 4.0),
                 group.world_size(),
@@ -253,13 +259,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         results.push((peak, step, held));
     }
     if lead {
-        let (d, f) = (results[0], results[1]);
-        println!(
-            "FSDP / DDP: peak memory {:.2}x, memory between steps {:.2}x, step time {:.2}x",
-            f.0 / d.0,
-            f.2 / d.2,
-            f.1 / d.1
-        );
+        let d = results[0];
+        for (name, f) in [("FSDP", results[1]), ("FSDP, no reshard", results[2])] {
+            println!(
+                "{name} / DDP: peak memory {:.2}x, memory between steps {:.2}x, step time {:.2}x",
+                f.0 / d.0,
+                f.2 / d.2,
+                f.1 / d.1
+            );
+        }
     }
     Ok(())
 }

@@ -164,6 +164,35 @@ const LAUNCHES: &[Launch] = &[
             one_of: &[],
         },
     },
+    Launch {
+        name: "fsdp_a_wrapped_model_converted_to_another_dtype_fails_on_every_rank",
+        np: Some(2),
+        scenario: "fsdp_converted",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &[
+                "FullyShardedDataParallel: the wrapped model's parameters changed after wrapping on rank 0: \
+                 `0.weight` is now f64, sharded as f32",
+                "changed after wrapping on rank 1",
+            ],
+            one_of: &[],
+        },
+    },
+    Launch {
+        name: "fsdp_converting_the_wrapper_to_another_dtype_is_refused",
+        np: Some(2),
+        scenario: "fsdp_to_dtype",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &[
+                "FullyShardedDataParallel::to_dtype(f64): unit `0` was sharded as f32; convert the model before \
+                 wrapping it",
+            ],
+            one_of: &[],
+        },
+    },
 ];
 
 fn orchestrate() {
@@ -294,13 +323,14 @@ mod checks {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
+    use nn_core::amp::GradScaler;
     use nn_core::functional::cross_entropy;
     use nn_core::optim::{AdamW, AdamWConfig, Optimizer, OptimizerState, Sgd, SgdConfig};
     use nn_core::prelude::*;
     use nn_core::{manual_seed, no_grad};
     use nn_distributed::{
         DdpConfig, DistError, DistributedDataParallel, FsdpConfig, FsdpPolicy, FullyShardedDataParallel, ProcessGroup,
-        ReduceOp, SyncBatchNorm, ZeroRedundancyOptimizer, DEFAULT_TIMEOUT,
+        ReduceOp, ShardedGradScaler, SyncBatchNorm, ZeroRedundancyOptimizer, DEFAULT_TIMEOUT,
     };
     use nn_layers::{
         BatchNorm1d, BatchNorm2d, Conv2d, Embedding, EncoderInput, Flatten, LayerNorm, Linear, ReLU, Sequential,
@@ -330,11 +360,13 @@ mod checks {
         ("a_slow_rank_within_the_timeout_is_waited_for", a_slow_rank_within_the_timeout),
         ("zero_partitions_greedily_and_refuses_different_parameters", zero_partition_and_construction),
         ("zero_adamw_matches_one_process_and_resumes_from_its_consolidated_state", zero_adamw_parity_and_resume),
+        ("zero_transformer_adamw_matches_one_process_for_20_steps", zero_transformer_parity),
         ("fsdp_wraps_by_policy_and_refuses_bad_construction", fsdp_policy_and_construction),
         ("fsdp_transformer_adamw_matches_one_process_for_20_steps", fsdp_transformer_parity),
         ("fsdp_nested_units_by_size_match_one_process", fsdp_nested_units),
         ("fsdp_holds_full_parameters_only_inside_a_units_forward", fsdp_frees_outside_forward),
         ("fsdp_full_state_dict_round_trips_and_refuses_another_model", fsdp_full_state_dict),
+        ("sharded_grad_scaler_skips_on_every_rank_when_one_shard_overflows", fsdp_sharded_grad_scaler),
         ("fsdp_sharded_checkpoints_resume_and_refuse_other_worlds_and_ranks", fsdp_sharded_checkpoint),
     ];
 
@@ -348,6 +380,8 @@ mod checks {
             "sigkill" => &[("a_rank_is_killed_mid_training", a_rank_is_killed_mid_training)],
             "mismatch" => &[("ranks_call_different_collectives", ranks_call_different_collectives)],
             "fsdp_changed" => &[("a_wrapped_model_changes_its_parameters", fsdp_model_changed)],
+            "fsdp_converted" => &[("a_wrapped_models_parameters_change_dtype", fsdp_model_converted)],
+            "fsdp_to_dtype" => &[("a_wrapper_is_converted", fsdp_wrapper_converted)],
             other => panic!("unknown scenario {other:?}"),
         };
         for (name, check) in list {
@@ -1031,6 +1065,43 @@ mod checks {
         AdamWConfig { lr: 3e-3, weight_decay: 0.05, ..Default::default() }
     }
 
+    /// ZeRO over DDP on the causal Transformer, 20 AdamW steps, in f64 (see
+    /// [`fsdp_transformer_parity`] for why): within 1e-5 of one process on the whole batch,
+    /// every rank's parameters bit for bit alike.
+    fn zero_transformer_parity(group: &ProcessGroup) {
+        let f64_model = |seed| {
+            let mut m = tiny_transformer(seed);
+            m.to_dtype(DType::F64);
+            m
+        };
+        let reference = f64_model(8);
+        let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
+        let ddp = DistributedDataParallel::new(f64_model(8), group).unwrap();
+        let mut zero = ZeroRedundancyOptimizer::new(ddp.named_parameters(), group, |g| AdamW::new(g, adamw())).unwrap();
+        for step in 0..20 {
+            let (x, y) = token_batch(step);
+            ref_opt.zero_grad();
+            lm_loss(&reference.forward(&x), &y).backward();
+            ref_opt.step();
+            let ys = share(group, &y.reshape(&[12, SEQ])).reshape(&[12 / group.world_size() * SEQ]);
+            zero.zero_grad();
+            lm_loss(&ddp.forward(&share(group, &x)), &ys).backward();
+            zero.step();
+        }
+        let values =
+            |m: &dyn Module| -> Vec<f64> { m.parameters().iter().flat_map(|p| p.to_vec_of::<f64>()).collect() };
+        let (got, want) = (values(&ddp), values(&reference));
+        let bits: Vec<f32> = got
+            .iter()
+            .flat_map(|v| [f32::from_bits(v.to_bits() as u32), f32::from_bits((v.to_bits() >> 32) as u32)])
+            .collect();
+        assert!(identical_across_ranks(group, &bits), "parameters differ across ranks after 20 ZeRO AdamW steps");
+        let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(d <= 1e-5, "ZeRO AdamW on the Transformer after 20 steps vs one process: max |difference| {d:e}");
+        let moved = got.iter().zip(values(&f64_model(8))).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(moved > 1e-2, "training moved the parameters");
+    }
+
     fn fsdp_policy_and_construction(group: &ProcessGroup) {
         let paths = layers_policy().units(&tiny_transformer(1));
         assert_eq!(paths, ["encoder.layers.0", "encoder.layers.1"]);
@@ -1056,6 +1127,13 @@ mod checks {
             ["tok", "pos", "norm", "head"].iter().map(|m| model.get_submodule(m).unwrap().num_parameters()).sum();
         assert_eq!(shards[0].1.numel(), root.div_ceil(group.world_size()));
         assert_eq!(fsdp.shard_bytes(), shards.iter().map(|(_, p)| p.numel() * 4).sum::<usize>());
+        // A wrapped model stays on the CPU and in the dtype it was sharded in.
+        let mut fsdp = fsdp;
+        let err = fsdp.try_to_device(Device::Gpu(0)).unwrap_err().to_string();
+        assert!(err.contains("FullyShardedDataParallel keeps its shards on the CPU"), "{err}");
+        fsdp.to_device(Device::Cpu);
+        fsdp.to_dtype(DType::F32); // another dtype panics: the `fsdp_to_dtype` launch
+        assert!(fsdp.named_parameters().iter().all(|(_, p)| p.dtype() == DType::F32 && p.device() == Device::Cpu));
         // A zero timeout, and models that differ across ranks, on every rank.
         let zero = FsdpConfig { timeout: Some(Duration::ZERO), ..Default::default() };
         assert!(matches!(
@@ -1122,6 +1200,11 @@ mod checks {
         let s = fsdp.stats();
         assert_eq!(s.gathers - before.gathers, 60);
         assert_eq!(s.prefetched - before.prefetched, 40);
+        // Each unit gathered again for its backward (the root first, since the loss's
+        // gradient reaches its output first); the two layers' all-gathers started while the
+        // unit before them in backward ran.
+        assert_eq!(s.backward_gathers - before.backward_gathers, 60);
+        assert_eq!(s.backward_prefetched - before.backward_prefetched, 40);
         assert_eq!(s.reduce_scatters - before.reduce_scatters, 60);
         assert_eq!(s.overlapped_reduce_scatters - before.overlapped_reduce_scatters, 40);
         // Replicated values agree bit for bit: the logits of one input on every rank.
@@ -1150,8 +1233,15 @@ mod checks {
     }
 
     /// Units inside units (each layer's attention, then the rest of the layer), without
-    /// prefetch: 5 AdamW steps in f64 equal one process's.
+    /// prefetch, with and without resharding after forward: 5 AdamW steps in f64 equal one
+    /// process's.
     fn fsdp_nested_units(group: &ProcessGroup) {
+        for reshard in [true, false] {
+            fsdp_nested_units_with(group, reshard);
+        }
+    }
+
+    fn fsdp_nested_units_with(group: &ProcessGroup, reshard: bool) {
         let f64_model = |seed| {
             let mut m = tiny_transformer(seed);
             m.to_dtype(DType::F64);
@@ -1159,7 +1249,12 @@ mod checks {
         };
         let reference = f64_model(4);
         let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
-        let config = FsdpConfig { forward_prefetch: false, ..Default::default() };
+        let config = FsdpConfig {
+            forward_prefetch: false,
+            backward_prefetch: false,
+            reshard_after_forward: reshard,
+            ..Default::default()
+        };
         let fsdp =
             FullyShardedDataParallel::with_config(f64_model(4), group, FsdpPolicy::new().min_params(1000), config)
                 .unwrap();
@@ -1174,7 +1269,10 @@ mod checks {
             ref_opt.step();
             fsdp_step(&fsdp, &mut opt, group, step);
         }
-        assert_eq!(fsdp.stats().prefetched, 0);
+        let s = fsdp.stats();
+        assert_eq!((s.prefetched, s.backward_prefetched), (0, 0));
+        // Five units gathered in each forward, and again in each backward when resharding.
+        assert_eq!((s.gathers, s.backward_gathers), (25, if reshard { 25 } else { 0 }));
         let (x, _) = token_batch(50);
         let got = no_grad(|| fsdp.forward(&x)).to_vec_of::<f64>();
         let want = no_grad(|| reference.forward(&x)).to_vec_of::<f64>();
@@ -1201,13 +1299,26 @@ mod checks {
                 None
             })
             .unwrap();
+        // In backward, when layer 0's last weight has its gradient: the root and layer 0
+        // (layer 1 was freed once its own gradients were in; layer 0 was gathered again).
+        let in_backward = Arc::new(Mutex::new(Vec::new()));
+        let log = in_backward.clone();
+        let count = materialized.clone();
+        let layer0_first = fsdp.module().encoder.layers[0].self_attn.in_proj_weight.clone();
+        let layer0_hook = layer0_first.register_post_accumulate_grad_hook(move |_| log.lock().unwrap().push(count()));
         let (x, y) = token_batch(0);
-        lm_loss(&fsdp.forward(&x), &y).backward();
+        let loss = lm_loss(&fsdp.forward(&x), &y);
+        // Between forward and backward no parameter holds values (and autograd's saved
+        // views of them share their storage: nn-core's tests check those are freed too).
+        assert_eq!(materialized(), 0);
+        loss.backward();
         let model = tiny_transformer(3);
         let root: usize =
             ["tok", "pos", "norm", "head"].iter().map(|m| model.get_submodule(m).unwrap().num_parameters()).sum();
         let layer = model.encoder.layers[1].num_parameters();
         assert_eq!(*seen.lock().unwrap(), [root + layer]);
+        assert_eq!(*in_backward.lock().unwrap(), [root + model.encoder.layers[0].num_parameters()]);
+        layer0_hook.remove();
         assert_eq!(materialized(), 0);
         // Gradients: the shards', of the shards' shape; the model's own are freed.
         assert!(all.iter().all(|p| p.grad().is_none()));
@@ -1219,6 +1330,37 @@ mod checks {
         // mismatch) instead of reading stale values.
         assert_eq!(fsdp.module().head.weight.device(), Device::Meta);
         assert_eq!(fsdp.module().head.weight.shape(), &[VOCAB, 16]);
+    }
+
+    /// An overflow in one rank's shard only: with a `ShardedGradScaler` every rank skips
+    /// that step and backs off to the same scale (a plain `GradScaler` would skip on that
+    /// rank alone).
+    fn fsdp_sharded_grad_scaler(group: &ProcessGroup) {
+        let fsdp = FullyShardedDataParallel::new(tiny_transformer(6), group, layers_policy()).unwrap();
+        let mut opt = AdamW::new(fsdp.named_parameters(), adamw());
+        let mut scaler = ShardedGradScaler::new(GradScaler::new(), group);
+        let shards = fsdp.parameters();
+        let values = || shards.iter().flat_map(|p| p.to_vec()).collect::<Vec<f32>>();
+        let last = group.world_size() - 1;
+        for step in 0..3 {
+            let (x, y) = token_batch(step);
+            let (xs, ys) =
+                (share(group, &x), share(group, &y.reshape(&[12, SEQ])).reshape(&[12 / group.world_size() * SEQ]));
+            opt.zero_grad();
+            scaler.scale(&lm_loss(&fsdp.forward(&xs), &ys)).backward();
+            let before = values();
+            if step == 1 && group.rank() == last {
+                let g = shards[1].grad().expect("a shard gradient");
+                let mut v = g.to_vec();
+                v[0] = f32::INFINITY;
+                shards[1].set_grad(Some(Tensor::from_vec(v, g.shape())));
+            }
+            let outcome = scaler.step(&mut opt);
+            scaler.update();
+            assert_eq!(outcome.stepped(), step != 1, "step {step} on rank {}", group.rank());
+            assert_eq!(values() == before, step == 1, "step {step} on rank {}", group.rank());
+        }
+        assert_eq!(scaler.get_scale(), 32768.0, "on rank {}", group.rank());
     }
 
     fn fsdp_full_state_dict(group: &ProcessGroup) {
@@ -1322,6 +1464,19 @@ mod checks {
         if rank == 0 {
             std::fs::remove_dir_all(&dir).unwrap();
         }
+    }
+
+    fn fsdp_model_converted(group: &ProcessGroup) {
+        let mut fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        fsdp.module_mut().to_dtype(DType::F64);
+        fsdp.forward(&Tensor::ones(&[2, 6]).to_dtype(DType::F64));
+        unreachable!("the forward should have panicked");
+    }
+
+    fn fsdp_wrapper_converted(group: &ProcessGroup) {
+        let mut fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        fsdp.to_dtype(DType::F64);
+        unreachable!("to_dtype should have panicked");
     }
 
     fn fsdp_model_changed(group: &ProcessGroup) {

@@ -383,6 +383,61 @@ impl GradScaler {
         self.unscale_params(&optimizer.named_parameters(), "unscale_");
     }
 
+    /// [`unscale_`](GradScaler::unscale_), then lets `combine` decide, from whether this
+    /// process found inf or NaN in the optimizer's gradients, whether the iteration
+    /// overflowed: when it says so, [`step`](GradScaler::step) skips and
+    /// [`update`](GradScaler::update) backs off as if this process had found one. An
+    /// optimizer whose gradients are split over processes (FSDP's shards, ZeRO with sharded
+    /// gradients) passes the finding through an all-reduce, so that every process skips the
+    /// same steps and keeps the same scale (PyTorch's `ShardedGradScaler`;
+    /// `nn_distributed::ShardedGradScaler` does this). Returns the combined finding.
+    /// Disabled, it does nothing and returns `false` (without calling `combine`).
+    ///
+    /// ```
+    /// use nn_core::amp::GradScaler;
+    /// use nn_core::optim::{Sgd, SgdConfig};
+    /// use nn_core::{Parameter, Tensor};
+    /// let w = Parameter::new(Tensor::ones(&[1]));
+    /// let mut opt = Sgd::new(vec![w.clone()], SgdConfig::default());
+    /// let mut scaler = GradScaler::new();
+    /// w.set_grad(Some(Tensor::ones(&[1]))); // finite here, but another process overflowed
+    /// assert!(scaler.unscale_and_combine(&mut opt, &mut |local| local || true));
+    /// assert!(!scaler.step(&mut opt).stepped());
+    /// scaler.update();
+    /// assert_eq!(scaler.get_scale(), 32768.0);
+    /// ```
+    ///
+    /// # Panics
+    /// As [`unscale_`](GradScaler::unscale_); and when `combine` answers `false` for a
+    /// process that found inf or NaN (a combination must keep an overflow).
+    #[track_caller]
+    pub fn unscale_and_combine(
+        &mut self,
+        optimizer: &mut dyn Optimizer,
+        combine: &mut dyn FnMut(bool) -> bool,
+    ) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let params = optimizer.named_parameters();
+        self.unscale_params(&params, "unscale_and_combine");
+        let local = params.iter().any(|(_, p)| self.iteration.unscaled[&p.id()] == Check::NonFinite);
+        let combined = combine(local);
+        assert!(
+            combined || !local,
+            "GradScaler::unscale_and_combine: this process found inf or NaN, but the combination says none was found"
+        );
+        if combined && !local {
+            for (_, p) in &params {
+                let check = self.iteration.unscaled.get_mut(&p.id()).expect("unscaled above");
+                if *check == Check::Finite {
+                    *check = Check::NonFinite;
+                }
+            }
+        }
+        combined
+    }
+
     #[track_caller]
     fn unscale_params(&mut self, params: &[(String, Parameter)], caller: &str) {
         if let Some((name, _)) = params.iter().find(|(_, p)| self.iteration.stepped.contains(&p.id())) {

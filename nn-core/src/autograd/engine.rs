@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::hooks::CallbackFrame;
 use super::{Edge, GradModeGuard, Node};
+use crate::device::Device;
 use crate::tensor::{Tensor, TensorId};
 
 const SECOND_BACKWARD: &str = "backward: trying to backward through the graph a second time \
@@ -105,6 +106,17 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
                 let needs: smallvec::SmallVec<[bool; 3]> = st.inputs.iter().map(Option::is_some).collect();
                 let out = st.backward.backward(g, &needs);
                 assert_eq!(out.len(), st.inputs.len(), "internal: `{}` returned the wrong number of gradients", n.name);
+                // A gradient with values in and none out: a value the op saved for backward
+                // lost its values after the forward (a meta tensor). Said here, by name,
+                // instead of a meta gradient reaching a leaf unnoticed.
+                if g.device() != Device::Meta && out.iter().flatten().any(|ig| ig.device() == Device::Meta) {
+                    panic!(
+                        "backward of `{}`: a value saved for backward holds no values (a meta tensor): the storage of a \
+                         tensor it used was freed after the forward (as FSDP's resharding does) and not restored \
+                         before backward",
+                        n.name
+                    );
+                }
                 out
             }
             None => st.inputs.iter().map(|_| None).collect(),

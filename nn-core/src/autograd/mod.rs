@@ -147,7 +147,7 @@ pub(crate) fn op_result<B: Backward>(
     } else {
         None
     };
-    let out = Tensor::from_parts(storage, layout, grad_fn);
+    let out = Tensor::in_slot(Tensor::slot_for(storage, inputs), layout, grad_fn);
     crate::autograd::trace::on_op_result(name, inputs, &out);
     out
 }

@@ -1,7 +1,7 @@
 //! Building tensors: from data, filled, ranges and random draws.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -15,15 +15,21 @@ use crate::error::{Error, Result};
 use crate::random::with_rng;
 use crate::shape::Layout;
 
-use super::{Tensor, TensorId, TensorImpl};
+use super::{StorageSlot, Tensor, TensorId, TensorImpl};
 
 impl Tensor {
     pub(crate) fn from_parts(storage: Arc<Storage>, layout: Layout, grad_fn: Option<Arc<Node>>) -> Tensor {
         debug_assert!(layout.storage_span() <= storage.len(), "layout exceeds storage");
+        Tensor::in_slot(StorageSlot::new(storage), layout, grad_fn)
+    }
+
+    /// A tensor reading its buffer from `slot` (shared with the tensor it is a view of, when
+    /// that one shares its slot; see [`Tensor::share_storage_with_views`]).
+    pub(crate) fn in_slot(slot: Arc<StorageSlot>, layout: Layout, grad_fn: Option<Arc<Node>>) -> Tensor {
         let t = Tensor(Arc::new(TensorImpl {
             id: TensorId::next(),
             layout,
-            storage: RwLock::new(storage),
+            storage: slot,
             grad_fn,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),

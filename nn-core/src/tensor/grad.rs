@@ -73,6 +73,25 @@ impl Tensor {
     /// require grad).
     pub fn detach(&self) -> Tensor {
         let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
+        Tensor::in_slot(self.view_slot(), self.layout().clone(), None)
+    }
+
+    /// A detached tensor over this tensor's buffer as it is now (no copy): what
+    /// [`detach`](Tensor::detach) gives, except for a tensor that
+    /// [shares its storage with its views](Tensor::share_storage_with_views), whose
+    /// detached copies follow it when its values are replaced; a snapshot keeps these.
+    ///
+    /// ```
+    /// use nn_core::{DType, Device, Tensor};
+    /// let w = Tensor::from_vec(vec![1.0, 2.0], &[2]);
+    /// w.share_storage_with_views();
+    /// let (follows, kept) = (w.detach(), w.snapshot());
+    /// w.set_data(&Tensor::full_on(&[2], 0.0, DType::F32, Device::Meta));
+    /// assert_eq!(follows.device(), Device::Meta);
+    /// assert_eq!(kept.to_vec(), [1.0, 2.0]);
+    /// ```
+    pub fn snapshot(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
         Tensor::from_parts(self.storage_arc(), self.layout().clone(), None)
     }
 }

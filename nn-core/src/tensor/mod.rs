@@ -37,6 +37,8 @@ impl TensorId {
 /// copy-on-write at the buffer level: they never write through into the buffer of another
 /// handle (a view, or a value saved for backward). Where PyTorch raises a version-counter
 /// error when a saved value was modified, here the saved value simply stays what it was.
+/// (A tensor that [shares its storage with its views](Tensor::share_storage_with_views)
+/// opts out: its views and saved values read its buffer as it is now.)
 ///
 /// Values are row-major; the default dtype is `f32`.
 ///
@@ -54,12 +56,38 @@ pub struct Tensor(pub(crate) Arc<TensorImpl>);
 pub(crate) struct TensorImpl {
     pub(crate) id: TensorId,
     pub(crate) layout: Layout,
-    pub(crate) storage: RwLock<Arc<Storage>>,
+    /// The buffer, behind a slot that views and saved copies share only when the tensor
+    /// asked for it ([`Tensor::share_storage_with_views`]).
+    pub(crate) storage: Arc<StorageSlot>,
     pub(crate) grad_fn: Option<Arc<Node>>,
     pub(crate) requires_grad: AtomicBool,
     pub(crate) grad: Mutex<Option<Tensor>>,
     /// Post-accumulate-grad hooks (leaves only; see `autograd::hooks`).
     pub(crate) grad_hooks: GradHooks,
+}
+
+/// Where a tensor's buffer lives. Every tensor has its own slot, except views and
+/// detached copies of a tensor that shares its slot
+/// ([`Tensor::share_storage_with_views`]): those read the same one, so replacing the
+/// buffer ([`Tensor::set_data`]) replaces it for all of them.
+pub(crate) struct StorageSlot {
+    pub(crate) value: RwLock<Arc<Storage>>,
+    /// Views, detached copies and values saved for backward made from now on share this
+    /// slot instead of taking a handle on the buffer.
+    pub(crate) shared: AtomicBool,
+    /// The tensor that made the slot shared: the only one whose `set_data` may replace the
+    /// buffer (a view's layout says nothing about the rest of it). 0: none yet.
+    pub(crate) owner: AtomicU64,
+}
+
+impl StorageSlot {
+    pub(crate) fn new(storage: Arc<Storage>) -> Arc<StorageSlot> {
+        Arc::new(StorageSlot { value: RwLock::new(storage), shared: AtomicBool::new(false), owner: AtomicU64::new(0) })
+    }
+
+    pub(crate) fn get(&self) -> Arc<Storage> {
+        self.value.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 mod construct;

@@ -366,3 +366,66 @@ fn contiguous_and_to_device_backward() {
     (back + 1.0).exp().sum().backward();
     assert_close64(&grad(&y), &[1f64.exp(), 1f64.exp()], 1e-15);
 }
+
+#[test]
+fn a_tensor_sharing_its_storage_frees_what_backward_saved_with_it() {
+    for share in [false, true] {
+        let w = Tensor::from_vec(vec![2.0, 3.0], &[2]).requires_grad_(true);
+        if share {
+            w.share_storage_with_views();
+            w.share_storage_with_views(); // again: nothing changes
+        }
+        let x = Tensor::from_vec(vec![5.0, 7.0], &[2]).requires_grad_(true);
+        // `matmul` saves a view of `w` (`w.unsqueeze(1)`, detached) for backward.
+        let y = x.matmul(&w.unsqueeze(1)).sum();
+        let buffer = Arc::downgrade(&w.storage_arc());
+        w.set_data(&Tensor::full_on(&[2], 0.0, DType::F32, Device::Meta));
+        // Shared, the graph's saved view went with the parameter's values; not shared, the
+        // graph holds the buffer until backward.
+        assert_eq!(buffer.upgrade().is_some(), !share, "share = {share}");
+        if share {
+            w.set_data(&Tensor::from_vec(vec![2.0, 3.0], &[2]));
+        }
+        y.backward();
+        assert_eq!(x.grad().unwrap().to_vec(), [2.0, 3.0]);
+        assert_eq!(w.grad().unwrap().to_vec(), [5.0, 7.0]);
+    }
+}
+
+#[test]
+fn views_of_a_tensor_sharing_its_storage_read_its_values_as_they_are_now() {
+    let w = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let before = w.t(); // made before: keeps the buffer it had
+    w.share_storage_with_views();
+    assert!(w.shares_storage_with_views() && !before.shares_storage_with_views());
+    let t = w.t();
+    let d = t.detach().narrow(0, 1, 1);
+    assert!(t.shares_storage_with_views() && d.shares_storage_with_views());
+    w.set_data(&Tensor::from_vec(vec![5.0, 6.0, 7.0, 8.0], &[2, 2]));
+    assert_eq!(t.to_vec(), [5.0, 7.0, 6.0, 8.0]);
+    assert_eq!(d.to_vec(), [6.0, 8.0]);
+    assert_eq!(before.to_vec(), [1.0, 3.0, 2.0, 4.0]);
+    w.add_(&Tensor::ones(&[2, 2]));
+    assert_eq!(t.to_vec(), [6.0, 8.0, 7.0, 9.0]);
+    // An op that is not a view gets a buffer of its own.
+    let s = &t * 2.0;
+    assert!(!s.shares_storage_with_views());
+    // Only the tensor itself replaces the shared buffer.
+    let msg = panic_message(std::panic::AssertUnwindSafe(|| t.set_data(&Tensor::zeros(&[2, 2]))));
+    assert!(msg.contains("a view of a tensor that shares its storage"), "{msg}");
+    let msg = panic_message(std::panic::AssertUnwindSafe(|| t.share_storage_with_views()));
+    assert!(msg.contains("call it on that tensor"), "{msg}");
+    assert_eq!(w.to_vec(), [6.0, 7.0, 8.0, 9.0]);
+}
+
+#[test]
+fn a_backward_that_reads_a_freed_shared_value_panics() {
+    let w = Tensor::from_vec(vec![2.0, 3.0], &[2]).requires_grad_(true);
+    w.share_storage_with_views();
+    let x = Tensor::from_vec(vec![5.0, 7.0], &[2]).requires_grad_(true);
+    let y = (&x * &w).sum();
+    w.set_data(&Tensor::full_on(&[2], 0.0, DType::F32, Device::Meta));
+    let msg = panic_message(std::panic::AssertUnwindSafe(|| y.backward()));
+    assert!(msg.contains("backward of `mul`: a value saved for backward holds no values"), "{msg}");
+    assert!(x.grad().is_none(), "no meta gradient reached the leaf");
+}

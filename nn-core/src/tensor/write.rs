@@ -1,5 +1,6 @@
 //! Copies, dtype and device conversions, and in-place writes into storage.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::autograd::{is_grad_enabled, op_result, Grads};
@@ -8,7 +9,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::shape::Layout;
 
-use super::Tensor;
+use super::{StorageSlot, Tensor};
 
 impl Tensor {
     /// This tensor if already contiguous, otherwise a contiguous copy (differentiable).
@@ -79,8 +80,9 @@ impl Tensor {
     /// Ops that already ran keep their own handle on the values they saved for backward, so
     /// replacing a parameter's data between a forward and its backward (even with a meta
     /// tensor, which drops the parameter's hold on its buffer) leaves that backward as it
-    /// was; the buffer goes once backward has used it. `nn-distributed`'s
-    /// `FullyShardedDataParallel` relies on this.
+    /// was; the buffer goes once backward has used it. The exception is a tensor that
+    /// [shares its storage with its views](Tensor::share_storage_with_views): there every
+    /// view and saved value reads the new values.
     ///
     /// ```
     /// use nn_core::{DType, Device, Parameter, Tensor};
@@ -102,6 +104,12 @@ impl Tensor {
         if src.shape() != self.shape() {
             panic!("set_data: source of shape {:?} for a tensor of shape {:?}", src.shape(), self.shape());
         }
+        if self.shares_storage_with_views() && self.0.storage.owner.load(Ordering::Acquire) != self.0.id.0 {
+            panic!(
+                "set_data: this tensor is a view of a tensor that shares its storage with its views; replace the \
+                 values of that tensor instead"
+            );
+        }
         let new = if src.layout() == self.layout() {
             src.storage_arc()
         } else if self.is_contiguous() && self.layout().offset() == 0 {
@@ -113,7 +121,70 @@ impl Tensor {
             out.write_from(self.layout(), &src_storage, src.layout());
             Arc::new(out)
         };
-        *self.0.storage.write().unwrap_or_else(|e| e.into_inner()) = new;
+        *self.0.storage.value.write().unwrap_or_else(|e| e.into_inner()) = new;
+    }
+
+    /// From now on, views of this tensor, detached copies and the values autograd saves
+    /// from it for backward read this tensor's buffer *slot* instead of holding the buffer
+    /// itself, so [`set_data`](Tensor::set_data) on this tensor replaces the values for all
+    /// of them: PyTorch's semantics when a storage is resized in place
+    /// (`untyped_storage().resize_(0)`, then refilled), which FSDP uses to free gathered
+    /// parameters after a module's forward and gather them again before its backward.
+    /// In-place updates of this tensor are then seen by its views too. Views made before
+    /// the call keep the buffer they had. Irreversible; `nn-distributed`'s
+    /// `FullyShardedDataParallel` calls it on every parameter it shards.
+    ///
+    /// ```
+    /// use nn_core::{DType, Device, Parameter, Tensor};
+    /// let w = Parameter::new(Tensor::from_vec(vec![2.0, 3.0], &[2]));
+    /// w.share_storage_with_views();
+    /// let x = Tensor::from_vec(vec![5.0, 7.0], &[2]).requires_grad_(true);
+    /// let y = (&x * &*w).sum();
+    /// // Free the values between forward and backward (a meta tensor holds none) ...
+    /// w.set_data(&Tensor::full_on(&[2], 0.0, DType::F32, Device::Meta));
+    /// // ... and put them back before backward reads them.
+    /// w.set_data(&Tensor::from_vec(vec![2.0, 3.0], &[2]));
+    /// y.backward();
+    /// assert_eq!(x.grad().unwrap().to_vec(), [2.0, 3.0]);
+    /// ```
+    pub fn share_storage_with_views(&self) {
+        let slot = &self.0.storage;
+        let me = self.0.id.0;
+        match slot.owner.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => slot.shared.store(true, Ordering::Release),
+            Err(owner) if owner == me => {}
+            Err(_) => panic!(
+                "share_storage_with_views: this tensor is a view of (or a copy sharing the slot of) another tensor \
+                 that shares its storage; call it on that tensor"
+            ),
+        }
+    }
+
+    /// Whether this tensor reads its buffer from a slot shared with its views
+    /// ([`share_storage_with_views`](Tensor::share_storage_with_views)).
+    pub fn shares_storage_with_views(&self) -> bool {
+        self.0.storage.shared.load(Ordering::Acquire)
+    }
+
+    /// The slot a view or a detached copy of this tensor reads from: this tensor's own when
+    /// it is shared, else a new one holding the current buffer.
+    pub(crate) fn view_slot(&self) -> Arc<StorageSlot> {
+        if self.shares_storage_with_views() {
+            Arc::clone(&self.0.storage)
+        } else {
+            StorageSlot::new(self.storage_arc())
+        }
+    }
+
+    /// The slot of an op's output over `storage`: the shared slot of an input that holds
+    /// exactly this buffer (the output is a view of it), else a new one.
+    pub(crate) fn slot_for(storage: Arc<Storage>, inputs: &[&Tensor]) -> Arc<StorageSlot> {
+        for t in inputs {
+            if t.shares_storage_with_views() && Arc::ptr_eq(&t.storage_arc(), &storage) {
+                return Arc::clone(&t.0.storage);
+            }
+        }
+        StorageSlot::new(storage)
     }
 
     /// Runs `f` on this tensor's buffer for writing, copying the buffer first if any other
@@ -133,7 +204,7 @@ impl Tensor {
     /// [`modify_storage`](Tensor::modify_storage)), on any device: the backend's in-place
     /// methods leave a meta buffer as it is.
     pub(crate) fn update_storage<R>(&self, f: impl FnOnce(&mut Storage, &Layout) -> R) -> R {
-        let mut guard = self.0.storage.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.0.storage.value.write().unwrap_or_else(|e| e.into_inner());
         f(Arc::make_mut(&mut guard), &self.0.layout)
     }
 

@@ -39,7 +39,8 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         }
         let mut out = StateDict::default();
         for (k, t) in self.module.state_dict().iter() {
-            out.insert(k.to_string(), t.detach());
+            // A snapshot: the parameters' own detached copies follow them back to meta.
+            out.insert(k.to_string(), t.snapshot());
         }
         for u in 0..self.shared.units.len() {
             self.shared.free(u);

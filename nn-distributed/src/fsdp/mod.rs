@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use nn_core::module::{HoldsState, SetChild};
 use nn_core::{
-    is_grad_enabled, Compute, DType, Device, HasBase, HookHandle, Item, Module, ModuleBase, Name, Parameter, Tensor,
-    TensorId,
+    is_grad_enabled, Compute, DType, Device, HasBase, HookHandle, Item, Module, ModuleBase, ModuleIo, Name, Parameter,
+    Tensor, TensorId,
 };
 
 use crate::comm::Buf;
@@ -36,13 +36,30 @@ pub struct FsdpConfig {
     /// Start the all-gather of the next unit when a unit's forward starts (PyTorch's
     /// `forward_prefetch`; default `true`). Off, each unit gathers when it is reached.
     pub forward_prefetch: bool,
+    /// Free each unit's gathered parameters when its forward returns, and gather them
+    /// again when backward reaches the unit's output (PyTorch's `reshard_after_forward`,
+    /// its `FULL_SHARD`; default `true`). The values autograd saved from the parameters
+    /// are freed with them: the parameters share their storage with their views
+    /// ([`Tensor::share_storage_with_views`]). Off (PyTorch's `SHARD_GRAD_OP`), what
+    /// autograd saved keeps each unit's full parameters alive from its forward until its
+    /// backward has used them: no gather in backward, more memory.
+    ///
+    /// The gather before a unit's backward is triggered by the gradient of the unit's
+    /// output (for a tuple, its first element). A unit whose other outputs carry gradients
+    /// into its own ops before the first one's arrives would reach freed parameters; its
+    /// backward then panics on a meta tensor. Turn this off for such models.
+    pub reshard_after_forward: bool,
+    /// With [`reshard_after_forward`](FsdpConfig::reshard_after_forward), start the
+    /// all-gather of the unit whose backward comes next when a unit's backward starts
+    /// (PyTorch's `BackwardPrefetch.BACKWARD_PRE`; default `true`).
+    pub backward_prefetch: bool,
     /// The timeout of the wrapper's collectives; `None` (the default) keeps the group's.
     pub timeout: Option<Duration>,
 }
 
 impl Default for FsdpConfig {
     fn default() -> Self {
-        FsdpConfig { forward_prefetch: true, timeout: None }
+        FsdpConfig { forward_prefetch: true, reshard_after_forward: true, backward_prefetch: true, timeout: None }
     }
 }
 
@@ -54,6 +71,12 @@ pub struct FsdpStats {
     /// Of those, the ones whose all-gather had been started before the unit was reached
     /// (prefetched: it overlapped the previous unit's computation).
     pub prefetched: usize,
+    /// Units gathered again for their backward
+    /// ([`FsdpConfig::reshard_after_forward`]).
+    pub backward_gathers: usize,
+    /// Of those, the ones whose all-gather had been started before the unit's backward was
+    /// reached ([`FsdpConfig::backward_prefetch`]).
+    pub backward_prefetched: usize,
     /// Units whose gradients were reduce-scattered.
     pub reduce_scatters: usize,
     /// Of those, the ones whose reduce-scatter started while backward was still producing
@@ -127,25 +150,30 @@ pub struct FsdpStats {
 ///   back to meta once the unit's forward has returned. The pre-hook also starts the
 ///   all-gather of the next unit (pre-order, the order units run in a forward), so that
 ///   transfer runs on the communication thread while this unit computes (*prefetch*).
-/// - **Backward**: the gathered values a unit's backward needs stay alive exactly as long as
-///   autograd holds them: nn's ops save their own handle on a tensor's buffer (as PyTorch's
-///   saved tensors do), so the buffers survive the parameter going back to meta and are
-///   released node by node as backward runs. Nothing needs gathering again before backward
-///   (PyTorch re-gathers because its resharding frees the storage those saved tensors share;
-///   here it cannot free them under autograd). A post-accumulate-grad hook on every parameter
-///   counts a unit's gradients; when the last is in, the unit's full gradient is flattened,
-///   its `.grad`s freed, and a reduce-scatter (mean over the ranks, each rank receiving its
-///   block) handed to the communication thread while backward goes on with earlier units.
-///   Units are reduced in reverse pre-order on every rank. When backward ends, each rank's
-///   averaged block is added to its shard's `.grad`.
+/// - **Backward** ([`FsdpConfig::reshard_after_forward`], the default): the parameters
+///   share their storage with their views ([`Tensor::share_storage_with_views`]), so the
+///   values autograd saved from them are freed with them when the unit's forward returns.
+///   The forward hook passes the unit's output through an identity op whose backward
+///   gathers the unit again, just before the unit's own backward runs, and starts the
+///   all-gather of the unit whose backward comes next (the reverse of the order the
+///   units' forwards returned in: *backward prefetch*). A post-accumulate-grad hook on
+///   every parameter counts a unit's gradients; when the last is in, the unit's
+///   parameters are freed again, its full gradient is flattened, its `.grad`s freed, and a
+///   reduce-scatter (mean over the ranks, each rank receiving its block) handed to the
+///   communication thread while backward goes on with earlier units. Units are reduced in
+///   reverse pre-order on every rank. When backward ends, each rank's averaged block is
+///   added to its shard's `.grad`. Without resharding, autograd's saved values keep each
+///   unit's full parameters alive until its backward has used them, and nothing is
+///   gathered in backward.
 /// - **Step**: the optimizer holds the shards ([`FullyShardedDataParallel::parameters`]):
 ///   any nn optimizer, stepping `1 / world_size` of the model on each rank.
 ///
 /// Memory per rank, then: the shards, their gradients and the optimizer state of
-/// `1 / world_size` of the model, plus the full parameters of the units whose forward has
-/// run and whose backward has not (all of them at the start of backward: the price of not
-/// recomputing forward) and one unit's full gradients. Without grad (evaluation), a unit's
-/// full parameters are freed as soon as its forward returns.
+/// `1 / world_size` of the model, plus the full parameters of the root, of the unit
+/// running and of the one being prefetched, and one unit's full gradients (without
+/// resharding: the full parameters of every unit whose forward has run and whose backward
+/// has not). Without grad (evaluation), a unit's full parameters are freed as soon as its
+/// forward returns.
 ///
 /// # What the ranks must agree on
 ///
@@ -323,15 +351,22 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
             next_rs: 0,
             rs: (0..n).map(|_| None).collect(),
             finalize_queued: false,
+            post_order: Vec::new(),
             stats: FsdpStats::default(),
         };
         let shared = Arc::new(Shared {
             group: group.clone(),
             units,
             prefetch: config.forward_prefetch,
+            reshard: config.reshard_after_forward,
+            backward_prefetch: config.backward_prefetch,
             state: Mutex::new(state),
         });
         for u in 0..n {
+            if shared.reshard {
+                // Views and saved values read the parameter's slot: freeing it frees them.
+                shared.units[u].params.iter().for_each(|p| p.share_storage_with_views());
+            }
             shared.free(u);
         }
 
@@ -357,12 +392,7 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
                 None
             }));
             let weak = Arc::downgrade(&shared);
-            hooks.push(base.register_forward_hook(move |_, _| {
-                if let Some(s) = weak.upgrade() {
-                    s.free(u);
-                }
-                None
-            }));
+            hooks.push(base.register_forward_hook(move |_, y| weak.upgrade().and_then(|s| s.post_forward(u, y))));
         }
         drop(modules);
 
@@ -480,7 +510,19 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
             }
             Some(what.join(", "))
         } else {
-            None
+            // Same parameters; a dtype or device changed under the wrapper (through
+            // `module_mut`) would be undone silently by the next gather.
+            self.shared.units.iter().flat_map(|u| u.names.iter().zip(&u.params).map(move |(n, p)| (u, n, p))).find_map(
+                |(u, n, p)| {
+                    if p.dtype() != u.dtype {
+                        Some(format!("`{n}` is now {}, sharded as {}", p.dtype(), u.dtype))
+                    } else if !matches!(p.device(), Device::Meta | Device::Cpu) {
+                        Some(format!("`{n}` is now on {}, sharded on the CPU", p.device()))
+                    } else {
+                        None
+                    }
+                },
+            )
         };
         if let Some(what) = problem {
             let msg = format!(
@@ -515,7 +557,10 @@ impl<M: Module + Compute> Compute for FullyShardedDataParallel<M> {
         sh.prepare_for_forward(is_grad_enabled());
         sh.pre_forward(0);
         let y = nn_core::Forward::forward(&self.module, input);
-        sh.free(0);
+        let y = match sh.post_forward(0, y.primary()) {
+            Some(p) => y.with_primary(p),
+            None => y,
+        };
         sh.drain();
         y
     }
@@ -546,6 +591,35 @@ impl<M: Module + Compute> Module for FullyShardedDataParallel<M> {
     fn set_training(&mut self, training: bool) {
         self.base.set_training(training);
         self.module.set_training(training);
+    }
+
+    /// Refuses any device but the CPU (moving nothing): the shards, the all-gathers and the
+    /// reduce-scatters are CPU buffers. Move the model before wrapping it.
+    fn try_to_device(&mut self, device: Device) -> nn_core::Result<()> {
+        if device == Device::Cpu {
+            return Ok(());
+        }
+        Err(nn_core::Error::DeviceUnavailable {
+            device,
+            reason: "FullyShardedDataParallel keeps its shards on the CPU; a wrapped model cannot move (move the \
+                     model before wrapping it)"
+                .into(),
+        })
+    }
+
+    /// # Panics
+    /// Always, unless every unit already has `dtype`: each unit's flat shard, all-gather
+    /// and reduce-scatter were laid out for the dtype the model had when wrapped. Convert
+    /// the model before wrapping it.
+    fn to_dtype(&mut self, dtype: DType) {
+        if let Some(u) = self.shared.units.iter().find(|u| u.numel > 0 && u.dtype != dtype) {
+            let unit = if u.path.is_empty() { "the root unit".to_string() } else { format!("unit `{}`", u.path) };
+            panic!(
+                "FullyShardedDataParallel::to_dtype({dtype}): {unit} was sharded as {}; convert the model before \
+                 wrapping it",
+                u.dtype
+            );
+        }
     }
     nn_core::module_accessors!(base);
 }

@@ -5,8 +5,8 @@
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use nn_core::autograd::queue_callback;
-use nn_core::{DType, Device, Parameter, Tensor};
+use nn_core::autograd::{custom_op, queue_callback};
+use nn_core::{is_grad_enabled, DType, Device, Parameter, Tensor};
 
 use super::FsdpStats;
 use crate::comm::{to_wire, Buf, Op};
@@ -45,6 +45,9 @@ pub(super) struct State {
     pub(super) next_rs: usize,
     pub(super) rs: Vec<Option<Receiver<Buf>>>,
     pub(super) finalize_queued: bool,
+    /// Units in the order their forward returned in the current armed forward (the root
+    /// last): backward reaches them in the reverse order.
+    pub(super) post_order: Vec<usize>,
     pub(super) stats: FsdpStats,
 }
 
@@ -52,6 +55,9 @@ pub(super) struct Shared {
     pub(super) group: ProcessGroup,
     pub(super) units: Vec<Unit>,
     pub(super) prefetch: bool,
+    /// [`FsdpConfig::reshard_after_forward`](super::FsdpConfig::reshard_after_forward).
+    pub(super) reshard: bool,
+    pub(super) backward_prefetch: bool,
     pub(super) state: Mutex<State>,
 }
 
@@ -66,22 +72,30 @@ impl Shared {
     }
 
     /// Makes unit `u`'s parameters hold their full values (waiting for a prefetched
-    /// all-gather, or running one).
-    pub(super) fn gather(&self, u: usize) {
+    /// all-gather, or running one), for its forward or (`backward`) its backward.
+    pub(super) fn gather(&self, u: usize, backward: bool) {
         let unit = &self.units[u];
         let rx = {
             let mut st = self.lock();
             if st.gathered[u] {
                 return;
             }
-            st.stats.gathers += 1;
+            if backward {
+                st.stats.backward_gathers += 1;
+            } else {
+                st.stats.gathers += 1;
+            }
             if unit.numel == 0 {
                 st.gathered[u] = true;
                 return;
             }
             match st.inflight[u].take() {
                 Some(rx) => {
-                    st.stats.prefetched += 1;
+                    if backward {
+                        st.stats.backward_prefetched += 1;
+                    } else {
+                        st.stats.prefetched += 1;
+                    }
                     rx
                 }
                 None => {
@@ -99,7 +113,7 @@ impl Shared {
 
     /// Forward pre-hook of unit `u`: gather it, prefetch the next one.
     pub(super) fn pre_forward(&self, u: usize) {
-        self.gather(u);
+        self.gather(u, false);
         if self.prefetch {
             let mut st = self.lock();
             if let Some(next) = (u + 1..self.units.len()).find(|&v| self.units[v].numel > 0) {
@@ -110,12 +124,73 @@ impl Shared {
         }
     }
 
+    /// Forward hook of unit `u` (and the end of the root's forward), given the unit's
+    /// output. Frees the unit; in a forward whose backward will run with
+    /// `reshard_after_forward`, returns the output passed through an identity whose
+    /// backward gathers the unit again (and prefetches the next unit of backward) before
+    /// the unit's own backward runs.
+    pub(super) fn post_forward(self: &Arc<Self>, u: usize, y: &Tensor) -> Option<Tensor> {
+        let armed = self.lock().armed && is_grad_enabled();
+        if !armed {
+            self.free(u);
+            return None;
+        }
+        if !self.reshard {
+            // The parameters go back to meta; what autograd saved keeps their values.
+            self.free(u);
+            return None;
+        }
+        if !y.requires_grad() {
+            // No gradient will reach this output, so nothing would gather the unit before
+            // the backward of whatever else its ops feed: keep it gathered until its
+            // gradients are in (or backward ends).
+            self.lock().post_order.push(u);
+            return None;
+        }
+        self.free(u);
+        self.lock().post_order.push(u);
+        let weak = Arc::downgrade(self);
+        Some(custom_op("FsdpPreBackward", &[y], y, move |g| {
+            if let Some(s) = weak.upgrade() {
+                s.pre_backward(u);
+            }
+            vec![Some(g.clone())]
+        }))
+    }
+
+    /// The gradient reached unit `u`'s output: gather it for its backward, and start the
+    /// all-gather of the unit whose backward comes after it.
+    fn pre_backward(&self, u: usize) {
+        {
+            let st = self.lock();
+            if !st.armed || st.pending[u] == 0 {
+                return; // its backward is over (a second use of the unit's output)
+            }
+        }
+        self.gather(u, true);
+        if !self.backward_prefetch {
+            return;
+        }
+        let mut st = self.lock();
+        let Some(i) = st.post_order.iter().rposition(|&v| v == u) else { return };
+        let next = st.post_order[..i].iter().rev().copied().find(|&v| self.units[v].numel > 0 && st.pending[v] > 0);
+        if let Some(v) = next {
+            if !st.gathered[v] && st.inflight[v].is_none() {
+                self.launch_gather(&mut st, v);
+            }
+        }
+    }
+
     /// Sets unit `u`'s parameters back to meta.
     pub(super) fn free(&self, u: usize) {
+        self.free_params(u);
+        self.lock().gathered[u] = false;
+    }
+
+    fn free_params(&self, u: usize) {
         for p in &self.units[u].params {
             p.set_data(&Tensor::full_on(p.shape(), 0.0, p.dtype(), Device::Meta));
         }
-        self.lock().gathered[u] = false;
     }
 
     /// Waits for (and drops) every all-gather still in flight: a prefetched unit that the
@@ -129,6 +204,14 @@ impl Shared {
 
     pub(super) fn prepare_for_forward(&self, armed: bool) {
         let mut st = self.lock();
+        for u in 0..self.units.len() {
+            if st.gathered[u] {
+                // Kept from a forward whose backward did not run: the shards may have
+                // changed since, so gather afresh.
+                self.free_params(u);
+                st.gathered[u] = false;
+            }
+        }
         reset(&mut st, &self.units);
         st.armed = armed;
     }
@@ -150,6 +233,11 @@ impl Shared {
         }
         st.ready[u][j] = true;
         st.pending[u] -= 1;
+        if st.pending[u] == 0 && st.gathered[u] {
+            // Every use of the unit's parameters in this backward is over.
+            self.free_params(u);
+            st.gathered[u] = false;
+        }
         if !st.finalize_queued {
             st.finalize_queued = true;
             let weak = Arc::downgrade(self);
@@ -210,6 +298,11 @@ impl Shared {
         }
         for u in 0..self.units.len() {
             st.pending[u] = 0;
+            if st.gathered[u] {
+                // A unit some of whose parameters got no gradient.
+                self.free_params(u);
+                st.gathered[u] = false;
+            }
         }
         self.launch_ready(&mut st);
         let works: Vec<Option<Receiver<Buf>>> = st.rs.iter_mut().map(Option::take).collect();
@@ -238,4 +331,5 @@ pub(super) fn reset(st: &mut State, units: &[Unit]) {
     }
     st.next_rs = 0;
     st.finalize_queued = false;
+    st.post_order.clear();
 }
