@@ -470,6 +470,37 @@ mod tests {
     }
 
     #[test]
+    fn addmm_in_bf16_is_the_f32_result_rounded_once() {
+        // Small integers and quarters: every product, sum and scaled input is exact in f32,
+        // so the f32 result rounded to bf16 once is the one right answer, whatever the order
+        // of the sums. Covers the bf16 GEMM's epilogue (bias and rounding) on AVX512-BF16.
+        let (m, k, n) = (37, 70, 45);
+        let grid = |r: usize, c: usize, f: &dyn Fn(usize, usize) -> f32| -> Tensor {
+            Tensor::from_vec((0..r * c).map(|i| f(i / c, i % c)).collect(), &[r, c])
+        };
+        let a = grid(m, k, &|i, j| ((i * 7 + j * 3) % 11) as f32 - 5.0);
+        let w = grid(n, k, &|i, j| ((i * 5 + j * 2) % 9) as f32 - 4.0);
+        let full = grid(m, n, &|i, j| ((i * 5 + j) % 13) as f32 * 0.25 - 1.0);
+        let row = grid(1, n, &|_, j| (j % 7) as f32 * 0.5).reshape(&[n]);
+        let column_major = grid(n, m, &|i, j| ((i + 3 * j) % 5) as f32 * 0.25).t();
+        let bf = |t: &Tensor| t.to_dtype(DType::BF16);
+        for input in [&full, &row, &column_major] {
+            for (beta, alpha) in [(0.0, 1.0), (1.0, 1.0), (0.5, 2.0), (-1.0, 0.25)] {
+                let want = input.addmm_with(&a, &w.t(), beta, alpha).to_dtype(DType::BF16);
+                let got = bf(input).addmm_with(&bf(&a), &bf(&w).t(), beta, alpha);
+                assert_eq!(got.dtype(), DType::BF16);
+                assert_eq!(
+                    got.to_vec(),
+                    want.to_vec(),
+                    "input {:?} strides {:?}, beta {beta}, alpha {alpha}",
+                    input.shape(),
+                    input.strides()
+                );
+            }
+        }
+    }
+
+    #[test]
     fn addmm_backward_matches_the_composed_ops() {
         let (a0, b0) = (vals(&[3, 4], 1), vals(&[4, 2], 2));
         for (shape, beta, alpha) in

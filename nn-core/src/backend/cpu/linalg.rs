@@ -86,28 +86,36 @@ pub(crate) fn addmm_bf16(
     let (ri, ci) = (li.strides()[0], li.strides()[1]);
     let mut y = vec![half::bf16::ZERO; m * n];
     // The epilogue runs on each part's sums as the thread that made them finishes, in
-    // vector loops (AVX2 or wider, `with_avx2`).
+    // the multiversioned vector loops of `vmath` with the closures inlined into them (a
+    // closure called from inside `with_avx2` was compiled out of line: 5% of a bf16
+    // Transformer step went to its scalar calls).
     gemm_bf16::run(m, k, n, sa, sb, &mut y, |r0, sums, part: &mut [half::bf16]| {
+        use super::vmath::{map2_elems, map_elems};
         use super::widen::{bf16_to_f32, f32_to_bf16};
-        super::vmath::with_avx2(|| {
-            for (i, (row, dst)) in sums.chunks(n.max(1)).zip(part.chunks_mut(n.max(1))).enumerate() {
-                let at = li.offset() + (r0 + i) * ri;
-                if beta == 0.0 {
-                    // The input is not read (BLAS semantics, as `addmm`).
-                    for (d, &p) in dst.iter_mut().zip(row) {
-                        *d = f32_to_bf16(alpha * p);
-                    }
-                } else if ci == 1 {
-                    for ((d, &p), x) in dst.iter_mut().zip(row).zip(&iv[at..at + n]) {
-                        *d = f32_to_bf16(alpha * p + beta * bf16_to_f32(*x));
-                    }
-                } else {
-                    for (j, (d, &p)) in dst.iter_mut().zip(row).enumerate() {
-                        *d = f32_to_bf16(alpha * p + beta * bf16_to_f32(iv[at + j * ci]));
-                    }
+        for (i, (row, dst)) in sums.chunks(n.max(1)).zip(part.chunks_mut(n.max(1))).enumerate() {
+            let at = li.offset() + (r0 + i) * ri;
+            if beta == 0.0 {
+                // The input is not read (BLAS semantics, as `addmm`).
+                map_elems(
+                    row,
+                    gemm_bf16::uninit(dst),
+                    #[inline(always)]
+                    move |p| f32_to_bf16(alpha * p),
+                );
+            } else if ci == 1 {
+                map2_elems(
+                    row,
+                    &iv[at..at + n],
+                    gemm_bf16::uninit(dst),
+                    #[inline(always)]
+                    move |p, x| f32_to_bf16(alpha * p + beta * bf16_to_f32(x)),
+                );
+            } else {
+                for (j, (d, &p)) in dst.iter_mut().zip(row).enumerate() {
+                    *d = f32_to_bf16(alpha * p + beta * bf16_to_f32(iv[at + j * ci]));
                 }
             }
-        })
+        }
     });
     Some(CpuStorage::BF16(y))
 }

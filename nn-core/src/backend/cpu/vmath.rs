@@ -299,6 +299,56 @@ pub(crate) fn map_elems<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: im
     body(src, dst, f)
 }
 
+/// `dst[i] = f(a[i], b[i])` over the shortest of the three, for inputs of two element
+/// types (a GEMM's `f32` sums and a `bf16` input to add), as [`map_elems`] does its map.
+#[inline]
+pub(crate) fn map2_elems<T: Copy, V: Copy, U>(
+    a: &[T],
+    b: &[V],
+    dst: &mut [MaybeUninit<U>],
+    f: impl Fn(T, V) -> U + Copy,
+) {
+    #[inline(always)]
+    fn body<T: Copy, V: Copy, U>(a: &[T], b: &[V], dst: &mut [MaybeUninit<U>], f: impl Fn(T, V) -> U + Copy) {
+        let n = dst.len().min(a.len()).min(b.len());
+        let (a, b, dst) = (&a[..n], &b[..n], &mut dst[..n]);
+        for i in 0..n {
+            dst[i].write(f(a[i], b[i]));
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
+    unsafe fn body_avx512<T: Copy, V: Copy, U>(
+        a: &[T],
+        b: &[V],
+        dst: &mut [MaybeUninit<U>],
+        f: impl Fn(T, V) -> U + Copy,
+    ) {
+        body(a, b, dst, f)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn body_avx2<T: Copy, V: Copy, U>(
+        a: &[T],
+        b: &[V],
+        dst: &mut [MaybeUninit<U>],
+        f: impl Fn(T, V) -> U + Copy,
+    ) {
+        body(a, b, dst, f)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU has these AVX-512 subsets, AVX2 and FMA.
+        return unsafe { body_avx512(a, b, dst, f) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { body_avx2(a, b, dst, f) };
+    }
+    body(a, b, dst, f)
+}
+
 /// `dst[i] = f(a[i], b[i], c[i])` (a unary op's backward: `g * df(x, y)`) as
 /// [`map_elems`] does its map.
 #[inline]
