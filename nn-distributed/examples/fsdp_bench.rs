@@ -1,5 +1,6 @@
-//! Per-rank memory and step time of FullyShardedDataParallel against
-//! DistributedDataParallel, for the README: a GPT-like Transformer (token and position
+//! Per-rank memory and step time of ZeroRedundancyOptimizer (stages 1 and 2) and
+//! FullyShardedDataParallel against DistributedDataParallel, for the README: a GPT-like
+//! Transformer (token and position
 //! embeddings, `--layers` pre-norm encoder layers with a causal mask, width `--d`, a
 //! feed-forward 4x as wide, a vocabulary of 256; 57M parameters by default) trained with
 //! AdamW on synthetic tokens.
@@ -14,8 +15,9 @@
 //! before it) minus what was live before the model was built: parameters, gradients,
 //! optimizer state, and whatever else the step allocates (activations, which the small
 //! `--batch` keeps small, and communication buffers). Every rank measures its own; rank 0
-//! prints the largest. DDP runs first, then its model and optimizer are dropped and FSDP
-//! (each encoder layer a unit) runs on a fresh copy. nn's CPU buffer pool (freed buffers
+//! prints the largest. DDP runs first, then its model and optimizer are dropped and each
+//! other configuration (ZeRO, ZeRO with sharded gradients, FSDP with each encoder layer a
+//! unit, FSDP without resharding) runs in turn on a fresh copy. nn's CPU buffer pool (freed buffers
 //! kept for reuse, up to 1 GiB) is turned off unless `--keep-pool`, so that memory a
 //! wrapper frees is seen going; step times are then those of a run without the pool.
 
@@ -29,6 +31,7 @@ use nn_core::optim::{AdamW, AdamWConfig, Optimizer};
 use nn_core::{manual_seed, Compute, Forward, Module, ModuleBase, Tensor};
 use nn_distributed::{
     DistributedDataParallel, FsdpConfig, FsdpPolicy, FullyShardedDataParallel, ProcessGroup, ReduceOp,
+    ZeroRedundancyOptimizer,
 };
 use nn_layers::{
     Activation, Embedding, EncoderInput, LayerNorm, Linear, TransformerEncoder, TransformerEncoderLayer,
@@ -217,13 +220,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // FSDP as PyTorch's FULL_SHARD (the default: parameters freed after each unit's
     // forward, gathered again for its backward), then without resharding after forward
     // (PyTorch's SHARD_GRAD_OP: autograd keeps each unit's parameters until its backward).
-    for which in ["DDP", "FSDP", "FSDP, no reshard"] {
+    // ZeRO: DDP with the optimizer state sharded (stage 1), then the gradients too (stage 2).
+    const RUNS: [&str; 5] = ["DDP", "ZeRO", "ZeRO-2", "FSDP", "FSDP, no reshard"];
+    for which in RUNS {
         let floor = LIVE.load(Ordering::Relaxed);
         let model = lm(&a);
         let params = model.num_parameters();
         let (peaks, times, held) = if which == "DDP" {
             let ddp = DistributedDataParallel::new(model, &group)?;
             let mut opt = AdamW::new(ddp.named_parameters(), config);
+            let (p, t) = run(&a, &group, floor, &mut |x, y| {
+                opt.zero_grad();
+                loss(&ddp.forward(x), y).backward();
+                opt.step();
+            });
+            (p, t, LIVE.load(Ordering::Relaxed) - floor)
+        } else if which.starts_with("ZeRO") {
+            let ddp = DistributedDataParallel::new(model, &group)?;
+            let mut opt = ZeroRedundancyOptimizer::new(ddp.named_parameters(), &group, |g| AdamW::new(g, config))?;
+            if which == "ZeRO-2" {
+                opt.shard_gradients(&ddp)?;
+            }
             let (p, t) = run(&a, &group, floor, &mut |x, y| {
                 opt.zero_grad();
                 loss(&ddp.forward(x), y).backward();
@@ -260,7 +277,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if lead {
         let d = results[0];
-        for (name, f) in [("FSDP", results[1]), ("FSDP, no reshard", results[2])] {
+        for (name, f) in RUNS.iter().zip(&results).skip(1) {
             println!(
                 "{name} / DDP: peak memory {:.2}x, memory between steps {:.2}x, step time {:.2}x",
                 f.0 / d.0,

@@ -229,6 +229,10 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
         self.reducer.stats()
     }
 
+    pub(crate) fn reducer(&self) -> &Arc<Reducer> {
+        &self.reducer
+    }
+
     /// The names of the parameters of each gradient bucket, in the order the buckets are
     /// reduced (and each bucket's parameters in their order in the flat buffer).
     pub fn bucket_parameter_names(&self) -> Vec<Vec<String>> {

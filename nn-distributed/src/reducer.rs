@@ -104,6 +104,10 @@ pub(crate) struct Reducer {
     bucket_of: Vec<usize>,
     find_unused: bool,
     pub(crate) no_sync: AtomicBool,
+    /// Per parameter, whether this rank keeps its reduced gradient (`None`: every one).
+    /// Set by `ZeroRedundancyOptimizer::shard_gradients` (ZeRO stage 2): the others' local
+    /// gradients are freed as soon as their bucket is launched.
+    pub(crate) owned: Mutex<Option<Vec<bool>>>,
     state: Mutex<State>,
 }
 
@@ -144,6 +148,7 @@ impl Reducer {
             bucket_of,
             find_unused,
             no_sync: AtomicBool::new(false),
+            owned: Mutex::new(None),
             state: Mutex::new(state),
         });
         let handles = reducer
@@ -160,6 +165,11 @@ impl Reducer {
             })
             .collect();
         (reducer, handles)
+    }
+
+    /// The reduced parameters, in registration order.
+    pub(crate) fn parameters(&self) -> &[Parameter] {
+        &self.params
     }
 
     /// The parameter names of each bucket, in launch order.
@@ -234,10 +244,15 @@ impl Reducer {
         let bucket = &self.buckets[b];
         let numel = bucket.params.iter().map(|&i| self.params[i].numel()).sum();
         let mut buf = Buf::for_dtype(bucket.wire, numel);
+        let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
         for &i in &bucket.params {
             match self.params[i].grad() {
                 Some(g) => buf.extend_from(&g),
                 None => buf.extend_zeros(self.params[i].numel()),
+            }
+            if owned.as_ref().is_some_and(|o| !o[i]) {
+                // Another rank steps this parameter: its local gradient is in the bucket now.
+                self.params[i].set_grad(None);
             }
         }
         Some(self.group.submit(Op::AllReduce { buf, op: ReduceOp::Avg }))
@@ -282,10 +297,11 @@ impl Reducer {
         for (bucket, rx) in self.buckets.iter().zip(works) {
             let Some(rx) = rx else { continue }; // a world of one
             let reduced = recv(&rx, "DistributedDataParallel gradient all_reduce");
+            let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
             let mut offset = 0;
             for &i in &bucket.params {
                 let p = &self.params[i];
-                if used_anywhere.as_ref().is_none_or(|u| u[i]) {
+                if used_anywhere.as_ref().is_none_or(|u| u[i]) && owned.as_ref().is_none_or(|o| o[i]) {
                     p.set_grad(Some(reduced.tensor(offset, p.shape(), p.dtype())));
                 }
                 offset += p.numel();

@@ -1,7 +1,8 @@
-//! `ZeroRedundancyOptimizer`: optimizer state sharded over the ranks (ZeRO stage 1).
+//! `ZeroRedundancyOptimizer`: optimizer state sharded over the ranks (ZeRO stage 1), and
+//! optionally the gradients (stage 2).
 
 use nn_core::optim::{IntoParamGroups, Optimizer, OptimizerState, ParamGroup};
-use nn_core::{Parameter, StateDict, Tensor};
+use nn_core::{Parameter, StateDict, Tensor, TensorId};
 
 use crate::error::{DistError, Result};
 use crate::group::ProcessGroup;
@@ -13,6 +14,10 @@ use crate::structure::{broadcast_tensors, verify_same, Entry};
 /// over its own share of the parameters only, so each rank keeps the state (Adam's two
 /// moments: twice the model) of about `1 / world_size` of the model.
 ///
+/// - **Gradients** (optional, ZeRO stage 2):
+///   [`shard_gradients`](ZeroRedundancyOptimizer::shard_gradients) makes the
+///   [`DistributedDataParallel`](crate::DistributedDataParallel) wrapper keep only this
+///   rank's reduced gradients.
 /// - **Partition**, as PyTorch's: group by group, the parameters sorted by size (largest
 ///   first) each go to the rank holding the fewest elements so far (the lowest such rank);
 ///   [`partition`](ZeroRedundancyOptimizer::partition) lists them.
@@ -58,6 +63,7 @@ pub struct ZeroRedundancyOptimizer<O: Optimizer> {
     shards: Vec<Vec<usize>>,
     /// The whole state, on the rank it was consolidated to, until the next step or load.
     consolidated: Option<OptimizerState>,
+    grads_sharded: bool,
 }
 
 impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
@@ -100,7 +106,90 @@ impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
             params: groups.into_iter().flat_map(|g| g.params).collect(),
             shards,
             consolidated: None,
+            grads_sharded: false,
         })
+    }
+
+    /// Shards the gradients too (ZeRO stage 2): from now on `ddp` keeps, after its
+    /// all-reduce, only the gradients of the parameters this rank steps, and frees the
+    /// local gradient of every other parameter as soon as its bucket is sent, so between
+    /// backward and step each rank holds about `1 / world_size` of the gradients. `ddp`
+    /// must be the wrapper whose parameters this optimizer was built over. Not a
+    /// collective.
+    ///
+    /// What reads the gradients of the whole model then sees only this rank's: clip with
+    /// [`clip_grad_norm_`](ZeroRedundancyOptimizer::clip_grad_norm_) (which all-reduces the
+    /// norm), and scale losses with a
+    /// [`ShardedGradScaler`](crate::ShardedGradScaler) (which all-reduces its inf check),
+    /// not their single-process forms.
+    ///
+    /// # Errors
+    /// [`DistError::ShardMismatch`] when `ddp` does not reduce exactly this optimizer's
+    /// parameters (naming the first one that differs); nothing changes then.
+    pub fn shard_gradients<M: nn_core::Module + nn_core::Compute>(
+        &mut self,
+        ddp: &crate::DistributedDataParallel<M>,
+    ) -> Result<()> {
+        let reduced = ddp.reducer().parameters();
+        let mine: std::collections::HashMap<TensorId, bool> = {
+            let own: std::collections::HashSet<usize> = self.shards[self.group.rank()].iter().copied().collect();
+            self.params.iter().enumerate().map(|(i, (_, p))| (p.id(), own.contains(&i))).collect()
+        };
+        if reduced.len() != self.params.len() {
+            return Err(DistError::ShardMismatch(format!(
+                "shard_gradients: the wrapper reduces {} parameter(s), this optimizer holds {}",
+                reduced.len(),
+                self.params.len()
+            )));
+        }
+        let mut owned = Vec::with_capacity(reduced.len());
+        for p in reduced {
+            match mine.get(&p.id()) {
+                Some(&o) => owned.push(o),
+                None => {
+                    let name = nn_core::Module::named_parameters(ddp)
+                        .into_iter()
+                        .find(|(_, q)| q.id() == p.id())
+                        .map(|(n, _)| n);
+                    return Err(DistError::ShardMismatch(format!(
+                        "shard_gradients: the wrapper's parameter `{}` is not one of this optimizer's",
+                        name.unwrap_or_default()
+                    )));
+                }
+            }
+        }
+        *ddp.reducer().owned.lock().unwrap_or_else(|e| e.into_inner()) = Some(owned);
+        self.grads_sharded = true;
+        Ok(())
+    }
+
+    /// Scales the gradients so that the whole model's gradient has an L2 norm of at most
+    /// `max_norm` and returns the norm before clipping (PyTorch's `clip_grad_norm_`), over
+    /// the gradients of every rank's shard: each rank's sum of squares over the parameters
+    /// it steps is all-reduced, so every rank scales alike. Right with or without
+    /// [`shard_gradients`](ZeroRedundancyOptimizer::shard_gradients). A collective.
+    pub fn clip_grad_norm_(&self, max_norm: f64) -> f64 {
+        let local: f64 = self.shards[self.group.rank()]
+            .iter()
+            .filter_map(|&i| self.params[i].1.grad())
+            .map(|g| g.to_vec_of::<f64>().iter().map(|v| v * v).sum::<f64>())
+            .sum();
+        let total = self.group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), crate::ReduceOp::Sum);
+        let norm = total.to_vec_of::<f64>()[0].sqrt();
+        let scale = max_norm / (norm + 1e-6);
+        if scale < 1.0 {
+            for (_, p) in &self.params {
+                if let Some(g) = p.grad() {
+                    p.set_grad(Some(&g * scale));
+                }
+            }
+        }
+        norm
+    }
+
+    /// Whether [`shard_gradients`](ZeroRedundancyOptimizer::shard_gradients) was called.
+    pub fn gradients_sharded(&self) -> bool {
+        self.grads_sharded
     }
 
     /// The names of the parameters each rank updates, rank by rank.

@@ -1066,10 +1066,25 @@ mod checks {
         AdamWConfig { lr: 3e-3, weight_decay: 0.05, ..Default::default() }
     }
 
-    /// ZeRO over DDP on the causal Transformer, 20 AdamW steps, in f64 (see
-    /// [`fsdp_transformer_parity`] for why): within 1e-5 of one process on the whole batch,
-    /// every rank's parameters bit for bit alike.
+    /// ZeRO over DDP on the causal Transformer, 20 AdamW steps with gradient clipping, in
+    /// f64 (see [`fsdp_transformer_parity`] for why): within 1e-5 of one process on the
+    /// whole batch, every rank's parameters bit for bit alike; with the optimizer state
+    /// sharded (stage 1), then the gradients too (stage 2), where each rank holds only the
+    /// gradients it steps.
     fn zero_transformer_parity(group: &ProcessGroup) {
+        for shard_gradients in [false, true] {
+            zero_transformer_parity_with(group, shard_gradients);
+        }
+        // A wrapper over other parameters is refused.
+        let ddp = DistributedDataParallel::new(mlp(), group).unwrap();
+        let other = DistributedDataParallel::new(mlp(), group).unwrap();
+        let mut zero = ZeroRedundancyOptimizer::new(ddp.named_parameters(), group, |g| AdamW::new(g, adamw())).unwrap();
+        let err = zero.shard_gradients(&other).unwrap_err().to_string();
+        assert!(err.contains("the wrapper's parameter `0.weight` is not one of this optimizer's"), "{err}");
+        assert!(!zero.gradients_sharded());
+    }
+
+    fn zero_transformer_parity_with(group: &ProcessGroup, shard_gradients: bool) {
         let f64_model = |seed| {
             let mut m = tiny_transformer(seed);
             m.to_dtype(DType::F64);
@@ -1079,14 +1094,23 @@ mod checks {
         let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
         let ddp = DistributedDataParallel::new(f64_model(8), group).unwrap();
         let mut zero = ZeroRedundancyOptimizer::new(ddp.named_parameters(), group, |g| AdamW::new(g, adamw())).unwrap();
+        if shard_gradients {
+            zero.shard_gradients(&ddp).unwrap();
+        }
+        let mine = zero.partition()[group.rank()].len();
         for step in 0..20 {
             let (x, y) = token_batch(step);
             ref_opt.zero_grad();
             lm_loss(&reference.forward(&x), &y).backward();
+            let want_norm = nn_core::optim::clip_grad_norm_(&reference.parameters(), 0.5);
             ref_opt.step();
             let ys = share(group, &y.reshape(&[12, SEQ])).reshape(&[12 / group.world_size() * SEQ]);
             zero.zero_grad();
             lm_loss(&ddp.forward(&share(group, &x)), &ys).backward();
+            let held = ddp.parameters().iter().filter(|p| p.grad().is_some()).count();
+            assert_eq!(held, if shard_gradients { mine } else { ddp.parameters().len() }, "gradients held");
+            let norm = zero.clip_grad_norm_(0.5);
+            assert!((norm - want_norm).abs() <= 1e-9 * want_norm, "norm {norm} vs one process's {want_norm}");
             zero.step();
         }
         let values =
@@ -1098,7 +1122,11 @@ mod checks {
             .collect();
         assert!(identical_across_ranks(group, &bits), "parameters differ across ranks after 20 ZeRO AdamW steps");
         let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-        assert!(d <= 1e-5, "ZeRO AdamW on the Transformer after 20 steps vs one process: max |difference| {d:e}");
+        assert!(
+            d <= 1e-5,
+            "ZeRO (gradients sharded: {shard_gradients}) AdamW on the Transformer after 20 steps vs one process: max \
+             |difference| {d:e}"
+        );
         let moved = got.iter().zip(values(&f64_model(8))).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(moved > 1e-2, "training moved the parameters");
     }
