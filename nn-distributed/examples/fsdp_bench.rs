@@ -18,7 +18,7 @@
 //! prints the largest. DDP runs first, then its model and optimizer are dropped and each
 //! other configuration (ZeRO, ZeRO with sharded gradients, FSDP with each encoder layer a
 //! unit, FSDP without resharding) runs in turn on a fresh copy. nn's CPU buffer pool (freed buffers
-//! kept for reuse, up to 1 GiB) is turned off unless `--keep-pool`, so that memory a
+//! kept for reuse, up to 2 GiB) is turned off unless `--keep-pool`, so that memory a
 //! wrapper frees is seen going; step times are then those of a run without the pool.
 
 use std::alloc::{GlobalAlloc, Layout, System};

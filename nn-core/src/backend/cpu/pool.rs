@@ -14,12 +14,15 @@ use std::sync::Mutex;
 /// Buffers smaller than this many elements are left to the allocator.
 pub(crate) const MIN_ELEMS: usize = 1 << 12;
 /// The pool never holds more than this many bytes (unless [`set_limit`] says otherwise).
-/// 1 GiB: a GPT-2 step (53.6M parameters) frees and takes back buffers of 77-154 MiB (the
-/// tied embedding's gradient, its `bf16` cast, the logits); under the earlier 256 MiB they
-/// went back to the OS and came back as fresh pages, 1.27M page faults in four bf16
-/// autocast steps against 0.82M now, and the step went from 774-783 ms to 737-740 ms (two
-/// alternating runs each, 1 thread, 2-vCPU Zen 5; the f32 step unchanged within noise).
-pub(crate) const MAX_BYTES: usize = 1 << 30;
+/// 2 GiB: a GPT-2 step (53.6M parameters) frees and takes back buffers of 77-154 MiB (the
+/// tied embedding's gradient, its `bf16` cast, the logits), in `f32` and `bf16` at once
+/// under autocast. Under 256 MiB they went back to the OS and came back as fresh pages;
+/// at 1 GiB, six bf16 autocast steps still took 1.18M page faults and 742 ms a step, at
+/// 2 GiB 0.74M and 631-653 ms (4 GiB: the same as 2), while the f32 step stayed at
+/// 0.53-0.56M faults and 699-714 ms (`profile_step`, 1 thread, 2-vCPU Zen 5). The memory
+/// is held only when a workload frees that much; `nn_core::storage::set_buffer_pool_limit`
+/// lowers (or raises) the ceiling.
+pub(crate) const MAX_BYTES: usize = 2 << 30;
 /// At most this many buffers per type are kept.
 const MAX_BUFFERS: usize = 256;
 
@@ -157,8 +160,10 @@ pub(crate) fn recycle<T: super::CpuElement>(v: Vec<T>) {
 /// (larger ones are mapped and unmapped per call); 32 MiB is glibc's ceiling for it.
 pub(crate) const HEAP_BLOCK_MAX: usize = 32 << 20;
 /// Free memory at the top of a glibc heap that stays there instead of going back to the
-/// OS, once [`keep_heap_pages`] has run (the pool's own ceiling, [`MAX_BYTES`]).
-pub(crate) const HEAP_TRIM_AT: usize = MAX_BYTES;
+/// OS, once [`keep_heap_pages`] has run (1 GiB; `mallopt` takes a C `int`, so it cannot
+/// follow [`MAX_BYTES`] past 2 GiB).
+pub(crate) const HEAP_TRIM_AT: usize = 1 << 30;
+const _: () = assert!(HEAP_TRIM_AT <= i32::MAX as usize && HEAP_BLOCK_MAX <= i32::MAX as usize);
 
 /// Keeps the C heap's pages mapped between GEMM calls (glibc on Linux; elsewhere nothing).
 ///
