@@ -128,6 +128,35 @@ pub fn accuracy<M: Layer>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f6
     })
 }
 
+/// Mean cross-entropy of `model` (in eval mode, without grad) over every row of `x`
+/// against class labels `y`, in batches of `batch` rows: the held-out loss.
+///
+/// ```
+/// use nn_examples::test_loss;
+/// use nn_layers::Linear;
+/// let model = Linear::new(3, 2);
+/// let (x, y) = (nn_core::Tensor::zeros(&[5, 3]), nn_core::Tensor::from_vec_i64(vec![0, 1, 0, 1, 1], &[5]));
+/// // Zero inputs give the bias as logits for every row.
+/// let b = model.bias.as_ref().unwrap().to_vec();
+/// let lse = (b[0].exp() + b[1].exp()).ln();
+/// let want = (2.0 * (lse - b[0]) + 3.0 * (lse - b[1])) / 5.0;
+/// assert!((test_loss(&model, &x, &y, 2) - f64::from(want)).abs() < 1e-6);
+/// ```
+pub fn test_loss<M: Layer>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
+    let device = model.parameters().first().map_or(Device::Cpu, |p| p.device());
+    no_grad(|| {
+        let n = x.shape()[0];
+        let mut total = 0.0;
+        for start in (0..n).step_by(batch) {
+            let len = batch.min(n - start);
+            let logits = model.forward(&x.narrow(0, start, len).to_device(device));
+            let loss = nn_core::functional::cross_entropy(&logits, &y.narrow(0, start, len).to_device(device));
+            total += loss.item() * len as f64;
+        }
+        total / n as f64
+    })
+}
+
 /// The `mnist` example's MLP: 784 -> 256 -> 10 with dropout 0.1 (also trained by
 /// nn-distributed's `mnist_ddp`).
 pub fn mnist_mlp() -> nn_layers::Sequential {

@@ -20,7 +20,7 @@ use nn_core::functional::cross_entropy;
 use nn_core::optim::{Adam, AdamConfig, LrScheduler, Optimizer, StepLR};
 use nn_core::{manual_seed, Forward, Module};
 use nn_data::{load_mnist, DataLoader, Split};
-use nn_examples::{accuracy, progress, write_loss_svg, Amp, CommonArgs};
+use nn_examples::{accuracy, progress, test_loss, write_loss_svg, Amp, CommonArgs};
 use nn_layers::Sequential;
 
 #[derive(Clone, Copy, ValueEnum, Debug)]
@@ -146,12 +146,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     pb.finish_and_clear();
     model.eval();
+    let train_time = t0.elapsed().as_secs_f64();
     let acc = accuracy(&model, &x_test, &y_test, 500);
+    let loss = test_loss(&model, &x_test, &y_test, 500);
     println!(
-        "held-out accuracy: {:.2}% on {} test images ({:.1} s of training)",
+        "held-out accuracy: {:.2}%, loss {loss:.4}, on {} test images ({train_time:.1} s of training)",
         acc * 100.0,
         x_test.shape()[0],
-        t0.elapsed().as_secs_f64()
     );
     let curve = a.out(&format!("{name}_loss.svg"))?;
     write_loss_svg(&curve, &format!("{name}: training loss per step"), "step", &[("train loss", &losses)])?;

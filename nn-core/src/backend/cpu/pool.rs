@@ -163,7 +163,7 @@ pub(crate) const HEAP_BLOCK_MAX: usize = 32 << 20;
 /// OS, once [`keep_heap_pages`] has run (1 GiB; `mallopt` takes a C `int`, so it cannot
 /// follow [`MAX_BYTES`] past 2 GiB).
 pub(crate) const HEAP_TRIM_AT: usize = 1 << 30;
-const _: () = assert!(HEAP_TRIM_AT <= i32::MAX as usize && HEAP_BLOCK_MAX <= i32::MAX as usize);
+const _: () = assert!(HEAP_TRIM_AT <= i32::MAX as usize, "mallopt takes a C int");
 
 /// Keeps the C heap's pages mapped between GEMM calls (glibc on Linux; elsewhere nothing).
 ///
