@@ -99,6 +99,11 @@ fn device_kernel(step: u64, lr: f64, wd: f64, c: &AdamCore) -> DeviceKernel<'sta
     }
 }
 
+// Inlined whole into `with_avx2`'s AVX2 copy, with every slice cut to one length and the
+// options tested outside the loop, so that the loop vectorizes (sqrt and divide included).
+// Out of line, or indexing slices of unknown lengths, it ran scalar: a step of AdamW over a
+// GPT-2's 53.6M parameters took about 15% of the training step (2-vCPU Zen 5). Each
+// element's arithmetic is the same as before, in the same order: the results are too.
 #[inline(always)]
 fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [&mut [T]], step: u64, lr: f64, wd: f64, c: &AdamCore) {
     let (b1, b2) = c.betas;
@@ -112,30 +117,57 @@ fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [&mut [T]], step: u6
     let b2t = T::from_f64(b2);
     let decay = T::from_f64(1.0 - lr * wd);
     let l2 = T::from_f64(wd);
+    let n = p.len();
     let (m, rest) = bufs.split_at_mut(1);
     let (v, vmax) = rest.split_at_mut(1);
-    let (m, v, vmax) = (&mut m[0], &mut v[0], &mut vmax[0]);
-    for i in 0..p.len() {
-        let mut gi = g[i];
-        if c.decoupled {
-            if wd != 0.0 {
-                p[i] = p[i] * decay;
+    let (g, m, v) = (&g[..n], &mut m[0][..n], &mut v[0][..n]);
+    if c.amsgrad {
+        let vmax = &mut vmax[0][..n];
+        for i in 0..n {
+            let mut gi = g[i];
+            if c.decoupled {
+                if wd != 0.0 {
+                    p[i] = p[i] * decay;
+                }
+            } else if wd != 0.0 {
+                gi = gi + l2 * p[i];
             }
-        } else if wd != 0.0 {
-            gi = gi + l2 * p[i];
-        }
-        m[i] = m[i] + w1 * (gi - m[i]);
-        v[i] = v[i] * b2t + w2 * gi * gi;
-        let vv = if c.amsgrad {
+            m[i] = m[i] + w1 * (gi - m[i]);
+            v[i] = v[i] * b2t + w2 * gi * gi;
             if v[i] > vmax[i] {
                 vmax[i] = v[i];
             }
-            vmax[i]
-        } else {
-            v[i]
-        };
-        let denom = vv.sqrt() / bc2_sqrt + eps;
-        p[i] = p[i] - step_size * (m[i] / denom);
+            let denom = vmax[i].sqrt() / bc2_sqrt + eps;
+            p[i] = p[i] - step_size * (m[i] / denom);
+        }
+        return;
+    }
+    #[inline(always)]
+    fn moments<T: FloatElement>(m: &mut T, v: &mut T, gi: T, (w1, w2, b2t): (T, T, T)) {
+        *m = *m + w1 * (gi - *m);
+        *v = *v * b2t + w2 * gi * gi;
+    }
+    let k = (w1, w2, b2t);
+    match (c.decoupled, wd != 0.0) {
+        (true, true) => {
+            for i in 0..n {
+                p[i] = p[i] * decay;
+                moments(&mut m[i], &mut v[i], g[i], k);
+                p[i] = p[i] - step_size * (m[i] / (v[i].sqrt() / bc2_sqrt + eps));
+            }
+        }
+        (false, true) => {
+            for i in 0..n {
+                moments(&mut m[i], &mut v[i], g[i] + l2 * p[i], k);
+                p[i] = p[i] - step_size * (m[i] / (v[i].sqrt() / bc2_sqrt + eps));
+            }
+        }
+        (_, false) => {
+            for i in 0..n {
+                moments(&mut m[i], &mut v[i], g[i], k);
+                p[i] = p[i] - step_size * (m[i] / (v[i].sqrt() / bc2_sqrt + eps));
+            }
+        }
     }
 }
 
