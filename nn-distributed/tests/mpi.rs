@@ -1037,6 +1037,13 @@ mod checks {
         }
     }
 
+    /// [`tiny_transformer`] in f64 (the parity tests' precision).
+    fn tiny_transformer_f64(seed: u64) -> TinyTransformer {
+        let mut m = tiny_transformer(seed);
+        m.to_dtype(DType::F64);
+        m
+    }
+
     fn layers_policy() -> FsdpPolicy {
         FsdpPolicy::new().module_type::<TransformerEncoderLayer>()
     }
@@ -1085,14 +1092,9 @@ mod checks {
     }
 
     fn zero_transformer_parity_with(group: &ProcessGroup, shard_gradients: bool) {
-        let f64_model = |seed| {
-            let mut m = tiny_transformer(seed);
-            m.to_dtype(DType::F64);
-            m
-        };
-        let reference = f64_model(8);
+        let reference = tiny_transformer_f64(8);
         let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
-        let ddp = DistributedDataParallel::new(f64_model(8), group).unwrap();
+        let ddp = DistributedDataParallel::new(tiny_transformer_f64(8), group).unwrap();
         let mut zero = ZeroRedundancyOptimizer::new(ddp.named_parameters(), group, |g| AdamW::new(g, adamw())).unwrap();
         if shard_gradients {
             zero.shard_gradients(&ddp).unwrap();
@@ -1127,7 +1129,7 @@ mod checks {
             "ZeRO (gradients sharded: {shard_gradients}) AdamW on the Transformer after 20 steps vs one process: max \
              |difference| {d:e}"
         );
-        let moved = got.iter().zip(values(&f64_model(8))).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let moved = got.iter().zip(values(&tiny_transformer_f64(8))).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(moved > 1e-2, "training moved the parameters");
     }
 
@@ -1206,14 +1208,9 @@ mod checks {
     /// an f32 run on a different summation order drifts by ~1e-4 there. In f64 that noise is
     /// far below AdamW's eps.
     fn fsdp_transformer_parity(group: &ProcessGroup) {
-        let f64_model = |seed| {
-            let mut m = tiny_transformer(seed);
-            m.to_dtype(DType::F64);
-            m
-        };
-        let reference = f64_model(21);
+        let reference = tiny_transformer_f64(21);
         let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
-        let fsdp = FullyShardedDataParallel::new(f64_model(21), group, layers_policy()).unwrap();
+        let fsdp = FullyShardedDataParallel::new(tiny_transformer_f64(21), group, layers_policy()).unwrap();
         let mut opt = AdamW::new(fsdp.named_parameters(), adamw());
         let before = fsdp.stats();
         for step in 0..20 {
@@ -1255,7 +1252,10 @@ mod checks {
             assert_eq!(full.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
             let d = diff(&values(&full), &values(&want));
             assert!(d <= 1e-5, "FSDP AdamW after 20 steps vs one process: max |difference| {d:e}");
-            assert!(diff(&values(&full), &values(&f64_model(21).state_dict())) > 1e-2, "training moved them");
+            assert!(
+                diff(&values(&full), &values(&tiny_transformer_f64(21).state_dict())) > 1e-2,
+                "training moved them"
+            );
         }
         let d = diff(&logits, &no_grad(|| reference.forward(&x)).to_vec_of::<f64>());
         assert!(d <= 1e-5, "logits after 20 steps: max |difference| {d:e}");
@@ -1309,12 +1309,7 @@ mod checks {
     }
 
     fn fsdp_nested_units_with(group: &ProcessGroup, reshard: bool) {
-        let f64_model = |seed| {
-            let mut m = tiny_transformer(seed);
-            m.to_dtype(DType::F64);
-            m
-        };
-        let reference = f64_model(4);
+        let reference = tiny_transformer_f64(4);
         let mut ref_opt = AdamW::new(reference.named_parameters(), adamw());
         let config = FsdpConfig {
             forward_prefetch: false,
@@ -1322,9 +1317,13 @@ mod checks {
             reshard_after_forward: reshard,
             ..Default::default()
         };
-        let fsdp =
-            FullyShardedDataParallel::with_config(f64_model(4), group, FsdpPolicy::new().min_params(1000), config)
-                .unwrap();
+        let fsdp = FullyShardedDataParallel::with_config(
+            tiny_transformer_f64(4),
+            group,
+            FsdpPolicy::new().min_params(1000),
+            config,
+        )
+        .unwrap();
         assert_eq!(fsdp.unit_paths().len(), 5);
         assert_eq!(fsdp.unit_parameter_names()[2][0], "encoder.layers.0.self_attn.in_proj_weight");
         assert_eq!(fsdp.unit_parameter_names()[1][0], "encoder.layers.0.linear1.weight");
