@@ -132,6 +132,32 @@ pub(crate) fn broadcast_tensors(group: &ProcessGroup, tensors: &[Tensor], root: 
     }
 }
 
+/// Gradient clipping when each rank holds part of the gradients (FSDP's shards, ZeRO's
+/// partition): `held` are this rank's parameters whose gradients count (each gradient
+/// counted on exactly one rank); the sums of squares are all-reduced, and every rank
+/// scales the gradients of `scaled` alike. Returns the total norm before clipping. A
+/// collective.
+pub(crate) fn clip_grad_norm_across(
+    group: &ProcessGroup,
+    held: &[&nn_core::Parameter],
+    scaled: &[&nn_core::Parameter],
+    max_norm: f64,
+) -> f64 {
+    let local: f64 =
+        held.iter().filter_map(|p| p.grad()).map(|g| g.to_vec_of::<f64>().iter().map(|v| v * v).sum::<f64>()).sum();
+    let total = group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), crate::ReduceOp::Sum);
+    let norm = total.to_vec_of::<f64>()[0].sqrt();
+    let scale = max_norm / (norm + 1e-6);
+    if scale < 1.0 {
+        for p in scaled {
+            if let Some(g) = p.grad() {
+                p.set_grad(Some(&g * scale));
+            }
+        }
+    }
+    norm
+}
+
 #[cfg(test)]
 mod tests {
     use super::Signature;

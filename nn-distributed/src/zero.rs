@@ -169,22 +169,9 @@ impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
     /// it steps is all-reduced, so every rank scales alike. Right with or without
     /// [`shard_gradients`](ZeroRedundancyOptimizer::shard_gradients). A collective.
     pub fn clip_grad_norm_(&self, max_norm: f64) -> f64 {
-        let local: f64 = self.shards[self.group.rank()]
-            .iter()
-            .filter_map(|&i| self.params[i].1.grad())
-            .map(|g| g.to_vec_of::<f64>().iter().map(|v| v * v).sum::<f64>())
-            .sum();
-        let total = self.group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), crate::ReduceOp::Sum);
-        let norm = total.to_vec_of::<f64>()[0].sqrt();
-        let scale = max_norm / (norm + 1e-6);
-        if scale < 1.0 {
-            for (_, p) in &self.params {
-                if let Some(g) = p.grad() {
-                    p.set_grad(Some(&g * scale));
-                }
-            }
-        }
-        norm
+        let held: Vec<&Parameter> = self.shards[self.group.rank()].iter().map(|&i| &self.params[i].1).collect();
+        let all: Vec<&Parameter> = self.params.iter().map(|(_, p)| p).collect();
+        crate::structure::clip_grad_norm_across(&self.group, &held, &all, max_norm)
     }
 
     /// Whether [`shard_gradients`](ZeroRedundancyOptimizer::shard_gradients) was called.

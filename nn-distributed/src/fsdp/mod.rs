@@ -462,24 +462,8 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
     /// squares (the padding is zero) is all-reduced, so every rank scales alike. A
     /// collective: every rank calls it, after backward.
     pub fn clip_grad_norm_(&self, max_norm: f64) -> f64 {
-        let local: f64 = self
-            .shared
-            .units
-            .iter()
-            .filter_map(|u| u.shard.grad())
-            .map(|g| g.to_vec_of::<f64>().iter().map(|v| v * v).sum::<f64>())
-            .sum();
-        let total = self.shared.group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), crate::ReduceOp::Sum);
-        let norm = total.to_vec_of::<f64>()[0].sqrt();
-        let scale = max_norm / (norm + 1e-6);
-        if scale < 1.0 {
-            for u in &self.shared.units {
-                if let Some(g) = u.shard.grad() {
-                    u.shard.set_grad(Some(&g * scale));
-                }
-            }
-        }
-        norm
+        let shards: Vec<&Parameter> = self.shared.units.iter().map(|u| &u.shard).collect();
+        crate::structure::clip_grad_norm_across(&self.shared.group, &shards, &shards, max_norm)
     }
 
     /// Panics on every rank (after printing, so each rank's message is seen) when the
