@@ -106,7 +106,8 @@ impl Storage {
     /// this upstream gradient (`lg` selects it, any strides), the saved weights and kept
     /// weights, and the same operands, mask and plan, each stored as the forward's output;
     /// with `scores_grad`, also the gradient of the masked scores `[N, H, L, S]`
-    /// (contiguous; an additive mask's before its broadcast is summed). `None` where this
+    /// (contiguous; an additive mask's before its broadcast is summed; `f32` for `f16` and
+    /// `bf16` operands, so that the sum over the broadcast rounds once). `None` where this
     /// backend has no fused kernel for these operands.
     pub(crate) fn attention_fused_backward(
         &self,

@@ -345,7 +345,7 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> O
     inputs.extend(float_mask);
     let y = op_result(OP, Arc::new(out), layout, &inputs, || {
         let lay = [q4.layout().clone(), k4.layout().clone(), v4.layout().clone()];
-        let mask_shape: Option<Dims> = float_mask.map(|m| m.shape().into());
+        let mask_shape: Option<(Dims, DType)> = float_mask.map(|m| (m.shape().into(), m.dtype()));
         let (ms, mask_layout) = (ms.clone(), mask_layout.clone());
         move |g: &Tensor, needs: &[bool]| -> Grads {
             let scores_grad = needs.get(3).copied().unwrap_or(false);
@@ -370,9 +370,13 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> O
                     })
                 })
                 .collect();
-            if let Some(shape) = &mask_shape {
+            if let Some((shape, dtype)) = &mask_shape {
+                // Summed over the broadcast, then in the mask's dtype (a backend may give
+                // half masks' gradient in `f32`, rounded here once).
                 out.push(dscores.map(|ds| {
-                    Tensor::from_parts(Arc::new(ds), Layout::contiguous(&[n, h, l, s]), None).sum_to_shape(shape)
+                    Tensor::from_parts(Arc::new(ds), Layout::contiguous(&[n, h, l, s]), None)
+                        .sum_to_shape(shape)
+                        .to_dtype(*dtype)
                 }));
             }
             out
@@ -729,6 +733,42 @@ mod tests {
         let y = q.scaled_dot_product_attention(&k, &v, &AttentionConfig::default());
         assert_eq!((y.shape(), y.strides()), (&[2, 2, 5, 4][..], &[40, 4, 8, 1][..]));
         assert!(y.transpose(1, 2).is_contiguous());
+    }
+
+    /// Half-precision attention runs the f32 kernel on widened copies and rounds each
+    /// result once: its output and its gradients are exactly the f32 ones rounded, for bf16
+    /// and f16, with q, k and v split from one projection (one buffer, widened once), with
+    /// a causal mask and with an additive mask of the query's dtype broadcast over the
+    /// batch (its gradient summed over the broadcast in f32, then rounded once).
+    #[test]
+    fn half_attention_is_the_f32_attention_rounded_once() {
+        for dtype in [DType::BF16, DType::F16] {
+            for masked in [false, true] {
+                let run = |dt: DType| {
+                    let qkv = vals(&[2, 5, 24], 3).to_dtype(dtype).to_dtype(dt).requires_grad_(true);
+                    let mask = vals(&[1, 2, 5, 5], 11).to_dtype(dtype).to_dtype(dt).requires_grad_(true);
+                    let split = |i: usize| heads(qkv.narrow(2, 8 * i, 8), 2);
+                    let o = if masked {
+                        AttentionConfig { attn_mask: Some(&mask), ..Default::default() }
+                    } else {
+                        AttentionConfig { is_causal: true, ..Default::default() }
+                    };
+                    let y = split(0).scaled_dot_product_attention(&split(1), &split(2), &o);
+                    assert_eq!(y.dtype(), dt);
+                    y.backward_with(&vals(y.shape(), 9).to_dtype(dtype).to_dtype(dt), false);
+                    let grads = [qkv.grad().expect("qkv's gradient"), mask.grad().unwrap_or_else(|| mask.detach())];
+                    (y.detach(), grads)
+                };
+                let (y, [gx, gm]) = run(dtype);
+                let (y32, [gx32, gm32]) = run(DType::F32);
+                let rounded = |t: &Tensor| t.to_dtype(dtype).to_dtype(DType::F64).to_vec_f64();
+                let what = format!("{dtype} masked {masked}");
+                assert_eq!(y.to_dtype(DType::F64).to_vec_f64(), rounded(&y32), "output, {what}");
+                assert_eq!(gx.to_dtype(DType::F64).to_vec_f64(), rounded(&gx32), "qkv gradient, {what}");
+                assert_eq!(gm.dtype(), dtype);
+                assert_eq!(gm.to_dtype(DType::F64).to_vec_f64(), rounded(&gm32), "mask gradient, {what}");
+            }
+        }
     }
 
     #[test]

@@ -97,13 +97,15 @@ impl ConvElem for bf16 {
         fn strided(x: MatRef<'_, bf16>) -> gemm_bf16::Strided<'_> {
             gemm_bf16::Strided { data: x.data, offset: x.offset, rs: x.row_stride, cs: x.col_stride }
         }
-        gemm_bf16::run(m, k, n, strided(a), strided(b), &mut c[..m * n], |_, sums, part: &mut [f32]| {
-            if accumulate {
-                for (d, &s) in part.iter_mut().zip(sums) {
-                    *d += s;
+        let slots = gemm_bf16::uninit(&mut c[..m * n]);
+        gemm_bf16::run(m, k, n, strided(a), strided(b), slots, |_, sums, part| {
+            for (d, &s) in part.iter_mut().zip(sums) {
+                if accumulate {
+                    // SAFETY: the slots are a view of `c`, initialized `f32`s.
+                    *unsafe { d.assume_init_mut() } += s;
+                } else {
+                    d.write(s);
                 }
-            } else {
-                part.copy_from_slice(sums);
             }
         });
     }

@@ -56,12 +56,18 @@ pub(crate) fn matmul_bf16(
     let (ba, bb) = (broadcast_batch(la, batch), broadcast_batch(lb, batch));
     let mut offsets = Vec::with_capacity(batch.iter().product());
     for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| offsets.push((oa, ob)));
-    let mut out = vec![half::bf16::ZERO; offsets.len() * m * n];
+    // From the pool, every slot written by the products (a zeroed `vec!` was fresh pages
+    // from the system on every call).
+    let len = offsets.len() * m * n;
+    let mut out = <half::bf16 as CpuElement>::alloc_buffer(len);
+    let slots = &mut out.spare_capacity_mut()[..len];
     for (q, &(oa, ob)) in offsets.iter().enumerate() {
         let a = gemm_bf16::Strided { data: av, offset: oa, rs: la.strides()[ra - 2], cs: la.strides()[ra - 1] };
         let b = gemm_bf16::Strided { data: bv, offset: ob, rs: lb.strides()[rb - 2], cs: lb.strides()[rb - 1] };
-        gemm_bf16::gemm_to_bf16(m, k, n, a, b, &mut out[q * m * n..(q + 1) * m * n]);
+        gemm_bf16::gemm_to_bf16(m, k, n, a, b, &mut slots[q * m * n..(q + 1) * m * n]);
     }
+    // SAFETY: the products wrote all `len` slots (each `m x n` block whole).
+    unsafe { out.set_len(len) };
     Some(CpuStorage::BF16(out))
 }
 
@@ -84,12 +90,12 @@ pub(crate) fn addmm_bf16(
     let sb = gemm_bf16::Strided { data: bv, offset: lb.offset(), rs: lb.strides()[0], cs: lb.strides()[1] };
     let (beta, alpha) = (beta as f32, alpha as f32);
     let (ri, ci) = (li.strides()[0], li.strides()[1]);
-    let mut y = vec![half::bf16::ZERO; m * n];
+    let mut y = <half::bf16 as CpuElement>::alloc_buffer(m * n);
     // The epilogue runs on each part's sums as the thread that made them finishes, in
     // the multiversioned vector loops of `vmath` with the closures inlined into them (a
     // closure called from inside `with_avx2` was compiled out of line: 5% of a bf16
     // Transformer step went to its scalar calls).
-    gemm_bf16::run(m, k, n, sa, sb, &mut y, |r0, sums, part: &mut [half::bf16]| {
+    gemm_bf16::run(m, k, n, sa, sb, &mut y.spare_capacity_mut()[..m * n], |r0, sums, part| {
         use super::vmath::{map2_elems, map_elems};
         use super::widen::{bf16_to_f32, f32_to_bf16};
         for (i, (row, dst)) in sums.chunks(n.max(1)).zip(part.chunks_mut(n.max(1))).enumerate() {
@@ -98,7 +104,7 @@ pub(crate) fn addmm_bf16(
                 // The input is not read (BLAS semantics, as `addmm`).
                 map_elems(
                     row,
-                    gemm_bf16::uninit(dst),
+                    dst,
                     #[inline(always)]
                     move |p| f32_to_bf16(alpha * p),
                 );
@@ -106,17 +112,19 @@ pub(crate) fn addmm_bf16(
                 map2_elems(
                     row,
                     &iv[at..at + n],
-                    gemm_bf16::uninit(dst),
+                    dst,
                     #[inline(always)]
                     move |p, x| f32_to_bf16(alpha * p + beta * bf16_to_f32(x)),
                 );
             } else {
                 for (j, (d, &p)) in dst.iter_mut().zip(row).enumerate() {
-                    *d = f32_to_bf16(alpha * p + beta * bf16_to_f32(iv[at + j * ci]));
+                    d.write(f32_to_bf16(alpha * p + beta * bf16_to_f32(iv[at + j * ci])));
                 }
             }
         }
     });
+    // SAFETY: the epilogue wrote every slot of every part (`run` covers all `m` rows).
+    unsafe { y.set_len(m * n) };
     Some(CpuStorage::BF16(y))
 }
 
