@@ -25,6 +25,9 @@ const MR: usize = 8;
 const NR: usize = 48;
 /// Registers per row of the tile.
 const V: usize = NR / 16;
+/// `f32` sums per stripe of rows (256 KiB, a quarter of Zen 5's L2 cache), at least 4
+/// register tiles of rows.
+const STRIPE_SUMS: usize = 1 << 16;
 /// Pairs of `k` per block: a packed `B` panel block is `KC * NR * 4` = 48 KiB.
 const KC: usize = 256;
 
@@ -123,16 +126,23 @@ pub(crate) fn run<T: Send>(
             let mut s = s.borrow_mut();
             (std::mem::take(&mut s.sums), std::mem::take(&mut s.a))
         });
+        // By stripes of rows whose sums stay in the L2 cache until `finish` reads them
+        // (the sums of a whole part went out to memory and back).
+        let stripe = (STRIPE_SUMS / n.max(1)).max(4 * MR) / MR * MR;
         // Every slot is written by the first block of `k` (or zeroed for `k = 0`): the
         // buffer only grows (zeroed once; it was zeroed on every call that needed more
         // than the last, 2% of a bf16 Transformer step).
-        if sums.len() < part.len() {
-            sums.resize(part.len(), 0.0);
+        let most = stripe.min(mr) * n;
+        if sums.len() < most {
+            sums.resize(most, 0.0);
         }
-        let sums_part = &mut sums[..part.len()];
-        // SAFETY: `available()` (checked above): the CPU has the target features.
-        unsafe { avx512::rows(r0, mr, k, n, a, bp_words, &mut ap, sums_part) };
-        finish(r0, sums_part, part);
+        for (i, out) in part.chunks_mut(stripe * n).enumerate() {
+            let (first, rows_here) = (r0 + i * stripe, out.len() / n);
+            let sums_part = &mut sums[..out.len()];
+            // SAFETY: `available()` (checked above): the CPU has the target features.
+            unsafe { avx512::rows(first, rows_here, k, n, a, bp_words, &mut ap, sums_part) };
+            finish(first, sums_part, out);
+        }
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             (s.sums, s.a) = (sums, ap);
