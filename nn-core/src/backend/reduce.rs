@@ -13,7 +13,7 @@ impl Storage {
             return Storage::Gpu(out);
         }
         let len = kept_shape(l.shape(), mask).iter().product();
-        Storage::run([self], (self.dtype(), len), |[x]| cpu::reduce::sum(x, l, mask))
+        Storage::run_exact([self], (self.dtype(), len), |[x]| cpu::reduce::sum(x, l, mask))
     }
 
     /// For each row of `n` elements of `rows` (a layout whose last dim is the scanned
