@@ -486,6 +486,75 @@ fn half_precision_conversions_on_the_gpu_give_the_cpu_bits() {
     }
 }
 
+/// Elementwise ops on f16 and bf16 run in the GPU's own kernels (no host path): each half
+/// operand widened as it is read, the value computed in f32 and rounded once, two
+/// elements per thread (odd lengths and strided views included). Exact arithmetic and
+/// comparisons give the CPU's bits; the others (the GPU's f32 `exp`, `tanh`, ...) land
+/// within one rounding of the half type.
+#[test]
+fn half_elementwise_ops_run_on_the_gpu_and_match_the_cpu() {
+    let _serial = serial();
+    nn_core::manual_seed(3);
+    let (x, y) = (randn(&[7, 33]), randn(&[33]));
+    let same = |name: &str, dtype: DType, a: Tensor, b: Tensor| {
+        let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
+        assert_eq!(a.dtype(), b.dtype(), "{name} {dtype}");
+        assert_eq!(bits(&a), bits(&b), "{name} {dtype}: the GPU's half result is not the CPU's");
+    };
+    for dtype in [DType::F16, DType::BF16] {
+        let one_ulp = if dtype == DType::F16 { 1e-3 } else { 8e-3 };
+        let (xh, yh) = (x.to_dtype(dtype), y.to_dtype(dtype));
+        let (xg, yg) = (xh.to_device(GPU), yh.to_device(GPU));
+        let before = gpu::stats(0).unwrap().host_path_calls();
+        // Exact in f32, then rounded once: bit for bit.
+        same("add", dtype, &xg + &yg, &xh + &yh);
+        same("mul (transposed, odd length)", dtype, xg.t() * 3.0, xh.t() * 3.0);
+        same("relu", dtype, xg.relu(), xh.relu());
+        same("neg of a narrow", dtype, xg.narrow(1, 1, 31).neg(), xh.narrow(1, 1, 31).neg());
+        same("maximum", dtype, xg.maximum(&yg), xh.maximum(&yh));
+        same("gt", dtype, xg.gt(&yg), xh.gt(&yh));
+        same("where", dtype, Tensor::where_cond(&xg.gt(&yg), &xg, &yg), Tensor::where_cond(&xh.gt(&yh), &xh, &yh));
+        // Through the GPU's f32 transcendental functions: within one half rounding.
+        for (name, f) in [
+            ("exp", Box::new(|t: &Tensor| t.exp()) as Box<dyn Fn(&Tensor) -> Tensor>),
+            ("gelu", Box::new(|t: &Tensor| t.gelu())),
+            ("tanh", Box::new(|t: &Tensor| t.tanh())),
+            ("sigmoid", Box::new(|t: &Tensor| t.sigmoid())),
+        ] {
+            let (on_gpu, on_cpu) = (f(&xg), f(&xh));
+            assert_eq!(on_gpu.dtype(), dtype);
+            let err = worst(&on_gpu.to_device(Device::Cpu).to_dtype(DType::F64), &on_cpu.to_dtype(DType::F64));
+            assert!(err <= one_ulp, "{name} {dtype}: {err:e}");
+        }
+        // Sums (a bias gradient's, over leading dims, and a whole tensor's): f32 sums of the
+        // half values, rounded once.
+        for (name, on_gpu, on_cpu) in [
+            ("sum over rows", xg.sum_dims(&[0usize], false), xh.sum_dims(&[0usize], false)),
+            ("sum", xg.t().sum(), xh.t().sum()),
+        ] {
+            assert_eq!((on_gpu.device(), on_gpu.dtype()), (GPU, dtype), "{name}");
+            let err = worst(&on_gpu.to_device(Device::Cpu).to_dtype(DType::F64), &on_cpu.to_dtype(DType::F64));
+            assert!(err <= one_ulp, "{name} {dtype}: {err:e}");
+        }
+        // Gradients of a half activation, on the device.
+        let leaf = xg.detach().requires_grad_(true);
+        (leaf.gelu() * &yg).sum().backward();
+        let cpu_leaf = xh.detach().requires_grad_(true);
+        (cpu_leaf.gelu() * &yh).sum().backward();
+        let (gg, gc) = (leaf.grad().expect("a gradient"), cpu_leaf.grad().expect("a gradient"));
+        assert_eq!((gg.device(), gg.dtype()), (GPU, dtype));
+        let err = worst(&gg.to_device(Device::Cpu).to_dtype(DType::F64), &gc.to_dtype(DType::F64));
+        assert!(err <= 2.0 * one_ulp, "gelu backward {dtype}: {err:e}");
+        let host = gpu::stats(0).unwrap().host_path_calls() - before;
+        assert_eq!(
+            host,
+            0,
+            "{dtype}: a half elementwise op took the host path: {:?}",
+            gpu::stats(0).unwrap().host_path
+        );
+    }
+}
+
 #[test]
 fn gradchecks_run_on_the_gpu_in_f64() {
     use nn_core::backend::{Conv2dConfig, Pool2dConfig};

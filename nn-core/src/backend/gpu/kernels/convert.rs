@@ -24,7 +24,7 @@ pub(crate) fn upload(ctx: &'static Ctx, c: &CpuStorage) -> GpuStorage {
 }
 
 /// The `load_x(o)` snippet reading position `o` of a binding `X` holding `dtype` as `ty`.
-fn load(dtype: DType, ty: &str) -> String {
+pub(super) fn load(dtype: DType, ty: &str) -> String {
     let kernel = match dtype {
         // f32 subnormals widened exactly: a plain conversion flushes them to zero on
         // drivers without denormal preservation (NVIDIA's).

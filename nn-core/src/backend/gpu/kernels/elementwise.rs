@@ -27,6 +27,9 @@ fn elementwise(
     if n == 0 {
         return out;
     }
+    if out_dtype.is_half() || inputs.iter().any(|(s, _, _)| s.dtype().is_half()) {
+        return elementwise_half(ctx, out, shape, inputs, scalars, value);
+    }
     let mut decls = String::new();
     let mut reads = String::new();
     let mut bufs: Vec<&Buffer> = Vec::new();
@@ -69,8 +72,74 @@ fn elementwise(
     out
 }
 
+/// [`elementwise`] with a half operand or output (`elementwise_half` in the `.wgsl`): half
+/// operands widened to `f32` as they are read, the value computed in `f32` (the kernels'
+/// expressions for `f32`), a half output rounded once, as the CPU's half kernels do (one
+/// pass: no conversion kernel before or after). A half output is written two elements,
+/// one word, per thread, so that no two threads share a word.
+fn elementwise_half(
+    ctx: &'static Ctx,
+    out: GpuStorage,
+    shape: &[usize],
+    inputs: &[(&GpuStorage, &Layout, &str)],
+    scalars: Option<[f64; 2]>,
+    value: &str,
+) -> GpuStorage {
+    let n = out.len();
+    let (mut decls, mut loads, mut reads) = (String::new(), String::new(), String::new());
+    let mut bufs: Vec<&Buffer> = Vec::new();
+    let mut next = 1;
+    let k_buf;
+    if let Some(ps) = scalars {
+        decls += &binding(next, "K", "f32", false);
+        reads += "    let p0 = K[0];\n    let p1 = K[1];\n";
+        k_buf = ctx.upload(&scalar_bytes(DType::F32, &ps));
+        bufs.push(&k_buf);
+        next += 1;
+    }
+    for (k, (s, _, name)) in inputs.iter().enumerate() {
+        let input = format!("I{k}");
+        decls += &binding(next, &input, array_ty(s.dtype()), false);
+        loads += &match s.dtype() {
+            DType::F16 => FAMILY.render("load_f16_in", &[("NAME", &input)]),
+            DType::BF16 => FAMILY.render("load_bf16_in", &[("NAME", &input)]),
+            other => FAMILY.render("load_word_in", &[("NAME", &input), ("T", array_ty(other))]),
+        };
+        reads += &format!("    let {name} = load_{input}(at(i, {k}u));\n");
+        bufs.push(s.buffer());
+        next += 1;
+    }
+    decls += &binding(next, "Y", array_ty(out.dtype()), true);
+    bufs.push(out.buffer());
+    let (out_ty, store, threads) = match out.dtype() {
+        DType::F16 => ("f32", FAMILY.render("store_half", &[("BITS", "f16_bits")]), n.div_ceil(2)),
+        DType::BF16 => ("f32", FAMILY.render("store_half", &[("BITS", "bf16_bits")]), n.div_ceil(2)),
+        other => (array_ty(other), FAMILY.kernel("store_word").to_string(), n),
+    };
+    let math = format!("{}{}", FAMILY.kernel("math"), FAMILY.kernel("pick_f32"));
+    let src = FAMILY.render(
+        "elementwise_half",
+        &[
+            ("PRELUDE", prelude()),
+            ("MATH", &math),
+            ("HALF_BITS", super::convert::FAMILY.kernel("half_bits")),
+            ("BINDINGS", &decls),
+            ("LOADS", &loads),
+            ("OUT_T", out_ty),
+            ("READS", &reads),
+            ("VALUE", value),
+            ("STORE", &store),
+        ],
+    );
+    let layouts: Vec<&Layout> = inputs.iter().map(|(_, l, _)| *l).collect();
+    ctx.dispatch(&src, &strided_params(shape, &layouts), &bufs, groups_for(threads));
+    out
+}
+
+/// Whether `dtype` has the kernels of [`Wgsl`] `w`: `f32`, the half types (computed in
+/// `f32`) and `f64` on an adapter with `f64` where the op has an `f64` form.
 fn supports(ctx: &Ctx, dtype: DType, w: &Wgsl) -> bool {
-    dtype == DType::F32 || (dtype == DType::F64 && ctx.f64 && !w.f32_only)
+    dtype == DType::F32 || dtype.is_half() || (dtype == DType::F64 && ctx.f64 && !w.f32_only)
 }
 
 /// `f(x)` elementwise.
@@ -135,7 +204,7 @@ pub(crate) fn compare(
     (b, lb): (&GpuStorage, &Layout),
     accept: [bool; 3],
 ) -> Option<GpuStorage> {
-    if !is_compute(a.dtype()) {
+    if !is_compute(a.dtype()) && !a.dtype().is_half() {
         return None;
     }
     let [lt, eq, gt] = accept.map(|t| if t { "1u" } else { "0u" });
@@ -149,7 +218,9 @@ pub(crate) fn select(
     (a, la): (&GpuStorage, &Layout),
     (b, lb): (&GpuStorage, &Layout),
 ) -> Option<GpuStorage> {
-    if !matches!(a.dtype(), DType::F32 | DType::F64 | DType::Bool) {
+    // Half values go through f32 and back: exact, but for a NaN's payload, which comes
+    // back quieted (as every half kernel writes NaN).
+    if !matches!(a.dtype(), DType::F32 | DType::F64 | DType::Bool | DType::F16 | DType::BF16) {
         return None;
     }
     Some(elementwise(

@@ -11,23 +11,33 @@ pub(super) static FAMILY: Family = Family::new("rows.wgsl", include_str!("../wgs
 
 /// Sums of `x` viewed through `l` (reduced dims last, so each output is a run of `r`
 /// consecutive row-major elements of `l`): `n_out` outputs.
+///
+/// `f16` and `bf16` are read as stored (widened as each element is read) and summed in
+/// `f32`; the `f32` sums are then rounded to the half type by the conversion kernel (a
+/// workgroup per output cannot write half a word: neighbouring outputs share one).
 pub(crate) fn sum_lines(x: &GpuStorage, l: &Layout, n_out: usize, r: usize) -> Option<GpuStorage> {
     let ctx = x.ctx();
     let dtype = x.dtype();
-    if !is_compute(dtype) || (dtype == DType::F64 && !ctx.f64) {
+    if !(is_compute(dtype) || dtype.is_half()) || (dtype == DType::F64 && !ctx.f64) {
         return None;
     }
-    let out = GpuStorage::uninit(ctx, dtype, n_out);
+    let sum_dtype = if dtype.is_half() { DType::F32 } else { dtype };
+    let out = GpuStorage::uninit(ctx, sum_dtype, n_out);
     if n_out == 0 {
-        return Some(out);
+        return Some(GpuStorage::uninit(ctx, dtype, 0));
     }
     let t = scalar(dtype);
     let mut p = strided_params(l.shape(), &[l]);
     p.push(u32_of("line length", r));
     p.push(u32_of("output count", n_out));
     let tree = FAMILY.render("tree", &[("T", t)]);
-    let src = FAMILY.render("sum", &[("PRELUDE", prelude()), ("TREE", &tree), ("T", t)]);
+    let load = super::convert::load(dtype, t);
+    let x_ty = super::array_ty(dtype);
+    let src = FAMILY.render("sum", &[("PRELUDE", prelude()), ("TREE", &tree), ("T", t), ("X", x_ty), ("LOAD", &load)]);
     ctx.dispatch(&src, &p, &[x.buffer(), out.buffer()], n_out as u64);
+    if dtype.is_half() {
+        return super::convert::convert(&out, &Layout::contiguous(&[n_out]), dtype);
+    }
     Some(out)
 }
 

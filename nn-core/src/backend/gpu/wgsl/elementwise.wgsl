@@ -4,7 +4,10 @@
 // Placeholders of `elementwise`: `{{PRELUDE}}` and `{{MATH}}` (the snippets), `{{BINDINGS}}`
 // (the op's scalars `K` when it has some, the inputs `I0`, `I1`, ... and the output `Y`),
 // `{{READS}}` (`let x = I0[at(i, 0u)];` per input, and `p0`, `p1` from `K`) and `{{VALUE}}`,
-// the op's expression (from the `Wgsl` tables of `backend::elementwise`).
+// the op's expression (from the `Wgsl` tables of `backend::elementwise`). Those of
+// `elementwise_half` besides: `{{HALF_BITS}}` (`convert.wgsl`'s rounding functions),
+// `{{LOADS}}` (a `load_*_in` snippet per input, `{{NAME}}` its binding), `{{OUT_T}}` (the
+// value's type) and `{{STORE}}` (`store_word`, or `store_half` with `{{BITS}}`).
 
 //# elementwise
 {{PRELUDE}}
@@ -17,6 +20,55 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n
 {{READS}}
     Y[i] = {{VALUE}};
 }
+
+//# elementwise_half
+// The elementwise kernel with an `f16` or `bf16` operand or output: a half operand is bound
+// as words of two elements and widened to f32 as it is read (`load_I0(o)`, ...), the value
+// computed in f32, and a half output rounded as the CPU rounds it, two elements (one
+// word) per thread. The placeholders besides `elementwise`'s: the inputs' `load_*_in`
+// snippets, the value's type and one of the `store_*` snippets (see the file's comment).
+{{PRELUDE}}
+{{MATH}}
+{{HALF_BITS}}
+{{BINDINGS}}
+{{LOADS}}
+fn value_at(i: u32) -> {{OUT_T}} {
+{{READS}}
+    return {{VALUE}};
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = flat(id, nw);
+{{STORE}}
+}
+
+//# load_word_in
+fn load_{{NAME}}(o: u32) -> {{T}} {
+    return {{NAME}}[o];
+}
+
+//# load_f16_in
+fn load_{{NAME}}(o: u32) -> f32 {
+    return unpack2x16float({{NAME}}[o >> 1u])[o & 1u];
+}
+
+//# load_bf16_in
+fn load_{{NAME}}(o: u32) -> f32 {
+    return bitcast<f32>((({{NAME}}[o >> 1u] >> ((o & 1u) * 16u)) & 0xffffu) << 16u);
+}
+
+//# store_word
+    if (i >= P[0]) { return; }
+    Y[i] = value_at(i);
+
+//# store_half
+    let e = 2u * i;
+    if (e >= P[0]) { return; }
+    let lo = {{BITS}}(value_at(e));
+    var hi = 0u;
+    if (e + 1u < P[0]) { hi = {{BITS}}(value_at(e + 1u)); }
+    Y[i] = lo | (hi << 16u);
 
 //# math
 // The helpers elementwise expressions may call (see `backend::Wgsl`), in f32.

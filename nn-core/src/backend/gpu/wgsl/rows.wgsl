@@ -2,7 +2,8 @@
 // workgroup memory with a tree.
 //
 // Placeholders: `{{PRELUDE}}`; `{{TREE}}`, the `tree` snippet filled with `{{T}}`, the type
-// summed; `{{LOG}}` (`true` or `false`): log-softmax rather than softmax.
+// summed; `{{X}}` and `{{LOAD}}`, the source's array type and `convert.wgsl`'s `load_*`
+// snippet reading it as `{{T}}` (half sources are packed words); `{{LOG}}` (`true` or `false`): log-softmax rather than softmax.
 
 //# tree
 var<workgroup> S: array<{{T}}, 256>;
@@ -32,9 +33,9 @@ fn tree_max(t: u32) {
 // layout): `n_out` outputs. Extras: `[r, n_out]`.
 {{PRELUDE}}
 {{TREE}}
-@group(0) @binding(1) var<storage, read> X: array<{{T}}>;
+@group(0) @binding(1) var<storage, read> X: array<{{X}}>;
 @group(0) @binding(2) var<storage, read_write> Y: array<{{T}}>;
-
+{{LOAD}}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let ex = extras(1u);
@@ -42,7 +43,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     let o = wg.x + wg.y * nw.x;
     var acc = {{T}}(0.0);
     if (o < n_out) {
-        for (var j = t; j < r; j += 256u) { acc = acc + X[at(o * r + j, 0u)]; }
+        for (var j = t; j < r; j += 256u) { acc = acc + load_x(at(o * r + j, 0u)); }
     }
     S[t] = acc;
     tree_sum(t);
