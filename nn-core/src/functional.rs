@@ -169,6 +169,12 @@ pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options:
 #[track_caller]
 pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
     let run = |x: &Tensor, [w, b]: [Option<&Tensor>; 2]| group_norm(x, num_groups, w, b, eps);
+    // Under GPU autocast (PyTorch's CUDA list): in f32.
+    if let Some(y) = crate::autograd::autocast::cast_call("group_norm", &[Some(x), weight, bias], |c| {
+        run(c[0].expect("present"), [c[1], c[2]])
+    }) {
+        return y;
+    }
     if let Some(y) = crate::ops::norm::half_with_f32_params(x, [weight, bias], run) {
         return y;
     }

@@ -750,3 +750,111 @@ fn nan_and_infinities_propagate_as_on_the_cpu() {
     same("max_dim", &|x, _| x.reshape(&[2, 4]).max_dim(1, false).0);
     same("softmax", &|x, _| x.reshape(&[2, 4]).softmax(1));
 }
+
+/// GPU autocast follows its own table (PyTorch's CUDA lists, `amp::GPU_POLICIES`): each
+/// listed call gives the table's dtype on the GPU, in both half dtypes; the CPU's scope and
+/// the GPU's do not touch each other's tensors.
+#[test]
+fn gpu_autocast_casts_by_the_gpu_table() {
+    use nn_core::amp::{autocast, autocast_dtype, CastPolicy, GPU_POLICIES};
+    use nn_core::functional as F;
+    let _serial = serial();
+    nn_core::manual_seed(5);
+    let r = |s: &[usize]| Tensor::randn(s).to_device(GPU);
+    let i = Tensor::from_vec_i64(vec![1, 0], &[2]).to_device(GPU);
+    for h in [DType::F16, DType::BF16] {
+        let rh = |s: &[usize]| r(s).to_dtype(h);
+        let calls: Vec<(&str, Box<dyn Fn() -> Tensor>)> = vec![
+            ("matmul", Box::new(|| r(&[2, 3]).matmul(&r(&[3, 4])))),
+            ("linear", Box::new(|| F::linear(&r(&[2, 3]), &r(&[4, 3]), Some(&r(&[4]))))),
+            ("addmm", Box::new(|| r(&[4]).addmm(&r(&[2, 3]), &r(&[3, 4])))),
+            ("softmax", Box::new(|| rh(&[2, 3]).softmax(-1))),
+            ("log_softmax", Box::new(|| rh(&[2, 3]).log_softmax(-1))),
+            ("layer_norm", Box::new(|| rh(&[2, 3]).layer_norm(&[3], Some(&r(&[3])), Some(&r(&[3])), 1e-5))),
+            ("rms_norm", Box::new(|| rh(&[2, 3]).rms_norm(&[3], Some(&r(&[3])), None))),
+            ("group_norm", Box::new(|| F::group_norm(&rh(&[2, 4, 3]), 2, Some(&r(&[4])), Some(&r(&[4])), 1e-5))),
+            ("cross_entropy", Box::new(|| F::cross_entropy(&rh(&[2, 3]), &i))),
+            ("mse_loss", Box::new(|| F::mse_loss(&rh(&[2, 3]), &rh(&[2, 3]), F::Reduction::Mean))),
+            ("cat", Box::new(|| Tensor::cat(&[&rh(&[2]), &r(&[2])], 0))),
+        ];
+        autocast(GPU, h, || {
+            assert_eq!(autocast_dtype(GPU), Some(h));
+            assert_eq!(autocast_dtype(Device::Cpu), None);
+            for (op, call) in &calls {
+                let policy = GPU_POLICIES.iter().find(|(n, _)| n == op).map(|p| p.1);
+                let want = match policy {
+                    Some(CastPolicy::Lower) => h,
+                    Some(CastPolicy::F32) | Some(CastPolicy::Promote) => DType::F32,
+                    None => panic!("{op} is not in the GPU table"),
+                };
+                let y = call();
+                assert_eq!((y.dtype(), y.device()), (want, GPU), "{op} under {h} GPU autocast");
+            }
+            // Not on the GPU lists: the argument's dtype.
+            assert_eq!(rh(&[3]).relu().dtype(), h);
+            // The CPU is not in this scope.
+            assert_eq!(Tensor::randn(&[2, 3]).matmul(&Tensor::randn(&[3, 2])).dtype(), DType::F32);
+        });
+        // And a CPU scope leaves GPU tensors alone (softmax is not on the CPU's f32 list).
+        autocast(Device::Cpu, h, || {
+            assert_eq!(r(&[2, 3]).matmul(&r(&[3, 4])).dtype(), DType::F32);
+            assert_eq!(Tensor::randn(&[2, 3]).to_dtype(h).softmax(-1).dtype(), h);
+        });
+    }
+}
+
+/// A training step under GPU autocast, in both half dtypes: linear layers in the half
+/// dtype, layer norm and the loss in f32, f32 master weights whose gradients arrive in
+/// f32; the loss tracks the f32 model's within the half type's precision and goes down;
+/// and after a warm-up step no op takes the host path.
+#[test]
+fn a_model_trains_under_gpu_autocast_on_the_device() {
+    use nn_core::amp::autocast;
+    use nn_core::functional as F;
+    let _serial = serial();
+    nn_core::manual_seed(11);
+    let x = Tensor::randn(&[32, 16]).to_device(GPU);
+    let y = Tensor::from_vec_i64((0..32).map(|k| k % 4).collect(), &[32]).to_device(GPU);
+    let init =
+        [Tensor::randn(&[32, 16]) * 0.25, Tensor::zeros(&[32]), Tensor::randn(&[4, 32]) * 0.2, Tensor::zeros(&[4])];
+    let run = |amp: Option<DType>| -> Vec<f64> {
+        let p: Vec<Tensor> = init.iter().map(|t| t.to_device(GPU).requires_grad_(true)).collect();
+        let forward = || {
+            let h = F::linear(&x, &p[0], Some(&p[1])).relu();
+            let h = h.layer_norm(&[32], None, None, 1e-5);
+            F::cross_entropy(&F::linear(&h, &p[2], Some(&p[3])), &y)
+        };
+        let mut losses = Vec::new();
+        let mut host_after_warmup = 0;
+        for step in 0..6 {
+            let before = gpu::stats(0).unwrap().host_path_calls();
+            let loss = match amp {
+                Some(h) => autocast(GPU, h, forward),
+                None => forward(),
+            };
+            assert_eq!(loss.dtype(), DType::F32);
+            loss.backward();
+            for t in &p {
+                let g = t.grad().expect("a gradient");
+                assert_eq!((g.dtype(), g.device()), (DType::F32, GPU), "master gradients are f32");
+                nn_core::no_grad(|| t.sub_(&(g * 0.5)));
+                t.set_grad(None);
+            }
+            losses.push(loss.item());
+            if step > 0 {
+                host_after_warmup += gpu::stats(0).unwrap().host_path_calls() - before;
+            }
+        }
+        assert_eq!(host_after_warmup, 0, "{amp:?}: host path: {:?}", gpu::stats(0).unwrap().host_path);
+        losses
+    };
+    let f32_losses = run(None);
+    for (h, tol) in [(DType::F16, 5e-3), (DType::BF16, 3e-2)] {
+        let losses = run(Some(h));
+        eprintln!("{h}: {losses:?} (f32: {f32_losses:?})");
+        for (a, b) in losses.iter().zip(&f32_losses) {
+            assert!((a - b).abs() <= tol * b.abs().max(1.0), "{h}: loss {a} against f32 {b}");
+        }
+        assert!(losses[5] < losses[0], "{h}: the loss went from {} to {}", losses[0], losses[5]);
+    }
+}

@@ -11,7 +11,10 @@
 //! from do not cast again.
 //!
 //! The state is per thread and per device kind, as PyTorch's is per device type: a CPU
-//! scope does not touch GPU tensors.
+//! scope does not touch GPU tensors, and a GPU scope (any `gpu:n`, as `"cuda"` covers
+//! every CUDA device) does not touch CPU tensors. The GPU scope follows PyTorch's CUDA
+//! lists ([`GPU_POLICIES`]): on top of the CPU's, it runs softmax, log-softmax and the
+//! layer, group and RMS norms in `f32`.
 
 use std::cell::Cell;
 
@@ -65,12 +68,63 @@ pub const POLICIES: &[(&str, CastPolicy)] = &[
     ("stack", CastPolicy::Promote),
 ];
 
+/// The ops autocast changes on the GPU device: PyTorch 2.15's CUDA lists (`torch.autocast(
+/// "cuda")`, from its autocast documentation: CUDA is not on the machines that generate
+/// the fixtures), restricted to the ops nn hooks. The lower-precision list is the CPU's;
+/// to `f32` go the losses and, unlike on the CPU, `softmax`, `log_softmax`, `layer_norm`,
+/// `group_norm` and `rms_norm`; `cat` and `stack` promote.
+///
+/// Not yet hooked, of PyTorch's CUDA `f32` list: the elementwise functions (`exp`, `log`,
+/// `pow`, ...) and the reductions (`sum`, `prod`, `cumsum`, ...). Composite ops call them
+/// inside (a `mean` is a `sum`), so each needs a boundary between a user's call and an
+/// op's own parts before it can cast; until then they run in their argument's dtype on the
+/// GPU, as on the CPU.
+///
+/// ```
+/// use nn_core::amp::{CastPolicy, GPU_POLICIES};
+/// let policy = |op| GPU_POLICIES.iter().find(|(name, _)| *name == op).map(|p| p.1);
+/// assert_eq!(policy("linear"), Some(CastPolicy::Lower));
+/// assert_eq!(policy("softmax"), Some(CastPolicy::F32)); // on the CPU: its input's dtype
+/// ```
+pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
+    ("matmul", CastPolicy::Lower),
+    ("addmm", CastPolicy::Lower),
+    ("linear", CastPolicy::Lower),
+    ("conv1d", CastPolicy::Lower),
+    ("conv2d", CastPolicy::Lower),
+    ("conv_transpose1d", CastPolicy::Lower),
+    ("conv_transpose2d", CastPolicy::Lower),
+    ("scaled_dot_product_attention", CastPolicy::Lower),
+    ("nll_loss", CastPolicy::F32),
+    ("cross_entropy", CastPolicy::F32),
+    ("mse_loss", CastPolicy::F32),
+    ("l1_loss", CastPolicy::F32),
+    ("binary_cross_entropy_with_logits", CastPolicy::F32),
+    ("softmax", CastPolicy::F32),
+    ("log_softmax", CastPolicy::F32),
+    ("layer_norm", CastPolicy::F32),
+    ("group_norm", CastPolicy::F32),
+    ("rms_norm", CastPolicy::F32),
+    ("cat", CastPolicy::Promote),
+    ("stack", CastPolicy::Promote),
+];
+
+/// The table of `device`'s kind: [`POLICIES`] on the CPU, [`GPU_POLICIES`] on the GPU.
+pub fn policies(device: Device) -> &'static [(&'static str, CastPolicy)] {
+    match device {
+        Device::Gpu(_) => GPU_POLICIES,
+        _ => POLICIES,
+    }
+}
+
 /// The dtypes an autocast scope may use.
 const HALF: [DType; 2] = [DType::BF16, DType::F16];
 
 thread_local! {
     /// The CPU scope's dtype, when one is active on this thread.
     static CPU: Cell<Option<DType>> = const { Cell::new(None) };
+    /// The GPU scope's dtype (every `gpu:n`), when one is active on this thread.
+    static GPU: Cell<Option<DType>> = const { Cell::new(None) };
     /// Set while an op that cast its arguments runs the op proper.
     static EXCLUDED: Cell<bool> = const { Cell::new(false) };
 }
@@ -91,6 +145,8 @@ thread_local! {
 /// ```
 #[must_use = "autocast ends as soon as the guard is dropped"]
 pub struct AutocastGuard {
+    /// The GPU's scope (else the CPU's).
+    gpu: bool,
     prev: Option<DType>,
 }
 
@@ -98,10 +154,14 @@ impl AutocastGuard {
     /// Turns autocast to `dtype` on for `device`'s kind on this thread until the guard
     /// drops.
     ///
+    /// On the GPU, `F16` and `BF16` work on every adapter: matrix products use the
+    /// adapter's `f16` arithmetic where it has `SHADER_F16` and otherwise read both types
+    /// as packed words and compute in `f32`, as every elementwise kernel does.
+    ///
     /// # Panics
-    /// When `dtype` is not `BF16` or `F16`, or `device` is not the CPU (autocast on the
-    /// GPU device is not implemented yet; PyTorch warns and disables autocast for an
-    /// unsupported dtype, nn refuses).
+    /// When `dtype` is not `BF16` or `F16` (PyTorch warns and disables autocast for an
+    /// unsupported dtype, nn refuses), or `device` is the meta device, or a GPU that
+    /// cannot be opened (the message names it and why).
     #[track_caller]
     pub fn new(device: Device, dtype: DType) -> Self {
         Self::with_enabled(device, dtype, true)
@@ -117,20 +177,27 @@ impl AutocastGuard {
         if !HALF.contains(&dtype) {
             panic!("autocast: the dtype must be bf16 or f16, got {dtype}");
         }
-        match device {
-            Device::Cpu => {}
-            other => panic!(
-                "autocast: only the CPU is supported, got {other} (GPU autocast is not implemented yet; run the \
-                 model in f32 there, or convert it with `to_dtype`)"
-            ),
-        }
-        AutocastGuard { prev: CPU.with(|c| c.replace(enabled.then_some(dtype))) }
+        let state = match device {
+            Device::Cpu => &CPU,
+            Device::Gpu(_) => {
+                if let Err(e) = device.check() {
+                    panic!("autocast on {device}: {e}");
+                }
+                &GPU
+            }
+            Device::Meta => panic!("autocast: the meta device computes nothing; use Device::Cpu or Device::Gpu"),
+        };
+        AutocastGuard { gpu: device != Device::Cpu, prev: state.with(|c| c.replace(enabled.then_some(dtype))) }
     }
 }
 
 impl Drop for AutocastGuard {
     fn drop(&mut self) {
-        CPU.with(|c| c.set(self.prev));
+        if self.gpu {
+            GPU.with(|c| c.set(self.prev));
+        } else {
+            CPU.with(|c| c.set(self.prev));
+        }
     }
 }
 
@@ -188,7 +255,8 @@ pub fn autocast_enabled<R>(device: Device, dtype: DType, enabled: bool, f: impl 
 pub fn autocast_dtype(device: Device) -> Option<DType> {
     match device {
         Device::Cpu => CPU.with(|c| c.get()),
-        _ => None,
+        Device::Gpu(_) => GPU.with(|c| c.get()),
+        Device::Meta => None,
     }
 }
 
@@ -201,9 +269,9 @@ fn active(device: Device) -> Option<DType> {
     autocast_dtype(device)
 }
 
-/// The policy of `op` in [`POLICIES`].
-fn policy(op: &str) -> Option<CastPolicy> {
-    POLICIES.iter().find(|(name, _)| *name == op).map(|p| p.1)
+/// The policy of `op` in the table of `device`'s kind ([`policies`]).
+fn policy(device: Device, op: &str) -> Option<CastPolicy> {
+    policies(device).iter().find(|(name, _)| *name == op).map(|p| p.1)
 }
 
 /// Whether autocast casts a tensor of this dtype: floating, and not `f64`.
@@ -234,7 +302,7 @@ fn widest(dtypes: impl Iterator<Item = DType>) -> Option<DType> {
 fn cast_args(op: &str, args: &[Option<&Tensor>]) -> Option<Vec<Option<Tensor>>> {
     let device = args.iter().flatten().next()?.device();
     let half = active(device)?;
-    let target = match policy(op)? {
+    let target = match policy(device, op)? {
         CastPolicy::Lower => half,
         CastPolicy::F32 => DType::F32,
         CastPolicy::Promote => widest(args.iter().flatten().map(|t| t.dtype()))?,

@@ -108,6 +108,12 @@ impl Tensor {
                 ("has_bias", Attr::Bool(bias.is_some())),
             ]
         });
+        // Under GPU autocast (PyTorch's CUDA list): in f32.
+        if let Some(y) = crate::autograd::autocast::cast_call("layer_norm", &[Some(self), weight, bias], |c| {
+            c[0].expect("present").layer_norm(normalized_shape, c[1], c[2], eps)
+        }) {
+            return y;
+        }
         if let Some(y) =
             half_with_f32_params(self, [weight, bias], |x, [w, b]| x.layer_norm(normalized_shape, w, b, eps))
         {
@@ -156,6 +162,12 @@ impl Tensor {
             crate::DType::F16 => 2f64.powi(-10),
             _ => f32::EPSILON as f64,
         });
+        // Under GPU autocast (PyTorch's CUDA list): in f32, with the input's `eps`.
+        if let Some(y) = crate::autograd::autocast::cast_call("rms_norm", &[Some(self), weight], |c| {
+            c[0].expect("present").rms_norm(normalized_shape, c[1], Some(eps))
+        }) {
+            return y;
+        }
         if let Some(y) =
             half_with_f32_params(self, [weight, None], |x, [w, _]| x.rms_norm(normalized_shape, w, Some(eps)))
         {

@@ -53,6 +53,11 @@ impl Tensor {
         let _t = crate::autograd::trace::op("softmax", &[self], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "softmax")))]
         });
+        // Under GPU autocast (PyTorch's CUDA list): in f32.
+        let cast = |c: &[Option<&Tensor>]| softmax_impl(c[0].expect("present"), dim, false);
+        if let Some(y) = crate::autograd::autocast::cast_call("softmax", &[Some(self)], cast) {
+            return y;
+        }
         softmax_impl(self, dim, false)
     }
 
@@ -68,6 +73,11 @@ impl Tensor {
         let _t = crate::autograd::trace::op("log_softmax", &[self], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "log_softmax")))]
         });
+        // Under GPU autocast (PyTorch's CUDA list): in f32.
+        let cast = |c: &[Option<&Tensor>]| softmax_impl(c[0].expect("present"), dim, true);
+        if let Some(y) = crate::autograd::autocast::cast_call("log_softmax", &[Some(self)], cast) {
+            return y;
+        }
         softmax_impl(self, dim, true)
     }
 }

@@ -189,10 +189,19 @@ fn an_autocast_dtype_that_is_not_half_is_refused() {
     autocast(Device::Cpu, DType::F32, || ());
 }
 
+/// A GPU that cannot be opened (here: a build without the `gpu` feature, or an ordinal
+/// past the adapters) is refused when the scope opens, naming it; so is the meta device.
 #[test]
-#[should_panic(expected = "autocast: only the CPU is supported, got gpu:0")]
-fn gpu_autocast_is_refused_for_now() {
-    let _g = AutocastGuard::new(Device::Gpu(0), DType::F16);
+fn autocast_on_a_device_that_cannot_compute_is_refused_by_name() {
+    let msg = |f: fn()| {
+        let e = std::panic::catch_unwind(f).expect_err("refused");
+        e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap()
+    };
+    let gpu = msg(|| drop(AutocastGuard::new(Device::Gpu(99), DType::F16)));
+    assert!(gpu.starts_with("autocast on gpu:99: "), "{gpu}");
+    let meta = msg(|| drop(AutocastGuard::new(Device::Meta, DType::BF16)));
+    assert!(meta.contains("autocast: the meta device computes nothing"), "{meta}");
+    assert_eq!(autocast_dtype(Device::Gpu(0)), None);
 }
 
 /// A CNN (convolution, batch norm with f32 statistics, max pooling, linear) and a
