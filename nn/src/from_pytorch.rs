@@ -399,10 +399,14 @@
 //! [`amp::AutocastGuard`](crate::amp::AutocastGuard) (the guard form), with PyTorch's CPU
 //! lists in one table, [`amp::POLICIES`](crate::amp::POLICIES); `autocast_enabled(..,
 //! false, ..)` is `enabled=False`. Outside autocast, mixing dtypes in one op stays an
-//! error; inside it, floating dtypes promote as PyTorch's do. CPU only so far (a GPU scope
-//! is refused with a message), and half types compute through `f32` on the CPU (each
-//! op's result rounded once, as PyTorch's CPU kernels): `f16` is accepted everywhere, and
-//! neither half type is faster than `f32` yet.
+//! error; inside it, floating dtypes promote as PyTorch's do. `torch.autocast("cuda")` is
+//! `autocast(Device::Gpu(0), ..)`, with PyTorch's CUDA lists
+//! ([`amp::GPU_POLICIES`](crate::amp::GPU_POLICIES): softmax and the norms in `f32` there,
+//! unlike on the CPU); one GPU scope covers every `gpu:n`, as `"cuda"` covers every CUDA
+//! device. Half types compute in `f32` (each op's result rounded once, as PyTorch's CPU
+//! kernels) except where a kernel has them natively: `bf16` matrix products on CPUs with
+//! AVX512-BF16 (about twice the `f32` rate), `f16` products on GPUs with `SHADER_F16`.
+//! `f16` autocast on a CPU without AVX512-FP16 is accepted and computes through `f32`.
 //! ```
 //! use nn::prelude::*;
 //! use nn::amp::autocast;

@@ -312,7 +312,7 @@ mod avx512 {
         // broadcast straight from it (packing them took a third of a 1024 x 128 x 128
         // product's time, amortized over only two panels). Every word the tiles read is
         // inside the matrix (rows past it read its last row, and are not stored).
-        let direct = a.cs == 1 && k % 2 == 0;
+        let direct = a.cs == 1 && k.is_multiple_of(2);
         if direct {
             assert!(a.offset + (r0 + mr - 1) * a.rs + k <= a.data.len(), "gemm_bf16: `a` is outside its buffer");
         }
