@@ -751,12 +751,12 @@ fn nan_and_infinities_propagate_as_on_the_cpu() {
     same("softmax", &|x, _| x.reshape(&[2, 4]).softmax(1));
 }
 
-/// GPU autocast follows its own table (PyTorch's CUDA lists, `amp::GPU_POLICIES`): each
+/// GPU autocast follows its own table (PyTorch's CUDA lists, `amp::policy`): each
 /// listed call gives the table's dtype on the GPU, in both half dtypes; the CPU's scope and
 /// the GPU's do not touch each other's tensors.
 #[test]
 fn gpu_autocast_casts_by_the_gpu_table() {
-    use nn_core::amp::{autocast, autocast_dtype, CastPolicy, GPU_POLICIES};
+    use nn_core::amp::{autocast, autocast_dtype, policy, CastPolicy};
     use nn_core::functional as F;
     let _serial = serial();
     nn_core::manual_seed(5);
@@ -781,8 +781,7 @@ fn gpu_autocast_casts_by_the_gpu_table() {
             assert_eq!(autocast_dtype(GPU), Some(h));
             assert_eq!(autocast_dtype(Device::Cpu), None);
             for (op, call) in &calls {
-                let policy = GPU_POLICIES.iter().find(|(n, _)| n == op).map(|p| p.1);
-                let want = match policy {
+                let want = match policy(GPU, op) {
                     Some(CastPolicy::Lower) => h,
                     Some(CastPolicy::F32) | Some(CastPolicy::Promote) => DType::F32,
                     None => panic!("{op} is not in the GPU table"),

@@ -9,6 +9,6 @@ mod grad_scaler;
 // The autocast state is a per-thread mode beside grad mode (`autograd::autocast`), where
 // the ops and the backward pass reach it without importing this module.
 pub use crate::autograd::autocast::{
-    autocast, autocast_dtype, autocast_enabled, policies, AutocastGuard, CastPolicy, GPU_POLICIES, POLICIES,
+    autocast, autocast_dtype, autocast_enabled, policy, AutocastGuard, CastPolicy, GPU_POLICIES, POLICIES,
 };
 pub use grad_scaler::{GradScaler, GradScalerConfig, GradScalerState, StepOutcome};

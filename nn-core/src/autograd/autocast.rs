@@ -14,7 +14,7 @@
 //! scope does not touch GPU tensors, and a GPU scope (any `gpu:n`, as `"cuda"` covers
 //! every CUDA device) does not touch CPU tensors. The GPU scope follows PyTorch's CUDA
 //! lists ([`GPU_POLICIES`]): on top of the CPU's, it runs softmax, log-softmax and the
-//! layer, group and RMS norms in `f32`.
+//! layer, group and RMS norms in `f32`. [`policy`] looks an op up for a device.
 
 use std::cell::Cell;
 
@@ -68,11 +68,10 @@ pub const POLICIES: &[(&str, CastPolicy)] = &[
     ("stack", CastPolicy::Promote),
 ];
 
-/// The ops autocast changes on the GPU device: PyTorch 2.15's CUDA lists (`torch.autocast(
-/// "cuda")`, from its autocast documentation: CUDA is not on the machines that generate
-/// the fixtures), restricted to the ops nn hooks. The lower-precision list is the CPU's;
-/// to `f32` go the losses and, unlike on the CPU, `softmax`, `log_softmax`, `layer_norm`,
-/// `group_norm` and `rms_norm`; `cat` and `stack` promote.
+/// What autocast does on the GPU device beyond [`POLICIES`]: PyTorch 2.15's CUDA lists
+/// (`torch.autocast("cuda")`, from its autocast documentation: CUDA is not on the machines
+/// that generate the fixtures) are the CPU's lists plus these `f32` entries, restricted to
+/// the ops nn hooks. Look an op up on either device with [`policy`].
 ///
 /// Not yet hooked, of PyTorch's CUDA `f32` list: the elementwise functions (`exp`, `log`,
 /// `pow`, ...) and the reductions (`sum`, `prod`, `cumsum`, ...). Composite ops call them
@@ -81,40 +80,26 @@ pub const POLICIES: &[(&str, CastPolicy)] = &[
 /// GPU, as on the CPU.
 ///
 /// ```
-/// use nn_core::amp::{CastPolicy, GPU_POLICIES};
-/// let policy = |op| GPU_POLICIES.iter().find(|(name, _)| *name == op).map(|p| p.1);
-/// assert_eq!(policy("linear"), Some(CastPolicy::Lower));
-/// assert_eq!(policy("softmax"), Some(CastPolicy::F32)); // on the CPU: its input's dtype
+/// use nn_core::amp::{policy, CastPolicy};
+/// use nn_core::Device;
+/// assert_eq!(policy(Device::Gpu(0), "linear"), Some(CastPolicy::Lower));
+/// assert_eq!(policy(Device::Gpu(0), "softmax"), Some(CastPolicy::F32));
+/// assert_eq!(policy(Device::Cpu, "softmax"), None); // its input's dtype on the CPU
 /// ```
 pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
-    ("matmul", CastPolicy::Lower),
-    ("addmm", CastPolicy::Lower),
-    ("linear", CastPolicy::Lower),
-    ("conv1d", CastPolicy::Lower),
-    ("conv2d", CastPolicy::Lower),
-    ("conv_transpose1d", CastPolicy::Lower),
-    ("conv_transpose2d", CastPolicy::Lower),
-    ("scaled_dot_product_attention", CastPolicy::Lower),
-    ("nll_loss", CastPolicy::F32),
-    ("cross_entropy", CastPolicy::F32),
-    ("mse_loss", CastPolicy::F32),
-    ("l1_loss", CastPolicy::F32),
-    ("binary_cross_entropy_with_logits", CastPolicy::F32),
     ("softmax", CastPolicy::F32),
     ("log_softmax", CastPolicy::F32),
     ("layer_norm", CastPolicy::F32),
     ("group_norm", CastPolicy::F32),
     ("rms_norm", CastPolicy::F32),
-    ("cat", CastPolicy::Promote),
-    ("stack", CastPolicy::Promote),
 ];
 
-/// The table of `device`'s kind: [`POLICIES`] on the CPU, [`GPU_POLICIES`] on the GPU.
-pub fn policies(device: Device) -> &'static [(&'static str, CastPolicy)] {
-    match device {
-        Device::Gpu(_) => GPU_POLICIES,
-        _ => POLICIES,
-    }
+/// What autocast does to `op` (by the name it reports in errors) on `device`'s kind:
+/// [`POLICIES`] on the CPU, those and [`GPU_POLICIES`] on the GPU; `None` for an op it
+/// leaves alone.
+pub fn policy(device: Device, op: &str) -> Option<CastPolicy> {
+    let gpu = if matches!(device, Device::Gpu(_)) { GPU_POLICIES } else { &[] };
+    gpu.iter().chain(POLICIES).find(|(name, _)| *name == op).map(|p| p.1)
 }
 
 /// The dtypes an autocast scope may use.
@@ -267,11 +252,6 @@ fn active(device: Device) -> Option<DType> {
         return None;
     }
     autocast_dtype(device)
-}
-
-/// The policy of `op` in the table of `device`'s kind ([`policies`]).
-fn policy(device: Device, op: &str) -> Option<CastPolicy> {
-    policies(device).iter().find(|(name, _)| *name == op).map(|p| p.1)
 }
 
 /// Whether autocast casts a tensor of this dtype: floating, and not `f64`.
