@@ -303,7 +303,9 @@ fn samples_per_task<T>(g: &Geometry, l: &Cols) -> usize {
     let per_sample = g.col_rows() * l.span;
     let fit = (COLS_BYTES / std::mem::size_of::<T>() / per_sample.max(1)).max(1);
     let flops = 2 * g.n * per_sample * g.out_channels_per_group() * g.opt.groups;
-    let threads = if flops >= 1 << 21 { team::threads() } else { 1 };
+    // By the team's size, not by whether the team runs this loop: the weight gradient
+    // adds one partial sum per block of samples, so the split must not follow timing.
+    let threads = if flops >= 1 << 21 { team::parts() } else { 1 };
     g.n.div_ceil(threads).clamp(1, fit)
 }
 

@@ -21,6 +21,12 @@ pub(crate) fn split(work: usize, threshold: usize) -> bool {
     work >= threshold && team::threads() > 1
 }
 
+/// [`split`] for kernels whose values depend on the split (partial sums per part): by the
+/// team's size ([`team::parts`]), not by whether the team runs the loop this time.
+pub(crate) fn split_parts(work: usize, threshold: usize) -> bool {
+    work >= threshold && team::parts() > 1
+}
+
 /// From this many elements on, the `f32` loops of the ops with a vectorized function
 /// (`vfun`: `exp`, `tanh`, the GELUs, ...) split over the team wherever its cores are
 /// (`team::threads_for_large`): a GELU over a GPT-2 MLP activation ([2, 128, 3072]) is

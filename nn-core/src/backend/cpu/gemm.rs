@@ -76,13 +76,16 @@ fn has_avx512() -> bool {
 /// MLP's and Transformer's of 17M to 67M still gained.
 pub(crate) const FAR_PAR_MADDS: usize = 1 << 24;
 
-/// How many threads a GEMM of this size should use here.
+/// How many blocks of `C` a GEMM of this size is cut into here. The values depend on the
+/// cut (the gemm crate's kernels sum a block's products in an order that depends on its
+/// shape), so it follows the team's size ([`super::team::parts`]), never the measured
+/// distance between its cores, which only decides whether the blocks run on the team
+/// (see [`run_with`]). Cut by that distance, the same MNIST CNN gave different values
+/// from run to run.
 fn threads_for(m: usize, k: usize, n: usize) -> usize {
     let madds = m.saturating_mul(k).saturating_mul(n);
-    if madds >= FAR_PAR_MADDS {
-        super::team::threads_for_large()
-    } else if madds >= PAR_MADDS {
-        super::team::threads()
+    if madds >= PAR_MADDS {
+        super::team::parts()
     } else {
         1
     }
@@ -422,12 +425,19 @@ pub(crate) unsafe fn run_with<T: Kernels>(backend: Backend, g: Gemm<T>) {
         // step at batch 64 took 0.67 ms with it on 2 threads, 0.36 ms on 1.)
         let (by_rows, chunk) = g.split(backend, threads);
         let len = if by_rows { g.m } else { g.n };
-        // The size was judged above (also while the team's cores are far apart).
-        super::team::run_large(len.div_ceil(chunk), |i| {
+        let block = |i: usize| {
             let part = g.block(by_rows, i * chunk, chunk.min(len - i * chunk));
             // SAFETY: each part writes a disjoint block of C, inside it by the contract.
             unsafe { single(backend, &part) }
-        });
+        };
+        // Large products go to the team even while its cores are far apart; smaller
+        // ones only while they are near (the same blocks either way).
+        let madds = g.m.saturating_mul(g.k).saturating_mul(g.n);
+        if madds >= FAR_PAR_MADDS {
+            super::team::run_large(len.div_ceil(chunk), block);
+        } else {
+            super::team::run(len.div_ceil(chunk), block);
+        }
     } else {
         // SAFETY: forwarded contract.
         unsafe { single(backend, &g) }

@@ -5,7 +5,7 @@
 //! twenty backward, each writing a fresh tensor; here each is one pass per row, the row
 //! in L1. (The composite remains the reference: these kernels are tested against it.)
 
-use super::elementwise::{split, PAR_THRESHOLD};
+use super::elementwise::{split_parts, PAR_THRESHOLD};
 use super::{team, values_of, vmath, CpuFloat, CpuStorage};
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
@@ -15,8 +15,10 @@ use crate::shape::Layout;
 /// Rows per task when a kernel over `rows` rows of `n` splits over the team, or all of
 /// them when it does not pay.
 pub(crate) fn rows_per_task(rows: usize, n: usize) -> usize {
-    if split(rows * n, PAR_THRESHOLD) && rows > 1 {
-        (PAR_THRESHOLD / 2).div_ceil(n).min(rows.div_ceil(team::threads()))
+    if split_parts(rows * n, PAR_THRESHOLD) && rows > 1 {
+        // By the team's size (`team::parts`): the weight and bias gradients add one
+        // partial sum per task, so the split must not follow timing.
+        (PAR_THRESHOLD / 2).div_ceil(n).min(rows.div_ceil(team::parts()))
     } else {
         rows.max(1)
     }

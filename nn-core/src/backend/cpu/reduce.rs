@@ -156,8 +156,9 @@ fn sum_kernel<T: Summand>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
     if let (Some(r), true) = (layout.contiguous_range(), prefix) {
         let (src, cols) = (&v[r], n_out);
         let rows = src.len() / cols;
-        if super::elementwise::split(src.len(), PAR_THRESHOLD) && rows > 1 {
-            let per = rows.div_ceil(team::threads().min(rows));
+        if super::elementwise::split_parts(src.len(), PAR_THRESHOLD) && rows > 1 {
+            // Blocks by the team's size (`team::parts`), run on the team or not.
+            let per = rows.div_ceil(team::parts().min(rows));
             let mut partial = vec![0f64; rows.div_ceil(per) * cols];
             team::for_chunks(&mut partial, cols, |q, acc| {
                 for row in src[q * per * cols..((q + 1) * per).min(rows) * cols].chunks_exact(cols) {
