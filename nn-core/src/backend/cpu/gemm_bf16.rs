@@ -191,19 +191,16 @@ fn pack_b<'o>(b: Strided<'_>, k: usize, n: usize, large: bool, threads: usize, l
         // Along `b`'s rows (contiguous in a row-major `b`): walking down its columns
         // instead read a new cache line per element.
         for (i, panel) in part.chunks_mut((pairs * NR).max(1)).enumerate() {
-            let jp = q * per + i;
-            if avx512::usable() {
-                // SAFETY: checked just above.
-                unsafe { avx512::pack_panel(b, k, n, jp, panel) };
-            } else {
-                pack_panel(b, k, n, jp, panel);
-            }
+            // SAFETY: `run`, this function's only caller, asserted `available()`.
+            unsafe { avx512::pack_panel(b, k, n, q * per + i, panel) };
         }
     });
     out
 }
 
-/// Panel `jp` of `b` packed into `panel` (`[pairs][NR]` words; see [`pack_b`]).
+/// Panel `jp` of `b` packed into `panel` (`[pairs][NR]` words; see [`pack_b`]), inlined
+/// into its AVX-512 copy.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[inline(always)]
 fn pack_panel(b: Strided<'_>, k: usize, n: usize, jp: usize, panel: &mut [u32]) {
     let pairs = k.div_ceil(2);
@@ -268,16 +265,11 @@ mod avx512 {
 
     use super::{Strided, KC, MR, NR, V};
 
-    /// Whether the CPU runs this module's functions.
-    pub(super) fn usable() -> bool {
-        super::available()
-    }
-
     /// [`super::pack_panel`] compiled for AVX-512 (its loops vectorize 4 times wider than
     /// the baseline's SSE2: packing was 5% of a bf16 Transformer step).
     ///
     /// # Safety
-    /// The CPU must have the features (see [`usable`]).
+    /// The CPU must have the features (see [`super::available`]).
     #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,avx2,fma")]
     pub(super) unsafe fn pack_panel(b: Strided<'_>, k: usize, n: usize, jp: usize, panel: &mut [u32]) {
         super::pack_panel(b, k, n, jp, panel)
@@ -319,10 +311,7 @@ mod avx512 {
         while p0 < pairs {
             let kc = KC.min(pairs - p0);
             // A's rows for this block: [tile][pair][MR].
-            for t in 0..tiles {
-                if direct {
-                    break;
-                }
+            for t in (0..tiles).filter(|_| !direct) {
                 let dst = &mut ap[t * kc * MR..(t + 1) * kc * MR];
                 let rows_here = MR.min(mr - t * MR);
                 for r in 0..rows_here {
@@ -331,7 +320,7 @@ mod avx512 {
                         // A contiguous run of the row: its words are the pairs.
                         let run = &a.data[a.offset + row * a.rs + 2 * p0..][..2 * kc];
                         for (p, pair) in run.chunks_exact(2).enumerate() {
-                            dst[p * MR + r] = u32::from(pair[0].to_bits()) | (u32::from(pair[1].to_bits()) << 16);
+                            dst[p * MR + r] = super::pair_word(pair[0], pair[1]);
                         }
                         continue;
                     }
@@ -344,7 +333,7 @@ mod avx512 {
                             let at = |kk: usize| a.offset + kk * a.cs + first;
                             let (lo, hi) = (&a.data[at(2 * (p0 + p))..][..MR], &a.data[at(2 * (p0 + p) + 1)..][..MR]);
                             for ((d, l), h) in dst[p * MR..(p + 1) * MR].iter_mut().zip(lo).zip(hi) {
-                                *d = u32::from(l.to_bits()) | (u32::from(h.to_bits()) << 16);
+                                *d = super::pair_word(*l, *h);
                             }
                         }
                         break;
@@ -454,12 +443,7 @@ mod avx512 {
 mod avx512 {
     use super::Strided;
 
-    /// False: no AVX-512 here.
-    pub(super) fn usable() -> bool {
-        false
-    }
-
-    /// Never called: [`usable`] is false here.
+    /// Never called: [`super::available`] is false here.
     pub(super) unsafe fn pack_panel(_: Strided<'_>, _: usize, _: usize, _: usize, _: &mut [u32]) {
         unreachable!("gemm_bf16 without AVX512-BF16")
     }

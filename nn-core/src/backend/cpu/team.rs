@@ -286,6 +286,7 @@ fn wait_for_loop(team: &Team, i: usize, seen: u64) -> (u64, bool) {
 /// sums per block, added at the end) splits by [`parts`] instead, so that its values do
 /// not change with the measurement.
 pub(crate) fn threads() -> usize {
+    #[cfg(test)]
     if SERIAL.with(Cell::get) {
         return 1;
     }
@@ -305,6 +306,7 @@ pub(crate) fn parts() -> usize {
     team().helpers().len() + 1
 }
 
+#[cfg(test)]
 thread_local! {
     /// Test-only switch standing for a team measured far apart: [`threads`] says 1 while
     /// [`parts`] keeps the team's size.
