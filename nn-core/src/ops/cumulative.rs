@@ -19,26 +19,28 @@ pub(crate) fn lines_of(shape: &[usize], d: usize) -> (usize, usize, usize) {
     (shape[..d].iter().product(), shape[d], shape[d + 1..].iter().product())
 }
 
-/// The operand of a scan: `bool` counts as `i64` (PyTorch's result dtype); halves are
-/// refused with a hint.
-#[track_caller]
-fn scan_input(op: &str, x: &Tensor) -> Tensor {
+/// The operand of a scan: `bool` counts as `i64` (PyTorch's result dtype); a half-type
+/// input is scanned in `f32` (see [`scan_half`]).
+fn scan_input(x: &Tensor) -> Tensor {
     match x.dtype() {
         DType::Bool => x.to_dtype(DType::I64),
-        DType::F16 | DType::BF16 => panic!(
-            "{op}: expected an f32, f64, i64 or bool tensor, got {} (shape {:?}); convert with `.to_dtype(DType::F32)` first",
-            x.dtype(),
-            x.shape()
-        ),
         _ => x.clone(),
     }
+}
+
+/// A scan of an `f16`/`bf16` input: the running values are kept in `f32` and each output
+/// rounded once to the input's dtype (PyTorch's CPU kernels accumulate halves in `f32`
+/// too); `None` for other dtypes.
+fn scan_half(x: &Tensor, scan: impl FnOnce(&Tensor) -> Tensor) -> Option<Tensor> {
+    x.dtype().is_half().then(|| scan(&x.to_dtype(DType::F32)).to_dtype(x.dtype()))
 }
 
 impl Tensor {
     /// Running sum along `dim`, `torch.cumsum`: `y[.., i, ..] = sum_{j <= i} x[.., j, ..]`,
     /// same shape. Floats accumulate in `f64` and round once per output (PyTorch's CPU
-    /// kernel); `i64` and `bool` inputs give `i64` (wrapping on overflow). The gradient is
-    /// the running sum of the incoming gradient from the back.
+    /// kernel); `f16` and `bf16` accumulate in `f32`; `i64` and `bool` inputs give `i64`
+    /// (wrapping on overflow). The gradient is the running sum of the incoming gradient
+    /// from the back.
     ///
     /// ```
     /// use nn_core::Tensor;
@@ -50,12 +52,12 @@ impl Tensor {
     /// ```
     ///
     /// # Panics
-    /// When `dim` is out of range or the dtype is `f16`/`bf16`.
+    /// When `dim` is out of range.
     #[track_caller]
     pub fn cumsum<D: Dim>(&self, dim: D) -> Tensor {
         let d = dim.resolve(self.rank(), "cumsum");
         let _t = trace::op("cumsum", &[self], || vec![("dim", trace::int(d))]);
-        cumsum_along(&scan_input("cumsum", self), d, false)
+        scan_half(self, |x| cumsum_along(x, d, false)).unwrap_or_else(|| cumsum_along(&scan_input(self), d, false))
     }
 
     /// Running product along `dim`, `torch.cumprod`: `y[.., i, ..] = prod_{j <= i}
@@ -81,7 +83,7 @@ impl Tensor {
     pub fn cumprod<D: Dim>(&self, dim: D) -> Tensor {
         let d = dim.resolve(self.rank(), "cumprod");
         let _t = trace::op("cumprod", &[self], || vec![("dim", trace::int(d))]);
-        cumprod_along(&scan_input("cumprod", self), d)
+        scan_half(self, |x| cumprod_along(x, d)).unwrap_or_else(|| cumprod_along(&scan_input(self), d))
     }
 }
 
@@ -250,9 +252,22 @@ mod tests {
         Tensor::zeros(&[2, 3]).cumsum(2);
     }
 
+    /// Half inputs scan in f32 and round each output once; the gradient reaches the half
+    /// input in its dtype.
     #[test]
-    #[should_panic(expected = "cumprod: expected an f32, f64, i64 or bool tensor, got f16 (shape [2])")]
-    fn cumprod_of_half_asks_for_a_conversion() {
-        Tensor::ones(&[2]).to_dtype(DType::F16).cumprod(0);
+    fn half_scans_accumulate_in_f32() {
+        let v: Vec<f32> = (0..40).map(|i| 1.0 + 0.01 * ((i * 7 % 13) as f32)).collect();
+        for h in [DType::BF16, DType::F16] {
+            let x = Tensor::from_vec(v.clone(), &[2, 20]).to_dtype(h).requires_grad_(true);
+            let wide = x.detach().to_dtype(DType::F32);
+            for (got, want) in [(x.cumsum(1), wide.cumsum(1)), (x.cumprod(1), wide.cumprod(1))] {
+                assert_eq!(got.dtype(), h);
+                assert_eq!(got.to_vec(), want.to_dtype(h).to_vec(), "{h}");
+            }
+            x.cumsum(1).sum().backward();
+            let g = x.grad().expect("a gradient");
+            assert_eq!(g.dtype(), h);
+            assert_eq!(g.to_vec()[..3], [20.0, 19.0, 18.0]);
+        }
     }
 }

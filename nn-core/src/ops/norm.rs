@@ -255,6 +255,23 @@ impl Tensor {
         {
             panic!("{OP}: running_mean and running_var must both be given or both be absent");
         }
+        // A half input with f32 statistics and parameters (a bf16 activation into an f32
+        // BatchNorm, as under autocast): computed in f32, the running statistics updated in
+        // place in f32, the result in the input's dtype, as PyTorch's mixed-type batch norm.
+        let stats = [running_mean, running_var, weight, bias];
+        if self.dtype().is_half() && stats.iter().flatten().any(|t| t.dtype() != self.dtype()) {
+            if let Some(t) = stats.iter().flatten().find(|t| t.dtype() != crate::DType::F32) {
+                panic!(
+                    "{OP}: a {} input takes statistics and parameters of its own dtype or all f32, got a {} one",
+                    self.dtype(),
+                    t.dtype()
+                );
+            }
+            let x = self.to_dtype(crate::DType::F32);
+            return x
+                .batch_norm(running_mean, running_var, weight, bias, training, momentum, eps)
+                .to_dtype(self.dtype());
+        }
         let mut bshape = vec![1; self.rank()];
         bshape[1] = c;
         let dims: Vec<usize> = (0..self.rank()).filter(|&d| d != 1).collect();
