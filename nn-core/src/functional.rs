@@ -207,6 +207,9 @@ pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: 
 #[track_caller]
 pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
     let (o, i, j) = (weight.shape()[0], weight.shape()[1], weight.shape()[2]);
+    // Built from public ops, without a scope of its own: its parts are not cast (PyTorch's
+    // bilinear is not on the autocast lists).
+    let _parts = crate::autograd::autocast::inside_op();
     let lead = &x1.shape()[..x1.rank() - 1];
     let n: usize = lead.iter().product();
     let a = x1.reshape(&[n, i]);

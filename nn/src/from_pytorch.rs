@@ -401,9 +401,11 @@
 //! false, ..)` is `enabled=False`. Outside autocast, mixing dtypes in one op stays an
 //! error; inside it, floating dtypes promote as PyTorch's do. `torch.autocast("cuda")` is
 //! `autocast(Device::Gpu(0), ..)`, with PyTorch's CUDA lists
-//! ([`amp::GPU_POLICIES`](crate::amp::GPU_POLICIES): softmax and the norms in `f32` there,
-//! unlike on the CPU); one GPU scope covers every `gpu:n`, as `"cuda"` covers every CUDA
-//! device. Half types compute in `f32` (each op's result rounded once, as PyTorch's CPU
+//! ([`amp::GPU_POLICIES`](crate::amp::GPU_POLICIES): softmax, the norms, `exp`, `log`,
+//! `pow`, sums, scans and resampling in `f32` there, unlike on the CPU); one GPU scope
+//! covers every `gpu:n`, as `"cuda"` covers every CUDA device. As in PyTorch, autocast
+//! casts the ops you call, not the parts an op is built from: a `bf16` `mean` stays `bf16`
+//! on the GPU though its `sum` is on the `f32` list. Half types compute in `f32` (each op's result rounded once, as PyTorch's CPU
 //! kernels) except where a kernel has them natively: `bf16` matrix products on CPUs with
 //! AVX512-BF16 (about twice the `f32` rate), `f16` products on GPUs with `SHADER_F16`.
 //! `f16` autocast on a CPU without AVX512-FP16 is accepted and computes through `f32`.

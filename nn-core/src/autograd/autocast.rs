@@ -10,6 +10,14 @@
 //! with autocast excluded (PyTorch's dispatcher does the same), so the ops it is built
 //! from do not cast again.
 //!
+//! Autocast applies to the ops a user calls, not to the ops nn builds an op from: PyTorch
+//! casts at its dispatcher, which sees `aten::mean` as one op, while nn's `mean` is a
+//! `sum` and a division, and that `sum` must not turn a `bf16` mean into an `f32` one.
+//! So every public op marks itself as running while autocast is on (the scope that also
+//! delimits an op for [`trace`](crate::trace)), and an op called inside another runs in the
+//! dtype it is given. (`einsum`, which PyTorch builds from `bmm`, is left unmarked, so
+//! that its matrix product is cast as PyTorch's is.)
+//!
 //! The state is per thread and per device kind, as PyTorch's is per device type: a CPU
 //! scope does not touch GPU tensors, and a GPU scope (any `gpu:n`, as `"cuda"` covers
 //! every CUDA device) does not touch CPU tensors. The GPU scope follows PyTorch's CUDA
@@ -69,21 +77,23 @@ pub const POLICIES: &[(&str, CastPolicy)] = &[
 ];
 
 /// What autocast does on the GPU device beyond [`POLICIES`]: PyTorch 2.15's CUDA lists
-/// (`torch.autocast("cuda")`, from its autocast documentation: CUDA is not on the machines
-/// that generate the fixtures) are the CPU's lists plus these `f32` entries, restricted to
-/// the ops nn hooks. Look an op up on either device with [`policy`].
+/// (`torch.autocast("cuda")`) are the CPU's plus these `f32` entries, restricted to the
+/// ops nn has. `tests/fixtures/pytorch/autocast.py` records what PyTorch's own CUDA
+/// autocast kernels give for each call (on fake CUDA tensors, so no GPU is needed), and a
+/// test runs the same calls on `gpu:0` and compares. Look an op up on either device with
+/// [`policy`].
 ///
-/// Not yet hooked, of PyTorch's CUDA `f32` list: the elementwise functions (`exp`, `log`,
-/// `pow`, ...) and the reductions (`sum`, `prod`, `cumsum`, ...). Composite ops call them
-/// inside (a `mean` is a `sum`), so each needs a boundary between a user's call and an
-/// op's own parts before it can cast; until then they run in their argument's dtype on the
-/// GPU, as on the CPU.
+/// An op called inside another is not cast (see the [module](self) docs): a `bf16`
+/// `mean` stays `bf16` on the GPU, as in PyTorch, though the `sum` it is built from is on
+/// this list. One difference: PyTorch's CUDA `quantile` refuses half inputs, nn's keeps
+/// the CPU list's `f32` policy and computes.
 ///
 /// ```
 /// use nn_core::amp::{policy, CastPolicy};
 /// use nn_core::Device;
 /// assert_eq!(policy(Device::Gpu(0), "linear"), Some(CastPolicy::Lower));
 /// assert_eq!(policy(Device::Gpu(0), "softmax"), Some(CastPolicy::F32));
+/// assert_eq!(policy(Device::Gpu(0), "exp"), Some(CastPolicy::F32));
 /// assert_eq!(policy(Device::Cpu, "softmax"), None); // its input's dtype on the CPU
 /// ```
 pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
@@ -92,6 +102,26 @@ pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
     ("layer_norm", CastPolicy::F32),
     ("group_norm", CastPolicy::F32),
     ("rms_norm", CastPolicy::F32),
+    // The elementwise functions (`powf` and `pow` are both `aten::pow`; `square` is
+    // `pow(x, 2)` in PyTorch; a scalar divided by a tensor is `__rtruediv__`).
+    ("exp", CastPolicy::F32),
+    ("log", CastPolicy::F32),
+    ("pow", CastPolicy::F32),
+    ("powf", CastPolicy::F32),
+    ("square", CastPolicy::F32),
+    ("reciprocal", CastPolicy::F32),
+    ("scalar_div", CastPolicy::F32),
+    ("rsqrt", CastPolicy::F32),
+    ("erfinv", CastPolicy::F32),
+    ("softplus", CastPolicy::F32),
+    // The reductions and scans.
+    ("sum", CastPolicy::F32),
+    ("logsumexp", CastPolicy::F32),
+    ("cumsum", CastPolicy::F32),
+    ("cumprod", CastPolicy::F32),
+    ("norm", CastPolicy::F32),
+    // Resampling (`upsample_nearest*`, `upsample_bilinear2d`, ...).
+    ("interpolate", CastPolicy::F32),
 ];
 
 /// What autocast does to `op` (by the name it reports in errors) on `device`'s kind:
@@ -112,6 +142,30 @@ thread_local! {
     static GPU: Cell<Option<DType>> = const { Cell::new(None) };
     /// Set while an op that cast its arguments runs the op proper.
     static EXCLUDED: Cell<bool> = const { Cell::new(false) };
+    /// How many public ops are running on this thread, counted while an autocast scope is
+    /// on: above 0, an op is a part of another and is not cast.
+    static OP_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Open while a public op runs under autocast (see [`inside_op`]).
+pub(crate) struct InsideOp(());
+
+impl Drop for InsideOp {
+    fn drop(&mut self) {
+        OP_DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Marks a public op as running, when an autocast scope is on for either device kind (the
+/// ops it calls are then its parts, which autocast leaves alone); `None`, at the cost of
+/// two thread-local reads, otherwise. Keep the guard until the op returns.
+#[inline]
+pub(crate) fn inside_op() -> Option<InsideOp> {
+    if CPU.with(Cell::get).is_none() && GPU.with(Cell::get).is_none() {
+        return None;
+    }
+    OP_DEPTH.with(|d| d.set(d.get() + 1));
+    Some(InsideOp(()))
 }
 
 /// Restores the autocast state it replaced when dropped (the guard form of [`autocast`]).
@@ -282,6 +336,9 @@ fn widest(dtypes: impl Iterator<Item = DType>) -> Option<DType> {
 fn cast_args(op: &str, args: &[Option<&Tensor>]) -> Option<Vec<Option<Tensor>>> {
     let device = args.iter().flatten().next()?.device();
     let half = active(device)?;
+    if OP_DEPTH.with(Cell::get) > 0 {
+        return None;
+    }
     let target = match policy(device, op)? {
         CastPolicy::Lower => half,
         CastPolicy::F32 => DType::F32,
@@ -296,12 +353,17 @@ fn cast_args(op: &str, args: &[Option<&Tensor>]) -> Option<Vec<Option<Tensor>>> 
 
 /// The ops' entry: under autocast, `run` on the arguments cast by `op`'s policy, with
 /// autocast excluded (so the op's own parts do not cast again); `None`, and `run` not
-/// called, when autocast does not apply. An op calls this first and returns its result
-/// when it is `Some`.
+/// called, when autocast does not apply (also inside another op). An op calls this first,
+/// before it opens its own scope, and returns its result when it is `Some`.
 pub(crate) fn cast_call<R>(op: &str, args: &[Option<&Tensor>], run: impl FnOnce(&[Option<&Tensor>]) -> R) -> Option<R> {
     let cast = cast_args(op, args)?;
     let refs: Vec<Option<&Tensor>> = cast.iter().map(Option::as_ref).collect();
     Some(excluded(|| run(&refs)))
+}
+
+/// [`cast_call`] for one argument.
+pub(crate) fn cast1(op: &str, a: &Tensor, run: impl FnOnce(&Tensor) -> Tensor) -> Option<Tensor> {
+    cast_call(op, &[Some(a)], |c| run(c[0].expect("present")))
 }
 
 /// [`cast_call`] for two arguments.

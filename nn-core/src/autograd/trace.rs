@@ -25,7 +25,8 @@
 //! naming the op and the module ([`TracedOp::module`], matched against
 //! [`ModuleBase::trace_key`](crate::ModuleBase::trace_key) of each `named_modules()` entry).
 //!
-//! When no trace runs, each hook costs one thread-local flag check.
+//! When no trace runs, each hook costs one thread-local flag check (and two more for
+//! autocast's use of the same scopes: see [`amp`](crate::amp)).
 //!
 //! ```
 //! use nn_core::{trace, Tensor};
@@ -206,11 +207,19 @@ fn with_rec<R>(f: impl FnOnce(&mut Recorder) -> R) -> Option<R> {
     REC.try_with(|r| r.try_borrow_mut().ok().map(|mut r| f(&mut r))).ok().flatten()
 }
 
-/// Open while a traced op runs; records the op when the outermost one closes.
-pub(crate) struct OpScope(());
+/// Open while a public op runs: records the op when the outermost one closes (while a
+/// trace records), and marks it as running for autocast (while a scope is on), whose
+/// guard drops after this one's `drop`.
+pub(crate) struct OpScope {
+    traced: bool,
+    _autocast: Option<super::autocast::InsideOp>,
+}
 
 impl Drop for OpScope {
     fn drop(&mut self) {
+        if !self.traced {
+            return;
+        }
         with_rec(|r| {
             let Some(frame) = r.frames.pop() else { return };
             if !r.frames.is_empty() {
@@ -253,8 +262,9 @@ pub(crate) fn op_with(
     optional: &[Option<&Tensor>],
     attrs: impl FnOnce() -> Vec<(&'static str, Attr)>,
 ) -> Option<OpScope> {
+    let inside = super::autocast::inside_op();
     if !ACTIVE.with(Cell::get) {
-        return None;
+        return inside.map(|a| OpScope { traced: false, _autocast: Some(a) });
     }
     let outer = with_rec(|r| r.frames.is_empty()).unwrap_or(false);
     // Attributes and operands of nested scopes are never used: skip building them.
@@ -264,13 +274,14 @@ pub(crate) fn op_with(
     } else {
         Vec::new()
     };
-    with_rec(|r| {
+    let traced = with_rec(|r| {
         if r.frames.is_empty() {
             r.created.clear();
         }
         r.frames.push(Frame { name, attrs, inputs });
-    })?;
-    Some(OpScope(()))
+    })
+    .is_some();
+    Some(OpScope { traced, _autocast: inside })
 }
 
 /// Called for every tensor created: the last one created in a scope is its result.

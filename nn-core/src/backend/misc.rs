@@ -47,7 +47,11 @@ impl Storage {
             }
             #[cfg(feature = "gpu")]
             Storage::Gpu(g) => {
-                cpu::misc::quantile(&g.host("quantile"), rows, n, q).map(|c| super::gpu::upload_result(g.ctx(), c))
+                let x = g.host("quantile");
+                cpu::widen::through_f32([&x], [x.dtype(), DType::I64, DType::I64, x.dtype()], |[x]| {
+                    cpu::misc::quantile(x, rows, n, q)
+                })
+                .map(|c| super::gpu::upload_result(g.ctx(), c))
             }
             Storage::Meta { dtype, .. } => {
                 [*dtype, DType::I64, DType::I64, *dtype].map(|dtype| Storage::Meta { dtype, len })

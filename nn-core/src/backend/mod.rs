@@ -322,8 +322,11 @@ impl Storage {
             }
             #[cfg(feature = "gpu")]
             Placement::Gpu(ctx) => {
+                // The host path widens half types as the CPU does: its kernels take f32/f64.
                 let host = gpu::host_path::<F, N>(ctx, operands);
-                gpu::upload_result(ctx, cpu(std::array::from_fn(|i| &host[i])))
+                let host: [&CpuStorage; N] = std::array::from_fn(|i| &host[i]);
+                let [y] = if widen { cpu::widen::through_f32(host, [dtype], |o| [cpu(o)]) } else { [cpu(host)] };
+                gpu::upload_result(ctx, y)
             }
         }
     }
@@ -362,8 +365,14 @@ impl Storage {
             }
             #[cfg(feature = "gpu")]
             Placement::Gpu(ctx) => {
+                // Half types widened as on the CPU (see `run_with`).
                 let host = gpu::host_path::<F, N>(ctx, operands);
-                let (a, b) = cpu(std::array::from_fn(|i| &host[i]));
+                let host: [&CpuStorage; N] = std::array::from_fn(|i| &host[i]);
+                let pair = |o: [&CpuStorage; N]| {
+                    let (a, b) = cpu(o);
+                    [a, b]
+                };
+                let [a, b] = if widen { cpu::widen::through_f32(host, meta.map(|m| m.0), pair) } else { pair(host) };
                 (gpu::upload_result(ctx, a), gpu::upload_result(ctx, b))
             }
         }

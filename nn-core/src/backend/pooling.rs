@@ -156,8 +156,10 @@ impl Storage {
             Storage::Gpu(g) => match super::gpu::kernels::max_pool2d(g, pool) {
                 Some((values, argmax)) => (Storage::Gpu(values), Argmax::Gpu(argmax)),
                 None => {
-                    let (values, argmax) = cpu::pooling::max_pool2d(&g.host("max_pool2d"), pool);
-                    (super::gpu::upload_result(g.ctx(), values), Argmax::Cpu(argmax))
+                    let x = g.host("max_pool2d");
+                    let wide = cpu::widen::widen(&x);
+                    let (values, argmax) = cpu::pooling::max_pool2d(wide.as_ref().unwrap_or(&x), pool);
+                    (super::gpu::upload_result(g.ctx(), cpu::widen::narrow(values, x.dtype())), Argmax::Cpu(argmax))
                 }
             },
         }
@@ -173,10 +175,12 @@ impl Storage {
                 Storage::Cpu(cpu::widen::narrow(dx, g.dtype()))
             }
             #[cfg(feature = "gpu")]
-            (Storage::Gpu(g), Argmax::Cpu(a)) => super::gpu::upload_result(
-                g.ctx(),
-                cpu::pooling::max_pool2d_backward(&g.host("max_pool2d_backward"), a, pool),
-            ),
+            (Storage::Gpu(g), Argmax::Cpu(a)) => {
+                let g_host = g.host("max_pool2d_backward");
+                let wide = cpu::widen::widen(&g_host);
+                let dx = cpu::pooling::max_pool2d_backward(wide.as_ref().unwrap_or(&g_host), a, pool);
+                super::gpu::upload_result(g.ctx(), cpu::widen::narrow(dx, g_host.dtype()))
+            }
             #[cfg(feature = "gpu")]
             (Storage::Gpu(g), Argmax::Gpu(a)) => Storage::Gpu(
                 super::gpu::kernels::max_pool2d_backward(g, a, pool).expect("the forward ran on the GPU, in f32"),

@@ -245,6 +245,9 @@ impl Tensor {
     #[track_caller]
     pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
         assert!(beta != 0.0 && beta.is_finite(), "softplus: beta must be finite and nonzero, got {beta}");
+        if let Some(y) = crate::autograd::autocast::cast1("softplus", self, |x| x.softplus(beta, threshold)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("softplus", &[self], || {
             vec![
                 ("beta", crate::autograd::trace::Attr::Float(beta)),

@@ -256,6 +256,9 @@ impl Tensor {
     /// Elementwise power `self ^ exponent` with broadcasting.
     #[track_caller]
     pub fn pow(&self, exponent: &Tensor) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast2("pow", self, exponent, Tensor::pow) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("pow", &[self, exponent], Vec::new);
         binary::<PowOp>(self, exponent)
     }

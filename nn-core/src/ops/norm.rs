@@ -99,6 +99,12 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f64,
     ) -> Tensor {
+        // Under GPU autocast (PyTorch's CUDA list): in f32.
+        if let Some(y) = crate::autograd::autocast::cast_call("layer_norm", &[Some(self), weight, bias], |c| {
+            c[0].expect("present").layer_norm(normalized_shape, c[1], c[2], eps)
+        }) {
+            return y;
+        }
         let _t = crate::autograd::trace::op_with("layer_norm", &[self], &[weight, bias], || {
             use crate::autograd::trace::Attr;
             vec![
@@ -108,12 +114,6 @@ impl Tensor {
                 ("has_bias", Attr::Bool(bias.is_some())),
             ]
         });
-        // Under GPU autocast (PyTorch's CUDA list): in f32.
-        if let Some(y) = crate::autograd::autocast::cast_call("layer_norm", &[Some(self), weight, bias], |c| {
-            c[0].expect("present").layer_norm(normalized_shape, c[1], c[2], eps)
-        }) {
-            return y;
-        }
         if let Some(y) =
             half_with_f32_params(self, [weight, bias], |x, [w, b]| x.layer_norm(normalized_shape, w, b, eps))
         {

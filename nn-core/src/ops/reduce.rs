@@ -63,6 +63,9 @@ impl Tensor {
     /// Sum over several dimensions; an empty list sums everything.
     #[track_caller]
     pub fn sum_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("sum", self, |x| x.sum_dims(dims, keepdim)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("sum", &[self], || {
             vec![
                 ("dims", crate::autograd::trace::reduced_dims(dims, self.rank())),
@@ -97,6 +100,8 @@ impl Tensor {
     pub fn mean_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Tensor {
         let mask = resolve_dims("mean", dims, self.rank());
         let n: usize = self.shape().iter().zip(&mask).filter(|(_, &m)| m).map(|(&d, _)| d).product();
+        // Built from public ops, without a scope of its own: its parts are not cast.
+        let _parts = crate::autograd::autocast::inside_op();
         self.sum_dims(dims, keepdim).div_scalar(n as f64)
     }
 
@@ -106,6 +111,8 @@ impl Tensor {
     pub fn var_dims<D: Dim>(&self, dims: &[D], correction: usize, keepdim: bool) -> Tensor {
         let mask = resolve_dims("var", dims, self.rank());
         let n: usize = self.shape().iter().zip(&mask).filter(|(_, &m)| m).map(|(&d, _)| d).product();
+        // Built from public ops, without a scope of its own: its parts are not cast.
+        let _parts = crate::autograd::autocast::inside_op();
         let mean = self.mean_dims(dims, true);
         let sq = (self - &mean).square().sum_dims(dims, keepdim);
         sq.div_scalar(n.saturating_sub(correction) as f64)
@@ -250,6 +257,9 @@ impl Tensor {
     /// `log(sum(exp(x)))` along `dim`, computed stably.
     #[track_caller]
     pub fn logsumexp<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("logsumexp", self, |x| x.logsumexp(dim, keepdim)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("logsumexp", &[self], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "logsumexp"))),

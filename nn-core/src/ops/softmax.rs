@@ -50,14 +50,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax<D: Dim>(&self, dim: D) -> Tensor {
+        // Under GPU autocast (PyTorch's CUDA list): in f32.
+        if let Some(y) = crate::autograd::autocast::cast1("softmax", self, |x| x.softmax(dim)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("softmax", &[self], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "softmax")))]
         });
-        // Under GPU autocast (PyTorch's CUDA list): in f32.
-        let cast = |c: &[Option<&Tensor>]| softmax_impl(c[0].expect("present"), dim, false);
-        if let Some(y) = crate::autograd::autocast::cast_call("softmax", &[Some(self)], cast) {
-            return y;
-        }
         softmax_impl(self, dim, false)
     }
 
@@ -70,14 +69,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax<D: Dim>(&self, dim: D) -> Tensor {
+        // Under GPU autocast (PyTorch's CUDA list): in f32.
+        if let Some(y) = crate::autograd::autocast::cast1("log_softmax", self, |x| x.log_softmax(dim)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("log_softmax", &[self], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "log_softmax")))]
         });
-        // Under GPU autocast (PyTorch's CUDA list): in f32.
-        let cast = |c: &[Option<&Tensor>]| softmax_impl(c[0].expect("present"), dim, true);
-        if let Some(y) = crate::autograd::autocast::cast_call("log_softmax", &[Some(self)], cast) {
-            return y;
-        }
         softmax_impl(self, dim, true)
     }
 }

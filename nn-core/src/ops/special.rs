@@ -107,6 +107,9 @@ impl Tensor {
     /// When the tensor is not `f32`/`f64`.
     #[track_caller]
     pub fn erfinv(&self) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("erfinv", self, Tensor::erfinv) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("erfinv", &[self], Vec::new);
         unary(self, Erfinv)
     }

@@ -319,12 +319,18 @@ impl Tensor {
     /// assert!((y.to_vec()[1] - std::f32::consts::E).abs() < 1e-6);
     /// ```
     pub fn exp(&self) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("exp", self, Tensor::exp) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("exp", &[self], Vec::new);
         unary(self, Exp)
     }
 
     /// Natural logarithm elementwise.
     pub fn log(&self) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("log", self, Tensor::log) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("log", &[self], Vec::new);
         unary(self, Log)
     }
@@ -355,12 +361,18 @@ impl Tensor {
 
     /// `x * x` elementwise.
     pub fn square(&self) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("square", self, Tensor::square) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("square", &[self], Vec::new);
         unary(self, Square)
     }
 
     /// `1 / x` elementwise.
     pub fn recip(&self) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("reciprocal", self, Tensor::recip) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("reciprocal", &[self], Vec::new);
         unary(self, Recip)
     }
@@ -373,6 +385,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![4.0, 0.25], &[2]).rsqrt().to_vec(), vec![0.5, 2.0]);
     /// ```
     pub fn rsqrt(&self) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("rsqrt", self, Tensor::rsqrt) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("rsqrt", &[self], Vec::new);
         unary(self, Rsqrt)
     }
@@ -384,6 +399,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![2.0, 3.0], &[2]).powf(3.0).to_vec(), vec![8.0, 27.0]);
     /// ```
     pub fn powf(&self, exponent: f64) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("powf", self, |x| x.powf(exponent)) {
+            return y;
+        }
         let _t = crate::autograd::trace::op("powf", &[self], || {
             vec![("exponent", crate::autograd::trace::Attr::Float(exponent))]
         });
@@ -426,6 +444,9 @@ impl Tensor {
     }
 
     pub(crate) fn scalar_div(&self, s: f64) -> Tensor {
+        if let Some(y) = crate::autograd::autocast::cast1("scalar_div", self, |x| x.scalar_div(s)) {
+            return y;
+        }
         let _t =
             crate::autograd::trace::op("scalar_div", &[self], || vec![("s", crate::autograd::trace::Attr::Float(s))]);
         unary(self, ScalarDiv(s))
