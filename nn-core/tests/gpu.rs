@@ -857,3 +857,151 @@ fn a_model_trains_under_gpu_autocast_on_the_device() {
         assert!(losses[5] < losses[0], "{h}: the loss went from {} to {}", losses[0], losses[5]);
     }
 }
+
+/// A CNN step (convolution, batch norm with f32 statistics, ReLU, max and average
+/// pooling) and an attention step (layer norm, scaled dot-product attention, GELU, a
+/// residual) under GPU autocast in both half types: after the first step no op takes the
+/// host path, and the f32 loss tracks the f32 model's.
+#[test]
+fn cnn_and_attention_steps_stay_on_the_gpu_under_autocast() {
+    use nn_core::amp::autocast;
+    use nn_core::functional as F;
+    use nn_core::ops::{AttentionConfig, Conv2dConfig, Pool2dConfig};
+    let _serial = serial();
+    nn_core::manual_seed(5);
+    let x = Tensor::randn(&[4, 2, 8, 8]).to_device(GPU);
+    let y = Tensor::from_vec_i64(vec![0, 1, 2, 1], &[4]).to_device(GPU);
+    let s = Tensor::randn(&[2, 6, 16]).to_device(GPU);
+    let init = [
+        Tensor::randn(&[4, 2, 3, 3]) * 0.3,
+        Tensor::zeros(&[4]),
+        Tensor::ones(&[4]),
+        Tensor::zeros(&[4]),
+        Tensor::randn(&[3, 16]) * 0.2,
+        Tensor::randn(&[48, 16]) * 0.2,
+        Tensor::randn(&[16, 16]) * 0.2,
+    ];
+    let run = |amp: Option<DType>| -> Vec<f64> {
+        let p: Vec<Tensor> = init.iter().map(|t| t.to_device(GPU).requires_grad_(true)).collect();
+        let (rm, rv) = (Tensor::zeros(&[4]).to_device(GPU), Tensor::ones(&[4]).to_device(GPU));
+        let forward = || {
+            let pad = Conv2dConfig { padding: (1, 1), ..Default::default() };
+            let h = x.conv2d(&p[0], Some(&p[1]), pad);
+            let h = h.batch_norm(Some(&rm), Some(&rv), Some(&p[2]), Some(&p[3]), true, 0.1, 1e-5).relu();
+            let h = h.max_pool2d(Pool2dConfig::new(2)).avg_pool2d(Pool2dConfig::new(2), true);
+            let cnn = F::cross_entropy(&F::linear(&h.reshape(&[4, 16]), &p[4], None), &y);
+            let qkv = F::linear(&s.layer_norm(&[16], None, None, 1e-5), &p[5], None).chunk(3, -1);
+            let a = qkv[0].scaled_dot_product_attention(&qkv[1], &qkv[2], &AttentionConfig::default());
+            let t = (&s + &F::linear(&a, &p[6], None).gelu()).square().mean();
+            cnn + t
+        };
+        let mut losses = Vec::new();
+        let mut host_after_warmup = 0;
+        for step in 0..4 {
+            let before = gpu::stats(0).unwrap().host_path_calls();
+            let loss = match amp {
+                Some(h) => autocast(GPU, h, forward),
+                None => forward(),
+            };
+            assert_eq!(loss.dtype(), DType::F32);
+            loss.backward();
+            for t in &p {
+                let g = t.grad().expect("a gradient");
+                assert_eq!((g.dtype(), g.device()), (DType::F32, GPU), "master gradients are f32");
+                nn_core::no_grad(|| t.sub_(&(g * 0.1)));
+                t.set_grad(None);
+            }
+            losses.push(loss.item());
+            if step > 0 {
+                host_after_warmup += gpu::stats(0).unwrap().host_path_calls() - before;
+            }
+        }
+        assert_eq!(host_after_warmup, 0, "{amp:?}: host path: {:?}", gpu::stats(0).unwrap().host_path);
+        losses
+    };
+    let f32_losses = run(None);
+    for (h, tol) in [(DType::F16, 1e-2), (DType::BF16, 5e-2)] {
+        let losses = run(Some(h));
+        for (a, b) in losses.iter().zip(&f32_losses) {
+            assert!((a - b).abs() <= tol * b.abs().max(1.0), "{h}: loss {a} against f32 {b}");
+        }
+    }
+}
+
+/// Convolutions, poolings and writes into a slice of a half tensor run on the device (the
+/// first two on `f32` copies made there, rounded once as the CPU rounds; the write with
+/// atomics on each element's half of a word), and agree with the CPU, gradients included.
+#[test]
+fn half_convolution_pooling_and_slice_writes_run_on_the_gpu() {
+    use nn_core::ops::{Conv2dConfig, ConvTranspose2dConfig, Pool2dConfig};
+    let _serial = serial();
+    nn_core::manual_seed(8);
+    let (x, w, b) = (randn(&[2, 3, 7, 7]), randn(&[4, 3, 3, 3]), randn(&[4]));
+    let ops: Vec<(&str, Box<dyn Fn(&[Tensor]) -> Tensor>)> = vec![
+        (
+            "conv2d",
+            Box::new(|t| t[0].conv2d(&t[1], Some(&t[2]), Conv2dConfig { stride: (2, 2), ..Default::default() })),
+        ),
+        (
+            "conv_transpose2d",
+            Box::new(|t| t[0].conv_transpose2d(&t[1].permute(&[1, 0, 2, 3]), None, ConvTranspose2dConfig::default())),
+        ),
+        ("max_pool2d", Box::new(|t| t[0].max_pool2d(Pool2dConfig::new(2)) * &t[2].sum())),
+        (
+            "avg_pool2d",
+            Box::new(|t| t[0].avg_pool2d(Pool2dConfig { padding: (1, 1), ..Pool2dConfig::new(3) }, false) + t[1].sum()),
+        ),
+        (
+            "chunk and cat",
+            Box::new(|t| {
+                let c = t[0].reshape(&[2, 147]).chunk(3, -1);
+                Tensor::cat(&[&c[2], &(&c[0] * &t[1].reshape(&[108]).narrow(0, 0, 49))], 1)
+            }),
+        ),
+    ];
+    for dtype in [DType::F16, DType::BF16] {
+        // A few roundings of sums of up to 27 products: within 4 half-type ulps.
+        let tol = if dtype == DType::F16 { 4e-3 } else { 3e-2 };
+        let cpu: Vec<Tensor> = [&x, &w, &b].iter().map(|t| t.to_dtype(dtype).requires_grad_(true)).collect();
+        let dev: Vec<Tensor> = cpu.iter().map(|t| t.detach().to_device(GPU).requires_grad_(true)).collect();
+        for (name, f) in &ops {
+            let before = gpu::stats(0).unwrap().host_path_calls();
+            let (yg, yc) = (f(&dev), f(&cpu));
+            assert_eq!((yg.device(), yg.dtype()), (GPU, dtype), "{name}");
+            let wg = Tensor::randn(yc.shape()).to_dtype(dtype);
+            (&yg * &wg.to_device(GPU)).sum().backward();
+            (&yc * &wg).sum().backward();
+            let err = worst(&yg.to_device(Device::Cpu).to_dtype(DType::F64), &yc.to_dtype(DType::F64));
+            assert!(err <= tol, "{name} {dtype}: {err:e}");
+            for (i, (g, c)) in dev.iter().zip(&cpu).enumerate() {
+                let (Some(gg), Some(gc)) = (g.grad(), c.grad()) else { continue };
+                assert_eq!((gg.device(), gg.dtype()), (GPU, dtype), "{name}: gradient {i}");
+                let scale = gc.to_dtype(DType::F64).abs().max().item().max(1.0);
+                let err = worst(&gg.to_device(Device::Cpu).to_dtype(DType::F64), &gc.to_dtype(DType::F64));
+                assert!(err <= tol * scale, "{name} {dtype}: gradient {i}: {err:e}");
+                g.set_grad(None);
+                c.set_grad(None);
+            }
+            assert_eq!(
+                gpu::stats(0).unwrap().host_path_calls(),
+                before,
+                "{name} {dtype}: {:?}",
+                gpu::stats(0).unwrap().host_path
+            );
+        }
+        // Writes into a strided slice of a tensor holding other values: the neighbours of
+        // each written element in its word keep their bits.
+        let before = gpu::stats(0).unwrap().host_path_calls();
+        let (dc, src) = (x.to_dtype(dtype).reshape(&[6, 49]), w.to_dtype(dtype).reshape(&[12, 9]));
+        let dg = dc.to_device(GPU);
+        for (d, s) in [(&dc, src.clone()), (&dg, src.to_device(GPU))] {
+            d.share_storage_with_views(); // writes through its views reach it
+            d.narrow(1, 3, 9).narrow(0, 1, 5).copy_(&s.narrow(0, 2, 5));
+            d.t().narrow(0, 20, 1).copy_(&s.reshape(&[108]).narrow(0, 0, 6).unsqueeze(0));
+        }
+        let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
+        assert_ne!(bits(&dc), bits(&x.to_dtype(dtype).reshape(&[6, 49])), "the writes changed it");
+        assert_eq!(bits(&dg), bits(&dc), "{dtype}: a slice write on the GPU is not the CPU's");
+        assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "{dtype}: {:?}", gpu::stats(0).unwrap().host_path);
+    }
+}

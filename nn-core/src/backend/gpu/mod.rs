@@ -226,7 +226,7 @@ fn kernel_name<F>() -> String {
 pub(crate) fn write_from(dst: &mut GpuStorage, layout: &Layout, src: &GpuStorage, src_layout: &Layout) {
     let vals = kernels::convert(src, src_layout, dst.dtype());
     match vals {
-        Some(vals) if !matches!(dst.dtype(), DType::F16 | DType::BF16) => kernels::scatter(dst, layout, &vals),
+        Some(vals) => kernels::scatter(dst, layout, &vals),
         _ => {
             let mut on_host = dst.host("write_from");
             let vals = src.to_cpu().convert_layout(src_layout, dst.dtype());

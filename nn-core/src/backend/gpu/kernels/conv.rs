@@ -2,7 +2,7 @@
 
 use super::elementwise::binary;
 use super::reduce::sum_lines;
-use super::{groups_for, is_compute, prelude, scalar, u32_of};
+use super::{groups_for, is_compute, prelude, scalar, through_f32, u32_of};
 use crate::backend::gpu::gemm::matmul;
 use crate::backend::gpu::template::Family;
 use crate::backend::gpu::GpuStorage;
@@ -62,6 +62,9 @@ pub(crate) fn conv2d(
     bias: Option<&GpuStorage>,
     g: &ConvGeometry,
 ) -> Option<GpuStorage> {
+    if let Some(y) = through_f32([Some(x), Some(w), bias], |[x, w, b]| Some([conv2d(x?, w?, b, g)?])) {
+        return y.map(|[y]| y);
+    }
     if !is_compute(x.dtype()) {
         return None;
     }
@@ -88,6 +91,13 @@ pub(crate) fn conv2d_backward(
     g: &ConvGeometry,
     (need_dx, need_dw): (bool, bool),
 ) -> Option<(GpuStorage, GpuStorage)> {
+    let wide = |[dy, x, w]: [Option<&GpuStorage>; 3]| {
+        let (dx, dw) = conv2d_backward(dy?, x?, w?, g, (need_dx, need_dw))?;
+        Some([dx, dw])
+    };
+    if let Some(r) = through_f32([Some(dy), Some(x), Some(w)], wide) {
+        return r.map(|[dx, dw]| (dx, dw));
+    }
     if !is_compute(x.dtype()) {
         return None;
     }

@@ -87,14 +87,19 @@ pub(crate) fn convert(x: &GpuStorage, l: &Layout, dtype: DType) -> Option<GpuSto
     Some(out)
 }
 
-/// `dst[at(i)] = vals[i]` for the contiguous `vals` (of `dst`'s dtype, 32- or 64-bit
-/// elements) and the positions `layout` selects in `dst`.
+/// `dst[at(i)] = vals[i]` for the contiguous `vals` (of `dst`'s dtype; 16-bit elements
+/// packed two to a word, each written with atomics on its half of the word) and the
+/// positions `layout` selects in `dst`.
 pub(crate) fn scatter(dst: &GpuStorage, layout: &Layout, vals: &GpuStorage) {
     let n = layout.numel();
     if n == 0 {
         return;
     }
-    let words = (byte_len(dst.dtype(), 1) / 4).to_string();
-    let src = FAMILY.render("scatter", &[("PRELUDE", prelude()), ("WORDS", &words)]);
+    let src = if dst.dtype().is_half() {
+        FAMILY.render("scatter_half", &[("PRELUDE", prelude())])
+    } else {
+        let words = (byte_len(dst.dtype(), 1) / 4).to_string();
+        FAMILY.render("scatter", &[("PRELUDE", prelude()), ("WORDS", &words)])
+    };
     dst.ctx().dispatch(&src, &strided_params(layout.shape(), &[layout]), &[vals.buffer(), dst.buffer()], groups_for(n));
 }

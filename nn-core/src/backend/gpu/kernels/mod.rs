@@ -31,6 +31,7 @@ pub(crate) use sort::{arg_extreme, scan, sort};
 
 use super::context::WORKGROUP;
 use super::template::Family;
+use super::GpuStorage;
 use crate::dtype::DType;
 use crate::shape::Layout;
 
@@ -64,6 +65,31 @@ pub(crate) fn scalar(dtype: DType) -> &'static str {
         DType::F64 => "f64",
         _ => "f32",
     }
+}
+
+/// A kernel with `f32`/`f64` versions only, run for half-type operands on `f32` copies
+/// made on the device, its outputs rounded back to the operands' half dtype on the device
+/// (each value rounded once, as the CPU's host path computes them); `None` when no
+/// operand is a half type (the caller runs the kernel as it is). No host round trip.
+pub(crate) fn through_f32<const N: usize, const M: usize>(
+    operands: [Option<&GpuStorage>; N],
+    kernel: impl FnOnce([Option<&GpuStorage>; N]) -> Option<[GpuStorage; M]>,
+) -> Option<Option<[GpuStorage; M]>> {
+    let half = operands.iter().flatten().map(|g| g.dtype()).find(|d| d.is_half())?;
+    let widen = |g: &GpuStorage| {
+        let l = Layout::contiguous(&[g.len()]);
+        convert(g, &l, DType::F32).expect("a half type converts to f32 on every adapter")
+    };
+    let wide: [Option<GpuStorage>; N] = operands.map(|o| o.filter(|g| g.dtype().is_half()).map(widen));
+    let args: [Option<&GpuStorage>; N] = std::array::from_fn(|i| wide[i].as_ref().or(operands[i]));
+    let outs = kernel(args)?;
+    Some(Some(outs.map(|y| {
+        if y.dtype() != DType::F32 {
+            return y; // indices (a max pooling's positions)
+        }
+        let l = Layout::contiguous(&[y.len()]);
+        convert(&y, &l, half).expect("f32 converts to a half type on every adapter")
+    })))
 }
 
 /// Whether the backend has elementwise kernels computing in `dtype`.

@@ -1,7 +1,7 @@
 //! Pooling (`pool.wgsl`): max and average pooling over contiguous planes and their input
 //! gradients.
 
-use super::{groups_for, prelude, u32_of};
+use super::{groups_for, prelude, through_f32, u32_of};
 use crate::backend::gpu::template::Family;
 use crate::backend::gpu::GpuStorage;
 use crate::backend::{AvgPool, AvgWindows, MaxPool, PoolPlanes};
@@ -44,6 +44,10 @@ fn source(name: &str) -> String {
 /// Max pooling of contiguous planes: the values and the `i64` in-plane positions of the
 /// maxima (PyTorch's indices). NaN wins; ties keep the earlier tap.
 pub(crate) fn max_pool2d(x: &GpuStorage, pool: &MaxPool) -> Option<(GpuStorage, GpuStorage)> {
+    let wide = |[x]: [Option<&GpuStorage>; 1]| max_pool2d(x?, pool).map(|(y, i)| [y, i]);
+    if let Some(r) = through_f32([Some(x)], wide) {
+        return r.map(|[y, i]| (y, i));
+    }
     if x.dtype() != DType::F32 {
         return None;
     }
@@ -60,6 +64,9 @@ pub(crate) fn max_pool2d(x: &GpuStorage, pool: &MaxPool) -> Option<(GpuStorage, 
 /// The input gradient of a max pooling: each input pixel sums the output gradients of the
 /// windows whose maximum it was (a gather: one fixed order, no atomics).
 pub(crate) fn max_pool2d_backward(g: &GpuStorage, idx: &GpuStorage, pool: &MaxPool) -> Option<GpuStorage> {
+    if let Some(r) = through_f32([Some(g)], |[g]| Some([max_pool2d_backward(g?, idx, pool)?])) {
+        return r.map(|[dx]| dx);
+    }
     if g.dtype() != DType::F32 {
         return None;
     }
@@ -74,6 +81,9 @@ pub(crate) fn max_pool2d_backward(g: &GpuStorage, idx: &GpuStorage, pool: &MaxPo
 
 /// Average pooling of contiguous planes.
 pub(crate) fn avg_pool2d(x: &GpuStorage, pool: &AvgPool) -> Option<GpuStorage> {
+    if let Some(r) = through_f32([Some(x)], |[x]| Some([avg_pool2d(x?, pool)?])) {
+        return r.map(|[y]| y);
+    }
     if x.dtype() != DType::F32 {
         return None;
     }
@@ -88,6 +98,9 @@ pub(crate) fn avg_pool2d(x: &GpuStorage, pool: &AvgPool) -> Option<GpuStorage> {
 /// The input gradient of an average pooling: each input pixel gathers `g / divisor` of
 /// every window that holds it.
 pub(crate) fn avg_pool2d_backward(g: &GpuStorage, pool: &AvgPool) -> Option<GpuStorage> {
+    if let Some(r) = through_f32([Some(g)], |[g]| Some([avg_pool2d_backward(g?, pool)?])) {
+        return r.map(|[dx]| dx);
+    }
     if g.dtype() != DType::F32 {
         return None;
     }

@@ -51,6 +51,25 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n
     for (var j = 0u; j < W; j++) { Y[o * W + j] = X[i * W + j]; }
 }
 
+//# scatter_half
+// `Y[at(i)] = X[i]` for a 16-bit dtype: each thread replaces its element's half of an
+// output word with two atomic operations on its own 16 bits, so the other element of the
+// word, written by another thread, is left as it is.
+{{PRELUDE}}
+@group(0) @binding(1) var<storage, read> X: array<u32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<atomic<u32>>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = flat(id, nw);
+    if (i >= P[0]) { return; }
+    let o = at(i, 0u);
+    let v = (X[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu;
+    let shift = (o & 1u) * 16u;
+    atomicAnd(&Y[o >> 1u], ~(0xffffu << shift));
+    atomicOr(&Y[o >> 1u], v << shift);
+}
+
 //# copy_half
 // The elements of a 16-bit dtype: one thread per output word of two elements.
 {{PRELUDE}}
