@@ -3,6 +3,12 @@
 //! table of ops, [`POLICIES`]), and [`GradScaler`], dynamic loss scaling that keeps small
 //! gradients from flushing to zero in half precision and skips the steps whose gradients
 //! overflowed.
+//!
+//! Autocast applies to the ops you call, not to the ops an op is built from. PyTorch casts
+//! at its dispatcher, which sees `aten::mean` as one op; nn's `mean` is a `sum` and a
+//! division, and that `sum` (on the GPU's `f32` list) must not turn a `bf16` mean into an
+//! `f32` one. Every public op marks itself as running while a scope is on, and the ops it
+//! calls run in the dtypes they are given.
 
 mod grad_scaler;
 

@@ -83,7 +83,7 @@ pub const POLICIES: &[(&str, CastPolicy)] = &[
 /// test runs the same calls on `gpu:0` and compares. Look an op up on either device with
 /// [`policy`].
 ///
-/// An op called inside another is not cast (see the [module](self) docs): a `bf16`
+/// An op called inside another is not cast (see the [module](crate::amp) docs): a `bf16`
 /// `mean` stays `bf16` on the GPU, as in PyTorch, though the `sum` it is built from is on
 /// this list. One difference: PyTorch's CUDA `quantile` refuses half inputs, nn's keeps
 /// the CPU list's `f32` policy and computes.

@@ -218,6 +218,23 @@ fn every_op_gives_pytorchs_cuda_dtype_under_gpu_autocast() {
     check_table("gpu_f16", Device::Gpu(0), &refused);
 }
 
+/// Autocast casts the ops a user calls, not the ops an op is built from: `bilinear` (not
+/// on PyTorch's lists) is a matrix product and a sum inside, and under autocast it gives
+/// its f32 values bit for bit, as PyTorch's does; the same product called directly is
+/// cast.
+#[test]
+fn the_parts_of_an_op_are_not_cast() {
+    let (x1, x2, w, b) =
+        (Tensor::randn(&[3, 4]), Tensor::randn(&[3, 5]), Tensor::randn(&[2, 4, 5]), Tensor::randn(&[2]));
+    let want = F::bilinear(&x1, &x2, &w, Some(&b));
+    let got = autocast(Device::Cpu, DType::BF16, || F::bilinear(&x1, &x2, &w, Some(&b)));
+    assert_eq!(got.dtype(), DType::F32);
+    assert_eq!(got.to_vec(), want.to_vec());
+    let direct =
+        autocast(Device::Cpu, DType::BF16, || x1.matmul(&w.reshape(&[2, 4, 5]).permute(&[1, 0, 2]).reshape(&[4, 10])));
+    assert_eq!(direct.dtype(), DType::BF16);
+}
+
 #[test]
 fn outside_autocast_nothing_is_cast() {
     let y = F::linear(&Tensor::randn(&[2, 3]), &Tensor::randn(&[4, 3]), None);
