@@ -1005,3 +1005,26 @@ fn half_convolution_pooling_and_slice_writes_run_on_the_gpu() {
         assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "{dtype}: {:?}", gpu::stats(0).unwrap().host_path);
     }
 }
+
+/// Attention on half operands under GPU autocast is one op: the softmax it is built from
+/// (on the GPU's `f32` list when called directly) stays in the operands' dtype, as in
+/// PyTorch's fused attention; every op the trace records gives `f16`.
+#[test]
+fn attention_parts_are_not_cast_under_gpu_autocast() {
+    use nn_core::amp::autocast;
+    use nn_core::ops::AttentionConfig;
+    let _serial = serial();
+    let h = |s: &[usize]| Tensor::randn(s).to_dtype(DType::F16).to_device(GPU);
+    let (q, k, v) = (h(&[1, 2, 5, 8]), h(&[1, 2, 5, 8]), h(&[1, 2, 5, 8]));
+    let (y, t) = nn_core::trace::trace(|| {
+        autocast(GPU, DType::F16, || q.scaled_dot_product_attention(&k, &v, &AttentionConfig::default()))
+    });
+    assert_eq!(y.dtype(), DType::F16);
+    assert!(!t.ops.is_empty());
+    for op in &t.ops {
+        let out = op.output.as_ref().map(Tensor::dtype);
+        assert!(out.is_none_or(|d| d == DType::F16), "{} gave {out:?}", op.name);
+    }
+    // Called directly, the softmax is on the list.
+    assert_eq!(autocast(GPU, DType::F16, || q.softmax(-1)).dtype(), DType::F32);
+}

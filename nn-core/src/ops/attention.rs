@@ -78,6 +78,8 @@ impl Tensor {
             return y;
         }
         check(self, key, value, options);
+        // Its parts (a softmax, matrix products) are not cast: it is one op to autocast.
+        let _parts = crate::autograd::autocast::inside_op();
         if let Some(y) = fused(self, key, value, options) {
             return y;
         }
@@ -101,6 +103,7 @@ impl Tensor {
             return y;
         }
         check(self, key, value, options);
+        let _parts = crate::autograd::autocast::inside_op();
         composed_with_weights(self, key, value, options)
     }
 }
