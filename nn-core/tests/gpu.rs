@@ -928,11 +928,12 @@ fn cnn_and_attention_steps_stay_on_the_gpu_under_autocast() {
     }
 }
 
-/// Convolutions, poolings and writes into a slice of a half tensor run on the device (the
-/// first two on `f32` copies made there, rounded once as the CPU rounds; the write with
-/// atomics on each element's half of a word), and agree with the CPU, gradients included.
+/// Convolutions, poolings, softmax, index ops, sorting and writes into a slice of a half
+/// tensor run on the device (the kernels with `f32` versions only on `f32` copies made
+/// there, rounded once as the CPU rounds; the write with atomics on each element's half of
+/// a word), and agree with the CPU, gradients included.
 #[test]
-fn half_convolution_pooling_and_slice_writes_run_on_the_gpu() {
+fn half_ops_without_half_kernels_run_on_the_gpu() {
     use nn_core::ops::{Conv2dConfig, ConvTranspose2dConfig, Pool2dConfig};
     let _serial = serial();
     nn_core::manual_seed(8);
@@ -956,6 +957,27 @@ fn half_convolution_pooling_and_slice_writes_run_on_the_gpu() {
             Box::new(|t| {
                 let c = t[0].reshape(&[2, 147]).chunk(3, -1);
                 Tensor::cat(&[&c[2], &(&c[0] * &t[1].reshape(&[108]).narrow(0, 0, 49))], 1)
+            }),
+        ),
+        ("softmax of a transposed view", Box::new(|t| t[0].reshape(&[6, 49]).t().softmax(-1))),
+        ("log_softmax", Box::new(|t| t[0].reshape(&[6, 49]).log_softmax(0))),
+        (
+            "index_select and gather",
+            Box::new(|t| {
+                let dev = t[0].device();
+                let i = Tensor::from_vec_i64(vec![3, 0, 3, 1], &[4]).to_device(dev);
+                let j = Tensor::from_vec_i64((0..24).map(|k| (k * 5) % 7).collect(), &[4, 6]).to_device(dev);
+                t[1].reshape(&[4, 27]).index_select(1, &i).sum() + t[0].reshape(&[42, 7]).narrow(0, 3, 4).gather(1, &j)
+            }),
+        ),
+        (
+            "max_dim, sort and topk",
+            Box::new(|t| {
+                let x = t[0].reshape(&[6, 49]);
+                let (m, _) = x.max_dim(1, true);
+                let (s, _) = x.sort(1, true);
+                let (k, _) = x.topk(5, 1, true, false);
+                Tensor::cat(&[&m, &s.narrow(1, 0, 5), &k], 1)
             }),
         ),
     ];

@@ -142,7 +142,6 @@ fn indices(index: &IndexArg<'_>, size: usize) -> Option<super::context::Buffer> 
 #[track_caller]
 pub(crate) fn index_select(x: &Storage, l: &Layout, index: &IndexArg<'_>) -> Option<GpuStorage> {
     let g = gpu(x)?;
-    kernels::words_ok(g.dtype()).then_some(())?;
     let idx = indices(index, l.shape()[index.dim])?;
     kernels::index_select(g, l, &idx, index.layout.numel(), index.dim)
 }
@@ -150,12 +149,12 @@ pub(crate) fn index_select(x: &Storage, l: &Layout, index: &IndexArg<'_>) -> Opt
 #[track_caller]
 pub(crate) fn gather(x: &Storage, l: &Layout, index: &IndexArg<'_>) -> Option<GpuStorage> {
     let g = gpu(x)?;
-    kernels::words_ok(g.dtype()).then_some(())?;
     let idx = indices(index, l.shape().get(index.dim).copied().unwrap_or(1))?;
     kernels::gather(g, l, &idx, index.layout.shape(), index.dim)
 }
 
-/// The f32 source and validated indices of `index_add`/`scatter_add` (f32 atomics).
+/// The source and validated indices of `index_add`/`scatter_add` (f32 atomics; half types
+/// on f32 copies made on the device).
 #[track_caller]
 fn accumulate<'a>(
     x: &'a Storage,
@@ -164,7 +163,7 @@ fn accumulate<'a>(
     size: usize,
 ) -> Option<(&'a GpuStorage, &'a GpuStorage, super::context::Buffer)> {
     let (g, s) = (gpu(x)?, gpu(src)?);
-    (g.dtype() == DType::F32).then_some(())?;
+    (g.dtype() == DType::F32 || g.dtype().is_half()).then_some(())?;
     Some((g, s, indices(index, size)?))
 }
 

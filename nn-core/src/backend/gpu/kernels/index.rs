@@ -1,7 +1,7 @@
 //! Index kernels (`index.wgsl`): validating `i64` indices and class targets on the device
 //! (failures reported at the next host read), `index_select` and `gather`.
 
-use super::{groups_for, prelude, strided_params, u32_of};
+use super::{groups_for, prelude, strided_params, through_f32, u32_of};
 use crate::backend::gpu::batch::Check;
 use crate::backend::gpu::context::Buffer;
 use crate::backend::gpu::template::Family;
@@ -90,12 +90,6 @@ pub(crate) fn class_targets(
     Some((safe, mask))
 }
 
-/// Whether the index kernels copy this dtype (32- and 64-bit elements; 16-bit ones take
-/// the host path).
-pub(crate) fn words_ok(dtype: DType) -> bool {
-    words(dtype).is_some()
-}
-
 /// Words per element for the index kernels' copies, or `None` for 16-bit dtypes.
 fn words(dtype: DType) -> Option<u64> {
     (!matches!(dtype, DType::F16 | DType::BF16)).then(|| byte_len(dtype, 1) / 4)
@@ -103,6 +97,10 @@ fn words(dtype: DType) -> Option<u64> {
 
 /// `index_select` along `d` of `x` through `l`, with validated indices `idx` (`k` of them).
 pub(crate) fn index_select(x: &GpuStorage, l: &Layout, idx: &Buffer, k: usize, d: usize) -> Option<GpuStorage> {
+    // 16-bit elements on an f32 copy made on the device (exact), the result rounded back.
+    if let Some(r) = through_f32([Some(x)], |[x]| Some([index_select(x?, l, idx, k, d)?])) {
+        return r.map(|[y]| y);
+    }
     let w = words(x.dtype())?;
     let ctx = x.ctx();
     let shape = l.shape();
@@ -122,6 +120,9 @@ pub(crate) fn index_select(x: &GpuStorage, l: &Layout, idx: &Buffer, k: usize, d
 
 /// `gather` along `d`: `out[p] = x[p with dim d replaced by idx[p]]` over the index's shape.
 pub(crate) fn gather(x: &GpuStorage, l: &Layout, idx: &Buffer, li_shape: &[usize], d: usize) -> Option<GpuStorage> {
+    if let Some(r) = through_f32([Some(x)], |[x]| Some([gather(x?, l, idx, li_shape, d)?])) {
+        return r.map(|[y]| y);
+    }
     let w = words(x.dtype())?;
     let ctx = x.ctx();
     let total: usize = li_shape.iter().product();

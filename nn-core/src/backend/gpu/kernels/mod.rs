@@ -22,7 +22,7 @@ mod sort;
 pub(crate) use conv::{conv2d, conv2d_backward};
 pub(crate) use convert::{convert, fill, scatter, upload};
 pub(crate) use elementwise::{binary, binary_grad, compare, logical_not, select, unary, unary_grad};
-pub(crate) use index::{check_range, checked_indices, class_targets, gather, index_select, words_ok};
+pub(crate) use index::{check_range, checked_indices, class_targets, gather, index_select};
 pub(crate) use optim::optimizer_step;
 pub(crate) use pool::{avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward};
 pub(crate) use reduce::{softmax, sum_lines};

@@ -1,7 +1,7 @@
 //! Reductions and row kernels (`rows.wgsl`): sums over trailing dims, softmax and
 //! log-softmax, one workgroup per output line.
 
-use super::{is_compute, prelude, scalar, strided_params, u32_of};
+use super::{is_compute, prelude, scalar, strided_params, through_f32, u32_of};
 use crate::backend::gpu::template::Family;
 use crate::backend::gpu::GpuStorage;
 use crate::dtype::DType;
@@ -48,6 +48,11 @@ pub(crate) fn softmax(
     (outer, n, inner): (usize, usize, usize),
     log: bool,
 ) -> Option<GpuStorage> {
+    // Half types on an f32 copy made on the device (the widened buffer keeps `l`'s
+    // positions), each result rounded once.
+    if let Some(r) = through_f32([Some(x)], |[x]| Some([softmax(x?, l, (outer, n, inner), log)?])) {
+        return r.map(|[y]| y);
+    }
     let ctx = x.ctx();
     if x.dtype() != DType::F32 {
         return None; // exp and log exist in f32 only

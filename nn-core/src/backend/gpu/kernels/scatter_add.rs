@@ -2,7 +2,7 @@
 //! atomic compare-exchange additions.
 
 use super::convert::convert;
-use super::{groups_for, prelude, strided_params, u32_of};
+use super::{groups_for, prelude, strided_params, through_f32, u32_of};
 use crate::backend::gpu::context::Buffer;
 use crate::backend::gpu::template::Family;
 use crate::backend::gpu::GpuStorage;
@@ -46,6 +46,10 @@ pub(crate) fn index_add(
     idx: &Buffer,
     d: usize,
 ) -> Option<GpuStorage> {
+    // Half types: f32 sums on copies widened on the device, rounded once.
+    if let Some(r) = through_f32([Some(x), Some(src)], |[x, s]| Some([index_add(x?, l, (s?, ls), idx, d)?])) {
+        return r.map(|[y]| y);
+    }
     let shape = l.shape();
     let (n, inner): (usize, usize) = (shape[d], shape[d + 1..].iter().product());
     let k = ls.shape()[d];
@@ -63,6 +67,10 @@ pub(crate) fn scatter_add(
     li_shape: &[usize],
     d: usize,
 ) -> Option<GpuStorage> {
+    let wide = |[x, s]: [Option<&GpuStorage>; 2]| Some([scatter_add(x?, l, (s?, ls), idx, li_shape, d)?]);
+    if let Some(r) = through_f32([Some(x), Some(src)], wide) {
+        return r.map(|[y]| y);
+    }
     // The destination offset of `p`: through the output's contiguous strides with dim `d`
     // zeroed, plus `idx[p]` times that dim's stride.
     let mut ostrides: Vec<usize> = crate::shape::contiguous_strides(l.shape()).to_vec();

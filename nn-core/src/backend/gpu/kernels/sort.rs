@@ -1,7 +1,7 @@
 //! Order kernels (`sort.wgsl`): `argmax`/`argmin` per row, running sums and products,
 //! and sorting lines (`sort`, `topk`).
 
-use super::{groups_for, is_compute, prelude, scalar, strided_params, u32_of};
+use super::{groups_for, is_compute, prelude, scalar, strided_params, through_f32, u32_of};
 use crate::backend::gpu::template::Family;
 use crate::backend::gpu::GpuStorage;
 use crate::backend::{Scan, SortSpec};
@@ -13,6 +13,10 @@ pub(super) static FAMILY: Family = Family::new("sort.wgsl", include_str!("../wgs
 /// For each row of `n` elements of `rows`, the `i64` index of its largest (`largest`) or
 /// smallest element; NaN wins over every number and the first of equal candidates is kept.
 pub(crate) fn arg_extreme(x: &GpuStorage, rows: &Layout, n: usize, largest: bool) -> Option<GpuStorage> {
+    // Half types on an f32 copy made on the device (exact; `rows` keeps its positions).
+    if let Some(r) = through_f32([Some(x)], |[x]| Some([arg_extreme(x?, rows, n, largest)?])) {
+        return r.map(|[i]| i);
+    }
     if x.dtype() != DType::F32 {
         return None;
     }
@@ -72,7 +76,15 @@ pub(crate) fn sort(
     (outer, n, inner): (usize, usize, usize),
     spec: SortSpec,
 ) -> Option<(GpuStorage, GpuStorage)> {
-    if x.dtype() != DType::F32 || n > SORT_MAX {
+    if n > SORT_MAX {
+        return None;
+    }
+    // Half types on an f32 copy made on the device (exact), the values rounded back.
+    let wide = |[x]: [Option<&GpuStorage>; 1]| sort(x?, l, (outer, n, inner), spec).map(|(v, i)| [v, i]);
+    if let Some(r) = through_f32([Some(x)], wide) {
+        return r.map(|[v, i]| (v, i));
+    }
+    if x.dtype() != DType::F32 {
         return None;
     }
     let ctx = x.ctx();
