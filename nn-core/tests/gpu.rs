@@ -802,13 +802,41 @@ fn gpu_autocast_casts_by_the_gpu_table() {
     }
 }
 
+/// `steps` SGD steps (learning rate `lr`) of the GPU parameters `p` on the loss `forward`
+/// gives, under GPU autocast to `amp` (or in f32): the losses. The loss is f32, every
+/// parameter's gradient f32 on the GPU, and no op takes the host path after the first step.
+fn amp_steps(p: &[Tensor], steps: usize, lr: f64, amp: Option<DType>, forward: impl Fn() -> Tensor) -> Vec<f64> {
+    let mut losses = Vec::new();
+    let mut host_after_warmup = 0;
+    for step in 0..steps {
+        let before = gpu::stats(0).unwrap().host_path_calls();
+        let loss = match amp {
+            Some(h) => nn_core::amp::autocast(GPU, h, &forward),
+            None => forward(),
+        };
+        assert_eq!(loss.dtype(), DType::F32);
+        loss.backward();
+        for t in p {
+            let g = t.grad().expect("a gradient");
+            assert_eq!((g.dtype(), g.device()), (DType::F32, GPU), "master gradients are f32");
+            nn_core::no_grad(|| t.sub_(&(g * lr)));
+            t.set_grad(None);
+        }
+        losses.push(loss.item());
+        if step > 0 {
+            host_after_warmup += gpu::stats(0).unwrap().host_path_calls() - before;
+        }
+    }
+    assert_eq!(host_after_warmup, 0, "{amp:?}: host path: {:?}", gpu::stats(0).unwrap().host_path);
+    losses
+}
+
 /// A training step under GPU autocast, in both half dtypes: linear layers in the half
 /// dtype, layer norm and the loss in f32, f32 master weights whose gradients arrive in
 /// f32; the loss tracks the f32 model's within the half type's precision and goes down;
 /// and after a warm-up step no op takes the host path.
 #[test]
 fn a_model_trains_under_gpu_autocast_on_the_device() {
-    use nn_core::amp::autocast;
     use nn_core::functional as F;
     let _serial = serial();
     nn_core::manual_seed(11);
@@ -823,29 +851,7 @@ fn a_model_trains_under_gpu_autocast_on_the_device() {
             let h = h.layer_norm(&[32], None, None, 1e-5);
             F::cross_entropy(&F::linear(&h, &p[2], Some(&p[3])), &y)
         };
-        let mut losses = Vec::new();
-        let mut host_after_warmup = 0;
-        for step in 0..6 {
-            let before = gpu::stats(0).unwrap().host_path_calls();
-            let loss = match amp {
-                Some(h) => autocast(GPU, h, forward),
-                None => forward(),
-            };
-            assert_eq!(loss.dtype(), DType::F32);
-            loss.backward();
-            for t in &p {
-                let g = t.grad().expect("a gradient");
-                assert_eq!((g.dtype(), g.device()), (DType::F32, GPU), "master gradients are f32");
-                nn_core::no_grad(|| t.sub_(&(g * 0.5)));
-                t.set_grad(None);
-            }
-            losses.push(loss.item());
-            if step > 0 {
-                host_after_warmup += gpu::stats(0).unwrap().host_path_calls() - before;
-            }
-        }
-        assert_eq!(host_after_warmup, 0, "{amp:?}: host path: {:?}", gpu::stats(0).unwrap().host_path);
-        losses
+        amp_steps(&p, 6, 0.5, amp, forward)
     };
     let f32_losses = run(None);
     for (h, tol) in [(DType::F16, 5e-3), (DType::BF16, 3e-2)] {
@@ -864,7 +870,6 @@ fn a_model_trains_under_gpu_autocast_on_the_device() {
 /// host path, and the f32 loss tracks the f32 model's.
 #[test]
 fn cnn_and_attention_steps_stay_on_the_gpu_under_autocast() {
-    use nn_core::amp::autocast;
     use nn_core::functional as F;
     use nn_core::ops::{AttentionConfig, Conv2dConfig, Pool2dConfig};
     let _serial = serial();
@@ -895,29 +900,7 @@ fn cnn_and_attention_steps_stay_on_the_gpu_under_autocast() {
             let t = (&s + &F::linear(&a, &p[6], None).gelu()).square().mean();
             cnn + t
         };
-        let mut losses = Vec::new();
-        let mut host_after_warmup = 0;
-        for step in 0..4 {
-            let before = gpu::stats(0).unwrap().host_path_calls();
-            let loss = match amp {
-                Some(h) => autocast(GPU, h, forward),
-                None => forward(),
-            };
-            assert_eq!(loss.dtype(), DType::F32);
-            loss.backward();
-            for t in &p {
-                let g = t.grad().expect("a gradient");
-                assert_eq!((g.dtype(), g.device()), (DType::F32, GPU), "master gradients are f32");
-                nn_core::no_grad(|| t.sub_(&(g * 0.1)));
-                t.set_grad(None);
-            }
-            losses.push(loss.item());
-            if step > 0 {
-                host_after_warmup += gpu::stats(0).unwrap().host_path_calls() - before;
-            }
-        }
-        assert_eq!(host_after_warmup, 0, "{amp:?}: host path: {:?}", gpu::stats(0).unwrap().host_path);
-        losses
+        amp_steps(&p, 4, 0.1, amp, forward)
     };
     let f32_losses = run(None);
     for (h, tol) in [(DType::F16, 1e-2), (DType::BF16, 5e-2)] {
