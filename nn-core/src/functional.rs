@@ -206,10 +206,15 @@ pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: 
 /// `weight: [out, in1, in2]`, `bias: [out]` (`F.bilinear`).
 #[track_caller]
 pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    let (o, i, j) = (weight.shape()[0], weight.shape()[1], weight.shape()[2]);
-    // Built from public ops, without a scope of its own: its parts are not cast (PyTorch's
-    // bilinear is not on the autocast lists).
+    // Under autocast: the operands promoted to the widest (PyTorch's CUDA promote list), and
+    // its parts (a product and a sum) not cast, as PyTorch's bilinear is one op.
+    if let Some(y) = crate::autograd::autocast::cast_call("bilinear", &[Some(x1), Some(x2), Some(weight), bias], |c| {
+        bilinear(c[0].expect("present"), c[1].expect("present"), c[2].expect("present"), c[3])
+    }) {
+        return y;
+    }
     let _parts = crate::autograd::autocast::inside_op();
+    let (o, i, j) = (weight.shape()[0], weight.shape()[1], weight.shape()[2]);
     let lead = &x1.shape()[..x1.rank() - 1];
     let n: usize = lead.iter().product();
     let a = x1.reshape(&[n, i]);

@@ -224,6 +224,15 @@ fn bn_forward(
 /// (two passes, as the single-process layer). Running statistics get the unbiased variance
 /// over the global count, as PyTorch's `SyncBatchNorm`.
 fn synced_batch_norm(x: &Tensor, s: &BnState<'_>, momentum: f64, eps: f64, sync: &dyn BatchStatsSync) -> Tensor {
+    // A half input: statistics and normalisation in f32 (its sums would otherwise be cast
+    // to f32 by GPU autocast halfway through), the result in the input's dtype, as
+    // PyTorch's SyncBatchNorm and `Tensor::batch_norm` give it.
+    if x.dtype().is_half() {
+        let f32 = |t: Option<&Tensor>| t.map(|t| t.to_dtype(nn_core::DType::F32));
+        let (w, b) = (f32(s.weight), f32(s.bias));
+        let wide = BnState { weight: w.as_ref(), bias: b.as_ref(), ..*s };
+        return synced_batch_norm(&x.to_dtype(nn_core::DType::F32), &wide, momentum, eps, sync).to_dtype(x.dtype());
+    }
     let c = x.shape()[1];
     let mut bshape = vec![1; x.rank()];
     bshape[1] = c;
@@ -243,6 +252,8 @@ fn synced_batch_norm(x: &Tensor, s: &BnState<'_>, momentum: f64, eps: f64, sync:
     let var = sync.all_reduce_sum(&centered.square().sum_dims(&dims, false)) / n;
     if let (Some(rm), Some(rv)) = (s.running_mean, s.running_var) {
         no_grad(|| {
+            // In the statistics' own dtype (bf16 buffers of a bf16 model, computed in f32).
+            let (mean, var) = (mean.to_dtype(rm.dtype()), var.to_dtype(rv.dtype()));
             rm.copy_(&(rm * (1.0 - momentum) + &mean * momentum));
             rv.copy_(&(rv * (1.0 - momentum) + &var * (n / (n - 1.0) * momentum)));
         });

@@ -7,8 +7,8 @@
 //! Autocast applies to the ops you call, not to the ops an op is built from. PyTorch casts
 //! at its dispatcher, which sees `aten::mean` as one op; nn's `mean` is a `sum` and a
 //! division, and that `sum` (on the GPU's `f32` list) must not turn a `bf16` mean into an
-//! `f32` one. Every public op marks itself as running while a scope is on, and the ops it
-//! calls run in the dtypes they are given.
+//! `f32` one. Every public op built from listed ops marks itself as running while a scope
+//! is on, and the ops it calls run in the dtypes they are given.
 
 mod grad_scaler;
 

@@ -13,16 +13,18 @@
 //! Autocast applies to the ops a user calls, not to the ops nn builds an op from: PyTorch
 //! casts at its dispatcher, which sees `aten::mean` as one op, while nn's `mean` is a
 //! `sum` and a division, and that `sum` must not turn a `bf16` mean into an `f32` one.
-//! So every public op marks itself as running while autocast is on (the scope that also
-//! delimits an op for [`trace`](crate::trace)), and an op called inside another runs in the
-//! dtype it is given. (`einsum`, which PyTorch builds from `bmm`, is left unmarked, so
-//! that its matrix product is cast as PyTorch's is.)
+//! So every public op that calls listed ops marks itself as running while autocast is on
+//! (the scope that also delimits an op for [`trace`](crate::trace), or an explicit mark in
+//! composites without one), and an op called inside another runs in the dtype it is given.
+//! On the CPU, `einsum` is left unmarked: PyTorch's CPU lists do not name it, and the `bmm`
+//! it is built from is cast there; its CUDA list names it, so on the GPU it is one op.
 //!
 //! The state is per thread and per device kind, as PyTorch's is per device type: a CPU
 //! scope does not touch GPU tensors, and a GPU scope (any `gpu:n`, as `"cuda"` covers
 //! every CUDA device) does not touch CPU tensors. The GPU scope follows PyTorch's CUDA
-//! lists ([`GPU_POLICIES`]): on top of the CPU's, it runs softmax, log-softmax and the
-//! layer, group and RMS norms in `f32`. [`policy`] looks an op up for a device.
+//! lists ([`GPU_POLICIES`]): on top of the CPU's, softmax, the norms, the elementwise
+//! functions and reductions of CUDA's `f32` list in `f32`, `einsum` in the half dtype and
+//! `scatter_add` promoted. [`policy`] looks an op up for a device.
 
 use std::cell::Cell;
 
@@ -74,11 +76,14 @@ pub const POLICIES: &[(&str, CastPolicy)] = &[
     // Promote: joins of several tensors.
     ("cat", CastPolicy::Promote),
     ("stack", CastPolicy::Promote),
+    // On PyTorch's CUDA promote list; its CPU autocast refuses mixed dtypes here, nn
+    // promotes on both devices (a bf16 activation into a Bilinear layer's f32 weight).
+    ("bilinear", CastPolicy::Promote),
 ];
 
 /// What autocast does on the GPU device beyond [`POLICIES`]: PyTorch 2.15's CUDA lists
-/// (`torch.autocast("cuda")`) are the CPU's plus these `f32` entries, restricted to the
-/// ops nn has. `tests/fixtures/pytorch/autocast.py` records what PyTorch's own CUDA
+/// (`torch.autocast("cuda")`) are the CPU's plus these entries (`f32` ones, `einsum` lower,
+/// `scatter_add` promoted), restricted to the ops nn has. `tests/fixtures/pytorch/autocast.py` records what PyTorch's own CUDA
 /// autocast kernels give for each call (on fake CUDA tensors, so no GPU is needed), and a
 /// test runs the same calls on `gpu:0` and compares. Look an op up on either device with
 /// [`policy`].
@@ -122,6 +127,11 @@ pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
     ("norm", CastPolicy::F32),
     // Resampling (`upsample_nearest*`, `upsample_bilinear2d`, ...).
     ("interpolate", CastPolicy::F32),
+    // PyTorch's CUDA lower-precision list names `einsum` itself (on the CPU only the `bmm`
+    // inside it is cast).
+    ("einsum", CastPolicy::Lower),
+    // PyTorch's CUDA promote list.
+    ("scatter_add", CastPolicy::Promote),
 ];
 
 /// What autocast does to `op` (by the name it reports in errors) on `device`'s kind:
@@ -147,8 +157,9 @@ thread_local! {
     static OP_DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Open while a public op runs under autocast (see [`inside_op`]).
-pub(crate) struct InsideOp(());
+/// Open while a public op runs under autocast (see [`inside_op`]). Not `Send`: it must drop
+/// on the thread whose count it raised.
+pub(crate) struct InsideOp(std::marker::PhantomData<*const ()>);
 
 impl Drop for InsideOp {
     fn drop(&mut self) {
@@ -165,7 +176,13 @@ pub(crate) fn inside_op() -> Option<InsideOp> {
         return None;
     }
     OP_DEPTH.with(|d| d.set(d.get() + 1));
-    Some(InsideOp(()))
+    Some(InsideOp(std::marker::PhantomData))
+}
+
+/// [`inside_op`] for an op that is one op to autocast only where a table lists it (on
+/// `device`'s kind): `einsum` on the GPU.
+pub(crate) fn inside_listed_op(op: &str, device: Device) -> Option<InsideOp> {
+    policy(device, op).and_then(|_| inside_op())
 }
 
 /// Restores the autocast state it replaced when dropped (the guard form of [`autocast`]).
@@ -331,8 +348,8 @@ fn widest(dtypes: impl Iterator<Item = DType>) -> Option<DType> {
 
 /// Under an active autocast scope for the arguments' device, `op`'s arguments cast by its
 /// [policy](POLICIES) (absent optional arguments stay absent, ineligible ones as they
-/// are); `None` when autocast does not apply: no scope, no policy, excluded, or nothing to
-/// cast.
+/// are); `None` when autocast does not apply: no scope, no policy, excluded, called inside
+/// another op, or nothing to cast.
 fn cast_args(op: &str, args: &[Option<&Tensor>]) -> Option<Vec<Option<Tensor>>> {
     let device = args.iter().flatten().next()?.device();
     let half = active(device)?;

@@ -20,7 +20,8 @@ impl Storage {
     /// `n` (stably: equal elements keep their order; NaN above every number, as PyTorch)
     /// and keeps the first `spec.k`: `(values, i64 positions in the line)`, both contiguous
     /// `[outer, k, inner]`. The GPU sorts `f32` lines of up to 1024 elements on the device
-    /// (a bitonic network per line), other dtypes and longer lines on the host path.
+    /// (a bitonic network per line; half types through an `f32` copy made there), other
+    /// dtypes and longer lines on the host path.
     pub(crate) fn sort(&self, l: &Layout, dims: (usize, usize, usize), spec: SortSpec) -> (Storage, Storage) {
         let len = dims.0 * spec.k * dims.2;
         #[cfg(feature = "gpu")]

@@ -75,6 +75,13 @@ struct Term {
 /// that neither match nor broadcast; operands on different devices or of different dtypes.
 #[track_caller]
 pub fn einsum(equation: &str, operands: &[&Tensor]) -> Tensor {
+    // On the GPU's lower-precision list (PyTorch's CUDA list names it), where it is then one
+    // op: its sums are not cast. On the CPU it is not listed: its products are cast as
+    // PyTorch's `bmm` inside it is, its elementwise parts run as given.
+    if let Some(y) = crate::autograd::autocast::cast_many("einsum", operands, |ops| einsum(equation, ops)) {
+        return y;
+    }
+    let _parts = operands.first().and_then(|t| crate::autograd::autocast::inside_listed_op("einsum", t.device()));
     let eqn = Equation(equation);
     let eq: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, rhs) = match eq.split_once("->") {

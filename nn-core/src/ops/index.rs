@@ -123,6 +123,11 @@ impl Tensor {
     /// `index[p]` (functional `scatter_add_`); the adjoint of [`gather`](Tensor::gather).
     #[track_caller]
     pub fn scatter_add<D: Dim>(&self, dim: D, index: &Tensor, src: &Tensor) -> Tensor {
+        // On the GPU's promote list (PyTorch's CUDA list): `self` and `src` to the widest.
+        if let Some(y) = crate::autograd::autocast::cast2("scatter_add", self, src, |x, s| x.scatter_add(dim, index, s))
+        {
+            return y;
+        }
         let _t = crate::autograd::trace::op("scatter_add", &[self, index, src], Vec::new);
         const OP: &str = "scatter_add";
         check_same(OP, &[self, src]);

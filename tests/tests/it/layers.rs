@@ -308,6 +308,33 @@ impl BatchStatsSync for Replica {
     }
 }
 
+/// A synced batch norm of a half input (a bf16 model, or a bf16 activation into f32
+/// parameters) computes in f32 and gives the input's dtype, as the unsynced layer does.
+#[test]
+fn synced_batch_norm_of_a_half_input_keeps_its_dtype() {
+    struct Alone;
+    impl BatchStatsSync for Alone {
+        fn all_reduce_sum(&self, t: &Tensor) -> Tensor {
+            t.clone()
+        }
+    }
+    nn_core::manual_seed(4);
+    let x = Tensor::randn(&[6, 3, 2, 2]);
+    for half_params in [true, false] {
+        let (mut plain, mut synced) = (BatchNorm2d::new(3), BatchNorm2d::new(3));
+        if half_params {
+            plain.to_dtype(DType::BF16);
+            synced.to_dtype(DType::BF16);
+        }
+        synced.set_stats_sync(Some(Arc::new(Alone)));
+        let xh = x.to_dtype(DType::BF16);
+        let (want, got) = (plain.forward(&xh), synced.forward(&xh));
+        assert_eq!(got.dtype(), DType::BF16, "half parameters: {half_params}");
+        let (g, w) = (got.to_vec(), want.to_vec());
+        assert!(g.iter().zip(&w).all(|(a, b)| (a - b).abs() <= 0.02 * b.abs().max(1.0)), "{g:?} vs {w:?}");
+    }
+}
+
 #[test]
 fn synced_batch_norm_on_two_half_batches_equals_batch_norm_on_the_whole_batch() {
     nn_core::manual_seed(3);

@@ -225,8 +225,12 @@ fn kernel_name<F>() -> String {
 /// the positions `layout` selects in `dst`.
 pub(crate) fn write_from(dst: &mut GpuStorage, layout: &Layout, src: &GpuStorage, src_layout: &Layout) {
     let vals = kernels::convert(src, src_layout, dst.dtype());
+    // A half destination written through a layout that repeats a position (a zero stride)
+    // goes through the host, where the last write wins as on the CPU: the device's
+    // per-half atomics would OR two values into one element.
+    let repeats = layout.shape().iter().zip(layout.strides()).any(|(&n, &s)| n > 1 && s == 0);
     match vals {
-        Some(vals) => kernels::scatter(dst, layout, &vals),
+        Some(vals) if !(repeats && dst.dtype().is_half()) => kernels::scatter(dst, layout, &vals),
         _ => {
             let mut on_host = dst.host("write_from");
             let vals = src.to_cpu().convert_layout(src_layout, dst.dtype());

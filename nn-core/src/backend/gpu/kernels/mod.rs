@@ -82,14 +82,16 @@ pub(crate) fn through_f32<const N: usize, const M: usize>(
     };
     let wide: [Option<GpuStorage>; N] = operands.map(|o| o.filter(|g| g.dtype().is_half()).map(widen));
     let args: [Option<&GpuStorage>; N] = std::array::from_fn(|i| wide[i].as_ref().or(operands[i]));
-    let outs = kernel(args)?;
-    Some(Some(outs.map(|y| {
-        if y.dtype() != DType::F32 {
-            return y; // indices (a max pooling's positions)
-        }
-        let l = Layout::contiguous(&[y.len()]);
-        convert(&y, &l, half).expect("f32 converts to a half type on every adapter")
-    })))
+    // `Some(None)` when the f32 kernel declines too (the caller takes the host path).
+    Some(kernel(args).map(|outs| {
+        outs.map(|y| {
+            if y.dtype() != DType::F32 {
+                return y; // indices (a max pooling's positions)
+            }
+            let l = Layout::contiguous(&[y.len()]);
+            convert(&y, &l, half).expect("f32 converts to a half type on every adapter")
+        })
+    }))
 }
 
 /// Whether the backend has elementwise kernels computing in `dtype`.

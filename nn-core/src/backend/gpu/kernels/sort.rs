@@ -69,7 +69,8 @@ const SORT_MAX: usize = 1024;
 /// per line runs a bitonic network on `(value, position)` pairs in a total order (value
 /// with NaN above every number, then position), so the result is the stable sort's; for
 /// unsorted `topk`, a second network orders the `k` kept pairs by position. `None` (the
-/// host path) for other dtypes and lines longer than [`SORT_MAX`].
+/// host path) for `f64` and `i64` and lines longer than [`SORT_MAX`]; half types sort an
+/// `f32` copy made on the device.
 pub(crate) fn sort(
     x: &GpuStorage,
     l: &Layout,
