@@ -315,17 +315,14 @@ impl Storage {
     ) -> Storage {
         match Storage::placement(operands) {
             Placement::Meta => Storage::Meta { dtype, len },
-            Placement::Cpu if !widen => Storage::Cpu(cpu(operands.map(Storage::cpu_ref))),
             Placement::Cpu => {
-                let [y] = cpu::widen::through_f32(operands.map(Storage::cpu_ref), [dtype], |o| [cpu(o)]);
+                let [y] = on_host(widen, operands.map(Storage::cpu_ref), [dtype], |o| [cpu(o)]);
                 Storage::Cpu(y)
             }
             #[cfg(feature = "gpu")]
             Placement::Gpu(ctx) => {
-                // The host path widens half types as the CPU does: its kernels take f32/f64.
                 let host = gpu::host_path::<F, N>(ctx, operands);
-                let host: [&CpuStorage; N] = std::array::from_fn(|i| &host[i]);
-                let [y] = if widen { cpu::widen::through_f32(host, [dtype], |o| [cpu(o)]) } else { [cpu(host)] };
+                let [y] = on_host(widen, std::array::from_fn(|i| &host[i]), [dtype], |o| [cpu(o)]);
                 gpu::upload_result(ctx, y)
             }
         }
@@ -352,33 +349,22 @@ impl Storage {
                 let [(da, la), (db, lb)] = meta;
                 (Storage::Meta { dtype: da, len: la }, Storage::Meta { dtype: db, len: lb })
             }
-            Placement::Cpu if !widen => {
-                let (a, b) = cpu(operands.map(Storage::cpu_ref));
-                (Storage::Cpu(a), Storage::Cpu(b))
-            }
             Placement::Cpu => {
-                let [a, b] = cpu::widen::through_f32(operands.map(Storage::cpu_ref), meta.map(|m| m.0), |o| {
-                    let (a, b) = cpu(o);
-                    [a, b]
-                });
+                let [a, b] = on_host(widen, operands.map(Storage::cpu_ref), meta.map(|m| m.0), |o| cpu(o).into());
                 (Storage::Cpu(a), Storage::Cpu(b))
             }
             #[cfg(feature = "gpu")]
             Placement::Gpu(ctx) => {
-                // Half types widened as on the CPU (see `run_with`).
                 let host = gpu::host_path::<F, N>(ctx, operands);
-                let host: [&CpuStorage; N] = std::array::from_fn(|i| &host[i]);
-                let pair = |o: [&CpuStorage; N]| {
-                    let (a, b) = cpu(o);
-                    [a, b]
-                };
-                let [a, b] = if widen { cpu::widen::through_f32(host, meta.map(|m| m.0), pair) } else { pair(host) };
+                let [a, b] = on_host(widen, std::array::from_fn(|i| &host[i]), meta.map(|m| m.0), |o| cpu(o).into());
                 (gpu::upload_result(ctx, a), gpu::upload_result(ctx, b))
             }
         }
     }
 
     /// Where a kernel over `operands` runs: meta if any is meta, else on their one device.
+    ///
+    /// (The host buffers of either device then go through [`on_host`].)
     ///
     /// # Panics
     /// When the operands are on different devices (ops check this before asking for
@@ -414,6 +400,22 @@ enum Placement {
     Cpu,
     #[cfg(feature = "gpu")]
     Gpu(&'static gpu::context::Ctx),
+}
+
+/// `kernel` on host buffers (the CPU's own, or a GPU's host-path copies), with half types
+/// widened to `f32` and the results rounded to `dtypes` when `widen` (the CPU kernels take
+/// `f32`/`f64`), as they are otherwise.
+fn on_host<const N: usize, const M: usize>(
+    widen: bool,
+    host: [&CpuStorage; N],
+    dtypes: [DType; M],
+    kernel: impl FnOnce([&CpuStorage; N]) -> [CpuStorage; M],
+) -> [CpuStorage; M] {
+    if widen {
+        cpu::widen::through_f32(host, dtypes, kernel)
+    } else {
+        kernel(host)
+    }
 }
 
 #[cfg(test)]
