@@ -112,6 +112,34 @@ pub fn stats(n: usize) -> Option<GpuStats> {
     }
 }
 
+/// Fault injection: destroys `gpu:n`'s device now, as a driver reset or a GPU dropping
+/// off the bus would, so that a program's handling of a lost device can be tested (nn's own
+/// tests use it). Work recorded but not yet submitted is discarded.
+///
+/// From then on every use of `gpu:n` panics naming the device, the adapter and the loss
+/// (recording a kernel, allocating, reading a value back), as CUDA errors stay sticky in
+/// PyTorch; no call waits on the dead device. [`Device::check`] returns the error, and
+/// [`is_available`] is false for `gpu:0` once it is lost. CPU tensors, and values read
+/// back before the loss, are untouched. Does nothing when `gpu:n` is not available.
+///
+/// ```no_run
+/// use nn_core::{gpu, Device, Tensor};
+/// let x = Tensor::ones(&[4]).to_device(Device::Gpu(0));
+/// gpu::lose_device(0);
+/// let err = Device::Gpu(0).check().unwrap_err().to_string();
+/// assert!(err.contains("gpu:0") && err.contains("lost"), "{err}");
+/// // (x * 2.0).item() would panic: "gpu:0 (`<adapter>`) was lost: ..."
+/// # drop(x);
+/// ```
+pub fn lose_device(n: usize) {
+    #[cfg(feature = "gpu")]
+    if let Ok(ctx) = crate::backend::gpu::context::get(n) {
+        ctx.lose();
+    }
+    #[cfg(not(feature = "gpu"))]
+    let _ = n;
+}
+
 /// The GEMM kernels of one GPU (see [`gemm_report`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GemmReport {

@@ -82,7 +82,7 @@ pub(crate) fn check_gpu(n: usize) -> crate::Result<()> {
     #[cfg(feature = "gpu")]
     {
         gpu::context::get(n)
-            .map(|_| ())
+            .and_then(|ctx| ctx.alive())
             .map_err(|reason| crate::Error::DeviceUnavailable { device: Device::Gpu(n), reason })
     }
     #[cfg(not(feature = "gpu"))]

@@ -56,6 +56,7 @@ pub(crate) struct Batch {
 
 impl Batch {
     fn encoder(&mut self, ctx: &Ctx) -> &mut wgpu::CommandEncoder {
+        ctx.check_alive();
         self.pass = None; // ends the open pass, if any
         self.encoder
             .get_or_insert_with(|| ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default()))
@@ -188,6 +189,16 @@ impl Batch {
 
     pub(crate) fn take_log(&mut self) -> Vec<(u64, Vec<u64>)> {
         std::mem::take(&mut self.log)
+    }
+
+    /// Drops what was recorded without submitting it (the device is being destroyed).
+    pub(crate) fn discard(&mut self) {
+        self.pass = None;
+        self.encoder = None;
+        self.params.clear();
+        self.launches = 0;
+        self.checks.clear();
+        self.log.clear();
     }
 
     /// Ends the recording: the arena's contents are queued to be written at the start of

@@ -163,8 +163,15 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
     let lost = Arc::new(Mutex::new(None));
     let seen = lost.clone();
     device.set_device_lost_callback(move |reason, message| {
-        *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{reason:?}: {message}"));
+        lock(&seen).get_or_insert_with(|| format!("{reason:?}: {message}"));
     });
+    // An error wgpu reports outside an error scope (wgpu's own handler panics with its
+    // message alone) panics naming the device, and the loss when that is the cause.
+    let (seen, name) = (lost.clone(), info.name.clone());
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| match lock(&seen).as_ref() {
+        Some(why) => panic!("gpu:{ordinal} (`{name}`) was lost: {why} (then: {e})"),
+        None => panic!("gpu:{ordinal} (`{name}`): {e}"),
+    }));
     let buffer = |label, size, usage| {
         device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
     };
@@ -254,9 +261,30 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Ctx {
     /// Panics naming the device when it was lost.
     pub(crate) fn check_alive(&self) {
-        if let Some(why) = lock(&self.lost).as_ref() {
-            panic!("gpu:{} (`{}`) was lost: {why}", self.ordinal, self.info.name);
+        if let Err(e) = self.alive() {
+            panic!("{e}");
         }
+    }
+
+    /// `Err` naming the device, the adapter and why, once the device was lost.
+    pub(crate) fn alive(&self) -> Result<(), String> {
+        match lock(&self.lost).as_ref() {
+            Some(why) => Err(format!("gpu:{} (`{}`) was lost: {why}", self.ordinal, self.info.name)),
+            None => Ok(()),
+        }
+    }
+
+    /// Destroys the device (fault injection, [`crate::gpu::lose_device`]), through the
+    /// path a real loss takes (wgpu's lost callback): the recorded batch is dropped
+    /// unsubmitted and every later use panics through [`check_alive`](Ctx::check_alive).
+    pub(crate) fn lose(&self) {
+        let mut b = lock(&self.batch);
+        b.discard();
+        // wgpu calls the lost callback (reason `Destroyed`) from `destroy`; the fallback
+        // covers a backend that would call it later.
+        self.device.destroy();
+        lock(&self.lost).get_or_insert_with(|| "destroyed by nn_core::gpu::lose_device".to_string());
+        drop(b);
     }
 
     /// A buffer of at least `bytes` bytes (contents unspecified), reused from the pool
@@ -326,6 +354,7 @@ impl Ctx {
         if bytes.is_empty() {
             return;
         }
+        self.check_alive();
         let padded = pad4(bytes);
         let mut b = lock(&self.batch);
         if (padded.len() as u64) <= ARENA_BYTES / 16 {

@@ -13,6 +13,7 @@ impl Ctx {
     /// it (a host wait). Index checks recorded since the last wait are read here too, and
     /// a failed one panics (see the module docs); so does reading a buffer marked by one.
     pub(crate) fn download(&'static self, buf: &Buffer, len: usize) -> Vec<u8> {
+        self.check_alive();
         if let Some(why) = lock(&self.reports).remove(&std::thread::current().id()) {
             panic!("{why}");
         }
