@@ -87,7 +87,7 @@ done < <(grep '"gemm_variant"' <<<"$report")
 echo "offered:$offered"
 # The newest and likeliest fastest first (SWEEP_MAX_S may cut the tail).
 ordered=""
-for v in db128x128_k16 db128x128_k8 db128x64_k16 coop128x128_db_f16 coop128x128_f16 t128x128_8x8 t64x64_8x8 coop64x64_f16 \
+for v in u128x128_8x8 u64x64_8x8 u128x64_8x4 u64x64_4x4 db128x128_k16 db128x128_k8 db128x64_k16 coop128x128_db_f16 coop128x128_f16 t128x128_8x8 t64x64_8x8 coop64x64_f16 \
     t128x64_8x4 sg64x64_4x4 t64x64_4x4 t32x32_4x4 $offered; do
     case " $offered " in *" $v "*) case " $ordered " in *" $v "*) ;; *) ordered="$ordered $v" ;; esac ;; esac
 done

@@ -162,7 +162,7 @@ fn every_variant_matches_the_cpu_or_is_refused_with_a_right_fallback() {
     eprintln!("gpu:0 is {}", gpu::adapter_info(0).unwrap());
     manual_seed(7);
     let report = gpu::gemm_report(0).expect("gpu:0 is open");
-    assert_eq!(report.variants.len(), 12, "{report:?}");
+    assert_eq!(report.variants.len(), 16, "{report:?}");
     let mut summary = Vec::new();
     for (variant, refused) in &report.variants {
         match refused {

@@ -86,7 +86,11 @@ fn a_device_lost_mid_step_is_reported_by_name_at_every_use_without_a_hang() {
     };
     assert_names_the_loss("a training step", &panic_of("a training step", step), &adapter);
     let w = ps[0].clone();
-    assert_names_the_loss("moving to the CPU", &panic_of("to_device", move || drop(w.to_device(Device::Cpu))), &adapter);
+    assert_names_the_loss(
+        "moving to the CPU",
+        &panic_of("to_device", move || drop(w.to_device(Device::Cpu))),
+        &adapter,
+    );
     let upload = || drop(Tensor::ones(&[1 << 16]).to_device(GPU));
     assert_names_the_loss("an upload", &panic_of("upload", upload), &adapter);
     let err = GPU.check().expect_err("a lost device is not available").to_string();

@@ -16,9 +16,12 @@
 //! | `db128x64_k16`  | `gemm_pipe.wgsl`     | 128 x 64                 | 8 x 8            | nothing (not f64) |
 //! | `coop128x128_f16` | `gemm_coop_block.wgsl` | 128 x 128           | 64 x 64 per subgroup | as `coop64x64_f16`, with f32 or (where that is all there is) f16 sums |
 //! | `coop128x128_db_f16` | `gemm_coop_block.wgsl` | 128 x 128        | 64 x 64 per subgroup | as `coop128x128_f16` |
+//! | `u64x64_4x4`, `u64x64_8x8`, `u128x64_8x4`, `u128x128_8x8` | `gemm_tiled.wgsl` (`unrolled`) | as the `t` variants of those names | | nothing |
 //!
 //! The tiled variants are one template (register blocks in `vec4` registers, BK-deep slices of
-//! A and B staged in workgroup memory); the `db` variants hold two slices (the `k` in their
+//! A and B staged in workgroup memory); the `u` variants are its `unrolled` form, their
+//! accumulators named registers and their products written out (a driver that does not
+//! unroll the `t` variants' loops keeps those accumulators in local memory); the `db` variants hold two slices (the `k` in their
 //! name deep) and load the next into registers while multiplying the current one;
 //! `sg64x64_4x4` passes A's fragments between threads by subgroup shuffles instead; the
 //! `coop` variants run f16 tensors only, on the adapter's matrix units, the `coop128x128`
@@ -60,7 +63,7 @@ use crate::shape::Layout;
 
 static ELEM: Family = Family::new("gemm_elem.wgsl", include_str!("wgsl/gemm_elem.wgsl"));
 static FILL: Family = Family::new("gemm_fill.wgsl", include_str!("wgsl/gemm_fill.wgsl"));
-const TILED: &str = include_str!("wgsl/gemm_tiled.wgsl");
+static TILED: Family = Family::new("gemm_tiled.wgsl", include_str!("wgsl/gemm_tiled.wgsl"));
 static PIPELINED: Family = Family::new("gemm_pipe.wgsl", include_str!("wgsl/gemm_pipe.wgsl"));
 const SUBGROUP: &str = include_str!("wgsl/gemm_subgroup.wgsl");
 const COOP: &str = include_str!("wgsl/gemm_coop.wgsl");
@@ -70,8 +73,9 @@ static COOP_BLOCK: Family = Family::new("gemm_coop_block.wgsl", include_str!("wg
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Algo {
     /// `gemm_tiled.wgsl`: a `bm x bn` block of C per workgroup, `tm x tn` per thread,
-    /// `bk`-deep slices.
-    Tiled { bm: u32, bn: u32, bk: u32, tm: u32, tn: u32 },
+    /// `bk`-deep slices; `unrolled`: its products and epilogue written out with one named
+    /// register per accumulator ([`unrolled_parts`]) instead of loops over an array.
+    Tiled { bm: u32, bn: u32, bk: u32, tm: u32, tn: u32, unrolled: bool },
     /// `gemm_pipe.wgsl`: a `bm x bn` block per workgroup, 8 x 8 per thread, `bk`-deep
     /// slices double-buffered.
     Pipelined { bm: u32, bn: u32, bk: u32 },
@@ -89,12 +93,12 @@ pub(crate) struct Variant {
     pub(crate) algo: Algo,
 }
 
-const fn tiled(name: &'static str, bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Variant {
+const fn tiled(name: &'static str, [bm, bn, bk]: [u32; 3], [tm, tn]: [u32; 2], unrolled: bool) -> Variant {
     let threads = (bm / tm) * (bn / tn);
     // The template's preconditions: vec4 register rows, whole loads per thread, one workgroup.
     assert!(tm.is_multiple_of(4) && tn.is_multiple_of(4) && bk.is_multiple_of(4) && threads <= 256);
     assert!((bm * bk / 4).is_multiple_of(threads) && (bn * bk / 4).is_multiple_of(threads));
-    Variant { name, algo: Algo::Tiled { bm, bn, bk, tm, tn } }
+    Variant { name, algo: Algo::Tiled { bm, bn, bk, tm, tn, unrolled } }
 }
 
 const fn pipelined(name: &'static str, bm: u32, bn: u32, bk: u32) -> Variant {
@@ -106,12 +110,12 @@ const fn pipelined(name: &'static str, bm: u32, bn: u32, bk: u32) -> Variant {
 }
 
 /// Every variant, in the order they are tried as fallbacks.
-pub(crate) const VARIANTS: [Variant; 12] = [
-    tiled("t32x32_4x4", 32, 32, 16, 4, 4),
-    tiled("t64x64_4x4", 64, 64, 16, 4, 4),
-    tiled("t64x64_8x8", 64, 64, 16, 8, 8),
-    tiled("t128x64_8x4", 128, 64, 16, 8, 4),
-    tiled("t128x128_8x8", 128, 128, 16, 8, 8),
+pub(crate) const VARIANTS: [Variant; 16] = [
+    tiled("t32x32_4x4", [32, 32, 16], [4, 4], false),
+    tiled("t64x64_4x4", [64, 64, 16], [4, 4], false),
+    tiled("t64x64_8x8", [64, 64, 16], [8, 8], false),
+    tiled("t128x64_8x4", [128, 64, 16], [8, 4], false),
+    tiled("t128x128_8x8", [128, 128, 16], [8, 8], false),
     Variant { name: "sg64x64_4x4", algo: Algo::Subgroup },
     Variant { name: "coop64x64_f16", algo: Algo::Coop },
     pipelined("db128x128_k8", 128, 128, 8),
@@ -119,6 +123,10 @@ pub(crate) const VARIANTS: [Variant; 12] = [
     pipelined("db128x64_k16", 128, 64, 16),
     Variant { name: "coop128x128_f16", algo: Algo::CoopBlock { double: false } },
     Variant { name: "coop128x128_db_f16", algo: Algo::CoopBlock { double: true } },
+    tiled("u64x64_4x4", [64, 64, 16], [4, 4], true),
+    tiled("u64x64_8x8", [64, 64, 16], [8, 8], true),
+    tiled("u128x64_8x4", [128, 64, 16], [8, 4], true),
+    tiled("u128x128_8x8", [128, 128, 16], [8, 8], true),
 ];
 
 /// The variant every call can run (any element type, layout and adapter): the fallback.
@@ -202,8 +210,17 @@ impl Kernel {
         }
         let n = |v: u32| v.to_string();
         src += &match algo {
-            Algo::Tiled { bm, bn, bk, tm, tn } => {
-                fill(TILED, &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk)), ("TM", &n(tm)), ("TN", &n(tn))])
+            Algo::Tiled { bm, bn, bk, tm, tn, unrolled } => {
+                let sizes = [("BM", n(bm)), ("BN", n(bn)), ("BK", n(bk)), ("TM", n(tm)), ("TN", n(tn))];
+                let sizes: Vec<(&str, &str)> = sizes.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let common = fill(TILED.kernel("common"), &sizes);
+                if unrolled {
+                    let [acc, product, epilogue] = unrolled_parts(tm, tn);
+                    let parts = [("ACC", acc.as_str()), ("PRODUCT", product.as_str()), ("EPILOGUE", epilogue.as_str())];
+                    common + &fill(TILED.kernel("unrolled"), &parts)
+                } else {
+                    common + TILED.kernel("loops")
+                }
             }
             Algo::Pipelined { bm, bn, bk } => {
                 fill(PIPELINED.kernel("main"), &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk))])
@@ -218,6 +235,50 @@ impl Kernel {
         };
         src
     }
+}
+
+/// The written-out parts of the `unrolled` form of `gemm_tiled.wgsl` for `tm x tn` outputs
+/// per thread: the accumulators (`acc_i_q`, row `i`, columns `4q..4q+4` of the thread's
+/// block), one slice's products (A's `tm` rows as `a0..` and B's `tn` columns as `b0..`,
+/// read as `vec4`s at `qa`/`qb`), and the epilogue (`alpha * acc + beta * input`, each row
+/// stored through `row`). The order of the sums is the loop form's, so both forms compute
+/// the same values.
+fn unrolled_parts(tm: u32, tn: u32) -> [String; 3] {
+    use std::fmt::Write;
+    const LANE: [&str; 4] = ["x", "y", "z", "w"];
+    let (mut acc, mut product, mut epilogue) = (String::new(), String::new(), String::new());
+    for i in 0..tm {
+        for q in 0..tn / 4 {
+            writeln!(acc, "    var acc_{i}_{q} = vec4<F>();").expect("a String");
+        }
+    }
+    for p in 0..tm / 4 {
+        writeln!(product, "            let a{p} = As[qa + {p}u];").expect("a String");
+    }
+    for q in 0..tn / 4 {
+        writeln!(product, "            let b{q} = Bs[qb + {q}u];").expect("a String");
+    }
+    for i in 0..tm {
+        for q in 0..tn / 4 {
+            let a = format!("a{}.{}", i / 4, LANE[(i % 4) as usize]);
+            writeln!(product, "            acc_{i}_{q} += {a} * b{q};").expect("a String");
+        }
+    }
+    for i in 0..tm {
+        writeln!(epilogue, "    {{\n        let r = row0 + ty * TM + {i}u;").expect("a String");
+        writeln!(epilogue, "        if (r < m && c0 < n) {{").expect("a String");
+        for j in 0..tn {
+            let value = format!("acc_{i}_{}.{}", j / 4, LANE[(j % 4) as usize]);
+            writeln!(
+                epilogue,
+                "            row[{j}] = alpha * {value} + beta * input(P[10] + r * P[8] + min(c0 + {j}u, n - 1u) * P[9]);"
+            )
+            .expect("a String");
+        }
+        writeln!(epilogue, "            store_run(bt * m * n + r * n + c0, min(TN, n - c0));\n        }}\n    }}")
+            .expect("a String");
+    }
+    [acc, product, epilogue]
 }
 
 /// `template` with each `{{NAME}}` replaced by its value in `fills`, through the template
@@ -456,9 +517,9 @@ mod tests {
                 }
             }
         }
-        // 5 tiled x 5 encodings, subgroup and 3 pipelined x 4, 3 coop x 1; with and without
-        // an input.
-        assert_eq!(checked, 2 * (5 * 5 + 4 * 4 + 3));
+        // 9 tiled (5 with loops, 4 unrolled) x 5 encodings, subgroup and 3 pipelined x 4,
+        // 3 coop x 1; with and without an input.
+        assert_eq!(checked, 2 * (9 * 5 + 4 * 4 + 3));
     }
 
     /// The blocked cooperative-matrix kernel sums in f32 where the adapter offers f32 sums,

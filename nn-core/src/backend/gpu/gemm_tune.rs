@@ -119,6 +119,11 @@ impl GemmState {
             src + "\nfn broken( {\n"
         } else if tests::WRONG.lock().unwrap_or_else(|e| e.into_inner()).contains(&kernel) {
             src.replace("let alpha = K[0];", "let alpha = K[0] * 1.5;")
+        } else if tests::SILENT.lock().unwrap_or_else(|e| e.into_inner()).contains(&kernel) {
+            src.replace(
+                "fn store_run(e0: u32, cnt: u32) {",
+                "fn store_run(e0: u32, cnt: u32) {\n    if (cnt > 0u) { return; }",
+            )
         } else {
             src
         };
@@ -283,13 +288,20 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
     let proxy = call.mkn.map(|d| d.min(TUNE_CAP));
     let input = call.has_input();
     let general = Kernel { variant: GENERAL, enc: call.enc, input, checked };
+    let cells = proxy[0] * proxy[2];
     let reference = match state.compiled(call.ctx, general) {
         Ok(pipeline) => {
             call.run(general, &pipeline, out, Some(proxy));
-            read(call, out, proxy[0] * proxy[2])
+            read(call, out, cells)
         }
         Err(e) => panic!("{e}"),
     };
+    if reference.iter().any(|w| !w.is_finite()) {
+        // Operands whose product overflows or holds NaN cannot tell a right candidate from
+        // a wrong one: the general variant runs this product, and the class is tuned by a
+        // later one.
+        return GENERAL;
+    }
     let mut times = Vec::new();
     for (variant, v) in VARIANTS.iter().enumerate() {
         if state.unavailable(call, variant).is_some() {
@@ -297,6 +309,9 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
         }
         let kernel = Kernel { variant, enc: call.enc, input, checked };
         let Ok(pipeline) = state.compiled(call.ctx, kernel) else { continue };
+        // NaN in every cell first: a candidate that leaves cells unwritten cannot pass on
+        // what the one before it wrote there.
+        poison(call, out, cells);
         let t = time(call, kernel, &pipeline, out, proxy);
         if variant != GENERAL {
             if let Err(e) = agrees(call.enc, &reference, &read(call, out, reference.len())) {
@@ -403,12 +418,13 @@ fn read(call: &Call<'_>, out: &Buffer, count: usize) -> Vec<f64> {
 
 /// Whether a candidate's product `got` matches the general variant's `want` within what
 /// summation order (and, for 16-bit types, f16 sums on matrix units) explains: every
-/// element within `tol * max |want|`. A check against kernels a driver miscompiles, or
-/// that were never run on this kind of adapter, before one may win. Products with
-/// non-finite values pass (they say nothing).
+/// element finite and within `tol * max |want|`. A check against kernels a driver
+/// miscompiles, or that were never run on this kind of adapter, before one may win. A
+/// `want` with non-finite values says nothing and is refused ([`tuned`] does not compare
+/// on one).
 fn agrees(enc: Enc, want: &[f64], got: &[f64]) -> Result<(), String> {
-    if want.iter().any(|w| !w.is_finite()) {
-        return Ok(());
+    if let Some(i) = want.iter().position(|w| !w.is_finite()) {
+        return Err(format!("the general variant's element {i} is {}: nothing to compare", want[i]));
     }
     let tol = match enc {
         Enc::F64 => 1e-9,
@@ -427,6 +443,17 @@ fn agrees(enc: Enc, want: &[f64], got: &[f64]) -> Result<(), String> {
     } else {
         Err(format!("element {i} is {}, the general variant's {} (largest {scale:e})", got[i], want[i]))
     }
+}
+
+/// Sets the first `cells` elements of `out` to NaN (all bits set, in every encoding), in
+/// order with the recorded kernels.
+fn poison(call: &Call<'_>, out: &Buffer, cells: usize) {
+    let size = match call.enc {
+        Enc::F64 => 8,
+        Enc::F32 => 4,
+        Enc::F16 | Enc::F16Packed | Enc::BF16 => 2,
+    };
+    call.ctx.write(out, &vec![0xff; cells * size]);
 }
 
 /// Waits for the kernels queued before, by reading one word of `out` back.
@@ -476,6 +503,16 @@ pub(crate) mod tests {
     /// Kernels the tests make compute a wrong product (alpha scaled by 1.5).
     pub(crate) static WRONG: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
 
+    /// Kernels the tests make write nothing.
+    pub(crate) static SILENT: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
+
+    /// Puts `kernel` on the list of kernels made faulty (`BROKEN`, `WRONG`, `SILENT`) and
+    /// drops its compiled pipeline, which a test that ran before may have built whole.
+    fn sabotage(ctx: &Ctx, list: &Mutex<Vec<Kernel>>, kernel: Kernel) {
+        lock(list).push(kernel);
+        lock(&ctx.gemm.kernels).remove(&kernel);
+    }
+
     #[test]
     fn agreement_allows_rounding_and_catches_wrong_values() {
         let want = [1.0, -2.0, 4.0];
@@ -485,7 +522,8 @@ pub(crate) mod tests {
         assert!(agrees(Enc::F16, &want, &[1.1, -2.0, 4.0]).is_ok());
         assert!(agrees(Enc::F16, &want, &[1.0, 2.0, 4.0]).is_err());
         assert!(agrees(Enc::F32, &want, &[1.0, f64::NAN, 4.0]).is_err());
-        assert!(agrees(Enc::F32, &[f64::INFINITY, 0.0], &[0.0, 9.0]).is_ok());
+        let e = agrees(Enc::F32, &[f64::INFINITY, 0.0], &[0.0, 9.0]).unwrap_err();
+        assert!(e.contains("nothing to compare"), "{e}");
     }
 
     /// A candidate whose product is wrong cannot win the tuning: it is refused, and says so
@@ -499,12 +537,7 @@ pub(crate) mod tests {
         }
         let ctx = super::super::context::get(0).expect("checked");
         let t128 = VARIANTS.iter().position(|v| v.name == "t128x128_8x8").expect("listed");
-        WRONG.lock().unwrap_or_else(|e| e.into_inner()).push(Kernel {
-            variant: t128,
-            enc: Enc::F32,
-            input: false,
-            checked: false,
-        });
+        sabotage(ctx, &WRONG, Kernel { variant: t128, enc: Enc::F32, input: false, checked: false });
         // A batched class no other test of this binary tunes.
         let (a, b) = (Tensor::randn(&[2, 300, 520]), Tensor::randn(&[2, 520, 36]));
         let want = a.matmul(&b).to_vec();
@@ -520,6 +553,63 @@ pub(crate) mod tests {
         );
         let (_, entry) = tuned.iter().find(|(c, _)| c.contains("batched") && c.contains("n<=64")).expect("tuned");
         assert!(!entry.contains("t128x128_8x8"), "{entry}");
+    }
+
+    /// A candidate that writes nothing is refused too: the tuner does not compare it with
+    /// the product the variant before it left in the output.
+    #[test]
+    fn a_candidate_that_writes_nothing_is_refused_while_tuning() {
+        let _serial = lock(&SERIAL);
+        let gpu = Device::Gpu(0);
+        if let Err(e) = gpu.check() {
+            panic!("this test needs gpu:0: {e}");
+        }
+        let ctx = super::super::context::get(0).expect("checked");
+        let silent = VARIANTS.iter().position(|v| v.name == "u64x64_8x8").expect("listed");
+        let kernel = Kernel { variant: silent, enc: Enc::F32, input: false, checked: false };
+        sabotage(ctx, &SILENT, kernel);
+        // A batched class no other test of this binary tunes.
+        let (a, b) = (Tensor::randn(&[3, 200, 100]), Tensor::randn(&[3, 100, 300]));
+        let want = a.matmul(&b).to_vec();
+        let got = a.to_device(gpu).matmul(&b.to_device(gpu)).to_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} against {w}");
+        }
+        let (variants, tuned, _, _) = report(ctx);
+        let (_, refused) = &variants[silent];
+        assert!(
+            refused.as_deref().is_some_and(|e| e.contains("`u64x64_8x8` computed a wrong product for f32")),
+            "{refused:?}"
+        );
+        let (_, entry) = tuned.iter().find(|(c, _)| c.contains("n<=1024") && c.contains("batched")).expect("tuned");
+        assert!(!entry.contains("u64x64_8x8"), "{entry}");
+    }
+
+    /// Operands whose product is not finite do not tune their class (any candidate would
+    /// pass a comparison with it): the general variant runs, and a later finite product of
+    /// the class tunes it.
+    #[test]
+    fn a_non_finite_product_does_not_tune_its_class() {
+        let _serial = lock(&SERIAL);
+        let gpu = Device::Gpu(0);
+        if let Err(e) = gpu.check() {
+            panic!("this test needs gpu:0: {e}");
+        }
+        let ctx = super::super::context::get(0).expect("checked");
+        let class = |tuned: &[(String, String)]| tuned.iter().any(|(c, _)| c.contains("m<=256 n<=16 k<=4096"));
+        let a = Tensor::full(&[100, 3000], f64::INFINITY);
+        let got = a.to_device(gpu).matmul(&Tensor::ones(&[3000, 10]).to_device(gpu)).to_vec();
+        assert!(got.iter().all(|v| *v == f32::INFINITY), "{got:?}");
+        let (_, tuned, last, _) = report(ctx);
+        assert!(last.is_some_and(|l| l.starts_with("t64x64_4x4 (tuned)")));
+        assert!(!class(&tuned), "{tuned:?}");
+        let (a, b) = (Tensor::randn(&[100, 3000]), Tensor::randn(&[3000, 10]));
+        let want = a.matmul(&b).to_vec();
+        let got = a.to_device(gpu).matmul(&b.to_device(gpu)).to_vec();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} against {w}");
+        }
+        assert!(class(&report(ctx).1), "the finite product tunes the class");
     }
 
     #[test]
@@ -548,7 +638,7 @@ pub(crate) mod tests {
         let ctx = super::super::context::get(0).expect("checked");
         // t128x64_8x4 with an input, in f32: a kernel no other test of this binary runs.
         let kernel = Kernel { variant: 3, enc: Enc::F32, input: true, checked: false };
-        BROKEN.lock().unwrap_or_else(|e| e.into_inner()).push(kernel);
+        sabotage(ctx, &BROKEN, kernel);
         force(Some("t128x64_8x4"));
         let (i, a, b) = (Tensor::randn(&[9, 5]), Tensor::randn(&[9, 6]), Tensor::randn(&[6, 5]));
         let want = i.addmm(&a, &b).to_vec();

@@ -2,7 +2,15 @@
 // a TM x TN sub-block (rows ty*TM.., columns tx*TN..) held in vec4 registers, from BK-deep
 // slices of A and B staged in workgroup memory (gemm_fill.wgsl) and read back as vec4.
 // Placeholders: {{BM}} {{BN}} {{BK}} {{TM}} {{TN}} (TM and TN multiples of 4).
+//
+// Two forms of the kernel: `loops` keeps the accumulators in an array indexed by loop
+// counters (compilers that unroll the loops keep it in registers); `unrolled` holds them in
+// named `vec4` variables and has its products and epilogue written out by gemm.rs
+// ({{ACC}}, {{PRODUCT}}, {{EPILOGUE}}), so no register array is ever indexed by a
+// variable, whatever the compiler unrolls: a compiler that does not unroll the loop form
+// keeps its accumulators in local memory, one load and store per multiply-add.
 
+//# common
 const BM = {{BM}}u;
 const BN = {{BN}}u;
 const BK = {{BK}}u;
@@ -20,6 +28,7 @@ fn put_a4(q: u32, v: vec4<F>) { As[q] = v; }
 fn put_b(i: u32, v: F) { Bs[i / 4u][i % 4u] = v; }
 fn put_b4(q: u32, v: vec4<F>) { Bs[q] = v; }
 
+//# loops
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let m = P[0]; let k = P[1]; let n = P[2]; let batch = P[3];
@@ -61,4 +70,33 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
         store_run(bt * m * n + r * n + c0, min(TN, n - c0));
     }
+}
+
+//# unrolled
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let m = P[0]; let k = P[1]; let n = P[2]; let batch = P[3];
+    let bt = wg.z;
+    let oa = P[13u + bt];
+    let ob = P[13u + batch + bt];
+    let row0 = wg.y * BM;
+    let col0 = wg.x * BN;
+    let tx = tid % (BN / TN);
+    let ty = tid / (BN / TN);
+{{ACC}}
+    for (var t = 0u; t < k; t += BK) {
+        fill_a(oa, row0, t, tid);
+        fill_b(ob, col0, t, tid);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk++) {
+            let qa = (kk * BM + ty * TM) / 4u;
+            let qb = (kk * BN + tx * TN) / 4u;
+{{PRODUCT}}
+        }
+        workgroupBarrier();
+    }
+    let alpha = K[0];
+    let beta = K[1];
+    let c0 = col0 + tx * TN;
+{{EPILOGUE}}
 }
