@@ -258,7 +258,10 @@ impl Checkpoint {
     ///
     /// # Errors
     /// [`Error::Checkpoint`] when the checkpoint lacks a part that was asked for (or a
-    /// scheduler is given without its optimizer); [`Error::SchedulerState`],
+    /// scheduler is given without its optimizer), or holds a gradient scaler's state while
+    /// an optimizer is restored without it (resuming would silently restart the scale: use
+    /// [`restore_with_scaler`](Checkpoint::restore_with_scaler), or set `scaler` to `None`
+    /// to start a new scaler on purpose); [`Error::SchedulerState`],
     /// [`Error::OptimizerState`] or [`Error::StateDict`] when a part does not fit.
     pub fn restore(
         &self,
@@ -355,6 +358,14 @@ impl Checkpoint {
             }
             (Some(_), None) => {
                 return Err(bad("no grad scaler state to restore (the checkpoint was saved without one)"))
+            }
+            // Resuming training (an optimizer is restored) without the scaler the run had
+            // would restart its scale silently: the resumed run would not be the run.
+            (None, Some(_)) if optimizer.is_some() => {
+                return Err(bad(
+                    "the checkpoint holds a grad scaler's state: resume with `restore_with_scaler`, or set \
+                     `checkpoint.scaler = None` first to start a new scaler",
+                ))
             }
             (None, _) => None,
         };

@@ -134,8 +134,12 @@ macro_rules! impl_element {
 impl_element!(f32, F32, |x: f32| x as f64, |v: f64| v as f32);
 impl_element!(f64, F64, |x: f64| x, |v: f64| v);
 impl_element!(i64, I64, |x: i64| x as f64, |v: f64| v as i64);
-impl_element!(f16, F16, |x: f16| x.to_f64(), f16::from_f64);
-impl_element!(bf16, BF16, |x: bf16| x.to_f64(), bf16::from_f64);
+// f64 to a half type goes through f32, as PyTorch's conversions do (its half types are
+// built from a `float`): 1 + 2^-11 + 2^-40 becomes f16 1.0, not the nearer 1 + 2^-10.
+// (`bf16::from_f64` of half 2.7 also drops the low mantissa bits before rounding, turning
+// 1 + 2^-8 + 2^-22 into 1.0 where PyTorch gives 1.0078125.)
+impl_element!(f16, F16, |x: f16| x.to_f64(), |v: f64| f16::from_f32(v as f32));
+impl_element!(bf16, BF16, |x: bf16| x.to_f64(), |v: f64| bf16::from_f32(v as f32));
 impl_element!(bool, Bool, |x: bool| if x { 1.0 } else { 0.0 }, |v: f64| v != 0.0);
 
 impl FloatElement for f32 {
@@ -165,5 +169,25 @@ impl FloatElement for f64 {
     #[inline(always)]
     fn from_f32(v: f32) -> Self {
         v as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Tensor};
+
+    /// f64 (and scalars) to a half type round as PyTorch 2.15 does, through f32:
+    /// `torch.tensor([1 + 2**-8 + 2**-22], dtype=torch.float64).to(torch.bfloat16)` is
+    /// 1.0078125 and `torch.tensor([1 + 2**-11 + 2**-40], dtype=torch.float64).to(torch.float16)`
+    /// is 1.0.
+    #[test]
+    fn f64_to_half_types_round_as_pytorch() {
+        let b = 1.0 + 2f64.powi(-8) + 2f64.powi(-22);
+        let h = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        let t = Tensor::from_vec_f64(vec![b, h], &[2]);
+        assert_eq!(t.to_dtype(DType::BF16).to_vec_f64()[0], 1.0078125);
+        assert_eq!(t.to_dtype(DType::F16).to_vec_f64()[1], 1.0);
+        assert_eq!(Tensor::full_dtype(&[1], b, DType::BF16).to_vec_f64(), vec![1.0078125]);
+        assert_eq!(Tensor::full_dtype(&[1], h, DType::F16).to_vec_f64(), vec![1.0]);
     }
 }

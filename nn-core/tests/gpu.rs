@@ -425,6 +425,64 @@ fn an_embedding_id_out_of_range_on_the_gpu_panics() {
     let _ = e.to_vec();
 }
 
+/// Writes through a layout that reaches one element many times (an expanded view) end
+/// as on the CPU, the last write winning, in every dtype: on the device the writing
+/// threads would race (and an i64 or f64 element's two words could come from two
+/// sources).
+#[test]
+fn writes_through_a_repeating_layout_match_the_cpu() {
+    let _serial = serial();
+    for dtype in [DType::F32, DType::F64, DType::I64, DType::BF16] {
+        let run = |d: Device| {
+            let t = Tensor::zeros(&[2, 1]).to_dtype(dtype).to_device(d).expand(&[2, 4096]);
+            t.copy_(&Tensor::arange(0.0, 8192.0, 1.0).reshape(&[2, 4096]).to_dtype(dtype).to_device(d));
+            t.to_vec_f64()
+        };
+        let before = gpu::stats(0).unwrap().host_path_calls();
+        let on_gpu = run(GPU);
+        // (lavapipe's threads happen to finish in order; a GPU's need not: the host path
+        // is what makes the result the CPU's)
+        assert!(gpu::stats(0).unwrap().host_path_calls() > before, "{dtype}: written on the device");
+        assert_eq!(on_gpu, run(Device::Cpu), "{dtype}");
+    }
+}
+
+/// A max pooling whose dtype has no GPU kernel (f64 here) runs on the host, and its
+/// indices still come back on the GPU, beside its values.
+#[test]
+fn max_pool_indices_stay_on_the_device_of_the_values() {
+    let _serial = serial();
+    use nn_core::backend::Pool2dConfig;
+    let pool = Pool2dConfig { kernel: (2, 2), stride: (2, 2), padding: (0, 0), dilation: (1, 1), ceil_mode: false };
+    for dtype in [DType::F32, DType::F64] {
+        let x = Tensor::randn(&[1, 2, 4, 4]).to_dtype(dtype);
+        let (v, i) = x.to_device(GPU).max_pool2d_with_indices(pool);
+        assert_eq!((v.device(), i.device()), (GPU, GPU), "{dtype}");
+        let (cv, ci) = x.max_pool2d_with_indices(pool);
+        assert_eq!((v.to_vec_f64(), i.to_vec_f64()), (cv.to_vec_f64(), ci.to_vec_f64()), "{dtype}");
+    }
+}
+
+/// A negative embedding id (refused by `embedding`, which its `index_select` would take as
+/// counted from the back) is reported, and what was computed from it stays unreadable: on a
+/// second read, and on another thread that never got the report.
+#[test]
+fn a_negative_embedding_id_is_never_read_as_a_row() {
+    let _serial = serial();
+    let w = Tensor::arange(0.0, 6.0, 1.0).reshape(&[3, 2]).to_device(GPU);
+    let e = Tensor::embedding(&Tensor::from_vec_i64(vec![-1], &[1]).to_device(GPU), &w);
+    let m = panic_message(|| drop(e.to_vec()));
+    assert!(m.contains("embedding: index -1 is out of bounds for dimension 0 with size 3"), "{m}");
+    let m = panic_message(|| drop(e.to_vec()));
+    assert!(m.contains("index -1"), "second read: {m}");
+    let e2 = Tensor::embedding(&Tensor::from_vec_i64(vec![-2], &[1]).to_device(GPU), &w);
+    let other = std::thread::spawn(move || panic_message(|| drop(e2.to_vec()))).join().unwrap();
+    assert!(other.contains("index -2"), "another thread: {other}");
+    // The report of the other thread's check went to this thread's next read.
+    let _ = panic_message(|| drop(w.sum().item()));
+    assert_eq!(w.sum().item(), 15.0);
+}
+
 #[test]
 #[should_panic(expected = "add: expected all tensors on one device, got gpu:0 (shape [2]) and cpu (shape [2])")]
 fn mixing_devices_in_one_op_panics_naming_both() {

@@ -434,9 +434,9 @@ impl Compute for GroupNorm {
 /// Options of [`RMSNorm`], with PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RMSNormConfig {
-    /// Added to the mean square; `None` (the default) is the input's machine epsilon,
-    /// `torch.finfo(x.dtype).eps` (`f32::EPSILON` = 1.1920929e-07 for f32 inputs,
-    /// `f64::EPSILON` for f64 ones).
+    /// Added to the mean square; `None` (the default) is the machine epsilon of the type
+    /// the input computes in, as in PyTorch 2.15: `f32::EPSILON` = 1.1920929e-07 for f32,
+    /// bf16 and f16 inputs, `f64::EPSILON` for f64 ones (see [`Tensor::rms_norm`]).
     pub eps: Option<f64>,
     /// Learnable per-element `weight` (default `true`).
     pub elementwise_affine: bool,
@@ -525,7 +525,7 @@ impl Compute for RMSNorm {
             panic!("{} expects a floating-point input, got {} of shape {:?}", self, x.dtype(), x.shape());
         }
         // One fused pass per row on the CPU (see `Tensor::rms_norm`); `None` is the
-        // dtype's machine epsilon, as torch.finfo(x.dtype).eps.
+        // compute type's machine epsilon, as in PyTorch.
         x.rms_norm(&self.normalized_shape, self.weight.as_deref(), self.eps)
     }
 }

@@ -150,6 +150,9 @@ thread_local! {
     static CPU: Cell<Option<DType>> = const { Cell::new(None) };
     /// The GPU scope's dtype (every `gpu:n`), when one is active on this thread.
     static GPU: Cell<Option<DType>> = const { Cell::new(None) };
+    /// Open guards of each scope (their nesting is checked as they drop).
+    static CPU_GUARDS: Cell<u32> = const { Cell::new(0) };
+    static GPU_GUARDS: Cell<u32> = const { Cell::new(0) };
     /// Set while an op that cast its arguments runs the op proper.
     static EXCLUDED: Cell<bool> = const { Cell::new(false) };
     /// How many public ops are running on this thread, counted while an autocast scope is
@@ -187,6 +190,10 @@ pub(crate) fn inside_listed_op(op: &str, device: Device) -> Option<InsideOp> {
 
 /// Restores the autocast state it replaced when dropped (the guard form of [`autocast`]).
 ///
+/// Guards drop innermost first on the thread that made them: the guard is not `Send`, and
+/// one dropped while a guard of its device kind made after it is still open panics (it
+/// would restore the wrong state, leaving autocast on or off for the rest of the thread).
+///
 /// ```
 /// use nn_core::amp::{autocast_dtype, AutocastGuard};
 /// use nn_core::{DType, Device, Tensor};
@@ -204,6 +211,7 @@ pub struct AutocastGuard {
     /// The GPU's scope (else the CPU's).
     gpu: bool,
     prev: Option<DType>,
+    nesting: super::nesting::Nesting,
 }
 
 impl AutocastGuard {
@@ -243,12 +251,16 @@ impl AutocastGuard {
             }
             Device::Meta => panic!("autocast: the meta device computes nothing; use Device::Cpu or Device::Gpu"),
         };
-        AutocastGuard { gpu: device != Device::Cpu, prev: state.with(|c| c.replace(enabled.then_some(dtype))) }
+        let (depth, what) =
+            if device == Device::Cpu { (&CPU_GUARDS, "CPU autocast") } else { (&GPU_GUARDS, "GPU autocast") };
+        let nesting = super::nesting::Nesting::enter(depth, what);
+        AutocastGuard { gpu: device != Device::Cpu, prev: state.with(|c| c.replace(enabled.then_some(dtype))), nesting }
     }
 }
 
 impl Drop for AutocastGuard {
     fn drop(&mut self) {
+        self.nesting.exit();
         if self.gpu {
             GPU.with(|c| c.set(self.prev));
         } else {

@@ -2,9 +2,13 @@
 
 use std::cell::Cell;
 
+use super::nesting::Nesting;
+
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
     static INFERENCE_MODE: Cell<bool> = const { Cell::new(false) };
+    static GRAD_MODE_GUARDS: Cell<u32> = const { Cell::new(0) };
+    static INFERENCE_MODE_GUARDS: Cell<u32> = const { Cell::new(0) };
 }
 
 /// True when ops on this thread record the autograd graph (the default): grad mode is on
@@ -20,9 +24,19 @@ pub fn is_inference_mode_enabled() -> bool {
 
 /// Restores the previous gradient mode when dropped. Create one with
 /// [`NoGradGuard::new`] (or [`GradModeGuard::set`] for either mode).
+///
+/// Guards drop innermost first on the thread that made them: the guard is not `Send`,
+/// and one dropped while a guard made after it is still open panics (it would restore
+/// the wrong mode).
+///
+/// ```compile_fail
+/// let guard = nn_core::NoGradGuard::new();
+/// std::thread::spawn(move || drop(guard)); // the mode belongs to this thread
+/// ```
 #[must_use = "the mode is restored as soon as the guard is dropped"]
 pub struct GradModeGuard {
     prev: bool,
+    nesting: Nesting,
 }
 
 /// A guard that disables graph recording until it is dropped, like
@@ -38,13 +52,15 @@ impl GradModeGuard {
 
     /// Sets gradient recording to `enabled` until the guard drops.
     pub fn set(enabled: bool) -> Self {
+        let nesting = Nesting::enter(&GRAD_MODE_GUARDS, "grad mode (no_grad / enable_grad)");
         let prev = GRAD_ENABLED.with(|g| g.replace(enabled));
-        GradModeGuard { prev }
+        GradModeGuard { prev, nesting }
     }
 }
 
 impl Drop for GradModeGuard {
     fn drop(&mut self) {
+        self.nesting.exit();
         GRAD_ENABLED.with(|g| g.set(self.prev));
     }
 }
@@ -80,21 +96,27 @@ pub fn enable_grad<R>(f: impl FnOnce() -> R) -> R {
 /// }
 /// assert!(is_grad_enabled());
 /// ```
+///
+/// As with [`GradModeGuard`], guards drop innermost first on their own thread (not `Send`;
+/// an out-of-order drop panics).
 #[must_use = "inference mode ends as soon as the guard is dropped"]
 pub struct InferenceModeGuard {
     prev: bool,
+    nesting: Nesting,
 }
 
 impl InferenceModeGuard {
     /// Turns inference mode on for this thread until the guard drops.
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
-        InferenceModeGuard { prev: INFERENCE_MODE.with(|m| m.replace(true)) }
+        let nesting = Nesting::enter(&INFERENCE_MODE_GUARDS, "inference mode");
+        InferenceModeGuard { prev: INFERENCE_MODE.with(|m| m.replace(true)), nesting }
     }
 }
 
 impl Drop for InferenceModeGuard {
     fn drop(&mut self) {
+        self.nesting.exit();
         INFERENCE_MODE.with(|m| m.set(self.prev));
     }
 }
@@ -135,6 +157,27 @@ pub fn inference_mode<R>(f: impl FnOnce() -> R) -> R {
 mod tests {
     use super::{enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, InferenceModeGuard};
     use crate::testing::support::{grad, leaf};
+
+    /// Guards dropped in the order they were made would leave the outer guard's mode on:
+    /// refused loudly.
+    #[test]
+    fn guards_dropped_out_of_order_panic() {
+        let outer = super::NoGradGuard::new();
+        let inner = super::GradModeGuard::set(true);
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(outer))).unwrap_err();
+        let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("grad mode (no_grad / enable_grad) guards dropped out of order"), "{msg}");
+        drop(inner);
+        let outer = InferenceModeGuard::new();
+        let inner = InferenceModeGuard::new();
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(outer))).is_err());
+        drop(inner);
+        // In order, nothing is said.
+        let a = super::NoGradGuard::new();
+        let b = super::GradModeGuard::set(true);
+        drop(b);
+        drop(a);
+    }
 
     #[test]
     fn inference_mode_records_nothing_even_under_enable_grad() {

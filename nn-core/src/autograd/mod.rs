@@ -18,6 +18,7 @@ mod engine;
 mod grad_mode;
 pub(crate) mod handle;
 pub mod hooks;
+mod nesting;
 pub mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -128,10 +128,20 @@ pub(crate) enum Argmax {
 }
 
 impl Argmax {
-    /// PyTorch's flat in-plane indices (`i64`, `h * w + w` of each maximum).
-    pub(crate) fn flat_indices(&self, pl: &PoolPlanes) -> Storage {
+    /// PyTorch's flat in-plane indices (`i64`, `h * w + w` of each maximum), on the device
+    /// of the pooled `values` (a GPU pooling that took the host path has its positions on
+    /// the host: they are uploaded).
+    pub(crate) fn flat_indices(&self, pl: &PoolPlanes, values: &Storage) -> Storage {
         match self {
-            Argmax::Cpu(a) => Storage::Cpu(a.flat_indices(pl)),
+            #[cfg(feature = "gpu")]
+            Argmax::Cpu(a) if matches!(values, Storage::Gpu(_)) => {
+                let Storage::Gpu(v) = values else { unreachable!("matched above") };
+                super::gpu::upload_result(v.ctx(), a.flat_indices(pl))
+            }
+            Argmax::Cpu(a) => {
+                let _ = values;
+                Storage::Cpu(a.flat_indices(pl))
+            }
             #[cfg(feature = "gpu")]
             Argmax::Gpu(g) => Storage::Gpu(g.clone()),
             Argmax::Meta { len } => Storage::Meta { dtype: DType::I64, len: *len },

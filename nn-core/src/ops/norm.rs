@@ -140,7 +140,11 @@ impl Tensor {
 
     /// RMS normalisation over the trailing `normalized_shape` dims, PyTorch's
     /// `F.rms_norm`: `x / sqrt(mean(x^2) + eps) * weight`, `eps` defaulting (`None`) to
-    /// the dtype's machine epsilon (`torch.finfo(x.dtype).eps`).
+    /// the machine epsilon of the type it computes in: `f64::EPSILON` for f64 inputs,
+    /// `f32::EPSILON` for f32, bf16 and f16 ones. That is what PyTorch 2.15 computes (its
+    /// kernel takes the epsilon of the half types' f32 compute type, while its docs say
+    /// `torch.finfo(x.dtype).eps`, which is 2^-7 for bf16 and would shift a bf16 row of
+    /// 0.1s from 1.0 to 0.75).
     ///
     /// On the CPU one fused pass per row forward and backward (the kernel of
     /// [`layer_norm`](Tensor::layer_norm), without the mean); elsewhere, and while a trace
@@ -155,14 +159,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn rms_norm(&self, normalized_shape: &[usize], weight: Option<&Tensor>, eps: Option<f64>) -> Tensor {
-        // `torch.finfo(x.dtype).eps`, of the input's dtype also when it computes in f32.
+        // The compute type's epsilon (PyTorch's `numeric_limits<opmath_t>::epsilon()`):
+        // half types compute in f32.
         let eps = eps.unwrap_or(match self.dtype() {
             crate::DType::F64 => f64::EPSILON,
-            crate::DType::BF16 => 2f64.powi(-7),
-            crate::DType::F16 => 2f64.powi(-10),
-            _ => f32::EPSILON as f64,
+            _ => f64::from(f32::EPSILON),
         });
-        // Under GPU autocast (PyTorch's CUDA list): in f32, with the input's `eps`.
+        // Under GPU autocast (PyTorch's CUDA list): in f32, with f32's `eps` by default.
         if let Some(y) = crate::autograd::autocast::cast_call("rms_norm", &[Some(self), weight], |c| {
             c[0].expect("present").rms_norm(normalized_shape, c[1], Some(eps))
         }) {
@@ -342,6 +345,21 @@ mod tests {
 
     fn g() -> Tensor {
         t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4, -0.15, 0.9, 1.6, -2.1, 0.05, 0.75], &[2, 3, 2])
+    }
+
+    /// `eps = None` is the compute type's epsilon, f32's for half inputs, as PyTorch 2.15
+    /// computes it: `F.rms_norm(torch.full((1, 4), 0.1, dtype=torch.bfloat16), (4,))` is
+    /// 1.0 (with bf16's own epsilon, 2^-7, it would be 0.7496), and with f16 0.01s 0.9995
+    /// (0.3048 with f16's 2^-10).
+    #[test]
+    fn rms_norm_default_eps_is_the_compute_types() {
+        let bf = Tensor::full_dtype(&[1, 4], 0.1, DType::BF16).rms_norm(&[4], None, None);
+        assert_eq!(bf.to_vec_f64(), vec![1.0; 4]);
+        let h = Tensor::full_dtype(&[1, 4], 0.01, DType::F16).rms_norm(&[4], None, None);
+        assert!(h.to_vec_f64().iter().all(|v| (v - 0.9995).abs() < 1e-3), "{:?}", h.to_vec_f64());
+        let f = Tensor::full(&[1, 4], 1e-4).rms_norm(&[4], None, None).to_vec_f64();
+        let want = 1e-4f32 / (1e-8f32 + f32::EPSILON).sqrt();
+        assert!(f.iter().all(|&v| (v - f64::from(want)).abs() < 1e-4), "{f:?} against {want}");
     }
 
     #[test]

@@ -69,7 +69,7 @@ impl Tensor {
         });
         let (out, argmax) = self.max_pool2d_impl(options);
         let pl = planes("max_pool2d", self, &options).0;
-        let indices = Tensor::from_storage(argmax.flat_indices(&pl), out.shape());
+        let indices = Tensor::from_storage(argmax.flat_indices(&pl, &out.storage_arc()), out.shape());
         (out, indices)
     }
 

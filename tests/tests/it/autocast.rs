@@ -282,6 +282,24 @@ fn scopes_nest_disable_and_restore() {
     assert_eq!(other.join().expect("thread"), DType::F32);
 }
 
+/// Two guards dropped in the order they were made would leave the outer guard's dtype on
+/// for the rest of the thread: the drop that would do it panics instead. (A guard moved to
+/// another thread is a compile error: the guard is not `Send`.)
+#[test]
+fn autocast_guards_dropped_out_of_order_panic() {
+    let outer = AutocastGuard::new(Device::Cpu, DType::BF16);
+    let inner = AutocastGuard::new(Device::Cpu, DType::F16);
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(outer))).unwrap_err();
+    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("CPU autocast guards dropped out of order"), "{msg}");
+    drop(inner);
+    // The CPU's and the GPU's scopes nest separately, as their states are separate.
+    let cpu = AutocastGuard::new(Device::Cpu, DType::BF16);
+    let off = AutocastGuard::with_enabled(Device::Cpu, DType::BF16, false);
+    drop(off);
+    drop(cpu);
+}
+
 #[test]
 fn master_weights_stay_f32_and_get_f32_gradients() {
     nn_core::manual_seed(7);

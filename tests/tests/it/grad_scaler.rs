@@ -92,6 +92,17 @@ fn resumed_training_with_a_scaler_is_bit_identical() {
     let mut resumed = Run::new();
     resumed.scaler = GradScaler::with_config(GradScalerConfig { init_scale: 8.0, ..Default::default() });
     assert!(resumed.snapshot() != full.snapshot());
+    // Resuming the optimizer without the scaler would restart the scale silently: refused,
+    // nothing changed. Restoring the model alone (to evaluate it) is fine.
+    let before = resumed.snapshot();
+    let e = ck.restore(&mut resumed.model, Some(&mut resumed.opt), None).unwrap_err().to_string();
+    assert!(e.contains("holds a grad scaler's state") && e.contains("restore_with_scaler"), "{e}");
+    assert!(resumed.snapshot() == before);
+    let mut eval = Run::new();
+    ck.restore(&mut eval.model, None, None).unwrap();
+    let mut fresh_scale = ck.clone();
+    fresh_scale.scaler = None;
+    fresh_scale.restore(&mut eval.model, Some(&mut eval.opt), None).unwrap();
     ck.restore_with_scaler(&mut resumed.model, Some(&mut resumed.opt), None, &mut resumed.scaler).unwrap();
     assert_eq!(resumed.scaler.state_dict(), ck.scaler.unwrap());
     for i in 12..24 {

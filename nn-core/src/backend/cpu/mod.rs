@@ -260,8 +260,8 @@ impl CpuStorage {
             DType::F32 => CpuStorage::F32(pool::try_filled(len, value as f32)?),
             DType::F64 => CpuStorage::F64(pool::try_filled(len, value)?),
             DType::I64 => CpuStorage::I64(fill(len, value as i64)?),
-            DType::F16 => CpuStorage::F16(fill(len, f16::from_f64(value))?),
-            DType::BF16 => CpuStorage::BF16(fill(len, bf16::from_f64(value))?),
+            DType::F16 => CpuStorage::F16(fill(len, <f16 as Element>::from_f64(value))?),
+            DType::BF16 => CpuStorage::BF16(fill(len, <bf16 as Element>::from_f64(value))?),
             DType::Bool => CpuStorage::Bool(fill(len, value != 0.0)?),
         })
     }
@@ -312,8 +312,9 @@ impl CpuStorage {
 }
 
 /// Converts one element between types through `f64`. Every source value except `i64`
-/// above 2^53 is exact in `f64`, so the single rounding to the target (round-to-nearest-even
-/// for floats, truncation toward zero for integers, as PyTorch) is correct.
+/// above 2^53 is exact in `f64`, so the rounding to the target is PyTorch's:
+/// round-to-nearest-even for floats (to a half type through `f32`, as PyTorch's half types
+/// are built from a `float`), truncation toward zero for integers.
 #[inline(always)]
 fn convert<S: CpuElement, D: CpuElement>(x: S) -> D {
     D::from_f64(x.as_f64())

@@ -221,16 +221,34 @@ fn kernel_name<F>() -> String {
     tail.trim_end_matches("::{{closure}}").replace("nn_core::ops::", "")
 }
 
+/// Whether two positions of `layout` may be one element: false only when, with the dims of
+/// more than one element sorted by stride, each stride is past every offset the smaller
+/// ones reach (the layouts of tensors and of their non-overlapping views).
+fn may_overlap(layout: &Layout) -> bool {
+    let mut dims: Vec<(usize, usize)> =
+        layout.shape().iter().zip(layout.strides()).filter(|(&n, _)| n > 1).map(|(&n, &s)| (s, n)).collect();
+    dims.sort_unstable();
+    let mut reach = 0; // the largest offset the dims so far reach from the first
+    for (stride, n) in dims {
+        if stride <= reach {
+            return true;
+        }
+        reach += stride * (n - 1);
+    }
+    false
+}
+
 /// Writes the elements `src_layout` selects from `src`, converted to `dst`'s dtype, into
 /// the positions `layout` selects in `dst`.
 pub(crate) fn write_from(dst: &mut GpuStorage, layout: &Layout, src: &GpuStorage, src_layout: &Layout) {
     let vals = kernels::convert(src, src_layout, dst.dtype());
-    // A half destination written through a layout that repeats a position (a zero stride)
-    // goes through the host, where the last write wins as on the CPU: the device's
-    // per-half atomics would OR two values into one element.
-    let repeats = layout.shape().iter().zip(layout.strides()).any(|(&n, &s)| n > 1 && s == 0);
+    // A destination written through a layout that may reach a position twice (a zero
+    // stride, an overlapping `unfold`) goes through the host, where the last write wins as
+    // on the CPU: on the device the threads writing one element race (and a 64-bit
+    // element's two words may come from different sources; half types' per-half atomics
+    // would OR two values together).
     match vals {
-        Some(vals) if !(repeats && dst.dtype().is_half()) => kernels::scatter(dst, layout, &vals),
+        Some(vals) if !may_overlap(layout) => kernels::scatter(dst, layout, &vals),
         _ => {
             let mut on_host = dst.host("write_from");
             let vals = src.to_cpu().convert_layout(src_layout, dst.dtype());

@@ -46,13 +46,16 @@ pub(crate) fn checked_indices(index: &GpuStorage, li: &Layout, size: usize, op: 
 
 /// Checks on the device that every value of the `i64` index (through `li`) lies in
 /// `0..n`; a failure is reported at the next host read, naming `op` (as
-/// [`checked_indices`] does).
+/// [`checked_indices`] does), and marks the index's buffer, so that everything the op
+/// goes on to compute from it is unreadable too (the op's own indexing may accept what
+/// this check refuses: `embedding` indexes through `index_select`, which takes negative
+/// indices).
 pub(crate) fn check_range(index: &GpuStorage, li: &Layout, n: usize, op: &str) {
     let count = li.numel();
     if count == 0 {
         return;
     }
-    let slot = slot(index, li, op, (0, n), Vec::new());
+    let slot = slot(index, li, op, (0, n), vec![index.buffer().id]);
     let mut p = strided_params(li.shape(), &[li]);
     p.extend([u32_of("dimension size", n), slot]);
     let src = FAMILY.render("check_range", &[("PRELUDE", prelude())]);
