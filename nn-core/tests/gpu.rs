@@ -463,6 +463,26 @@ fn max_pool_indices_stay_on_the_device_of_the_values() {
     }
 }
 
+/// Several checks failing at one read, one of them on an index that an earlier report
+/// made unreadable: every failure is still marked (reporting the first read that index's
+/// values and panicked before the others were marked).
+#[test]
+fn failures_read_together_are_all_marked() {
+    let _serial = serial();
+    let table = Tensor::from_vec_i64(vec![7, 1, 2], &[3]).to_device(GPU);
+    let t = table.index_select(0, &Tensor::from_vec_i64(vec![-9], &[1]).to_device(GPU));
+    assert!(panic_message(|| drop(t.to_vec_f64())).contains("index -9"));
+    let x = Tensor::randn(&[3, 2]).to_device(GPU);
+    let z1 = x.index_select(0, &t); // t is marked; its kernel wrote 0 there, so it indexes row 0
+    let z2 = x.index_select(0, &Tensor::from_vec_i64(vec![5], &[1]).to_device(GPU));
+    let first = panic_message(|| drop(z2.to_vec()));
+    assert!(first.contains("out of bounds"), "{first}");
+    for (what, z) in [("z1", &z1), ("z2", &z2)] {
+        let m = panic_message(|| drop(z.to_vec()));
+        assert!(m.contains("out of bounds"), "{what} read as right: {m}");
+    }
+}
+
 /// A negative embedding id (refused by `embedding`, which its `index_select` would take as
 /// counted from the back) is reported, and what was computed from it stays unreadable: on a
 /// second read, and on another thread that never got the report.

@@ -32,9 +32,10 @@ pub(crate) struct Check {
 }
 
 impl Check {
-    /// The index value at row-major position `pos` (read back: only when reporting).
+    /// The index value at row-major position `pos` (read back: only when reporting,
+    /// without the checks' bookkeeping, as the index may be marked by a report).
     pub(crate) fn value_at(&self, pos: usize) -> i64 {
-        self.index.to_cpu().to_vec_of::<i64>(&self.layout)[pos]
+        self.index.to_cpu_raw().to_vec_of::<i64>(&self.layout)[pos]
     }
 }
 
@@ -52,6 +53,9 @@ pub(crate) struct Batch {
     /// Since the first unread check: each launch's bound buffers (reads, `u64::MAX`,
     /// writes).
     log: Vec<(u64, Vec<u64>)>,
+    /// Host reads waiting for the checks they took: launches stay logged until those
+    /// checks' failures are marked.
+    pub(crate) resolving: u32,
 }
 
 impl Batch {
@@ -159,7 +163,7 @@ impl Batch {
         let seq = self.seq;
         self.seq += 1;
         ctx.propagate_marks(&reads, &writes);
-        if !self.checks.is_empty() {
+        if !self.checks.is_empty() || self.resolving > 0 {
             let mut ids = reads;
             ids.push(u64::MAX);
             ids.extend(writes);
@@ -187,8 +191,16 @@ impl Batch {
         std::mem::take(&mut self.checks)
     }
 
-    pub(crate) fn take_log(&mut self) -> Vec<(u64, Vec<u64>)> {
-        std::mem::take(&mut self.log)
+    /// The launches logged since the first check still unread or being resolved.
+    pub(crate) fn log(&self) -> &[(u64, Vec<u64>)] {
+        &self.log
+    }
+
+    /// Drops the log once no check needs it (none unread, none being resolved).
+    pub(crate) fn trim_log(&mut self) {
+        if self.checks.is_empty() && self.resolving == 0 {
+            self.log.clear();
+        }
     }
 
     /// Drops what was recorded without submitting it (the device is being destroyed).

@@ -493,30 +493,36 @@ impl Ctx {
         lock(&self.batch).launch(self, kernel, params, buffers, false, grid);
     }
 
-    /// [`dispatch`](Ctx::dispatch) of an index check: the error slots are bound after
-    /// `buffers`.
-    pub(crate) fn dispatch_with_errors(&'static self, src: &str, params: &[u32], buffers: &[&Buffer], groups: u64) {
+    /// [`dispatch`](Ctx::dispatch) of an index check: the check takes an error slot (the
+    /// kernel `atomicMax`es `u32::MAX - position` of the first bad index into it), whose
+    /// number is appended to `params`, and the error slots are bound after `buffers`. The
+    /// slot and the launch are recorded under one lock, so a host read on another thread
+    /// cannot take the check before its kernel is recorded (it would read the slot before
+    /// the kernel ran, and the failure would go unreported).
+    pub(crate) fn dispatch_checked(
+        &'static self,
+        src: &str,
+        check: Check,
+        mut params: Vec<u32>,
+        buffers: &[&Buffer],
+        groups: u64,
+    ) {
         if groups == 0 {
             return;
         }
         let x = groups.min(65535) as u32;
         let y = u32::try_from(groups.div_ceil(65535)).expect("at most 2^32 workgroups");
         let kernel = self.kernel(src);
-        lock(&self.batch).launch(self, &kernel, params, buffers, true, [x, y, 1]);
-    }
-
-    /// An error slot for an index check recorded now (the check kernel `atomicMax`es
-    /// `u32::MAX - position` of the first bad index into it), with what the report needs.
-    pub(crate) fn error_slot(&'static self, check: Check) -> u32 {
         let mut b = lock(&self.batch);
-        if b.checks_len() as u64 == ERROR_SLOTS {
+        while b.checks_len() as u64 >= ERROR_SLOTS {
             // Out of slots: read them now (a host wait, only after 1024 unread checks).
             drop(b);
             let probe = self.alloc(4);
             drop(self.download(&probe, 4));
             b = lock(&self.batch);
         }
-        b.add_check(self, check)
+        params.push(b.add_check(self, check));
+        b.launch(self, &kernel, &params, buffers, true, [x, y, 1]);
     }
 
     /// After a failed check was reported: a step that reads a marked buffer marks what it

@@ -146,16 +146,28 @@ impl GpuStorage {
     /// The whole buffer, copied to the host (waits for the kernels that write it).
     pub(crate) fn to_cpu(&self) -> CpuStorage {
         let bytes = self.buf.ctx.download(&self.buf, byte_len(self.dtype, self.len) as usize);
+        self.from_bytes(&bytes)
+    }
+
+    /// [`to_cpu`](GpuStorage::to_cpu) through [`Ctx::download_raw`] (reporting a failed
+    /// index check).
+    pub(crate) fn to_cpu_raw(&self) -> CpuStorage {
+        let bytes = self.buf.ctx.download_raw(&self.buf, byte_len(self.dtype, self.len) as usize);
+        self.from_bytes(&bytes)
+    }
+
+    /// This storage's values from their bytes.
+    fn from_bytes(&self, bytes: &[u8]) -> CpuStorage {
         fn words<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
             b.chunks_exact(N).map(|c| f(c.try_into().expect("chunks of N"))).collect()
         }
         match self.dtype {
-            DType::F32 => CpuStorage::F32(words(&bytes, f32::from_le_bytes)),
-            DType::F64 => CpuStorage::F64(words(&bytes, f64::from_le_bytes)),
-            DType::I64 => CpuStorage::I64(words(&bytes, i64::from_le_bytes)),
-            DType::F16 => CpuStorage::F16(words(&bytes, |b| f16::from_bits(u16::from_le_bytes(b)))),
-            DType::BF16 => CpuStorage::BF16(words(&bytes, |b| bf16::from_bits(u16::from_le_bytes(b)))),
-            DType::Bool => CpuStorage::Bool(words(&bytes, |b| u32::from_le_bytes(b) != 0)),
+            DType::F32 => CpuStorage::F32(words(bytes, f32::from_le_bytes)),
+            DType::F64 => CpuStorage::F64(words(bytes, f64::from_le_bytes)),
+            DType::I64 => CpuStorage::I64(words(bytes, i64::from_le_bytes)),
+            DType::F16 => CpuStorage::F16(words(bytes, |b| f16::from_bits(u16::from_le_bytes(b)))),
+            DType::BF16 => CpuStorage::BF16(words(bytes, |b| bf16::from_bits(u16::from_le_bytes(b)))),
+            DType::Bool => CpuStorage::Bool(words(bytes, |b| u32::from_le_bytes(b) != 0)),
         }
     }
 

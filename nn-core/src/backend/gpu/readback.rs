@@ -14,19 +14,50 @@ impl Ctx {
     /// a failed one panics (see the module docs); so does reading a buffer marked by one.
     pub(crate) fn download(&'static self, buf: &Buffer, len: usize) -> Vec<u8> {
         self.check_alive();
-        if let Some(why) = lock(&self.reports).remove(&std::thread::current().id()) {
-            panic!("{why}");
-        }
+        self.deliver_report();
         if let Some(why) = lock(&self.tainted).get(&buf.id) {
             panic!("{why}");
         }
+        let (out, checks, slots) = self.read_back(buf, len, true);
+        if !checks.is_empty() {
+            self.failed_checks(&checks, &slots);
+        }
+        self.deliver_report();
+        if let Some(why) = lock(&self.tainted).get(&buf.id) {
+            panic!("{why}");
+        }
+        out
+    }
+
+    /// [`download`](Ctx::download) without the index checks: it neither reads the pending
+    /// checks (the next download does) nor refuses a marked buffer. Only for reporting a
+    /// failed check (the index values it names, from a buffer a report may have marked).
+    pub(crate) fn download_raw(&'static self, buf: &Buffer, len: usize) -> Vec<u8> {
+        self.check_alive();
+        self.read_back(buf, len, false).0
+    }
+
+    /// Panics with the report of a failed check filed for this thread, if there is one.
+    fn deliver_report(&self) {
+        if let Some(why) = lock(&self.reports).remove(&std::thread::current().id()) {
+            panic!("{why}");
+        }
+    }
+
+    /// Copies `len` bytes of `buf` and, with `checks`, the error slots of the pending index
+    /// checks (which it takes, counting itself as resolving them: launches stay logged until
+    /// their failures are marked) to a staging buffer, submits and waits.
+    fn read_back(&'static self, buf: &Buffer, len: usize, checks: bool) -> (Vec<u8>, Vec<Check>, Vec<u32>) {
         let padded = (len as u64).div_ceil(4) * 4;
         let mut b = lock(&self.batch);
-        if padded == 0 && b.checks_len() == 0 {
+        let checks = if checks { b.take_checks() } else { Vec::new() };
+        if padded == 0 && checks.is_empty() {
             // Nothing to read: an empty tensor's values need no wait.
-            return Vec::new();
+            return (Vec::new(), checks, Vec::new());
         }
-        let checks = b.take_checks();
+        if !checks.is_empty() {
+            b.resolving += 1;
+        }
         let check_bytes = 4 * checks.len() as u64;
         let size = size_class(padded + check_bytes);
         let staging = lock(&self.staging).get_mut(&size).and_then(Vec::pop).unwrap_or_else(|| {
@@ -44,7 +75,6 @@ impl Ctx {
         if check_bytes > 0 {
             b.copy(self, &self.errors, 0, &staging, padded, check_bytes);
         }
-        let log = b.take_log();
         self.submit_locked(&mut b);
         drop(b);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -73,22 +103,21 @@ impl Ctx {
         };
         staging.unmap();
         lock(&self.staging).entry(size).or_default().push(staging);
-        self.failed_checks(&checks, &slots, &log);
-        if let Some(why) = lock(&self.reports).remove(&std::thread::current().id()) {
-            panic!("{why}");
-        }
-        if let Some(why) = lock(&self.tainted).get(&buf.id) {
-            panic!("{why}");
-        }
-        out
+        (out, checks, slots)
     }
 
-    /// Marks what failed checks' ops wrote, and what was computed from that since, and
-    /// files a report for each thread that recorded one (its first failure).
-    fn failed_checks(&'static self, checks: &[Check], slots: &[u32], log: &[(u64, Vec<u64>)]) {
+    /// After `checks` were read (`slots`, their error words): marks what failed checks'
+    /// ops wrote, and what was computed from that since, and files a report for each
+    /// thread that recorded one (its first failure). Ends this read's resolving of them.
+    ///
+    /// The reports are written first, reading the failing index values without the
+    /// checks' bookkeeping ([`download_raw`](Ctx::download_raw)), so nothing here panics
+    /// before every failure is marked. The marks are then made under the batch lock,
+    /// from the log of every launch since the checks (including launches other threads
+    /// recorded during the wait), so no launch falls between the log and the marks.
+    fn failed_checks(&'static self, checks: &[Check], slots: &[u32]) {
         let failed: Vec<(&Check, u32)> =
             checks.iter().zip(slots).filter(|(_, &s)| s != 0).map(|(c, &s)| (c, u32::MAX - s)).collect();
-        let Some(start) = failed.iter().map(|(c, _)| c.launch).min() else { return };
         let mut reports: HashMap<std::thread::ThreadId, Arc<str>> = HashMap::new();
         for &(check, first) in &failed {
             if reports.contains_key(&check.thread) {
@@ -102,22 +131,27 @@ impl Ctx {
             );
             reports.insert(check.thread, report.into());
         }
-        let first: Arc<str> = reports[&failed[0].0.thread].clone();
-        let mut marked: HashSet<u64> = failed.iter().flat_map(|(c, _)| c.writes.iter().copied()).collect();
-        for (launch, (reads, writes)) in log.iter().map(|(l, ids)| (l, split_log(ids))) {
-            if *launch > start && reads.iter().any(|r| marked.contains(r)) {
-                marked.extend(writes);
+        let mut b = lock(&self.batch);
+        b.resolving -= 1;
+        if let Some(start) = failed.iter().map(|(c, _)| c.launch).min() {
+            let first: Arc<str> = reports[&failed[0].0.thread].clone();
+            let mut marked: HashSet<u64> = failed.iter().flat_map(|(c, _)| c.writes.iter().copied()).collect();
+            for (launch, (reads, writes)) in b.log().iter().map(|(l, ids)| (l, split_log(ids))) {
+                if *launch > start && reads.iter().any(|r| marked.contains(r)) {
+                    marked.extend(writes);
+                }
+            }
+            let mut t = lock(&self.tainted);
+            for id in marked {
+                t.entry(id).or_insert_with(|| first.clone());
+            }
+            drop(t);
+            let mut r = lock(&self.reports);
+            for (thread, report) in reports {
+                r.entry(thread).or_insert(report);
             }
         }
-        let mut t = lock(&self.tainted);
-        for id in marked {
-            t.entry(id).or_insert_with(|| first.clone());
-        }
-        drop(t);
-        let mut r = lock(&self.reports);
-        for (thread, report) in reports {
-            r.entry(thread).or_insert(report);
-        }
+        b.trim_log();
     }
 }
 

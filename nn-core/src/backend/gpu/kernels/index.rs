@@ -11,10 +11,9 @@ use crate::shape::Layout;
 
 pub(super) static FAMILY: Family = Family::new("index.wgsl", include_str!("../wgsl/index.wgsl"));
 
-/// An error slot for a check of `index` (through `li`) by `op`, whose failure marks the
-/// buffers `writes`.
-fn slot(index: &GpuStorage, li: &Layout, op: &str, (dim, size): (usize, usize), writes: Vec<u64>) -> u32 {
-    index.ctx().error_slot(Check {
+/// A check of `index` (through `li`) by `op`, whose failure marks the buffers `writes`.
+fn check(index: &GpuStorage, li: &Layout, op: &str, (dim, size): (usize, usize), writes: Vec<u64>) -> Check {
+    Check {
         op: op.to_string(),
         dim,
         size,
@@ -23,7 +22,7 @@ fn slot(index: &GpuStorage, li: &Layout, op: &str, (dim, size): (usize, usize), 
         writes,
         launch: 0,
         thread: std::thread::current().id(),
-    })
+    }
 }
 
 /// Validated indices: `index` (i64, through `li`) with negative values counted from the
@@ -36,11 +35,11 @@ pub(crate) fn checked_indices(index: &GpuStorage, li: &Layout, size: usize, op: 
     let ctx = index.ctx();
     let n = li.numel();
     let out = ctx.alloc(4 * n as u64);
-    let slot = slot(index, li, op, (dim, size), vec![out.id]);
+    let check = check(index, li, op, (dim, size), vec![out.id]);
     let mut p = strided_params(li.shape(), &[li]);
-    p.extend([u32_of("dimension size", size), slot]);
+    p.push(u32_of("dimension size", size));
     let src = FAMILY.render("checked_indices", &[("PRELUDE", prelude())]);
-    ctx.dispatch_with_errors(&src, &p, &[index.buffer(), &out], groups_for(n));
+    ctx.dispatch_checked(&src, check, p, &[index.buffer(), &out], groups_for(n));
     out
 }
 
@@ -55,11 +54,11 @@ pub(crate) fn check_range(index: &GpuStorage, li: &Layout, n: usize, op: &str) {
     if count == 0 {
         return;
     }
-    let slot = slot(index, li, op, (0, n), vec![index.buffer().id]);
+    let check = check(index, li, op, (0, n), vec![index.buffer().id]);
     let mut p = strided_params(li.shape(), &[li]);
-    p.extend([u32_of("dimension size", n), slot]);
+    p.push(u32_of("dimension size", n));
     let src = FAMILY.render("check_range", &[("PRELUDE", prelude())]);
-    index.ctx().dispatch_with_errors(&src, &p, &[index.buffer()], groups_for(count));
+    index.ctx().dispatch_checked(&src, check, p, &[index.buffer()], groups_for(count));
 }
 
 /// For class targets `t` (`i64`, through `lt`) of a loss over `c` classes: the targets as
@@ -84,12 +83,12 @@ pub(crate) fn class_targets(
     if n == 0 {
         return Some((safe, mask));
     }
-    let slot = slot(t, lt, op, (1, c), vec![safe.buffer().id, mask.buffer().id]);
+    let check = check(t, lt, op, (1, c), vec![safe.buffer().id, mask.buffer().id]);
     let mut p = strided_params(lt.shape(), &[lt]);
     let ignore = ignore_index as u64;
-    p.extend([u32_of("class count", c), ignore as u32, (ignore >> 32) as u32, slot]);
+    p.extend([u32_of("class count", c), ignore as u32, (ignore >> 32) as u32]);
     let src = FAMILY.render("class_targets", &[("PRELUDE", prelude())]);
-    ctx.dispatch_with_errors(&src, &p, &[t.buffer(), safe.buffer(), mask.buffer()], groups_for(n));
+    ctx.dispatch_checked(&src, check, p, &[t.buffer(), safe.buffer(), mask.buffer()], groups_for(n));
     Some((safe, mask))
 }
 
