@@ -397,7 +397,9 @@
 //! ```
 //! nn: [`amp::autocast`](crate::amp::autocast) (a closure) or
 //! [`amp::AutocastGuard`](crate::amp::AutocastGuard) (the guard form), with PyTorch's CPU
-//! lists in one table, [`amp::POLICIES`](crate::amp::POLICIES); `autocast_enabled(..,
+//! lists in one table, [`amp::POLICIES`](crate::amp::POLICIES) (with
+//! [`amp::CPU_POLICIES`](crate::amp::CPU_POLICIES): reflect and replicate padding in `f32`
+//! on the CPU only); `autocast_enabled(..,
 //! false, ..)` is `enabled=False`. Outside autocast, mixing dtypes in one op stays an
 //! error; inside it, floating dtypes promote as PyTorch's do. `torch.autocast("cuda")` is
 //! `autocast(Device::Gpu(0), ..)`, with PyTorch's CUDA lists

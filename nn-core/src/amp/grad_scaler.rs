@@ -471,12 +471,18 @@ impl GradScaler {
             let check = match g {
                 None => Check::NoGrad,
                 Some(g) => {
-                    let finite = g.isfinite().all().item_bool();
                     // `x * 1` is `x`: skipped, so that no -0 turns into +0.
-                    if inv != 1.0 {
-                        p.set_grad(Some(no_grad(|| &g * inv)));
-                    }
-                    if finite {
+                    let g = if inv != 1.0 {
+                        let unscaled = no_grad(|| &g * inv);
+                        p.set_grad(Some(unscaled.clone()));
+                        unscaled
+                    } else {
+                        g
+                    };
+                    // Checked after the division (PyTorch checks before it): with a scale
+                    // below 1, a finite gradient can overflow there, and the step would
+                    // apply the inf.
+                    if g.isfinite().all().item_bool() {
                         Check::Finite
                     } else {
                         Check::NonFinite
@@ -780,6 +786,19 @@ mod tests {
             assert_ne!(snapshot(&opt), before);
             assert_eq!(s.state_dict().growth_tracker, 1);
         }
+    }
+
+    /// With a scale below 1, unscaling can overflow a finite gradient: that step is
+    /// skipped too, the parameter untouched.
+    #[test]
+    fn a_gradient_that_overflows_when_unscaled_skips_the_step() {
+        let w = param(&[1.0, 2.0]);
+        let mut opt = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, ..Default::default() });
+        let mut s = GradScaler::new();
+        s.update_with(1e-3).unwrap();
+        set_grad(&w, &[1e36, 1.0]); // finite; 1e39 once divided by 1e-3
+        assert_eq!(s.step(&mut opt), StepOutcome::Skipped);
+        assert_eq!(w.to_vec(), vec![1.0, 2.0]);
     }
 
     #[test]

@@ -134,12 +134,30 @@ pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
     ("scatter_add", CastPolicy::Promote),
 ];
 
+/// What autocast does on the CPU only, beyond [`POLICIES`]: entries of PyTorch 2.15's CPU
+/// f32 list that its CUDA list lacks. `pad` in the reflect and replicate modes is
+/// `reflection_pad*d` / `replication_pad*d` in PyTorch (f32 under CPU autocast, the
+/// input's dtype under CUDA autocast); its constant and circular modes are not listed.
+///
+/// ```
+/// use nn_core::amp::{autocast, policy, CastPolicy};
+/// use nn_core::ops::PadMode;
+/// use nn_core::{DType, Device, Tensor};
+/// assert_eq!(policy(Device::Cpu, "replication_pad"), Some(CastPolicy::F32));
+/// assert_eq!(policy(Device::Gpu(0), "replication_pad"), None);
+/// let x = Tensor::randn(&[1, 2, 3]).to_dtype(DType::BF16);
+/// let y = autocast(Device::Cpu, DType::BF16, || x.pad(&[1, 1], PadMode::Replicate, 0.0));
+/// assert_eq!(y.dtype(), DType::F32);
+/// ```
+pub const CPU_POLICIES: &[(&str, CastPolicy)] =
+    &[("reflection_pad", CastPolicy::F32), ("replication_pad", CastPolicy::F32)];
+
 /// What autocast does to `op` (by the name it reports in errors) on `device`'s kind:
-/// [`POLICIES`] on the CPU, those and [`GPU_POLICIES`] on the GPU; `None` for an op it
-/// leaves alone.
+/// [`POLICIES`] and [`CPU_POLICIES`] on the CPU, [`POLICIES`] and [`GPU_POLICIES`] on the
+/// GPU; `None` for an op it leaves alone.
 pub fn policy(device: Device, op: &str) -> Option<CastPolicy> {
-    let gpu = if matches!(device, Device::Gpu(_)) { GPU_POLICIES } else { &[] };
-    gpu.iter().chain(POLICIES).find(|(name, _)| *name == op).map(|p| p.1)
+    let own = if matches!(device, Device::Gpu(_)) { GPU_POLICIES } else { CPU_POLICIES };
+    own.iter().chain(POLICIES).find(|(name, _)| *name == op).map(|p| p.1)
 }
 
 /// The dtypes an autocast scope may use.

@@ -98,6 +98,20 @@ impl Tensor {
                 );
             }
         }
+        // Under CPU autocast, reflect and replicate run in f32 (PyTorch's CPU list names
+        // `reflection_pad*d` and `replication_pad*d`); the ops pad is built from are its
+        // parts, which autocast leaves alone.
+        let listed = match mode {
+            PadMode::Reflect => Some("reflection_pad"),
+            PadMode::Replicate => Some("replication_pad"),
+            PadMode::Constant | PadMode::Circular => None,
+        };
+        if let Some(op) = listed {
+            if let Some(y) = crate::autograd::autocast::cast1(op, self, |x| x.pad(pads, mode, value)) {
+                return y;
+            }
+        }
+        let _inside = crate::autograd::autocast::inside_op();
         let mut y = self.clone();
         for (k, lr) in pads.chunks(2).enumerate() {
             let (l, r) = (lr[0], lr[1]);

@@ -1,0 +1,164 @@
+//! Tests of the GEMM autotuner (`gemm_tune.rs`), and the hooks that make its kernels faulty.
+
+use super::*;
+use crate::{Device, Tensor};
+
+/// Kernels whose source the tests break, to see a compile failure caught.
+pub(crate) static BROKEN: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
+
+/// The lock of the tests that force variants or depend on tuning (the choice is
+/// process-wide).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Kernels the tests make compute a wrong product (alpha scaled by 1.5).
+pub(crate) static WRONG: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
+
+/// Kernels the tests make write nothing.
+pub(crate) static SILENT: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
+
+/// Puts `kernel` on the list of kernels made faulty (`BROKEN`, `WRONG`, `SILENT`) and
+/// drops its compiled pipeline, which a test that ran before may have built whole.
+fn sabotage(ctx: &Ctx, list: &Mutex<Vec<Kernel>>, kernel: Kernel) {
+    lock(list).push(kernel);
+    lock(&ctx.gemm.kernels).remove(&kernel);
+}
+
+#[test]
+fn agreement_allows_rounding_and_catches_wrong_values() {
+    let want = [1.0, -2.0, 4.0];
+    assert_eq!(agrees(Enc::F32, &want, &[1.0, -2.0002, 4.0]), Ok(()));
+    let e = agrees(Enc::F32, &want, &[1.0, -2.0, 4.01]).unwrap_err();
+    assert!(e.starts_with("element 2 is 4.01, the general variant's 4"), "{e}");
+    assert!(agrees(Enc::F16, &want, &[1.1, -2.0, 4.0]).is_ok());
+    assert!(agrees(Enc::F16, &want, &[1.0, 2.0, 4.0]).is_err());
+    assert!(agrees(Enc::F32, &want, &[1.0, f64::NAN, 4.0]).is_err());
+    let e = agrees(Enc::F32, &[f64::INFINITY, 0.0], &[0.0, 9.0]).unwrap_err();
+    assert!(e.contains("nothing to compare"), "{e}");
+}
+
+/// A candidate whose product is wrong cannot win the tuning: it is refused, and says so
+/// in the report.
+#[test]
+fn a_wrong_candidate_is_refused_while_tuning() {
+    let _serial = lock(&SERIAL);
+    let gpu = Device::Gpu(0);
+    if let Err(e) = gpu.check() {
+        panic!("this test needs gpu:0: {e}");
+    }
+    let ctx = super::super::context::get(0).expect("checked");
+    let t128 = VARIANTS.iter().position(|v| v.name == "t128x128_8x8").expect("listed");
+    sabotage(ctx, &WRONG, Kernel { variant: t128, enc: Enc::F32, input: false, checked: false });
+    // A batched class no other test of this binary tunes.
+    let (a, b) = (Tensor::randn(&[2, 300, 520]), Tensor::randn(&[2, 520, 36]));
+    let want = a.matmul(&b).to_vec();
+    let got = a.to_device(gpu).matmul(&b.to_device(gpu)).to_vec();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} against {w}");
+    }
+    let (variants, tuned, _, _) = report(ctx);
+    let (_, refused) = &variants[t128];
+    assert!(
+        refused.as_deref().is_some_and(|e| e.contains("`t128x128_8x8` computed a wrong product for f32")),
+        "{refused:?}"
+    );
+    let (_, entry) = tuned.iter().find(|(c, _)| c.contains("batched") && c.contains("n<=64")).expect("tuned");
+    assert!(!entry.contains("t128x128_8x8"), "{entry}");
+}
+
+/// A candidate that writes nothing is refused too: the tuner does not compare it with
+/// the product the variant before it left in the output.
+#[test]
+fn a_candidate_that_writes_nothing_is_refused_while_tuning() {
+    let _serial = lock(&SERIAL);
+    let gpu = Device::Gpu(0);
+    if let Err(e) = gpu.check() {
+        panic!("this test needs gpu:0: {e}");
+    }
+    let ctx = super::super::context::get(0).expect("checked");
+    let silent = VARIANTS.iter().position(|v| v.name == "u64x64_8x8").expect("listed");
+    let kernel = Kernel { variant: silent, enc: Enc::F32, input: false, checked: false };
+    sabotage(ctx, &SILENT, kernel);
+    // A batched class no other test of this binary tunes.
+    let (a, b) = (Tensor::randn(&[3, 200, 100]), Tensor::randn(&[3, 100, 300]));
+    let want = a.matmul(&b).to_vec();
+    let got = a.to_device(gpu).matmul(&b.to_device(gpu)).to_vec();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} against {w}");
+    }
+    let (variants, tuned, _, _) = report(ctx);
+    let (_, refused) = &variants[silent];
+    assert!(
+        refused.as_deref().is_some_and(|e| e.contains("`u64x64_8x8` computed a wrong product for f32")),
+        "{refused:?}"
+    );
+    let (_, entry) = tuned.iter().find(|(c, _)| c.contains("n<=1024") && c.contains("batched")).expect("tuned");
+    assert!(!entry.contains("u64x64_8x8"), "{entry}");
+}
+
+/// Operands whose product is not finite do not tune their class (any candidate would
+/// pass a comparison with it): the general variant runs, and a later finite product of
+/// the class tunes it.
+#[test]
+fn a_non_finite_product_does_not_tune_its_class() {
+    let _serial = lock(&SERIAL);
+    let gpu = Device::Gpu(0);
+    if let Err(e) = gpu.check() {
+        panic!("this test needs gpu:0: {e}");
+    }
+    let ctx = super::super::context::get(0).expect("checked");
+    let class = |tuned: &[(String, String)]| tuned.iter().any(|(c, _)| c.contains("m<=256 n<=16 k<=4096"));
+    let a = Tensor::full(&[100, 3000], f64::INFINITY);
+    let got = a.to_device(gpu).matmul(&Tensor::ones(&[3000, 10]).to_device(gpu)).to_vec();
+    assert!(got.iter().all(|v| *v == f32::INFINITY), "{got:?}");
+    let (_, tuned, last, _) = report(ctx);
+    assert!(last.is_some_and(|l| l.starts_with("t64x64_4x4 (tuned)")));
+    assert!(!class(&tuned), "{tuned:?}");
+    let (a, b) = (Tensor::randn(&[100, 3000]), Tensor::randn(&[3000, 10]));
+    let want = a.matmul(&b).to_vec();
+    let got = a.to_device(gpu).matmul(&b.to_device(gpu)).to_vec();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} against {w}");
+    }
+    assert!(class(&report(ctx).1), "the finite product tunes the class");
+}
+
+#[test]
+fn specs_parse_and_bad_ones_list_the_variants() {
+    assert_eq!("auto".parse::<Forced>(), Ok(Forced::default()));
+    assert_eq!("t64x64_8x8+packed".parse::<Forced>(), Ok(Forced { variant: Some(2), packed: true, checked: false }));
+    let both = Forced { variant: Some(7), packed: true, checked: true };
+    assert_eq!("db128x128_k8+checked+packed".parse::<Forced>(), Ok(both));
+    assert_eq!("db128x128_k8+packed+checked".parse::<Forced>(), Ok(both));
+    let e = "t9x9".parse::<Forced>().unwrap_err();
+    assert!(e.contains("t9x9") && e.contains("coop64x64_f16"), "{e}");
+}
+
+/// A variant the compiler rejects is refused with a message naming the adapter and the
+/// variant, and the product still comes out right, from the general variant.
+#[test]
+fn a_compile_failure_falls_back_and_is_remembered() {
+    let _serial = lock(&SERIAL);
+    let gpu = Device::Gpu(0);
+    if let Err(e) = gpu.check() {
+        panic!("this test needs gpu:0: {e}");
+    }
+    let ctx = super::super::context::get(0).expect("checked");
+    // t128x64_8x4 with an input, in f32: a kernel no other test of this binary runs.
+    let kernel = Kernel { variant: 3, enc: Enc::F32, input: true, checked: false };
+    sabotage(ctx, &BROKEN, kernel);
+    force(Some("t128x64_8x4"));
+    let (i, a, b) = (Tensor::randn(&[9, 5]), Tensor::randn(&[9, 6]), Tensor::randn(&[6, 5]));
+    let want = i.addmm(&a, &b).to_vec();
+    let got = i.to_device(gpu).addmm(&a.to_device(gpu), &b.to_device(gpu)).to_vec();
+    let (variants, _, last, _) = report(ctx);
+    force(None);
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{got:?} against {want:?}");
+    }
+    let last = last.expect("a product ran");
+    assert!(last.starts_with("t64x64_4x4 ("), "{last}");
+    assert!(last.contains("failed to compile GEMM variant `t128x64_8x4` for f32"), "{last}");
+    assert!(last.contains(&format!("adapter `{}`", ctx.gemm.caps.adapter)), "{last}");
+    let (_, refused) = &variants[3];
+    assert!(refused.as_deref().is_some_and(|e| e.contains("failed to compile")), "{refused:?}");
+}
