@@ -425,25 +425,17 @@ fn an_embedding_id_out_of_range_on_the_gpu_panics() {
     let _ = e.to_vec();
 }
 
-/// Writes through a layout that reaches one element many times (an expanded view) end
-/// as on the CPU, the last write winning, in every dtype: on the device the writing
-/// threads would race (and an i64 or f64 element's two words could come from two
-/// sources).
+/// Writing through an `expand`ed view (a zero stride: every element written many times)
+/// is refused on both devices, as in PyTorch; on the GPU the writing threads would race.
 #[test]
-fn writes_through_a_repeating_layout_match_the_cpu() {
+fn writes_through_an_expanded_view_are_refused() {
     let _serial = serial();
-    for dtype in [DType::F32, DType::F64, DType::I64, DType::BF16] {
-        let run = |d: Device| {
-            let t = Tensor::zeros(&[2, 1]).to_dtype(dtype).to_device(d).expand(&[2, 4096]);
-            t.copy_(&Tensor::arange(0.0, 8192.0, 1.0).reshape(&[2, 4096]).to_dtype(dtype).to_device(d));
-            t.to_vec_f64()
-        };
-        let before = gpu::stats(0).unwrap().host_path_calls();
-        let on_gpu = run(GPU);
-        // (lavapipe's threads happen to finish in order; a GPU's need not: the host path
-        // is what makes the result the CPU's)
-        assert!(gpu::stats(0).unwrap().host_path_calls() > before, "{dtype}: written on the device");
-        assert_eq!(on_gpu, run(Device::Cpu), "{dtype}");
+    for d in [GPU, Device::Cpu] {
+        let expanded = Tensor::zeros(&[2, 1]).to_device(d).expand(&[2, 4]);
+        let m = panic_message(|| drop(expanded.copy_(&Tensor::ones(&[2, 4]).to_device(d))));
+        assert!(m.contains("copy_: unsupported operation: more than one element"), "{d}: {m}");
+        let m = panic_message(|| drop(expanded.add_(&Tensor::ones(&[2, 4]).to_device(d))));
+        assert!(m.contains("more than one element of the written-to tensor"), "{d}: {m}");
     }
 }
 
@@ -473,13 +465,14 @@ fn failures_read_together_are_all_marked() {
     let t = table.index_select(0, &Tensor::from_vec_i64(vec![-9], &[1]).to_device(GPU));
     assert!(panic_message(|| drop(t.to_vec_f64())).contains("index -9"));
     let x = Tensor::randn(&[3, 2]).to_device(GPU);
-    let z1 = x.index_select(0, &t); // t is marked; its kernel wrote 0 there, so it indexes row 0
+    // t is marked; its bad position holds table[0] = 7, out of range for x.
+    let z1 = x.index_select(0, &t);
     let z2 = x.index_select(0, &Tensor::from_vec_i64(vec![5], &[1]).to_device(GPU));
     let first = panic_message(|| drop(z2.to_vec()));
-    assert!(first.contains("out of bounds"), "{first}");
+    assert!(first.contains("index 7") || first.contains("index 5"), "{first}");
     for (what, z) in [("z1", &z1), ("z2", &z2)] {
         let m = panic_message(|| drop(z.to_vec()));
-        assert!(m.contains("out of bounds"), "{what} read as right: {m}");
+        assert!(m.contains("index 7") || m.contains("index 5") || m.contains("index -9"), "{what} read as right: {m}");
     }
 }
 

@@ -136,8 +136,9 @@ pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
 
 /// What autocast does on the CPU only, beyond [`POLICIES`]: entries of PyTorch 2.15's CPU
 /// f32 list that its CUDA list lacks. `pad` in the reflect and replicate modes is
-/// `reflection_pad*d` / `replication_pad*d` in PyTorch (f32 under CPU autocast, the
-/// input's dtype under CUDA autocast); its constant and circular modes are not listed.
+/// `reflection_pad1d/2d` / `replication_pad1d/2d/3d` in PyTorch (f32 under CPU autocast,
+/// the input's dtype under CUDA autocast); its constant and circular modes, and reflect
+/// padding of three dims (`reflection_pad3d`), are not listed.
 ///
 /// ```
 /// use nn_core::amp::{autocast, policy, CastPolicy};
@@ -171,6 +172,7 @@ thread_local! {
     /// Open guards of each scope (their nesting is checked as they drop).
     static CPU_GUARDS: Cell<u32> = const { Cell::new(0) };
     static GPU_GUARDS: Cell<u32> = const { Cell::new(0) };
+    static LIFTED_GUARDS: Cell<u32> = const { Cell::new(0) };
     /// Set while an op that cast its arguments runs the op proper.
     static EXCLUDED: Cell<bool> = const { Cell::new(false) };
     /// How many public ops are running on this thread, counted while an autocast scope is
@@ -229,7 +231,13 @@ pub struct AutocastGuard {
     /// The GPU's scope (else the CPU's).
     gpu: bool,
     prev: Option<DType>,
+    /// With the scope enabled: whether autocast was excluded before (a backward pass
+    /// excludes it; a scope opened inside, in a hook, casts there, as in PyTorch).
+    prev_excluded: Option<bool>,
     nesting: super::nesting::Nesting,
+    /// Opened where autocast was excluded: such scopes of both kinds share the one
+    /// exclusion they lift, so their nesting is checked across kinds too.
+    lifted: Option<super::nesting::Nesting>,
 }
 
 impl AutocastGuard {
@@ -272,13 +280,23 @@ impl AutocastGuard {
         let (depth, what) =
             if device == Device::Cpu { (&CPU_GUARDS, "CPU autocast") } else { (&GPU_GUARDS, "GPU autocast") };
         let nesting = super::nesting::Nesting::enter(depth, what);
-        AutocastGuard { gpu: device != Device::Cpu, prev: state.with(|c| c.replace(enabled.then_some(dtype))), nesting }
+        let prev = state.with(|c| c.replace(enabled.then_some(dtype)));
+        let prev_excluded = enabled.then(|| EXCLUDED.with(|e| e.replace(false)));
+        let lifted = (prev_excluded == Some(true))
+            .then(|| super::nesting::Nesting::enter(&LIFTED_GUARDS, "autocast (opened in a backward pass)"));
+        AutocastGuard { gpu: device != Device::Cpu, prev, prev_excluded, nesting, lifted }
     }
 }
 
 impl Drop for AutocastGuard {
     fn drop(&mut self) {
+        if let Some(lifted) = &self.lifted {
+            lifted.exit();
+        }
         self.nesting.exit();
+        if let Some(excluded) = self.prev_excluded {
+            EXCLUDED.with(|e| e.set(excluded));
+        }
         if self.gpu {
             GPU.with(|c| c.set(self.prev));
         } else {

@@ -99,10 +99,11 @@ impl Tensor {
             }
         }
         // Under CPU autocast, reflect and replicate run in f32 (PyTorch's CPU list names
-        // `reflection_pad*d` and `replication_pad*d`); the ops pad is built from are its
-        // parts, which autocast leaves alone.
+        // `reflection_pad1d/2d` and `replication_pad1d/2d/3d`: a 3-D reflect pad is not
+        // listed); the ops pad is built from are its parts, which autocast leaves alone.
         let listed = match mode {
-            PadMode::Reflect => Some("reflection_pad"),
+            PadMode::Reflect if pads.len() < 6 => Some("reflection_pad"),
+            PadMode::Reflect => None,
             PadMode::Replicate => Some("replication_pad"),
             PadMode::Constant | PadMode::Circular => None,
         };

@@ -71,6 +71,17 @@ impl Tensor {
                  (as optimizers and init functions do)"
             );
         }
+        // PyTorch's internal-overlap check: a dim of several elements with stride 0 (an
+        // `expand`ed view) would write each element many times, the last write winning.
+        let l = self.layout();
+        if let Some(d) = (0..l.rank()).find(|&d| l.shape()[d] > 1 && l.strides()[d] == 0) {
+            panic!(
+                "{op}: unsupported operation: more than one element of the written-to tensor refers to a single \
+                 memory location (dim {d} of shape {:?} has stride 0, as `expand` makes); clone() the tensor before \
+                 writing to it",
+                self.shape()
+            );
+        }
     }
 
     /// Replaces this tensor's values (and dtype and device) with `src`'s, keeping its

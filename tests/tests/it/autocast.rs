@@ -170,6 +170,8 @@ fn call(case: &str, h: DType, dev: Device) -> Tensor {
         "pad_reflect/h" => rh(&[1, 2, 3]).pad(&[1, 1], PadMode::Reflect, 0.0),
         "pad_replicate/h" => rh(&[1, 2, 3, 3]).pad(&[1, 1, 1, 1], PadMode::Replicate, 0.0),
         "pad_circular/h" => rh(&[1, 2, 3]).pad(&[1, 1], PadMode::Circular, 0.0),
+        "pad_reflect3d/h" => rh(&[1, 1, 3, 3, 3]).pad(&[1; 6], PadMode::Reflect, 0.0),
+        "pad_replicate3d/h" => rh(&[1, 1, 3, 3, 3]).pad(&[1; 6], PadMode::Replicate, 0.0),
         "interpolate_nearest/h" => up(InterpolateMode::Nearest),
         "interpolate_bilinear/h" => up(InterpolateMode::Bilinear),
         "embedding/f" => F::embedding(&i, &r(&[3, 4])),
@@ -283,6 +285,26 @@ fn scopes_nest_disable_and_restore() {
     let _g = AutocastGuard::new(Device::Cpu, DType::BF16);
     let other = std::thread::spawn(move || Tensor::randn(&[2, 2]).matmul(&Tensor::randn(&[2, 2])).dtype());
     assert_eq!(other.join().expect("thread"), DType::F32);
+}
+
+/// A backward pass does not autocast (gradients keep their forward's dtypes), but a scope
+/// a hook opens during it casts the hook's own ops, as in PyTorch: it used to report
+/// itself on (`autocast_dtype`) and cast nothing.
+#[test]
+fn an_autocast_scope_opened_in_a_backward_hook_casts_there() {
+    let w = Tensor::randn(&[2, 2]).requires_grad_(true);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let _h = w.register_post_accumulate_grad_hook(move |t| {
+        let g = t.grad().expect("accumulated");
+        let plain = g.matmul(&g).dtype();
+        let _amp = AutocastGuard::new(Device::Cpu, DType::BF16);
+        log.lock().unwrap().extend([plain, g.matmul(&g).dtype()]);
+    });
+    // backward inside the scope: the pass itself is still not cast (`plain` is f32).
+    autocast(Device::Cpu, DType::BF16, || w.matmul(&w).sum().backward());
+    assert_eq!(*seen.lock().unwrap(), vec![DType::F32, DType::BF16]);
+    assert_eq!(w.grad().unwrap().dtype(), DType::F32);
 }
 
 /// Two guards dropped in the order they were made would leave the outer guard's dtype on

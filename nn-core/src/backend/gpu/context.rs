@@ -71,6 +71,9 @@ pub(crate) struct Ctx {
     pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     pub(crate) staging: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     pub(crate) batch: Mutex<Batch>,
+    /// Signalled (with `batch`'s lock) when a host read finishes resolving its checks
+    /// (`Batch::resolving` drops).
+    pub(crate) resolved: std::sync::Condvar,
     /// Parameters and small uploads of the batch being recorded.
     pub(crate) arena: wgpu::Buffer,
     /// The error slots of index checks (zeroed when the first check after a wait is
@@ -194,6 +197,7 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
         pool: Mutex::default(),
         staging: Mutex::default(),
         batch: Mutex::default(),
+        resolved: std::sync::Condvar::new(),
         arena,
         errors,
         tainted: Mutex::default(),
@@ -274,16 +278,16 @@ impl Ctx {
         }
     }
 
-    /// Destroys the device (fault injection, [`crate::gpu::lose_device`]), through the
-    /// path a real loss takes (wgpu's lost callback): the recorded batch is dropped
-    /// unsubmitted and every later use panics through [`check_alive`](Ctx::check_alive).
+    /// Destroys the device (fault injection, [`crate::gpu::lose_device`]): the recorded
+    /// batch is dropped unsubmitted and every later use panics through
+    /// [`check_alive`](Ctx::check_alive).
     pub(crate) fn lose(&self) {
         let mut b = lock(&self.batch);
         b.discard();
-        // wgpu calls the lost callback (reason `Destroyed`) from `destroy`; the fallback
-        // covers a backend that would call it later.
-        self.device.destroy();
+        // The reason first, so that whatever fails from here on names the loss (wgpu's
+        // lost callback keeps the first reason).
         lock(&self.lost).get_or_insert_with(|| "destroyed by nn_core::gpu::lose_device".to_string());
+        self.device.destroy();
         drop(b);
     }
 

@@ -43,6 +43,9 @@ pub(crate) const SMALL_FLOPS: usize = 1 << 21;
 /// The largest m, n and k the first round of tuning computes.
 pub(crate) const TUNE_CAP: usize = 1024;
 
+/// Non-finite products of a class after which it keeps the general variant (see [`tuned`]).
+pub(crate) const NON_FINITE_TRIES: u32 = 3;
+
 /// The largest m, n and k the second round computes (the size itself, up to this).
 pub(crate) const REAL_CAP: usize = 4096;
 
@@ -94,6 +97,8 @@ pub(crate) struct GemmState {
     tuned: Mutex<BTreeMap<Class, (usize, String)>>,
     /// The variant of the latest product, with why.
     last: Mutex<Option<String>>,
+    /// Per class not tuned yet, how many of its products were not finite.
+    non_finite: Mutex<HashMap<Class, u32>>,
     tuning_waits: AtomicU64,
 }
 
@@ -104,6 +109,7 @@ impl GemmState {
             kernels: Mutex::default(),
             tuned: Mutex::default(),
             last: Mutex::default(),
+            non_finite: Mutex::default(),
             tuning_waits: AtomicU64::new(0),
         }
     }
@@ -247,7 +253,10 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
             }
         },
         None if call.batch() * m * n * k < SMALL_FLOPS => (SMALL, "small".to_string()),
-        None => (tuned(call, forced.checked, out), "tuned".to_string()),
+        None => match tuned(call, forced.checked, out) {
+            Some(v) => (v, "tuned".to_string()),
+            None => (GENERAL, "untuned: a product with inf or NaN compares nothing".to_string()),
+        },
     };
     let input = call.has_input();
     loop {
@@ -279,11 +288,17 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
 /// on the leading block of at most [`TUNE_CAP`] per dim, then, when the class is larger and
 /// the estimate says it is cheap, the finalists ([`finalists`]) again at up to [`REAL_CAP`]
 /// per dim, which decides.
-fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
+///
+/// `None` when the general variant's product on the block is not finite (operands that
+/// overflow, or a model gone to NaN): that cannot tell a right candidate from a wrong one,
+/// so the general variant runs and the class is tuned by a later product; after
+/// [`NON_FINITE_TRIES`] such products in a class it keeps the general variant (said in the
+/// tuning table), rather than repeat the extra run and wait on every call.
+fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<usize> {
     let state = &call.ctx.gemm;
     let class = Class::of(call);
     if let Some(&(v, _)) = lock(&state.tuned).get(&class) {
-        return v;
+        return Some(v);
     }
     let proxy = call.mkn.map(|d| d.min(TUNE_CAP));
     let input = call.has_input();
@@ -297,10 +312,14 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
         Err(e) => panic!("{e}"),
     };
     if reference.iter().any(|w| !w.is_finite()) {
-        // Operands whose product overflows or holds NaN cannot tell a right candidate from
-        // a wrong one: the general variant runs this product, and the class is tuned by a
-        // later one.
-        return GENERAL;
+        let mut tries = lock(&state.non_finite);
+        let n = tries.entry(class).or_insert(0);
+        *n += 1;
+        if *n >= NON_FINITE_TRIES {
+            let table = format!("general variant kept: {n} products in a row were not finite");
+            lock(&state.tuned).insert(class, (GENERAL, table));
+        }
+        return None;
     }
     let mut times = Vec::new();
     for (variant, v) in VARIANTS.iter().enumerate() {
@@ -350,7 +369,7 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> usize {
         table += &format!("; at {m}x{k}x{n}: {}", row(&finals));
     }
     lock(&state.tuned).insert(class, (best, table));
-    best
+    Some(best)
 }
 
 /// The variants the second round times, from the first round's `times` (fastest first): the

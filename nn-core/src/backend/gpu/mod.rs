@@ -146,18 +146,18 @@ impl GpuStorage {
     /// The whole buffer, copied to the host (waits for the kernels that write it).
     pub(crate) fn to_cpu(&self) -> CpuStorage {
         let bytes = self.buf.ctx.download(&self.buf, byte_len(self.dtype, self.len) as usize);
-        self.from_bytes(&bytes)
+        self.values_of(&bytes)
     }
 
     /// [`to_cpu`](GpuStorage::to_cpu) through [`Ctx::download_raw`] (reporting a failed
     /// index check).
     pub(crate) fn to_cpu_raw(&self) -> CpuStorage {
         let bytes = self.buf.ctx.download_raw(&self.buf, byte_len(self.dtype, self.len) as usize);
-        self.from_bytes(&bytes)
+        self.values_of(&bytes)
     }
 
     /// This storage's values from their bytes.
-    fn from_bytes(&self, bytes: &[u8]) -> CpuStorage {
+    fn values_of(&self, bytes: &[u8]) -> CpuStorage {
         fn words<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
             b.chunks_exact(N).map(|c| f(c.try_into().expect("chunks of N"))).collect()
         }
@@ -267,5 +267,23 @@ pub(crate) fn write_from(dst: &mut GpuStorage, layout: &Layout, src: &GpuStorage
             host::scatter_into(&mut on_host, layout, &vals);
             dst.overwrite(&on_host);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_overlap;
+    use crate::shape::Layout;
+
+    #[test]
+    fn overlap_is_found_in_zero_and_short_strides_only() {
+        let l = |shape: &[usize], strides: &[usize]| Layout::new(shape.into(), strides.into(), 0);
+        assert!(!may_overlap(&l(&[2, 3], &[3, 1])));
+        assert!(!may_overlap(&l(&[3, 2], &[1, 3]))); // transposed
+        assert!(!may_overlap(&l(&[1, 4], &[0, 1]))); // a size-1 dim's stride is never used
+        assert!(!may_overlap(&l(&[2, 2], &[4, 1]))); // a strided slice
+        assert!(may_overlap(&l(&[2, 4], &[1, 0]))); // expanded
+        assert!(may_overlap(&l(&[4, 3], &[1, 1]))); // overlapping windows
+        assert!(may_overlap(&l(&[2, 3], &[2, 1]))); // rows 2 apart, 3 long
     }
 }

@@ -22,6 +22,13 @@ impl Ctx {
         if !checks.is_empty() {
             self.failed_checks(&checks, &slots);
         }
+        // Reads that took earlier checks may still be marking what failed: `buf` may be
+        // among it, and its mark is only known once they are done.
+        let mut b = lock(&self.batch);
+        while b.resolving > 0 {
+            b = self.resolved.wait(b).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(b);
         self.deliver_report();
         if let Some(why) = lock(&self.tainted).get(&buf.id) {
             panic!("{why}");
@@ -55,9 +62,10 @@ impl Ctx {
             // Nothing to read: an empty tensor's values need no wait.
             return (Vec::new(), checks, Vec::new());
         }
-        if !checks.is_empty() {
+        let resolving = (!checks.is_empty()).then(|| {
             b.resolving += 1;
-        }
+            Resolving(self)
+        });
         let check_bytes = 4 * checks.len() as u64;
         let size = size_class(padded + check_bytes);
         let staging = lock(&self.staging).get_mut(&size).and_then(Vec::pop).unwrap_or_else(|| {
@@ -103,6 +111,8 @@ impl Ctx {
         };
         staging.unmap();
         lock(&self.staging).entry(size).or_default().push(staging);
+        // `failed_checks` ends the resolving (the guard only covers a panic before it).
+        std::mem::forget(resolving);
         (out, checks, slots)
     }
 
@@ -116,6 +126,8 @@ impl Ctx {
     /// from the log of every launch since the checks (including launches other threads
     /// recorded during the wait), so no launch falls between the log and the marks.
     fn failed_checks(&'static self, checks: &[Check], slots: &[u32]) {
+        // Ends the resolving whatever happens below (a report's read may panic).
+        let _resolving = Resolving(self);
         let failed: Vec<(&Check, u32)> =
             checks.iter().zip(slots).filter(|(_, &s)| s != 0).map(|(c, &s)| (c, u32::MAX - s)).collect();
         let mut reports: HashMap<std::thread::ThreadId, Arc<str>> = HashMap::new();
@@ -131,8 +143,7 @@ impl Ctx {
             );
             reports.insert(check.thread, report.into());
         }
-        let mut b = lock(&self.batch);
-        b.resolving -= 1;
+        let b = lock(&self.batch);
         if let Some(start) = failed.iter().map(|(c, _)| c.launch).min() {
             let first: Arc<str> = reports[&failed[0].0.thread].clone();
             let mut marked: HashSet<u64> = failed.iter().flat_map(|(c, _)| c.writes.iter().copied()).collect();
@@ -151,7 +162,22 @@ impl Ctx {
                 r.entry(thread).or_insert(report);
             }
         }
+        drop(b);
+    }
+}
+
+/// One host read resolving the checks it took: when dropped (also by a panic), the count
+/// drops, the log is trimmed once no check needs it, and reads waiting for the marks are
+/// woken.
+struct Resolving(&'static Ctx);
+
+impl Drop for Resolving {
+    fn drop(&mut self) {
+        let mut b = lock(&self.0.batch);
+        b.resolving -= 1;
         b.trim_log();
+        drop(b);
+        self.0.resolved.notify_all();
     }
 }
 
