@@ -16,12 +16,12 @@
 //! | `db128x64_k16`  | `gemm_pipe.wgsl`     | 128 x 64                 | 8 x 8            | nothing (not f64) |
 //! | `coop128x128_f16` | `gemm_coop_block.wgsl` | 128 x 128           | 64 x 64 per subgroup | as `coop64x64_f16`, with f32 or (where that is all there is) f16 sums |
 //! | `coop128x128_db_f16` | `gemm_coop_block.wgsl` | 128 x 128        | 64 x 64 per subgroup | as `coop128x128_f16` |
-//! | `u64x64_4x4`, `u64x64_8x8`, `u128x64_8x4`, `u128x128_8x8` | `gemm_tiled.wgsl` (`unrolled`) | as the `t` variants of those names | | nothing |
+//! | `u64x64_4x4`, `u64x64_8x8`, `u128x64_8x4`, `u128x128_8x8` | `gemm_tiled.wgsl` (written out) | as the `t` variants of those names | | nothing |
 //!
 //! The tiled variants are one template (register blocks in `vec4` registers, BK-deep slices of
-//! A and B staged in workgroup memory); the `u` variants are its `unrolled` form, their
-//! accumulators named registers and their products written out (a driver that does not
-//! unroll the `t` variants' loops keeps those accumulators in local memory); the `db` variants hold two slices (the `k` in their
+//! A and B staged in workgroup memory); the `u` variants have its products written out,
+//! their accumulators named registers (a driver that does not unroll the `t` variants'
+//! loops keeps those accumulators in local memory); the `db` variants hold two slices (the `k` in their
 //! name deep) and load the next into registers while multiplying the current one;
 //! `sg64x64_4x4` passes A's fragments between threads by subgroup shuffles instead; the
 //! `coop` variants run f16 tensors only, on the adapter's matrix units, the `coop128x128`
@@ -214,13 +214,13 @@ impl Kernel {
                 let sizes = [("BM", n(bm)), ("BN", n(bn)), ("BK", n(bk)), ("TM", n(tm)), ("TN", n(tn))];
                 let sizes: Vec<(&str, &str)> = sizes.iter().map(|(k, v)| (*k, v.as_str())).collect();
                 let common = fill(TILED.kernel("common"), &sizes);
-                if unrolled {
-                    let [acc, product, epilogue] = unrolled_parts(tm, tn);
-                    let parts = [("ACC", acc.as_str()), ("PRODUCT", product.as_str()), ("EPILOGUE", epilogue.as_str())];
-                    common + &fill(TILED.kernel("unrolled"), &parts)
+                let [acc, product, epilogue] = if unrolled {
+                    unrolled_parts(tm, tn)
                 } else {
-                    common + TILED.kernel("loops")
-                }
+                    ["loops_acc", "loops_product", "loops_epilogue"].map(|k| TILED.kernel(k).to_string())
+                };
+                let parts = [("ACC", acc.as_str()), ("PRODUCT", product.as_str()), ("EPILOGUE", epilogue.as_str())];
+                common + &fill(TILED.kernel("main"), &parts)
             }
             Algo::Pipelined { bm, bn, bk } => {
                 fill(PIPELINED.kernel("main"), &[("BM", &n(bm)), ("BN", &n(bn)), ("BK", &n(bk))])
@@ -237,7 +237,7 @@ impl Kernel {
     }
 }
 
-/// The written-out parts of the `unrolled` form of `gemm_tiled.wgsl` for `tm x tn` outputs
+/// The written-out parts of `gemm_tiled.wgsl`'s `main` (the `u` variants) for `tm x tn` outputs
 /// per thread: the accumulators (`acc_i_q`, row `i`, columns `4q..4q+4` of the thread's
 /// block), one slice's products (A's `tm` rows as `a0..` and B's `tn` columns as `b0..`,
 /// read as `vec4`s at `qa`/`qb`), and the epilogue (`alpha * acc + beta * input`, each row

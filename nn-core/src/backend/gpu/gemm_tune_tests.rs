@@ -10,6 +10,16 @@ pub(crate) static BROKEN: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
 /// process-wide).
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The suite's lock, `gpu:0` and its context; fails, saying why, when there is no GPU.
+fn serial_gpu() -> (std::sync::MutexGuard<'static, ()>, Device, &'static Ctx) {
+    let serial = lock(&SERIAL);
+    let gpu = Device::Gpu(0);
+    if let Err(e) = gpu.check() {
+        panic!("this test needs gpu:0: {e}");
+    }
+    (serial, gpu, super::super::context::get(0).expect("checked"))
+}
+
 /// Kernels the tests make compute a wrong product (alpha scaled by 1.5).
 pub(crate) static WRONG: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
 
@@ -40,12 +50,7 @@ fn agreement_allows_rounding_and_catches_wrong_values() {
 /// in the report.
 #[test]
 fn a_wrong_candidate_is_refused_while_tuning() {
-    let _serial = lock(&SERIAL);
-    let gpu = Device::Gpu(0);
-    if let Err(e) = gpu.check() {
-        panic!("this test needs gpu:0: {e}");
-    }
-    let ctx = super::super::context::get(0).expect("checked");
+    let (_serial, gpu, ctx) = serial_gpu();
     let t128 = VARIANTS.iter().position(|v| v.name == "t128x128_8x8").expect("listed");
     sabotage(ctx, &WRONG, Kernel { variant: t128, enc: Enc::F32, input: false, checked: false });
     // A batched class no other test of this binary tunes.
@@ -69,12 +74,7 @@ fn a_wrong_candidate_is_refused_while_tuning() {
 /// the product the variant before it left in the output.
 #[test]
 fn a_candidate_that_writes_nothing_is_refused_while_tuning() {
-    let _serial = lock(&SERIAL);
-    let gpu = Device::Gpu(0);
-    if let Err(e) = gpu.check() {
-        panic!("this test needs gpu:0: {e}");
-    }
-    let ctx = super::super::context::get(0).expect("checked");
+    let (_serial, gpu, ctx) = serial_gpu();
     let silent = VARIANTS.iter().position(|v| v.name == "u64x64_8x8").expect("listed");
     let kernel = Kernel { variant: silent, enc: Enc::F32, input: false, checked: false };
     sabotage(ctx, &SILENT, kernel);
@@ -100,12 +100,7 @@ fn a_candidate_that_writes_nothing_is_refused_while_tuning() {
 /// the class tunes it.
 #[test]
 fn a_non_finite_product_does_not_tune_its_class() {
-    let _serial = lock(&SERIAL);
-    let gpu = Device::Gpu(0);
-    if let Err(e) = gpu.check() {
-        panic!("this test needs gpu:0: {e}");
-    }
-    let ctx = super::super::context::get(0).expect("checked");
+    let (_serial, gpu, ctx) = serial_gpu();
     let class = |tuned: &[(String, String)]| tuned.iter().any(|(c, _)| c.contains("m<=256 n<=16 k<=4096"));
     let a = Tensor::full(&[100, 3000], f64::INFINITY);
     let got = a.to_device(gpu).matmul(&Tensor::ones(&[3000, 10]).to_device(gpu)).to_vec();
@@ -147,12 +142,7 @@ fn specs_parse_and_bad_ones_list_the_variants() {
 /// variant, and the product still comes out right, from the general variant.
 #[test]
 fn a_compile_failure_falls_back_and_is_remembered() {
-    let _serial = lock(&SERIAL);
-    let gpu = Device::Gpu(0);
-    if let Err(e) = gpu.check() {
-        panic!("this test needs gpu:0: {e}");
-    }
-    let ctx = super::super::context::get(0).expect("checked");
+    let (_serial, gpu, ctx) = serial_gpu();
     // t128x64_8x4 with an input, in f32: a kernel no other test of this binary runs.
     let kernel = Kernel { variant: 3, enc: Enc::F32, input: true, checked: false };
     sabotage(ctx, &BROKEN, kernel);

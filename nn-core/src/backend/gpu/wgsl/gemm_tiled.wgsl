@@ -3,12 +3,13 @@
 // slices of A and B staged in workgroup memory (gemm_fill.wgsl) and read back as vec4.
 // Placeholders: {{BM}} {{BN}} {{BK}} {{TM}} {{TN}} (TM and TN multiples of 4).
 //
-// Two forms of the kernel: `loops` keeps the accumulators in an array indexed by loop
-// counters (compilers that unroll the loops keep it in registers); `unrolled` holds them in
-// named `vec4` variables and has its products and epilogue written out by gemm.rs
-// ({{ACC}}, {{PRODUCT}}, {{EPILOGUE}}), so no register array is ever indexed by a
-// variable, whatever the compiler unrolls: a compiler that does not unroll the loop form
-// keeps its accumulators in local memory, one load and store per multiply-add.
+// `main` takes its accumulators, one slice's products and its epilogue ({{ACC}},
+// {{PRODUCT}}, {{EPILOGUE}}) in one of two forms: the `loops_*` sections keep the
+// accumulators in an array indexed by loop counters (compilers that unroll the loops keep
+// it in registers); the unrolled form, written out by gemm.rs, holds them in named `vec4`
+// variables, so no register array is ever indexed by a variable, whatever the compiler
+// unrolls (one that does not unroll the loop form keeps its accumulators in local memory,
+// one load and store per multiply-add).
 
 //# common
 const BM = {{BM}}u;
@@ -28,51 +29,7 @@ fn put_a4(q: u32, v: vec4<F>) { As[q] = v; }
 fn put_b(i: u32, v: F) { Bs[i / 4u][i % 4u] = v; }
 fn put_b4(q: u32, v: vec4<F>) { Bs[q] = v; }
 
-//# loops
-@compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    let m = P[0]; let k = P[1]; let n = P[2]; let batch = P[3];
-    let bt = wg.z;
-    let oa = P[13u + bt];
-    let ob = P[13u + batch + bt];
-    let row0 = wg.y * BM;
-    let col0 = wg.x * BN;
-    let tx = tid % (BN / TN);
-    let ty = tid / (BN / TN);
-    var acc = array<vec4<F>, TM * TN / 4u>();
-    for (var t = 0u; t < k; t += BK) {
-        fill_a(oa, row0, t, tid);
-        fill_b(ob, col0, t, tid);
-        workgroupBarrier();
-        for (var kk = 0u; kk < BK; kk++) {
-            var a: array<vec4<F>, TM / 4u>;
-            var b: array<vec4<F>, TN / 4u>;
-            for (var i = 0u; i < TM / 4u; i++) { a[i] = As[(kk * BM + ty * TM) / 4u + i]; }
-            for (var j = 0u; j < TN / 4u; j++) { b[j] = Bs[(kk * BN + tx * TN) / 4u + j]; }
-            for (var i = 0u; i < TM; i++) {
-                let ai = a[i / 4u][i % 4u];
-                for (var j = 0u; j < TN / 4u; j++) {
-                    acc[i * (TN / 4u) + j] += ai * b[j];
-                }
-            }
-        }
-        workgroupBarrier();
-    }
-    let alpha = K[0];
-    let beta = K[1];
-    let c0 = col0 + tx * TN;
-    for (var i = 0u; i < TM; i++) {
-        let r = row0 + ty * TM + i;
-        if (r >= m || c0 >= n) { continue; }
-        for (var j = 0u; j < TN; j++) {
-            let c = min(c0 + j, n - 1u);
-            row[j] = alpha * acc[i * (TN / 4u) + j / 4u][j % 4u] + beta * input(P[10] + r * P[8] + c * P[9]);
-        }
-        store_run(bt * m * n + r * n + c0, min(TN, n - c0));
-    }
-}
-
-//# unrolled
+//# main
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let m = P[0]; let k = P[1]; let n = P[2]; let batch = P[3];
@@ -89,6 +46,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         fill_b(ob, col0, t, tid);
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
+            // This thread's rows of A and columns of B at depth kk, as vec4 units.
             let qa = (kk * BM + ty * TM) / 4u;
             let qb = (kk * BN + tx * TN) / 4u;
 {{PRODUCT}}
@@ -100,3 +58,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let c0 = col0 + tx * TN;
 {{EPILOGUE}}
 }
+
+//# loops_acc
+    var acc = array<vec4<F>, TM * TN / 4u>();
+//# loops_product
+            var a: array<vec4<F>, TM / 4u>;
+            var b: array<vec4<F>, TN / 4u>;
+            for (var i = 0u; i < TM / 4u; i++) { a[i] = As[qa + i]; }
+            for (var j = 0u; j < TN / 4u; j++) { b[j] = Bs[qb + j]; }
+            for (var i = 0u; i < TM; i++) {
+                let ai = a[i / 4u][i % 4u];
+                for (var j = 0u; j < TN / 4u; j++) {
+                    acc[i * (TN / 4u) + j] += ai * b[j];
+                }
+            }
+//# loops_epilogue
+    for (var i = 0u; i < TM; i++) {
+        let r = row0 + ty * TM + i;
+        if (r >= m || c0 >= n) { continue; }
+        for (var j = 0u; j < TN; j++) {
+            let c = min(c0 + j, n - 1u);
+            row[j] = alpha * acc[i * (TN / 4u) + j / 4u][j % 4u] + beta * input(P[10] + r * P[8] + c * P[9]);
+        }
+        store_run(bt * m * n + r * n + c0, min(TN, n - c0));
+    }
