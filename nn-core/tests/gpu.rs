@@ -432,9 +432,13 @@ fn writes_through_an_expanded_view_are_refused() {
     let _serial = serial();
     for d in [GPU, Device::Cpu] {
         let expanded = Tensor::zeros(&[2, 1]).to_device(d).expand(&[2, 4]);
-        let m = panic_message(|| drop(expanded.copy_(&Tensor::ones(&[2, 4]).to_device(d))));
+        let m = panic_message(|| {
+            expanded.copy_(&Tensor::ones(&[2, 4]).to_device(d));
+        });
         assert!(m.contains("copy_: unsupported operation: more than one element"), "{d}: {m}");
-        let m = panic_message(|| drop(expanded.add_(&Tensor::ones(&[2, 4]).to_device(d))));
+        let m = panic_message(|| {
+            expanded.add_(&Tensor::ones(&[2, 4]).to_device(d));
+        });
         assert!(m.contains("more than one element of the written-to tensor"), "{d}: {m}");
     }
 }
@@ -492,7 +496,9 @@ fn a_negative_embedding_id_is_never_read_as_a_row() {
     let other = std::thread::spawn(move || panic_message(|| drop(e2.to_vec()))).join().unwrap();
     assert!(other.contains("index -2"), "another thread: {other}");
     // The report of the other thread's check went to this thread's next read.
-    let _ = panic_message(|| drop(w.sum().item()));
+    let _ = panic_message(|| {
+        w.sum().item();
+    });
     assert_eq!(w.sum().item(), 15.0);
 }
 

@@ -62,10 +62,6 @@ impl Ctx {
             // Nothing to read: an empty tensor's values need no wait.
             return (Vec::new(), checks, Vec::new());
         }
-        let resolving = (!checks.is_empty()).then(|| {
-            b.resolving += 1;
-            Resolving(self)
-        });
         let check_bytes = 4 * checks.len() as u64;
         let size = size_class(padded + check_bytes);
         let staging = lock(&self.staging).get_mut(&size).and_then(Vec::pop).unwrap_or_else(|| {
@@ -84,7 +80,13 @@ impl Ctx {
             b.copy(self, &self.errors, 0, &staging, padded, check_bytes);
         }
         self.submit_locked(&mut b);
+        // Counted last under the lock (nothing between the count and its guard can panic,
+        // and the guard, which takes the lock, is not dropped while it is held).
+        if !checks.is_empty() {
+            b.resolving += 1;
+        }
         drop(b);
+        let resolving = (!checks.is_empty()).then(|| Resolving(self));
         let (tx, rx) = std::sync::mpsc::channel();
         staging.slice(..padded + check_bytes).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
