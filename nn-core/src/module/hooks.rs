@@ -225,9 +225,17 @@ impl ModuleBase {
                 if input_needs_grad {
                     *grad_output.lock().unwrap_or_else(|e| e.into_inner()) = Some(g_out.clone());
                 } else {
-                    // No gradient flows to the input: fire now with grad_input = None.
+                    // No gradient flows to the input: fire now with grad_input = None. A
+                    // replacement would have nowhere to go: refused, as PyTorch does.
                     for h in &bwd {
-                        let _ = h(None, g_out);
+                        if h(None, g_out).is_some() {
+                            panic!(
+                                "full backward hook: a hook of a module whose inputs do not require grad returned a \
+                                 replacement gradient, which would be dropped; return None there (PyTorch: \
+                                 \"Backward hook for Modules where no input requires gradient should always return None \
+                                 or None for all gradients.\")"
+                            );
+                        }
                     }
                 }
                 vec![Some(g_out.clone())]

@@ -206,6 +206,23 @@ fn backward_hook_on_a_first_layer_sees_no_input_gradient() {
     assert_eq!(*seen.lock().unwrap(), vec![(false, vec![4, 2])]);
 }
 
+/// A replacement from a hook of a first layer (its input needs no gradient) would have
+/// nowhere to go: refused during backward, as PyTorch does, not silently dropped.
+#[test]
+fn a_replacement_gradient_with_nowhere_to_go_is_refused() {
+    let lin = Linear::new(3, 2);
+    let _h = lin.register_full_backward_hook(|_, go| Some(go * 0.0)).unwrap();
+    let loss = lin.forward(&Tensor::ones(&[4, 3])).sum();
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loss.backward())).unwrap_err();
+    let msg = e
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .or_else(|| e.downcast_ref::<std::sync::Arc<str>>().map(|s| s.to_string()))
+        .unwrap_or_else(|| format!("a payload of another type: {:?}", e.type_id()));
+    assert!(msg.contains("returned a replacement gradient, which would be dropped"), "{msg}");
+}
+
 #[test]
 fn registration_by_path_persistence_and_errors() {
     let net = Sequential::new().add(Linear::new(2, 2)).add(ReLU::new()).add(Linear::new(2, 1));
