@@ -83,7 +83,8 @@ pub trait Hooks: Module {
     /// that do not run (containers) are not offered to `make`.
     ///
     /// # Errors
-    /// None today; kept fallible for symmetry with the path forms.
+    /// None today; kept fallible for symmetry with the path forms. Should one module
+    /// fail, the hooks already registered on the others are removed (all or nothing).
     fn register_forward_hooks_all(
         &self,
         mut make: impl FnMut(&str, &dyn Module) -> Option<hooks::ForwardHook>,
@@ -152,10 +153,17 @@ fn register_all(
     root: &dyn Module,
     mut register: impl FnMut(&str, &dyn Module) -> Option<Result<HookHandle>>,
 ) -> Result<Vec<HookHandle>> {
-    let mut handles = Vec::new();
+    let mut handles: Vec<HookHandle> = Vec::new();
     for (path, m) in root.named_modules() {
-        if let Some(handle) = m.runs_forward().then(|| register(&path, m)).flatten() {
-            handles.push(handle?);
+        match m.runs_forward().then(|| register(&path, m)).flatten() {
+            Some(Ok(handle)) => handles.push(handle),
+            // All or nothing: the hooks registered so far are removed (their handles would
+            // be lost with the error, and a hook stays until removed).
+            Some(Err(e)) => {
+                handles.into_iter().for_each(HookHandle::remove);
+                return Err(e);
+            }
+            None => {}
         }
     }
     Ok(handles)
@@ -165,4 +173,58 @@ fn register_all(
 fn hook_base_at<'a>(root: &'a dyn Module, path: &str) -> Result<&'a ModuleBase> {
     let m = root.get_submodule(path)?;
     m.hook_base().map_err(|_| Error::NoHooks { module: m.type_name(), path: Some(path.to_string()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::register_all;
+    use crate::prelude::*;
+    use crate::Error;
+
+    #[derive(Module)]
+    struct Scale {
+        #[param]
+        w: Parameter,
+        #[base]
+        base: ModuleBase,
+    }
+
+    impl Compute for Scale {
+        type Input = Tensor;
+        type Output = Tensor;
+        fn compute(&self, x: &Tensor) -> Tensor {
+            x * &*self.w
+        }
+    }
+
+    #[derive(Module)]
+    struct Two {
+        #[module]
+        a: Scale,
+        #[module]
+        b: Scale,
+    }
+
+    /// Registering on a tree is all or nothing: when one module fails, the hooks already
+    /// registered on the others are removed (their handles would be lost with the error).
+    #[test]
+    fn a_failed_registration_on_a_tree_removes_the_hooks_it_made() {
+        let scale = || Scale { w: Parameter::new(Tensor::full(&[1], 2.0)), base: ModuleBase::new() };
+        let net = Two { a: scale(), b: scale() };
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = calls.clone();
+        let r = register_all(net.as_dyn(), |path, m| {
+            if path == "b" {
+                return Some(Err(Error::NoHooks { module: "Scale", path: Some(path.to_string()) }));
+            }
+            let c = c.clone();
+            Some(Ok(m.hook_base().expect("runs").register_forward_hook(move |_, _| {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                None
+            })))
+        });
+        assert!(r.is_err());
+        net.a.forward(&Tensor::ones(&[1]));
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0, "a hook of the failed registration fired");
+    }
 }
