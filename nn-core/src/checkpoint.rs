@@ -51,6 +51,10 @@ struct Meta {
     epoch: u64,
     step: u64,
     optimizer_lrs: Option<Vec<f64>>,
+    /// [`OptimizerState::hyper_params`]; absent from checkpoints written before they were
+    /// saved (those load, recording none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    optimizer_hyper_params: Vec<crate::optim::HyperParams>,
     scheduler: Option<(u64, Vec<f64>)>,
     rng_seed: String,
     rng_stream: u64,
@@ -116,6 +120,7 @@ impl Checkpoint {
             epoch: self.epoch,
             step: self.step,
             optimizer_lrs: self.optimizer.as_ref().map(|o| o.lrs.clone()),
+            optimizer_hyper_params: self.optimizer.as_ref().map(|o| o.hyper_params.clone()).unwrap_or_default(),
             scheduler: self.scheduler.as_ref().map(|s| (s.last_epoch, s.base_lrs.clone())),
             rng_seed: hex(&self.rng.seed),
             rng_stream: self.rng.stream,
@@ -163,6 +168,17 @@ impl Checkpoint {
         if let Some(o) = &m.optimizer_lrs {
             lrs("optimizer_lrs", o)?;
         }
+        match (&m.optimizer_lrs, m.optimizer_hyper_params.len()) {
+            (_, 0) => {}
+            (None, _) => return Err(bad("optimizer hyper-parameters but no `optimizer_lrs`".into())),
+            (Some(lrs), n) if lrs.len() != n => {
+                return Err(bad(format!(
+                    "`optimizer_hyper_params` has {n} parameter groups, `optimizer_lrs` {}",
+                    lrs.len()
+                )))
+            }
+            _ => {}
+        }
         if let Some((last_epoch, base_lrs)) = &m.scheduler {
             counter("scheduler.last_epoch", *last_epoch)?;
             lrs("scheduler.base_lrs", base_lrs)?;
@@ -202,7 +218,11 @@ impl Checkpoint {
         }
         Ok(Checkpoint {
             model,
-            optimizer: m.optimizer_lrs.map(|lrs| OptimizerState { tensors: opt, lrs }),
+            optimizer: m.optimizer_lrs.map(|lrs| OptimizerState {
+                tensors: opt,
+                lrs,
+                hyper_params: m.optimizer_hyper_params,
+            }),
             scheduler: m.scheduler.map(|(last_epoch, base_lrs)| SchedulerState { last_epoch, base_lrs }),
             epoch: m.epoch,
             step: m.step,
@@ -213,8 +233,8 @@ impl Checkpoint {
     }
 
     /// Resumes a run from this checkpoint, all or nothing: the model's state (strictly:
-    /// every key must match), the optimizer's state, the scheduler's state (which then
-    /// sets the optimizer's learning rates) and the global generator. A run with a
+    /// every key must match), the optimizer's state (its learning rates and other
+    /// hyper-parameters with it), the scheduler's state and the global generator. A run with a
     /// gradient scaler restores its state too with
     /// [`restore_with_scaler`](Checkpoint::restore_with_scaler).
     ///
@@ -377,9 +397,10 @@ impl Checkpoint {
             o.load_state_dict(state)?;
         }
         model.load_state_dict(&self.model, true)?;
-        if let (Some((s, state)), Some((o, _))) = (scheduler, &mut optimizer) {
+        // The learning rates are the optimizer's state's (restored above); the scheduler
+        // continues from them, as PyTorch's does.
+        if let Some((s, state)) = scheduler {
             *s.state_mut() = state.clone();
-            s.apply(&mut **o);
         }
         if let Some((s, state)) = scaler {
             s.load_state_dict(state)?;

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use nn_core::functional::cross_entropy;
-use nn_core::optim::{AdamW, AdamWConfig, CosineAnnealingLR, LrScheduler, Optimizer};
+use nn_core::optim::{AdamW, AdamWConfig, CosineAnnealingLR, LrScheduler, Optimizer, SchedulerState};
 use nn_core::{manual_seed, Forward, Module};
 use nn_distributed::{FsdpPolicy, FullyShardedDataParallel, ProcessGroup, ReduceOp};
 use nn_examples::char_model::{batch, evaluate, CharTransformer, Corpus, BATCH, BLOCK};
@@ -66,9 +66,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.resume {
         fsdp.load_sharded(&shard_file, &mut opt)?;
         start = std::fs::read_to_string(&step_file)?.trim().parse()?;
-        for _ in 0..start {
-            sched.step(&mut opt);
-        }
+        // The learning rate is the loaded optimizer state's; the scheduler goes on from
+        // step `start` (stepping it `start` times would decay the loaded rate again).
+        let state = SchedulerState { last_epoch: start, base_lrs: sched.state().base_lrs.clone() };
+        sched.load_state(&state, &mut opt)?;
     }
     if lead {
         println!(

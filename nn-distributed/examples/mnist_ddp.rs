@@ -121,8 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ck = Checkpoint::load(&ckpt)?;
         ddp.load_state_dict(&ck.model, true)?;
         opt.load_state_dict(ck.optimizer.as_ref().ok_or("checkpoint without optimizer state")?)?;
-        *sched.state_mut() = ck.scheduler.clone().ok_or("checkpoint without scheduler state")?;
-        sched.apply(&mut opt);
+        sched.load_state(ck.scheduler.as_ref().ok_or("checkpoint without scheduler state")?, &mut opt)?;
         (start, step) = (ck.epoch, ck.step);
         let mut ks: Vec<(usize, f64)> =
             ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();

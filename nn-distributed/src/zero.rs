@@ -238,7 +238,7 @@ impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
                     }
                 }
             }
-            OptimizerState { tensors, lrs: mine.lrs }
+            OptimizerState { tensors, lrs: mine.lrs, hyper_params: mine.hyper_params }
         });
     }
 
@@ -286,6 +286,14 @@ impl<O: Optimizer> Optimizer for ZeroRedundancyOptimizer<O> {
         self.inner.set_group_lr(i, lr)
     }
 
+    fn group_initial_lr(&self, i: usize) -> Option<f64> {
+        self.inner.group_initial_lr(i)
+    }
+
+    fn set_group_initial_lr(&mut self, i: usize, lr: f64) {
+        self.inner.set_group_initial_lr(i, lr)
+    }
+
     /// The whole state, consolidated on this rank.
     ///
     /// # Panics
@@ -327,7 +335,8 @@ impl<O: Optimizer> Optimizer for ZeroRedundancyOptimizer<O> {
                 }
             }
         }
-        self.inner.load_state_dict(&OptimizerState { tensors: part, lrs: state.lrs.clone() })?;
+        let part = OptimizerState { tensors: part, lrs: state.lrs.clone(), hyper_params: state.hyper_params.clone() };
+        self.inner.load_state_dict(&part)?;
         self.consolidated = None;
         Ok(())
     }

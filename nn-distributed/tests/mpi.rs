@@ -954,7 +954,11 @@ mod checks {
             state.tensors.save(&path).unwrap();
         }
         group.barrier();
-        let loaded = OptimizerState { tensors: nn_core::StateDict::load(&path).unwrap(), lrs: vec![config.lr] };
+        let loaded = OptimizerState {
+            tensors: nn_core::StateDict::load(&path).unwrap(),
+            lrs: vec![config.lr],
+            ..Default::default()
+        };
         group.barrier();
         if group.rank() == 0 {
             std::fs::remove_file(&path).unwrap();

@@ -330,3 +330,46 @@ fn optimizer_state_resumes_across_devices() {
         );
     }
 }
+
+/// A model moved between the CPU and the GPU in the middle of a run keeps its optimizer
+/// state: the moments follow the parameters at the next step (before, the GPU-to-CPU move
+/// panicked inside the step, and a moved Sgd restarted its momentum). The run that moves
+/// agrees with one that stays on the CPU.
+#[test]
+fn optimizer_state_follows_a_model_moved_mid_run() {
+    let _gpu = require_gpu();
+    manual_seed(8);
+    let net = || Sequential::new().add(Linear::new(6, 8)).add(ReLU::new()).add(Linear::new(8, 3));
+    let (x, y) = (Tensor::randn(&[5, 6]), classes(5, 3));
+    type Make = fn(&Sequential) -> Box<dyn Optimizer>;
+    let makers: [(&str, Make); 2] = [
+        ("adam", |m| Box::new(Adam::new(m.named_parameters(), AdamConfig { lr: 1e-2, ..Default::default() }))),
+        ("sgd", |m| {
+            let c = SgdConfig { lr: 0.05, momentum: 0.9, dampening: 0.5, ..Default::default() };
+            Box::new(Sgd::new(m.named_parameters(), c))
+        }),
+    ];
+    for (name, make) in makers {
+        let step = |m: &Sequential, o: &mut dyn Optimizer| {
+            let d = m.parameters()[0].device();
+            o.zero_grad();
+            cross_entropy(&m.forward(&x.to_device(d)), &y.to_device(d)).backward();
+            o.step();
+        };
+        let mut moved = net();
+        let mut stays = net();
+        stays.load_state_dict(&moved.state_dict(), true).unwrap();
+        let (mut om, mut os) = (make(&moved), make(&stays));
+        for device in [Device::Cpu, GPU, GPU, Device::Cpu, Device::Cpu] {
+            moved.to_device(device);
+            step(&moved, &mut *om);
+            step(&stays, &mut *os);
+        }
+        let (a, b) = (moved.state_dict(), stays.state_dict());
+        for (k, t) in b.iter() {
+            let got = a.get(k).unwrap().to_vec_f64();
+            assert!(max_rel(&got, &t.to_vec_f64()) < 1e-5, "{name} {k}: the moved run differs from the CPU one");
+        }
+        assert!(om.state_dict().tensors.iter().all(|(_, t)| t.device() == Device::Cpu), "{name}");
+    }
+}

@@ -184,6 +184,32 @@
 //! assert_eq!((opt.group_lr(0), opt.group_lr(1)), (1e-4, 1e-2));
 //! ```
 //!
+//! ## Optimizer and scheduler state
+//!
+//! `optimizer.load_state_dict(sd)` restores the buffers and each group's hyper-parameters
+//! (`sd["param_groups"]`); schedulers chain (`LinearLR` then `CosineAnnealingLR`, both
+//! stepped) and start from the group's `initial_lr`. nn does the same: the state's
+//! `hyper_params` hold PyTorch's names, and an Adam state is refused by an AdamW.
+//! ```
+//! use nn::optim::{CosineAnnealingLR, LinearLR, LrScheduler, Optimizer, Sgd, SgdConfig};
+//! use nn::{Parameter, Tensor};
+//!
+//! let w = || vec![("w".to_string(), Parameter::new(Tensor::ones(&[2])))];
+//! let mut opt = Sgd::new(w(), SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() });
+//! let mut warmup = LinearLR::new(&mut opt, 0.1, 1.0, 5);
+//! let mut cosine = CosineAnnealingLR::new(&mut opt, 100, 0.0);
+//! assert_eq!(cosine.state().base_lrs, [0.1]); // the group's initial_lr, not the warmed-down 0.01
+//! warmup.step(&mut opt);
+//! cosine.step(&mut opt);
+//! let state = opt.state_dict();
+//! assert_eq!((state.hyper_params[0]["momentum"], state.hyper_params[0]["initial_lr"]), (0.9, 0.1));
+//!
+//! let mut resumed = Sgd::new(w(), SgdConfig { lr: 0.1, ..Default::default() }); // momentum 0 here
+//! resumed.load_state_dict(&state).unwrap();
+//! assert_eq!(resumed.state_dict().hyper_params[0]["momentum"], 0.9); // the state's, as PyTorch
+//! assert_eq!(resumed.group_lr(0), opt.group_lr(0));
+//! ```
+//!
 //! ## Surgery: look-ups, typed access, replacing a sub-module
 //!
 //! `model.get_submodule("encoder.fc")`, `isinstance` + attribute access, and

@@ -515,7 +515,9 @@ pub trait Module: HoldsState + Any {
     }
 
     /// Converts every floating-point parameter and buffer to `dtype` (integer and bool
-    /// buffers, such as `num_batches_tracked`, keep theirs, as PyTorch).
+    /// buffers, such as `num_batches_tracked`, keep theirs, as PyTorch), in place: handles
+    /// held elsewhere see the change, and an optimizer's state follows at its next step
+    /// (moments cast with their values, step counts kept).
     ///
     /// # Panics
     /// When `dtype` is not a floating-point type.

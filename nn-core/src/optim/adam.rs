@@ -1,8 +1,8 @@
 //! Adam and AdamW.
 
 use super::{
-    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, step_from_tensor, update_param,
-    Bufs, DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, hyper_entry, non_negative, read_hyper,
+    step_from_tensor, update_param, Bufs, DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
 use crate::backend::cpu::vmath::with_avx2;
 use crate::dtype::FloatElement;
@@ -64,6 +64,29 @@ struct AdamCore {
 }
 
 const BUFS: [&str; 3] = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
+
+/// The names Adam and AdamW keep one value of for all groups, and per group, in
+/// [`OptimizerState::hyper_params`].
+const WIDE: [&str; 5] = ["beta1", "beta2", "eps", "amsgrad", "decoupled_weight_decay"];
+const PER_GROUP: [&str; 1] = ["weight_decay"];
+
+/// What `Adam::try_new` and `AdamW::try_new` refuse, as PyTorch does (also checked on the
+/// hyper-parameters of a loaded state).
+fn check_config(lr: f64, (b1, b2): (f64, f64), eps: f64, weight_decay: f64) -> std::result::Result<(), String> {
+    if !non_negative(lr) {
+        return Err(format!("invalid learning rate {lr}"));
+    }
+    if !non_negative(eps) {
+        return Err(format!("invalid epsilon {eps}"));
+    }
+    if !((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2)) {
+        return Err(format!("invalid betas {:?}", (b1, b2)));
+    }
+    if !non_negative(weight_decay) {
+        return Err(format!("invalid weight_decay {weight_decay}"));
+    }
+    Ok(())
+}
 
 #[allow(clippy::too_many_arguments)]
 /// [`kernel`] for parameters on a GPU (see [`DeviceKernel`]), with the scalars the CPU
@@ -218,11 +241,57 @@ impl AdamCore {
                 }
             }
         }
-        OptimizerState { tensors, lrs: self.groups.iter().map(|g| g.lr).collect() }
+        let flag = |b: bool| f64::from(u8::from(b));
+        let hyper_params = self
+            .groups
+            .iter()
+            .map(|g| {
+                let pairs = [
+                    ("beta1", self.betas.0),
+                    ("beta2", self.betas.1),
+                    ("eps", self.eps),
+                    ("amsgrad", flag(self.amsgrad)),
+                    ("decoupled_weight_decay", flag(self.decoupled)),
+                    ("weight_decay", g.weight_decay),
+                ];
+                hyper_entry(&pairs, g.initial_lr)
+            })
+            .collect();
+        OptimizerState { tensors, lrs: self.groups.iter().map(|g| g.lr).collect(), hyper_params }
+    }
+
+    fn name(&self) -> &'static str {
+        if self.decoupled {
+            "AdamW"
+        } else {
+            "Adam"
+        }
     }
 
     fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
-        let names: &[&str] = if self.amsgrad { &BUFS } else { &BUFS[..2] };
+        let (mut betas, mut eps, mut amsgrad) = (self.betas, self.eps, self.amsgrad);
+        let mut decays: Vec<f64> = self.groups.iter().map(|g| g.weight_decay).collect();
+        let mut initial: Vec<Option<f64>> = self.groups.iter().map(|g| g.initial_lr).collect();
+        let flags = ["amsgrad", "decoupled_weight_decay"];
+        if let Some(h) = read_hyper(state, self.groups.len(), &WIDE, &PER_GROUP, &flags)? {
+            if (h.wide["decoupled_weight_decay"] == 1.0) != self.decoupled {
+                let saved = if self.decoupled { "Adam" } else { "AdamW" };
+                return Err(Error::OptimizerState(format!(
+                    "the state is an {saved}'s (`decoupled_weight_decay` is {}), this optimizer an {}: resume it \
+                     with an {saved}",
+                    h.wide["decoupled_weight_decay"],
+                    self.name()
+                )));
+            }
+            (betas, eps, amsgrad) = ((h.wide["beta1"], h.wide["beta2"]), h.wide["eps"], h.wide["amsgrad"] == 1.0);
+            decays = h.per_group.iter().map(|g| g["weight_decay"]).collect();
+            initial = h.initial_lrs;
+            for &wd in &decays {
+                check_config(0.0, betas, eps, wd)
+                    .map_err(|e| Error::OptimizerState(format!("the state's hyper-parameters: {e}")))?;
+            }
+        }
+        let names: &[&str] = if amsgrad { &BUFS } else { &BUFS[..2] };
         let mut suffixes = names.to_vec();
         suffixes.push("step");
         check_state_paths(&self.groups, state, &suffixes)?;
@@ -246,8 +315,9 @@ impl AdamCore {
             new_state.push(st);
         }
         self.state = new_state;
-        for (g, &lr) in self.groups.iter_mut().zip(&state.lrs) {
-            g.lr = lr;
+        (self.betas, self.eps, self.amsgrad) = (betas, eps, amsgrad);
+        for (((g, &lr), wd), initial_lr) in self.groups.iter_mut().zip(&state.lrs).zip(decays).zip(initial) {
+            (g.lr, g.weight_decay, g.initial_lr) = (lr, wd, initial_lr);
         }
         Ok(())
     }
@@ -292,20 +362,8 @@ macro_rules! adam_optimizer {
             /// [`Error::ParamGroupConflict`] when a parameter is in two groups or two
             /// parameters share a name (see [`ParamGroup`](super::ParamGroup)).
             pub fn try_new(params: impl IntoParamGroups, config: $config) -> Result<Self> {
-                let bad = |reason: String| Err(Error::OptimizerConfig { optimizer: stringify!($name), reason });
-                let (b1, b2) = config.betas;
-                if !non_negative(config.lr) {
-                    return bad(format!("invalid learning rate {}", config.lr));
-                }
-                if !non_negative(config.eps) {
-                    return bad(format!("invalid epsilon {}", config.eps));
-                }
-                if !((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2)) {
-                    return bad(format!("invalid betas {:?}", config.betas));
-                }
-                if !non_negative(config.weight_decay) {
-                    return bad(format!("invalid weight_decay {}", config.weight_decay));
-                }
+                check_config(config.lr, config.betas, config.eps, config.weight_decay)
+                    .map_err(|reason| Error::OptimizerConfig { optimizer: stringify!($name), reason })?;
                 let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay)?;
                 let state = groups.iter().map(|g| vec![(None, 0); g.params.len()]).collect();
                 Ok($name(AdamCore { groups, betas: config.betas, eps: config.eps, amsgrad: config.amsgrad, decoupled: $decoupled, state }))
@@ -330,6 +388,12 @@ macro_rules! adam_optimizer {
             }
             fn set_group_lr(&mut self, i: usize, lr: f64) {
                 self.0.groups[i].lr = lr;
+            }
+            fn group_initial_lr(&self, i: usize) -> Option<f64> {
+                self.0.groups[i].initial_lr
+            }
+            fn set_group_initial_lr(&mut self, i: usize, lr: f64) {
+                self.0.groups[i].initial_lr = Some(lr);
             }
             fn state_dict(&self) -> OptimizerState {
                 self.0.state_dict()

@@ -14,7 +14,7 @@ mod clip;
 mod scheduler;
 mod sgd;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
 pub use clip::clip_grad_norm_;
@@ -177,6 +177,8 @@ pub(crate) struct Group {
     pub(crate) params: Vec<(String, Parameter)>,
     pub(crate) lr: f64,
     pub(crate) weight_decay: f64,
+    /// See [`Optimizer::group_initial_lr`].
+    pub(crate) initial_lr: Option<f64>,
 }
 
 /// Builds the groups, refusing the same parameter twice (by identity) and two parameters
@@ -214,6 +216,7 @@ pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) 
             params: g.params,
             lr: g.lr.unwrap_or(lr),
             weight_decay: g.weight_decay.unwrap_or(weight_decay),
+            initial_lr: None,
         })
         .collect())
 }
@@ -263,6 +266,16 @@ pub trait Optimizer {
     /// Sets the learning rate of group `i` (what schedulers do).
     fn set_group_lr(&mut self, i: usize, lr: f64);
 
+    /// The learning rate group `i` had when the first scheduler was attached to it
+    /// (PyTorch's `group["initial_lr"]`): every later scheduler starts from it, so a
+    /// warm-up and a decay built one after the other share one base. `None` until a
+    /// scheduler is attached; saved and restored with the state.
+    fn group_initial_lr(&self, i: usize) -> Option<f64>;
+
+    /// Sets [`group_initial_lr`](Optimizer::group_initial_lr) (what a scheduler does when
+    /// it is attached to a group that has none).
+    fn set_group_initial_lr(&mut self, i: usize, lr: f64);
+
     /// The optimizer's state: per-parameter buffers keyed `"<path>.<buffer>"`, and the
     /// hyper-parameters that schedulers change.
     fn state_dict(&self) -> OptimizerState;
@@ -270,10 +283,17 @@ pub trait Optimizer {
     /// Restores a state saved by [`state_dict`](Optimizer::state_dict), matching
     /// parameters by path.
     ///
+    /// The optimizer continues with the state's hyper-parameters
+    /// ([`OptimizerState::hyper_params`]: momentum, betas, weight decay, ...), as
+    /// PyTorch's `load_state_dict` restores its `param_groups`: buffers saved under a
+    /// momentum of 0.9 are never read as if the momentum were another. To change one on
+    /// purpose, edit the state before loading it.
+    ///
     /// Every entry is checked before anything is kept: the group count, finite and
-    /// non-negative learning rates, buffers on the CPU with a floating dtype, the
-    /// parameter's shape and finite values (non-negative for second moments), and step
-    /// counts that are whole numbers in `0..=`[`MAX_COUNTER`].
+    /// non-negative learning rates, hyper-parameters of this kind of optimizer that it
+    /// accepts when built (an Adam state is refused by an AdamW), buffers on the CPU with a
+    /// floating dtype, the parameter's shape and finite values (non-negative for second
+    /// moments), and step counts that are whole numbers in `0..=`[`MAX_COUNTER`].
     /// A state holding NaN or infinite buffers (a diverged run) is refused.
     ///
     /// # Errors
@@ -291,6 +311,109 @@ pub struct OptimizerState {
     pub tensors: StateDict,
     /// Learning rate of each group.
     pub lrs: Vec<f64>,
+    /// Each group's other hyper-parameters, under PyTorch's `param_groups` names:
+    /// [`Sgd`] keeps `momentum`, `dampening`, `nesterov` (0 or 1) and `weight_decay`;
+    /// [`Adam`] and [`AdamW`] keep `beta1`, `beta2`, `eps`, `weight_decay`, `amsgrad` and
+    /// `decoupled_weight_decay` (flags, 0 or 1; the last tells an AdamW state from an Adam
+    /// one); each group may also hold `initial_lr` (see
+    /// [`Optimizer::group_initial_lr`]).
+    ///
+    /// Empty in a state that records none (one saved before nn recorded them, or built by
+    /// hand): loading it keeps the optimizer's own hyper-parameters, and refuses buffers the
+    /// optimizer as built does not keep (momentum buffers for an `Sgd` without momentum).
+    pub hyper_params: Vec<HyperParams>,
+}
+
+/// One parameter group's hyper-parameters by name (see [`OptimizerState::hyper_params`]).
+pub type HyperParams = BTreeMap<String, f64>;
+
+/// The name of the per-group entry that holds [`Optimizer::group_initial_lr`].
+pub(crate) const INITIAL_LR: &str = "initial_lr";
+
+/// A state's hyper-parameters, checked for an optimizer that keeps the names `wide` (one
+/// value for all groups: nn's optimizers hold them in their config) and `per_group`.
+pub(crate) struct SavedHyper {
+    /// The value of each of `wide`, the same in every group.
+    pub wide: HashMap<&'static str, f64>,
+    /// The values of `per_group`, group by group.
+    pub per_group: Vec<HashMap<&'static str, f64>>,
+    /// Each group's `initial_lr`, where it has one.
+    pub initial_lrs: Vec<Option<f64>>,
+}
+
+/// Reads `state.hyper_params` for an optimizer with `n_groups` groups keeping `wide` and
+/// `per_group` (of which `flags` are 0 or 1): `None` when the state records none; an error
+/// naming the entry when a group is missing, a name is missing or unknown (a state of
+/// another kind of optimizer), a value is not finite, a flag is not 0 or 1, or a `wide`
+/// value differs between groups. Ranges are the optimizer's to check.
+pub(crate) fn read_hyper(
+    state: &OptimizerState,
+    n_groups: usize,
+    wide: &[&'static str],
+    per_group: &[&'static str],
+    flags: &[&str],
+) -> Result<Option<SavedHyper>> {
+    if state.hyper_params.is_empty() {
+        return Ok(None);
+    }
+    let bad = |msg: String| Err(Error::OptimizerState(msg));
+    if state.hyper_params.len() != n_groups {
+        return bad(format!(
+            "`hyper_params` has {} parameter groups, this optimizer {n_groups}",
+            state.hyper_params.len()
+        ));
+    }
+    let kept = || wide.iter().chain(per_group).map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+    let mut saved = SavedHyper { wide: HashMap::new(), per_group: Vec::new(), initial_lrs: Vec::new() };
+    for (i, h) in state.hyper_params.iter().enumerate() {
+        if let Some(k) =
+            h.keys().find(|k| !wide.contains(&k.as_str()) && !per_group.contains(&k.as_str()) && *k != INITIAL_LR)
+        {
+            return bad(format!(
+                "`hyper_params[{i}]` has `{k}`, which this optimizer does not keep (it keeps {}): a state of \
+                 another kind of optimizer?",
+                kept()
+            ));
+        }
+        if let Some((k, v)) = h.iter().find(|(_, v)| !v.is_finite()) {
+            return bad(format!("`hyper_params[{i}].{k}` is {v}; a hyper-parameter is finite"));
+        }
+        if let Some((k, v)) = h.iter().find(|(k, v)| flags.contains(&k.as_str()) && **v != 0.0 && **v != 1.0) {
+            return bad(format!("`hyper_params[{i}].{k}` is {v}; a flag is 0 or 1"));
+        }
+        let get = |k: &str| {
+            h.get(k).copied().ok_or_else(|| Error::OptimizerState(format!("`hyper_params[{i}]` has no `{k}`")))
+        };
+        for &k in wide {
+            let v = get(k)?;
+            match saved.wide.get(k) {
+                Some(&first) if first.to_bits() != v.to_bits() => {
+                    return bad(format!(
+                        "`hyper_params[{i}].{k}` is {v}, group 0's {first}: nn's optimizers keep one `{k}` for \
+                         all groups"
+                    ))
+                }
+                _ => saved.wide.insert(k, v),
+            };
+        }
+        saved.per_group.push(per_group.iter().map(|&k| get(k).map(|v| (k, v))).collect::<Result<_>>()?);
+        let initial = h.get(INITIAL_LR).copied();
+        if let Some(v) = initial.filter(|v| *v < 0.0) {
+            return bad(format!("`hyper_params[{i}].{INITIAL_LR}` is {v}; a learning rate is non-negative"));
+        }
+        saved.initial_lrs.push(initial);
+    }
+    Ok(Some(saved))
+}
+
+/// One group's hyper-parameters as [`OptimizerState::hyper_params`] holds them: the
+/// `(name, value)` pairs, and the group's `initial_lr` where it has one.
+pub(crate) fn hyper_entry(pairs: &[(&str, f64)], initial_lr: Option<f64>) -> HyperParams {
+    let mut h: HyperParams = pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+    if let Some(lr) = initial_lr {
+        h.insert(INITIAL_LR.to_string(), lr);
+    }
+    h
 }
 
 /// Per-parameter optimizer buffers of one dtype.
@@ -320,8 +443,9 @@ pub(crate) struct DeviceKernel<'a> {
 pub(crate) type Kernel<'a, T> = dyn Fn(&mut [T], &[T], &mut [&mut [T]], bool) + Sync + 'a;
 
 /// Runs `f(param values, grad values, buffers)` in place for one parameter, if it requires
-/// grad and has a gradient. Buffers are created (zeros) on first use and reset if the
-/// parameter changed dtype.
+/// grad and has a gradient. Buffers are created (zeros) on first use; when the parameter
+/// has since been moved or cast (`to_device`, `to_dtype` on its module), they are moved and
+/// cast with it, values kept ([`conform`]).
 pub(crate) fn update_param(
     p: &Parameter,
     bufs: &mut Option<Bufs>,
@@ -344,25 +468,24 @@ pub(crate) fn update_param(
     let g = g.contiguous();
     let gs = g.storage_arc();
     let Storage::Cpu(gc) = &*gs else { panic!("optimizer: gradient of a meta parameter has no values") };
-    let fresh = matches!(
-        (&bufs, gc),
-        (None, _) | (Some(Bufs::F64(_)), CpuStorage::F32(_)) | (Some(Bufs::F32(_)), CpuStorage::F64(_))
-    );
-    let n = p.numel();
-    if fresh {
-        *bufs = Some(match gc {
-            CpuStorage::F32(_) => Bufs::F32(vec![vec![0.0; n]; n_bufs]),
-            CpuStorage::F64(_) => Bufs::F64(vec![vec![0.0; n]; n_bufs]),
-            other => panic!("optimizer: parameters must be f32 or f64, got {}", other.dtype()),
-        });
+    if !matches!(gc, CpuStorage::F32(_) | CpuStorage::F64(_)) {
+        panic!("optimizer: parameters must be f32 or f64, got {}", gc.dtype());
     }
+    let fresh = bufs.is_none();
+    let n = p.numel();
+    *bufs = Some(match bufs.take() {
+        Some(b) => conform(b, n, gc.dtype(), crate::Device::Cpu),
+        None if gc.dtype() == crate::DType::F64 => Bufs::F64(vec![vec![0.0; n]; n_bufs]),
+        None => Bufs::F32(vec![vec![0.0; n]; n_bufs]),
+    });
     let b = bufs.as_mut().expect("created above");
     if !p.is_contiguous() {
         // Rare (a strided leaf): update a contiguous copy and write it back.
         let tmp = p.detach().contiguous();
         let q = Parameter::with_requires_grad(tmp.clone(), true);
         q.set_grad(Some(g.clone()));
-        let mut bb = Some(b.clone());
+        // Fresh buffers stay fresh (SGD's first momentum is the gradient itself).
+        let mut bb = (!fresh).then(|| b.clone());
         update_param(&q, &mut bb, n_bufs, f32_fn, f64_fn, device_kernel);
         *b = bb.expect("kept");
         crate::no_grad(|| p.copy_(&tmp));
@@ -394,6 +517,41 @@ fn in_parts<T: Send + Sync>(p: &mut [T], g: &[T], bufs: &mut [Vec<T>], fresh: bo
     });
 }
 
+/// Buffers moved and cast to where their parameter now is (`n` elements of `dtype` on
+/// `device`), values kept: a module moved with `to_device` or cast with `to_dtype` after
+/// some steps continues with its moments (f64 to f32 rounds them), never with zeroed
+/// moments under an advanced step count (whose bias correction would make the next Adam
+/// update about 3x the learning rate). Buffers already there are returned as they are.
+pub(crate) fn conform(b: Bufs, n: usize, dtype: crate::DType, device: crate::Device) -> Bufs {
+    use crate::{DType, Device};
+    let tensors: Vec<Tensor> = match b {
+        Bufs::F32(v) if (dtype, device) == (DType::F32, Device::Cpu) => return Bufs::F32(v),
+        Bufs::F64(v) if (dtype, device) == (DType::F64, Device::Cpu) => return Bufs::F64(v),
+        #[cfg(feature = "gpu")]
+        Bufs::Gpu(v) if v.iter().all(|s| s.dtype() == dtype && Storage::Gpu(s.clone()).device() == device) => {
+            return Bufs::Gpu(v)
+        }
+        Bufs::F32(v) => v.into_iter().map(|b| Tensor::from_vec(b, &[n])).collect(),
+        Bufs::F64(v) => v.into_iter().map(|b| Tensor::from_vec_f64(b, &[n])).collect(),
+        #[cfg(feature = "gpu")]
+        Bufs::Gpu(v) => v.into_iter().map(|s| Tensor::from_storage(Storage::Gpu(s), &[n])).collect(),
+    };
+    let moved = tensors.into_iter().map(|t| t.to_dtype(dtype).to_device(device));
+    match device {
+        #[cfg(feature = "gpu")]
+        Device::Gpu(_) => Bufs::Gpu(
+            moved
+                .map(|t| match &*t.storage_arc() {
+                    Storage::Gpu(s) => s.clone(),
+                    _ => unreachable!("moved to a GPU"),
+                })
+                .collect(),
+        ),
+        _ if dtype == DType::F64 => Bufs::F64(moved.map(|t| t.to_vec_f64()).collect()),
+        _ => Bufs::F32(moved.map(|t| t.to_vec()).collect()),
+    }
+}
+
 /// The update of a contiguous parameter on a GPU: one kernel over the parameter, its
 /// gradient and its state, all on the device (state loaded from a state dict, which is on
 /// the host, is uploaded on the first step).
@@ -406,19 +564,19 @@ fn device_update(p: &Parameter, g: &Tensor, bufs: &mut Option<Bufs>, n_bufs: usi
     if !dtype.is_float() || dtype.size_in_bytes() < 4 {
         panic!("optimizer: parameters must be f32 or f64, got {dtype}");
     }
-    let upload = |t: Tensor| match &*t.to_device(p.device()).storage_arc() {
-        Storage::Gpu(s) => s.clone(),
-        _ => unreachable!("moved to the parameter's GPU"),
-    };
     let (state, fresh) = match bufs.take() {
-        Some(Bufs::Gpu(v)) if v.first().is_none_or(|b| b.dtype() == dtype) => (v, false),
-        Some(Bufs::F32(v)) if dtype == crate::DType::F32 => {
-            (v.into_iter().map(|b| upload(Tensor::from_vec(b, &[n]))).collect(), false)
+        Some(b) => match conform(b, n, dtype, p.device()) {
+            Bufs::Gpu(v) => (v, false),
+            _ => unreachable!("conformed to the parameter's GPU"),
+        },
+        None => {
+            let zeros = || Tensor::full_on(&[n], 0.0, dtype, p.device());
+            let storage = |t: Tensor| match &*t.storage_arc() {
+                Storage::Gpu(s) => s.clone(),
+                _ => unreachable!("made on the parameter's GPU"),
+            };
+            ((0..n_bufs).map(|_| storage(zeros())).collect(), true)
         }
-        Some(Bufs::F64(v)) if dtype == crate::DType::F64 => {
-            (v.into_iter().map(|b| upload(Tensor::from_vec_f64(b, &[n]))).collect(), false)
-        }
-        _ => ((0..n_bufs).map(|_| upload(Tensor::full_on(&[n], 0.0, dtype, crate::Device::Cpu))).collect(), true),
     };
     let mut scalars = vec![if fresh { 1.0 } else { 0.0 }];
     scalars.extend_from_slice(&kernel.scalars);

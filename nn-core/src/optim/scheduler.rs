@@ -1,6 +1,32 @@
-//! Learning-rate schedulers (closed forms of PyTorch's `StepLR`, `CosineAnnealingLR`,
-//! `LinearLR`). Call [`LrScheduler::step`] once per epoch (or per iteration), after the
-//! optimizer's step, as in PyTorch.
+//! Learning-rate schedulers (PyTorch's `StepLR`, `CosineAnnealingLR`, `LinearLR`). Call
+//! [`LrScheduler::step`] once per epoch (or per iteration), after the optimizer's step, as
+//! in PyTorch.
+//!
+//! As PyTorch's, they are chainable: each step scales the rate the optimizer has now (its
+//! `get_lr`, same formulas, same rounding), so two schedulers stepped on one optimizer
+//! compose (a linear warm-up times a cosine decay) instead of the last one overwriting the
+//! other. And each starts from the group's `initial_lr` ([`Optimizer::group_initial_lr`]),
+//! set by the first scheduler attached: a scheduler built after another, or after loading a
+//! state, starts from the run's first rate, not from a rate another scheduler already
+//! changed.
+//!
+//! ```
+//! use nn_core::optim::{CosineAnnealingLR, LinearLR, LrScheduler, Optimizer, Sgd, SgdConfig};
+//! use nn_core::{Parameter, Tensor};
+//! let mut opt = Sgd::new(vec![Parameter::new(Tensor::zeros(&[1]))], SgdConfig { lr: 1.0, ..Default::default() });
+//! let mut warmup = LinearLR::new(&mut opt, 0.25, 1.0, 3);
+//! let mut decay = CosineAnnealingLR::new(&mut opt, 10, 0.0);
+//! assert_eq!((decay.state().base_lrs[0], opt.group_lr(0)), (1.0, 0.25)); // the base is the first rate
+//! let mut lrs = Vec::new();
+//! for _ in 0..4 {
+//!     warmup.step(&mut opt);
+//!     decay.step(&mut opt);
+//!     lrs.push(opt.group_lr(0));
+//! }
+//! // The warm-up's factor (0.5, 0.75, 1, 1) times the cosine's (0.976, 0.905, 0.794, 0.655).
+//! let want = [0.5 * 0.9755, 0.75 * 0.9045, 0.7939, 0.6545];
+//! assert!(lrs.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-4), "{lrs:?}");
+//! ```
 
 use super::Optimizer;
 use super::MAX_COUNTER;
@@ -11,7 +37,8 @@ use crate::error::{Error, Result};
 pub struct SchedulerState {
     /// Steps taken so far.
     pub last_epoch: u64,
-    /// The learning rate of each group when the scheduler was created.
+    /// The learning rate each group started from: its `initial_lr` when the scheduler was
+    /// created ([`Optimizer::group_initial_lr`]).
     pub base_lrs: Vec<f64>,
 }
 
@@ -57,8 +84,25 @@ impl SchedulerState {
 
 /// Sets the optimizer's learning rates as a function of the step count.
 pub trait LrScheduler {
-    /// The factor applied to each base learning rate after `epoch` steps.
+    /// This scheduler's rate after `epoch` steps from `base_lr`, in closed form: the rate
+    /// it sets when it alone drives the optimizer (up to rounding: [`step`](LrScheduler::step)
+    /// goes through [`next_lr`](LrScheduler::next_lr), as PyTorch does).
     fn lr_at(&self, base_lr: f64, epoch: u64) -> f64;
+
+    /// The rate of step `epoch` (at least 1) from the group's current rate `lr` (PyTorch's
+    /// chainable `get_lr`): what [`step`](LrScheduler::step) sets. The built-in schedulers
+    /// use PyTorch's formulas; the default scales `lr` by the ratio of
+    /// [`lr_at`](LrScheduler::lr_at) between `epoch - 1` and `epoch` (or sets `lr_at` where
+    /// the earlier one is 0), so a scheduler that only defines `lr_at` chains too.
+    fn next_lr(&self, lr: f64, base_lr: f64, epoch: u64) -> f64 {
+        let (now, before) = (self.lr_at(base_lr, epoch), self.lr_at(base_lr, epoch.saturating_sub(1)));
+        if before == 0.0 {
+            now
+        } else {
+            lr * (now / before)
+        }
+    }
+
     /// The scheduler's state.
     fn state(&self) -> &SchedulerState;
     /// Mutable state. A state set here is not checked: restore saved states with
@@ -66,19 +110,23 @@ pub trait LrScheduler {
     fn state_mut(&mut self) -> &mut SchedulerState;
 
     /// Restores a state saved from [`state`](LrScheduler::state) after checking it
-    /// against `opt` ([`SchedulerState::check`]), and writes its learning rates into
-    /// `opt`. On error neither the scheduler nor `opt` is changed.
+    /// against `opt` ([`SchedulerState::check`]). As PyTorch's `load_state_dict`, this
+    /// leaves `opt`'s learning rates alone: they are part of the optimizer's own state
+    /// (restore it with [`Optimizer::load_state_dict`]; [`Checkpoint::restore`] restores
+    /// both). On error the scheduler is unchanged.
+    ///
+    /// [`Checkpoint::restore`]: crate::checkpoint::Checkpoint::restore
     ///
     /// # Errors
     /// [`Error::SchedulerState`] naming the offending field.
     fn load_state(&mut self, state: &SchedulerState, opt: &mut dyn Optimizer) -> Result<()> {
         state.check(opt)?;
         *self.state_mut() = state.clone();
-        self.apply(opt);
         Ok(())
     }
 
-    /// Advances one step and writes the new learning rates into `opt`.
+    /// Advances one step and sets each group's rate to [`next_lr`](LrScheduler::next_lr)
+    /// of its current one.
     ///
     /// # Panics
     /// As [`apply`](LrScheduler::apply).
@@ -86,10 +134,15 @@ pub trait LrScheduler {
     fn step(&mut self, opt: &mut dyn Optimizer) {
         let st = self.state_mut();
         st.last_epoch = st.last_epoch.saturating_add(1);
-        self.apply(opt);
+        let st = self.state();
+        check_groups(st, opt);
+        for (i, &b) in st.base_lrs.iter().enumerate() {
+            opt.set_group_lr(i, self.next_lr(opt.group_lr(i), b, st.last_epoch));
+        }
     }
 
-    /// Writes the learning rates for the current step into `opt`.
+    /// Sets each group's rate to this scheduler's closed form at the current step
+    /// ([`lr_at`](LrScheduler::lr_at)), overriding whatever other schedulers did.
     ///
     /// # Panics
     /// When the state's number of base learning rates differs from the optimizer's number
@@ -98,28 +151,48 @@ pub trait LrScheduler {
     #[track_caller]
     fn apply(&self, opt: &mut dyn Optimizer) {
         let st = self.state();
-        if st.base_lrs.len() != opt.num_groups() {
-            panic!(
-                "LrScheduler::apply: the scheduler has {} base learning rates, the optimizer {} parameter group(s); \
-                 restore saved states with `load_state`, which checks them",
-                st.base_lrs.len(),
-                opt.num_groups()
-            );
-        }
+        check_groups(st, opt);
         for (i, &b) in st.base_lrs.iter().enumerate() {
             opt.set_group_lr(i, self.lr_at(b, st.last_epoch));
         }
     }
 
-    /// The learning rates of the current step.
+    /// This scheduler's closed-form rates at the current step: the optimizer's rates when
+    /// it alone drives the optimizer (with schedulers chained, read
+    /// [`Optimizer::group_lr`]).
     fn last_lr(&self) -> Vec<f64> {
         let st = self.state();
         st.base_lrs.iter().map(|&b| self.lr_at(b, st.last_epoch)).collect()
     }
 }
 
-fn base(opt: &dyn Optimizer) -> SchedulerState {
-    SchedulerState { last_epoch: 0, base_lrs: (0..opt.num_groups()).map(|i| opt.group_lr(i)).collect() }
+/// Panics when `st` has another number of base rates than `opt` has groups.
+#[track_caller]
+fn check_groups(st: &SchedulerState, opt: &dyn Optimizer) {
+    if st.base_lrs.len() != opt.num_groups() {
+        panic!(
+            "LrScheduler: the scheduler has {} base learning rates, the optimizer {} parameter group(s); \
+             restore saved states with `load_state`, which checks them",
+            st.base_lrs.len(),
+            opt.num_groups()
+        );
+    }
+}
+
+/// A new scheduler's state: each group's `initial_lr`, which the first scheduler attached
+/// sets to the group's rate (PyTorch's `group.setdefault("initial_lr", group["lr"])`).
+fn base(opt: &mut dyn Optimizer) -> SchedulerState {
+    let base_lrs = (0..opt.num_groups())
+        .map(|i| match opt.group_initial_lr(i) {
+            Some(lr) => lr,
+            None => {
+                let lr = opt.group_lr(i);
+                opt.set_group_initial_lr(i, lr);
+                lr
+            }
+        })
+        .collect();
+    SchedulerState { last_epoch: 0, base_lrs }
 }
 
 /// Multiplies the learning rate by `gamma` every `step_size` steps.
@@ -150,6 +223,13 @@ impl LrScheduler for StepLR {
     fn lr_at(&self, b: f64, epoch: u64) -> f64 {
         b * self.gamma.powi(i32::try_from(epoch / self.step_size).unwrap_or(i32::MAX))
     }
+    fn next_lr(&self, lr: f64, _: f64, epoch: u64) -> f64 {
+        if epoch.is_multiple_of(self.step_size) {
+            lr * self.gamma
+        } else {
+            lr
+        }
+    }
     fn state(&self) -> &SchedulerState {
         &self.state
     }
@@ -178,6 +258,17 @@ impl LrScheduler for CosineAnnealingLR {
         let t = (epoch % self.t_max.saturating_mul(2)) as f64;
         self.eta_min + (b - self.eta_min) * (1.0 + (std::f64::consts::PI * t / self.t_max as f64).cos()) / 2.0
     }
+    fn next_lr(&self, lr: f64, b: f64, epoch: u64) -> f64 {
+        use std::f64::consts::PI;
+        let (t_max, eta_min) = (self.t_max as f64, self.eta_min);
+        // Where the previous step's cosine is -1 (the bottom of a cycle) the ratio below
+        // divides by 0: PyTorch steps back up by the first increment instead.
+        if (i128::from(epoch) - 1 - i128::from(self.t_max)).rem_euclid(2 * i128::from(self.t_max)) == 0 {
+            return lr + (b - eta_min) * (1.0 - (PI / t_max).cos()) / 2.0;
+        }
+        (1.0 + (PI * epoch as f64 / t_max).cos()) / (1.0 + (PI * (epoch - 1) as f64 / t_max).cos()) * (lr - eta_min)
+            + eta_min
+    }
     fn state(&self) -> &SchedulerState {
         &self.state
     }
@@ -201,7 +292,9 @@ impl LinearLR {
     pub fn new(opt: &mut dyn Optimizer, start_factor: f64, end_factor: f64, total_iters: u64) -> Self {
         assert!(start_factor > 0.0 && start_factor <= 1.0, "LinearLR: start_factor must be in (0, 1]");
         let s = LinearLR { start_factor, end_factor, total_iters, state: base(opt) };
-        s.apply(opt);
+        for i in 0..opt.num_groups() {
+            opt.set_group_lr(i, opt.group_lr(i) * start_factor);
+        }
         s
     }
 }
@@ -210,6 +303,13 @@ impl LrScheduler for LinearLR {
     fn lr_at(&self, b: f64, epoch: u64) -> f64 {
         let t = epoch.min(self.total_iters) as f64 / self.total_iters.max(1) as f64;
         b * (self.start_factor + (self.end_factor - self.start_factor) * t)
+    }
+    fn next_lr(&self, lr: f64, _: f64, epoch: u64) -> f64 {
+        if epoch > self.total_iters {
+            return lr;
+        }
+        let (start, end) = (self.start_factor, self.end_factor);
+        lr * (1.0 + (end - start) / (self.total_iters as f64 * start + (epoch - 1) as f64 * (end - start)))
     }
     fn state(&self) -> &SchedulerState {
         &self.state

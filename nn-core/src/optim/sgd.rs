@@ -1,8 +1,8 @@
 //! Stochastic gradient descent with momentum, dampening, Nesterov and weight decay.
 
 use super::{
-    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, non_negative, update_param, Bufs,
-    DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
+    bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, hyper_entry, non_negative, read_hyper,
+    update_param, Bufs, DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
 use crate::backend::cpu::vmath::with_avx2;
 use crate::dtype::FloatElement;
@@ -74,24 +74,35 @@ impl Sgd {
     /// [`Error::ParamGroupConflict`] when a parameter is in two groups or two parameters
     /// share a name (see [`ParamGroup`](super::ParamGroup)).
     pub fn try_new(params: impl IntoParamGroups, config: SgdConfig) -> Result<Self> {
-        let bad = |reason: String| Err(Error::OptimizerConfig { optimizer: "Sgd", reason });
-        if !non_negative(config.lr) {
-            return bad(format!("invalid learning rate {}", config.lr));
-        }
-        if !non_negative(config.momentum) {
-            return bad(format!("invalid momentum {}", config.momentum));
-        }
-        if !non_negative(config.weight_decay) {
-            return bad(format!("invalid weight_decay {}", config.weight_decay));
-        }
-        if config.nesterov && !(config.momentum > 0.0 && config.dampening == 0.0) {
-            return bad("Nesterov momentum requires a momentum and zero dampening".into());
-        }
+        check_config(&config).map_err(|reason| Error::OptimizerConfig { optimizer: "Sgd", reason })?;
         let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay)?;
         let state = groups.iter().map(|g| vec![None; g.params.len()]).collect();
         Ok(Sgd { groups, config, state })
     }
 }
+
+/// What [`Sgd::try_new`] refuses, as PyTorch does (also checked on the hyper-parameters
+/// of a loaded state).
+fn check_config(c: &SgdConfig) -> std::result::Result<(), String> {
+    if !non_negative(c.lr) {
+        return Err(format!("invalid learning rate {}", c.lr));
+    }
+    if !non_negative(c.momentum) {
+        return Err(format!("invalid momentum {}", c.momentum));
+    }
+    if !non_negative(c.weight_decay) {
+        return Err(format!("invalid weight_decay {}", c.weight_decay));
+    }
+    if c.nesterov && !(c.momentum > 0.0 && c.dampening == 0.0) {
+        return Err("Nesterov momentum requires a momentum and zero dampening".into());
+    }
+    Ok(())
+}
+
+/// The names [`Sgd`] keeps one value of for all groups, and per group, in
+/// [`OptimizerState::hyper_params`].
+const WIDE: [&str; 3] = ["momentum", "dampening", "nesterov"];
+const PER_GROUP: [&str; 1] = ["weight_decay"];
 
 /// [`kernel`] for parameters on a GPU (see [`DeviceKernel`]): `k = [fresh, lr, weight decay,
 /// momentum, 1 - dampening, nesterov]`.
@@ -181,6 +192,14 @@ impl Optimizer for Sgd {
         self.groups[i].lr = lr;
     }
 
+    fn group_initial_lr(&self, i: usize) -> Option<f64> {
+        self.groups[i].initial_lr
+    }
+
+    fn set_group_initial_lr(&mut self, i: usize, lr: f64) {
+        self.groups[i].initial_lr = Some(lr);
+    }
+
     fn state_dict(&self) -> OptimizerState {
         let mut tensors = StateDict::default();
         for (g, st) in self.groups.iter().zip(&self.state) {
@@ -190,10 +209,46 @@ impl Optimizer for Sgd {
                 }
             }
         }
-        OptimizerState { tensors, lrs: self.groups.iter().map(|g| g.lr).collect() }
+        let c = &self.config;
+        let hyper_params = self
+            .groups
+            .iter()
+            .map(|g| {
+                let pairs = [
+                    ("momentum", c.momentum),
+                    ("dampening", c.dampening),
+                    ("nesterov", f64::from(u8::from(c.nesterov))),
+                    ("weight_decay", g.weight_decay),
+                ];
+                hyper_entry(&pairs, g.initial_lr)
+            })
+            .collect();
+        OptimizerState { tensors, lrs: self.groups.iter().map(|g| g.lr).collect(), hyper_params }
     }
 
     fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()> {
+        let mut config = self.config;
+        let mut decays: Vec<f64> = self.groups.iter().map(|g| g.weight_decay).collect();
+        let mut initial: Vec<Option<f64>> = self.groups.iter().map(|g| g.initial_lr).collect();
+        if let Some(h) = read_hyper(state, self.groups.len(), &WIDE, &PER_GROUP, &["nesterov"])? {
+            config.momentum = h.wide["momentum"];
+            config.dampening = h.wide["dampening"];
+            config.nesterov = h.wide["nesterov"] == 1.0;
+            decays = h.per_group.iter().map(|g| g["weight_decay"]).collect();
+            initial = h.initial_lrs;
+            for &weight_decay in &decays {
+                check_config(&SgdConfig { weight_decay, ..config })
+                    .map_err(|e| Error::OptimizerState(format!("the state's hyper-parameters: {e}")))?;
+            }
+        }
+        if config.momentum == 0.0 {
+            if let Some(key) = state.tensors.keys().next() {
+                return Err(Error::OptimizerState(format!(
+                    "the state holds `{key}`, but this Sgd has momentum 0 and keeps no buffers (the state \
+                     records no momentum of its own)"
+                )));
+            }
+        }
         check_state_paths(&self.groups, state, &["momentum_buffer"])?;
         let mut new_state = Vec::new();
         for g in &self.groups {
@@ -204,8 +259,9 @@ impl Optimizer for Sgd {
             new_state.push(st);
         }
         self.state = new_state;
-        for (g, &lr) in self.groups.iter_mut().zip(&state.lrs) {
-            g.lr = lr;
+        self.config = SgdConfig { lr: self.config.lr, ..config };
+        for (((g, &lr), wd), initial_lr) in self.groups.iter_mut().zip(&state.lrs).zip(decays).zip(initial) {
+            (g.lr, g.weight_decay, g.initial_lr) = (lr, wd, initial_lr);
         }
         Ok(())
     }

@@ -162,7 +162,14 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         }
         let g = &self.shared.group;
         let lrs: Vec<String> = opt.lrs.iter().map(|lr| format!("{lr:e}")).collect();
+        // `name=value,...` per group, groups joined by `;` (names are identifiers).
+        let hyper: Vec<String> = opt
+            .hyper_params
+            .iter()
+            .map(|h| h.iter().map(|(k, v)| format!("{k}={v:e}")).collect::<Vec<_>>().join(","))
+            .collect();
         let meta = HashMap::from([
+            ("nn.fsdp.hyper_params".to_string(), hyper.join(";")),
             ("nn.fsdp.world_size".to_string(), g.world_size().to_string()),
             ("nn.fsdp.rank".to_string(), g.rank().to_string()),
             ("nn.fsdp.layout".to_string(), self.layout()),
@@ -270,13 +277,30 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
             .filter(|s| !s.is_empty())
             .map(|s| s.parse::<f64>().map_err(|_| format!("{shown}: unreadable learning rate `{s}`")))
             .collect::<std::result::Result<Vec<f64>, String>>()?;
+        // Absent from files written before hyper-parameters were saved: none recorded.
+        let mut hyper_params = Vec::new();
+        if let Some(text) = meta.get("nn.fsdp.hyper_params").filter(|t| !t.is_empty()) {
+            for group in text.split(';') {
+                let mut h = nn_core::optim::HyperParams::new();
+                for pair in group.split(',').filter(|p| !p.is_empty()) {
+                    let value = pair.split_once('=').and_then(|(k, v)| Some((k, v.parse::<f64>().ok()?)));
+                    let Some((k, v)) = value else {
+                        return Err(format!("{shown}: unreadable hyper-parameter `{pair}`"));
+                    };
+                    if h.insert(k.to_string(), v).is_some() {
+                        return Err(format!("{shown}: hyper-parameter `{k}` given twice in one group"));
+                    }
+                }
+                hyper_params.push(h);
+            }
+        }
         let mut tensors = StateDict::default();
         for (k, t) in sd.iter() {
             if let Some(k) = k.strip_prefix("optim.") {
                 tensors.insert(k.to_string(), t.clone());
             }
         }
-        Ok((sd, OptimizerState { tensors, lrs }))
+        Ok((sd, OptimizerState { tensors, lrs, hyper_params }))
     }
 }
 

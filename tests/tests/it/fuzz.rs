@@ -52,6 +52,7 @@ struct Snapshot {
     model: Vec<(String, Vec<u64>)>,
     opt: Vec<(String, Vec<u64>)>,
     lrs: Vec<u64>,
+    hyper: Vec<Vec<(String, u64)>>,
     sched: (u64, Vec<u64>),
 }
 
@@ -75,6 +76,7 @@ impl Run {
             model: bits(&self.model.state_dict()),
             opt: bits(&o.tensors),
             lrs: o.lrs.iter().map(|v| v.to_bits()).collect(),
+            hyper: o.hyper_params.iter().map(|h| h.iter().map(|(k, v)| (k.clone(), v.to_bits())).collect()).collect(),
             sched: (s.last_epoch, s.base_lrs.iter().map(|v| v.to_bits()).collect()),
         }
     }
@@ -117,7 +119,8 @@ fn valid_checkpoint() -> Checkpoint {
     }
     Checkpoint {
         model,
-        optimizer: Some(OptimizerState { tensors, lrs: vec![0.005] }),
+        // No hyper-parameters, as a checkpoint saved before they were (the corpus adds them).
+        optimizer: Some(OptimizerState { tensors, lrs: vec![0.005], hyper_params: vec![] }),
         scheduler: Some(SchedulerState { last_epoch: 3, base_lrs: vec![0.01] }),
         epoch: 3,
         step: 6,
@@ -177,6 +180,19 @@ fn with_meta(field: &'static str, v: Value) -> Vec<u8> {
     edited(|j, _| j[field] = v)
 }
 
+/// The hyper-parameters [`Run`]'s Adam saves.
+fn adam_hyper() -> Value {
+    json!({"amsgrad": 0.0, "beta1": 0.9, "beta2": 0.999, "decoupled_weight_decay": 0.0, "eps": 1e-8,
+           "initial_lr": 0.01, "weight_decay": 0.0})
+}
+
+/// The valid checkpoint with [`adam_hyper`], `key` set to `v`.
+fn hyper_with(key: &str, v: Value) -> Vec<u8> {
+    let mut h = adam_hyper();
+    h[key] = v;
+    with_meta("optimizer_hyper_params", json!([h]))
+}
+
 fn with_tensor(key: &str, t: Tensor) -> Vec<u8> {
     edited(|_, sd| {
         sd.insert(key.to_string(), t);
@@ -210,6 +226,16 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
         ("ckpt_format_version_99", with_meta("format_version", json!(99))),
         ("ckpt_meta_deep_nesting", edited_text(&valid, |json| json.replacen("{", &format!(r#"{{"deep":{deep},"#), 1))),
         ("ckpt_meta_duplicate_keys", edited_text(&valid, |json| json.replacen("{", r#"{"epoch":1,"#, 1))),
+        // Optimizer hyper-parameters (the valid checkpoint records none, as one saved
+        // before they were: these add them).
+        ("ckpt_hyper_valid", with_meta("optimizer_hyper_params", json!([adam_hyper()]))),
+        ("ckpt_hyper_two_groups", with_meta("optimizer_hyper_params", json!([adam_hyper(), adam_hyper()]))),
+        ("ckpt_hyper_adamw_state", hyper_with("decoupled_weight_decay", json!(1.0))),
+        ("ckpt_hyper_flag_half", hyper_with("amsgrad", json!(0.5))),
+        ("ckpt_hyper_beta_one", hyper_with("beta1", json!(1.0))),
+        ("ckpt_hyper_unknown_name", hyper_with("momentum", json!(0.9))),
+        ("ckpt_hyper_initial_lr_negative", hyper_with("initial_lr", json!(-0.5))),
+        ("ckpt_hyper_not_a_number", hyper_with("eps", json!("1e-8"))),
         // Optimizer state.
         (
             "ckpt_adam_step_2pow31",
@@ -339,7 +365,11 @@ fn fuzz_corpus_matches_its_generator() {
         let outcome = run_case(&path, bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
         let resumes = matches!(
             *name,
-            "valid_checkpoint" | "ckpt_adam_step_2pow31" | "ckpt_num_batches_tracked_i64_max" | "ckpt_weights_nan"
+            "valid_checkpoint"
+                | "ckpt_hyper_valid"
+                | "ckpt_adam_step_2pow31"
+                | "ckpt_num_batches_tracked_i64_max"
+                | "ckpt_weights_nan"
         );
         assert_eq!(outcome.trained, resumes, "{name}: {outcome:?}");
     }

@@ -19,7 +19,9 @@ struct Run {
 
 /// Model values, optimizer buffers, optimizer learning rates (as bits: NaN included),
 /// scheduler state.
-type Snapshot = (Vec<(String, Vec<u64>)>, Vec<(String, Vec<u64>)>, Vec<u64>, SchedulerState);
+/// Model values, optimizer buffers, learning rates and hyper-parameters (as bits), and the
+/// scheduler's state.
+type Snapshot = (Vec<(String, Vec<u64>)>, Vec<(String, Vec<u64>)>, Vec<u64>, Vec<Vec<(String, u64)>>, SchedulerState);
 
 impl Run {
     fn new() -> Run {
@@ -56,7 +58,9 @@ impl Run {
         let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
         let values = |sd: &StateDict| sd.iter().map(|(k, t)| (k.to_string(), bits(t.to_vec_f64()))).collect();
         let opt = self.opt.state_dict();
-        (values(&self.model.state_dict()), values(&opt.tensors), bits(opt.lrs), self.sched.state().clone())
+        let hyper =
+            opt.hyper_params.iter().map(|h| h.iter().map(|(k, v)| (k.clone(), v.to_bits())).collect()).collect();
+        (values(&self.model.state_dict()), values(&opt.tensors), bits(opt.lrs), hyper, self.sched.state().clone())
     }
 }
 
@@ -114,7 +118,37 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
             set("scheduler", json!([1, [0.01, 0.01, 0.01]])),
             "`base_lrs` has 3 learning rates, the optimizer 1 parameter group(s)",
         ),
-        ("more optimizer groups", set("optimizer_lrs", json!([0.01, 0.02])), "the state has 2 parameter groups"),
+        (
+            "more optimizer learning rates than hyper-parameter groups",
+            set("optimizer_lrs", json!([0.01, 0.02])),
+            "`optimizer_hyper_params` has 1 parameter groups, `optimizer_lrs` 2",
+        ),
+        (
+            "more optimizer groups",
+            Box::new(|j: &mut Value, _: &mut StateDict| {
+                j["optimizer_lrs"] = json!([0.01, 0.02]);
+                let h = j["optimizer_hyper_params"][0].clone();
+                j["optimizer_hyper_params"] = json!([h.clone(), h]);
+            }),
+            "`hyper_params` has 2 parameter groups, this optimizer 1",
+        ),
+        (
+            "an AdamW's state",
+            Box::new(|j: &mut Value, _: &mut StateDict| {
+                j["optimizer_hyper_params"][0]["decoupled_weight_decay"] = json!(1.0)
+            }),
+            "the state is an AdamW's",
+        ),
+        (
+            "beta2 of 1",
+            Box::new(|j: &mut Value, _: &mut StateDict| j["optimizer_hyper_params"][0]["beta2"] = json!(1.0)),
+            "invalid betas (0.9, 1.0)",
+        ),
+        (
+            "hyper-parameters of an Sgd",
+            Box::new(|j: &mut Value, _: &mut StateDict| j["optimizer_hyper_params"][0]["momentum"] = json!(0.9)),
+            "has `momentum`, which this optimizer does not keep",
+        ),
         ("optimizer entries without learning rates", set("optimizer_lrs", Value::Null), "no `optimizer_lrs`"),
         ("Adam step 1e30", tensor("optimizer.0.weight.step", Tensor::from_vec_f64(vec![1e30], &[])), "0.weight.step"),
         ("Adam step inf", tensor("optimizer.0.weight.step", Tensor::scalar(f32::INFINITY)), "0.weight.step"),
@@ -219,7 +253,7 @@ fn meta_tensors_in_an_optimizer_state_are_errors() {
     let msg = run.opt.load_state_dict(&state).unwrap_err().to_string();
     assert!(msg.contains("`0.bias.step` is on the meta device"), "{msg}");
     // A step without its buffers.
-    let mut state = OptimizerState { tensors: StateDict::default(), lrs: vec![0.01] };
+    let mut state = OptimizerState { tensors: StateDict::default(), lrs: vec![0.01], ..Default::default() };
     state.tensors.insert("0.bias.step".into(), Tensor::scalar(1.0));
     let msg = run.opt.load_state_dict(&state).unwrap_err().to_string();
     assert!(msg.contains("`0.bias.step` without `0.bias.exp_avg`"), "{msg}");
@@ -239,13 +273,17 @@ fn scheduler_states_are_checked_against_the_optimizer() {
         assert!(msg.contains(want), "{msg}");
         assert_eq!((run.sched.state().clone(), run.opt.group_lr(0)), before);
     }
+    // A valid state is kept; the learning rate is the optimizer's state's (PyTorch's
+    // scheduler `load_state_dict` leaves it alone too).
     run.sched.load_state(&SchedulerState { last_epoch: 4, base_lrs: vec![0.1] }, &mut run.opt).unwrap();
-    assert_eq!(run.opt.group_lr(0), 0.025); // 0.1 * 0.5^(4 / 2)
-                                            // A state set by hand past the checks saturates instead of overflowing.
-    run.sched.state_mut().last_epoch = u64::MAX;
+    assert_eq!((run.sched.state().last_epoch, run.opt.group_lr(0)), (4, before.1));
+    assert_eq!(run.sched.last_lr(), [0.025]); // 0.1 * 0.5^(4 / 2)
+                                              // A state set by hand past the checks saturates instead of overflowing.
+    run.sched.state_mut().last_epoch = u64::MAX - 1;
+    run.sched.step(&mut run.opt);
     run.sched.step(&mut run.opt);
     assert_eq!(run.sched.state().last_epoch, u64::MAX);
-    assert_eq!(run.opt.group_lr(0), 0.0);
+    assert!(run.opt.group_lr(0).is_finite());
     // ... and one for another optimizer is a clear panic, not an index out of bounds.
     run.sched.state_mut().base_lrs = vec![0.1; 3];
     let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.sched.apply(&mut run.opt))).unwrap_err();

@@ -15,5 +15,6 @@ mod masks;
 mod module;
 mod ops_a;
 mod ops_b;
+mod optim_state;
 mod ties;
 mod training;
