@@ -101,10 +101,20 @@ impl Checkpoint {
     ///
     /// # Errors
     /// As [`StateDict::save`]; [`Error::GradScalerState`] for a scaler state that
-    /// [`load`](Checkpoint::load) would refuse (nothing is written then).
+    /// [`load`](Checkpoint::load) would refuse, [`Error::OptimizerState`] for a
+    /// hyper-parameter that is not finite (nothing is written then).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         if let Some(scaler) = &self.scaler {
             scaler.check()?;
+        }
+        // JSON has no NaN or infinity (serde_json would write `null`, which `load` refuses).
+        let hyper = self.optimizer.iter().flat_map(|o| o.hyper_params.iter().enumerate());
+        for (i, h) in hyper {
+            if let Some((k, v)) = h.iter().find(|(_, v)| !v.is_finite()) {
+                return Err(Error::OptimizerState(format!(
+                    "`hyper_params[{i}].{k}` is {v}; a hyper-parameter is finite"
+                )));
+            }
         }
         let mut all = StateDict::default();
         for (k, t) in self.model.iter() {

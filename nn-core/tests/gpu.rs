@@ -387,6 +387,21 @@ fn a_result_built_on_a_bad_index_is_never_read_as_right() {
     );
 }
 
+/// An index tensor written in place between the op and the read no longer holds the bad
+/// value: the report names the position and says what it holds now, never the new value
+/// as the one that failed.
+#[test]
+fn a_bad_index_overwritten_before_the_read_is_reported_by_position() {
+    let _serial = serial();
+    let x = Tensor::zeros(&[4, 2]).to_device(GPU);
+    let idx = Tensor::from_vec_i64(vec![0, 9], &[2]).to_device(GPU);
+    let y = x.index_select(0, &idx);
+    idx.fill_(1.0);
+    let m = panic_message(|| drop(y.to_vec()));
+    assert!(m.contains("index_select: the index at position 1 was out of bounds for dimension 0 with size 4"), "{m}");
+    assert!(m.contains("it holds 1 there now") && !m.contains("index 1 is out of bounds"), "{m}");
+}
+
 #[test]
 fn a_bad_class_target_on_the_gpu_is_reported_at_the_loss_read() {
     let _serial = serial();

@@ -114,4 +114,26 @@ mod tests {
         std::fs::write(&p, "3,3,a,b\n1,2,3,0\n").unwrap();
         assert!(load_sklearn_csv(&p).unwrap_err().to_string().contains("announces 3 samples"));
     }
+
+    /// A gzip file of several members (`cat a.gz b.gz`, bgzip) is read whole: a
+    /// single-member decoder returned the first member's rows only, with no error.
+    #[test]
+    fn every_member_of_a_gzip_file_is_read() {
+        let gz = |text: &str| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut e, text.as_bytes()).unwrap();
+            e.finish().unwrap()
+        };
+        let row = |label: usize| format!("{}{label}\n", "1,".repeat(64));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("digits.csv.gz");
+        let mut bytes = gz(&(0..3).map(row).collect::<String>());
+        bytes.extend(gz(&(3..5).map(row).collect::<String>()));
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(load_digits(&p).unwrap().labels.to_vec_i64(), [0, 1, 2, 3, 4]);
+        // Bytes after the last member that are not gzip: an error, not a shorter dataset.
+        bytes.extend(b"trailing");
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(load_digits(&p).is_err());
+    }
 }

@@ -54,14 +54,17 @@ pub enum DataError {
 /// `Result` with [`DataError`].
 pub type Result<T> = std::result::Result<T, DataError>;
 
-/// Reads a whole file, transparently gunzipping it when it starts with the gzip magic.
+/// Reads a whole file, transparently gunzipping it when it starts with the gzip magic:
+/// every member of it (`cat a.gz b.gz` and bgzip files hold several; a single-member
+/// decoder would stop after the first and return part of the data), and trailing bytes
+/// that are not a gzip member are an error.
 pub(crate) fn read_maybe_gz(path: &std::path::Path) -> Result<Vec<u8>> {
     use std::io::Read;
     let io = |source| DataError::Io { path: path.to_path_buf(), source };
     let raw = std::fs::read(path).map_err(io)?;
     if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).map_err(io)?;
+        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut out).map_err(io)?;
         Ok(out)
     } else {
         Ok(raw)

@@ -123,7 +123,8 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
     ///
     /// # Errors
     /// [`DistError::ModelMismatch`] naming the first parameter or buffer whose shape or dtype
-    /// differs across ranks (every rank gets the error).
+    /// differs across ranks (every rank gets the error); [`DistError::InvalidConfig`] for a
+    /// model with lazy layers not yet initialised.
     pub fn new(module: M, group: &ProcessGroup) -> Result<Self> {
         Self::with_config(module, group, DdpConfig::default())
     }
@@ -148,6 +149,15 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
             }
             None => group.clone(),
         };
+        if let Some((path, _)) = module.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+            // Lazy layers have no parameters yet: they would be neither broadcast nor
+            // reduced, and each rank would train its own (PyTorch refuses them too).
+            let at = if path.is_empty() { "the model itself".to_string() } else { format!("`{path}`") };
+            return Err(DistError::InvalidConfig(format!(
+                "the model has lazy layers whose parameters are not initialised yet ({at}): run one forward pass \
+                 (on every rank) before wrapping it in DistributedDataParallel"
+            )));
+        }
         verify_same_structure(&module, group)?;
         let states = unique_tensors(module.named_parameters().into_iter().map(|(_, p)| p.tensor().clone()));
         let buffers = unique_tensors(module.named_buffers().into_iter().map(|(_, t)| t));
@@ -202,8 +212,8 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
         &self.module
     }
 
-    /// The wrapped model, mutably. Do not add, remove or replace its parameters: the
-    /// buckets were built from them.
+    /// The wrapped model, mutably. Do not add, replace, unfreeze or convert its parameters:
+    /// the buckets were built from them, and the next forward panics naming the change.
     pub fn module_mut(&mut self) -> &mut M {
         &mut self.module
     }
@@ -252,13 +262,24 @@ impl<M: Module + Compute> Compute for DistributedDataParallel<M> {
 
     /// Arms the reducer for the coming backward (or not, inside `no_sync` or without
     /// grad), broadcasts buffers when asked, and runs the model.
+    ///
+    /// A forward without grad (evaluation, a target computed with the same network) leaves
+    /// the reducer alone: a training forward's backward after it is still averaged, as in
+    /// PyTorch.
+    ///
+    /// # Panics
+    /// When a parameter that requires grad was added, replaced or unfrozen after wrapping,
+    /// or changed dtype (its gradient would not be averaged, or averaged in the old dtype).
     fn compute(&self, input: &M::Input) -> M::Output {
-        let sync = is_grad_enabled() && !self.reducer.no_sync.load(std::sync::atomic::Ordering::Acquire);
-        if sync && self.config.broadcast_buffers && self.group.world_size() > 1 {
-            let buffers = unique_tensors(self.module.named_buffers().into_iter().map(|(_, t)| t));
-            broadcast_tensors(&self.group, &buffers, 0);
+        if is_grad_enabled() {
+            self.reducer.check_parameters(&self.module.named_parameters());
+            let sync = !self.reducer.no_sync.load(std::sync::atomic::Ordering::Acquire);
+            if sync && self.config.broadcast_buffers && self.group.world_size() > 1 {
+                let buffers = unique_tensors(self.module.named_buffers().into_iter().map(|(_, t)| t));
+                broadcast_tensors(&self.group, &buffers, 0);
+            }
+            self.reducer.prepare_for_forward(sync);
         }
-        self.reducer.prepare_for_forward(sync);
         nn_core::Forward::forward(&self.module, input)
     }
 }

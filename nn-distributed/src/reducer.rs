@@ -71,6 +71,15 @@ pub(crate) fn assign_buckets(params: &[(DType, usize)], first_cap_mb: f64, cap_m
 struct State {
     /// A forward ran with gradient synchronisation on: this backward's gradients are reduced.
     armed: bool,
+    /// The last forward ran inside `no_sync`: its backward accumulates locally. Neither
+    /// armed nor in `no_sync`, a gradient reaching a parameter is one no forward of the
+    /// wrapper prepared (a second backward after the synchronised one ended, or a backward
+    /// through the bare model): it would never be averaged, and is refused.
+    in_no_sync: bool,
+    /// Per parameter, whether a backward inside `no_sync` gave it a gradient since the last
+    /// synchronised backward (with `find_unused_parameters`, such a parameter is used: its
+    /// accumulated gradient is in the buckets).
+    used_since_sync: Vec<bool>,
     ready: Vec<bool>,
     /// Per bucket, the gradients still to come.
     pending: Vec<usize>,
@@ -99,6 +108,8 @@ pub(crate) struct Reducer {
     group: ProcessGroup,
     names: Vec<String>,
     params: Vec<Parameter>,
+    /// Each parameter's dtype when wrapped (its bucket's wire dtype was chosen from it).
+    dtypes: Vec<DType>,
     pub(crate) buckets: Vec<Bucket>,
     /// Per parameter, its bucket.
     bucket_of: Vec<usize>,
@@ -107,7 +118,7 @@ pub(crate) struct Reducer {
     /// Per parameter, whether this rank keeps its reduced gradient (`None`: every one).
     /// Set by `ZeroRedundancyOptimizer::shard_gradients` (ZeRO stage 2): the others' local
     /// gradients are freed as soon as their bucket is launched.
-    pub(crate) owned: Mutex<Option<Vec<bool>>>,
+    pub(crate) owned: Mutex<Option<Arc<Vec<bool>>>>,
     state: Mutex<State>,
 }
 
@@ -130,8 +141,11 @@ impl Reducer {
             }
         }
         let (names, params): (Vec<String>, Vec<Parameter>) = params.into_iter().unzip();
+        let dtypes = params.iter().map(|p| p.dtype()).collect();
         let state = State {
             armed: false,
+            in_no_sync: false,
+            used_since_sync: vec![false; params.len()],
             ready: vec![false; params.len()],
             pending: buckets.iter().map(|b| b.params.len()).collect(),
             next: 0,
@@ -144,6 +158,7 @@ impl Reducer {
             group,
             names,
             params,
+            dtypes,
             buckets,
             bucket_of,
             find_unused,
@@ -187,13 +202,56 @@ impl Reducer {
         let mut st = self.lock();
         reset(&mut st, &self.buckets);
         st.armed = sync;
+        st.in_no_sync = !sync;
+    }
+
+    /// Panics when the model's parameters that require grad are no longer those the
+    /// buckets were built from, or one changed dtype: a parameter added, replaced or
+    /// unfrozen after wrapping has no gradient hook (its gradient would never be averaged),
+    /// and one converted to another dtype would be averaged in its old bucket's dtype.
+    /// (A parameter removed or frozen since gets no gradient: the end of backward names
+    /// it, or treats it as unused with `find_unused_parameters`.)
+    pub(crate) fn check_parameters(&self, now: &[(String, Parameter)]) {
+        let reduced: std::collections::HashMap<nn_core::TensorId, usize> =
+            self.params.iter().enumerate().map(|(i, p)| (p.id(), i)).collect();
+        for (name, p) in now.iter().filter(|(_, p)| p.requires_grad()) {
+            let problem = match reduced.get(&p.id()) {
+                None => "requires grad but did not when the model was wrapped (it was added, replaced or unfrozen \
+                         since): its gradient would never be averaged"
+                    .to_string(),
+                Some(&i) if p.dtype() != self.dtypes[i] => format!(
+                    "is now {} but was {} when the model was wrapped: its gradient would be averaged as {}",
+                    p.dtype(),
+                    self.dtypes[i],
+                    self.buckets[self.bucket_of[i]].wire
+                ),
+                Some(_) => continue,
+            };
+            panic!(
+                "DistributedDataParallel: on rank {}, parameter `{name}` {problem}. The gradient buckets are built \
+                 from the parameters when the model is wrapped: change the model, then wrap it again",
+                self.group.rank()
+            );
+        }
     }
 
     /// Parameter `i`'s gradient of this backward is in its `.grad`.
     fn mark_ready(self: &Arc<Self>, i: usize) {
         let mut st = self.lock();
         if !st.armed {
-            return;
+            if st.in_no_sync {
+                st.used_since_sync[i] = true;
+                return;
+            }
+            drop(st);
+            panic!(
+                "DistributedDataParallel: parameter `{}` received a gradient on rank {} that no forward of the \
+                 wrapper prepared (a second backward after this iteration's synchronised one, or a backward \
+                 through the bare model): it would not be averaged across ranks. Run the wrapper's forward before \
+                 each backward, or accumulate with `no_sync`",
+                self.names[i],
+                self.group.rank()
+            );
         }
         if st.ready[i] {
             reset(&mut st, &self.buckets);
@@ -265,7 +323,7 @@ impl Reducer {
         if !st.armed {
             return;
         }
-        let locally_used: Vec<bool> = st.ready.clone();
+        let locally_used: Vec<bool> = st.ready.iter().zip(&st.used_since_sync).map(|(r, u)| *r || *u).collect();
         let missing: Vec<usize> = (0..self.params.len()).filter(|&i| !st.ready[i]).collect();
         if !missing.is_empty() {
             if !self.find_unused {
@@ -289,6 +347,8 @@ impl Reducer {
         let works: Vec<Option<Receiver<Buf>>> = st.works.iter_mut().map(Option::take).collect();
         st.last = ReductionStats { buckets: works.len(), overlapped: st.overlapped };
         reset(&mut st, &self.buckets);
+        st.in_no_sync = false;
+        st.used_since_sync.iter_mut().for_each(|u| *u = false);
         drop(st);
         let used_anywhere: Option<Vec<bool>> = used_anywhere.map(|rx| match recv(&rx, "find_unused_parameters") {
             Buf::F32(v) => v.into_iter().map(|c| c > 0.0).collect(),

@@ -64,6 +64,23 @@ pub struct ZeroRedundancyOptimizer<O: Optimizer> {
     /// The whole state, on the rank it was consolidated to, until the next step or load.
     consolidated: Option<OptimizerState>,
     grads_sharded: bool,
+    /// The wrapper whose gradients [`shard_gradients`](ZeroRedundancyOptimizer::shard_gradients)
+    /// sharded, and the mask it set there: dropping this optimizer lifts the mask (another
+    /// optimizer would otherwise lose the gradients of parameters this one no longer steps).
+    mask: Option<(std::sync::Weak<crate::reducer::Reducer>, std::sync::Arc<Vec<bool>>)>,
+}
+
+impl<O: Optimizer> Drop for ZeroRedundancyOptimizer<O> {
+    fn drop(&mut self) {
+        if let Some(reducer) = self.mask.as_ref().and_then(|(r, _)| r.upgrade()) {
+            let mut owned = reducer.owned.lock().unwrap_or_else(|e| e.into_inner());
+            // Only this optimizer's mask (a later `shard_gradients` may have replaced it).
+            if owned.as_ref().zip(self.mask.as_ref()).is_some_and(|(now, (_, mine))| std::sync::Arc::ptr_eq(now, mine))
+            {
+                *owned = None;
+            }
+        }
+    }
 }
 
 impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
@@ -107,6 +124,7 @@ impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
             shards,
             consolidated: None,
             grads_sharded: false,
+            mask: None,
         })
     }
 
@@ -158,7 +176,9 @@ impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
                 }
             }
         }
-        *ddp.reducer().owned.lock().unwrap_or_else(|e| e.into_inner()) = Some(owned);
+        let owned = std::sync::Arc::new(owned);
+        *ddp.reducer().owned.lock().unwrap_or_else(|e| e.into_inner()) = Some(owned.clone());
+        self.mask = Some((std::sync::Arc::downgrade(ddp.reducer()), owned));
         self.grads_sharded = true;
         Ok(())
     }

@@ -193,6 +193,66 @@ const LAUNCHES: &[Launch] = &[
             one_of: &[],
         },
     },
+    // Changes to a DDP-wrapped model that would leave gradients unaveraged, and a second
+    // backward through one forward: each rank names the parameter.
+    Launch {
+        name: "ddp_a_parameter_unfrozen_after_wrapping_fails_naming_it",
+        np: Some(2),
+        scenario: "ddp_unfrozen",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &[
+                "DistributedDataParallel: on rank 0, parameter `0.weight` requires grad but did not when the model \
+                 was wrapped (it was added, replaced or unfrozen since): its gradient would never be averaged",
+            ],
+            one_of: &[],
+        },
+    },
+    Launch {
+        name: "ddp_a_wrapped_model_converted_to_f64_fails_naming_the_dtypes",
+        np: Some(2),
+        scenario: "ddp_converted",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &["parameter `0.weight` is now f64 but was f32 when the model was wrapped"],
+            one_of: &[],
+        },
+    },
+    Launch {
+        name: "ddp_a_second_backward_through_one_forward_fails",
+        np: Some(2),
+        scenario: "ddp_second_backward",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &["received a gradient on rank", "that no forward of the wrapper prepared"],
+            one_of: &[],
+        },
+    },
+    Launch {
+        name: "fsdp_a_parameter_frozen_after_wrapping_fails_on_every_rank",
+        np: Some(2),
+        scenario: "fsdp_frozen",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &["`0.weight` was frozen (requires_grad false); every sharded parameter is trained"],
+            one_of: &[],
+        },
+    },
+    Launch {
+        name: "fsdp_a_forward_without_grad_before_backward_fails",
+        np: Some(2),
+        scenario: "fsdp_no_grad_mid",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &["a forward without grad on rank", "while the backward of the last training forward"],
+            one_of: &[],
+        },
+    },
 ];
 
 fn orchestrate() {
@@ -355,6 +415,11 @@ mod checks {
         ("buffers_follow_rank_0_at_each_forward", buffers_follow_rank_0),
         ("sync_batch_norm_equals_one_process_batch_norm", sync_batch_norm_equals_one_process),
         ("find_unused_parameters_reduces_what_was_used", find_unused_parameters),
+        ("a_forward_without_grad_before_backward_keeps_the_averaging", a_no_grad_forward_before_backward),
+        ("find_unused_parameters_counts_what_no_sync_passes_used", find_unused_with_no_sync),
+        ("lazy_layers_are_refused_before_they_are_initialised", lazy_layers_are_refused),
+        ("a_dropped_zero_optimizer_lifts_its_gradient_mask", dropped_zero_lifts_its_mask),
+        ("sync_batch_norm_converts_the_layers_inside_fsdp", sync_batch_norm_inside_fsdp),
         ("the_wrapper_has_the_models_keys_and_hooks", wrapper_keys_and_hooks),
         ("timeouts_are_positive_and_sequence_numbers_shared", timeouts_and_sequence_numbers),
         ("a_slow_rank_within_the_timeout_is_waited_for", a_slow_rank_within_the_timeout),
@@ -383,6 +448,11 @@ mod checks {
             "fsdp_changed" => &[("a_wrapped_model_changes_its_parameters", fsdp_model_changed)],
             "fsdp_converted" => &[("a_wrapped_models_parameters_change_dtype", fsdp_model_converted)],
             "fsdp_to_dtype" => &[("a_wrapper_is_converted", fsdp_wrapper_converted)],
+            "ddp_unfrozen" => &[("a_parameter_is_unfrozen_after_wrapping", ddp_unfrozen)],
+            "ddp_converted" => &[("a_wrapped_model_is_converted", ddp_converted)],
+            "ddp_second_backward" => &[("a_second_backward_through_one_forward", ddp_second_backward)],
+            "fsdp_frozen" => &[("a_sharded_parameter_is_frozen", fsdp_frozen)],
+            "fsdp_no_grad_mid" => &[("a_forward_without_grad_before_backward", fsdp_no_grad_mid)],
             other => panic!("unknown scenario {other:?}"),
         };
         for (name, check) in list {
@@ -1555,5 +1625,112 @@ mod checks {
         fsdp.module_mut().set_submodule("2", replacement).unwrap();
         fsdp.forward(&Tensor::ones(&[2, 6]));
         unreachable!("the forward should have panicked");
+    }
+
+    fn a_no_grad_forward_before_backward(group: &ProcessGroup) {
+        manual_seed(31);
+        let x = Tensor::randn(&[12, 6]);
+        let y = labels(12, 3, 4);
+        manual_seed(5);
+        let reference = mlp();
+        cross_entropy(&reference.forward(&x), &y).backward();
+        manual_seed(5);
+        let ddp = DistributedDataParallel::with_config(mlp(), group, small_buckets()).unwrap();
+        let loss = cross_entropy(&ddp.forward(&share(group, &x)), &share(group, &y));
+        // A target or metric computed with the same network, without grad: the pending
+        // backward is still averaged (it was left local, unaveraged, before).
+        no_grad(|| ddp.forward(&share(group, &x)));
+        loss.backward();
+        assert_close(&grads_of(&ddp), &grads_of(&reference), 1e-6, "gradients vs one process");
+        assert!(identical_across_ranks(group, &grads_of(&ddp)));
+    }
+
+    fn find_unused_with_no_sync(group: &ProcessGroup) {
+        let config = DdpConfig { find_unused_parameters: true, ..small_buckets() };
+        manual_seed(12);
+        let x = Tensor::randn(&[group.world_size() * 2, 4]);
+        // Rank 0 uses the second head in an accumulation pass, nobody in the synchronised
+        // one: it is used, and every rank gets the average of the accumulated gradients.
+        let mut ddp = DistributedDataParallel::with_config(two_heads(group, vec![0]), group, config).unwrap();
+        ddp.no_sync(|| ddp.forward(&share(group, &x)).square().sum().backward());
+        let local = ddp.module().unused.weight.grad().map(|g| g.to_vec());
+        ddp.module_mut().users = vec![];
+        ddp.forward(&share(group, &x)).square().sum().backward();
+        let got = ddp.module().unused.weight.grad().expect("the head was used inside no_sync").to_vec();
+        assert!(identical_across_ranks(group, &got), "the head's gradient differs across ranks");
+        if group.rank() == 0 {
+            let w = group.world_size() as f32;
+            let want: Vec<f32> = local.unwrap().iter().map(|g| g / w).collect();
+            assert_close(&got, &want, 1e-6, "rank 0's accumulated gradient, averaged");
+        }
+    }
+
+    fn lazy_layers_are_refused(group: &ProcessGroup) {
+        let lazy = Sequential::new().add(nn_layers::LazyLinear::new(4));
+        let e = DistributedDataParallel::new(lazy, group).err().expect("refused").to_string();
+        assert!(e.contains("lazy layers whose parameters are not initialised yet"), "{e}");
+    }
+
+    fn dropped_zero_lifts_its_mask(group: &ProcessGroup) {
+        manual_seed(5);
+        let ddp = DistributedDataParallel::with_config(mlp(), group, small_buckets()).unwrap();
+        let mut zero =
+            ZeroRedundancyOptimizer::new(ddp.named_parameters(), group, |g| Sgd::new(g, SgdConfig::default())).unwrap();
+        zero.shard_gradients(&ddp).unwrap();
+        drop(zero);
+        // Trained on with a plain optimizer: every rank keeps every averaged gradient (the
+        // mask kept dropping the other ranks' parameters' gradients before).
+        manual_seed(8);
+        let (x, y) = (Tensor::randn(&[12, 6]), labels(12, 3, 2));
+        cross_entropy(&ddp.forward(&share(group, &x)), &share(group, &y)).backward();
+        assert!(ddp.parameters().iter().all(|p| p.grad().is_some()), "a gradient was dropped");
+        assert!(identical_across_ranks(group, &grads_of(&ddp)));
+    }
+
+    fn sync_batch_norm_inside_fsdp(group: &ProcessGroup) {
+        let model = Sequential::new().add(Linear::new(4, 4)).add(BatchNorm1d::new(4));
+        let mut fsdp = FullyShardedDataParallel::new(model, group, FsdpPolicy::new()).unwrap();
+        // The wrapper's layers were out of reach: nothing was converted, and 0 returned.
+        assert_eq!(SyncBatchNorm::convert_sync_batchnorm(&mut fsdp, group), 1);
+        assert!(fsdp.module().get::<BatchNorm1d>(1).unwrap().is_synced());
+    }
+
+    fn ddp_unfrozen(group: &ProcessGroup) {
+        let model = mlp();
+        model.get_submodule("0").unwrap().requires_grad_(false);
+        let ddp = DistributedDataParallel::new(model, group).unwrap();
+        ddp.module().get_submodule("0").unwrap().requires_grad_(true);
+        ddp.forward(&Tensor::ones(&[2, 6]));
+        unreachable!("the forward should have panicked");
+    }
+
+    fn ddp_converted(group: &ProcessGroup) {
+        let mut ddp = DistributedDataParallel::new(mlp(), group).unwrap();
+        ddp.to_dtype(DType::F64);
+        ddp.forward(&Tensor::ones(&[2, 6]).to_dtype(DType::F64));
+        unreachable!("the forward should have panicked");
+    }
+
+    fn ddp_second_backward(group: &ProcessGroup) {
+        let ddp = DistributedDataParallel::new(mlp(), group).unwrap();
+        let y = ddp.forward(&Tensor::ones(&[2, 6]));
+        y.sum().backward_with(&Tensor::scalar(1.0), true);
+        y.square().sum().backward();
+        unreachable!("the second backward should have panicked");
+    }
+
+    fn fsdp_frozen(group: &ProcessGroup) {
+        let fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        fsdp.module().get_submodule("0").unwrap().requires_grad_(false);
+        fsdp.forward(&Tensor::ones(&[2, 6]));
+        unreachable!("the forward should have panicked");
+    }
+
+    fn fsdp_no_grad_mid(group: &ProcessGroup) {
+        let fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        let loss = fsdp.forward(&Tensor::ones(&[2, 6])).sum();
+        no_grad(|| fsdp.forward(&Tensor::ones(&[2, 6])));
+        loss.backward();
+        unreachable!("the forward without grad should have panicked");
     }
 }

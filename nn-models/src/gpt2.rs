@@ -62,8 +62,10 @@ pub struct Gpt2Config {
     /// Also divide the scores of block `i` by `i + 1` (default false).
     #[serde(default)]
     pub scale_attn_by_inverse_layer_idx: bool,
-    /// Compute the scores in f32 under half precision (default false; nn computes them in
-    /// the model's dtype either way, which for f32 models is the same).
+    /// Compute the attention in f32 when the model runs in f16 or bf16, or under autocast
+    /// (default false; f32 models are unchanged). The CPU's fused attention computes half
+    /// inputs in f32 either way; attention composed of half-precision ops (the GPU) keeps
+    /// its scores in f32 only with this flag.
     #[serde(default)]
     pub reorder_and_upcast_attn: bool,
     /// The head shares the token embedding (default true; GPT-2's files hold it once).
@@ -150,6 +152,8 @@ pub struct Gpt2Attention {
     heads: usize,
     scale: f64,
     attn_pdrop: f64,
+    /// `reorder_and_upcast_attn`: scores and softmax in f32 under half precision.
+    upcast: bool,
 }
 
 impl Compute for Gpt2Attention {
@@ -174,7 +178,21 @@ impl Compute for Gpt2Attention {
             scale: Some(self.scale),
             enable_gqa: false,
         };
-        let y = q.scaled_dot_product_attention(&k, &v, &config);
+        let dev = x.device();
+        let half = |t: &Tensor| matches!(t.dtype(), DType::F16 | DType::BF16);
+        let y = if self.upcast && (half(&q) || half(&k)) {
+            // transformers' `_upcast_and_reordered_attn`: the scores and their softmax in f32
+            // with autocast off (here the product with the values too), back in the values'
+            // dtype.
+            let f32 = |t: &Tensor| t.to_dtype(DType::F32);
+            let run = || f32(&q).scaled_dot_product_attention(&f32(&k), &f32(&v), &config).to_dtype(v.dtype());
+            match nn_core::amp::autocast_dtype(dev) {
+                Some(d) => nn_core::amp::autocast_enabled(dev, d, false, run),
+                None => run(),
+            }
+        } else {
+            q.scaled_dot_product_attention(&k, &v, &config)
+        };
         self.resid_dropout.forward(&self.c_proj.forward(&merge_heads(&y)))
     }
 }
@@ -255,6 +273,7 @@ impl Gpt2Block {
                 heads: c.n_head,
                 scale,
                 attn_pdrop: c.attn_pdrop,
+                upcast: c.reorder_and_upcast_attn,
             },
             ln_2: LayerNorm::with_options(&[e], c.layer_norm_epsilon, true, true),
             mlp: Gpt2Mlp {

@@ -26,18 +26,16 @@ use crate::rotary::{apply_rotary, Rotary};
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RopeParameters {
-    /// The base `theta` (default 10000).
-    #[serde(default = "theta")]
-    pub rope_theta: f64,
+    /// The base `theta`. Absent, the config's top-level `rope_theta` fills it, as
+    /// transformers 5 does (and 10000 without either).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
     /// Must be `"default"`: scaled variants (`linear`, `dynamic`, `yarn`, `llama3`, ...)
     /// are refused by name.
     #[serde(default = "default_rope")]
     pub rope_type: String,
 }
 
-fn theta() -> f64 {
-    10000.0
-}
 fn default_rope() -> String {
     "default".into()
 }
@@ -126,6 +124,22 @@ impl LlamaConfig {
     }
 
     fn check(&self) -> std::result::Result<(), String> {
+        if let (Some(inner), Some(outer)) = (self.rope_parameters.as_ref().and_then(|r| r.rope_theta), self.rope_theta)
+        {
+            if inner != outer {
+                return Err(format!(
+                    "`rope_parameters.rope_theta` {inner} and `rope_theta` {outer} disagree: the rotation base is \
+                     one of them"
+                ));
+            }
+        }
+        if let Some(t) = [self.rope_parameters.as_ref().and_then(|r| r.rope_theta), self.rope_theta]
+            .into_iter()
+            .flatten()
+            .find(|t| !(t.is_finite() && *t > 0.0))
+        {
+            return Err(format!("`rope_theta` {t}: the rotation base is finite and positive"));
+        }
         if let Some(r) = &self.rope_parameters {
             if r.rope_type != "default" {
                 return Err(format!(
@@ -168,7 +182,7 @@ impl LlamaConfig {
 
     /// The rotation base.
     pub fn theta(&self) -> f64 {
-        self.rope_parameters.as_ref().map(|r| r.rope_theta).or(self.rope_theta).unwrap_or(10000.0)
+        self.rope_parameters.as_ref().and_then(|r| r.rope_theta).or(self.rope_theta).unwrap_or(10000.0)
     }
 }
 

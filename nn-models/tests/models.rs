@@ -10,7 +10,7 @@ use nn_core::StateDict;
 use nn_models::bert::BertModel;
 use nn_models::generation::{generate, GenerationConfig, Sampling};
 use nn_models::gpt2::Gpt2LMHeadModel;
-use nn_models::llama::LlamaForCausalLM;
+use nn_models::llama::{LlamaConfig, LlamaForCausalLM};
 use nn_models::resnet::ResNet;
 use nn_models::Error;
 
@@ -217,6 +217,18 @@ fn bad_configs_and_directories_are_errors_naming_the_field_file_or_limit() {
     });
     let e = LlamaForCausalLM::from_pretrained(scaled.path()).err().unwrap().to_string();
     assert!(e.contains("`rope_parameters.rope_type` \"yarn\""), "{e}");
+    // transformers 5 fills `rope_parameters.rope_theta` from a top-level `rope_theta` (the
+    // default 10000 was used before); two values that disagree are refused.
+    let split = with_config("llama", |c| {
+        c.insert("rope_parameters".into(), serde_json::json!({"rope_type": "default"}));
+        c.insert("rope_theta".into(), 500000.0.into());
+    });
+    assert_eq!(LlamaConfig::from_dir(split.path()).unwrap().theta(), 500000.0);
+    let clash = with_config("llama", |c| {
+        c.insert("rope_theta".into(), 500000.0.into());
+    });
+    let e = LlamaConfig::from_dir(clash.path()).err().unwrap().to_string();
+    assert!(e.contains("`rope_parameters.rope_theta` 10000 and `rope_theta` 500000 disagree"), "{e}");
     // Weights for another config: every mis-shaped key named, nothing built.
     let wider = with_config("gpt2", |c| {
         c.insert("n_embd".into(), 32.into());
@@ -285,4 +297,27 @@ fn a_cache_that_does_not_fit_is_named() {
     let two = Tensor::from_vec_i64(vec![1, 2, 3, 4], &[2, 2]);
     let msg = panics(nn_models::gpt2::CausalLmInput::with_cache(&two, &cache));
     assert!(msg.contains("need batch 2"), "{msg}");
+}
+
+/// `reorder_and_upcast_attn` computes a bf16 model's attention in f32 (the flag was
+/// accepted and ignored). On the CPU the fused attention already computes half inputs'
+/// scores in f32 and rounds its output once, so the upcast path must give exactly its
+/// logits; where attention is composed of half-precision ops (the GPU) it is what keeps
+/// the scores in f32.
+#[test]
+fn gpt2_upcast_attention_computes_half_models_scores_in_f32() {
+    let _serial = serial();
+    let ids = io("gpt2").get("input_ids").unwrap().narrow(0, 0, 1);
+    let upcast = with_config("gpt2", |c| {
+        c.insert("reorder_and_upcast_attn".into(), true.into());
+    });
+    let logits = |dir: &Path, dtype: DType| {
+        let mut m = Gpt2LMHeadModel::from_pretrained(dir).unwrap();
+        m.to_dtype(dtype);
+        m.forward(&ids).to_dtype(DType::F32)
+    };
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        let (plain, up) = (logits(&fixture("gpt2"), dtype), logits(upcast.path(), dtype));
+        assert_eq!(up.to_vec(), plain.to_vec(), "{dtype:?}");
+    }
 }

@@ -385,6 +385,17 @@ impl<'a> Builder<'a> {
                          `model.eval()` so that layers stop updating running statistics",
                     ));
                 }
+                // A tensor the forward created, written from a value that is not a constant
+                // (the input, a parameter): the graph would hold the traced example's values
+                // as a constant in its place.
+                if a.inputs[1..].iter().any(|src| self.origin_of(&self.resolve(src)) != Origin::Const) {
+                    return Err(self.unsupported(
+                        a,
+                        "the forward writes a value computed from the input or the parameters into a tensor it \
+                         created; a graph has no mutable state, so the tensor would be exported as the example's \
+                         constant values: build the value out of place (`cat`, `stack`, `where_`, or the op itself)",
+                    ));
+                }
                 return Ok(());
             }
             OpKind::Traced | OpKind::Untraced => {}

@@ -5,16 +5,17 @@
 
 use nn_core::checkpoint::Checkpoint;
 use nn_core::functional as F;
-use nn_core::optim::{Adam, AdamConfig, LrScheduler, Optimizer, StepLR};
+use nn_core::optim::{Adam, AdamConfig, CosineAnnealingLR, LrScheduler, Optimizer};
 use nn_core::{manual_seed, Forward, Module, Tensor};
 use nn_layers::{Dropout, Linear, ReLU, Sequential};
 
 /// A run with everything that can break a resume: dropout (RNG), shuffling (RNG), Adam
-/// state and a scheduler.
+/// state and a scheduler whose rates are not short binary fractions (the checkpoint's JSON
+/// must give them back to the bit).
 struct Run {
     model: Sequential,
     opt: Adam,
-    sched: StepLR,
+    sched: CosineAnnealingLR,
     step: u64,
 }
 
@@ -31,7 +32,7 @@ impl Run {
         let model =
             Sequential::new().add(Linear::new(6, 16)).add(ReLU::new()).add(Dropout::new(0.2)).add(Linear::new(16, 3));
         let mut opt = Adam::new(model.named_parameters(), AdamConfig { lr: 1e-2, ..Default::default() });
-        let sched = StepLR::new(&mut opt, 5, 0.5);
+        let sched = CosineAnnealingLR::new(&mut opt, 12, 1e-4);
         Run { model, opt, sched, step: 0 }
     }
 

@@ -311,8 +311,17 @@ pub(crate) fn on_op_result(name: &'static str, inputs: &[&Tensor], out: &Tensor)
 /// made outside any scope.
 #[inline]
 pub(crate) fn on_access(kind: OpKind, name: &'static str, t: &Tensor) {
+    on_access_from(kind, name, t, &[]);
+}
+
+/// [`on_access`] of an in-place update whose new values come from `sources` (`copy_`'s
+/// source, `add_`'s other operand): recorded after `t` as the op's inputs, so that an
+/// exporter can tell a constant fill from a value computed from the input.
+#[inline]
+pub(crate) fn on_access_from(kind: OpKind, name: &'static str, t: &Tensor, sources: &[&Tensor]) {
     if ACTIVE.with(Cell::get) {
-        with_rec(|r| r.record_outside(name, kind, vec![t.clone()], None));
+        let inputs = std::iter::once(t).chain(sources.iter().copied()).cloned().collect();
+        with_rec(|r| r.record_outside(name, kind, inputs, None));
     }
 }
 

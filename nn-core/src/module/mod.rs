@@ -517,7 +517,8 @@ pub trait Module: HoldsState + Any {
     /// Converts every floating-point parameter and buffer to `dtype` (integer and bool
     /// buffers, such as `num_batches_tracked`, keep theirs, as PyTorch), in place: handles
     /// held elsewhere see the change, and an optimizer's state follows at its next step
-    /// (moments cast with their values, step counts kept).
+    /// (moments cast with their values, step counts kept; its `state_dict` shows the old
+    /// dtype until then). Optimizers step f32 and f64 parameters only.
     ///
     /// # Panics
     /// When `dtype` is not a floating-point type.

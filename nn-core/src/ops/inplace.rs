@@ -160,7 +160,11 @@ impl Tensor {
     #[track_caller]
     fn arith_(&self, op: Arith, rhs: Operand<'_>) -> &Tensor {
         let name = op.name();
-        crate::autograd::trace::on_access(crate::autograd::trace::OpKind::InPlace, name, self);
+        let sources: &[&Tensor] = match &rhs {
+            Operand::Broadcast(t) => std::slice::from_ref(t),
+            _ => &[],
+        };
+        crate::autograd::trace::on_access_from(crate::autograd::trace::OpKind::InPlace, name, self, sources);
         self.check_inplace(name);
         if let Operand::Broadcast(t) = rhs {
             if t.device() != self.device() {

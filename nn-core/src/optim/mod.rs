@@ -311,7 +311,8 @@ pub struct OptimizerState {
     pub tensors: StateDict,
     /// Learning rate of each group.
     pub lrs: Vec<f64>,
-    /// Each group's other hyper-parameters, under PyTorch's `param_groups` names:
+    /// Each group's other hyper-parameters, under PyTorch's `param_groups` names (its
+    /// `betas` pair as `beta1` and `beta2`):
     /// [`Sgd`] keeps `momentum`, `dampening`, `nesterov` (0 or 1) and `weight_decay`;
     /// [`Adam`] and [`AdamW`] keep `beta1`, `beta2`, `eps`, `weight_decay`, `amsgrad` and
     /// `decoupled_weight_decay` (flags, 0 or 1; the last tells an AdamW state from an Adam
@@ -528,7 +529,10 @@ pub(crate) fn conform(b: Bufs, n: usize, dtype: crate::DType, device: crate::Dev
         Bufs::F32(v) if (dtype, device) == (DType::F32, Device::Cpu) => return Bufs::F32(v),
         Bufs::F64(v) if (dtype, device) == (DType::F64, Device::Cpu) => return Bufs::F64(v),
         #[cfg(feature = "gpu")]
-        Bufs::Gpu(v) if v.iter().all(|s| s.dtype() == dtype && Storage::Gpu(s.clone()).device() == device) => {
+        Bufs::Gpu(v)
+            if matches!(device, Device::Gpu(_))
+                && v.iter().all(|s| s.dtype() == dtype && Storage::Gpu(s.clone()).device() == device) =>
+        {
             return Bufs::Gpu(v)
         }
         Bufs::F32(v) => v.into_iter().map(|b| Tensor::from_vec(b, &[n])).collect(),
@@ -536,7 +540,9 @@ pub(crate) fn conform(b: Bufs, n: usize, dtype: crate::DType, device: crate::Dev
         #[cfg(feature = "gpu")]
         Bufs::Gpu(v) => v.into_iter().map(|s| Tensor::from_storage(Storage::Gpu(s), &[n])).collect(),
     };
-    let moved = tensors.into_iter().map(|t| t.to_dtype(dtype).to_device(device));
+    // Cast on the host: the device may not compute in one of the two dtypes (f64 on most
+    // GPUs).
+    let moved = tensors.into_iter().map(|t| t.to_device(Device::Cpu).to_dtype(dtype).to_device(device));
     match device {
         #[cfg(feature = "gpu")]
         Device::Gpu(_) => Bufs::Gpu(

@@ -115,6 +115,10 @@ pub trait LrScheduler {
     /// (restore it with [`Optimizer::load_state_dict`]; [`Checkpoint::restore`] restores
     /// both). On error the scheduler is unchanged.
     ///
+    /// To resume, build the schedulers first and restore the optimizer's state after them,
+    /// as in PyTorch: a [`LinearLR`] built after the optimizer's state was restored scales
+    /// the restored rate by its start factor at once.
+    ///
     /// [`Checkpoint::restore`]: crate::checkpoint::Checkpoint::restore
     ///
     /// # Errors
@@ -133,7 +137,12 @@ pub trait LrScheduler {
     #[track_caller]
     fn step(&mut self, opt: &mut dyn Optimizer) {
         let st = self.state_mut();
-        st.last_epoch = st.last_epoch.saturating_add(1);
+        if st.last_epoch == u64::MAX {
+            // Saturated (a state set by hand: a run counts to `MAX_COUNTER`): the rates of
+            // this step were set by the step that reached it.
+            return;
+        }
+        st.last_epoch += 1;
         let st = self.state();
         check_groups(st, opt);
         for (i, &b) in st.base_lrs.iter().enumerate() {
@@ -266,8 +275,13 @@ impl LrScheduler for CosineAnnealingLR {
         if (i128::from(epoch) - 1 - i128::from(self.t_max)).rem_euclid(2 * i128::from(self.t_max)) == 0 {
             return lr + (b - eta_min) * (1.0 - (PI / t_max).cos()) / 2.0;
         }
-        (1.0 + (PI * epoch as f64 / t_max).cos()) / (1.0 + (PI * (epoch - 1) as f64 / t_max).cos()) * (lr - eta_min)
-            + eta_min
+        let before = 1.0 + (PI * (epoch - 1) as f64 / t_max).cos();
+        if before == 0.0 {
+            // A `t_max` past about 3e8, where the cosine next to the bottom rounds to -1:
+            // the ratio would be 0/0 (PyTorch raises); the closed form is exact there.
+            return self.lr_at(b, epoch);
+        }
+        (1.0 + (PI * epoch as f64 / t_max).cos()) / before * (lr - eta_min) + eta_min
     }
     fn state(&self) -> &SchedulerState {
         &self.state
@@ -288,9 +302,15 @@ pub struct LinearLR {
 }
 
 impl LinearLR {
-    /// A linear schedule; the optimizer's rates are multiplied by `start_factor` at once.
+    /// A linear schedule; the optimizer's rates are multiplied by `start_factor` at once
+    /// (build it before restoring an optimizer's state, see [`LrScheduler::load_state`]).
+    ///
+    /// # Panics
+    /// When `start_factor` is not in `(0, 1]` or `end_factor` not in `[0, 1]`, as PyTorch
+    /// raises (a negative or NaN factor would drive the rate negative or NaN).
     pub fn new(opt: &mut dyn Optimizer, start_factor: f64, end_factor: f64, total_iters: u64) -> Self {
         assert!(start_factor > 0.0 && start_factor <= 1.0, "LinearLR: start_factor must be in (0, 1]");
+        assert!((0.0..=1.0).contains(&end_factor), "LinearLR: end_factor must be in [0, 1], got {end_factor}");
         let s = LinearLR { start_factor, end_factor, total_iters, state: base(opt) };
         for i in 0..opt.num_groups() {
             opt.set_group_lr(i, opt.group_lr(i) * start_factor);

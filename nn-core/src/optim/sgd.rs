@@ -230,7 +230,9 @@ impl Optimizer for Sgd {
         let mut config = self.config;
         let mut decays: Vec<f64> = self.groups.iter().map(|g| g.weight_decay).collect();
         let mut initial: Vec<Option<f64>> = self.groups.iter().map(|g| g.initial_lr).collect();
-        if let Some(h) = read_hyper(state, self.groups.len(), &WIDE, &PER_GROUP, &["nesterov"])? {
+        let hyper = read_hyper(state, self.groups.len(), &WIDE, &PER_GROUP, &["nesterov"])?;
+        let recorded = hyper.is_some();
+        if let Some(h) = hyper {
             config.momentum = h.wide["momentum"];
             config.dampening = h.wide["dampening"];
             config.nesterov = h.wide["nesterov"] == 1.0;
@@ -243,10 +245,12 @@ impl Optimizer for Sgd {
         }
         if config.momentum == 0.0 {
             if let Some(key) = state.tensors.keys().next() {
-                return Err(Error::OptimizerState(format!(
-                    "the state holds `{key}`, but this Sgd has momentum 0 and keeps no buffers (the state \
-                     records no momentum of its own)"
-                )));
+                let whose = if recorded {
+                    "its momentum is 0, and an Sgd without momentum keeps no buffers"
+                } else {
+                    "this Sgd has momentum 0 and keeps no buffers (the state records no momentum of its own)"
+                };
+                return Err(Error::OptimizerState(format!("the state holds `{key}`, but {whose}")));
             }
         }
         check_state_paths(&self.groups, state, &["momentum_buffer"])?;

@@ -111,7 +111,7 @@ impl Tensor {
     /// When the shapes differ.
     #[track_caller]
     pub fn set_data(&self, src: &Tensor) {
-        crate::autograd::trace::on_access(crate::autograd::trace::OpKind::InPlace, "set_data", self);
+        crate::autograd::trace::on_access_from(crate::autograd::trace::OpKind::InPlace, "set_data", self, &[src]);
         if src.shape() != self.shape() {
             panic!("set_data: source of shape {:?} for a tensor of shape {:?}", src.shape(), self.shape());
         }
@@ -232,7 +232,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> &Tensor {
-        crate::autograd::trace::on_access(crate::autograd::trace::OpKind::InPlace, "copy_", self);
+        crate::autograd::trace::on_access_from(crate::autograd::trace::OpKind::InPlace, "copy_", self, &[src]);
         self.check_inplace("copy_");
         if self.device() == Device::Meta && src.device() == Device::Meta {
             return self;

@@ -146,11 +146,12 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
     /// Writes this rank's part of a sharded checkpoint to `path` (PyTorch's
     /// `SHARDED_STATE_DICT`; usually [`shard_path`](FullyShardedDataParallel::shard_path)):
     /// the shards (`model.<unit>.flat_param`), the buffers (`model.<name>`), `optimizer`'s
-    /// state (`optim.<key>`), and in the metadata the world size, this rank and the shard
-    /// layout. Local: no collective.
+    /// state (`optim.<key>`), and in the metadata the world size, this rank, the shard
+    /// layout and the optimizer's learning rates and hyper-parameters. Local: no collective.
     ///
     /// # Errors
-    /// [`DistError::Fsdp`](crate::DistError::Fsdp) when the file cannot be written.
+    /// [`DistError::Fsdp`](crate::DistError::Fsdp) when the file cannot be written or a
+    /// hyper-parameter is not finite.
     pub fn save_sharded(&self, path: impl AsRef<Path>, optimizer: &impl Optimizer) -> Result<()> {
         let mut sd = StateDict::default();
         for (k, t) in self.state_dict().iter() {
@@ -162,14 +163,18 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         }
         let g = &self.shared.group;
         let lrs: Vec<String> = opt.lrs.iter().map(|lr| format!("{lr:e}")).collect();
-        // `name=value,...` per group, groups joined by `;` (names are identifiers).
-        let hyper: Vec<String> = opt
-            .hyper_params
-            .iter()
-            .map(|h| h.iter().map(|(k, v)| format!("{k}={v:e}")).collect::<Vec<_>>().join(","))
-            .collect();
+        // JSON (a map per group): every float reads back to its bits.
+        let hyper = serde_json::to_string(&opt.hyper_params).map_err(|e| {
+            fsdp_err("FullyShardedDataParallel::save_sharded", format!("the optimizer's hyper-parameters: {e}"))
+        })?;
+        if let Some((k, v)) = opt.hyper_params.iter().flatten().find(|(_, v)| !v.is_finite()) {
+            return Err(fsdp_err(
+                "FullyShardedDataParallel::save_sharded",
+                format!("the optimizer's hyper-parameter `{k}` is {v}; a hyper-parameter is finite"),
+            ));
+        }
         let meta = HashMap::from([
-            ("nn.fsdp.hyper_params".to_string(), hyper.join(";")),
+            ("nn.fsdp.hyper_params".to_string(), hyper),
             ("nn.fsdp.world_size".to_string(), g.world_size().to_string()),
             ("nn.fsdp.rank".to_string(), g.rank().to_string()),
             ("nn.fsdp.layout".to_string(), self.layout()),
@@ -278,22 +283,11 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
             .map(|s| s.parse::<f64>().map_err(|_| format!("{shown}: unreadable learning rate `{s}`")))
             .collect::<std::result::Result<Vec<f64>, String>>()?;
         // Absent from files written before hyper-parameters were saved: none recorded.
-        let mut hyper_params = Vec::new();
-        if let Some(text) = meta.get("nn.fsdp.hyper_params").filter(|t| !t.is_empty()) {
-            for group in text.split(';') {
-                let mut h = nn_core::optim::HyperParams::new();
-                for pair in group.split(',').filter(|p| !p.is_empty()) {
-                    let value = pair.split_once('=').and_then(|(k, v)| Some((k, v.parse::<f64>().ok()?)));
-                    let Some((k, v)) = value else {
-                        return Err(format!("{shown}: unreadable hyper-parameter `{pair}`"));
-                    };
-                    if h.insert(k.to_string(), v).is_some() {
-                        return Err(format!("{shown}: hyper-parameter `{k}` given twice in one group"));
-                    }
-                }
-                hyper_params.push(h);
-            }
-        }
+        let hyper_params: Vec<nn_core::optim::HyperParams> = match meta.get("nn.fsdp.hyper_params") {
+            Some(text) => serde_json::from_str(text)
+                .map_err(|e| format!("{shown}: unreadable optimizer hyper-parameters ({e})"))?,
+            None => Vec::new(),
+        };
         let mut tensors = StateDict::default();
         for (k, t) in sd.iter() {
             if let Some(k) = k.strip_prefix("optim.") {

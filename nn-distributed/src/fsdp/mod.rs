@@ -500,6 +500,10 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
                 |(u, n, p)| {
                     if p.dtype() != u.dtype {
                         Some(format!("`{n}` is now {}, sharded as {}", p.dtype(), u.dtype))
+                    } else if !p.requires_grad() {
+                        // Its shard would still get a (zero) gradient, and weight decay and
+                        // momentum would move the "frozen" values.
+                        Some(format!("`{n}` was frozen (requires_grad false); every sharded parameter is trained"))
                     } else if !matches!(p.device(), Device::Meta | Device::Cpu) {
                         Some(format!("`{n}` is now on {}, sharded on the CPU", p.device()))
                     } else {
@@ -537,6 +541,16 @@ impl<M: Module + Compute> Compute for FullyShardedDataParallel<M> {
     fn compute(&self, input: &M::Input) -> M::Output {
         self.check_parameters_unchanged();
         let sh = &self.shared;
+        if !is_grad_enabled() && sh.awaits_backward() {
+            // Gathering and freeing for this forward would disarm the pending backward: its
+            // gradients would pile up on the full parameters, never reduced.
+            panic!(
+                "FullyShardedDataParallel: a forward without grad on rank {} while the backward of the last training \
+                 forward is still to come (its gradients would not be reduced); run it before that forward or after \
+                 its backward",
+                sh.group.rank()
+            );
+        }
         sh.drain();
         sh.prepare_for_forward(is_grad_enabled());
         sh.pre_forward(0);
@@ -565,6 +579,13 @@ impl<M: Module + Compute> Module for FullyShardedDataParallel<M> {
         }
     }
     fn visit_modules_mut<'a>(&'a mut self, _f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
+    /// `f` on the model's sub-modules and the model itself (children first), then on the
+    /// wrapper: what `SyncBatchNorm::convert_sync_batchnorm` and other per-layer settings
+    /// need (a change to the sharded parameters is refused at the next forward).
+    fn apply(&mut self, f: &mut dyn FnMut(&mut dyn Module)) {
+        self.module.apply(f);
+        f(self);
+    }
     fn type_name(&self) -> &'static str {
         "FullyShardedDataParallel"
     }

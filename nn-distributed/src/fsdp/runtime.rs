@@ -202,6 +202,11 @@ impl Shared {
         }
     }
 
+    /// A training forward ran and its backward has not ended yet.
+    pub(super) fn awaits_backward(&self) -> bool {
+        self.lock().armed
+    }
+
     pub(super) fn prepare_for_forward(&self, armed: bool) {
         let mut st = self.lock();
         for u in 0..self.units.len() {

@@ -90,6 +90,19 @@ impl Compute for Custom {
                     h.sigmoid()
                 }
             }
+            // A value computed from the input written into a tensor the forward made (it
+            // was exported as the example's constant values).
+            7 => {
+                let out = Tensor::zeros(&[x.shape()[0], 4]);
+                out.copy_(&h);
+                out.relu()
+            }
+            // A constant written in place into such a tensor: still a constant, exported.
+            8 => {
+                let c = Tensor::zeros(&[4]);
+                c.copy_(&Tensor::full(&[4], 2.0));
+                &h + &c
+            }
             // Randomness in the forward.
             _ => &h + &Tensor::randn(&[4]),
         }
@@ -124,6 +137,15 @@ fn user_code_that_cannot_be_a_graph_is_named() {
     for mode in [2, 5] {
         nn_onnx::to_bytes(&custom(mode), &x, &fixed).unwrap();
     }
+    // A value of the input written in place is refused whatever the axes (both traces see
+    // the same example with fixed axes, so comparing them could not catch it).
+    for opts in [ExportOptions::default(), fixed] {
+        let err = export_err_with(&custom(7), &x, &opts).to_string();
+        assert!(err.starts_with("cannot export `copy_` in the top-level module (Custom)"), "{err}");
+        assert!(err.contains("computed from the input or the parameters"), "{err}");
+    }
+    let bytes = nn_onnx::to_bytes(&custom(8), &x, &ExportOptions::default()).unwrap();
+    assert!(!bytes.is_empty());
 }
 
 #[test]

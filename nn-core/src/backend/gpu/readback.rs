@@ -132,20 +132,38 @@ impl Ctx {
         let _resolving = Resolving(self);
         let failed: Vec<(&Check, u32)> =
             checks.iter().zip(slots).filter(|(_, &s)| s != 0).map(|(c, &s)| (c, u32::MAX - s)).collect();
-        let mut reports: HashMap<std::thread::ThreadId, Arc<str>> = HashMap::new();
+        // Each thread's first failure, with the index value at the failing position as it
+        // reads now.
+        let mut firsts: Vec<(&Check, u32, i64)> = Vec::new();
         for &(check, first) in &failed {
-            if reports.contains_key(&check.thread) {
-                continue;
+            if !firsts.iter().any(|(c, ..)| c.thread == check.thread) {
+                firsts.push((check, first, check.value_at(first as usize)));
             }
-            let bad = check.value_at(first as usize);
+        }
+        let b = lock(&self.batch);
+        // An index tensor written in place after its check (a logged launch writing its
+        // buffer) no longer holds the value that failed: the report says so rather than
+        // naming the value it holds now as the bad one.
+        let written_since = |c: &Check| {
+            b.log().iter().any(|(launch, ids)| *launch > c.launch && split_log(ids).1.contains(&c.index.buf.id))
+        };
+        let mut reports: HashMap<std::thread::ThreadId, Arc<str>> = HashMap::new();
+        for (check, first, bad) in firsts {
+            let (op, dim, size, gpu) = (&check.op, check.dim, check.size, self.ordinal);
+            let what = if written_since(check) {
+                format!(
+                    "{op}: the index at position {first} was out of bounds for dimension {dim} with size {size} (the \
+                     index tensor was written in place after the check; it holds {bad} there now)"
+                )
+            } else {
+                format!("{op}: index {bad} is out of bounds for dimension {dim} with size {size}")
+            };
             let report = format!(
-                "{}: index {bad} is out of bounds for dimension {} with size {} (gpu:{}: checked on the device and \
-                 reported at the next host read; the values computed from it are not readable)",
-                check.op, check.dim, check.size, self.ordinal
+                "{what} (gpu:{gpu}: checked on the device and reported at the next host read; the values computed \
+                 from it are not readable)"
             );
             reports.insert(check.thread, report.into());
         }
-        let b = lock(&self.batch);
         if let Some(start) = failed.iter().map(|(c, _)| c.launch).min() {
             let first: Arc<str> = reports[&failed[0].0.thread].clone();
             let mut marked: HashSet<u64> = failed.iter().flat_map(|(c, _)| c.writes.iter().copied()).collect();
