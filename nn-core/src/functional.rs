@@ -202,8 +202,40 @@ pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: 
     }
 }
 
+/// The shapes `bilinear` takes, or a panic naming the mismatch (PyTorch raises for each;
+/// reshaping a mismatched `x2` to `x1`'s rows paired the wrong rows without a word).
+#[track_caller]
+fn check_bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) {
+    let bad = |what: String| panic!("bilinear: {what}");
+    if weight.rank() != 3 {
+        bad(format!("expected a weight of shape [out, in1, in2], got {:?}", weight.shape()));
+    }
+    if x1.rank() == 0 || x1.rank() != x2.rank() {
+        bad(format!("input dimensions do not match: got {:?} and {:?}", x1.shape(), x2.shape()));
+    }
+    let (r, (i, j)) = (x1.rank() - 1, (weight.shape()[1], weight.shape()[2]));
+    if x1.shape()[..r] != x2.shape()[..r] {
+        bad(format!("input batch dimensions do not match: got {:?} and {:?}", &x1.shape()[..r], &x2.shape()[..r]));
+    }
+    if (x1.shape()[r], x2.shape()[r]) != (i, j) {
+        bad(format!(
+            "inputs of {} and {} features for a weight of shape {:?} ([out, in1, in2])",
+            x1.shape()[r],
+            x2.shape()[r],
+            weight.shape()
+        ));
+    }
+    if let Some(b) = bias.filter(|b| b.shape() != [weight.shape()[0]]) {
+        bad(format!("expected a bias of shape [{}], got {:?}", weight.shape()[0], b.shape()));
+    }
+}
+
 /// `x1^T A x2 + b` per output feature: `x1: [*, in1]`, `x2: [*, in2]`,
 /// `weight: [out, in1, in2]`, `bias: [out]` (`F.bilinear`).
+///
+/// # Panics
+/// When the shapes do not fit: `x1` and `x2` with other leading dims, features other than
+/// the weight's, a weight not of rank 3, a bias not of shape `[out]`.
 #[track_caller]
 pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
     // Under autocast: the operands promoted to the widest (PyTorch's CUDA promote list), and
@@ -214,6 +246,7 @@ pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>
         return y;
     }
     let _parts = crate::autograd::autocast::inside_op();
+    check_bilinear(x1, x2, weight, bias);
     let (o, i, j) = (weight.shape()[0], weight.shape()[1], weight.shape()[2]);
     let lead = &x1.shape()[..x1.rank() - 1];
     let n: usize = lead.iter().product();

@@ -82,9 +82,20 @@ pub fn nll_loss(input: &Tensor, target: &Tensor) -> Tensor {
     nll_loss_with(input, target, ClassLossConfig::default())
 }
 
-/// [`nll_loss`] with options (label smoothing is ignored here, as in PyTorch).
+/// [`nll_loss`] with options: a reduction and `ignore_index`.
+///
+/// # Panics
+/// With a `label_smoothing` other than 0: PyTorch's `nll_loss` has no such option (it is
+/// `cross_entropy`'s), and smoothing silently not applied would be a different loss.
 #[track_caller]
 pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossConfig) -> Tensor {
+    if opt.label_smoothing != 0.0 {
+        panic!(
+            "nll_loss: label_smoothing {} is cross_entropy's option (nll_loss does not smooth); use \
+             cross_entropy_with on the logits",
+            opt.label_smoothing
+        );
+    }
     if let Some(y) = crate::autograd::autocast::cast2("nll_loss", input, target, |i, t| nll_loss_with(i, t, opt)) {
         return y;
     }
@@ -97,8 +108,15 @@ pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossConfig) -> T
         );
     }
     let (idx, mask) = class_targets("nll_loss", &t, c, opt.ignore_index, x.dtype());
-    let per = -x.gather(1, &idx).reshape(&[t.numel()]) * &mask;
+    let per = (-x.gather(1, &idx).reshape(&[t.numel()])).masked_fill(&ignored(&mask), 0.0);
     finish_class(per, &mask, input, target, opt.reduction)
+}
+
+/// Where the 0/1 `mask` of kept targets is 0: the rows whose loss is 0 whatever the input
+/// holds there (filled, not multiplied by the mask: an ignored row's `-inf` log-probability
+/// times 0 would be NaN, where PyTorch never reads the row).
+fn ignored(mask: &Tensor) -> Tensor {
+    mask.eq(&Tensor::full_on(&[], 0.0, mask.dtype(), mask.device()))
 }
 
 /// The gather indices (`[n, 1]`, `ignore_index` replaced by 0) and the 0/1 mask of kept
@@ -155,9 +173,9 @@ pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossConfig
         let nll = nll_loss_with(&logp, &t, opt);
         return if matches!(opt.reduction, Reduction::None) { nll.reshape(target.shape()) } else { nll };
     }
-    let nll = nll_loss_with(&logp, &t, ClassLossConfig { reduction: Reduction::None, ..opt });
+    let nll = nll_loss_with(&logp, &t, ClassLossConfig { reduction: Reduction::None, label_smoothing: 0.0, ..opt });
     let (_, mask) = class_targets("cross_entropy", &t, c, opt.ignore_index, x.dtype());
-    let smooth = -logp.sum_dim(1, false) * &mask * (1.0 / c as f64);
+    let smooth = (-logp.sum_dim(1, false)).masked_fill(&ignored(&mask), 0.0) * (1.0 / c as f64);
     let per = nll * (1.0 - opt.label_smoothing) + smooth * opt.label_smoothing;
     finish_class(per, &mask, logits, target, opt.reduction)
 }
@@ -269,6 +287,16 @@ pub fn binary_cross_entropy_with_logits(
     let per = match pos_weight {
         None => (1.0 - target) * input + &softplus_neg,
         Some(pw) => {
+            // PyTorch weights in place, so `pos_weight` broadcasts to the input's shape only;
+            // one that widens it (`[4]` against `[4, 1]`) would silently average 16 losses.
+            if crate::shape::broadcast_shapes(pw.shape(), input.shape()).as_deref() != Some(input.shape()) {
+                panic!(
+                    "binary_cross_entropy_with_logits: pos_weight of shape {:?} does not broadcast to the input's \
+                     shape {:?}",
+                    pw.shape(),
+                    input.shape()
+                );
+            }
             let lw = (pw - 1.0) * target + 1.0;
             (1.0 - target) * input + lw * &softplus_neg
         }
@@ -278,7 +306,7 @@ pub fn binary_cross_entropy_with_logits(
 
 #[cfg(test)]
 mod tests {
-    use super::{l1_loss, mse_loss, Reduction};
+    use super::{cross_entropy_with, l1_loss, mse_loss, nll_loss_with, ClassLossConfig, Reduction};
     use crate::testing::gradcheck;
     use crate::testing::support::{assert_close64, grad, leaf, t64};
     use crate::Tensor;
@@ -336,5 +364,38 @@ mod tests {
     #[should_panic(expected = "l1_loss: input [6] and target [2, 3] must have the same shape")]
     fn l1_loss_with_mismatched_shapes_panics() {
         t64(&X, &[6]).l1_loss(&t64(&T, &[2, 3]));
+    }
+
+    /// An ignored row contributes 0 whatever its logits hold: a pad logit masked to -inf
+    /// gave NaN (its -inf log-probability times the 0 mask), where PyTorch never reads it.
+    #[test]
+    fn ignored_rows_with_infinite_logits_contribute_nothing() {
+        let inf = f64::NEG_INFINITY;
+        let logits = t64(&[inf, 1.0, 2.0, 0.0, 1.0, 2.0], &[2, 3]);
+        let target = Tensor::from_vec_i64(vec![-100, 2], &[2]);
+        for smoothing in [0.0, 0.1] {
+            let cfg = |reduction| ClassLossConfig { reduction, label_smoothing: smoothing, ..Default::default() };
+            let alone = cross_entropy_with(&logits.narrow(0, 1, 1), &target.narrow(0, 1, 1), cfg(Reduction::Mean));
+            let both = cross_entropy_with(&logits, &target, cfg(Reduction::Mean));
+            assert_eq!(both.item(), alone.item(), "smoothing {smoothing}");
+            let rows = cross_entropy_with(&logits, &target, cfg(Reduction::None)).to_vec_f64();
+            assert_eq!(rows[0], 0.0, "smoothing {smoothing}");
+        }
+        let nll = nll_loss_with(&logits.log_softmax(1), &target, ClassLossConfig::default());
+        assert!(nll.item().is_finite());
+    }
+
+    #[test]
+    #[should_panic(expected = "nll_loss: label_smoothing 0.1 is cross_entropy's option")]
+    fn nll_loss_refuses_label_smoothing() {
+        let cfg = ClassLossConfig { label_smoothing: 0.1, ..Default::default() };
+        nll_loss_with(&t64(&[-1.0, -0.5], &[1, 2]), &Tensor::from_vec_i64(vec![0], &[1]), cfg);
+    }
+
+    #[test]
+    #[should_panic(expected = "pos_weight of shape [4] does not broadcast to the input's shape [4, 1]")]
+    fn a_pos_weight_that_widens_the_input_is_refused() {
+        let x = Tensor::zeros(&[4, 1]);
+        super::binary_cross_entropy_with_logits(&x, &x, Some(&Tensor::ones(&[4])), Reduction::Mean);
     }
 }

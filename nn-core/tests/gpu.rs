@@ -324,7 +324,7 @@ fn index_ops_with_repeats_ties_and_nan_match_the_cpu() {
     let _serial = serial();
     nn_core::manual_seed(6);
     // Repeated rows: the backward adds several slices into one row.
-    let idx = Tensor::from_vec_i64(vec![1, 1, 3, -1, 0, 1], &[6]);
+    let idx = Tensor::from_vec_i64(vec![1, 1, 3, 3, 0, 1], &[6]);
     check("index_select repeats", &[randn(&[4, 300]), idx.clone()], F32, |t| t[0].index_select(0, &t[1]));
     check("index_select dim 1", &[randn(&[3, 4, 5]), idx.clone()], F32, |t| t[0].index_select(1, &t[1]));
     let g = Tensor::from_vec_i64(vec![2, 2, 0, 1, 1, 1, 0, 2], &[4, 2]);
@@ -341,6 +341,17 @@ fn an_index_out_of_range_on_the_gpu_panics_with_the_cpu_message_at_the_next_read
     let x = Tensor::zeros(&[4, 2]).to_device(GPU);
     // Checked on the device: the op returns without waiting, and the next read reports it.
     let y = x.index_select(0, &Tensor::from_vec_i64(vec![0, 4], &[2]).to_device(GPU));
+    let _ = y.to_vec();
+}
+
+/// A negative index is out of bounds on the GPU too (it was counted from the back), as
+/// on the CPU and in PyTorch.
+#[test]
+#[should_panic(expected = "gather: index -1 is out of bounds for dimension 1 with size 2")]
+fn a_negative_index_on_the_gpu_is_out_of_bounds() {
+    let _serial = serial();
+    let x = Tensor::zeros(&[2, 2]).to_device(GPU);
+    let y = x.gather(1, &Tensor::from_vec_i64(vec![0, -1], &[2, 1]).to_device(GPU));
     let _ = y.to_vec();
 }
 
@@ -380,7 +391,7 @@ fn a_result_built_on_a_bad_index_is_never_read_as_right() {
         "computed after the report"
     );
     // A good index on the same weights still works.
-    let ok = w.index_select(0, &Tensor::from_vec_i64(vec![3, -1], &[2]).to_device(GPU));
+    let ok = w.index_select(0, &Tensor::from_vec_i64(vec![3, 3], &[2]).to_device(GPU));
     assert_eq!(
         ok.to_vec(),
         w.to_device(nn_core::Device::Cpu).index_select(0, &Tensor::from_vec_i64(vec![3, 3], &[2])).to_vec()

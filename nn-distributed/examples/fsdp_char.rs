@@ -35,7 +35,9 @@ struct Args {
     /// Where the sharded checkpoint and the full state dict go.
     #[arg(long, default_value = "fsdp_char_out")]
     out_dir: PathBuf,
-    /// Continue from the sharded checkpoint in `--out-dir` (the same number of ranks).
+    /// Continue from the sharded checkpoint in `--out-dir` (the same number of ranks, and
+    /// the same `--steps`: the cosine schedule goes on from the saved rate, so a longer run
+    /// would spend its extra steps near the final rate).
     #[arg(long)]
     resume: bool,
 }

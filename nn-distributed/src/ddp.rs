@@ -260,8 +260,9 @@ impl<M: Module + Compute> Compute for DistributedDataParallel<M> {
     type Input = M::Input;
     type Output = M::Output;
 
-    /// Arms the reducer for the coming backward (or not, inside `no_sync` or without
-    /// grad), broadcasts buffers when asked, and runs the model.
+    /// With grad on: checks the parameters, broadcasts buffers when asked and arms the
+    /// reducer for the coming backward (for local accumulation inside `no_sync`); then runs
+    /// the model.
     ///
     /// A forward without grad (evaluation, a target computed with the same network) leaves
     /// the reducer alone: a training forward's backward after it is still averaged, as in

@@ -196,8 +196,8 @@ impl Reducer {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Called at every forward of the wrapper: a new iteration, whose backward reduces
-    /// gradients when `sync` (grad mode on, outside `no_sync`).
+    /// Called at every forward of the wrapper with grad on: a new iteration, whose backward
+    /// reduces gradients when `sync` (outside `no_sync`).
     pub(crate) fn prepare_for_forward(&self, sync: bool) {
         let mut st = self.lock();
         reset(&mut st, &self.buckets);
@@ -248,7 +248,8 @@ impl Reducer {
                 "DistributedDataParallel: parameter `{}` received a gradient on rank {} that no forward of the \
                  wrapper prepared (a second backward after this iteration's synchronised one, or a backward \
                  through the bare model): it would not be averaged across ranks. Run the wrapper's forward before \
-                 each backward, or accumulate with `no_sync`",
+                 each backward; for gradients kept on this rank on purpose (accumulation, saliency maps), run that \
+                 forward through the wrapper inside `no_sync`, or use the model after `into_inner()`",
                 self.names[i],
                 self.group.rank()
             );
@@ -323,7 +324,11 @@ impl Reducer {
         if !st.armed {
             return;
         }
-        let locally_used: Vec<bool> = st.ready.iter().zip(&st.used_since_sync).map(|(r, u)| *r || *u).collect();
+        // Used in this backward, or in a `no_sync` one whose gradient is still there (one
+        // cleared since, an abandoned micro-batch, is not a use).
+        let locally_used: Vec<bool> = (0..self.params.len())
+            .map(|i| st.ready[i] || (st.used_since_sync[i] && self.params[i].grad().is_some()))
+            .collect();
         let missing: Vec<usize> = (0..self.params.len()).filter(|&i| !st.ready[i]).collect();
         if !missing.is_empty() {
             if !self.find_unused {

@@ -249,7 +249,10 @@ const LAUNCHES: &[Launch] = &[
         expect: Expect::Failure {
             within: ABORT_BOUND,
             code: Some(nn_distributed::PANIC_EXIT_CODE),
-            output_has: &["a forward without grad on rank", "while the backward of the last training forward"],
+            output_has: &[
+                "parameter `4.weight` received a gradient on rank",
+                "that no training forward of the wrapper",
+            ],
             one_of: &[],
         },
     },
@@ -420,6 +423,10 @@ mod checks {
         ("lazy_layers_are_refused_before_they_are_initialised", lazy_layers_are_refused),
         ("a_dropped_zero_optimizer_lifts_its_gradient_mask", dropped_zero_lifts_its_mask),
         ("sync_batch_norm_converts_the_layers_inside_fsdp", sync_batch_norm_inside_fsdp),
+        (
+            "fsdp_evaluates_without_grad_after_a_forward_whose_backward_never_ran",
+            fsdp_no_grad_after_an_abandoned_forward,
+        ),
         ("the_wrapper_has_the_models_keys_and_hooks", wrapper_keys_and_hooks),
         ("timeouts_are_positive_and_sequence_numbers_shared", timeouts_and_sequence_numbers),
         ("a_slow_rank_within_the_timeout_is_waited_for", a_slow_rank_within_the_timeout),
@@ -1727,10 +1734,23 @@ mod checks {
     }
 
     fn fsdp_no_grad_mid(group: &ProcessGroup) {
-        let fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        // Units kept gathered after the forward: the backward's gradients land on the full
+        // parameters, where nothing reduced them once the forward without grad disarmed.
+        let config = FsdpConfig { reshard_after_forward: false, ..Default::default() };
+        let policy = FsdpPolicy::new().module_type::<Linear>();
+        let fsdp = FullyShardedDataParallel::with_config(mlp(), group, policy, config).unwrap();
         let loss = fsdp.forward(&Tensor::ones(&[2, 6])).sum();
         no_grad(|| fsdp.forward(&Tensor::ones(&[2, 6])));
         loss.backward();
-        unreachable!("the forward without grad should have panicked");
+        unreachable!("the backward should have panicked");
+    }
+
+    fn fsdp_no_grad_after_an_abandoned_forward(group: &ProcessGroup) {
+        // A training forward whose backward never runs (a NaN loss skipped), then
+        // evaluation without grad: fine.
+        let fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        let _skipped = fsdp.forward(&Tensor::ones(&[2, 6]));
+        let y = no_grad(|| fsdp.forward(&Tensor::ones(&[2, 6])));
+        assert_eq!(y.shape(), &[2, 3]);
     }
 }

@@ -33,9 +33,14 @@ impl Sequential {
     }
 
     /// Appends a layer (named by its position).
+    ///
+    /// # Panics
+    /// When a layer added with [`add_named`](Sequential::add_named) already has that name
+    /// (`add_named("1", ..)` then a second `add`): two layers under one name would share
+    /// one state-dict key, and one of them would silently not be saved.
     #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, layer: impl Layer + 'static) -> Self {
-        self.layers.push((None, Box::new(layer)));
+        self.push(Box::new(layer));
         self
     }
 
@@ -51,8 +56,17 @@ impl Sequential {
         self
     }
 
-    /// Appends a boxed layer.
+    /// Appends a boxed layer (named by its position).
+    ///
+    /// # Panics
+    /// As [`add`](Sequential::add).
     pub fn push(&mut self, layer: Box<dyn Layer>) {
+        let name = self.layers.len().to_string();
+        assert!(
+            self.names().all(|n| n != name),
+            "Sequential: the layer at position {name} would be named {name:?}, which a layer added with add_named \
+             already is; name this one with add_named too"
+        );
         self.layers.push((None, layer));
     }
 

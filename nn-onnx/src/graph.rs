@@ -292,9 +292,14 @@ impl<'a> Builder<'a> {
         for (i, (oa, ob)) in a.ops.iter().zip(&b.ops).enumerate() {
             self.add_op(OpPair { a: oa, b: ob })?;
             if let Some(out) = &oa.output {
+                // A second result or an intermediate has its op's origin (the indices of a
+                // `max_dim` over the input depend on the input), for what Rust code does
+                // with it (an in-place write from it, below).
+                let origin = self.origin_of(out);
                 for id in &oa.created {
                     if *id != out.id() {
                         self.internal.insert(*id, i);
+                        self.origin.entry(*id).or_insert(origin);
                     }
                 }
             }
@@ -385,15 +390,16 @@ impl<'a> Builder<'a> {
                          `model.eval()` so that layers stop updating running statistics",
                     ));
                 }
-                // A tensor the forward created, written from a value that is not a constant
-                // (the input, a parameter): the graph would hold the traced example's values
-                // as a constant in its place.
-                if a.inputs[1..].iter().any(|src| self.origin_of(&self.resolve(src)) != Origin::Const) {
+                // A tensor the forward created, written from a value computed from the input:
+                // the graph would hold the traced example's values as a constant in its place.
+                // (From parameters and constants only, the values written are the ones the
+                // graph must hold: a constant.)
+                if a.inputs[1..].iter().any(|src| self.origin_of(&self.resolve(src)) == Origin::Dynamic) {
                     return Err(self.unsupported(
                         a,
-                        "the forward writes a value computed from the input or the parameters into a tensor it \
-                         created; a graph has no mutable state, so the tensor would be exported as the example's \
-                         constant values: build the value out of place (`cat`, `stack`, `where_`, or the op itself)",
+                        "the forward writes a value computed from the input into a tensor it created; a graph has \
+                         no mutable state, so the tensor would be exported as the example's constant values: build \
+                         the value out of place (`cat`, `stack`, `where_`, or the op itself)",
                     ));
                 }
                 return Ok(());

@@ -67,7 +67,8 @@ pub enum OpKind {
     /// An op that built its result outside any traced scope: its name is autograd's node
     /// name, it has no attributes.
     Untraced,
-    /// An in-place update of `inputs[0]` (no result).
+    /// An in-place update of `inputs[0]` (no result); `inputs[1..]` are the tensors its new
+    /// values come from (`copy_`'s source, `add_`'s other operand).
     InPlace,
     /// A read of `inputs[0]`'s values into Rust (no result).
     HostRead,

@@ -544,7 +544,21 @@ pub trait Module: HoldsState + Any {
     /// Sets `requires_grad` on every parameter of this module and its sub-modules
     /// (freezing with `false`). Takes `&self` (parameters are shared handles), so any
     /// subtree can be frozen: `model.get_submodule("encoder")?.requires_grad_(false)`.
+    ///
+    /// # Panics
+    /// When a lazy sub-module has no parameters yet (before its first forward): the setting
+    /// would be lost when they are made, as PyTorch refuses `requires_grad_` on an
+    /// uninitialised parameter.
+    #[track_caller]
     fn requires_grad_(&self, requires_grad: bool) {
+        if let Some((path, m)) = self.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+            let at = if path.is_empty() { String::new() } else { format!(" `{path}`") };
+            panic!(
+                "requires_grad_({requires_grad}): the lazy module{at} ({}) has no parameters until its first forward, \
+                 and the setting would be lost when they are made; run one forward pass first",
+                m.type_name()
+            );
+        }
         for p in self.parameters() {
             p.requires_grad_(requires_grad);
         }

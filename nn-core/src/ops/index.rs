@@ -231,7 +231,7 @@ mod tests {
         assert_eq!((y.shape(), y.to_vec_f64()), (&[3, 2][..], vec![4.0, 5.0, 0.0, 1.0, 4.0, 5.0]));
         let c = x.index_select(1, &idx(&[1], &[1]));
         assert_eq!((c.shape(), c.to_vec_f64()), (&[3, 1][..], vec![1.0, 3.0, 5.0]));
-        assert_eq!(x.index_select(-1, &idx(&[-1, 0], &[2])).to_vec_f64(), vec![1.0, 0.0, 3.0, 2.0, 5.0, 4.0]);
+        assert_eq!(x.index_select(-1, &idx(&[1, 0], &[2])).to_vec_f64(), vec![1.0, 0.0, 3.0, 2.0, 5.0, 4.0]);
         assert_eq!(x.index_select(0, &idx(&[], &[0])).shape(), &[0, 2]);
     }
 
@@ -284,7 +284,28 @@ mod tests {
         // The index may be smaller than the input outside `dim`.
         let y = x.gather(0, &idx(&[2, 0], &[1, 2]));
         assert_eq!((y.shape(), y.to_vec_f64()), (&[1, 2][..], vec![4.0, 1.0]));
-        assert_eq!(x.gather(-1, &idx(&[-1, -2, 0], &[3, 1])).to_vec_f64(), vec![1.0, 2.0, 4.0]);
+        assert_eq!(x.gather(-1, &idx(&[1, 0, 0], &[3, 1])).to_vec_f64(), vec![1.0, 2.0, 4.0]);
+    }
+
+    /// A negative index is out of bounds, as in PyTorch (it was counted from the back:
+    /// `lengths - 1` of an empty sequence read the last, padding, position).
+    #[test]
+    fn negative_indices_are_out_of_bounds() {
+        let x = x32();
+        let msg = |f: &dyn Fn()| {
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("must panic");
+            e.downcast_ref::<String>().cloned().unwrap_or_default()
+        };
+        let i = idx(&[-1], &[1]);
+        let m = msg(&|| drop(x.index_select(0, &i)));
+        assert!(m.contains("index_select: index -1 is out of bounds for dimension 0 with size 3"), "{m}");
+        let m = msg(&|| drop(x.gather(1, &idx(&[0, -1, 1], &[3, 1]))));
+        assert!(m.contains("gather: index -1 is out of bounds for dimension 1 with size 2"), "{m}");
+        let m =
+            msg(&|| drop(Tensor::zeros(&[3, 2]).scatter_add(1, &idx(&[-1, 0, 0], &[3, 1]), &Tensor::ones(&[3, 1]))));
+        assert!(m.contains("index -1 is out of bounds"), "{m}");
+        let m = msg(&|| drop(Tensor::zeros(&[3, 2]).index_add(0, &i, &Tensor::ones(&[1, 2]))));
+        assert!(m.contains("index -1 is out of bounds"), "{m}");
     }
 
     #[test]

@@ -541,16 +541,6 @@ impl<M: Module + Compute> Compute for FullyShardedDataParallel<M> {
     fn compute(&self, input: &M::Input) -> M::Output {
         self.check_parameters_unchanged();
         let sh = &self.shared;
-        if !is_grad_enabled() && sh.awaits_backward() {
-            // Gathering and freeing for this forward would disarm the pending backward: its
-            // gradients would pile up on the full parameters, never reduced.
-            panic!(
-                "FullyShardedDataParallel: a forward without grad on rank {} while the backward of the last training \
-                 forward is still to come (its gradients would not be reduced); run it before that forward or after \
-                 its backward",
-                sh.group.rank()
-            );
-        }
         sh.drain();
         sh.prepare_for_forward(is_grad_enabled());
         sh.pre_forward(0);
@@ -580,8 +570,11 @@ impl<M: Module + Compute> Module for FullyShardedDataParallel<M> {
     }
     fn visit_modules_mut<'a>(&'a mut self, _f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
     /// `f` on the model's sub-modules and the model itself (children first), then on the
-    /// wrapper: what `SyncBatchNorm::convert_sync_batchnorm` and other per-layer settings
-    /// need (a change to the sharded parameters is refused at the next forward).
+    /// wrapper: for per-layer settings such as `SyncBatchNorm::convert_sync_batchnorm`.
+    /// Not for the parameters' values: outside a forward they are placeholders without
+    /// values (an in-place write there does nothing), and the shards hold the values (load
+    /// them with `load_full_state_dict`). A replaced, frozen or converted parameter is
+    /// refused at the next forward.
     fn apply(&mut self, f: &mut dyn FnMut(&mut dyn Module)) {
         self.module.apply(f);
         f(self);

@@ -202,11 +202,6 @@ impl Shared {
         }
     }
 
-    /// A training forward ran and its backward has not ended yet.
-    pub(super) fn awaits_backward(&self) -> bool {
-        self.lock().armed
-    }
-
     pub(super) fn prepare_for_forward(&self, armed: bool) {
         let mut st = self.lock();
         for u in 0..self.units.len() {
@@ -225,7 +220,19 @@ impl Shared {
     pub(super) fn mark_ready(self: &Arc<Self>, u: usize, j: usize) {
         let mut st = self.lock();
         if !st.armed {
-            return;
+            // No training forward of the wrapper prepared this gradient (a second backward
+            // after the reduced one, a backward after a forward without grad, or through
+            // the bare model): it would stay on the full parameter, never reduced, and be
+            // added into the next step's reduce-scatter.
+            drop(st);
+            panic!(
+                "FullyShardedDataParallel: parameter `{}` received a gradient on rank {} that no training forward \
+                 of the wrapper prepared (a second backward after the reduced one, a backward after a forward \
+                 without grad, or a backward through the bare model): it would not be reduced. Run the wrapper's \
+                 forward, with grad, before each backward",
+                self.units[u].names[j],
+                self.group.rank()
+            );
         }
         if st.ready[u][j] {
             reset(&mut st, &self.units);

@@ -583,3 +583,23 @@ fn forward_takes_owned_tuples() {
     let lin = nn_layers::Linear::new(3, 2);
     assert_eq!(lin.forward(x1.clone()).to_vec(), lin.forward(&x1).to_vec());
 }
+
+/// A positional name already taken by `add_named` is refused: both layers had one
+/// state-dict key, and the first one's weights were never saved.
+#[test]
+#[should_panic(
+    expected = "the layer at position 1 would be named \"1\", which a layer added with add_named already is"
+)]
+fn sequential_refuses_a_position_named_by_add_named() {
+    let _ = nn_layers::Sequential::new().add_named("1", nn_layers::Linear::new(4, 4)).add(nn_layers::Linear::new(4, 4));
+}
+
+/// Freezing a lazy layer before its first forward is refused: its parameters did not
+/// exist, and they were made later with `requires_grad` true.
+#[test]
+#[should_panic(
+    expected = "requires_grad_(false): the lazy module `0` (LazyLinear) has no parameters until its first forward"
+)]
+fn freezing_a_lazy_layer_before_its_first_forward_is_refused() {
+    Sequential::new().add(nn_layers::LazyLinear::new(2)).requires_grad_(false);
+}

@@ -117,3 +117,38 @@ fn interpolate_matches_pytorch() {
         check(name, |x, _| interpolate(&x[0], size.clone(), mode, align));
     }
 }
+
+/// `functional::bilinear` refuses inputs whose rows do not pair (it reshaped `x2` to
+/// `x1`'s rows and paired the wrong ones), as PyTorch and the `Bilinear` layer do.
+#[test]
+fn bilinear_refuses_inputs_whose_rows_do_not_pair() {
+    let w = Tensor::zeros(&[2, 3, 5]);
+    let msg = |x1: Tensor, x2: Tensor| {
+        let e = std::panic::catch_unwind(|| nn_core::functional::bilinear(&x1, &x2, &w, None)).expect_err("must panic");
+        e.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let m = msg(Tensor::zeros(&[4, 3]), Tensor::zeros(&[2, 10]));
+    assert!(m.contains("bilinear: input batch dimensions do not match: got [4] and [2]"), "{m}");
+    let m = msg(Tensor::zeros(&[2, 3, 3]), Tensor::zeros(&[6, 5]));
+    assert!(m.contains("input dimensions do not match"), "{m}");
+    let m = msg(Tensor::zeros(&[4, 3]), Tensor::zeros(&[4, 4]));
+    assert!(m.contains("inputs of 3 and 4 features for a weight of shape [2, 3, 5]"), "{m}");
+    let y = nn_core::functional::bilinear(&Tensor::ones(&[4, 3]), &Tensor::ones(&[4, 5]), &w, None);
+    assert_eq!(y.shape(), &[4, 2]);
+}
+
+/// 2x2 max pooling with `ceil_mode` on odd sizes: the last window hangs over the edge.
+/// The vectorised 2x2 kernel read past each row there (the next row's first value, and
+/// past the plane at the end); it must equal pooling the input padded with -inf.
+#[test]
+fn max_pool_2x2_with_ceil_mode_on_odd_sizes() {
+    use nn_core::ops::Pool2dConfig;
+    for (h, w) in [(7, 9), (9, 9), (8, 9), (9, 8)] {
+        let x = Tensor::from_vec((0..2 * h * w).map(|i| ((i * 37) % 101) as f32).collect(), &[1, 2, h, w]);
+        let y = x.max_pool2d(Pool2dConfig { ceil_mode: true, ..Pool2dConfig::new(2) });
+        let padded = x.pad(&[0, (w % 2) as i64, 0, (h % 2) as i64], PadMode::Constant, f64::NEG_INFINITY);
+        let want = padded.max_pool2d(Pool2dConfig::new(2));
+        assert_eq!(y.shape(), want.shape(), "{h}x{w}");
+        assert_eq!(y.to_vec(), want.to_vec(), "{h}x{w}");
+    }
+}

@@ -3,19 +3,20 @@
 use super::{strided_to_vec, with_cpu, with_float, CpuElement, CpuStorage};
 use crate::shape::{contiguous_strides, for_each_offset, Dims, Layout};
 
-/// The index values, within `0..size` (negative ones counting from the back, as in
-/// PyTorch), or a panic naming the op, the value and the dim.
+/// The index values, within `0..size`, or a panic naming the op, the value and the dim.
+/// A negative index is out of bounds, as in PyTorch's `gather`, `scatter_add`,
+/// `index_select` and `index_add` (counting it from the back would read a padding
+/// position for a `lengths - 1` of an empty sequence, or a class for an ignored -100).
 #[track_caller]
 fn checked(op: &str, (index, li): (&CpuStorage, &Layout), size: usize, dim: usize) -> Vec<usize> {
     let values = i64::slice(index).expect("an i64 index (checked by the op)");
     strided_to_vec(values, li)
         .into_iter()
         .map(|i| {
-            let j = if i < 0 { i + size as i64 } else { i };
-            if j < 0 || j >= size as i64 {
+            if i < 0 || i >= size as i64 {
                 panic!("{op}: index {i} is out of bounds for dimension {dim} with size {size}");
             }
-            j as usize
+            i as usize
         })
         .collect()
 }

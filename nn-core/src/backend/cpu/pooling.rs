@@ -16,7 +16,15 @@ pub(crate) fn max_pool2d(x: &CpuStorage, pool: &MaxPool) -> (CpuStorage, Argmax)
     let plane_out = (pl.ho * pl.wo).max(1);
     // Spread planes over threads only when there is enough work per task.
     let parallel = super::elementwise::split(numel * k.0 * k.1, PAR_THRESHOLD * 8);
-    let window2x2 = k == (2, 2) && st == (2, 2) && p == (0, 0) && d == (1, 1) && pl.wo >= 4;
+    // Only where every window lies inside the plane: with `ceil_mode` the last window of an
+    // odd size hangs over the edge (the rows read past it, into the next row or plane).
+    let window2x2 = k == (2, 2)
+        && st == (2, 2)
+        && p == (0, 0)
+        && d == (1, 1)
+        && pl.wo >= 4
+        && 2 * pl.wo <= pl.w
+        && 2 * pl.ho <= pl.h;
     with_float!(x, "max_pool2d", T, v => {
         let mut out = T::alloc_buffer(numel);
         out.resize(numel, T::zero());

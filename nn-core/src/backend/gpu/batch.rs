@@ -192,6 +192,12 @@ impl Batch {
     }
 
     /// The launches logged since the first check still unread or being resolved.
+    /// The sequence number the next recorded step gets: every step numbered below it is
+    /// in what a read submitted now sees.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq
+    }
+
     pub(crate) fn log(&self) -> &[(u64, Vec<u64>)] {
         &self.log
     }

@@ -133,24 +133,27 @@ impl Ctx {
         let failed: Vec<(&Check, u32)> =
             checks.iter().zip(slots).filter(|(_, &s)| s != 0).map(|(c, &s)| (c, u32::MAX - s)).collect();
         // Each thread's first failure, with the index value at the failing position as it
-        // reads now.
-        let mut firsts: Vec<(&Check, u32, i64)> = Vec::new();
+        // reads now, and the number of the first step that read does not see.
+        let mut firsts: Vec<(&Check, u32, i64, u64)> = Vec::new();
         for &(check, first) in &failed {
             if !firsts.iter().any(|(c, ..)| c.thread == check.thread) {
-                firsts.push((check, first, check.value_at(first as usize)));
+                let unseen = lock(&self.batch).next_seq();
+                firsts.push((check, first, check.value_at(first as usize), unseen));
             }
         }
         let b = lock(&self.batch);
         // An index tensor written in place after its check (a logged launch writing its
         // buffer) no longer holds the value that failed: the report says so rather than
         // naming the value it holds now as the bad one.
-        let written_since = |c: &Check| {
-            b.log().iter().any(|(launch, ids)| *launch > c.launch && split_log(ids).1.contains(&c.index.buf.id))
+        let written_since = |c: &Check, unseen: u64| {
+            b.log().iter().any(|(launch, ids)| {
+                (c.launch + 1..unseen).contains(launch) && split_log(ids).1.contains(&c.index.buf.id)
+            })
         };
         let mut reports: HashMap<std::thread::ThreadId, Arc<str>> = HashMap::new();
-        for (check, first, bad) in firsts {
+        for (check, first, bad, unseen) in firsts {
             let (op, dim, size, gpu) = (&check.op, check.dim, check.size, self.ordinal);
-            let what = if written_since(check) {
+            let what = if written_since(check, unseen) {
                 format!(
                     "{op}: the index at position {first} was out of bounds for dimension {dim} with size {size} (the \
                      index tensor was written in place after the check; it holds {bad} there now)"

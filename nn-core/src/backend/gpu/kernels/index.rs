@@ -25,9 +25,9 @@ fn check(index: &GpuStorage, li: &Layout, op: &str, (dim, size): (usize, usize),
     }
 }
 
-/// Validated indices: `index` (i64, through `li`) with negative values counted from the
-/// back of a dim of `size`, as `u32` words. The check runs on the device: an index outside
-/// `-size..size` is reported at the next host read, naming `op`, `dim` and the value (see
+/// Validated indices: `index` (i64, through `li`) in a dim of `size`, as `u32` words. The
+/// check runs on the device: an index outside `0..size` (a negative one included, as on
+/// the CPU and in PyTorch) is reported at the next host read, naming `op`, `dim` and the value (see
 /// [`crate::backend::gpu::context`]); its word is written as 0, and the results computed
 /// from it are marked unreadable.
 #[track_caller]

@@ -5,7 +5,7 @@
 
 //# checked_indices
 // `i64` indices (two words each) as `u32` positions in a dim of `size` (extras:
-// `[size, slot]`), negative ones counted from the back. An index outside `-size..size`
+// `[size, slot]`). An index outside `0..size` (a negative one included, as in PyTorch)
 // is written as 0, and its position `i` goes into error slot `slot` as `0xffffffff - i`
 // (`atomicMax`: the first bad position wins; 0 means none), read at the next host wait.
 {{PRELUDE}}
@@ -24,7 +24,6 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n
     var ok = false;
     var j = 0u;
     if (hi == 0u && lo < size) { ok = true; j = lo; }
-    if (hi == 0xffffffffu && lo >= 0u - size && size > 0u) { ok = true; j = lo + size; }
     if (!ok) { atomicMax(&F[P[extras(1u) + 1u]], 0xffffffffu - i); }
     Y[i] = j;
 }
