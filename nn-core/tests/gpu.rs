@@ -506,9 +506,9 @@ fn failures_read_together_are_all_marked() {
     }
 }
 
-/// A negative embedding id (refused by `embedding`, which its `index_select` would take as
-/// counted from the back) is reported, and what was computed from it stays unreadable: on a
-/// second read, and on another thread that never got the report.
+/// A negative embedding id (refused by `embedding`, and by the `index_select` it runs on)
+/// is reported, and what was computed from it stays unreadable: on a second read, and on
+/// another thread that never got the report.
 #[test]
 fn a_negative_embedding_id_is_never_read_as_a_row() {
     let _serial = serial();

@@ -243,6 +243,17 @@ const LAUNCHES: &[Launch] = &[
         },
     },
     Launch {
+        name: "fsdp_a_forward_without_grad_before_backward_names_it_when_units_reshard",
+        np: Some(2),
+        scenario: "fsdp_no_grad_mid_resharded",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &["through a training forward that a later forward without grad disarmed"],
+            one_of: &[],
+        },
+    },
+    Launch {
         name: "fsdp_a_forward_without_grad_before_backward_fails",
         np: Some(2),
         scenario: "fsdp_no_grad_mid",
@@ -460,6 +471,9 @@ mod checks {
             "ddp_second_backward" => &[("a_second_backward_through_one_forward", ddp_second_backward)],
             "fsdp_frozen" => &[("a_sharded_parameter_is_frozen", fsdp_frozen)],
             "fsdp_no_grad_mid" => &[("a_forward_without_grad_before_backward", fsdp_no_grad_mid)],
+            "fsdp_no_grad_mid_resharded" => {
+                &[("a_forward_without_grad_before_backward_resharded", fsdp_no_grad_mid_resharded)]
+            }
             other => panic!("unknown scenario {other:?}"),
         };
         for (name, check) in list {
@@ -1739,6 +1753,16 @@ mod checks {
         let config = FsdpConfig { reshard_after_forward: false, ..Default::default() };
         let policy = FsdpPolicy::new().module_type::<Linear>();
         let fsdp = FullyShardedDataParallel::with_config(mlp(), group, policy, config).unwrap();
+        let loss = fsdp.forward(&Tensor::ones(&[2, 6])).sum();
+        no_grad(|| fsdp.forward(&Tensor::ones(&[2, 6])));
+        loss.backward();
+        unreachable!("the backward should have panicked");
+    }
+
+    fn fsdp_no_grad_mid_resharded(group: &ProcessGroup) {
+        // The default: units are freed after the forward and gathered again by the backward,
+        // which names the forward without grad that disarmed it.
+        let fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
         let loss = fsdp.forward(&Tensor::ones(&[2, 6])).sum();
         no_grad(|| fsdp.forward(&Tensor::ones(&[2, 6])));
         loss.backward();

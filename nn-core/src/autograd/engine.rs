@@ -149,7 +149,9 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
                     *uses -= 1;
                     // The last contribution of this pass: accumulate once, then the hooks.
                     if *uses == 0 {
-                        if let Some(g) = leaf_grads.remove(&t.id()) {
+                        // A leaf frozen since the forward gets nothing, as in PyTorch (its
+                        // `AccumulateGrad` returns early): no `.grad`, no hooks.
+                        if let Some(g) = leaf_grads.remove(&t.id()).filter(|_| t.requires_grad()) {
                             t.accumulate_grad(g);
                             t.run_post_accumulate_grad_hooks();
                         }

@@ -177,6 +177,7 @@ pub fn custom_op(
     backward: impl Fn(&Tensor) -> Vec<Option<Tensor>> + Send + Sync + 'static,
 ) -> Tensor {
     let shapes: Vec<Dims> = inputs.iter().map(|t| Dims::from(t.shape())).collect();
+    let kinds: Vec<(crate::DType, crate::Device)> = inputs.iter().map(|t| (t.dtype(), t.device())).collect();
     let out = output.detach();
     op_result(name, out.storage_arc(), out.layout().clone(), inputs, move || {
         move |g: &Tensor, _needs: &[bool]| -> Grads {
@@ -199,7 +200,24 @@ pub fn custom_op(
                     );
                 }
             }
-            grads.into_iter().collect()
+            // In each input's dtype, as PyTorch's engine casts a custom function's gradients;
+            // one on another device is refused.
+            grads
+                .into_iter()
+                .zip(&kinds)
+                .map(|(g, &(dtype, device))| {
+                    g.map(|g| {
+                        if g.device() != device && device != crate::Device::Meta {
+                            panic!("custom_op `{name}`: gradient on {} for an input on {device}", g.device());
+                        }
+                        if g.dtype() != dtype && dtype.is_float() {
+                            g.to_dtype(dtype)
+                        } else {
+                            g
+                        }
+                    })
+                })
+                .collect()
         }
     })
 }

@@ -81,7 +81,7 @@ impl Storage {
 
     /// `index_select`: the slices of `self` (viewed through `l`, rank >= 1) at the 1-D
     /// `index` along its dim, a contiguous buffer of `l`'s shape with that dim replaced by
-    /// the index length. Negative indices count from the back.
+    /// the index length. A negative index is out of range.
     ///
     /// # Panics
     /// When an index is out of range: "`op`: index `i` is out of bounds for dimension

@@ -113,7 +113,9 @@ fn sort_lines(op: &'static str, x: &Tensor, d: usize, spec: SortSpec) -> (Tensor
     let (values, indices) = x.storage_arc().sort(x.layout(), lines_of(x.shape(), d), spec);
     let indices = Tensor::from_storage(indices, &shape);
     let values = op_result(op, Arc::new(values), Layout::contiguous(&shape), &[x], || {
-        let (index, in_shape): (Tensor, Dims) = (indices.clone(), x.shape().into());
+        // Its own handle (as every saved value): the caller's `indices` may be written in
+        // place (`add_` to make them global ids), which must not move the gradient.
+        let (index, in_shape): (Tensor, Dims) = (indices.detach(), x.shape().into());
         move |g: &Tensor, _: &[bool]| -> Grads {
             let zero = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
             if in_shape.is_empty() {

@@ -10,6 +10,11 @@
 //! state, starts from the run's first rate, not from a rate another scheduler already
 //! changed.
 //!
+//! Each scheduler has its own state: a [`Checkpoint`](crate::checkpoint::Checkpoint) holds
+//! one. To resume chained schedulers, restore the others' states too
+//! ([`LrScheduler::load_state`]; their `last_epoch` is the same when they are stepped
+//! together): one left at step 0 would apply its first steps again to the restored rate.
+//!
 //! ```
 //! use nn_core::optim::{CosineAnnealingLR, LinearLR, LrScheduler, Optimizer, Sgd, SgdConfig};
 //! use nn_core::{Parameter, Tensor};

@@ -45,7 +45,10 @@ impl Tensor {
     /// Replaces the accumulated gradient (`None` clears it, like `zero_grad(set_to_none=True)`).
     ///
     /// # Panics
-    /// When the new gradient's shape differs from the tensor's.
+    /// When the new gradient's shape, dtype or device differs from the tensor's (PyTorch
+    /// refuses an assigned `.grad` of another type or device; accumulating into it would
+    /// fail later, far from here).
+    #[track_caller]
     pub fn set_grad(&self, grad: Option<Tensor>) {
         if let Some(g) = &grad {
             assert_eq!(
@@ -55,6 +58,15 @@ impl Tensor {
                 g.shape(),
                 self.shape()
             );
+            if (g.dtype(), g.device()) != (self.dtype(), self.device()) && self.device() != crate::Device::Meta {
+                panic!(
+                    "set_grad: a {} gradient on {} for a {} tensor on {}",
+                    g.dtype(),
+                    g.device(),
+                    self.dtype(),
+                    self.device()
+                );
+            }
         }
         *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad.map(|g| g.detach());
     }

@@ -346,6 +346,7 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
             gathered: vec![true; n],
             inflight: (0..n).map(|_| None).collect(),
             armed: false,
+            disarmed_pending: false,
             ready: units.iter().map(|u| vec![false; u.params.len()]).collect(),
             pending: units.iter().map(|u| u.params.len()).collect(),
             next_rs: 0,

@@ -39,6 +39,9 @@ pub(super) struct State {
     pub(super) inflight: Vec<Option<Receiver<Buf>>>,
     /// The forward ran with grad on: its backward reduces gradients.
     pub(super) armed: bool,
+    /// A forward without grad disarmed a training forward whose backward had not run: that
+    /// backward, should it come, is refused naming the cause.
+    pub(super) disarmed_pending: bool,
     pub(super) ready: Vec<Vec<bool>>,
     pub(super) pending: Vec<usize>,
     /// The next unit to reduce, as a position in reverse pre-order.
@@ -163,6 +166,15 @@ impl Shared {
     fn pre_backward(&self, u: usize) {
         {
             let st = self.lock();
+            if !st.armed && st.disarmed_pending {
+                drop(st);
+                panic!(
+                    "FullyShardedDataParallel: a backward on rank {} through a training forward that a later forward \
+                     without grad disarmed (its units were freed, and its gradients would not be reduced); run \
+                     forwards without grad before the training forward or after its backward",
+                    self.group.rank()
+                );
+            }
             if !st.armed || st.pending[u] == 0 {
                 return; // its backward is over (a second use of the unit's output)
             }
@@ -212,6 +224,7 @@ impl Shared {
                 st.gathered[u] = false;
             }
         }
+        st.disarmed_pending = st.armed && !armed;
         reset(&mut st, &self.units);
         st.armed = armed;
     }

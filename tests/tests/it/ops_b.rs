@@ -152,3 +152,45 @@ fn max_pool_2x2_with_ceil_mode_on_odd_sizes() {
         assert_eq!(y.to_vec(), want.to_vec(), "{h}x{w}");
     }
 }
+
+/// `sort`/`topk` indices written in place after the forward (global ids made with `add_`)
+/// do not move the gradient: the backward kept its own handle (it read the caller's
+/// tensor, and scattered the gradient to the edited positions).
+#[test]
+fn sort_and_topk_indices_edited_in_place_keep_the_gradient() {
+    for topk in [false, true] {
+        let run = |edit: bool| {
+            let x = Tensor::from_vec(vec![3.0, 1.0, 2.0, 5.0], &[4]).requires_grad_(true);
+            let (v, i) = if topk { x.topk(2, 0, true, true) } else { x.sort(0, false) };
+            if edit {
+                i.fill_(0.0);
+            }
+            (&v * &Tensor::from_vec((1..=v.numel()).map(|k| k as f32).collect(), v.shape())).sum().backward();
+            x.grad().unwrap().to_vec()
+        };
+        assert_eq!(run(true), run(false), "topk {topk}");
+    }
+}
+
+/// A leaf frozen between the forward and the backward gets no gradient and runs no hook,
+/// as in PyTorch; `set_grad` refuses a gradient of another dtype; a custom op's gradient
+/// arrives in its input's dtype.
+#[test]
+fn gradients_respect_the_leafs_flag_and_dtype() {
+    let w = nn_core::Parameter::new(Tensor::ones(&[2]));
+    let y = (&*w * 3.0).sum();
+    w.requires_grad_(false);
+    y.backward();
+    assert!(w.grad().is_none(), "a frozen leaf got a gradient");
+
+    let f64_grad = || w.set_grad(Some(Tensor::zeros(&[2]).to_dtype(nn_core::DType::F64)));
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f64_grad)).expect_err("must panic");
+    let m = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(m.contains("set_grad: a f64 gradient on cpu for a f32 tensor on cpu"), "{m}");
+
+    let x = Tensor::ones(&[2]).requires_grad_(true);
+    let out =
+        nn_core::autograd::custom_op("f64_grad", &[&x], &x.detach(), |g| vec![Some(g.to_dtype(nn_core::DType::F64))]);
+    out.sum().backward();
+    assert_eq!(x.grad().unwrap().dtype(), nn_core::DType::F32);
+}

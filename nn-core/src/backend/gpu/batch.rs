@@ -191,13 +191,13 @@ impl Batch {
         std::mem::take(&mut self.checks)
     }
 
-    /// The launches logged since the first check still unread or being resolved.
     /// The sequence number the next recorded step gets: every step numbered below it is
     /// in what a read submitted now sees.
     pub(crate) fn next_seq(&self) -> u64 {
         self.seq
     }
 
+    /// The launches logged since the first check still unread or being resolved.
     pub(crate) fn log(&self) -> &[(u64, Vec<u64>)] {
         &self.log
     }

@@ -46,9 +46,8 @@ pub(crate) fn checked_indices(index: &GpuStorage, li: &Layout, size: usize, op: 
 /// Checks on the device that every value of the `i64` index (through `li`) lies in
 /// `0..n`; a failure is reported at the next host read, naming `op` (as
 /// [`checked_indices`] does), and marks the index's buffer, so that everything the op
-/// goes on to compute from it is unreadable too (the op's own indexing may accept what
-/// this check refuses: `embedding` indexes through `index_select`, which takes negative
-/// indices).
+/// goes on to compute from it is unreadable too (whatever the op's own indexing checks;
+/// `embedding` reports its own message first).
 pub(crate) fn check_range(index: &GpuStorage, li: &Layout, n: usize, op: &str) {
     let count = li.numel();
     if count == 0 {
