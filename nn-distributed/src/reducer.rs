@@ -381,7 +381,8 @@ impl Reducer {
             "DistributedDataParallel: {} parameter(s) received no gradient in this backward pass on rank {}: {}. \
              Every parameter that requires grad must take part in computing the loss on every rank; if some do \
              not, by design, wrap with `DdpConfig {{ find_unused_parameters: true, .. }}` (or freeze them with \
-             `requires_grad_(false)` before wrapping)",
+             `requires_grad_(false)` before wrapping; one frozen between a forward and its backward gets no \
+             gradient)",
             missing.len(),
             self.group.rank(),
             names.join(", ")

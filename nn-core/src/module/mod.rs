@@ -509,6 +509,11 @@ pub trait Module: HoldsState + Any {
         for_each_tensor(self.as_dyn(), &mut |t| {
             if t.device() != device {
                 no_grad(|| t.set_data(&t.to_device(device)));
+                // The gradient moves too, as with PyTorch's `Module.to` (left behind, it
+                // could not be accumulated into, nor set again in another dtype).
+                if let Some(g) = t.grad() {
+                    t.set_grad(Some(g.to_device(device)));
+                }
             }
         });
         Ok(())

@@ -224,7 +224,7 @@ impl Shared {
                 st.gathered[u] = false;
             }
         }
-        st.disarmed_pending = st.armed && !armed;
+        st.disarmed_pending = (st.armed || st.disarmed_pending) && !armed;
         reset(&mut st, &self.units);
         st.armed = armed;
     }

@@ -603,3 +603,15 @@ fn sequential_refuses_a_position_named_by_add_named() {
 fn freezing_a_lazy_layer_before_its_first_forward_is_refused() {
     Sequential::new().add(nn_layers::LazyLinear::new(2)).requires_grad_(false);
 }
+
+/// `to_device` moves the gradients with the parameters, as PyTorch's `Module.to`: one left
+/// behind could be neither accumulated into nor replaced in another dtype.
+#[test]
+fn to_device_moves_the_gradients() {
+    let mut l = Linear::new(2, 2);
+    l.forward(&Tensor::ones(&[1, 2])).sum().backward();
+    l.to_dtype(DType::F64);
+    l.to_device(Device::Meta);
+    assert!(l.parameters().iter().all(|p| p.grad().unwrap().device() == Device::Meta));
+    assert!(l.parameters().iter().all(|p| p.grad().unwrap().dtype() == DType::F64));
+}
