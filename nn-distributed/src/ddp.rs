@@ -273,7 +273,7 @@ impl<M: Module + Compute> Compute for DistributedDataParallel<M> {
     /// or changed dtype (its gradient would not be averaged, or averaged in the old dtype).
     fn compute(&self, input: &M::Input) -> M::Output {
         if is_grad_enabled() {
-            self.reducer.check_parameters(&self.module.named_parameters());
+            self.reducer.check_parameters(&self.module);
             let sync = !self.reducer.no_sync.load(std::sync::atomic::Ordering::Acquire);
             if sync && self.config.broadcast_buffers && self.group.world_size() > 1 {
                 let buffers = unique_tensors(self.module.named_buffers().into_iter().map(|(_, t)| t));

@@ -110,6 +110,8 @@ pub(crate) struct Reducer {
     params: Vec<Parameter>,
     /// Each parameter's dtype when wrapped (its bucket's wire dtype was chosen from it).
     dtypes: Vec<DType>,
+    /// Each reduced parameter's position, by identity.
+    index_of: std::collections::HashMap<nn_core::TensorId, usize>,
     pub(crate) buckets: Vec<Bucket>,
     /// Per parameter, its bucket.
     bucket_of: Vec<usize>,
@@ -142,6 +144,7 @@ impl Reducer {
         }
         let (names, params): (Vec<String>, Vec<Parameter>) = params.into_iter().unzip();
         let dtypes = params.iter().map(|p| p.dtype()).collect();
+        let index_of = params.iter().enumerate().map(|(i, p)| (p.id(), i)).collect();
         let state = State {
             armed: false,
             in_no_sync: false,
@@ -159,6 +162,7 @@ impl Reducer {
             names,
             params,
             dtypes,
+            index_of,
             buckets,
             bucket_of,
             find_unused,
@@ -211,11 +215,12 @@ impl Reducer {
     /// and one converted to another dtype would be averaged in its old bucket's dtype.
     /// (A parameter removed or frozen since gets no gradient: the end of backward names
     /// it, or treats it as unused with `find_unused_parameters`.)
-    pub(crate) fn check_parameters(&self, now: &[(String, Parameter)]) {
-        let reduced: std::collections::HashMap<nn_core::TensorId, usize> =
-            self.params.iter().enumerate().map(|(i, p)| (p.id(), i)).collect();
-        for (name, p) in now.iter().filter(|(_, p)| p.requires_grad()) {
-            let problem = match reduced.get(&p.id()) {
+    ///
+    /// Runs at every forward with grad: it walks the parameters without building their
+    /// names (a name is looked up only for the message).
+    pub(crate) fn check_parameters(&self, module: &dyn nn_core::Module) {
+        for p in module.parameters().iter().filter(|p| p.requires_grad()) {
+            let problem = match self.index_of.get(&p.id()) {
                 None => "requires grad but did not when the model was wrapped (it was added, replaced or unfrozen \
                          since): its gradient would never be averaged"
                     .to_string(),
@@ -227,10 +232,12 @@ impl Reducer {
                 ),
                 Some(_) => continue,
             };
+            let name = module.named_parameters().into_iter().find(|(_, q)| q.id() == p.id()).map(|(n, _)| n);
             panic!(
-                "DistributedDataParallel: on rank {}, parameter `{name}` {problem}. The gradient buckets are built \
+                "DistributedDataParallel: on rank {}, parameter `{}` {problem}. The gradient buckets are built \
                  from the parameters when the model is wrapped: change the model, then wrap it again",
-                self.group.rank()
+                self.group.rank(),
+                name.unwrap_or_default()
             );
         }
     }

@@ -1750,19 +1750,21 @@ mod checks {
     fn fsdp_no_grad_mid(group: &ProcessGroup) {
         // Units kept gathered after the forward: the backward's gradients land on the full
         // parameters, where nothing reduced them once the forward without grad disarmed.
-        let config = FsdpConfig { reshard_after_forward: false, ..Default::default() };
-        let policy = FsdpPolicy::new().module_type::<Linear>();
-        let fsdp = FullyShardedDataParallel::with_config(mlp(), group, policy, config).unwrap();
-        let loss = fsdp.forward(&Tensor::ones(&[2, 6])).sum();
-        no_grad(|| fsdp.forward(&Tensor::ones(&[2, 6])));
-        loss.backward();
-        unreachable!("the backward should have panicked");
+        no_grad_forward_before_backward(group, false);
     }
 
     fn fsdp_no_grad_mid_resharded(group: &ProcessGroup) {
         // The default: units are freed after the forward and gathered again by the backward,
         // which names the forward without grad that disarmed it.
-        let fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        no_grad_forward_before_backward(group, true);
+    }
+
+    /// A training forward, a forward without grad, then the first one's backward (which
+    /// must panic).
+    fn no_grad_forward_before_backward(group: &ProcessGroup, reshard_after_forward: bool) {
+        let config = FsdpConfig { reshard_after_forward, ..Default::default() };
+        let policy = FsdpPolicy::new().module_type::<Linear>();
+        let fsdp = FullyShardedDataParallel::with_config(mlp(), group, policy, config).unwrap();
         let loss = fsdp.forward(&Tensor::ones(&[2, 6])).sum();
         no_grad(|| fsdp.forward(&Tensor::ones(&[2, 6])));
         loss.backward();
