@@ -332,12 +332,46 @@ impl<O: Optimizer> Optimizer for ZeroRedundancyOptimizer<O> {
     }
 
     /// Loads the whole state (every rank passes the same, e.g. a consolidated one read back
-    /// from a file); each rank keeps its shard's part. Local: no collective.
+    /// from a file); each rank keeps its shard's part. A collective: every rank calls it,
+    /// and the ranks agree on the outcome, so no rank goes on with the loaded state while
+    /// another kept its old one.
     ///
     /// # Errors
     /// [`nn_core::Error::OptimizerState`] for an entry naming no parameter, and the inner
-    /// optimizer's errors on this rank's part.
+    /// optimizer's errors on this rank's part; on every other rank, an
+    /// [`nn_core::Error::OptimizerState`] naming the ranks that refused their part. Every
+    /// rank then keeps the state it had.
     fn load_state_dict(&mut self, state: &OptimizerState) -> nn_core::Result<()> {
+        let before = self.inner.state_dict();
+        let mine = self.load_part(state);
+        let flags = self.group.all_gather(&Tensor::from_vec_i64(vec![i64::from(mine.is_ok())], &[1]));
+        let refused: Vec<usize> =
+            flags.iter().enumerate().filter(|(_, f)| f.to_vec_i64() != [1]).map(|(rank, _)| rank).collect();
+        match mine {
+            Err(e) => Err(e),
+            Ok(()) if refused.is_empty() => {
+                self.consolidated = None;
+                Ok(())
+            }
+            Ok(()) => {
+                // This rank's part loaded; another's did not: put this one back.
+                self.inner.load_state_dict(&before).unwrap_or_else(|e| {
+                    panic!("ZeroRedundancyOptimizer::load_state_dict: restoring rank {}'s own state failed: {e}", self.group.rank())
+                });
+                Err(nn_core::Error::OptimizerState(format!(
+                    "rank(s) {refused:?} refused their part of this state (the error there says why); rank {} loaded \
+                     its part and put its previous state back, so every rank keeps the state it had",
+                    self.group.rank()
+                )))
+            }
+        }
+    }
+}
+
+impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
+    /// Loads this rank's part of the whole `state` into the inner optimizer (which leaves
+    /// itself unchanged when it refuses it).
+    fn load_part(&mut self, state: &OptimizerState) -> nn_core::Result<()> {
         let mine: std::collections::HashSet<&str> =
             self.shards[self.group.rank()].iter().map(|&i| self.params[i].0.as_str()).collect();
         let mut part = StateDict::default();
@@ -356,9 +390,7 @@ impl<O: Optimizer> Optimizer for ZeroRedundancyOptimizer<O> {
             }
         }
         let part = OptimizerState { tensors: part, lrs: state.lrs.clone(), hyper_params: state.hyper_params.clone() };
-        self.inner.load_state_dict(&part)?;
-        self.consolidated = None;
-        Ok(())
+        self.inner.load_state_dict(&part)
     }
 }
 

@@ -117,7 +117,7 @@ impl LayerCache {
                 (Tensor::cat(&[&pk, k], 2), Tensor::cat(&[&pv, v], 2), past)
             }
         };
-        *slot = Some((keys.detach(), values.detach()));
+        *slot = Some((keys.snapshot(), values.snapshot()));
         (keys, values, past)
     }
 }

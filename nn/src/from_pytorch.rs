@@ -125,8 +125,8 @@
 //! The hook runs once per backward pass, when the parameter's gradient is complete (a
 //! parameter used twice gets one call); an update made there frees each gradient as soon as
 //! it is used. Data-parallel training (`nn-distributed`) starts its gradient all-reduces from
-//! the same hook. Values that backward still needs are not disturbed: in-place updates are
-//! copy-on-write.
+//! the same hook. Values that backward still needs are not disturbed: an in-place update
+//! copies a buffer that backward still reads before writing it.
 //! ```
 //! use nn::prelude::*;
 //! use nn::layers::{Linear, Sequential};
@@ -394,6 +394,42 @@
 //! let mut small = nn::with_device(Device::Meta, || Linear::new(2, 2));
 //! small.load_state_dict(&Linear::new(2, 2).state_dict(), true).unwrap();
 //! assert_eq!(small.weight.device(), Device::Cpu);
+//! ```
+//!
+//! ## Tensors: `clone()`, `detach()`, views and `.data`
+//!
+//! ```python
+//! w = torch.zeros(3, 2)
+//! w[1].fill_(1.0)          # a view writes into w
+//! w.detach().add_(2.0)     # so does a detached alias
+//! c = w.clone()            # a copy of its own
+//! w.data = torch.ones(3, 2)
+//! ```
+//! Views (`narrow`, `t`, `reshape`, `chunk`, ...) and `detach()` are aliases, as in PyTorch:
+//! an in-place update through one is seen by all. PyTorch's `clone()` is
+//! [`Tensor::copy`](crate::Tensor::copy); Rust's `clone()` is another handle on the same
+//! tensor (a second Python name), and `.data = ` is [`Tensor::set_data`](crate::Tensor::set_data).
+//! Two differences, neither silent: a value saved for backward keeps the forward's values
+//! when the tensor is written later (PyTorch raises a version-counter error; here the
+//! gradient is the forward's), and an in-place update *from* a tensor that requires grad is
+//! refused outside `no_grad` (PyTorch records it; nn's in-place ops are not recorded, so
+//! its gradient would be lost: write it out of place).
+//! ```
+//! use nn::prelude::*;
+//!
+//! let w = Tensor::zeros(&[3, 2]);
+//! w.narrow(0, 1, 1).fill_(1.0);
+//! w.detach().add_(2.0);
+//! let c = w.copy();
+//! w.set_data(&Tensor::ones(&[3, 2]));
+//! assert_eq!(c.to_vec(), [2.0, 2.0, 3.0, 3.0, 2.0, 2.0]);
+//!
+//! let p = Parameter::new(Tensor::ones(&[2]));
+//! let acc = Tensor::zeros(&[2]);
+//! let refused = std::panic::catch_unwind(|| { acc.add_(&*p); });
+//! assert!(refused.is_err()); // the gradient would not reach `p`
+//! let acc = &acc + &*p; // recorded
+//! assert!(acc.requires_grad());
 //! ```
 //!
 //! ## Training mode, `no_grad`, dtype

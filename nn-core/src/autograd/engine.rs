@@ -57,14 +57,14 @@ impl Tensor {
         let callbacks = CallbackFrame::open();
         match &self.0.grad_fn {
             None if self.requires_grad() => {
-                self.accumulate_grad(grad.detach());
+                self.accumulate_grad(grad.saved());
                 self.run_post_accumulate_grad_hooks();
             }
             None => panic!(
                 "backward: element 0 of tensors does not require grad and does not have a grad_fn \
                  (call `requires_grad_(true)` on the leaves, and do not compute the loss inside `no_grad`)"
             ),
-            Some(root) => run(root, grad.detach(), retain_graph),
+            Some(root) => run(root, grad.saved(), retain_graph),
         }
         callbacks.finish();
     }
@@ -98,6 +98,9 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
     let mut ready = vec![root.clone()];
     while let Some(n) = ready.pop() {
         let g = grads.remove(&n.id);
+        if let Some(g) = &g {
+            n.deliver_retained(g);
+        }
         let mut guard = n.state.lock().unwrap_or_else(|e| e.into_inner());
         let st = guard.as_ref().unwrap_or_else(|| panic!("{SECOND_BACKWARD}"));
         let input_grads = match &g {
@@ -183,14 +186,25 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
     }
 }
 
+impl Node {
+    /// Adds this node's complete output gradient into the `.grad` of the output tensors
+    /// that asked to keep it ([`Tensor::retain_grad`]).
+    fn deliver_retained(&self, g: &Tensor) {
+        let retained = self.retained.lock().unwrap_or_else(|e| e.into_inner());
+        for t in retained.iter().filter_map(std::sync::Weak::upgrade) {
+            Tensor(t).accumulate_grad(g.clone());
+        }
+    }
+}
+
 impl Tensor {
-    /// Adds `g` (of this leaf's shape) into its `.grad` (a fresh handle, so two leaves
+    /// Adds `g` (of this tensor's shape) into its `.grad` (a fresh handle, so two tensors
     /// never share one).
     fn accumulate_grad(&self, g: Tensor) {
         let mut slot = self.0.grad.lock().unwrap_or_else(|e| e.into_inner());
         let new = match slot.take() {
             Some(prev) => &prev + &g,
-            None => g.contiguous().detach(),
+            None => g.contiguous().saved(),
         };
         *slot = Some(new);
     }
@@ -340,8 +354,9 @@ mod tests {
         assert!(b.grad().is_none());
         let h = &a * 2.0;
         h.sum().backward();
-        assert!(h.grad().is_none(), "non-leaves do not keep .grad");
         assert_eq!(h.grad_fn_name(), Some("affine"));
+        let read = std::panic::catch_unwind(|| h.grad());
+        assert!(read.is_err(), "non-leaves do not keep .grad, and reading one says so");
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub(crate) struct Node {
     pub(crate) shape: Dims,
     /// `None` once the node has run without `retain_graph`.
     pub(crate) state: Mutex<Option<NodeState>>,
+    /// The output tensors that asked to keep their gradient ([`Tensor::retain_grad`]).
+    pub(crate) retained: Mutex<Vec<std::sync::Weak<crate::tensor::TensorImpl>>>,
 }
 
 static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
@@ -92,6 +94,7 @@ impl Node {
             name,
             shape: shape.into(),
             state: Mutex::new(Some(NodeState { backward, inputs })),
+            retained: Mutex::new(Vec::new()),
         }
     }
 }
@@ -142,13 +145,25 @@ pub(crate) fn op_result<B: Backward>(
     inputs: &[&Tensor],
     make_backward: impl FnOnce() -> B,
 ) -> Tensor {
+    op_result_in(name, Tensor::slot_for(storage, inputs), layout, inputs, make_backward)
+}
+
+/// [`op_result`] over a given slot: a view's output reads its input's slot, so in-place
+/// updates through either are seen by both.
+pub(crate) fn op_result_in<B: Backward>(
+    name: &'static str,
+    slot: Arc<crate::tensor::StorageSlot>,
+    layout: Layout,
+    inputs: &[&Tensor],
+    make_backward: impl FnOnce() -> B,
+) -> Tensor {
     let grad_fn = if is_grad_enabled() && inputs.iter().any(|t| t.requires_grad()) {
         let edges = inputs.iter().map(|t| t.edge()).collect();
         Some(Arc::new(Node::new(name, layout.shape(), Box::new(make_backward()), edges)))
     } else {
         None
     };
-    let out = Tensor::in_slot(Tensor::slot_for(storage, inputs), layout, grad_fn);
+    let out = Tensor::in_slot(slot, layout, grad_fn);
     crate::autograd::trace::on_op_result(name, inputs, &out);
     out
 }
@@ -178,7 +193,7 @@ pub fn custom_op(
 ) -> Tensor {
     let shapes: Vec<Dims> = inputs.iter().map(|t| Dims::from(t.shape())).collect();
     let kinds: Vec<(crate::DType, crate::Device)> = inputs.iter().map(|t| (t.dtype(), t.device())).collect();
-    let out = output.detach();
+    let out = output.saved();
     op_result(name, out.storage_arc(), out.layout().clone(), inputs, move || {
         move |g: &Tensor, _needs: &[bool]| -> Grads {
             let grads = backward(g);

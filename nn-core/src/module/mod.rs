@@ -164,30 +164,46 @@ pub trait Module: HoldsState + Any {
     /// sub-modules, in PyTorch's order (pre-order over modules; each module's own
     /// parameters in declaration order before its children's); a parameter registered
     /// twice (weight tying) is listed once, under its first name, as PyTorch does.
+    ///
+    /// # Panics
+    /// When a lazy sub-module has not run yet: its parameters do not exist, and a list
+    /// taken now (an optimizer built from it) would miss them without a word. Run one
+    /// forward pass first (PyTorch's docs ask for this dry run before building the
+    /// optimizer).
+    #[track_caller]
     fn named_parameters(&self) -> Vec<(String, Parameter)> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        walk(self.as_dyn(), &mut String::new(), &mut |path, item| {
-            if let Item::Param(p) = item {
-                if seen.insert(p.id()) {
-                    out.push((path.to_string(), p.clone()));
-                }
-            }
+        let mut lazy = self.is_uninitialized();
+        walk(self.as_dyn(), &mut String::new(), &mut |path, item| match item {
+            Item::Param(p) if seen.insert(p.id()) => out.push((path.to_string(), p.clone())),
+            Item::Module(m) => lazy |= m.is_uninitialized(),
+            _ => {}
         });
+        if lazy {
+            refuse_uninitialized(self.as_dyn(), "named_parameters");
+        }
         out
     }
 
     /// Every parameter (deduplicated), in traversal order; no names are built.
+    ///
+    /// # Panics
+    /// When a lazy sub-module has not run yet, as
+    /// [`named_parameters`](Module::named_parameters).
+    #[track_caller]
     fn parameters(&self) -> Vec<Parameter> {
         let mut out: Vec<Parameter> = Vec::new();
         let mut seen = HashSet::new();
-        walk_unnamed(self.as_dyn(), &mut |item| {
-            if let Item::Param(p) = item {
-                if seen.insert(p.id()) {
-                    out.push(p.clone());
-                }
-            }
+        let mut lazy = self.is_uninitialized();
+        walk_unnamed(self.as_dyn(), &mut |item| match item {
+            Item::Param(p) if seen.insert(p.id()) => out.push(p.clone()),
+            Item::Module(m) => lazy |= m.is_uninitialized(),
+            _ => {}
         });
+        if lazy {
+            refuse_uninitialized(self.as_dyn(), "parameters");
+        }
         out
     }
 
@@ -539,11 +555,14 @@ pub trait Module: HoldsState + Any {
         });
     }
 
-    /// Clears the gradient of every parameter.
+    /// Clears the gradient of every parameter (a lazy sub-module that has not run yet has
+    /// none to clear).
     fn zero_grad(&self) {
-        for p in self.parameters() {
-            p.zero_grad();
-        }
+        walk_unnamed(self.as_dyn(), &mut |item| {
+            if let Item::Param(p) = item {
+                p.zero_grad();
+            }
+        });
     }
 
     /// Sets `requires_grad` on every parameter of this module and its sub-modules
@@ -602,4 +621,21 @@ impl fmt::Display for dyn Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt_module(self, f)
     }
+}
+
+/// Panics naming the first lazy module of `m` (itself included) that has not run yet: `op`
+/// would list parameters that do not include its own.
+#[track_caller]
+fn refuse_uninitialized(m: &dyn Module, op: &str) {
+    let (path, lazy) = m
+        .named_modules()
+        .into_iter()
+        .find(|(_, m)| m.is_uninitialized())
+        .expect("called for a module with a lazy sub-module");
+    let at = if path.is_empty() { String::new() } else { format!(" `{path}`") };
+    panic!(
+        "{op}: the lazy module{at} ({}) has no parameters until its first forward, so a list taken now (an \
+         optimizer built from it) would miss them; run one forward pass first (a dry run), then list the parameters",
+        lazy.type_name()
+    );
 }

@@ -282,7 +282,7 @@ fn safe_softmax(scores: &Tensor) -> Tensor {
     // A row is dead when it counts as many `-inf` as it has keys (built from ops that
     // export to ONNX: Equal, Cast, ReduceSum).
     let full = |v: f64| Tensor::full_on(&[], v, scores.dtype(), scores.device());
-    let masked = scores.detach().eq(&full(f64::NEG_INFINITY)).to_dtype(scores.dtype());
+    let masked = scores.saved().eq(&full(f64::NEG_INFINITY)).to_dtype(scores.dtype());
     let keys = scores.shape()[scores.rank() - 1] as f64;
     let dead = masked.sum_dim(-1, true).eq(&full(keys));
     // Finite scores in dead rows, so the softmax and its backward stay finite there; the

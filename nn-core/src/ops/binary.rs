@@ -177,7 +177,7 @@ pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
     let (la, lb, lo) = broadcast_pair(O::NAME, a, b);
     let storage = a.storage_arc().binary::<O>(&la, &b.storage_arc(), &lb);
     op_result(O::NAME, Arc::new(storage), lo, &[a, b], || {
-        let (a, b) = (a.detach(), b.detach());
+        let (a, b) = (a.saved(), b.saved());
         move |g: &Tensor, needs: &[bool]| -> Grads {
             let grad_for = |which: usize| -> Tensor {
                 let target = if which == 0 { a.shape() } else { b.shape() };
@@ -371,7 +371,7 @@ impl Tensor {
         let lb = b.layout().broadcast_to(&shape).expect("broadcastable");
         let storage = cond.storage_arc().select(&lc, (&a.storage_arc(), &la), (&b.storage_arc(), &lb));
         op_result(OP, Arc::new(storage), lo, &[a, b], || {
-            let cond = cond.detach();
+            let cond = cond.saved();
             let (sa, sb): (crate::shape::Dims, crate::shape::Dims) = (a.shape().into(), b.shape().into());
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 let zero = g.scalar_like(0.0);

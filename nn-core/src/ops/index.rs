@@ -51,7 +51,7 @@ impl Tensor {
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
         let storage = x.storage_arc().index_select(x.layout(), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[&x], || {
-            let index = index.detach();
+            let index = index.saved();
             let in_shape: Dims = x.shape().into();
             move |g: &Tensor, _: &[bool]| -> Grads {
                 let z = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
@@ -83,7 +83,7 @@ impl Tensor {
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
         let storage = self.storage_arc().index_add(self.layout(), (&source.storage_arc(), source.layout()), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(self.shape()), &[self, source], || {
-            let index = index.detach();
+            let index = index.saved();
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 smallvec![needs[0].then(|| g.clone()), needs[1].then(|| g.index_select(d, &index))]
             }
@@ -110,7 +110,7 @@ impl Tensor {
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
         let storage = self.storage_arc().gather(self.layout(), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(index.shape()), &[self], || {
-            let index = index.detach();
+            let index = index.saved();
             let in_shape: Dims = self.shape().into();
             move |g: &Tensor, _: &[bool]| -> Grads {
                 let z = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
@@ -139,7 +139,7 @@ impl Tensor {
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
         let storage = self.storage_arc().scatter_add(self.layout(), (&src.storage_arc(), src.layout()), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(self.shape()), &[self, src], || {
-            let index = index.detach();
+            let index = index.saved();
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 smallvec![needs[0].then(|| g.clone()), needs[1].then(|| g.gather(d, &index))]
             }

@@ -120,7 +120,9 @@ impl Tensor {
     ///
     /// # Panics
     /// When `other` does not broadcast to this shape, on the dtype and overflow cases
-    /// above, on a `bool` tensor, and on a tensor that requires grad outside `no_grad`.
+    /// above, on a `bool` tensor, and outside `no_grad` on a tensor that requires grad or
+    /// an `other` that does (no gradient would reach it: PyTorch records the update,
+    /// nn does not, so it refuses it).
     #[track_caller]
     pub fn add_<'a>(&self, other: impl Into<Operand<'a>>) -> &Tensor {
         self.arith_(Arith::Add, other.into())
@@ -165,7 +167,7 @@ impl Tensor {
             _ => &[],
         };
         crate::autograd::trace::on_access_from(crate::autograd::trace::OpKind::InPlace, name, self, sources);
-        self.check_inplace(name);
+        self.check_inplace(name, sources);
         if let Operand::Broadcast(t) = rhs {
             if t.device() != self.device() {
                 panic!(
@@ -322,7 +324,7 @@ mod tests {
         let t = base.t(); // [3, 2], strided
         t.add_(&Tensor::from_vec_i64(vec![10, 20], &[2]));
         assert_eq!(t.to_vec_i64(), vec![11, 24, 12, 25, 13, 26]);
-        assert_eq!(base.to_vec_i64(), vec![1, 2, 3, 4, 5, 6], "copy-on-write: the base keeps its values");
+        assert_eq!(base.to_vec_i64(), vec![11, 12, 13, 24, 25, 26], "the view writes through into its base");
         t.add_(&Tensor::from_vec_bool(vec![true, false, true], &[3, 1]));
         assert_eq!(t.to_vec_i64(), vec![12, 25, 12, 25, 14, 27]);
         let col = Tensor::from_vec_i64(vec![2, 0, 0, 3, 0, 0], &[2, 3]).t().narrow(0, 0, 1); // [1, 2]
@@ -347,10 +349,11 @@ mod tests {
         assert_eq!((h.dtype(), h.to_vec()), (DType::BF16, vec![3.0, 6.0]));
         let p = Parameter::new(Tensor::ones(&[2]));
         let w = Tensor::zeros(&[2]);
-        w.add_(&p);
-        assert_eq!(w.to_vec(), vec![1.0, 1.0]);
+        no_grad(|| w.add_(&p));
+        w.add_(&p.detach());
+        assert_eq!(w.to_vec(), vec![2.0, 2.0]);
         no_grad(|| p.add_(&w));
-        assert_eq!(p.to_vec(), vec![2.0, 2.0]);
+        assert_eq!(p.to_vec(), vec![3.0, 3.0]);
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub(crate) fn unary<O: UnaryOp>(x: &Tensor, op: O) -> Tensor {
     let storage = Arc::new(x.storage_arc().unary(x.layout(), op));
     let y = storage.clone();
     op_result(O::NAME, storage, Layout::contiguous(x.shape()), &[x], || {
-        let x = x.detach();
+        let x = x.saved();
         move |g: &Tensor, _: &[bool]| -> Grads {
             let ly = Layout::contiguous(x.shape());
             let dx = g.storage_arc().unary_grad(g.layout(), (&x.storage_arc(), x.layout()), (&y, &ly), op);

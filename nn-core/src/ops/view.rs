@@ -6,20 +6,21 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::check_same;
-use crate::autograd::{op_result, Grads};
+use crate::autograd::{op_result, op_result_in, Grads};
 use crate::backend::Storage;
 use crate::shape::{Dim, Dims, Layout};
 use crate::tensor::Tensor;
 
 impl Tensor {
-    /// A tensor with the same storage and a new layout (a view), recording `backward`.
+    /// A tensor with the same storage and a new layout (a view: an alias reading this
+    /// tensor's slot), recording `backward`.
     fn view_op<B: crate::autograd::Backward>(
         &self,
         op: &'static str,
         layout: Layout,
         backward: impl FnOnce() -> B,
     ) -> Tensor {
-        op_result(op, self.storage_arc(), layout, &[self], backward)
+        op_result_in(op, self.slot(), layout, &[self], backward)
     }
 
     /// The same elements with a new shape: a view when the layout allows it (always for

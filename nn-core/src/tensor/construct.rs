@@ -1,7 +1,7 @@
 //! Building tensors: from data, filled, ranges and random draws.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
@@ -23,13 +23,12 @@ impl Tensor {
         Tensor::in_slot(StorageSlot::new(storage), layout, grad_fn)
     }
 
-    /// A tensor reading its buffer from `slot` (shared with the tensor it is a view of, when
-    /// that one shares its slot; see [`Tensor::share_storage_with_views`]).
+    /// A tensor reading its buffer from `slot` (shared with the tensors it aliases).
     pub(crate) fn in_slot(slot: Arc<StorageSlot>, layout: Layout, grad_fn: Option<Arc<Node>>) -> Tensor {
         let t = Tensor(Arc::new(TensorImpl {
             id: TensorId::next(),
             layout,
-            storage: slot,
+            storage: RwLock::new(slot),
             grad_fn,
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),

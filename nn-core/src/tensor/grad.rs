@@ -1,6 +1,7 @@
 //! Autograd state of a tensor: `requires_grad`, `.grad`, `detach`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::Tensor;
 
@@ -37,9 +38,70 @@ impl Tensor {
         self.0.grad_fn.is_none()
     }
 
-    /// The accumulated gradient of a leaf, if a backward pass has reached it.
+    /// The accumulated gradient of a leaf (or of a non-leaf that called
+    /// [`retain_grad`](Tensor::retain_grad)), if a backward pass has reached it.
+    ///
+    /// # Panics
+    /// On a non-leaf that did not call `retain_grad` and has no gradient: backward never
+    /// keeps the gradients of the tensors in between, so reading one is a mistake (PyTorch
+    /// warns and gives `None`; here it would be an easy `None` to miss).
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0, 2.0], &[2]).requires_grad_(true);
+    /// let h = &x * 3.0;
+    /// h.retain_grad();
+    /// (&h * &h).sum().backward();
+    /// assert_eq!(h.grad().unwrap().to_vec(), [6.0, 12.0]); // d(h·h)/dh = 2h
+    /// assert_eq!(x.grad().unwrap().to_vec(), [18.0, 36.0]);
+    /// ```
+    #[track_caller]
     pub fn grad(&self) -> Option<Tensor> {
-        self.0.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let grad = self.0.grad.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if grad.is_none() && !self.is_leaf() && !self.retains_grad() {
+            panic!(
+                "grad: this tensor is not a leaf (it is the output of `{}`), and backward does not keep the \
+                 gradients of non-leaf tensors; call `retain_grad()` on it before backward to keep its gradient",
+                self.grad_fn_name().unwrap_or("?")
+            );
+        }
+        grad
+    }
+
+    /// Keeps this non-leaf tensor's gradient in [`grad`](Tensor::grad) at the next backward
+    /// passes (accumulated across them, as a leaf's is): PyTorch's `retain_grad()`. A
+    /// no-op on a leaf, which keeps its gradient anyway.
+    ///
+    /// # Panics
+    /// On a tensor that does not require grad (no gradient can reach it), as PyTorch does.
+    #[track_caller]
+    pub fn retain_grad(&self) {
+        let Some(node) = &self.0.grad_fn else {
+            if !self.requires_grad() {
+                panic!("retain_grad: can't retain_grad on a tensor that has requires_grad=False");
+            }
+            return;
+        };
+        let mut retained = node.retained.lock().unwrap_or_else(|e| e.into_inner());
+        retained.retain(|t| t.strong_count() > 0);
+        if !retained.iter().any(|t| std::ptr::eq(t.as_ptr(), Arc::as_ptr(&self.0))) {
+            retained.push(Arc::downgrade(&self.0));
+        }
+    }
+
+    /// Whether this non-leaf tensor keeps its gradient
+    /// ([`retain_grad`](Tensor::retain_grad)); `false` on a leaf, as PyTorch's
+    /// `retains_grad` (a leaf that requires grad keeps its gradient anyway).
+    pub fn retains_grad(&self) -> bool {
+        match &self.0.grad_fn {
+            None => false,
+            Some(node) => node
+                .retained
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|t| std::ptr::eq(t.as_ptr(), Arc::as_ptr(&self.0))),
+        }
     }
 
     /// Replaces the accumulated gradient (`None` clears it, like `zero_grad(set_to_none=True)`).
@@ -68,7 +130,7 @@ impl Tensor {
                 );
             }
         }
-        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad.map(|g| g.detach());
+        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad.map(|g| g.saved());
     }
 
     /// Clears the accumulated gradient.
@@ -82,28 +144,54 @@ impl Tensor {
     }
 
     /// A new tensor sharing this one's values but cut from the graph (a leaf that does not
-    /// require grad).
-    pub fn detach(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
-        Tensor::in_slot(self.view_slot(), self.layout().clone(), None)
-    }
-
-    /// A detached tensor over this tensor's buffer as it is now (no copy): what
-    /// [`detach`](Tensor::detach) gives, except for a tensor that
-    /// [shares its storage with its views](Tensor::share_storage_with_views), whose
-    /// detached copies follow it when its values are replaced; a snapshot keeps these.
+    /// require grad): an alias, as in PyTorch, so an in-place update of either is seen by
+    /// both. For values that stay as they are now, use [`snapshot`](Tensor::snapshot) (no
+    /// copy until one of them is written) or [`copy`](Tensor::copy).
     ///
     /// ```
-    /// use nn_core::{DType, Device, Tensor};
+    /// use nn_core::Tensor;
     /// let w = Tensor::from_vec(vec![1.0, 2.0], &[2]);
+    /// w.detach().zero_();
+    /// assert_eq!(w.to_vec(), [0.0, 0.0]);
+    /// ```
+    pub fn detach(&self) -> Tensor {
+        let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
+        Tensor::in_slot(self.slot(), self.layout().clone(), None)
+    }
+
+    /// A detached tensor holding this tensor's values as they are now: in-place updates of
+    /// either later do not reach the other (the buffer is copied by the first write, not
+    /// here). Also for a tensor that [shares its storage with its
+    /// views](Tensor::share_storage_with_views), whose detached copies follow it when its
+    /// values are replaced.
+    ///
+    /// ```
+    /// use nn_core::{no_grad, DType, Device, Tensor};
+    /// let w = Tensor::from_vec(vec![1.0, 2.0], &[2]);
+    /// let kept = w.snapshot();
+    /// no_grad(|| w.add_(1.0));
+    /// assert_eq!((w.to_vec(), kept.to_vec()), (vec![2.0, 3.0], vec![1.0, 2.0]));
+    ///
     /// w.share_storage_with_views();
     /// let (follows, kept) = (w.detach(), w.snapshot());
     /// w.set_data(&Tensor::full_on(&[2], 0.0, DType::F32, Device::Meta));
     /// assert_eq!(follows.device(), Device::Meta);
-    /// assert_eq!(kept.to_vec(), [1.0, 2.0]);
+    /// assert_eq!(kept.to_vec(), [2.0, 3.0]);
     /// ```
     pub fn snapshot(&self) -> Tensor {
         let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
         Tensor::from_parts(self.storage_arc(), self.layout().clone(), None)
+    }
+
+    /// A detached handle on the values an op keeps (for backward, or as a gradient): a
+    /// [`snapshot`](Tensor::snapshot), so a later in-place update of the tensor does not
+    /// change what backward reads, except for a tensor that [shares its storage with its
+    /// views](Tensor::share_storage_with_views), whose saved values follow its slot.
+    pub(crate) fn saved(&self) -> Tensor {
+        if self.shares_storage_with_views() {
+            self.detach()
+        } else {
+            self.snapshot()
+        }
     }
 }

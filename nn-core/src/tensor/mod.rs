@@ -33,12 +33,29 @@ impl TensorId {
 /// `requires_grad`). Views (`transpose`, `permute`, `narrow`, `expand`, `reshape` of a
 /// contiguous tensor) share the storage buffer and only change the layout.
 ///
-/// In-place updates ([`copy_`](Tensor::copy_), [`add_`](Tensor::add_), ...) are
-/// copy-on-write at the buffer level: they never write through into the buffer of another
-/// handle (a view, or a value saved for backward). Where PyTorch raises a version-counter
-/// error when a saved value was modified, here the saved value simply stays what it was.
-/// (A tensor that [shares its storage with its views](Tensor::share_storage_with_views)
-/// opts out: its views and saved values read its buffer as it is now.)
+/// As in PyTorch, views and [`detach`](Tensor::detach)ed copies are *aliases*: an in-place
+/// update ([`copy_`](Tensor::copy_), [`add_`](Tensor::add_), `+=`, ...) through any of them
+/// is seen by the tensor and all its other aliases (`w.narrow(0, 0, 2).fill_(1.0)` fills
+/// the first two rows of `w`; with `w` a parameter, inside `no_grad`). A separate copy is [`copy`](Tensor::copy) (PyTorch's
+/// `clone()`); Rust's `clone()` is another handle on the same tensor.
+///
+/// Values saved for backward are not aliases: a later in-place update copies the buffer
+/// first (copy-on-write), so backward uses the values of the forward. Where PyTorch raises
+/// a version-counter error when a saved value was modified, here the gradient is the
+/// forward's. (A tensor that [shares its storage with its
+/// views](Tensor::share_storage_with_views) opts out: its saved values read its buffer as
+/// it is now.)
+///
+/// ```
+/// use nn_core::Tensor;
+/// let w = Tensor::zeros(&[3, 2]);
+/// w.narrow(0, 1, 1).fill_(1.0); // a view writes through
+/// w.detach().t().add_(2.0); // so does a detached copy, and a view of it
+/// assert_eq!(w.to_vec(), [2.0, 2.0, 3.0, 3.0, 2.0, 2.0]);
+/// let copy = w.copy();
+/// copy.zero_();
+/// assert_eq!(w.sum().item(), 14.0);
+/// ```
 ///
 /// Values are row-major; the default dtype is `f32`.
 ///
@@ -56,9 +73,12 @@ pub struct Tensor(pub(crate) Arc<TensorImpl>);
 pub(crate) struct TensorImpl {
     pub(crate) id: TensorId,
     pub(crate) layout: Layout,
-    /// The buffer, behind a slot that views and saved copies share only when the tensor
-    /// asked for it ([`Tensor::share_storage_with_views`]).
-    pub(crate) storage: Arc<StorageSlot>,
+    /// The slot holding the buffer, shared with this tensor's aliases (its views and
+    /// detached copies, and the tensor it is an alias of), so an in-place write through any
+    /// of them is seen by all. Behind a lock because [`Tensor::set_data`] moves this one
+    /// tensor to a new slot (its aliases keep the old buffer, as after PyTorch's
+    /// `t.data = src`).
+    pub(crate) storage: RwLock<Arc<StorageSlot>>,
     pub(crate) grad_fn: Option<Arc<Node>>,
     pub(crate) requires_grad: AtomicBool,
     pub(crate) grad: Mutex<Option<Tensor>>,
@@ -66,14 +86,17 @@ pub(crate) struct TensorImpl {
     pub(crate) grad_hooks: GradHooks,
 }
 
-/// Where a tensor's buffer lives. Every tensor has its own slot, except views and
-/// detached copies of a tensor that shares its slot
-/// ([`Tensor::share_storage_with_views`]): those read the same one, so replacing the
-/// buffer ([`Tensor::set_data`]) replaces it for all of them.
+/// Where a tensor's buffer lives. A tensor and its aliases (views, detached copies) read
+/// one slot, so an in-place write through any of them replaces the buffer for all. Values
+/// saved for backward and snapshots hold the buffer itself, not the slot, so a later write
+/// copies the buffer first and leaves them as they were (copy-on-write) — except for a
+/// tensor that [shares its storage with its views](Tensor::share_storage_with_views),
+/// whose saved values read the slot too, and whose [`Tensor::set_data`] replaces the
+/// buffer in the slot for all of them.
 pub(crate) struct StorageSlot {
     pub(crate) value: RwLock<Arc<Storage>>,
-    /// Views, detached copies and values saved for backward made from now on share this
-    /// slot instead of taking a handle on the buffer.
+    /// Values saved for backward made from now on read this slot instead of taking a
+    /// handle on the buffer, and `set_data` replaces the buffer in it.
     pub(crate) shared: AtomicBool,
     /// The tensor that made the slot shared: the only one whose `set_data` may replace the
     /// buffer (a view's layout says nothing about the rest of it). 0: none yet.

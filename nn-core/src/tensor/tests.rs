@@ -273,22 +273,170 @@ fn item_of_a_vector_panics() {
 // ---- in-place updates and autograd state --------------------------------------------
 
 #[test]
-fn in_place_updates_are_copy_on_write() {
+fn in_place_updates_write_through_views_and_detached_copies() {
     let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
     let view = x.t();
     x.add_(&Tensor::from_vec(vec![10.0, 20.0], &[2]));
     assert_eq!(x.to_vec(), vec![11.0, 22.0, 13.0, 24.0]);
-    assert_eq!(view.to_vec(), vec![1.0, 3.0, 2.0, 4.0], "the old view keeps its values");
+    assert_eq!(view.to_vec(), vec![11.0, 13.0, 22.0, 24.0], "a view sees its base's update");
     x.mul_(0.5);
-    assert_eq!(x.to_vec(), vec![5.5, 11.0, 6.5, 12.0]);
+    assert_eq!(view.to_vec(), vec![5.5, 6.5, 11.0, 12.0]);
     x.fill_(7.0);
-    assert_eq!(x.to_vec(), vec![7.0; 4]);
+    assert_eq!(view.to_vec(), vec![7.0; 4]);
     x.zero_();
-    assert_eq!(x.to_vec(), vec![0.0; 4]);
-    // copy_ into a strided view writes through its own layout.
-    let t = Tensor::from_vec(vec![0.0; 4], &[2, 2]).t();
+    assert_eq!(view.to_vec(), vec![0.0; 4]);
+    // copy_ into a strided view writes through its own layout, into its base.
+    let base = Tensor::from_vec(vec![0.0; 4], &[2, 2]);
+    let t = base.t();
     t.copy_(&Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]));
     assert_eq!(t.to_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(base.to_vec(), vec![1.0, 3.0, 2.0, 4.0]);
+}
+
+#[test]
+fn every_view_op_and_detach_is_an_alias_in_both_directions() {
+    type View = fn(&Tensor) -> Tensor;
+    let views: [(&str, View); 12] = [
+        ("narrow", |t| t.narrow(1, 1, 2)),
+        ("transpose", |t| t.transpose(0, 1)),
+        ("permute", |t| t.permute(&[1, 0])),
+        ("reshape", |t| t.reshape(&[3, 2])),
+        ("view", |t| t.view(&[6])),
+        ("flatten", |t| t.flatten(0, 1)),
+        ("unsqueeze", |t| t.unsqueeze(0)),
+        ("squeeze_dim", |t| t.unsqueeze(1).squeeze_dim(1)),
+        ("split", |t| t.split(1, 0)[1].clone()),
+        ("chunk", |t| t.chunk(3, 1)[2].clone()),
+        ("detach", |t| t.detach()),
+        ("detach of a view of a detach", |t| t.detach().t().detach()),
+    ];
+    for (name, view) in views {
+        // The view writes into the base ...
+        let base = Tensor::arange(0.0, 6.0, 1.0).reshape(&[2, 3]);
+        let v = view(&base);
+        let n = v.numel();
+        v.add_(100.0);
+        let changed = base.to_vec().iter().filter(|&&x| x >= 100.0).count();
+        assert_eq!(changed, n, "{name}: every element of the view, and only those, changed in the base");
+        // ... and the base into the view, as in PyTorch.
+        base.mul_(0.0);
+        assert_eq!(v.to_vec(), vec![0.0; n], "{name}: the view sees the base's update");
+        // A value taken out of place is not an alias.
+        let out = &v + 1.0;
+        base.fill_(5.0);
+        assert_eq!(out.to_vec(), vec![1.0; n], "{name}: an op's result is its own");
+    }
+}
+
+#[test]
+fn aliases_on_the_meta_device_and_of_integer_tensors() {
+    let ids = Tensor::from_vec_i64(vec![1, 2, 3, 4], &[2, 2]);
+    ids.narrow(0, 1, 1).add_(10);
+    assert_eq!(ids.to_vec_i64(), vec![1, 2, 13, 14]);
+    let m = Tensor::full_on(&[2, 2], 0.0, DType::F32, Device::Meta);
+    m.t().add_(1.0);
+    assert_eq!((m.device(), m.t().detach().device()), (Device::Meta, Device::Meta));
+}
+
+#[test]
+fn values_saved_for_backward_are_the_forwards_after_a_write_through_an_alias() {
+    let w = Tensor::from_vec(vec![2.0, 3.0], &[2]).requires_grad_(true);
+    let x = Tensor::from_vec(vec![5.0, 7.0], &[2]).requires_grad_(true);
+    let y = (&x * &w).sum();
+    // PyTorch raises a version-counter error here; nn keeps the forward's values.
+    no_grad(|| {
+        w.narrow(0, 0, 1).fill_(100.0);
+    });
+    w.detach().add_(1.0);
+    assert_eq!(w.to_vec(), [101.0, 4.0]);
+    y.backward();
+    assert_eq!(x.grad().unwrap().to_vec(), [2.0, 3.0]);
+    assert_eq!(w.grad().unwrap().to_vec(), [5.0, 7.0]);
+}
+
+#[test]
+fn gradients_are_never_aliases_of_each_other() {
+    // Both leaves of an add receive the same incoming gradient: scaling one `.grad` in
+    // place (as gradient clipping and unscaling do) must not scale the other.
+    let a = Tensor::ones(&[2]).requires_grad_(true);
+    let b = Tensor::ones(&[2]).requires_grad_(true);
+    (&a + &b).sum().backward();
+    no_grad(|| {
+        a.grad().unwrap().mul_(0.5);
+    });
+    assert_eq!((a.grad().unwrap().to_vec(), b.grad().unwrap().to_vec()), (vec![0.5; 2], vec![1.0; 2]));
+    // A gradient set from a tensor does not follow that tensor either.
+    let g = Tensor::ones(&[2]);
+    a.set_grad(Some(g.clone()));
+    g.fill_(3.0);
+    assert_eq!(a.grad().unwrap().to_vec(), [1.0, 1.0]);
+}
+
+#[test]
+fn set_data_leaves_the_aliases_made_before_with_the_old_values() {
+    let w = Tensor::from_vec(vec![1.0, 2.0], &[2]);
+    let (d, v) = (w.detach(), w.narrow(0, 1, 1));
+    w.set_data(&Tensor::from_vec(vec![5.0, 6.0], &[2]));
+    assert_eq!((d.to_vec(), v.to_vec()), (vec![1.0, 2.0], vec![2.0]));
+    // The old aliases still alias each other, and no longer the tensor.
+    d.add_(1.0);
+    assert_eq!((v.to_vec(), w.to_vec()), (vec![3.0], vec![5.0, 6.0]));
+    // Nor does the source become an alias of the tensor.
+    let src = Tensor::from_vec(vec![7.0, 8.0], &[2]);
+    w.set_data(&src);
+    src.zero_();
+    assert_eq!(w.to_vec(), [7.0, 8.0]);
+}
+
+#[test]
+fn copy_and_snapshot_keep_values_apart_from_later_updates() {
+    let x = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]).requires_grad_(true);
+    let c = x.t().copy();
+    assert!(c.is_contiguous() && c.requires_grad());
+    (&c * &Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])).sum().backward();
+    assert_eq!(x.grad().unwrap().to_vec(), [1.0, 3.0, 2.0, 4.0]);
+    let (copied, kept) = (x.detach().copy(), x.snapshot());
+    no_grad(|| x.add_(1.0));
+    assert_eq!(copied.to_vec(), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(kept.to_vec(), [1.0, 2.0, 3.0, 4.0]);
+    kept.zero_();
+    assert_eq!(x.to_vec(), [2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn in_place_updates_from_a_source_that_requires_grad_are_refused_outside_no_grad() {
+    let w = Tensor::from_vec(vec![1.0, 2.0], &[2]).requires_grad_(true);
+    let acc = Tensor::zeros(&[2]);
+    let h = &w * 2.0;
+    for (op, f) in [
+        (
+            "copy_",
+            Box::new(|| {
+                acc.copy_(&h);
+            }) as Box<dyn Fn()>,
+        ),
+        (
+            "add_",
+            Box::new(|| {
+                acc.add_(&w);
+            }),
+        ),
+        (
+            "mul_",
+            Box::new(|| {
+                acc.narrow(0, 0, 1).mul_(&h.narrow(0, 0, 1));
+            }),
+        ),
+    ] {
+        let msg = panic_message(std::panic::AssertUnwindSafe(f));
+        assert!(msg.contains(&format!("{op}: the source (shape")), "{msg}");
+        assert!(msg.contains("no gradient would reach it"), "{msg}");
+        assert_eq!(acc.to_vec(), [0.0, 0.0], "{op}: nothing written");
+    }
+    // Its values only, said so: inside no_grad, or from a detached copy.
+    no_grad(|| acc.add_(&w));
+    acc.add_(&h.detach());
+    assert_eq!(acc.to_vec(), [3.0, 6.0]);
 }
 
 #[test]
@@ -395,16 +543,18 @@ fn a_tensor_sharing_its_storage_frees_what_backward_saved_with_it() {
 #[test]
 fn views_of_a_tensor_sharing_its_storage_read_its_values_as_they_are_now() {
     let w = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
-    let before = w.t(); // made before: keeps the buffer it had
+    let before = w.t(); // made before: an alias all the same
+    let kept = w.snapshot();
     w.share_storage_with_views();
-    assert!(w.shares_storage_with_views() && !before.shares_storage_with_views());
+    assert!(w.shares_storage_with_views() && before.shares_storage_with_views());
     let t = w.t();
     let d = t.detach().narrow(0, 1, 1);
-    assert!(t.shares_storage_with_views() && d.shares_storage_with_views());
+    assert!(t.shares_storage_with_views() && d.shares_storage_with_views() && !kept.shares_storage_with_views());
     w.set_data(&Tensor::from_vec(vec![5.0, 6.0, 7.0, 8.0], &[2, 2]));
     assert_eq!(t.to_vec(), [5.0, 7.0, 6.0, 8.0]);
     assert_eq!(d.to_vec(), [6.0, 8.0]);
-    assert_eq!(before.to_vec(), [1.0, 3.0, 2.0, 4.0]);
+    assert_eq!(before.to_vec(), [5.0, 7.0, 6.0, 8.0]);
+    assert_eq!(kept.to_vec(), [1.0, 2.0, 3.0, 4.0]);
     w.add_(&Tensor::ones(&[2, 2]));
     assert_eq!(t.to_vec(), [6.0, 8.0, 7.0, 9.0]);
     // An op that is not a view gets a buffer of its own.
@@ -428,4 +578,33 @@ fn a_backward_that_reads_a_freed_shared_value_panics() {
     let msg = panic_message(std::panic::AssertUnwindSafe(|| y.backward()));
     assert!(msg.contains("backward of `mul`: a value saved for backward holds no values"), "{msg}");
     assert!(x.grad().is_none(), "no meta gradient reached the leaf");
+}
+
+#[test]
+fn retain_grad_keeps_a_non_leaf_gradient_and_reading_one_otherwise_panics() {
+    let x = Tensor::from_vec(vec![1.0, 2.0], &[2]).requires_grad_(true);
+    let h = &x * 3.0;
+    let unkept = h.exp();
+    let msg = panic_message(std::panic::AssertUnwindSafe(|| drop(unkept.grad())));
+    assert!(msg.contains("not a leaf (it is the output of `exp`)") && msg.contains("retain_grad()"), "{msg}");
+    h.retain_grad();
+    h.retain_grad(); // once is enough: the gradient is not added twice
+    assert!(h.retains_grad() && !x.retains_grad() && !unkept.retains_grad());
+    let loss = (&h * &h).sum();
+    loss.retain_grad();
+    loss.backward_with(&Tensor::ones(&[]), true); // keep h's node for the second pass
+    assert_eq!(h.grad().unwrap().to_vec(), [6.0, 12.0]);
+    assert_eq!(loss.grad().unwrap().to_vec(), [1.0]);
+    // Accumulated across passes, as a leaf's.
+    (&h * 2.0).sum().backward();
+    assert_eq!(h.grad().unwrap().to_vec(), [8.0, 14.0]);
+    // A clone is the same tensor; a dropped retained tensor is skipped.
+    let h2 = &x * 1.0;
+    h2.clone().retain_grad();
+    assert!(h2.retains_grad());
+    let y = (&h2 * 2.0).sum();
+    drop(h2);
+    y.backward();
+    let msg = panic_message(|| Tensor::ones(&[1]).retain_grad());
+    assert!(msg.contains("requires_grad=False"), "{msg}");
 }

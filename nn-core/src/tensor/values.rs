@@ -58,7 +58,7 @@ impl Tensor {
 
     /// The storage buffer (shared with views).
     pub fn storage_arc(&self) -> Arc<Storage> {
-        self.0.storage.get()
+        self.0.storage.read().unwrap_or_else(|e| e.into_inner()).get()
     }
 
     /// The CPU buffer, or a panic naming `op` when the tensor is on the meta device.

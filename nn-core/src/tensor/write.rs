@@ -23,6 +23,28 @@ impl Tensor {
         })
     }
 
+    /// A copy of this tensor in a buffer of its own, differentiable (the gradient passes
+    /// through): PyTorch's `x.clone()`. Rust's `clone()` is another handle on the same
+    /// tensor, and [`detach`](Tensor::detach) and views are aliases, so this is what keeps
+    /// values apart from later in-place updates. The copy is contiguous.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0, 2.0], &[2]).requires_grad_(true);
+    /// let y = x.copy();
+    /// (&y * 3.0).sum().backward();
+    /// assert_eq!(x.grad().unwrap().to_vec(), [3.0, 3.0]);
+    /// let z = x.detach().copy();
+    /// z.add_(1.0);
+    /// assert_eq!((x.to_vec(), z.to_vec()), (vec![1.0, 2.0], vec![2.0, 3.0]));
+    /// ```
+    pub fn copy(&self) -> Tensor {
+        let storage = self.storage_arc().gather_layout(self.layout());
+        op_result("contiguous", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {
+            |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.clone())] }
+        })
+    }
+
     /// Converts to another dtype (differentiable between floating types; gradients are
     /// converted back).
     ///
@@ -63,13 +85,27 @@ impl Tensor {
         })
     }
 
+    /// Refuses an in-place update autograd would get wrong: of a tensor that requires grad,
+    /// or from a source that does (in-place updates are not recorded, so no gradient would
+    /// reach it), with grad mode on; and of a layout writing one element several times.
     #[track_caller]
-    pub(crate) fn check_inplace(&self, op: &str) {
+    pub(crate) fn check_inplace(&self, op: &str, sources: &[&Tensor]) {
         if is_grad_enabled() && self.requires_grad() {
             panic!(
                 "{op}: in-place update of a tensor that requires grad; run it inside `no_grad(|| ...)` \
                  (as optimizers and init functions do)"
             );
+        }
+        if is_grad_enabled() {
+            if let Some(src) = sources.iter().find(|t| t.requires_grad()) {
+                panic!(
+                    "{op}: the source (shape {:?}) requires grad, but in-place updates are not recorded by autograd, \
+                     so no gradient would reach it; compute the result out of place (`&a + &b`, `Tensor::cat`, \
+                     `Tensor::where_cond`, ...), or inside `no_grad(|| ...)` (or from `source.detach()`) to take \
+                     its values only",
+                    src.shape()
+                );
+            }
         }
         // PyTorch's internal-overlap check: a dim of several elements with stride 0 (an
         // `expand`ed view) would write each element many times, the last write winning.
@@ -86,22 +122,27 @@ impl Tensor {
 
     /// Replaces this tensor's values (and dtype and device) with `src`'s, keeping its
     /// identity, so every handle (a module's parameter, an optimizer's copy) sees the new
-    /// values: PyTorch's `param.data = src`. Shares `src`'s buffer when the layouts allow.
+    /// values: PyTorch's `param.data = src`. Shares `src`'s buffer when the layouts allow
+    /// (copy-on-write: a later in-place update of either does not reach the other).
     ///
-    /// Ops that already ran keep their own handle on the values they saved for backward, so
-    /// replacing a parameter's data between a forward and its backward (even with a meta
-    /// tensor, which drops the parameter's hold on its buffer) leaves that backward as it
-    /// was; the buffer goes once backward has used it. The exception is a tensor that
-    /// [shares its storage with its views](Tensor::share_storage_with_views): there every
-    /// view and saved value reads the new values.
+    /// As in PyTorch, this tensor leaves its aliases: views and detached copies made before
+    /// keep the old values. Ops that already ran keep their own handle on the values they
+    /// saved for backward, so replacing a parameter's data between a forward and its
+    /// backward (even with a meta tensor, which drops the parameter's hold on its buffer)
+    /// leaves that backward as it was; the buffer goes once backward has used it. The
+    /// exception is a tensor that [shares its storage with its
+    /// views](Tensor::share_storage_with_views): there the buffer is replaced for every
+    /// view and saved value.
     ///
     /// ```
     /// use nn_core::{DType, Device, Parameter, Tensor};
     /// let w = Parameter::new(Tensor::from_vec(vec![2.0, 3.0], &[2]));
     /// let x = Tensor::from_vec(vec![5.0, 7.0], &[2]).requires_grad_(true);
     /// let y = (&x * &*w).sum();
+    /// let before = w.detach();
     /// w.set_data(&Tensor::full_on(&[2], 0.0, DType::F32, Device::Meta));
     /// assert_eq!(w.device(), Device::Meta);
+    /// assert_eq!(before.to_vec(), [2.0, 3.0]); // an alias made before keeps the old values
     /// y.backward();
     /// assert_eq!(x.grad().unwrap().to_vec(), [2.0, 3.0]); // the w of the forward
     /// assert_eq!(w.grad().unwrap().to_vec(), [5.0, 7.0]);
@@ -115,7 +156,9 @@ impl Tensor {
         if src.shape() != self.shape() {
             panic!("set_data: source of shape {:?} for a tensor of shape {:?}", src.shape(), self.shape());
         }
-        if self.shares_storage_with_views() && self.0.storage.owner.load(Ordering::Acquire) != self.0.id.0 {
+        let slot = self.slot();
+        let shared = slot.shared.load(Ordering::Acquire);
+        if shared && slot.owner.load(Ordering::Acquire) != self.0.id.0 {
             panic!(
                 "set_data: this tensor is a view of a tensor that shares its storage with its views; replace the \
                  values of that tensor instead"
@@ -124,7 +167,7 @@ impl Tensor {
         let new = if src.layout() == self.layout() {
             src.storage_arc()
         } else if self.is_contiguous() && self.layout().offset() == 0 {
-            src.detach().contiguous().storage_arc()
+            src.snapshot().contiguous().storage_arc()
         } else {
             // A strided leaf: rebuild a buffer in this tensor's own layout.
             let src_storage = src.storage_arc();
@@ -132,18 +175,21 @@ impl Tensor {
             out.write_from(self.layout(), &src_storage, src.layout());
             Arc::new(out)
         };
-        *self.0.storage.value.write().unwrap_or_else(|e| e.into_inner()) = new;
+        if shared {
+            *slot.value.write().unwrap_or_else(|e| e.into_inner()) = new;
+        } else {
+            *self.0.storage.write().unwrap_or_else(|e| e.into_inner()) = StorageSlot::new(new);
+        }
     }
 
-    /// From now on, views of this tensor, detached copies and the values autograd saves
-    /// from it for backward read this tensor's buffer *slot* instead of holding the buffer
-    /// itself, so [`set_data`](Tensor::set_data) on this tensor replaces the values for all
-    /// of them: PyTorch's semantics when a storage is resized in place
+    /// From now on, the values autograd saves from this tensor for backward read this
+    /// tensor's buffer *slot* (as its views and detached copies always do) instead of
+    /// holding the buffer itself, and [`set_data`](Tensor::set_data) on this tensor replaces
+    /// the values for all of them: PyTorch's semantics when a storage is resized in place
     /// (`untyped_storage().resize_(0)`, then refilled), which FSDP uses to free gathered
     /// parameters after a module's forward and gather them again before its backward.
-    /// In-place updates of this tensor are then seen by its views too. Views made before
-    /// the call keep the buffer they had. Irreversible; `nn-distributed`'s
-    /// `FullyShardedDataParallel` calls it on every parameter it shards.
+    /// Irreversible; `nn-distributed`'s `FullyShardedDataParallel` calls it on every
+    /// parameter it shards.
     ///
     /// ```
     /// use nn_core::{DType, Device, Parameter, Tensor};
@@ -159,7 +205,7 @@ impl Tensor {
     /// assert_eq!(x.grad().unwrap().to_vec(), [2.0, 3.0]);
     /// ```
     pub fn share_storage_with_views(&self) {
-        let slot = &self.0.storage;
+        let slot = self.slot();
         let me = self.0.id.0;
         match slot.owner.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => slot.shared.store(true, Ordering::Release),
@@ -171,35 +217,32 @@ impl Tensor {
         }
     }
 
-    /// Whether this tensor reads its buffer from a slot shared with its views
+    /// Whether this tensor's saved values read its buffer slot
     /// ([`share_storage_with_views`](Tensor::share_storage_with_views)).
     pub fn shares_storage_with_views(&self) -> bool {
-        self.0.storage.shared.load(Ordering::Acquire)
+        self.slot().shared.load(Ordering::Acquire)
     }
 
-    /// The slot a view or a detached copy of this tensor reads from: this tensor's own when
-    /// it is shared, else a new one holding the current buffer.
-    pub(crate) fn view_slot(&self) -> Arc<StorageSlot> {
-        if self.shares_storage_with_views() {
-            Arc::clone(&self.0.storage)
-        } else {
-            StorageSlot::new(self.storage_arc())
-        }
+    /// The slot this tensor reads its buffer from, shared with its aliases.
+    pub(crate) fn slot(&self) -> Arc<StorageSlot> {
+        Arc::clone(&self.0.storage.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// The slot of an op's output over `storage`: the shared slot of an input that holds
-    /// exactly this buffer (the output is a view of it), else a new one.
+    /// The slot of an op's output over `storage` that is not a view: the shared slot of an
+    /// input that [shares its storage with its views](Tensor::share_storage_with_views)
+    /// and holds exactly this buffer, else a new one.
     pub(crate) fn slot_for(storage: Arc<Storage>, inputs: &[&Tensor]) -> Arc<StorageSlot> {
         for t in inputs {
             if t.shares_storage_with_views() && Arc::ptr_eq(&t.storage_arc(), &storage) {
-                return Arc::clone(&t.0.storage);
+                return t.slot();
             }
         }
         StorageSlot::new(storage)
     }
 
-    /// Runs `f` on this tensor's buffer for writing, copying the buffer first if any other
-    /// handle shares it (copy-on-write).
+    /// Runs `f` on this tensor's buffer for writing, in the slot it shares with its
+    /// aliases, copying the buffer first if a snapshot or a saved value holds it
+    /// (copy-on-write).
     ///
     /// # Panics
     /// On the meta device, naming `op`.
@@ -215,25 +258,34 @@ impl Tensor {
     /// [`modify_storage`](Tensor::modify_storage)), on any device: the backend's in-place
     /// methods leave a meta buffer as it is.
     pub(crate) fn update_storage<R>(&self, f: impl FnOnce(&mut Storage, &Layout) -> R) -> R {
-        let mut guard = self.0.storage.value.write().unwrap_or_else(|e| e.into_inner());
+        let slot = self.slot();
+        let mut guard = slot.value.write().unwrap_or_else(|e| e.into_inner());
         f(Arc::make_mut(&mut guard), &self.0.layout)
     }
 
     /// Copies `src` (broadcast to this shape, converted to this dtype) into this tensor's
-    /// values, in place. Not recorded by autograd. As in PyTorch, `src` may be on another
-    /// device: this is the one op that copies between devices, because copying is what it
-    /// is asked to do.
+    /// values, in place, and so into every alias of this tensor (a view writes into its
+    /// base). Not recorded by autograd. As in PyTorch, `src` may be on another device: this
+    /// is the one op that copies between devices, because copying is what it is asked to
+    /// do.
     ///
     /// ```
     /// use nn_core::Tensor;
     /// let x = Tensor::zeros(&[2, 2]);
     /// x.copy_(&Tensor::from_vec(vec![1.0, 2.0], &[2]));
     /// assert_eq!(x.to_vec(), vec![1.0, 2.0, 1.0, 2.0]);
+    /// x.narrow(1, 1, 1).copy_(&Tensor::from_vec(vec![7.0], &[1]));
+    /// assert_eq!(x.to_vec(), vec![1.0, 7.0, 1.0, 7.0]);
     /// ```
+    ///
+    /// # Panics
+    /// When `src` does not broadcast to this shape; and outside `no_grad`, when this tensor
+    /// or `src` requires grad (the copy would not be recorded, so no gradient would reach
+    /// `src`; PyTorch records it, nn refuses it).
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> &Tensor {
         crate::autograd::trace::on_access_from(crate::autograd::trace::OpKind::InPlace, "copy_", self, &[src]);
-        self.check_inplace("copy_");
+        self.check_inplace("copy_", &[src]);
         if self.device() == Device::Meta && src.device() == Device::Meta {
             return self;
         }

@@ -615,3 +615,35 @@ fn to_device_moves_the_gradients() {
     assert!(l.parameters().iter().all(|p| p.grad().unwrap().device() == Device::Meta));
     assert!(l.parameters().iter().all(|p| p.grad().unwrap().dtype() == DType::F64));
 }
+
+/// Listing the parameters of a model with a lazy layer that has not run yet is refused: an
+/// optimizer built from that list held none of the lazy layer's parameters, and the layer
+/// never trained. After one forward the list is complete.
+#[test]
+fn listing_parameters_before_a_lazy_layers_first_forward_is_refused() {
+    let model = Sequential::new().add(Linear::new(3, 4)).add(nn_layers::LazyLinear::new(2));
+    for (op, list) in [
+        ("named_parameters", Box::new(|| drop(model.named_parameters())) as Box<dyn Fn()>),
+        ("parameters", Box::new(|| drop(model.parameters()))),
+        (
+            "parameters",
+            Box::new(|| {
+                let _ = model.num_parameters();
+            }),
+        ),
+    ] {
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(list)).expect_err("refused");
+        let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.starts_with(&format!(
+                "{op}: the lazy module `1` (LazyLinear) has no parameters until its first forward"
+            )) && msg.contains("run one forward pass first"),
+            "{msg}"
+        );
+    }
+    model.zero_grad(); // nothing to clear, nothing refused
+    model.forward(&Tensor::ones(&[1, 3]));
+    let names: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["0.weight", "0.bias", "1.weight", "1.bias"]);
+    assert_eq!(model.num_parameters(), 3 * 4 + 4 + 4 * 2 + 2);
+}
