@@ -356,7 +356,10 @@ impl<O: Optimizer> Optimizer for ZeroRedundancyOptimizer<O> {
             Ok(()) => {
                 // This rank's part loaded; another's did not: put this one back.
                 self.inner.load_state_dict(&before).unwrap_or_else(|e| {
-                    panic!("ZeroRedundancyOptimizer::load_state_dict: restoring rank {}'s own state failed: {e}", self.group.rank())
+                    panic!(
+                        "ZeroRedundancyOptimizer::load_state_dict: restoring rank {}'s own state failed: {e}",
+                        self.group.rank()
+                    )
                 });
                 Err(nn_core::Error::OptimizerState(format!(
                     "rank(s) {refused:?} refused their part of this state (the error there says why); rank {} loaded \

@@ -223,6 +223,14 @@ impl ExtraRepr for TransformerEncoderLayer {
 
 /// A stack of [`TransformerEncoderLayer`]s (PyTorch's `nn.TransformerEncoder`; keys
 /// `layers.0.*`, `layers.1.*`, ..., and `norm.*` when a final norm is given).
+///
+/// Padded positions: every output row is computed, padded ones included, as PyTorch's
+/// ordinary path computes them. PyTorch's nested-tensor fast path
+/// (`enable_nested_tensor=True`, taken in eval mode without grad, batch-first, post-norm,
+/// with a bool `src_key_padding_mask` and no `src_mask`) returns exact zeros at the padded
+/// positions instead; the rows that are not padded agree either way. Compare outputs at
+/// positions the mask keeps, or zero the padded rows (`where_cond` on the mask) where
+/// code reads every row.
 #[derive(Module)]
 pub struct TransformerEncoder {
     /// The layers.

@@ -13,7 +13,7 @@ use nn_layers::{Dropout, Embedding, LayerNorm, Linear, ModuleList};
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
-use crate::common::{hf_embedding, hf_linear, merge_heads, split_heads, std_init};
+use crate::common::{hf_embedding, hf_linear, hf_word_embedding, merge_heads, padding_row, split_heads, std_init};
 use crate::error::Result;
 use crate::pretrained;
 
@@ -58,6 +58,14 @@ pub struct BertConfig {
     /// Whether a language-model head would share the word embeddings (`BertModel` has none).
     #[serde(default = "pretrained::yes")]
     pub tie_word_embeddings: bool,
+    /// The padding token (default 0, `[PAD]`): its word-embedding row starts at zero and is
+    /// never trained (`nn.Embedding`'s `padding_idx`, as transformers builds it); `null`
+    /// for none, negative counts from the end.
+    #[serde(default = "bert_pad")]
+    pub pad_token_id: Option<i64>,
+    /// Read and unused (`BertModel` does not generate).
+    #[serde(default)]
+    pub eos_token_id: Option<crate::generation::TokenIds>,
 }
 
 fn gelu() -> Activation {
@@ -71,6 +79,9 @@ fn two() -> usize {
 }
 fn bert_eps() -> f64 {
     1e-12
+}
+fn bert_pad() -> Option<i64> {
+    Some(0)
 }
 fn absolute() -> String {
     "absolute".into()
@@ -92,6 +103,9 @@ impl BertConfig {
                 "`position_embedding_type` \"{}\": only \"absolute\" is implemented",
                 c.position_embedding_type
             )));
+        }
+        if let Some(pad) = c.pad_token_id {
+            padding_row(pad, c.vocab_size).map_err(bad)?;
         }
         if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) {
             return Err(bad(format!(
@@ -131,7 +145,7 @@ pub struct BertEmbeddings {
 impl BertEmbeddings {
     fn new(c: &BertConfig) -> Self {
         BertEmbeddings {
-            word_embeddings: hf_embedding(c.vocab_size, c.hidden_size, c.initializer_range),
+            word_embeddings: hf_word_embedding(c.vocab_size, c.hidden_size, c.initializer_range, c.pad_token_id),
             position_embeddings: hf_embedding(c.max_position_embeddings, c.hidden_size, c.initializer_range),
             token_type_embeddings: hf_embedding(c.type_vocab_size, c.hidden_size, c.initializer_range),
             layer_norm: LayerNorm::with_options(&[c.hidden_size], c.layer_norm_eps, true, true),

@@ -31,6 +31,39 @@ pub(crate) fn hf_embedding(num: usize, dim: usize, std: f64) -> Embedding {
     e
 }
 
+/// A word embedding with transformers' initialisation and `padding_idx`: the row of
+/// `pad_token_id` (counted from the end when negative, as `nn.Embedding`'s) is zeroed
+/// after the normal draw, as `_init_weights` does, and never receives a gradient.
+///
+/// # Panics
+/// When `pad_token_id` names no row, naming the config field.
+pub(crate) fn hf_word_embedding(num: usize, dim: usize, std: f64, pad_token_id: Option<i64>) -> Embedding {
+    let Some(pad) = pad_token_id else {
+        return hf_embedding(num, dim, std);
+    };
+    let row = padding_row(pad, num).unwrap_or_else(|e| panic!("{e}"));
+    let e = Embedding::with_padding_idx(num, dim, row);
+    init::normal_(&e.weight, 0.0, std);
+    nn_core::no_grad(|| {
+        e.weight.narrow(0, row, 1).zero_();
+    });
+    e
+}
+
+/// The embedding row `pad_token_id` names in a table of `num` rows.
+///
+/// # Errors
+/// Naming the field, when it is outside `-num..num`.
+pub(crate) fn padding_row(pad: i64, num: usize) -> std::result::Result<usize, String> {
+    let n = i64::try_from(num).unwrap_or(i64::MAX);
+    let row = if pad < 0 { pad + n } else { pad };
+    if (0..n).contains(&row) {
+        Ok(row as usize)
+    } else {
+        Err(format!("`pad_token_id` {pad} is not a row of the {num}-token embedding (it must be in -{num}..{num})"))
+    }
+}
+
 /// Splits `[N, L, H*D]` into heads, `[N, H, L, D]`.
 pub(crate) fn split_heads(x: &Tensor, heads: usize) -> Tensor {
     let (n, l, e) = (x.shape()[0], x.shape()[1], x.shape()[2]);

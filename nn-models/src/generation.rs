@@ -16,6 +16,38 @@ pub trait CausalLm {
     fn new_cache(&self) -> KvCache;
     /// The number of positions and the config field that sets it.
     fn max_positions(&self) -> (usize, &'static str);
+    /// The tokens that end a sequence, from the model's config (`eos_token_id`, one id or a
+    /// list): [`generate`] stops after any of them unless told otherwise, as transformers'
+    /// `generate` does. None by default.
+    fn eos_token_ids(&self) -> Vec<i64> {
+        Vec::new()
+    }
+}
+
+/// One token id or several, as a `config.json` gives `eos_token_id` (Llama 3 lists two).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    /// One id.
+    One(i64),
+    /// Several.
+    Many(Vec<i64>),
+}
+
+impl TokenIds {
+    /// The ids, in order.
+    ///
+    /// ```
+    /// use nn_models::generation::TokenIds;
+    /// assert_eq!(TokenIds::One(2).ids(), [2]);
+    /// assert_eq!(serde_json::from_str::<TokenIds>("[128001, 128009]").unwrap().ids(), [128001, 128009]);
+    /// ```
+    pub fn ids(&self) -> Vec<i64> {
+        match self {
+            TokenIds::One(id) => vec![*id],
+            TokenIds::Many(ids) => ids.clone(),
+        }
+    }
 }
 
 /// How the next token is chosen.
@@ -43,8 +75,13 @@ pub struct GenerationConfig {
     pub max_new_tokens: usize,
     /// How each is chosen.
     pub sampling: Sampling,
-    /// Stop after this token (it is included), as transformers does.
+    /// Stop after this token (it is included), as transformers does. `None`: after any of
+    /// the model's own ([`CausalLm::eos_token_ids`], its config's `eos_token_id`), as
+    /// transformers' `generate` takes them from the model's config. (A checkpoint's
+    /// `generation_config.json` is not read: pass its values here.)
     pub eos_token_id: Option<i64>,
+    /// Never stop early: run all `max_new_tokens`, whatever `eos_token_id` says.
+    pub ignore_eos: bool,
     /// Keep the keys and values of earlier positions (default); without, every step runs
     /// the whole sequence again (the reference the cache is tested and measured against).
     pub use_cache: bool,
@@ -52,7 +89,13 @@ pub struct GenerationConfig {
 
 impl Default for GenerationConfig {
     fn default() -> Self {
-        GenerationConfig { max_new_tokens: 20, sampling: Sampling::Greedy, eos_token_id: None, use_cache: true }
+        GenerationConfig {
+            max_new_tokens: 20,
+            sampling: Sampling::Greedy,
+            eos_token_id: None,
+            ignore_eos: false,
+            use_cache: true,
+        }
     }
 }
 
@@ -89,6 +132,11 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
             }
         }
     }
+    let eos = match (config.ignore_eos, config.eos_token_id) {
+        (true, _) => Vec::new(),
+        (false, Some(id)) => vec![id],
+        (false, None) => model.eos_token_ids(),
+    };
     no_grad(|| {
         let mut tokens = prompt.to_vec();
         let cache = config.use_cache.then(|| model.new_cache());
@@ -102,7 +150,7 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
             let next = choose(&last, &config.sampling)?;
             tokens.push(next);
             next_input = if cache.is_some() { vec![next] } else { tokens.clone() };
-            if config.eos_token_id == Some(next) {
+            if eos.contains(&next) {
                 break;
             }
         }

@@ -16,7 +16,7 @@ use crate::activation::Activation;
 pub use crate::common::CausalLmInput;
 use crate::common::{check_ids, hf_embedding, merge_heads, split_heads, std_init};
 use crate::error::Result;
-use crate::generation::CausalLm;
+use crate::generation::{CausalLm, TokenIds};
 use crate::kv_cache::{causal_mask, KvCache, LayerCache};
 use crate::pretrained;
 
@@ -71,6 +71,13 @@ pub struct Gpt2Config {
     /// The head shares the token embedding (default true; GPT-2's files hold it once).
     #[serde(default = "pretrained::yes")]
     pub tie_word_embeddings: bool,
+    /// The token that ends a text (default 50256, `<|endoftext|>`; one id or a list):
+    /// [`generate`](crate::generation::generate) stops after it, as transformers' does.
+    #[serde(default = "gpt2_eos")]
+    pub eos_token_id: Option<TokenIds>,
+    /// Read and unused: GPT-2's embeddings have no padding row (transformers' neither).
+    #[serde(default)]
+    pub pad_token_id: Option<i64>,
     /// The old name of `n_positions`, kept by some files; must agree with it.
     #[serde(default)]
     pub n_ctx: Option<usize>,
@@ -99,6 +106,9 @@ fn tenth() -> f64 {
 }
 fn gpt2_eps() -> f64 {
     1e-5
+}
+fn gpt2_eos() -> Option<TokenIds> {
+    Some(TokenIds::One(50256))
 }
 
 impl Gpt2Config {
@@ -456,5 +466,9 @@ impl CausalLm for Gpt2LMHeadModel {
     }
     fn max_positions(&self) -> (usize, &'static str) {
         (self.config.n_positions, "n_positions")
+    }
+
+    fn eos_token_ids(&self) -> Vec<i64> {
+        self.config.eos_token_id.as_ref().map(TokenIds::ids).unwrap_or_default()
     }
 }

@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
 pub use crate::common::CausalLmInput;
-use crate::common::{check_ids, hf_embedding, hf_linear, merge_heads, split_heads, std_init};
+use crate::common::{check_ids, hf_linear, hf_word_embedding, merge_heads, padding_row, split_heads, std_init};
 use crate::error::{Error, Result};
-use crate::generation::CausalLm;
+use crate::generation::{CausalLm, TokenIds};
 use crate::kv_cache::{causal_mask, KvCache, LayerCache};
 use crate::pretrained;
 use crate::rotary::{apply_rotary, Rotary};
@@ -96,6 +96,16 @@ pub struct LlamaConfig {
     /// Standard deviation of the initial weights (default 0.02).
     #[serde(default = "std_init")]
     pub initializer_range: f64,
+    /// The token that ends a text (default 2; one id or a list, as Llama 3's):
+    /// [`generate`](crate::generation::generate) stops after any of them, as transformers'
+    /// does.
+    #[serde(default = "llama_eos")]
+    pub eos_token_id: Option<TokenIds>,
+    /// The padding token (default none): its embedding row starts at zero and is never
+    /// trained (`nn.Embedding`'s `padding_idx`, as transformers builds it); negative counts
+    /// from the end.
+    #[serde(default)]
+    pub pad_token_id: Option<i64>,
 }
 
 fn silu() -> Activation {
@@ -103,6 +113,9 @@ fn silu() -> Activation {
 }
 fn llama_eps() -> f64 {
     1e-6
+}
+fn llama_eos() -> Option<TokenIds> {
+    Some(TokenIds::One(2))
 }
 fn one() -> usize {
     1
@@ -124,6 +137,9 @@ impl LlamaConfig {
     }
 
     fn check(&self) -> std::result::Result<(), String> {
+        if let Some(pad) = self.pad_token_id {
+            padding_row(pad, self.vocab_size)?;
+        }
         if let (Some(inner), Some(outer)) = (self.rope_parameters.as_ref().and_then(|r| r.rope_theta), self.rope_theta)
         {
             if inner != outer {
@@ -417,7 +433,7 @@ impl LlamaForCausalLM {
         }
         let c = config;
         let model = LlamaModel {
-            embed_tokens: hf_embedding(c.vocab_size, c.hidden_size, c.initializer_range),
+            embed_tokens: hf_word_embedding(c.vocab_size, c.hidden_size, c.initializer_range, c.pad_token_id),
             layers: (0..c.num_hidden_layers).map(|_| LlamaDecoderLayer::new(c)).collect(),
             norm: rms_norm(c),
             base: ModuleBase::default(),
@@ -466,5 +482,9 @@ impl CausalLm for LlamaForCausalLM {
     }
     fn max_positions(&self) -> (usize, &'static str) {
         (self.config.max_position_embeddings, "max_position_embeddings")
+    }
+
+    fn eos_token_ids(&self) -> Vec<i64> {
+        self.config.eos_token_id.as_ref().map(TokenIds::ids).unwrap_or_default()
     }
 }

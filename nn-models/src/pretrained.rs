@@ -7,6 +7,8 @@
 //! (`is_decoder`, `add_cross_attention`, ...) set otherwise. Fields that describe the
 //! checkpoint, the tokenizer or generation defaults and cannot change the forward pass
 //! (`transformers_version`, `dtype`, `bos_token_id`, `temperature`, ...) are read past.
+//! `eos_token_id` (where generation stops) and `pad_token_id` (the embedding row that
+//! stays zero and untrained) do change what a model does: each config declares them.
 
 use std::path::{Path, PathBuf};
 
@@ -24,8 +26,6 @@ const DESCRIPTIVE: &[&str] = &[
     "dtype",
     "torch_dtype",
     "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
     "sep_token_id",
     "decoder_start_token_id",
     "use_cache",

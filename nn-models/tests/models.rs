@@ -69,7 +69,8 @@ fn causal_models_decode_greedily_token_for_token_as_transformers() {
         let prompt = f.get("prompt").unwrap().to_vec_i64();
         let expected = f.get("greedy").unwrap().to_vec_i64();
         for use_cache in [true, false] {
-            let config = GenerationConfig { max_new_tokens: 12, use_cache, ..Default::default() };
+            // transformers ran 12 tokens (`min_new_tokens=12`) past the configs' `eos_token_id`.
+            let config = GenerationConfig { max_new_tokens: 12, use_cache, ignore_eos: true, ..Default::default() };
             let got = generate_dyn(model, &prompt, &config);
             assert_eq!(got, expected, "{name}, use_cache {use_cache}");
         }
@@ -90,6 +91,9 @@ fn generate_dyn(model: &dyn nn_models::generation::CausalLm, prompt: &[i64], con
         }
         fn max_positions(&self) -> (usize, &'static str) {
             self.0.max_positions()
+        }
+        fn eos_token_ids(&self) -> Vec<i64> {
+            self.0.eos_token_ids()
         }
     }
     generate(&Dyn(model), prompt, config).unwrap()
@@ -320,4 +324,73 @@ fn gpt2_upcast_attention_computes_half_models_scores_in_f32() {
         let (plain, up) = (logits(&fixture("gpt2"), dtype), logits(upcast.path(), dtype));
         assert_eq!(up.to_vec(), plain.to_vec(), "{dtype:?}");
     }
+}
+
+/// `generate` stops after the config's `eos_token_id` (one id or a list), as transformers'
+/// `generate` does with the model's config; `eos_token_id` overrides it and `ignore_eos`
+/// runs every token.
+#[test]
+fn generation_stops_at_the_configs_eos_token() {
+    let _serial = serial();
+    for name in ["gpt2", "llama"] {
+        let prompt = io(name).get("prompt").unwrap().to_vec_i64();
+        let greedy = io(name).get("greedy").unwrap().to_vec_i64();
+        let (first, second) = (greedy[prompt.len()], greedy[prompt.len() + 1]);
+        // One id for GPT-2, a list (as Llama 3's) for Llama.
+        let eos = if name == "gpt2" { serde_json::json!(second) } else { serde_json::json!([1000, second]) };
+        let dir = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(fixture(name).join("config.json")).unwrap();
+        let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+        config["eos_token_id"] = eos;
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        std::fs::copy(fixture(name).join("model.safetensors"), dir.path().join("model.safetensors")).unwrap();
+        let model: Box<dyn nn_models::generation::CausalLm> = if name == "gpt2" {
+            Box::new(Gpt2LMHeadModel::from_pretrained(dir.path()).unwrap())
+        } else {
+            Box::new(LlamaForCausalLM::from_pretrained(dir.path()).unwrap())
+        };
+        let run = |config: GenerationConfig| generate_dyn(model.as_ref(), &prompt, &config);
+        let twelve = GenerationConfig { max_new_tokens: 12, ..Default::default() };
+        // The first time `second` comes, generation stops after it.
+        let stop = prompt.len() + greedy[prompt.len()..].iter().position(|&t| t == second).unwrap() + 1;
+        assert_eq!(run(twelve.clone()), greedy[..stop], "{name}: stops after the config's eos");
+        assert_eq!(run(GenerationConfig { ignore_eos: true, ..twelve.clone() }), greedy, "{name}: ignore_eos");
+        let own = run(GenerationConfig { eos_token_id: Some(first), ..twelve });
+        assert_eq!(own, greedy[..prompt.len() + 1], "{name}: the caller's eos_token_id replaces the config's");
+    }
+}
+
+/// `pad_token_id` is BERT's and Llama's `padding_idx`: a new model's row is zero and the
+/// row gets no gradient (transformers' `nn.Embedding(..., padding_idx=pad_token_id)`); a
+/// pad id outside the vocabulary is an error naming the field.
+#[test]
+fn pad_token_id_is_the_word_embeddings_padding_row() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture("bert").join("config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let c = nn_models::bert::BertConfig::from_dir(dir.path()).unwrap();
+    assert_eq!(c.pad_token_id, Some(0));
+    let bert = nn_models::bert::BertModel::new(&c);
+    let (name, w) = bert.named_parameters().into_iter().find(|(n, _)| n.ends_with("word_embeddings.weight")).unwrap();
+    assert_eq!(w.narrow(0, 0, 1).to_vec(), vec![0.0; c.hidden_size], "{name}: the pad row starts at zero");
+    assert!(w.narrow(0, 1, 1).to_vec().iter().any(|&v| v != 0.0));
+    let ids = Tensor::from_vec_i64(vec![5, 0, 7, 0], &[1, 4]);
+    let mask = Tensor::from_vec_i64(vec![1, 1, 1, 1], &[1, 4]);
+    bert.forward((&ids, &mask)).0.sum().backward();
+    let g = w.grad().unwrap();
+    assert_eq!(g.narrow(0, 0, 1).to_vec(), vec![0.0; c.hidden_size], "the pad row gets no gradient");
+    assert!(g.narrow(0, 5, 1).to_vec().iter().any(|&v| v != 0.0));
+    // Out of range, named; negative counts from the end.
+    config["pad_token_id"] = serde_json::json!(60);
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let e = nn_models::bert::BertConfig::from_dir(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("`pad_token_id` 60 is not a row of the 60-token embedding"), "{e}");
+    config["pad_token_id"] = serde_json::json!(-1);
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    let c = nn_models::bert::BertConfig::from_dir(dir.path()).unwrap();
+    let llama_like = nn_models::bert::BertModel::new(&c);
+    let w = llama_like.named_parameters().into_iter().find(|(n, _)| n.ends_with("word_embeddings.weight")).unwrap().1;
+    assert_eq!(w.narrow(0, 59, 1).to_vec(), vec![0.0; c.hidden_size]);
 }

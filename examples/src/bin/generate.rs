@@ -69,6 +69,7 @@ fn run(model: &impl CausalLm, vocab: usize, args: &Args) -> Result<(), Box<dyn s
         max_new_tokens: args.max_new_tokens,
         sampling,
         eos_token_id: None,
+        ignore_eos: false,
         use_cache: !args.no_cache,
     };
     nn_core::manual_seed(args.seed);
