@@ -1704,6 +1704,9 @@ mod checks {
         let lazy = Sequential::new().add(nn_layers::LazyLinear::new(4));
         let e = DistributedDataParallel::new(lazy, group).err().expect("refused").to_string();
         assert!(e.contains("lazy layers whose parameters are not initialised yet"), "{e}");
+        let lazy = Sequential::new().add(nn_layers::LazyLinear::new(4));
+        let e = FullyShardedDataParallel::new(lazy, group, FsdpPolicy::new()).err().expect("refused").to_string();
+        assert!(e.contains("lazy layers whose parameters are not initialised yet (`0`)"), "{e}");
     }
 
     fn dropped_zero_lifts_its_mask(group: &ProcessGroup) {

@@ -10,7 +10,7 @@ use crate::proto::attr;
 /// Ops with a conversion rule (untraced ops by their autograd node name).
 pub(crate) fn is_supported(op: &TracedOp) -> bool {
     match op.kind {
-        OpKind::Untraced => matches!(op.name, "contiguous" | "to_dtype" | "to_device"),
+        OpKind::Untraced => matches!(op.name, "contiguous" | "clone" | "to_dtype" | "to_device"),
         OpKind::Traced => !matches!(
             op.name,
             "max_dim" | "min_dim" | "max_pool2d_with_indices" | "index_add" | "scatter_add" | "any" | "all"
@@ -30,6 +30,8 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
     if a.kind == OpKind::Untraced {
         return match a.name {
             "contiguous" | "to_device" => Ok(Converted::Alias),
+            // A copy is a value of its own: a later write into it must not reach its source.
+            "clone" => Ok(v(g.node("Identity", &[s(0)], vec![]))),
             "to_dtype" => {
                 let to = crate::proto::elem_type(op.output().dtype()).map_err(e)?;
                 Ok(v(g.node("Cast", &[s(0)], vec![attr::int("to", to as i64)])))
@@ -44,6 +46,7 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
     let binary = |g: &mut Builder<'_>, ty: &str| v(g.node(ty, &[s(0), s(1)], vec![]));
     Ok(match a.name {
         "detach" => Converted::Alias,
+        "snapshot" => v(g.node("Identity", &[s(0)], vec![])),
         "relu" => unary(g, "Relu"),
         "sigmoid" => unary(g, "Sigmoid"),
         "tanh" => unary(g, "Tanh"),

@@ -68,6 +68,8 @@ pub(crate) struct Builder<'a> {
     /// Tensors a traced op created besides its result: op index.
     internal: HashMap<TensorId, usize>,
     consumed: HashSet<TensorId>,
+    /// The tensors `consumed` names, to find an in-place update through an alias of one.
+    used: Vec<Tensor>,
     /// Results of layout-only ops (`contiguous`, `detach`): the tensor they alias.
     aliases: HashMap<TensorId, Tensor>,
     counter: usize,
@@ -154,6 +156,7 @@ impl<'a> Builder<'a> {
             pending_const: HashMap::new(),
             internal: HashMap::new(),
             consumed: HashSet::new(),
+            used: Vec::new(),
             aliases: HashMap::new(),
             counter: 0,
             scope: String::new(),
@@ -379,9 +382,11 @@ impl<'a> Builder<'a> {
             }
             OpKind::InPlace => {
                 let t = &a.inputs[0];
+                // Through an alias too: a view of a used tensor writes into it.
                 let seen = self.names.contains_key(&t.id())
                     || self.consumed.contains(&t.id())
-                    || self.info.params.contains_key(&t.id());
+                    || self.info.params.contains_key(&t.id())
+                    || self.used.iter().any(|u| u.is_alias_of(t));
                 if seen || self.origin.get(&t.id()) == Some(&Origin::Dynamic) {
                     return Err(self.unsupported(
                         a,
@@ -425,7 +430,9 @@ impl<'a> Builder<'a> {
         let dynamic = origins.contains(&Origin::Dynamic);
         let from_params = origins.contains(&Origin::Param);
         for t in &a.inputs {
-            self.consumed.insert(t.id());
+            if self.consumed.insert(t.id()) {
+                self.used.push(t.clone());
+            }
         }
         if !dynamic && (!from_params || !crate::convert::is_supported(a)) {
             // Constant folding: the value is known (the forward computed it). Values

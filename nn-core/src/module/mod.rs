@@ -527,7 +527,7 @@ pub trait Module: HoldsState + Any {
                 no_grad(|| t.set_data(&t.to_device(device)));
                 // The gradient moves too, as with PyTorch's `Module.to` (left behind, it
                 // could not be accumulated into, nor set again in another dtype).
-                if let Some(g) = t.grad() {
+                if let Some(g) = t.grad_unchecked() {
                     t.set_grad(Some(g.to_device(device)));
                 }
             }
@@ -548,7 +548,7 @@ pub trait Module: HoldsState + Any {
         for_each_tensor(self.as_dyn(), &mut |t| {
             if t.dtype().is_float() && t.dtype() != dtype {
                 no_grad(|| t.set_data(&t.to_dtype(dtype)));
-                if let Some(g) = t.grad() {
+                if let Some(g) = t.grad_unchecked() {
                     t.set_grad(Some(g.to_dtype(dtype)));
                 }
             }

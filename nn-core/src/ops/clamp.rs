@@ -65,7 +65,7 @@ impl Tensor {
         debug_assert_eq!(y.shape(), shape.as_slice());
         op_result(OP, y.storage_arc(), y.layout().clone(), &all, || {
             let x = self.saved();
-            let (lo, hi) = (min.map(Tensor::detach), max.map(Tensor::detach));
+            let (lo, hi) = (min.map(Tensor::saved), max.map(Tensor::saved));
             let shapes: Vec<Dims> = all.iter().map(|t| t.shape().into()).collect();
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 let zero = g.scalar_like(0.0);

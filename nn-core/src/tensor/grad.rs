@@ -68,6 +68,27 @@ impl Tensor {
         grad
     }
 
+    /// The `.grad` slot as it is, without [`grad`](Tensor::grad)'s non-leaf check (for
+    /// code that visits every tensor of a module, buffers computed by an op included).
+    pub(crate) fn grad_unchecked(&self) -> Option<Tensor> {
+        self.0.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether `self` and `other` are aliases: views or detached copies of one another
+    /// (or of one tensor), so that an in-place update of either is seen by the other.
+    /// A [`snapshot`](Tensor::snapshot), a [`copy`](Tensor::copy) and an op's result are
+    /// not; a tensor is an alias of itself.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let w = Tensor::zeros(&[2, 3]);
+    /// assert!(w.narrow(1, 0, 2).t().is_alias_of(&w.detach()));
+    /// assert!(!w.snapshot().is_alias_of(&w) && !w.copy().is_alias_of(&w));
+    /// ```
+    pub fn is_alias_of(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.slot(), &other.slot())
+    }
+
     /// Keeps this non-leaf tensor's gradient in [`grad`](Tensor::grad) at the next backward
     /// passes (accumulated across them, as a leaf's is): PyTorch's `retain_grad()`. A
     /// no-op on a leaf, which keeps its gradient anyway.
@@ -179,7 +200,7 @@ impl Tensor {
     /// assert_eq!(kept.to_vec(), [2.0, 3.0]);
     /// ```
     pub fn snapshot(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
+        let _t = crate::autograd::trace::op("snapshot", &[self], Vec::new);
         Tensor::from_parts(self.storage_arc(), self.layout().clone(), None)
     }
 

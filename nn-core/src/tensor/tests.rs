@@ -608,3 +608,22 @@ fn retain_grad_keeps_a_non_leaf_gradient_and_reading_one_otherwise_panics() {
     let msg = panic_message(|| Tensor::ones(&[1]).retain_grad());
     assert!(msg.contains("requires_grad=False"), "{msg}");
 }
+
+#[test]
+fn share_storage_with_views_refuses_a_view_of_part_of_a_buffer() {
+    let big = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let msg = panic_message(std::panic::AssertUnwindSafe(|| big.narrow(0, 1, 1).share_storage_with_views()));
+    assert!(msg.contains("a view of part of a buffer of 4 elements"), "{msg}");
+    assert!(!big.shares_storage_with_views());
+    big.t().share_storage_with_views(); // a view of all of it is fine
+}
+
+#[test]
+fn a_clamps_bounds_are_saved_as_they_were_in_the_forward() {
+    let x = Tensor::from_vec(vec![0.5, 2.0], &[2]).requires_grad_(true);
+    let lo = Tensor::from_vec(vec![0.0, 0.0], &[2]);
+    let y = x.clamp_tensor(Some(&lo), None);
+    lo.fill_(1.0);
+    y.sum().backward();
+    assert_eq!(x.grad().unwrap().to_vec(), [1.0, 1.0]);
+}

@@ -13,6 +13,11 @@ use super::{StorageSlot, Tensor};
 
 impl Tensor {
     /// This tensor if already contiguous, otherwise a contiguous copy (differentiable).
+    ///
+    /// "Already contiguous" here also asks that the tensor start at its buffer's first
+    /// element and span all of it (what kernels read), so a contiguous view of part of a
+    /// tensor (`x.narrow(0, 1, 2)`) comes back as a copy, where PyTorch returns the view
+    /// itself: write into the view, not into its `contiguous()`.
     pub fn contiguous(&self) -> Tensor {
         if self.is_contiguous() && self.0.layout.offset() == 0 && self.storage_arc().len() == self.numel() {
             return self.clone();
@@ -40,7 +45,7 @@ impl Tensor {
     /// ```
     pub fn copy(&self) -> Tensor {
         let storage = self.storage_arc().gather_layout(self.layout());
-        op_result("contiguous", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {
+        op_result("clone", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {
             |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.clone())] }
         })
     }
@@ -204,7 +209,21 @@ impl Tensor {
     /// y.backward();
     /// assert_eq!(x.grad().unwrap().to_vec(), [2.0, 3.0]);
     /// ```
+    ///
+    /// # Panics
+    /// When this tensor is a view of part of a buffer (replacing its values would replace
+    /// the rest of that buffer for the tensors it is a view of: [`copy`](Tensor::copy) it
+    /// first), or when another alias already made the slot shared.
+    #[track_caller]
     pub fn share_storage_with_views(&self) {
+        if self.layout().offset() != 0 || self.layout().storage_span() != self.storage_arc().len() {
+            panic!(
+                "share_storage_with_views: this tensor (shape {:?}) is a view of part of a buffer of {} elements; \
+                 call it on a tensor that spans its buffer (`copy()` this one)",
+                self.shape(),
+                self.storage_arc().len()
+            );
+        }
         let slot = self.slot();
         let me = self.0.id.0;
         match slot.owner.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {

@@ -236,6 +236,16 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
             }
             None => group.clone(),
         };
+        if let Some((path, _)) = module.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+            let at = if path.is_empty() { "the model itself".to_string() } else { format!("`{path}`") };
+            return Err(fsdp_err(
+                AT,
+                format!(
+                    "the model has lazy layers whose parameters are not initialised yet ({at}): run one forward \
+                     pass (on every rank) before wrapping it"
+                ),
+            ));
+        }
         let named = module.named_parameters();
         let mut entries: Vec<Entry> =
             named.iter().map(|(n, p)| (n.clone(), p.tensor().clone(), p.requires_grad())).collect();

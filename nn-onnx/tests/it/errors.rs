@@ -110,6 +110,22 @@ impl Compute for Custom {
                 out.copy_(&h.max_dim(1, false).1.to_dtype(nn_core::DType::F32));
                 &h + &out.unsqueeze(1)
             }
+            // A write through a view into a constant the graph already used: the graph
+            // reads constants once, so the earlier use would see the new values.
+            10 => {
+                let c = Tensor::zeros(&[4]);
+                let y = &h + &c;
+                c.narrow(0, 0, 1).fill_(1.0);
+                &y * &c
+            }
+            // A write into a copy of a constant: the copy is its own value, the source
+            // keeps its own.
+            11 => {
+                let c = Tensor::ones(&[4]);
+                let d = c.copy();
+                d.copy_(&Tensor::full(&[4], 2.0));
+                &(&h * &c) + &(&h * &d)
+            }
             // Randomness in the forward.
             _ => &h + &Tensor::randn(&[4]),
         }
@@ -158,6 +174,23 @@ fn user_code_that_cannot_be_a_graph_is_named() {
     }
     let bytes = nn_onnx::to_bytes(&custom(8), &x, &ExportOptions::default()).unwrap();
     assert!(!bytes.is_empty());
+    let err = export_err(&custom(10), &x).to_string();
+    assert!(err.starts_with("cannot export `copy_` in the top-level module (Custom)"), "{err}");
+    // A copy written in place exports with its own values: 3h, as eager.
+    let model = custom(11);
+    let bytes = nn_onnx::to_bytes(&model, &x, &ExportOptions::default()).unwrap();
+    let want: Vec<f64> = model.forward(&x).to_vec().iter().map(|&v| f64::from(v)).collect();
+    let got = crate::support::run_tract(&bytes, std::slice::from_ref(&x));
+    crate::support::assert_matches("a written copy", &got[0].1, &want);
+}
+
+/// A lazy layer that has not run yet: its weights would be exported as constants, not as
+/// named initializers; refused with the fix.
+#[test]
+fn an_unrun_lazy_layer_is_refused() {
+    let net = Sequential::new().add(nn_layers::LazyLinear::new(2));
+    let err = export_err(&net, &Tensor::ones(&[1, 3])).to_string();
+    assert!(err.contains("the lazy module `0` (LazyLinear) has no parameters until its first forward"), "{err}");
 }
 
 #[test]

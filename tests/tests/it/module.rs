@@ -647,3 +647,22 @@ fn listing_parameters_before_a_lazy_layers_first_forward_is_refused() {
     assert_eq!(names, ["0.weight", "0.bias", "1.weight", "1.bias"]);
     assert_eq!(model.num_parameters(), 3 * 4 + 4 + 4 * 2 + 2);
 }
+
+/// `to_dtype`/`to_device` visit every tensor, a buffer an op computed (a non-leaf) too,
+/// without reading its `grad()` (which refuses non-leaves).
+#[test]
+fn a_buffer_computed_by_an_op_converts_with_its_module() {
+    #[derive(Module)]
+    struct Scaled {
+        #[param]
+        w: Parameter,
+        #[buffer]
+        s: Tensor,
+    }
+    let w = Parameter::new(Tensor::ones(&[2]));
+    let mut m = Scaled { s: &*w * 2.0, w };
+    assert!(!m.s.is_leaf());
+    m.to_dtype(DType::F64);
+    m.to_device(Device::Meta);
+    assert_eq!((m.s.dtype(), m.s.device()), (DType::F64, Device::Meta));
+}
