@@ -62,7 +62,88 @@ impl Amp {
     }
 }
 
+/// A flag of [`CommonArgs`] that an example may or may not honour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flag {
+    /// `--epochs`.
+    Epochs,
+    /// `--resume`.
+    Resume,
+    /// `--limit`.
+    Limit,
+    /// `--device` other than `cpu`.
+    Device,
+    /// `--amp`.
+    Amp,
+}
+
 impl CommonArgs {
+    /// Refuses the flags given that `example` does not honour, naming them: a flag parsed
+    /// and ignored would run something other than what was asked (a GPU run on the CPU, a
+    /// resumed run from scratch).
+    ///
+    /// ```
+    /// use clap::Parser;
+    /// use nn_examples::{CommonArgs, Flag};
+    /// #[derive(Parser)]
+    /// struct Args {
+    ///     #[command(flatten)]
+    ///     common: CommonArgs,
+    /// }
+    /// let args = Args::parse_from(["demo", "--amp", "bf16", "--epochs", "3"]);
+    /// let e = args.common.refuse_unsupported("demo", &[Flag::Epochs]).unwrap_err();
+    /// assert_eq!(e, "demo does not support --amp (it would ignore it)");
+    /// assert!(args.common.refuse_unsupported("demo", &[Flag::Epochs, Flag::Amp]).is_ok());
+    /// ```
+    pub fn refuse_unsupported(&self, example: &str, honoured: &[Flag]) -> Result<(), String> {
+        let given = [
+            (Flag::Epochs, "--epochs", self.epochs.is_some()),
+            (Flag::Resume, "--resume", self.resume),
+            (Flag::Limit, "--limit", self.limit.is_some()),
+            (Flag::Device, "--device", self.device != Device::Cpu),
+            (Flag::Amp, "--amp", self.amp.is_some()),
+        ];
+        let refused: Vec<&str> =
+            given.iter().filter(|(f, _, set)| *set && !honoured.contains(f)).map(|(_, name, _)| *name).collect();
+        match refused.as_slice() {
+            [] => Ok(()),
+            [one] => Err(format!("{example} does not support {one} (it would ignore it)")),
+            many => Err(format!("{example} does not support {} (it would ignore them)", many.join(", "))),
+        }
+    }
+
+    /// After `--resume` read a checkpoint at `start` (epochs or steps, `unit`): an error
+    /// when `end` leaves nothing to train, instead of a run that trains nothing and says
+    /// it resumed.
+    pub fn check_resume_end(&self, start: u64, end: u64, unit: &str) -> Result<(), String> {
+        if start >= end {
+            return Err(format!(
+                "the checkpoint is at {unit} {start} and the run ends at {unit} {end}: nothing left to train; pass a \
+                 larger --epochs (or drop --resume to start over)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records in `ck` the length (`len` epochs or steps) its learning-rate schedule was
+    /// built for, which [`check_schedule_length`](CommonArgs::check_schedule_length) reads
+    /// back on resume.
+    pub fn record_schedule_length(ck: &mut nn_core::checkpoint::Checkpoint, len: u64) {
+        ck.extra.insert("schedule_length".into(), len as f64);
+    }
+
+    /// On resume: an error when the run was planned for another length (`--epochs`), whose
+    /// schedule (a cosine's `t_max`) the new one would silently replace mid-run.
+    pub fn check_schedule_length(ck: &nn_core::checkpoint::Checkpoint, len: u64, unit: &str) -> Result<(), String> {
+        match ck.extra.get("schedule_length") {
+            Some(&saved) if saved != len as f64 => Err(format!(
+                "the checkpoint's run has a learning-rate schedule of {saved} {unit}s, this one {len}: resuming would \
+                 change the schedule mid-run; pass the run's own --epochs (or drop --resume to start over)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// `out_dir/<name>`, created.
     pub fn out(&self, name: &str) -> std::io::Result<PathBuf> {
         std::fs::create_dir_all(&self.out_dir)?;

@@ -12,6 +12,22 @@ fn run(bin: &str, args: &[&str]) -> String {
     stdout
 }
 
+/// The error output of a run that must fail.
+fn run_err(bin: &str, args: &[&str]) -> String {
+    let out = Command::new(bin).args(args).output().expect("the example binary runs");
+    assert!(!out.status.success(), "{bin} {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// Sets a finished run's checkpoint back to `at` (epoch or step, and its scheduler), as if
+/// the run had been stopped there: what `--resume` then continues.
+fn rewind(path: &Path, epoch: u64, step: u64, at: u64) {
+    let mut ck = nn_core::checkpoint::Checkpoint::load(path).unwrap();
+    (ck.epoch, ck.step) = (epoch, step);
+    ck.scheduler.as_mut().expect("a scheduler's state").last_epoch = at;
+    ck.save(path).unwrap();
+}
+
 fn assert_outputs(dir: &Path, stem: &str) {
     for f in [format!("{stem}.safetensors"), format!("{stem}_loss.svg")] {
         let p = dir.join(&f);
@@ -30,8 +46,18 @@ fn digits_mlp_trains_saves_and_resumes() {
         out.lines().find_map(|l| l.strip_prefix("held-out accuracy: ")?.split('%').next()?.parse().ok()).unwrap();
     assert!(acc > 80.0, "3 epochs should already classify most digits: {acc}%");
     assert_outputs(dir.path(), "digits_mlp");
-    let out = run(env!("CARGO_BIN_EXE_digits_mlp"), &["--epochs", "4", "--resume", "--out-dir", d]);
-    assert!(out.contains("resumed from"), "{out}");
+    // A finished run has nothing left; another length would change its cosine schedule.
+    let bin = env!("CARGO_BIN_EXE_digits_mlp");
+    let e = run_err(bin, &["--epochs", "3", "--resume", "--out-dir", d]);
+    assert!(e.contains("nothing left to train"), "{e}");
+    let e = run_err(bin, &["--epochs", "4", "--resume", "--out-dir", d]);
+    assert!(e.contains("a learning-rate schedule of 3 epochs, this one 4"), "{e}");
+    rewind(&dir.path().join("digits_mlp_checkpoint.safetensors"), 2, 0, 2);
+    let out = run(bin, &["--epochs", "3", "--resume", "--out-dir", d]);
+    assert!(out.contains("resumed from") && out.contains("at epoch 2"), "{out}");
+    // A flag this example does not honour is refused, not ignored.
+    let e = run_err(bin, &["--epochs", "1", "--amp", "bf16", "--out-dir", d]);
+    assert!(e.contains("digits_mlp does not support --amp"), "{e}");
 }
 
 fn write_idx(path: &Path, dims: &[u32], data: &[u8]) {
@@ -139,9 +165,12 @@ fn finetune_hooks_interop_and_transformer_run() {
     let out = run(env!("CARGO_BIN_EXE_char_transformer"), &["--steps", "3", "--sample-len", "20", "--out-dir", d]);
     assert!(out.contains("--- sample ---\nIt is a truth universally"), "{out}");
     assert_outputs(dir.path(), "char_transformer");
+    rewind(&dir.path().join("char_transformer_checkpoint.safetensors"), 0, 2, 2);
     let out =
-        run(env!("CARGO_BIN_EXE_char_transformer"), &["--steps", "4", "--sample-len", "5", "--resume", "--out-dir", d]);
-    assert!(out.contains("resumed at step 3"), "{out}");
+        run(env!("CARGO_BIN_EXE_char_transformer"), &["--steps", "3", "--sample-len", "5", "--resume", "--out-dir", d]);
+    assert!(out.contains("resumed at step 2"), "{out}");
+    let e = run_err(env!("CARGO_BIN_EXE_hooks_demo"), &["--device", "gpu", "--out-dir", d]);
+    assert!(e.contains("hooks_demo does not support --device"), "{e}");
 }
 
 #[test]

@@ -102,7 +102,9 @@ impl Checkpoint {
     /// # Errors
     /// As [`StateDict::save`]; [`Error::GradScalerState`] for a scaler state that
     /// [`load`](Checkpoint::load) would refuse, [`Error::OptimizerState`] for a
-    /// hyper-parameter that is not finite (nothing is written then).
+    /// hyper-parameter that is not finite, [`Error::Checkpoint`] for an `extra` value that
+    /// is not (a diverged loss): JSON has no NaN, and a file `load` refuses must not replace
+    /// the last good checkpoint. Nothing is written then.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         if let Some(scaler) = &self.scaler {
             scaler.check()?;
@@ -115,6 +117,15 @@ impl Checkpoint {
                     "`hyper_params[{i}].{k}` is {v}; a hyper-parameter is finite"
                 )));
             }
+        }
+        if let Some((k, v)) = self.extra.iter().find(|(_, v)| !v.is_finite()) {
+            return Err(Error::Checkpoint {
+                path: path.as_ref().to_path_buf(),
+                reason: format!(
+                    "`extra[\"{k}\"]` is {v}, which the file's JSON metadata cannot hold; nothing was written (the \
+                     previous checkpoint, if any, is kept)"
+                ),
+            });
         }
         let mut all = StateDict::default();
         for (k, t) in self.model.iter() {
@@ -291,7 +302,9 @@ impl Checkpoint {
     /// scheduler is given without its optimizer), or holds a gradient scaler's state while
     /// an optimizer is restored without it (resuming would silently restart the scale: use
     /// [`restore_with_scaler`](Checkpoint::restore_with_scaler), or set `scaler` to `None`
-    /// to start a new scaler on purpose); [`Error::SchedulerState`],
+    /// to start a new scaler on purpose), or a scheduler's state while an optimizer is
+    /// restored without a scheduler (likewise: pass it, or set `scheduler` to `None`);
+    /// [`Error::SchedulerState`],
     /// [`Error::OptimizerState`] or [`Error::StateDict`] when a part does not fit.
     pub fn restore(
         &self,
@@ -379,6 +392,12 @@ impl Checkpoint {
             }
             (Some(_), None, _) => return Err(bad("no scheduler state to restore")),
             (Some(_), Some(_), None) => return Err(bad("a scheduler is restored together with its optimizer")),
+            // Resuming training without the scheduler the run had would start a new one
+            // from the restored (already decayed) rates: not the run.
+            (None, Some(_), Some(_)) => {
+                return Err(bad("the checkpoint holds a scheduler's state: pass the scheduler to restore it, or set \
+                     `checkpoint.scheduler = None` first to start a new schedule"))
+            }
             (None, ..) => None,
         };
         let scaler = match (scaler, &self.scaler) {

@@ -108,8 +108,13 @@ impl Drop for TempFile {
 /// # Errors
 /// [`Error::Io`] naming the file, for a failure of `write` or of the file system.
 pub fn atomic_write(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> io::Result<()>) -> Result<()> {
-    let path = path.as_ref();
-    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+    let given = path.as_ref();
+    let io_err = |source| Error::Io { path: given.to_path_buf(), source };
+    // A symbolic link is written through, as `File::create` writes: the link stays, its
+    // target gets the new contents (a rename over the link would replace the link with a
+    // file and leave the target stale).
+    let resolved = resolve_links(given).map_err(io_err)?;
+    let path = resolved.as_path();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -133,6 +138,25 @@ pub fn atomic_write(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> io:
         Ok(())
     })()
     .map_err(io_err)
+}
+
+/// `path` with its symbolic links followed (to a target that may not exist yet), or
+/// `path` itself when it is not a link.
+fn resolve_links(path: &Path) -> io::Result<PathBuf> {
+    let mut at = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&at)?;
+                at = match at.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            _ => return Ok(at),
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::InvalidInput, "too many levels of symbolic links"))
 }
 
 /// The regular file a rename to `to` is about to replace, held open (Unix) so that the
@@ -329,6 +353,26 @@ fn file_kind(t: &std::fs::FileType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symbolic_link_is_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("run3")).unwrap();
+        let target = dir.path().join("run3").join("ckpt.bin");
+        std::fs::write(&target, b"old").unwrap();
+        let link = dir.path().join("latest.bin");
+        std::os::unix::fs::symlink("run3/ckpt.bin", &link).unwrap();
+        atomic_write(&link, |f| f.write_all(b"new")).unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link stays a link");
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        // A dangling link creates its target.
+        let dangling = dir.path().join("next.bin");
+        std::os::unix::fs::symlink("run3/next.bin", &dangling).unwrap();
+        atomic_write(&dangling, |f| f.write_all(b"x")).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("run3").join("next.bin")).unwrap(), b"x");
+        assert_eq!(std::fs::read_dir(dir.path().join("run3")).unwrap().count(), 2, "no temporary file left");
+    }
 
     #[test]
     fn early_writeback_writes_every_byte_and_overwrites_keep_old_readers_whole() {

@@ -109,6 +109,11 @@
 //! (resumable training state), [`random`] (the seeded generator) and [`testing`] (the
 //! shared gradient checker).
 
+// Proving `Tensor: Send + Sync` walks the GPU buffer's wgpu types (a tensor's slot lock
+// holds the buffer), a chain deeper than rustc's default limit of 128 when built without
+// incremental compilation (CI's setting).
+#![recursion_limit = "256"]
+
 // Lets `#[derive(Module)]` output (which names `::nn_core`) compile inside this crate.
 #[allow(unused_extern_crates)]
 extern crate self as nn_core;

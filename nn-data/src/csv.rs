@@ -33,7 +33,13 @@ fn parse_rows(path: &Path, text: &str, skip: usize, width: usize) -> Result<(Vec
             return Err(bad(i + 1, format!("expected {} fields, got {}", width + 1, fields.len())));
         }
         for f in &fields[..width] {
-            xs.push(f.trim().parse::<f32>().map_err(|_| bad(i + 1, format!("not a number: {f:?}")))?);
+            let v = f.trim().parse::<f32>().map_err(|_| bad(i + 1, format!("not a number: {f:?}")))?;
+            // `parse` takes "nan" and "inf", and rounds 1e39 to infinity: refused, not
+            // carried into training.
+            if !v.is_finite() {
+                return Err(bad(i + 1, format!("{f:?} is not a finite f32")));
+            }
+            xs.push(v);
         }
         let label = fields[width].trim();
         let y = label
@@ -58,6 +64,13 @@ pub fn load_digits(path: impl AsRef<Path>) -> Result<TabularDataset> {
     let (xs, ys) = parse_rows(path, &text, 0, 64)?;
     if let Some(bad) = ys.iter().find(|&&y| y > 9) {
         return Err(DataError::Format { path: path.to_path_buf(), reason: format!("label {bad} is not a digit") });
+    }
+    // Pixels are 0..=16 (scikit-learn's digits): a 0-255 file would load scaled to 0-16.
+    if let Some((i, v)) = xs.iter().enumerate().find(|(_, v)| !(0.0..=16.0).contains(*v)) {
+        return Err(DataError::Format {
+            path: path.to_path_buf(),
+            reason: format!("row {}: pixel {v} is outside 0..=16", i / 64 + 1),
+        });
     }
     let n = ys.len();
     Ok(TabularDataset {
@@ -113,6 +126,27 @@ mod tests {
         assert!(e.contains("line 3") && e.contains("\"x\""), "{e}");
         std::fs::write(&p, "3,3,a,b\n1,2,3,0\n").unwrap();
         assert!(load_sklearn_csv(&p).unwrap_err().to_string().contains("announces 3 samples"));
+        // NaN, infinity, and a value past f32's range are refused, by line.
+        for (cell, line) in [("nan", 2), ("inf", 2), ("1e39", 3)] {
+            let text = if line == 2 {
+                format!("2,3,a,b\n1,{cell},3,0\n4,5,6,1\n")
+            } else {
+                format!("2,3,a,b\n1,2,3,0\n4,{cell},6,1\n")
+            };
+            std::fs::write(&p, text).unwrap();
+            let e = load_sklearn_csv(&p).unwrap_err().to_string();
+            assert!(e.contains(&format!("line {line}: \"{cell}\" is not a finite f32")), "{e}");
+        }
+    }
+
+    /// Digits' pixels are 0..=16: a 0-255 file is refused, not loaded scaled to 0-16.
+    #[test]
+    fn digits_pixels_outside_0_to_16_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("digits.csv");
+        std::fs::write(&p, format!("{}3\n{}255,4\n", "1,".repeat(64), "0,".repeat(63))).unwrap();
+        let e = load_digits(&p).unwrap_err().to_string();
+        assert!(e.contains("row 2: pixel 255 is outside 0..=16"), "{e}");
     }
 
     /// A gzip file of several members (`cat a.gz b.gz`, bgzip) is read whole: a

@@ -436,7 +436,9 @@ impl Gpt2LMHeadModel {
             serde_json::Value::Object(m) => m,
             _ => unreachable!("a struct serialises to a map"),
         };
-        config.retain(|_, v| !v.is_null());
+        // Unset options are left out, except `eos_token_id`: its default is 50256, so an
+        // unset one must be written as `null` to read back unset (transformers writes it so).
+        config.retain(|k, v| !v.is_null() || k == "eos_token_id");
         config.insert("model_type".into(), "gpt2".into());
         config.insert("architectures".into(), serde_json::json!(["GPT2LMHeadModel"]));
         pretrained::save_pretrained(dir.as_ref(), &config, self)

@@ -429,8 +429,11 @@ impl<'a> Builder<'a> {
         let origins: Vec<Origin> = a.inputs.iter().map(|t| self.origin_of(t)).collect();
         let dynamic = origins.contains(&Origin::Dynamic);
         let from_params = origins.contains(&Origin::Param);
+        // A view reads no values: a write through it before any op reads them is
+        // exported with the written values, as eager execution computes.
+        let view = matches!(a.name, "reshape" | "permute" | "narrow" | "expand");
         for t in &a.inputs {
-            if self.consumed.insert(t.id()) {
+            if self.consumed.insert(t.id()) && !view {
                 self.used.push(t.clone());
             }
         }

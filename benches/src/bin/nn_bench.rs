@@ -188,12 +188,32 @@ fn counters(after: &nn_core::gpu::GpuStats, before: &nn_core::gpu::GpuStats) -> 
 fn main() {
     // Workload-name prefixes to run (all workloads without any).
     let only: Vec<String> = std::env::args().skip(1).collect();
-    let want = |name: &str| only.is_empty() || only.iter().any(|o| name.starts_with(o.as_str()));
+    // Which prefixes matched a workload: one that matches none (a typo) is an error, not a
+    // run that measures nothing and exits 0.
+    let matched = std::cell::RefCell::new(vec![false; only.len()]);
+    let want = |name: &str| {
+        let hits: Vec<bool> = only.iter().map(|o| name.starts_with(o.as_str())).collect();
+        matched.borrow_mut().iter_mut().zip(&hits).for_each(|(m, h)| *m |= *h);
+        only.is_empty() || hits.contains(&true)
+    };
+    let unmatched = || {
+        let m = matched.borrow();
+        let missed: Vec<&String> = only.iter().zip(m.iter()).filter(|(_, hit)| !**hit).map(|(o, _)| o).collect();
+        if !missed.is_empty() {
+            eprintln!("nn_bench: no workload name starts with {missed:?}");
+            std::process::exit(2);
+        }
+    };
+    if only.iter().skip(1).any(|o| o.starts_with("gpu")) {
+        eprintln!("nn_bench: `gpu` selects the GPU workloads and comes first (`nn_bench gpu [PREFIX...]`)");
+        std::process::exit(2);
+    }
     if only.first().is_some_and(|o| o.starts_with("gpu")) {
         #[cfg(feature = "gpu")]
         {
             manual_seed(0);
             gpu_workloads(&want);
+            unmatched();
             return;
         }
         #[cfg(not(feature = "gpu"))]
@@ -396,4 +416,5 @@ fn main() {
             emit(name, ms, "ms", ms);
         }
     }
+    unmatched();
 }

@@ -32,8 +32,10 @@ fn main() {
     manual_seed(0);
     // `op_times NAME` runs only the rows whose name starts with NAME.
     let only = std::env::args().nth(1).unwrap_or_default();
+    let matched = std::cell::Cell::new(false);
     let time = |name: &str, f: &mut dyn FnMut()| {
         if name.starts_with(&only) {
+            matched.set(true);
             time(name, f)
         }
     };
@@ -120,4 +122,8 @@ fn main() {
     time("tf head merge fwd", &mut || {
         drop(tok.detach().reshape(&[16, 4, 64, 32]).transpose(1, 2).reshape(&[16, 64, 128]))
     });
+    if !matched.get() {
+        eprintln!("op_times: no row's name starts with {only:?}");
+        std::process::exit(2);
+    }
 }

@@ -7,8 +7,18 @@ use nn_bench::{cnn, gpt2, mlp, token_ids, transformer_layer, LmStep, Step, LM_IN
 
 fn main() {
     let which = std::env::args().nth(1).unwrap_or_else(|| "cnn".into());
-    let steps: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(50);
+    let steps: usize = match std::env::args().nth(2) {
+        None => 50,
+        Some(s) => s.parse().unwrap_or_else(|_| {
+            eprintln!("profile_step: STEPS {s:?} is not a count");
+            std::process::exit(2);
+        }),
+    };
     if let Some(amp) = which.strip_prefix("gpt2") {
+        if !["", "_bf16"].contains(&amp) {
+            eprintln!("profile_step: unknown workload {which:?} (expected gpt2 or gpt2_bf16)");
+            std::process::exit(2);
+        }
         // The GPT-2 workload (`gpt2`, or `gpt2_bf16` under bf16 autocast).
         let mut s = LmStep::new(gpt2(), token_ids(50257, &LM_INPUT));
         if amp == "_bf16" {

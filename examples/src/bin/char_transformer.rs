@@ -17,7 +17,7 @@ use nn_core::optim::{AdamW, AdamWConfig, CosineAnnealingLR, LrScheduler, Optimiz
 use nn_core::random::with_rng;
 use nn_core::{manual_seed, no_grad, Forward, Module, Tensor};
 use nn_examples::char_model::{batch, batch_loss, evaluate, CharTransformer, Corpus, BATCH, BLOCK};
-use nn_examples::{progress, write_loss_svg, Amp, CommonArgs};
+use nn_examples::{progress, write_loss_svg, Amp, CommonArgs, Flag};
 use rand::Rng;
 
 #[derive(Parser)]
@@ -36,6 +36,7 @@ struct Args {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("char_transformer", &[Flag::Epochs, Flag::Resume, Flag::Limit, Flag::Device, Flag::Amp])?;
     let steps = a.epochs.map(|e| e * 100).unwrap_or(args.steps);
     manual_seed(a.seed);
     let corpus = Corpus::load()?;
@@ -63,6 +64,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
         }
         start = ck.step;
+        CommonArgs::check_schedule_length(&ck, steps, "step")?;
+        a.check_resume_end(start, steps, "step")?;
         let mut ks: Vec<(usize, f64)> =
             ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
         ks.sort_by_key(|(i, _)| *i);
@@ -93,6 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut ck =
                 Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), 0, step + 1);
             ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+            CommonArgs::record_schedule_length(&mut ck, steps);
             if a.amp == Some(Amp::F16) {
                 ck = ck.with_scaler(scaler.state_dict());
             }

@@ -15,7 +15,7 @@ use nn_core::functional::cross_entropy;
 use nn_core::optim::{CosineAnnealingLR, LrScheduler, Optimizer, Sgd, SgdConfig};
 use nn_core::{manual_seed, Forward, Module};
 use nn_data::{load_digits, DataLoader};
-use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs};
+use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs, Flag};
 use nn_layers::{Dropout, Linear, ReLU, Sequential};
 
 #[derive(Parser)]
@@ -28,6 +28,7 @@ struct Args {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("digits_mlp", &[Flag::Epochs, Flag::Resume, Flag::Limit, Flag::Device])?;
     let epochs = a.epochs.unwrap_or(40);
     manual_seed(a.seed);
     let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;
@@ -51,6 +52,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Model, optimizer, scheduler and RNG, all checked before any is changed.
         ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
         (start, step) = (ck.epoch, ck.step);
+        CommonArgs::check_schedule_length(&ck, epochs, "epoch")?;
+        a.check_resume_end(start, epochs, "epoch")?;
         losses = (0..ck.extra.len()).filter_map(|i| ck.extra.get(&format!("loss.{i}")).copied()).collect();
         println!("resumed from {} at epoch {start}", ckpt_path.display());
     }
@@ -77,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut ck =
             Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
         ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+        CommonArgs::record_schedule_length(&mut ck, epochs);
         ck.save(&ckpt_path)?;
     }
     pb.finish_and_clear();

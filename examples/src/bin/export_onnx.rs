@@ -19,7 +19,7 @@ use nn_core::functional::cross_entropy;
 use nn_core::optim::{Adam, AdamConfig, Optimizer, Sgd, SgdConfig};
 use nn_core::{manual_seed, no_grad, Forward, Module, StateDict, Tensor};
 use nn_data::{load_digits, load_mnist, DataLoader, Split};
-use nn_examples::{accuracy, progress, repo_data_dir, split, CommonArgs};
+use nn_examples::{accuracy, progress, repo_data_dir, split, CommonArgs, Flag};
 use nn_layers::{Dropout, Linear, ReLU, Sequential};
 
 #[derive(Parser)]
@@ -80,6 +80,7 @@ fn export(model: &Sequential, x_test: &Tensor, path: &Path) -> Result<(), Box<dy
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("export_onnx", &[Flag::Epochs, Flag::Limit])?;
     manual_seed(a.seed);
 
     let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;

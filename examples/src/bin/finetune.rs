@@ -19,7 +19,7 @@ use nn_core::functional::cross_entropy;
 use nn_core::optim::{Optimizer, ParamGroup, Sgd, SgdConfig};
 use nn_core::{manual_seed, Compute, Forward, Module, ModuleBase, Tensor};
 use nn_data::{load_digits, DataLoader};
-use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs};
+use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs, Flag};
 use nn_layers::{Linear, ReLU, Sequential};
 
 #[derive(Parser)]
@@ -85,6 +85,7 @@ fn train(model: &Net, opt: &mut dyn Optimizer, loader: &DataLoader, epochs: u64,
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("finetune", &[Flag::Epochs, Flag::Resume, Flag::Limit])?;
     let epochs = a.epochs.unwrap_or(20);
     manual_seed(a.seed);
     let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;
@@ -98,7 +99,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. Pretraining on digits 0-4.
     let backbone_path = a.out("finetune_pretrained.safetensors")?;
     let pretrained = Net::new();
-    if a.resume && backbone_path.exists() {
+    if a.resume && !backbone_path.exists() {
+        return Err(format!(
+            "--resume: no pretrained weights at {} to reuse (finetune's --resume skips the pretraining only)",
+            backbone_path.display()
+        )
+        .into());
+    }
+    if a.resume {
         let mut p = pretrained;
         p.load(&backbone_path)?;
         println!("resumed: reusing the pretrained weights in {}", backbone_path.display());

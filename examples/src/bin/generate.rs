@@ -81,6 +81,8 @@ fn run(model: &impl CausalLm, vocab: usize, args: &Args) -> Result<(), Box<dyn s
         println!("{tokens:?}");
     }
     if let Some(n) = args.bench {
+        // Every run makes all `max_new_tokens` (the rate counts them), past any eos token.
+        let config = GenerationConfig { ignore_eos: true, ..config };
         let start = Instant::now();
         for _ in 0..n {
             generate(model, &prompt, &config)?;

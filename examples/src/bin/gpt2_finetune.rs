@@ -101,6 +101,7 @@ struct Lora {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    args.common.refuse_unsupported("gpt2_finetune", &[])?;
     manual_seed(args.common.seed);
     let text = std::fs::read(repo_data_dir().join("pride_and_prejudice.txt"))?;
     let cut = text.len() * 9 / 10;

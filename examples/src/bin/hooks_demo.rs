@@ -22,7 +22,7 @@ use nn_core::functional::cross_entropy;
 use nn_core::optim::{Optimizer, Sgd, SgdConfig};
 use nn_core::{manual_seed, Compute, Forward, Hooks, Module, ModuleBase, Tensor};
 use nn_data::{load_digits, DataLoader};
-use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs};
+use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs, Flag};
 use nn_layers::{Linear, Sequential, Tanh};
 
 #[derive(Parser)]
@@ -62,6 +62,7 @@ fn model() -> Sequential {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("hooks_demo", &[Flag::Epochs, Flag::Resume, Flag::Limit])?;
     manual_seed(a.seed);
     let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;
     let ((xtr, ytr), (xte, yte)) = split(&data.features, &data.labels, 0.2, a.seed);
@@ -143,6 +144,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ck = Checkpoint::load(&ckpt)?;
         ck.restore(&mut net, Some(&mut opt), None)?;
         start = ck.epoch;
+        a.check_resume_end(start, epochs, "epoch")?;
     }
     let pb = progress(epochs * loader.num_batches() as u64, "stable");
     pb.set_position(start.saturating_mul(loader.num_batches() as u64));

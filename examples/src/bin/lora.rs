@@ -140,6 +140,7 @@ fn train_steps(
 fn main() -> Result<(), Error> {
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("lora", &[])?;
     manual_seed(a.seed);
     let corpus = Corpus::load()?;
     let (train, held, vocab) = (corpus.train(), corpus.held(), corpus.vocab.len());

@@ -20,7 +20,7 @@ use nn_core::functional::cross_entropy;
 use nn_core::optim::{Adam, AdamConfig, LrScheduler, Optimizer, StepLR};
 use nn_core::{manual_seed, Forward, Module};
 use nn_data::{load_mnist, DataLoader, Split};
-use nn_examples::{accuracy, progress, test_loss, write_loss_svg, Amp, CommonArgs};
+use nn_examples::{accuracy, progress, test_loss, write_loss_svg, Amp, CommonArgs, Flag};
 use nn_layers::Sequential;
 
 #[derive(Clone, Copy, ValueEnum, Debug)]
@@ -64,6 +64,7 @@ fn build(model: Model) -> Sequential {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("mnist", &[Flag::Epochs, Flag::Resume, Flag::Limit, Flag::Device, Flag::Amp])?;
     let name = format!("{:?}_{:?}", args.dataset, args.model).to_lowercase();
     let dir = args.data_dir.clone().unwrap_or_else(|| {
         let sub = match args.dataset {
@@ -102,6 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
         }
         (start, step) = (ck.epoch, ck.step);
+        a.check_resume_end(start, epochs, "epoch")?;
         let mut ks: Vec<(usize, f64)> =
             ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
         ks.sort_by_key(|(i, _)| *i);

@@ -18,7 +18,7 @@ use nn_core::functional::cross_entropy;
 use nn_core::optim::{Adam, AdamConfig, Optimizer};
 use nn_core::{manual_seed, Forward, Module, StateDict};
 use nn_data::{load_digits, DataLoader};
-use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs};
+use nn_examples::{accuracy, progress, repo_data_dir, split, write_loss_svg, CommonArgs, Flag};
 use nn_layers::{Linear, ReLU, Sequential};
 
 #[derive(Parser)]
@@ -31,6 +31,7 @@ struct Args {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("pytorch_interop", &[Flag::Epochs, Flag::Resume, Flag::Limit])?;
     manual_seed(a.seed);
     let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;
     let path = repo_data_dir().join("pytorch_digits_mlp.safetensors");
@@ -65,6 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ck = Checkpoint::load(&ckpt)?;
         ck.restore(&mut model, Some(&mut opt), None)?;
         start = ck.epoch;
+        a.check_resume_end(start, epochs, "epoch")?;
     }
     let loader = DataLoader::new(xtr, ytr, 32).shuffle(a.seed);
     let pb = progress(epochs * loader.num_batches() as u64, "fine-tune");

@@ -627,3 +627,15 @@ fn a_clamps_bounds_are_saved_as_they_were_in_the_forward() {
     y.sum().backward();
     assert_eq!(x.grad().unwrap().to_vec(), [1.0, 1.0]);
 }
+
+#[test]
+fn set_data_from_part_of_a_larger_buffer_owns_a_buffer_of_its_own() {
+    let fused = Tensor::arange(0.0, 8.0, 1.0).reshape(&[4, 2]);
+    let w = Tensor::zeros(&[2, 2]);
+    w.set_data(&fused.narrow(0, 0, 2));
+    assert_eq!(w.storage_arc().len(), 4, "not the fused buffer of 8");
+    w.share_storage_with_views(); // FSDP's call: a tensor spanning its buffer
+    w.add_(1.0);
+    assert_eq!(fused.to_vec()[..4], [0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(w.to_vec(), [1.0, 2.0, 3.0, 4.0]);
+}

@@ -169,7 +169,9 @@ impl Tensor {
                  values of that tensor instead"
             );
         }
-        let new = if src.layout() == self.layout() {
+        // The source's buffer itself when it holds just this layout's elements (a buffer
+        // larger than that, a view's, is copied: the tensor owns what it reads).
+        let new = if src.layout() == self.layout() && src.storage_arc().len() == src.layout().storage_span() {
             src.storage_arc()
         } else if self.is_contiguous() && self.layout().offset() == 0 {
             src.snapshot().contiguous().storage_arc()

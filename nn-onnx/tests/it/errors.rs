@@ -126,6 +126,13 @@ impl Compute for Custom {
                 d.copy_(&Tensor::full(&[4], 2.0));
                 &(&h * &c) + &(&h * &d)
             }
+            // A write through a view of a constant before anything reads it: exported with
+            // the written values.
+            12 => {
+                let c = Tensor::zeros(&[4]);
+                c.narrow(0, 0, 2).fill_(1.0);
+                &h * &c
+            }
             // Randomness in the forward.
             _ => &h + &Tensor::randn(&[4]),
         }
@@ -177,11 +184,13 @@ fn user_code_that_cannot_be_a_graph_is_named() {
     let err = export_err(&custom(10), &x).to_string();
     assert!(err.starts_with("cannot export `copy_` in the top-level module (Custom)"), "{err}");
     // A copy written in place exports with its own values: 3h, as eager.
-    let model = custom(11);
-    let bytes = nn_onnx::to_bytes(&model, &x, &ExportOptions::default()).unwrap();
-    let want: Vec<f64> = model.forward(&x).to_vec().iter().map(|&v| f64::from(v)).collect();
-    let got = crate::support::run_tract(&bytes, std::slice::from_ref(&x));
-    crate::support::assert_matches("a written copy", &got[0].1, &want);
+    for (mode, what) in [(11, "a written copy"), (12, "a constant written through a view before use")] {
+        let model = custom(mode);
+        let bytes = nn_onnx::to_bytes(&model, &x, &ExportOptions::default()).unwrap();
+        let want: Vec<f64> = model.forward(&x).to_vec().iter().map(|&v| f64::from(v)).collect();
+        let got = crate::support::run_tract(&bytes, std::slice::from_ref(&x));
+        crate::support::assert_matches(what, &got[0].1, &want);
+    }
 }
 
 /// A lazy layer that has not run yet: its weights would be exported as constants, not as

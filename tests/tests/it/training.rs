@@ -336,3 +336,36 @@ fn colliding_parameter_groups_are_refused_at_construction() {
     let after: Vec<Vec<f32>> = model.parameters().iter().map(|p| p.to_vec()).collect();
     assert_eq!(before, after);
 }
+
+/// A checkpoint holding a scheduler's state, restored with an optimizer but no scheduler,
+/// is refused (a new scheduler would restart from the decayed rates), unless the caller
+/// drops the state on purpose; an `extra` value that JSON cannot hold (a diverged loss)
+/// is refused at save, leaving the previous file as it was.
+#[test]
+fn a_checkpoints_scheduler_is_not_dropped_and_nan_extras_are_not_written() {
+    use nn_core::checkpoint::Checkpoint;
+    let m = small_model();
+    let mut opt = Sgd::new(m.named_parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+    let mut sched = StepLR::new(&mut opt, 1, 0.5);
+    sched.step(&mut opt);
+    let mut ck = Checkpoint::new(m.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), 1, 1);
+    let mut m2 = small_model();
+    let mut opt2 = Sgd::new(m2.named_parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+    let e = ck.restore(&mut m2, Some(&mut opt2), None).unwrap_err().to_string();
+    assert!(e.contains("holds a scheduler's state: pass the scheduler"), "{e}");
+    assert_eq!(opt2.group_lr(0), 0.1, "nothing restored");
+    ck.restore(&mut m2, None, None).unwrap(); // the model alone: weights, no schedule
+    ck.scheduler = None;
+    ck.restore(&mut m2, Some(&mut opt2), None).unwrap(); // on purpose
+    assert_eq!(opt2.group_lr(0), 0.05);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ck.safetensors");
+    ck.save(&path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    ck.extra.insert("loss.7".into(), f64::NAN);
+    let e = ck.save(&path).unwrap_err().to_string();
+    assert!(e.contains("`extra[\"loss.7\"]` is NaN") && e.contains("nothing was written"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
+}
