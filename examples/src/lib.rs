@@ -119,7 +119,7 @@ impl CommonArgs {
         if start >= end {
             return Err(format!(
                 "the checkpoint is at {unit} {start} and the run ends at {unit} {end}: nothing left to train; pass a \
-                 larger --epochs (or drop --resume to start over)"
+                 larger --epochs (or --steps), or drop --resume to start over"
             ));
         }
         Ok(())
@@ -138,7 +138,7 @@ impl CommonArgs {
         match ck.extra.get("schedule_length") {
             Some(&saved) if saved != len as f64 => Err(format!(
                 "the checkpoint's run has a learning-rate schedule of {saved} {unit}s, this one {len}: resuming would \
-                 change the schedule mid-run; pass the run's own --epochs (or drop --resume to start over)"
+                 change the schedule mid-run; resume with the run's own length, or drop --resume to start over"
             )),
             _ => Ok(()),
         }
@@ -178,6 +178,13 @@ impl CommonArgs {
             ..Default::default()
         })
     }
+}
+
+/// The losses as a checkpoint's `extra` entries (`loss.<i>`), leaving out non-finite ones
+/// (a step the gradient scaler skipped): `Checkpoint::save` refuses them, as JSON cannot
+/// hold them.
+pub fn losses_extra(losses: &[f64]) -> std::collections::HashMap<String, f64> {
+    losses.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (format!("loss.{i}"), l)).collect()
 }
 
 /// A progress bar over `len` steps showing the running loss (hidden when stderr is not a

@@ -292,7 +292,9 @@ impl Checkpoint {
     /// // A model the checkpoint does not fit: an error, and nothing changed.
     /// let mut other = Net { w: Parameter::new(Tensor::zeros(&[3])) };
     /// let mut opt3 = Sgd::new(other.named_parameters(), SgdConfig { lr: 0.1, ..Default::default() });
-    /// assert!(ck.restore(&mut other, Some(&mut opt3), None).is_err());
+    /// let mut sched3 = StepLR::new(&mut opt3, 1, 0.5);
+    /// let e = ck.restore(&mut other, Some(&mut opt3), Some(&mut sched3)).unwrap_err();
+    /// assert!(e.to_string().contains("\"w\" is [2]"), "{e}"); // the model's mismatch, named
     /// assert_eq!((other.w.to_vec(), opt3.group_lr(0)), (vec![0.0; 3], 0.1));
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```

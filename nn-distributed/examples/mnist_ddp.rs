@@ -27,7 +27,7 @@ use nn_core::optim::{Adam, AdamConfig, LrScheduler, Optimizer, StepLR};
 use nn_core::{manual_seed, no_grad, DType, Forward, Module, Tensor};
 use nn_data::{load_mnist, DataLoader, DistributedSampler, Split};
 use nn_distributed::{DistributedDataParallel, ProcessGroup, ReduceOp, SyncBatchNorm};
-use nn_examples::{progress, write_loss_svg, CommonArgs};
+use nn_examples::{progress, write_loss_svg, CommonArgs, Flag};
 
 #[derive(Clone, Copy, ValueEnum, Debug)]
 enum Model {
@@ -69,6 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lead = rank == 0;
     let args = Args::parse();
     let a = &args.common;
+    a.refuse_unsupported("mnist_ddp", &[Flag::Epochs, Flag::Resume, Flag::Limit])?;
     if args.batch_size % world != 0 {
         return Err(format!("--batch-size {} does not split evenly over {world} ranks", args.batch_size).into());
     }
@@ -123,6 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         opt.load_state_dict(ck.optimizer.as_ref().ok_or("checkpoint without optimizer state")?)?;
         sched.load_state(ck.scheduler.as_ref().ok_or("checkpoint without scheduler state")?, &mut opt)?;
         (start, step) = (ck.epoch, ck.step);
+        a.check_resume_end(start, epochs, "epoch")?;
         let mut ks: Vec<(usize, f64)> =
             ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
         ks.sort_by_key(|(i, _)| *i);
@@ -160,7 +162,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if lead {
             let mut ck =
                 Checkpoint::new(ddp.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
-            ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+            ck.extra = nn_examples::losses_extra(&losses);
             ck.save(&ckpt)?;
         }
         ddp.eval();

@@ -68,8 +68,10 @@ pub(crate) struct Builder<'a> {
     /// Tensors a traced op created besides its result: op index.
     internal: HashMap<TensorId, usize>,
     consumed: HashSet<TensorId>,
-    /// The tensors `consumed` names, to find an in-place update through an alias of one.
+    /// The tensors an op read the values of (views read none), to find an in-place update
+    /// through an alias of one; `read` holds their ids.
     used: Vec<Tensor>,
+    read: HashSet<TensorId>,
     /// Results of layout-only ops (`contiguous`, `detach`): the tensor they alias.
     aliases: HashMap<TensorId, Tensor>,
     counter: usize,
@@ -157,6 +159,7 @@ impl<'a> Builder<'a> {
             internal: HashMap::new(),
             consumed: HashSet::new(),
             used: Vec::new(),
+            read: HashSet::new(),
             aliases: HashMap::new(),
             counter: 0,
             scope: String::new(),
@@ -433,7 +436,8 @@ impl<'a> Builder<'a> {
         // exported with the written values, as eager execution computes.
         let view = matches!(a.name, "reshape" | "permute" | "narrow" | "expand");
         for t in &a.inputs {
-            if self.consumed.insert(t.id()) && !view {
+            self.consumed.insert(t.id());
+            if !view && self.read.insert(t.id()) {
                 self.used.push(t.clone());
             }
         }

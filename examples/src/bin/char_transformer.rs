@@ -23,9 +23,10 @@ use rand::Rng;
 #[derive(Parser)]
 #[command(about = "Character-level Transformer on Pride and Prejudice")]
 struct Args {
-    /// Optimizer steps (overrides --epochs, which counts 100-step blocks).
-    #[arg(long, default_value_t = 600)]
-    steps: u64,
+    /// Optimizer steps (default 600; `--epochs N` is N 100-step blocks: give one or the
+    /// other).
+    #[arg(long, conflicts_with = "epochs")]
+    steps: Option<u64>,
     /// Characters to sample at the end.
     #[arg(long, default_value_t = 300)]
     sample_len: usize,
@@ -37,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let a = &args.common;
     a.refuse_unsupported("char_transformer", &[Flag::Epochs, Flag::Resume, Flag::Limit, Flag::Device, Flag::Amp])?;
-    let steps = a.epochs.map(|e| e * 100).unwrap_or(args.steps);
+    let steps = args.steps.or(a.epochs.map(|e| e * 100)).unwrap_or(600);
     manual_seed(a.seed);
     let corpus = Corpus::load()?;
     let (vocab, ids) = (&corpus.vocab, &corpus.ids);
@@ -95,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if (step + 1) % 100 == 0 || step + 1 == steps {
             let mut ck =
                 Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), 0, step + 1);
-            ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+            ck.extra = nn_examples::losses_extra(&losses);
             CommonArgs::record_schedule_length(&mut ck, steps);
             if a.amp == Some(Amp::F16) {
                 ck = ck.with_scaler(scaler.state_dict());

@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pb.set_message(format!("epoch {} loss {:.4}", epoch + 1, total / count as f64));
         let mut ck =
             Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
-        ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+        ck.extra = nn_examples::losses_extra(&losses);
         CommonArgs::record_schedule_length(&mut ck, epochs);
         ck.save(&ckpt_path)?;
     }

@@ -135,7 +135,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sched.step(&mut opt);
         let mut ck =
             Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
-        ck.extra = losses.iter().enumerate().map(|(i, &l)| (format!("loss.{i}"), l)).collect();
+        ck.extra = nn_examples::losses_extra(&losses);
         if a.amp == Some(Amp::F16) {
             ck = ck.with_scaler(scaler.state_dict());
         }
