@@ -116,7 +116,7 @@ impl BufferField for Option<Tensor> {
 #[diagnostic::on_unimplemented(
     message = "`#[module]` needs a type that implements `Module`, got `{Self}`",
     label = "not a module",
-    note = "plain data needs no annotation: remove `#[module]`; a type of your own becomes a module with `#[derive(Module)]`"
+    note = "a type of your own becomes a module with `#[derive(Module)]`, and a generic parameter one with a `Module` bound (`M: Module`); plain data needs no annotation: remove `#[module]`"
 )]
 pub trait ModuleField {
     /// Reports the sub-module, if set.

@@ -45,6 +45,46 @@ fn generic_args(ty: &Type) -> Vec<&Type> {
     a.args.iter().filter_map(|g| if let GenericArgument::Type(t) = g { Some(t) } else { None }).collect()
 }
 
+/// The element types of the tuples `ty` holds, directly or in the containers the derive
+/// knows (lists, maps' values, `Option`, `Box`, shared and locked cells), deduplicated:
+/// `String` and `Linear` for `Vec<(String, Linear)>`. A tuple holds state when any element
+/// does, which a trait cannot say; the derive checks each element.
+pub fn tuple_elements(ty: &Type) -> Vec<&Type> {
+    fn walk<'a>(ty: &'a Type, in_tuple: bool, out: &mut Vec<&'a Type>) {
+        match ty {
+            Type::Tuple(t) => t.elems.iter().for_each(|e| walk(e, true, out)),
+            Type::Array(a) => walk(&a.elem, in_tuple, out),
+            Type::Slice(s) => walk(&s.elem, in_tuple, out),
+            Type::Reference(r) => walk(&r.elem, in_tuple, out),
+            Type::Paren(p) => walk(&p.elem, in_tuple, out),
+            Type::Group(g) => walk(&g.elem, in_tuple, out),
+            Type::Path(_) => {
+                let args = generic_args(ty);
+                let inner: Vec<&Type> = match last_segment(ty).as_str() {
+                    "Vec" | "VecDeque" | "LinkedList" | "SmallVec" | "Option" | "Box" | "Arc" | "Rc" | "Weak"
+                    | "Mutex" | "RwLock" | "RefCell" | "Cell" | "OnceCell" | "OnceLock" | "LazyLock" | "Pin" => {
+                        args.into_iter().take(1).collect()
+                    }
+                    "HashMap" | "BTreeMap" | "IndexMap" => args.into_iter().skip(1).take(1).collect(),
+                    _ => Vec::new(),
+                };
+                if in_tuple && inner.is_empty() {
+                    if !out.iter().any(|t| code(t) == code(ty)) {
+                        out.push(ty);
+                    }
+                } else {
+                    inner.into_iter().for_each(|t| walk(t, in_tuple, out));
+                }
+            }
+            _ if in_tuple => out.push(ty),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(ty, false, &mut out);
+    out
+}
+
 /// The shape of `ty`, seen through references, parentheses and invisible groups.
 pub fn shape_of(ty: &Type) -> TypeShape {
     let is_tensorish = |t: &Type| matches!(last_segment(t).as_str(), "Tensor" | "Parameter");
@@ -72,7 +112,8 @@ pub fn shape_of(ty: &Type) -> TypeShape {
                     Some(inner) => TypeShape::Option(Box::new(shape_of(inner))),
                     None => TypeShape::Other,
                 },
-                "Arc" | "Rc" | "Mutex" | "RwLock" | "RefCell" | "Cell" => TypeShape::Shared,
+                "Arc" | "Rc" | "Weak" | "Mutex" | "RwLock" | "RefCell" | "Cell" | "OnceCell" | "OnceLock"
+                | "LazyLock" | "Pin" => TypeShape::Shared,
                 _ => TypeShape::Other,
             }
         }
@@ -210,6 +251,18 @@ mod tests {
         );
         assert!(matches!(shape_of(&ty("Arc<Mutex<Linear>>")), TypeShape::Shared));
         assert!(matches!(shape_of(&ty("()")), TypeShape::Other));
+    }
+
+    #[test]
+    fn tuple_elements_are_found_through_known_containers() {
+        let names = |s: &str| tuple_elements(&ty(s)).into_iter().map(code).collect::<Vec<_>>();
+        assert_eq!(names("Vec<(String, Linear)>"), ["String", "Linear"]);
+        assert_eq!(names("(Linear, Linear)"), ["Linear"]);
+        assert_eq!(names("Option<(usize, Vec<Tensor>)>"), ["usize", "Tensor"]);
+        assert_eq!(names("HashMap<(u8, u8), Linear>"), Vec::<String>::new(), "keys are not state");
+        assert_eq!(names("BTreeMap<String, (Linear, f32)>"), ["Linear", "f32"]);
+        assert_eq!(names("(usize, (String, Box<Linear>))"), ["usize", "String", "Linear"]);
+        assert!(names("Vec<Linear>").is_empty() && names("Foo<(u8, Linear)>").is_empty());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use quote::{quote, quote_spanned, ToTokens};
 
 use crate::ast::Field;
 use crate::spans::stretch;
-use crate::types::{code, last_segment, replace_self, shape_of, TypeShape};
+use crate::types::{code, last_segment, replace_self, shape_of, tuple_elements, TypeShape};
 
 /// What an unannotated field's error says: what the type holds, and what to write.
 fn hint(f: &Field<'_>) -> (&'static str, String) {
@@ -13,6 +13,14 @@ fn hint(f: &Field<'_>) -> (&'static str, String) {
     let ty = code(f.ty);
     let any = "a registered field is a `Module`, a `Parameter` or a `Tensor` (or an `Option` of one); a list of \
                layers is a `ModuleList`, a map of layers a `ModuleDict`";
+    if !matches!(shape_of(f.ty), TypeShape::Tuple) && !tuple_elements(f.ty).is_empty() {
+        return (
+            "module state in a tuple",
+            "tuples are not traversed: keep named layers in a `#[module] ModuleDict<...>` (the names as keys), a list \
+             in a `#[module] ModuleList<...>`, or give each layer its own `#[module]` field"
+                .to_string(),
+        );
+    }
     match shape_of(f.ty) {
         TypeShape::List(elem) => match elem.strip_prefix("Option<").and_then(|e| e.strip_suffix('>')) {
             Some(inner) => {
@@ -72,7 +80,18 @@ pub fn check(f: &Field<'_>, private: &TokenStream, self_ty: &TokenStream) -> Tok
     let note = escape_braces(note);
     let label = "invisible to `parameters()`, `state_dict()` and `to_device()`";
     let call = stretch(quote!(PlainData::__nn_check), first, last);
-    let arg = stretch(quote!(&(&#private::Probe::<#ty>::new()).__nn_probe()), first, last);
+    // A tuple holds state when any element does (which no trait bound says): each element
+    // is probed; any other type is probed whole.
+    let elements = tuple_elements(f.ty);
+    let probed: Vec<TokenStream> = if elements.is_empty() {
+        vec![ty]
+    } else {
+        elements.iter().map(|e| replace_self(e.to_token_stream(), self_ty)).collect()
+    };
+    let calls = probed.iter().map(|t| {
+        let arg = stretch(quote!(&(&#private::Probe::<#t>::new()).__nn_probe()), first, last);
+        quote_spanned!(first=> #call(#arg);)
+    });
     quote_spanned! {first=>
         {
             #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
@@ -81,7 +100,7 @@ pub fn check(f: &Field<'_>, private: &TokenStream, self_ty: &TokenStream) -> Tok
             }
             #[diagnostic::do_not_recommend]
             impl PlainData for #private::Plain {}
-            #call(#arg);
+            #(#calls)*
         }
     }
 }

@@ -61,4 +61,6 @@ fn ui() {
     t.compile_fail("ui/fail/39-generic-base-narrower-compute.rs");
     t.compile_fail("ui/fail/40-bad-name.rs");
     t.compile_fail("ui/fail/41-name-given-twice.rs");
+    t.compile_fail("ui/fail/42-tuple-mixing-data-and-layers.rs");
+    t.compile_fail("ui/fail/43-unannotated-cells-and-locks.rs");
 }

@@ -20,6 +20,18 @@ impl<T: HoldsState + ?Sized> HoldsState for std::sync::Arc<T> {}
 impl<T: HoldsState + ?Sized> HoldsState for std::rc::Rc<T> {}
 impl<T: HoldsState + ?Sized> HoldsState for std::cell::RefCell<T> {}
 impl<T: HoldsState + ?Sized> HoldsState for std::sync::Mutex<T> {}
+impl<T: HoldsState + ?Sized> HoldsState for std::sync::RwLock<T> {}
+impl<T: HoldsState + ?Sized> HoldsState for std::cell::Cell<T> {}
+impl<T: HoldsState> HoldsState for std::cell::OnceCell<T> {}
+impl<T: HoldsState> HoldsState for std::sync::OnceLock<T> {}
+impl<T: HoldsState, F> HoldsState for std::sync::LazyLock<T, F> {}
+impl<T: HoldsState + ?Sized> HoldsState for std::sync::Weak<T> {}
+impl<T: HoldsState + ?Sized> HoldsState for std::rc::Weak<T> {}
+impl<P: HoldsState> HoldsState for std::pin::Pin<P> {}
+impl<T: HoldsState + ?Sized> HoldsState for &T {}
+impl<T: HoldsState + ?Sized> HoldsState for &mut T {}
+impl<T: HoldsState> HoldsState for std::collections::LinkedList<T> {}
+impl<A: smallvec::Array> HoldsState for smallvec::SmallVec<A> where A::Item: HoldsState {}
 impl<K, V: HoldsState, S> HoldsState for std::collections::HashMap<K, V, S> {}
 impl<K, V: HoldsState> HoldsState for std::collections::BTreeMap<K, V> {}
 macro_rules! tuple_state {

@@ -1,5 +1,5 @@
 // Plain-data fields of many types need no annotation and no trait impl: numbers,
-// `String`, `Vec<f32>`, `HashMap<String, usize>`, tuples of numbers, arrays, `Option`s of
+// `String`, `Vec<f32>`, `HashMap<String, usize>`, tuples of plain data (in a `Vec` too), arrays, `Option`s of
 // plain data, function pointers, `'static` references, `PhantomData<Self>`, and generic
 // parameters without bounds (`T`, `Vec<T>`), even when `T` is later instantiated with a
 // module type.
@@ -23,6 +23,7 @@ struct Config<'a, T, const N: usize> {
     vocab: HashMap<String, usize>,
     ordered: BTreeMap<usize, String>,
     shape: (usize, usize),
+    named: Vec<(String, usize)>,
     dims: [usize; N],
     maybe: Option<u64>,
     boxed: Box<str>,
@@ -47,6 +48,7 @@ fn main() {
         vocab: HashMap::new(),
         ordered: BTreeMap::new(),
         shape: (1, 2),
+        named: vec![("a".into(), 1)],
         dims: [1, 2, 3],
         maybe: None,
         boxed: "b".into(),
@@ -64,5 +66,5 @@ fn main() {
     assert_eq!(c.named_children().len(), 0);
     let _ = (&c.hidden, &c.dropout, &c.name, &c.label, &c.weights, &c.vocab, &c.ordered, &c.shape);
     let _ = (&c.dims, &c.maybe, &c.boxed, &c.shared, (c.act)(-1.0), &c.dtype, &c.device, &c.extra);
-    let _ = (&c.many, &c.unit, &c.marker);
+    let _ = (&c.many, &c.unit, &c.marker, &c.named);
 }
