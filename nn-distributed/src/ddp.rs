@@ -149,7 +149,7 @@ impl<M: Module + Compute> DistributedDataParallel<M> {
             }
             None => group.clone(),
         };
-        if let Some((path, _)) = module.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+        if let Some((path, _)) = module.first_uninitialized() {
             // Lazy layers have no parameters yet: they would be neither broadcast nor
             // reduced, and each rank would train its own (PyTorch refuses them too).
             let at = if path.is_empty() { "the model itself".to_string() } else { format!("`{path}`") };

@@ -491,7 +491,7 @@ fn names(given: &[String], n: usize, stem: &str) -> Result<Vec<String>, Error> {
 }
 
 fn model_info<M: Module>(model: &M) -> Result<graph::ModelInfo, Error> {
-    if let Some((path, m)) = model.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+    if let Some((path, m)) = model.first_uninitialized() {
         let at = if path.is_empty() { String::new() } else { format!(" `{path}`") };
         return Err(Error::Model(format!(
             "the lazy module{at} ({}) has no parameters until its first forward: run one forward pass first, so \

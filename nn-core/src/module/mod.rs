@@ -223,6 +223,12 @@ pub trait Module: HoldsState + Any {
         self.named_buffers().into_iter().map(|(_, t)| t).collect()
     }
 
+    /// The dotted path (`""` for this module) and the module of the first lazy module,
+    /// pre-order, that has not run its first forward yet: its parameters do not exist.
+    fn first_uninitialized(&self) -> Option<(String, &dyn Module)> {
+        self.named_modules().into_iter().find(|(_, m)| m.is_uninitialized())
+    }
+
     /// `("", self)` first, then every sub-module with its dotted path, pre-order.
     fn named_modules(&self) -> Vec<(String, &dyn Module)> {
         let mut out = vec![(String::new(), self.as_dyn())];
@@ -386,7 +392,7 @@ pub trait Module: HoldsState + Any {
     /// # Errors
     /// [`Error::Uninitialized`].
     fn try_state_dict(&self) -> Result<StateDict> {
-        if let Some((_, m)) = self.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+        if let Some((_, m)) = self.first_uninitialized() {
             return Err(Error::Uninitialized { module: m.type_name() });
         }
         let mut sd = StateDict::default();
@@ -575,7 +581,7 @@ pub trait Module: HoldsState + Any {
     /// uninitialised parameter.
     #[track_caller]
     fn requires_grad_(&self, requires_grad: bool) {
-        if let Some((path, m)) = self.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+        if let Some((path, m)) = self.first_uninitialized() {
             let at = if path.is_empty() { String::new() } else { format!(" `{path}`") };
             panic!(
                 "requires_grad_({requires_grad}): the lazy module{at} ({}) has no parameters until its first forward, \
@@ -627,11 +633,7 @@ impl fmt::Display for dyn Module {
 /// would list parameters that do not include its own.
 #[track_caller]
 fn refuse_uninitialized(m: &dyn Module, op: &str) {
-    let (path, lazy) = m
-        .named_modules()
-        .into_iter()
-        .find(|(_, m)| m.is_uninitialized())
-        .expect("called for a module with a lazy sub-module");
+    let (path, lazy) = m.first_uninitialized().expect("called for a module with a lazy sub-module");
     let at = if path.is_empty() { String::new() } else { format!(" `{path}`") };
     panic!(
         "{op}: the lazy module{at} ({}) has no parameters until its first forward, so a list taken now (an \

@@ -241,7 +241,8 @@ impl Tensor {
     /// Whether this tensor's saved values read its buffer slot
     /// ([`share_storage_with_views`](Tensor::share_storage_with_views)).
     pub fn shares_storage_with_views(&self) -> bool {
-        self.slot().shared.load(Ordering::Acquire)
+        // Read under the lock, without cloning the slot's `Arc` (every op asks, per input).
+        self.0.storage.read().unwrap_or_else(|e| e.into_inner()).shared.load(Ordering::Acquire)
     }
 
     /// The slot this tensor reads its buffer from, shared with its aliases.

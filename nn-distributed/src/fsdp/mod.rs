@@ -236,7 +236,7 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
             }
             None => group.clone(),
         };
-        if let Some((path, _)) = module.named_modules().into_iter().find(|(_, m)| m.is_uninitialized()) {
+        if let Some((path, _)) = module.first_uninitialized() {
             let at = if path.is_empty() { "the model itself".to_string() } else { format!("`{path}`") };
             return Err(fsdp_err(
                 AT,
