@@ -372,6 +372,11 @@ fn pad_token_id_is_the_word_embeddings_padding_row() {
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
     let c = nn_models::bert::BertConfig::from_dir(dir.path()).unwrap();
     assert_eq!(c.pad_token_id, Some(0));
+    // transformers' own BertModel, built from this config with random weights (the
+    // fixture), has its pad row zeroed too.
+    let hf = StateDict::load(fixture("bert").join("model.safetensors")).unwrap();
+    let hf_row = hf.get("embeddings.word_embeddings.weight").unwrap().narrow(0, 0, 1).to_vec();
+    assert_eq!(hf_row, vec![0.0; c.hidden_size], "transformers zeroes the pad row");
     let bert = nn_models::bert::BertModel::new(&c);
     let (name, w) = bert.named_parameters().into_iter().find(|(n, _)| n.ends_with("word_embeddings.weight")).unwrap();
     assert_eq!(w.narrow(0, 0, 1).to_vec(), vec![0.0; c.hidden_size], "{name}: the pad row starts at zero");
