@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::amp::{GradScaler, GradScalerState};
 use crate::error::{Error, Result};
 use crate::module::Module;
-use crate::optim::{LrScheduler, Optimizer, OptimizerState, SchedulerState};
+use crate::optim::{HyperParams, LrScheduler, Optimizer, OptimizerState, SchedulerState};
 use crate::random::RngState;
 use crate::state_dict::StateDict;
 
@@ -56,6 +56,10 @@ struct Meta {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     optimizer_hyper_params: Vec<crate::optim::HyperParams>,
     scheduler: Option<(u64, Vec<f64>)>,
+    /// [`SchedulerState::hyper_params`]; absent from checkpoints written before they were
+    /// saved (those load, recording none).
+    #[serde(default, skip_serializing_if = "HyperParams::is_empty")]
+    scheduler_hyper_params: HyperParams,
     rng_seed: String,
     rng_stream: u64,
     rng_word_pos: String,
@@ -118,6 +122,14 @@ impl Checkpoint {
                 )));
             }
         }
+        if let Some(s) = &self.scheduler {
+            if let Some((k, v)) = s.hyper_params.iter().find(|(_, v)| !v.is_finite()) {
+                return Err(Error::SchedulerState {
+                    key: format!("hyper_params.{k}"),
+                    reason: format!("is {v}; a hyper-parameter is finite"),
+                });
+            }
+        }
         if let Some((k, v)) = self.extra.iter().find(|(_, v)| !v.is_finite()) {
             return Err(Error::Checkpoint {
                 path: path.as_ref().to_path_buf(),
@@ -143,6 +155,7 @@ impl Checkpoint {
             optimizer_lrs: self.optimizer.as_ref().map(|o| o.lrs.clone()),
             optimizer_hyper_params: self.optimizer.as_ref().map(|o| o.hyper_params.clone()).unwrap_or_default(),
             scheduler: self.scheduler.as_ref().map(|s| (s.last_epoch, s.base_lrs.clone())),
+            scheduler_hyper_params: self.scheduler.as_ref().map(|s| s.hyper_params.clone()).unwrap_or_default(),
             rng_seed: hex(&self.rng.seed),
             rng_stream: self.rng.stream,
             rng_word_pos: self.rng.word_pos.to_string(),
@@ -203,6 +216,8 @@ impl Checkpoint {
         if let Some((last_epoch, base_lrs)) = &m.scheduler {
             counter("scheduler.last_epoch", *last_epoch)?;
             lrs("scheduler.base_lrs", base_lrs)?;
+        } else if !m.scheduler_hyper_params.is_empty() {
+            return Err(bad("scheduler hyper-parameters but no `scheduler` state".into()));
         }
         if let Some(scaler) = &m.scaler {
             scaler.check().map_err(|e| match e {
@@ -244,7 +259,11 @@ impl Checkpoint {
                 lrs,
                 hyper_params: m.optimizer_hyper_params,
             }),
-            scheduler: m.scheduler.map(|(last_epoch, base_lrs)| SchedulerState { last_epoch, base_lrs }),
+            scheduler: m.scheduler.map(|(last_epoch, base_lrs)| SchedulerState {
+                last_epoch,
+                base_lrs,
+                hyper_params: m.scheduler_hyper_params,
+            }),
             epoch: m.epoch,
             step: m.step,
             rng: RngState { seed, stream: m.rng_stream, word_pos },
@@ -306,7 +325,7 @@ impl Checkpoint {
     /// [`restore_with_scaler`](Checkpoint::restore_with_scaler), or set `scaler` to `None`
     /// to start a new scaler on purpose), or a scheduler's state while an optimizer is
     /// restored without a scheduler (likewise: pass it, or set `scheduler` to `None`);
-    /// [`Error::SchedulerState`],
+    /// [`Error::SchedulerState`] (a state of another kind of schedule among them),
     /// [`Error::OptimizerState`] or [`Error::StateDict`] when a part does not fit.
     pub fn restore(
         &self,
@@ -389,7 +408,7 @@ impl Checkpoint {
         };
         let scheduler = match (scheduler, &self.scheduler, &optimizer) {
             (Some(s), Some(state), Some((o, _))) => {
-                state.check(&**o)?;
+                s.check_state(state, &**o)?;
                 Some((s, state))
             }
             (Some(_), None, _) => return Err(bad("no scheduler state to restore")),
@@ -429,9 +448,10 @@ impl Checkpoint {
         }
         model.load_state_dict(&self.model, true)?;
         // The learning rates are the optimizer's state's (restored above); the scheduler
-        // continues from them, as PyTorch's does.
-        if let Some((s, state)) = scheduler {
-            *s.state_mut() = state.clone();
+        // continues from them, as PyTorch's does. Its state was checked above against the
+        // optimizer's group count, which loading the optimizer's state keeps.
+        if let (Some((s, state)), Some((o, _))) = (scheduler, &mut optimizer) {
+            s.load_state(state, &mut **o).expect("the scheduler's state was checked above");
         }
         if let Some((s, state)) = scaler {
             s.load_state_dict(state)?;

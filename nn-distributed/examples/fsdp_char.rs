@@ -70,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         start = std::fs::read_to_string(&step_file)?.trim().parse()?;
         // The learning rate is the loaded optimizer state's; the scheduler goes on from
         // step `start` (stepping it `start` times would decay the loaded rate again).
-        let state = SchedulerState { last_epoch: start, base_lrs: sched.state().base_lrs.clone() };
+        let state = SchedulerState { last_epoch: start, ..sched.state().clone() };
         sched.load_state(&state, &mut opt)?;
     }
     if lead {

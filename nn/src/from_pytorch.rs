@@ -188,8 +188,11 @@
 //!
 //! `optimizer.load_state_dict(sd)` restores the buffers and each group's hyper-parameters
 //! (`sd["param_groups"]`); schedulers chain (`LinearLR` then `CosineAnnealingLR`, both
-//! stepped) and start from the group's `initial_lr`. nn does the same: the state's
-//! `hyper_params` hold PyTorch's names, and an Adam state is refused by an AdamW.
+//! stepped) and start from the group's `initial_lr`; a scheduler's `state_dict` holds its
+//! hyper-parameters (`step_size`, `T_max`, ...) and `load_state_dict` restores them. nn
+//! does the same: the states' `hyper_params` hold PyTorch's names, an Adam state is refused
+//! by an AdamW, and a `StepLR`'s state by a `CosineAnnealingLR` (PyTorch would load it and
+//! run the cosine from the step schedule's step count).
 //! ```
 //! use nn::optim::{CosineAnnealingLR, LinearLR, LrScheduler, Optimizer, Sgd, SgdConfig};
 //! use nn::{Parameter, Tensor};
@@ -208,6 +211,11 @@
 //! resumed.load_state_dict(&state).unwrap();
 //! assert_eq!(resumed.state_dict().hyper_params[0]["momentum"], 0.9); // the state's, as PyTorch
 //! assert_eq!(resumed.group_lr(0), opt.group_lr(0));
+//!
+//! let mut restarted = CosineAnnealingLR::new(&mut resumed, 50, 0.0); // another T_max
+//! restarted.load_state(cosine.state(), &mut resumed).unwrap();
+//! assert_eq!(restarted.state().hyper_params["T_max"], 100.0); // the state's, as PyTorch
+//! assert!(warmup.load_state(cosine.state(), &mut resumed).is_err()); // another kind
 //! ```
 //!
 //! ## Surgery: look-ups, typed access, replacing a sub-module

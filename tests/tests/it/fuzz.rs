@@ -121,7 +121,7 @@ fn valid_checkpoint() -> Checkpoint {
         model,
         // No hyper-parameters, as a checkpoint saved before they were (the corpus adds them).
         optimizer: Some(OptimizerState { tensors, lrs: vec![0.005], hyper_params: vec![] }),
-        scheduler: Some(SchedulerState { last_epoch: 3, base_lrs: vec![0.01] }),
+        scheduler: Some(SchedulerState { last_epoch: 3, base_lrs: vec![0.01], ..Default::default() }),
         epoch: 3,
         step: 6,
         rng: RngState { seed: [7; 32], stream: 0, word_pos: 128 },

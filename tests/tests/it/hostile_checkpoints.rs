@@ -150,6 +150,37 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
             "has `momentum`, which this optimizer does not keep",
         ),
         ("optimizer entries without learning rates", set("optimizer_lrs", Value::Null), "no `optimizer_lrs`"),
+        (
+            "scheduler hyper-parameters without a scheduler",
+            set("scheduler", Value::Null),
+            "scheduler hyper-parameters but no `scheduler` state",
+        ),
+        (
+            "a cosine schedule's state",
+            set("scheduler_hyper_params", json!({"T_max": 10.0, "eta_min": 0.0})),
+            "has `T_max`, which a StepLR does not keep (it keeps `step_size`, `gamma`)",
+        ),
+        (
+            "a step size of 2.5",
+            set("scheduler_hyper_params", json!({"step_size": 2.5, "gamma": 0.5})),
+            "`hyper_params.step_size` is 2.5; a step count is a whole number",
+        ),
+        (
+            "a step size of 0",
+            set("scheduler_hyper_params", json!({"step_size": 0.0, "gamma": 0.5})),
+            "`hyper_params.step_size` is 0",
+        ),
+        (
+            "a negative gamma",
+            set("scheduler_hyper_params", json!({"step_size": 2.0, "gamma": -0.5})),
+            "`hyper_params.gamma` is -0.5",
+        ),
+        (
+            "no gamma",
+            set("scheduler_hyper_params", json!({"step_size": 2.0})),
+            "has no `gamma` (a StepLR keeps `step_size`, `gamma`)",
+        ),
+        ("hyper-parameters not numbers", set("scheduler_hyper_params", json!({"gamma": "x"})), "metadata"),
         ("Adam step 1e30", tensor("optimizer.0.weight.step", Tensor::from_vec_f64(vec![1e30], &[])), "0.weight.step"),
         ("Adam step inf", tensor("optimizer.0.weight.step", Tensor::scalar(f32::INFINITY)), "0.weight.step"),
         ("Adam step -1", tensor("optimizer.0.weight.step", Tensor::scalar(-1.0)), "0.weight.step"),
@@ -201,7 +232,7 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
         assert!(msg.contains(want), "{name}: {msg}");
         assert!(victim.snapshot() == before, "{name}: a refused resume changed the run");
     }
-    assert!(n >= 25);
+    assert!(n >= 32);
 
     // Duplicate keys in the metadata JSON are refused too (serde_json keeps the last).
     let (sd, mut meta) = StateDict::load_with_metadata(&good).unwrap();
@@ -265,9 +296,15 @@ fn scheduler_states_are_checked_against_the_optimizer() {
     let mut run = Run::new();
     let before = (run.sched.state().clone(), run.opt.group_lr(0));
     for (state, want) in [
-        (SchedulerState { last_epoch: 1, base_lrs: vec![0.1, 0.1] }, "`base_lrs` has 2 learning rates"),
-        (SchedulerState { last_epoch: u64::MAX, base_lrs: vec![0.1] }, "`last_epoch` is 18446744073709551615"),
-        (SchedulerState { last_epoch: 1, base_lrs: vec![f64::NAN] }, "`base_lrs[0]` is NaN"),
+        (
+            SchedulerState { last_epoch: 1, base_lrs: vec![0.1, 0.1], ..Default::default() },
+            "`base_lrs` has 2 learning rates",
+        ),
+        (
+            SchedulerState { last_epoch: u64::MAX, base_lrs: vec![0.1], ..Default::default() },
+            "`last_epoch` is 18446744073709551615",
+        ),
+        (SchedulerState { last_epoch: 1, base_lrs: vec![f64::NAN], ..Default::default() }, "`base_lrs[0]` is NaN"),
     ] {
         let msg = run.sched.load_state(&state, &mut run.opt).unwrap_err().to_string();
         assert!(msg.contains(want), "{msg}");
@@ -275,7 +312,9 @@ fn scheduler_states_are_checked_against_the_optimizer() {
     }
     // A valid state is kept; the learning rate is the optimizer's state's (PyTorch's
     // scheduler `load_state_dict` leaves it alone too).
-    run.sched.load_state(&SchedulerState { last_epoch: 4, base_lrs: vec![0.1] }, &mut run.opt).unwrap();
+    run.sched
+        .load_state(&SchedulerState { last_epoch: 4, base_lrs: vec![0.1], ..Default::default() }, &mut run.opt)
+        .unwrap();
     assert_eq!((run.sched.state().last_epoch, run.opt.group_lr(0)), (4, before.1));
     assert_eq!(run.sched.last_lr(), [0.025]); // 0.1 * 0.5^(4 / 2)
                                               // A state set by hand past the checks saturates instead of overflowing.
@@ -289,6 +328,94 @@ fn scheduler_states_are_checked_against_the_optimizer() {
     let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.sched.apply(&mut run.opt))).unwrap_err();
     let msg = e.downcast_ref::<String>().unwrap();
     assert!(msg.contains("the scheduler has 3 base learning rates, the optimizer 1 parameter group(s)"), "{msg}");
+}
+
+#[test]
+fn a_scheduler_state_loads_only_into_its_own_kind_and_brings_its_hyper_parameters() {
+    use nn_core::optim::{CosineAnnealingLR, LinearLR};
+    let mut run = Run::new();
+    run.train(3);
+    let saved = run.sched.state().clone();
+    let h = |pairs: &[(&str, f64)]| pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect();
+    assert_eq!(saved.hyper_params, h(&[("step_size", 2.0), ("gamma", 0.5)]));
+
+    // Into another kind of schedule: refused, naming the stranger and what it keeps.
+    let mut other = Run::new();
+    let mut cosine = CosineAnnealingLR::new(&mut other.opt, 10, 0.0);
+    let before = cosine.state().clone();
+    let msg = cosine.load_state(&saved, &mut other.opt).unwrap_err().to_string();
+    assert!(
+        msg.contains("has `gamma`, which a CosineAnnealingLR does not keep (it keeps `T_max`, `eta_min`)"),
+        "{msg}"
+    );
+    assert_eq!(cosine.state(), &before);
+    let mut linear = LinearLR::new(&mut other.opt, 0.5, 1.0, 4);
+    let msg = linear.load_state(&saved, &mut other.opt).unwrap_err().to_string();
+    assert!(msg.contains("which a LinearLR does not keep"), "{msg}");
+
+    // Into a StepLR built with other hyper-parameters: it continues the saved schedule,
+    // as PyTorch's `load_state_dict` does, step for step like the run that saved it.
+    let mut resumed = Run::new();
+    resumed.sched = StepLR::new(&mut resumed.opt, 5, 0.1);
+    resumed.restore(&run.checkpoint()).unwrap();
+    assert_eq!(resumed.sched.state(), &saved);
+    for _ in 0..4 {
+        run.train(1);
+        resumed.train(1);
+        assert_eq!(resumed.opt.group_lr(0).to_bits(), run.opt.group_lr(0).to_bits());
+    }
+    assert_eq!(resumed.snapshot(), run.snapshot());
+
+    // A checkpoint of a StepLR run restored with a cosine schedule: refused, and the
+    // model and the optimizer are untouched (the old restore loaded them, then ran the
+    // cosine from the StepLR's step count).
+    let mut victim = Run::new();
+    victim.train(1);
+    let before = victim.snapshot();
+    let mut cosine = CosineAnnealingLR::new(&mut victim.opt, 10, 0.0);
+    let cosine_before = cosine.state().clone();
+    let msg = run.checkpoint().restore(&mut victim.model, Some(&mut victim.opt), Some(&mut cosine)).unwrap_err();
+    assert!(msg.to_string().contains("which a CosineAnnealingLR does not keep"), "{msg}");
+    assert!(victim.snapshot() == before);
+    assert_eq!(cosine.state(), &cosine_before);
+
+    // A state that records no hyper-parameters (built by hand) keeps the scheduler's own.
+    let mut fresh = Run::new();
+    let hand = SchedulerState { last_epoch: 2, base_lrs: vec![0.01], ..Default::default() };
+    fresh.sched.load_state(&hand, &mut fresh.opt).unwrap();
+    assert_eq!(fresh.sched.state().hyper_params, saved.hyper_params);
+    assert_eq!(fresh.sched.state().last_epoch, 2);
+
+    // Out of the ranges the constructors accept, or a name missing: refused.
+    let mut bad = saved.clone();
+    for (hyper, want) in [
+        (h(&[("step_size", 0.0), ("gamma", 0.5)]), "`hyper_params.step_size` is 0"),
+        (h(&[("step_size", 1e300), ("gamma", 0.5)]), "`hyper_params.step_size` is 1e300"),
+        (h(&[("step_size", 2.0), ("gamma", f64::INFINITY)]), "`hyper_params.gamma` is inf"),
+        (h(&[("step_size", 2.0)]), "has no `gamma`"),
+    ] {
+        bad.hyper_params = hyper;
+        let msg = fresh.sched.load_state(&bad, &mut fresh.opt).unwrap_err().to_string();
+        assert!(msg.contains(want), "{msg}");
+    }
+    let mut linear_state = linear.state().clone();
+    for (k, v, want) in [
+        ("start_factor", 0.0, "`hyper_params.start_factor` is 0; it must be in (0, 1]"),
+        ("end_factor", 1.5, "`hyper_params.end_factor` is 1.5; it must be in [0, 1]"),
+        ("total_iters", -1.0, "`hyper_params.total_iters` is -1; a step count is a whole number from 0"),
+    ] {
+        let keep = linear_state.hyper_params.insert(k.to_string(), v).unwrap();
+        let msg = linear.load_state(&linear_state, &mut other.opt).unwrap_err().to_string();
+        assert!(msg.contains(want), "{msg}");
+        linear_state.hyper_params.insert(k.to_string(), keep);
+    }
+    linear.load_state(&linear_state, &mut other.opt).unwrap();
+
+    // A checkpoint keeps them through save and load.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ck.safetensors");
+    run.checkpoint().save(&path).unwrap();
+    assert_eq!(Checkpoint::load(&path).unwrap().scheduler.unwrap().hyper_params, saved.hyper_params);
 }
 
 #[test]
