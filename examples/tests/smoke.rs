@@ -24,7 +24,7 @@ fn run_err(bin: &str, args: &[&str]) -> String {
 fn rewind(path: &Path, epoch: u64, step: u64, at: u64) {
     let mut ck = nn_core::checkpoint::Checkpoint::load(path).unwrap();
     (ck.epoch, ck.step) = (epoch, step);
-    ck.scheduler.as_mut().expect("a scheduler's state").last_epoch = at;
+    ck.schedulers.first_mut().expect("a scheduler's state").last_epoch = at;
     ck.save(path).unwrap();
 }
 

@@ -16,7 +16,10 @@ use crate::random::RngState;
 use crate::state_dict::StateDict;
 
 const META_KEY: &str = "nn.checkpoint";
-const FORMAT_VERSION: u32 = 1;
+/// Format 2 holds every scheduler's state (`schedulers`); format 1 held one (`scheduler`),
+/// and is still read. A build that reads only format 1 refuses a format-2 file by its
+/// version instead of dropping the schedulers it does not know.
+const FORMAT_VERSION: u32 = 2;
 
 pub use crate::optim::MAX_COUNTER;
 
@@ -30,8 +33,10 @@ pub struct Checkpoint {
     pub model: StateDict,
     /// The optimizer's state, if any.
     pub optimizer: Option<OptimizerState>,
-    /// The scheduler's state, if any.
-    pub scheduler: Option<SchedulerState>,
+    /// The states of the schedulers that drive the optimizer, in the order they step: one
+    /// for most runs, two for a warm-up chained with a decay (both must be restored: one
+    /// left at step 0 would apply its first steps again to the restored rates).
+    pub schedulers: Vec<SchedulerState>,
     /// Completed epochs.
     pub epoch: u64,
     /// Completed optimizer steps.
@@ -55,11 +60,12 @@ struct Meta {
     /// saved (those load, recording none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     optimizer_hyper_params: Vec<crate::optim::HyperParams>,
+    /// Format 1's one scheduler state, `(last_epoch, base_lrs)`: read, never written.
+    #[serde(default, skip_serializing)]
     scheduler: Option<(u64, Vec<f64>)>,
-    /// [`SchedulerState::hyper_params`]; absent from checkpoints written before they were
-    /// saved (those load, recording none).
-    #[serde(default, skip_serializing_if = "HyperParams::is_empty")]
-    scheduler_hyper_params: HyperParams,
+    /// Format 2's scheduler states.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    schedulers: Vec<SchedulerMeta>,
     rng_seed: String,
     rng_stream: u64,
     rng_word_pos: String,
@@ -70,23 +76,35 @@ struct Meta {
     scaler: Option<GradScalerState>,
 }
 
+/// One scheduler's state in the metadata.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SchedulerMeta {
+    last_epoch: u64,
+    base_lrs: Vec<f64>,
+    #[serde(default, skip_serializing_if = "HyperParams::is_empty")]
+    hyper_params: HyperParams,
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Checkpoint {
-    /// A checkpoint of the current global RNG state with the given parts.
+    /// A checkpoint of the current global RNG state with the given parts: the schedulers'
+    /// states are `None`, `Some(state)` or a list of every scheduler's state, in the order
+    /// they step (restore those with [`restore_all`](Checkpoint::restore_all)).
     pub fn new(
         model: StateDict,
         optimizer: Option<OptimizerState>,
-        scheduler: Option<SchedulerState>,
+        schedulers: impl IntoIterator<Item = SchedulerState>,
         epoch: u64,
         step: u64,
     ) -> Self {
         Checkpoint {
             model,
             optimizer,
-            scheduler,
+            schedulers: schedulers.into_iter().collect(),
             epoch,
             step,
             rng: crate::random::rng_state(),
@@ -122,7 +140,7 @@ impl Checkpoint {
                 )));
             }
         }
-        if let Some(s) = &self.scheduler {
+        for s in &self.schedulers {
             if let Some((k, v)) = s.hyper_params.iter().find(|(_, v)| !v.is_finite()) {
                 return Err(Error::SchedulerState {
                     key: format!("hyper_params.{k}"),
@@ -154,8 +172,16 @@ impl Checkpoint {
             step: self.step,
             optimizer_lrs: self.optimizer.as_ref().map(|o| o.lrs.clone()),
             optimizer_hyper_params: self.optimizer.as_ref().map(|o| o.hyper_params.clone()).unwrap_or_default(),
-            scheduler: self.scheduler.as_ref().map(|s| (s.last_epoch, s.base_lrs.clone())),
-            scheduler_hyper_params: self.scheduler.as_ref().map(|s| s.hyper_params.clone()).unwrap_or_default(),
+            scheduler: None,
+            schedulers: self
+                .schedulers
+                .iter()
+                .map(|s| SchedulerMeta {
+                    last_epoch: s.last_epoch,
+                    base_lrs: s.base_lrs.clone(),
+                    hyper_params: s.hyper_params.clone(),
+                })
+                .collect(),
             rng_seed: hex(&self.rng.seed),
             rng_stream: self.rng.stream,
             rng_word_pos: self.rng.word_pos.to_string(),
@@ -183,8 +209,15 @@ impl Checkpoint {
             meta.get(META_KEY).ok_or_else(|| bad(format!("no `{META_KEY}` metadata: not a training checkpoint")))?;
         crate::serialization::check_unique_keys(json).map_err(|e| bad(format!("metadata: {e}")))?;
         let m: Meta = serde_json::from_str(json).map_err(|e| bad(format!("metadata: {e}")))?;
-        if m.format_version != FORMAT_VERSION {
-            return Err(bad(format!("format version {} (this build reads {FORMAT_VERSION})", m.format_version)));
+        match (m.format_version, &m.scheduler, m.schedulers.is_empty()) {
+            (1, _, true) | (2, None, _) => {}
+            (1, _, false) => {
+                return Err(bad("`schedulers` in a format-1 file (format 1 holds one `scheduler`)".into()))
+            }
+            (2, Some(_), _) => {
+                return Err(bad("`scheduler` in a format-2 file (format 2 holds a list, `schedulers`)".into()))
+            }
+            (v, ..) => return Err(bad(format!("format version {v} (this build reads 1 and {FORMAT_VERSION})"))),
         }
         let counter = |name: &str, v: u64| {
             if v > MAX_COUNTER {
@@ -213,11 +246,22 @@ impl Checkpoint {
             }
             _ => {}
         }
-        if let Some((last_epoch, base_lrs)) = &m.scheduler {
-            counter("scheduler.last_epoch", *last_epoch)?;
-            lrs("scheduler.base_lrs", base_lrs)?;
-        } else if !m.scheduler_hyper_params.is_empty() {
-            return Err(bad("scheduler hyper-parameters but no `scheduler` state".into()));
+        // Format 1's one state, with no hyper-parameters (it recorded none), or format 2's.
+        let schedulers: Vec<SchedulerState> = match m.scheduler {
+            Some((last_epoch, base_lrs)) => vec![SchedulerState { last_epoch, base_lrs, ..Default::default() }],
+            None => m
+                .schedulers
+                .into_iter()
+                .map(|s| SchedulerState {
+                    last_epoch: s.last_epoch,
+                    base_lrs: s.base_lrs,
+                    hyper_params: s.hyper_params,
+                })
+                .collect(),
+        };
+        for (i, s) in schedulers.iter().enumerate() {
+            counter(&format!("schedulers[{i}].last_epoch"), s.last_epoch)?;
+            lrs(&format!("schedulers[{i}].base_lrs"), &s.base_lrs)?;
         }
         if let Some(scaler) = &m.scaler {
             scaler.check().map_err(|e| match e {
@@ -259,11 +303,7 @@ impl Checkpoint {
                 lrs,
                 hyper_params: m.optimizer_hyper_params,
             }),
-            scheduler: m.scheduler.map(|(last_epoch, base_lrs)| SchedulerState {
-                last_epoch,
-                base_lrs,
-                hyper_params: m.scheduler_hyper_params,
-            }),
+            schedulers,
             epoch: m.epoch,
             step: m.step,
             rng: RngState { seed, stream: m.rng_stream, word_pos },
@@ -324,7 +364,8 @@ impl Checkpoint {
     /// an optimizer is restored without it (resuming would silently restart the scale: use
     /// [`restore_with_scaler`](Checkpoint::restore_with_scaler), or set `scaler` to `None`
     /// to start a new scaler on purpose), or a scheduler's state while an optimizer is
-    /// restored without a scheduler (likewise: pass it, or set `scheduler` to `None`);
+    /// restored without a scheduler (likewise: pass it, or clear `schedulers`), or holds
+    /// several schedulers' states (use [`restore_all`](Checkpoint::restore_all));
     /// [`Error::SchedulerState`] (a state of another kind of schedule among them),
     /// [`Error::OptimizerState`] or [`Error::StateDict`] when a part does not fit.
     pub fn restore(
@@ -333,7 +374,7 @@ impl Checkpoint {
         optimizer: Option<&mut dyn Optimizer>,
         scheduler: Option<&mut dyn LrScheduler>,
     ) -> Result<()> {
-        self.restore_parts(model, optimizer, scheduler, None)
+        self.restore_parts(model, optimizer, scheduler.into_iter().collect(), None)
     }
 
     /// [`restore`](Checkpoint::restore), and the gradient scaler's state too, all or
@@ -390,14 +431,71 @@ impl Checkpoint {
         scheduler: Option<&mut dyn LrScheduler>,
         scaler: &mut GradScaler,
     ) -> Result<()> {
-        self.restore_parts(model, optimizer, scheduler, Some(scaler))
+        self.restore_parts(model, optimizer, scheduler.into_iter().collect(), Some(scaler))
+    }
+
+    /// [`restore`](Checkpoint::restore) for a run driven by several schedulers (a warm-up
+    /// chained with a decay), with a gradient scaler or without: each of `schedulers`
+    /// takes the checkpoint's state at its position, so pass them in the order they were
+    /// saved. All or nothing, as `restore`.
+    ///
+    /// ```
+    /// use nn_core::checkpoint::Checkpoint;
+    /// use nn_core::optim::{CosineAnnealingLR, LinearLR, LrScheduler, Optimizer, Sgd, SgdConfig};
+    /// use nn_core::{Module, Parameter, Tensor};
+    ///
+    /// #[derive(Module)]
+    /// struct Net {
+    ///     #[param] w: Parameter,
+    /// }
+    ///
+    /// let mut model = Net { w: Parameter::new(Tensor::ones(&[2])) };
+    /// let w = || vec![Parameter::new(Tensor::ones(&[2]))];
+    /// let mut opt = Sgd::new(w(), SgdConfig { lr: 1.0, ..Default::default() });
+    /// let mut warmup = LinearLR::new(&mut opt, 0.1, 1.0, 5);
+    /// let mut decay = CosineAnnealingLR::new(&mut opt, 100, 0.0);
+    /// for _ in 0..3 {
+    ///     warmup.step(&mut opt);
+    ///     decay.step(&mut opt);
+    /// }
+    /// let states = vec![warmup.state().clone(), decay.state().clone()];
+    /// let ck = Checkpoint::new(model.state_dict(), Some(opt.state_dict()), states, 0, 3);
+    ///
+    /// let mut opt2 = Sgd::new(w(), SgdConfig { lr: 1.0, ..Default::default() });
+    /// let mut warmup2 = LinearLR::new(&mut opt2, 0.1, 1.0, 5);
+    /// let mut decay2 = CosineAnnealingLR::new(&mut opt2, 100, 0.0);
+    /// // Only one of them: an error (the warm-up would start over), nothing changed.
+    /// let e = ck.restore(&mut model, Some(&mut opt2), Some(&mut decay2)).unwrap_err();
+    /// assert!(e.to_string().contains("holds 2 schedulers' states, 1 scheduler was given"), "{e}");
+    /// // In the wrong order: the warm-up refuses the cosine's state.
+    /// assert!(ck.restore_all(&mut model, Some(&mut opt2), &mut [&mut decay2, &mut warmup2], None).is_err());
+    /// ck.restore_all(&mut model, Some(&mut opt2), &mut [&mut warmup2, &mut decay2], None).unwrap();
+    /// warmup.step(&mut opt);
+    /// decay.step(&mut opt);
+    /// warmup2.step(&mut opt2);
+    /// decay2.step(&mut opt2);
+    /// assert_eq!(opt2.group_lr(0), opt.group_lr(0));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`restore`](Checkpoint::restore), and [`Error::Checkpoint`] when the number of
+    /// schedulers given is not the number of states the checkpoint holds.
+    pub fn restore_all(
+        &self,
+        model: &mut dyn Module,
+        optimizer: Option<&mut dyn Optimizer>,
+        schedulers: &mut [&mut dyn LrScheduler],
+        scaler: Option<&mut GradScaler>,
+    ) -> Result<()> {
+        let schedulers = schedulers.iter_mut().map(|s| &mut **s as &mut dyn LrScheduler).collect();
+        self.restore_parts(model, optimizer, schedulers, scaler)
     }
 
     fn restore_parts(
         &self,
         model: &mut dyn Module,
         optimizer: Option<&mut dyn Optimizer>,
-        scheduler: Option<&mut dyn LrScheduler>,
+        schedulers: Vec<&mut dyn LrScheduler>,
         scaler: Option<&mut GradScaler>,
     ) -> Result<()> {
         let bad = |reason: &str| Error::Checkpoint { path: "<memory>".into(), reason: reason.to_string() };
@@ -406,21 +504,41 @@ impl Checkpoint {
             (Some(_), None) => return Err(bad("no optimizer state to restore")),
             (None, _) => None,
         };
-        let scheduler = match (scheduler, &self.scheduler, &optimizer) {
-            (Some(s), Some(state), Some((o, _))) => {
-                s.check_state(state, &**o)?;
-                Some((s, state))
-            }
-            (Some(_), None, _) => return Err(bad("no scheduler state to restore")),
-            (Some(_), Some(_), None) => return Err(bad("a scheduler is restored together with its optimizer")),
+        let (given, saved) = (schedulers.len(), self.schedulers.len());
+        match (given, saved, optimizer.is_some()) {
+            // Nothing to restore, or the model alone (to evaluate it).
+            (0, 0, _) | (0, _, false) => {}
+            (_, 0, _) => return Err(bad("no scheduler state to restore")),
+            (_, _, false) => return Err(bad("a scheduler is restored together with its optimizer")),
             // Resuming training without the scheduler the run had would start a new one
             // from the restored (already decayed) rates: not the run.
-            (None, Some(_), Some(_)) => {
-                return Err(bad("the checkpoint holds a scheduler's state: pass the scheduler to restore it, or set \
-                     `checkpoint.scheduler = None` first to start a new schedule"))
+            (0, _, true) => {
+                return Err(bad(&format!(
+                    "the checkpoint holds {}: pass {} to restore {}, or clear `checkpoint.schedulers` first to start a \
+                     new schedule",
+                    states(saved),
+                    if saved == 1 { "the scheduler" } else { "the schedulers (`restore_all`)" },
+                    if saved == 1 { "it" } else { "them" },
+                )))
             }
-            (None, ..) => None,
-        };
+            // One of chained schedulers left behind would apply its first steps again.
+            _ if given != saved => {
+                return Err(bad(&format!(
+                    "the checkpoint holds {}, {given} scheduler{} given: restore every scheduler that drives the \
+                     optimizer, in the order they were saved{}",
+                    states(saved),
+                    if given == 1 { " was" } else { "s were" },
+                    if given == 1 { " (`restore_all`)" } else { "" },
+                )))
+            }
+            _ => {}
+        }
+        let schedulers: Vec<_> = schedulers.into_iter().zip(&self.schedulers).collect();
+        if let Some((o, _)) = &optimizer {
+            for (s, state) in &schedulers {
+                s.check_state(state, &**o)?;
+            }
+        }
         let scaler = match (scaler, &self.scaler) {
             (Some(s), Some(state)) => {
                 state.check()?;
@@ -450,8 +568,10 @@ impl Checkpoint {
         // The learning rates are the optimizer's state's (restored above); the scheduler
         // continues from them, as PyTorch's does. Its state was checked above against the
         // optimizer's group count, which loading the optimizer's state keeps.
-        if let (Some((s, state)), Some((o, _))) = (scheduler, &mut optimizer) {
-            s.load_state(state, &mut **o).expect("the scheduler's state was checked above");
+        if let Some((o, _)) = &mut optimizer {
+            for (s, state) in schedulers {
+                s.load_state(state, &mut **o).expect("the scheduler's state was checked above");
+            }
         }
         if let Some((s, state)) = scaler {
             s.load_state_dict(state)?;
@@ -463,6 +583,15 @@ impl Checkpoint {
     /// Makes the global generator continue from the checkpoint.
     pub fn restore_rng(&self) {
         crate::random::set_rng_state(&self.rng);
+    }
+}
+
+/// "one scheduler's state" or "N schedulers' states".
+fn states(n: usize) -> String {
+    if n == 1 {
+        "a scheduler's state".into()
+    } else {
+        format!("{n} schedulers' states")
     }
 }
 

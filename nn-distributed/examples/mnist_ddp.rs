@@ -122,7 +122,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ck = Checkpoint::load(&ckpt)?;
         ddp.load_state_dict(&ck.model, true)?;
         opt.load_state_dict(ck.optimizer.as_ref().ok_or("checkpoint without optimizer state")?)?;
-        sched.load_state(ck.scheduler.as_ref().ok_or("checkpoint without scheduler state")?, &mut opt)?;
+        sched.load_state(ck.schedulers.first().ok_or("checkpoint without scheduler state")?, &mut opt)?;
         (start, step) = (ck.epoch, ck.step);
         a.check_resume_end(start, epochs, "epoch")?;
         let mut ks: Vec<(usize, f64)> =

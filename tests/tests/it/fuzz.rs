@@ -121,7 +121,7 @@ fn valid_checkpoint() -> Checkpoint {
         model,
         // No hyper-parameters, as a checkpoint saved before they were (the corpus adds them).
         optimizer: Some(OptimizerState { tensors, lrs: vec![0.005], hyper_params: vec![] }),
-        scheduler: Some(SchedulerState { last_epoch: 3, base_lrs: vec![0.01], ..Default::default() }),
+        schedulers: vec![SchedulerState { last_epoch: 3, base_lrs: vec![0.01], ..Default::default() }],
         epoch: 3,
         step: 6,
         rng: RngState { seed: [7; 32], stream: 0, word_pos: 128 },
@@ -217,9 +217,28 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
         ("ckpt_rng_word_pos_past_stream", with_meta("rng_word_pos", json!((1u128 << 68).to_string()))),
         ("ckpt_epoch_u64_max", with_meta("epoch", json!(u64::MAX))),
         ("ckpt_step_past_counter", with_meta("step", json!((1u64 << 53) + 1))),
-        ("ckpt_sched_last_epoch_u64_max", with_meta("scheduler", json!([u64::MAX, [0.01]]))),
-        ("ckpt_sched_more_group_lrs", with_meta("scheduler", json!([3, [0.01, 0.01, 0.01]]))),
-        ("ckpt_sched_lr_negative", with_meta("scheduler", json!([3, [-0.01]]))),
+        (
+            "ckpt_sched_last_epoch_u64_max",
+            with_meta("schedulers", json!([{"last_epoch": u64::MAX, "base_lrs": [0.01]}])),
+        ),
+        (
+            "ckpt_sched_more_group_lrs",
+            with_meta("schedulers", json!([{"last_epoch": 3, "base_lrs": [0.01, 0.01, 0.01]}])),
+        ),
+        ("ckpt_sched_lr_negative", with_meta("schedulers", json!([{"last_epoch": 3, "base_lrs": [-0.01]}]))),
+        ("ckpt_sched_unknown_field", with_meta("schedulers", json!([{"last_epoch": 3, "base_lrs": [0.01], "x": 1}]))),
+        (
+            "ckpt_sched_another_kind",
+            with_meta("schedulers", json!([{"last_epoch": 3, "base_lrs": [0.01], "hyper_params": {"T_max": 5.0}}])),
+        ),
+        (
+            "ckpt_sched_two_states",
+            with_meta(
+                "schedulers",
+                json!([{"last_epoch": 3, "base_lrs": [0.01]}, {"last_epoch": 3, "base_lrs": [0.01]}]),
+            ),
+        ),
+        ("ckpt_sched_format_1_field", with_meta("scheduler", json!([3, [0.01]]))),
         ("ckpt_optimizer_lr_negative", with_meta("optimizer_lrs", json!([-1.0]))),
         ("ckpt_optimizer_more_group_lrs", with_meta("optimizer_lrs", json!([0.01, 0.02]))),
         ("ckpt_optimizer_entries_without_lrs", with_meta("optimizer_lrs", Value::Null)),
@@ -557,7 +576,7 @@ const KEYS: [&str; 14] = [
     "step",
     "rng_seed",
     "rng_word_pos",
-    "scheduler",
+    "schedulers",
     "optimizer_lrs",
     "extra",
 ];

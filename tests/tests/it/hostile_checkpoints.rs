@@ -89,6 +89,9 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
 
     let set =
         |field: &'static str, v: Value| -> Edit { Box::new(move |j: &mut Value, _: &mut StateDict| j[field] = v) };
+    let sched = |field: &'static str, v: Value| -> Edit {
+        Box::new(move |j: &mut Value, _: &mut StateDict| j["schedulers"][0][field] = v)
+    };
     let tensor = |key: &'static str, t: Tensor| -> Edit {
         Box::new(move |_: &mut Value, sd: &mut StateDict| {
             sd.insert(key.to_string(), t);
@@ -105,17 +108,17 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
         ("step past the counter range", set("step", json!(MAX_COUNTER + 1)), "`step` is 9007199254740993"),
         (
             "scheduler last_epoch u64::MAX",
-            set("scheduler", json!([u64::MAX, [0.01]])),
-            "`scheduler.last_epoch` is 18446744073709551615",
+            sched("last_epoch", json!(u64::MAX)),
+            "`schedulers[0].last_epoch` is 18446744073709551615",
         ),
-        ("negative base lr", set("scheduler", json!([1, [-0.5]])), "`scheduler.base_lrs[0]` is -0.5"),
+        ("negative base lr", sched("base_lrs", json!([-0.5])), "`schedulers[0].base_lrs[0]` is -0.5"),
         ("negative optimizer lr", set("optimizer_lrs", json!([-1.0])), "`optimizer_lrs[0]` is -1"),
         ("unknown format", set("format_version", json!(99)), "format version 99"),
         // Loads (it is self-consistent), then refused against the optimizer: the old
         // resume path panicked with an index out of bounds in `sched.apply`.
         (
             "more scheduler groups than optimizer groups",
-            set("scheduler", json!([1, [0.01, 0.01, 0.01]])),
+            sched("base_lrs", json!([0.01, 0.01, 0.01])),
             "`base_lrs` has 3 learning rates, the optimizer 1 parameter group(s)",
         ),
         (
@@ -151,36 +154,46 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
         ),
         ("optimizer entries without learning rates", set("optimizer_lrs", Value::Null), "no `optimizer_lrs`"),
         (
-            "scheduler hyper-parameters without a scheduler",
-            set("scheduler", Value::Null),
-            "scheduler hyper-parameters but no `scheduler` state",
-        ),
-        (
             "a cosine schedule's state",
-            set("scheduler_hyper_params", json!({"T_max": 10.0, "eta_min": 0.0})),
+            sched("hyper_params", json!({"T_max": 10.0, "eta_min": 0.0})),
             "has `T_max`, which a StepLR does not keep (it keeps `step_size`, `gamma`)",
         ),
         (
             "a step size of 2.5",
-            set("scheduler_hyper_params", json!({"step_size": 2.5, "gamma": 0.5})),
+            sched("hyper_params", json!({"step_size": 2.5, "gamma": 0.5})),
             "`hyper_params.step_size` is 2.5; a step count is a whole number",
         ),
         (
             "a step size of 0",
-            set("scheduler_hyper_params", json!({"step_size": 0.0, "gamma": 0.5})),
+            sched("hyper_params", json!({"step_size": 0.0, "gamma": 0.5})),
             "`hyper_params.step_size` is 0",
         ),
         (
             "a negative gamma",
-            set("scheduler_hyper_params", json!({"step_size": 2.0, "gamma": -0.5})),
+            sched("hyper_params", json!({"step_size": 2.0, "gamma": -0.5})),
             "`hyper_params.gamma` is -0.5",
         ),
         (
             "no gamma",
-            set("scheduler_hyper_params", json!({"step_size": 2.0})),
+            sched("hyper_params", json!({"step_size": 2.0})),
             "has no `gamma` (a StepLR keeps `step_size`, `gamma`)",
         ),
-        ("hyper-parameters not numbers", set("scheduler_hyper_params", json!({"gamma": "x"})), "metadata"),
+        ("hyper-parameters not numbers", sched("hyper_params", json!({"gamma": "x"})), "metadata"),
+        ("an unknown scheduler field", sched("warmup", json!(3)), "unknown field `warmup`"),
+        (
+            "two scheduler states, one scheduler",
+            Box::new(|j: &mut Value, _: &mut StateDict| {
+                let first = j["schedulers"][0].clone();
+                j["schedulers"] = json!([first.clone(), first]);
+            }),
+            "the checkpoint holds 2 schedulers' states, 1 scheduler was given",
+        ),
+        ("format 1's field in format 2", set("scheduler", json!([1, [0.01]])), "`scheduler` in a format-2 file"),
+        (
+            "format 2's field in format 1",
+            Box::new(|j: &mut Value, _: &mut StateDict| j["format_version"] = json!(1)),
+            "`schedulers` in a format-1 file",
+        ),
         ("Adam step 1e30", tensor("optimizer.0.weight.step", Tensor::from_vec_f64(vec![1e30], &[])), "0.weight.step"),
         ("Adam step inf", tensor("optimizer.0.weight.step", Tensor::scalar(f32::INFINITY)), "0.weight.step"),
         ("Adam step -1", tensor("optimizer.0.weight.step", Tensor::scalar(-1.0)), "0.weight.step"),
@@ -232,7 +245,7 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
         assert!(msg.contains(want), "{name}: {msg}");
         assert!(victim.snapshot() == before, "{name}: a refused resume changed the run");
     }
-    assert!(n >= 32);
+    assert!(n >= 35);
 
     // Duplicate keys in the metadata JSON are refused too (serde_json keeps the last).
     let (sd, mut meta) = StateDict::load_with_metadata(&good).unwrap();
@@ -411,11 +424,36 @@ fn a_scheduler_state_loads_only_into_its_own_kind_and_brings_its_hyper_parameter
     }
     linear.load_state(&linear_state, &mut other.opt).unwrap();
 
+    // A format-1 file (one `scheduler`, no hyper-parameters) loads, and its state keeps
+    // the scheduler's own hyper-parameters.
+    let old = dir_old_format(&run);
+    let ck = Checkpoint::load(old.path().join("old.safetensors")).unwrap();
+    assert_eq!(ck.schedulers, [SchedulerState { last_epoch: 3, base_lrs: vec![0.01], ..Default::default() }]);
+    let mut from_old = Run::new();
+    from_old.restore(&ck).unwrap();
+    assert_eq!(from_old.sched.state().hyper_params, saved.hyper_params);
+    assert_eq!(from_old.sched.state().last_epoch, 3);
+
     // A checkpoint keeps them through save and load.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ck.safetensors");
     run.checkpoint().save(&path).unwrap();
-    assert_eq!(Checkpoint::load(&path).unwrap().scheduler.unwrap().hyper_params, saved.hyper_params);
+    assert_eq!(Checkpoint::load(&path).unwrap().schedulers[0].hyper_params, saved.hyper_params);
+}
+
+/// A folder holding `old.safetensors`: `run`'s checkpoint as format 1 wrote it, with the
+/// scheduler's state `(3, [0.01])`.
+fn dir_old_format(run: &Run) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, old) = (dir.path().join("good.safetensors"), dir.path().join("old.safetensors"));
+    run.checkpoint().save(&good).unwrap();
+    forge(&good, &old, |j, _| {
+        let j = j.as_object_mut().unwrap();
+        j.remove("schedulers");
+        j.insert("scheduler".into(), json!([3, [0.01]]));
+        j.insert("format_version".into(), json!(1));
+    });
+    dir
 }
 
 #[test]

@@ -355,7 +355,7 @@ fn a_checkpoints_scheduler_is_not_dropped_and_nan_extras_are_not_written() {
     assert!(e.contains("holds a scheduler's state: pass the scheduler"), "{e}");
     assert_eq!(opt2.group_lr(0), 0.1, "nothing restored");
     ck.restore(&mut m2, None, None).unwrap(); // the model alone: weights, no schedule
-    ck.scheduler = None;
+    ck.schedulers.clear();
     ck.restore(&mut m2, Some(&mut opt2), None).unwrap(); // on purpose
     assert_eq!(opt2.group_lr(0), 0.05);
 
