@@ -13,9 +13,11 @@
 //! Each scheduler has its own state, which records its kind's hyper-parameters as PyTorch's
 //! `state_dict` does (a `StepLR`'s `step_size` and `gamma`, ...): a state is restored only
 //! into a scheduler of the same kind, and the restored run continues with the saved
-//! hyper-parameters. A [`Checkpoint`](crate::checkpoint::Checkpoint) holds one state. To resume chained schedulers, restore the others' states too
-//! ([`LrScheduler::load_state`]; their `last_epoch` is the same when they are stepped
-//! together): one left at step 0 would apply its first steps again to the restored rate.
+//! hyper-parameters. To resume chained schedulers, restore every one's state: one left at
+//! step 0 would apply its first steps again to the restored rate. A
+//! [`Checkpoint`](crate::checkpoint::Checkpoint) holds them all and
+//! [`restore_all`](crate::checkpoint::Checkpoint::restore_all) restores them in order,
+//! refusing a restore that leaves one behind.
 //!
 //! ```
 //! use nn_core::optim::{CosineAnnealingLR, LinearLR, LrScheduler, Optimizer, Sgd, SgdConfig};
