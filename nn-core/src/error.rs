@@ -132,7 +132,7 @@ pub enum Error {
         /// Why (the slot's type and the given one).
         reason: String,
     },
-    /// A lazy module was asked for its state before its first forward pass.
+    /// A lazy module was asked for its state, or to move, before its first forward pass.
     #[error("`{module}` has uninitialized parameters: run a forward pass first, which infers their shapes")]
     Uninitialized {
         /// The module's type name.

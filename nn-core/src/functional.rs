@@ -185,6 +185,16 @@ pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: 
         );
     }
     let (n, c) = (x.shape()[0], x.shape()[1]);
+    for (name, t) in [("weight", weight), ("bias", bias)] {
+        if let Some(t) = t.filter(|t| t.shape() != [c]) {
+            // A [2, 2] weight for 4 channels would otherwise be read row-major.
+            panic!(
+                "group_norm: {name} of shape {:?} for an input with {c} channels (shape {:?})",
+                t.shape(),
+                x.shape()
+            );
+        }
+    }
     let g = x.reshape(&[n, num_groups, x.numel() / (n * num_groups).max(1)]);
     let mean = g.mean_dim(2, true);
     let centered = &g - &mean;

@@ -175,10 +175,18 @@ impl MultiheadAttention {
     }
 
     /// All options (PyTorch's `dropout`, `bias`, `batch_first`).
+    ///
+    /// # Panics
+    /// As [`new`](MultiheadAttention::new), and when `dropout` is not in `[0, 1]` (PyTorch
+    /// does not check it here: a negative or NaN one turned dropout off without a word, as
+    /// [`Dropout::new`](crate::Dropout::new) refuses).
     #[track_caller]
     pub fn with_options(embed_dim: usize, num_heads: usize, dropout: f64, bias: bool, batch_first: bool) -> Self {
         if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
             panic!("MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}");
+        }
+        if !(0.0..=1.0).contains(&dropout) {
+            panic!("MultiheadAttention: dropout probability has to be between 0 and 1, but got {dropout}");
         }
         let w = Tensor::zeros(&[3 * embed_dim, embed_dim]);
         init::xavier_uniform_(&w, 1.0);
@@ -467,6 +475,18 @@ impl std::fmt::Display for NonDynamicallyQuantizableLinear {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A negative or NaN dropout turned dropout off on every path without a word.
+    #[test]
+    fn a_dropout_outside_0_1_is_refused() {
+        for p in [-0.1, f64::NAN, 1.5] {
+            let Err(e) = std::panic::catch_unwind(|| MultiheadAttention::with_options(8, 2, p, true, false)) else {
+                panic!("dropout {p} accepted")
+            };
+            let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains(&format!("dropout probability has to be between 0 and 1, but got {p}")), "{msg}");
+        }
+    }
 
     /// Without weights to return, attention runs fused (its output stored token-major);
     /// with them, composed. Both give the same output and the same gradients, batch-first

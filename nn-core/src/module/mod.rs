@@ -181,7 +181,7 @@ pub trait Module: HoldsState + Any {
             _ => {}
         });
         if lazy {
-            refuse_uninitialized(self.as_dyn(), "named_parameters");
+            refuse_uninitialized(self.as_dyn(), "named_parameters", LIST_MISSES);
         }
         out
     }
@@ -202,7 +202,7 @@ pub trait Module: HoldsState + Any {
             _ => {}
         });
         if lazy {
-            refuse_uninitialized(self.as_dyn(), "parameters");
+            refuse_uninitialized(self.as_dyn(), "parameters", LIST_MISSES);
         }
         out
     }
@@ -525,9 +525,16 @@ pub trait Module: HoldsState + Any {
     /// ```
     ///
     /// # Errors
-    /// [`Error::DeviceUnavailable`].
+    /// [`Error::DeviceUnavailable`]; [`Error::Uninitialized`] when a lazy sub-module has no
+    /// parameters yet (before its first forward): they would be made on the CPU when it
+    /// runs (PyTorch records the device for them; nn asks for the dry run first).
     fn try_to_device(&mut self, device: Device) -> crate::Result<()> {
         device.check()?;
+        // A lazy module's parameters do not exist yet: they would be made on the CPU at its
+        // first forward, after the rest of the model moved (PyTorch records the move).
+        if let Some((_, m)) = self.first_uninitialized() {
+            return Err(Error::Uninitialized { module: m.type_name() });
+        }
         for_each_tensor(self.as_dyn(), &mut |t| {
             if t.device() != device {
                 no_grad(|| t.set_data(&t.to_device(device)));
@@ -548,9 +555,19 @@ pub trait Module: HoldsState + Any {
     /// dtype until then). Optimizers step f32 and f64 parameters only.
     ///
     /// # Panics
-    /// When `dtype` is not a floating-point type.
+    /// When `dtype` is not a floating-point type, or a lazy sub-module has no parameters
+    /// yet (before its first forward): they would be made in f32 when it runs (PyTorch
+    /// records the dtype for them; nn asks for the dry run first).
+    #[track_caller]
     fn to_dtype(&mut self, dtype: DType) {
         assert!(dtype.is_float(), "to_dtype: modules can only be converted to floating-point dtypes, got {dtype}");
+        if self.first_uninitialized().is_some() {
+            refuse_uninitialized(
+                self.as_dyn(),
+                &format!("to_dtype({dtype})"),
+                &format!("so they would be made in f32 when it runs, not in {dtype}"),
+            );
+        }
         for_each_tensor(self.as_dyn(), &mut |t| {
             if t.dtype().is_float() && t.dtype() != dtype {
                 no_grad(|| t.set_data(&t.to_dtype(dtype)));
@@ -581,12 +598,11 @@ pub trait Module: HoldsState + Any {
     /// uninitialised parameter.
     #[track_caller]
     fn requires_grad_(&self, requires_grad: bool) {
-        if let Some((path, m)) = self.first_uninitialized() {
-            let at = if path.is_empty() { String::new() } else { format!(" `{path}`") };
-            panic!(
-                "requires_grad_({requires_grad}): the lazy module{at} ({}) has no parameters until its first forward, \
-                 and the setting would be lost when they are made; run one forward pass first",
-                m.type_name()
+        if self.first_uninitialized().is_some() {
+            refuse_uninitialized(
+                self.as_dyn(),
+                &format!("requires_grad_({requires_grad})"),
+                "and the setting would be lost when they are made",
             );
         }
         for p in self.parameters() {
@@ -629,15 +645,18 @@ impl fmt::Display for dyn Module {
     }
 }
 
-/// Panics naming the first lazy module of `m` (itself included) that has not run yet: `op`
-/// would list parameters that do not include its own.
+/// What a parameter list taken before a lazy module ran would do.
+const LIST_MISSES: &str = "so a list taken now (an optimizer built from it) would miss them";
+
+/// Panics naming the first lazy module of `m` (itself included) that has not run yet, and
+/// what `op` would get wrong (`consequence`).
 #[track_caller]
-fn refuse_uninitialized(m: &dyn Module, op: &str) {
+fn refuse_uninitialized(m: &dyn Module, op: &str, consequence: &str) {
     let (path, lazy) = m.first_uninitialized().expect("called for a module with a lazy sub-module");
     let at = if path.is_empty() { String::new() } else { format!(" `{path}`") };
     panic!(
-        "{op}: the lazy module{at} ({}) has no parameters until its first forward, so a list taken now (an \
-         optimizer built from it) would miss them; run one forward pass first (a dry run), then list the parameters",
+        "{op}: the lazy module{at} ({}) has no parameters until its first forward, {consequence}; run one forward \
+         pass first (a dry run)",
         lazy.type_name()
     );
 }

@@ -252,10 +252,9 @@ impl Tensor {
                 }
             }
         }
-        if !training
-            && (running_mean.is_none() || running_var.is_none())
-            && (running_mean.is_some() || running_var.is_some())
-        {
+        // One without the other: in eval mode there is nothing to normalise with, and in
+        // training the one given would not be updated (PyTorch updates it alone).
+        if running_mean.is_some() != running_var.is_some() {
             panic!("{OP}: running_mean and running_var must both be given or both be absent");
         }
         // A half input with f32 statistics and parameters (a bf16 activation into an f32
@@ -660,5 +659,20 @@ mod tests {
     #[should_panic(expected = "batch_norm: weight of shape [3] for an input with 2 channels (shape [4, 2])")]
     fn batch_norm_parameter_shape_mismatch_panics() {
         Tensor::zeros(&[4, 2]).batch_norm(None, None, Some(&Tensor::ones(&[3])), None, true, 0.1, 1e-5);
+    }
+
+    /// A lone running statistic in training was left as it was (only a pair was updated).
+    #[test]
+    #[should_panic(expected = "batch_norm: running_mean and running_var must both be given or both be absent")]
+    fn batch_norm_in_training_refuses_one_running_statistic_without_the_other() {
+        let rm = Tensor::zeros(&[2]);
+        Tensor::randn(&[4, 2]).batch_norm(Some(&rm), None, None, None, true, 0.1, 1e-5);
+    }
+
+    /// A `[2, 2]` weight for 4 channels was read row-major.
+    #[test]
+    #[should_panic(expected = "group_norm: weight of shape [2, 2] for an input with 4 channels (shape [2, 4, 3])")]
+    fn group_norm_refuses_affine_parameters_not_of_shape_c() {
+        crate::functional::group_norm(&Tensor::randn(&[2, 4, 3]), 2, Some(&Tensor::ones(&[2, 2])), None, 1e-5);
     }
 }

@@ -648,6 +648,29 @@ fn listing_parameters_before_a_lazy_layers_first_forward_is_refused() {
     assert_eq!(model.num_parameters(), 3 * 4 + 4 + 4 * 2 + 2);
 }
 
+/// Converting or moving a model with a lazy layer that has not run yet is refused, and
+/// nothing converts or moves: the lazy layer's parameters would be made in f32 on the CPU
+/// at its first forward, after the rest moved (a model of lazy layers alone converted
+/// nothing and ran in f32 without a word). After one forward both work.
+#[test]
+fn converting_or_moving_before_a_lazy_layers_first_forward_is_refused() {
+    let mut model = Sequential::new().add(Linear::new(3, 4)).add(nn_layers::LazyLinear::new(2));
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.to_dtype(DType::F64))).unwrap_err();
+    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.starts_with("to_dtype(f64): the lazy module `1` (LazyLinear) has no parameters until its first forward")
+            && msg.contains("made in f32 when it runs, not in f64"),
+        "{msg}"
+    );
+    let e = model.try_to_device(Device::Meta).unwrap_err().to_string();
+    assert!(e.contains("`LazyLinear` has uninitialized parameters"), "{e}");
+    model.forward(&Tensor::ones(&[1, 3]));
+    assert!(model.state_dict().iter().all(|(_, t)| t.dtype() == DType::F32 && t.device() == Device::Cpu));
+    model.to_dtype(DType::F64);
+    model.to_device(Device::Meta);
+    assert!(model.state_dict().iter().all(|(_, t)| t.dtype() == DType::F64 && t.device() == Device::Meta));
+}
+
 /// `to_dtype`/`to_device` visit every tensor, a buffer an op computed (a non-leaf) too,
 /// without reading its `grad()` (which refuses non-leaves).
 #[test]
