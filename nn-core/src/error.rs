@@ -221,6 +221,16 @@ pub enum Error {
         /// Why it cannot be used (and, when it applies, what to do instead).
         reason: String,
     },
+    /// A module conversion (`to_device`, `to_empty`, `to_dtype`) refused before anything
+    /// changed: a tensor on the meta device has no values to move, or a sub-module cannot
+    /// follow (see [`Module::check_conversion`](crate::Module::check_conversion)).
+    #[error("{conversion}: {reason}")]
+    ConversionRefused {
+        /// The conversion asked for (`to_device(cpu)`, `to_dtype(f64)`).
+        conversion: String,
+        /// What refused it, and what to do instead.
+        reason: String,
+    },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
     Io {

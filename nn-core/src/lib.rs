@@ -153,8 +153,8 @@ pub use device::{default_device, with_device, Device};
 pub use dtype::{DType, Element, FloatElement};
 pub use error::{Error, Result};
 pub use module::{
-    Compute, ExtraRepr, Forward, HasBase, HookHandle, Hooks, IncompatibleKeys, Item, Layer, Module, ModuleBase,
-    ModuleIo, Name, Parameter, ScopedHook,
+    Compute, Conversion, ExtraRepr, Forward, HasBase, HookHandle, Hooks, IncompatibleKeys, Item, Layer, Module,
+    ModuleBase, ModuleIo, Name, Parameter, ScopedHook,
 };
 pub use random::manual_seed;
 pub use shape::{Dim, Layout};

@@ -193,6 +193,21 @@ const LAUNCHES: &[Launch] = &[
             one_of: &[],
         },
     },
+    Launch {
+        name: "fsdp_converting_a_parent_of_the_wrapper_is_refused",
+        np: Some(2),
+        scenario: "fsdp_parent_to_dtype",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &[
+                "to_dtype(f64): FullyShardedDataParallel inside the module converted cannot follow: its shards were \
+                 laid out when the model was wrapped; convert the model before wrapping it (FullyShardedDataParallel \
+                 at `inner`)",
+            ],
+            one_of: &[],
+        },
+    },
     // Changes to a DDP-wrapped model that would leave gradients unaveraged, and a second
     // backward through one forward: each rank names the parameter.
     Launch {
@@ -466,6 +481,7 @@ mod checks {
             "fsdp_changed" => &[("a_wrapped_model_changes_its_parameters", fsdp_model_changed)],
             "fsdp_converted" => &[("a_wrapped_models_parameters_change_dtype", fsdp_model_converted)],
             "fsdp_to_dtype" => &[("a_wrapper_is_converted", fsdp_wrapper_converted)],
+            "fsdp_parent_to_dtype" => &[("a_parent_of_a_wrapper_is_converted", fsdp_parent_converted)],
             "ddp_unfrozen" => &[("a_parameter_is_unfrozen_after_wrapping", ddp_unfrozen)],
             "ddp_converted" => &[("a_wrapped_model_is_converted", ddp_converted)],
             "ddp_second_backward" => &[("a_second_backward_through_one_forward", ddp_second_backward)],
@@ -1274,6 +1290,23 @@ mod checks {
         fsdp.to_device(Device::Cpu);
         fsdp.to_dtype(DType::F32); // another dtype panics: the `fsdp_to_dtype` launch
         assert!(fsdp.named_parameters().iter().all(|(_, p)| p.dtype() == DType::F32 && p.device() == Device::Cpu));
+        // Boxed, the wrapper keeps its own rules (the box used the defaults, which moved
+        // the placeholders); inside a parent, the parent's conversion is refused before
+        // anything changes (its walk would convert the placeholders, not the shards).
+        let mut boxed: Box<dyn Module> = Box::new(fsdp);
+        let err = boxed.try_to_device(Device::Gpu(0)).unwrap_err().to_string();
+        assert!(err.contains("FullyShardedDataParallel keeps its shards on the CPU"), "{err}");
+        #[derive(Module)]
+        struct Parent {
+            #[module]
+            inner: Box<dyn Module>,
+        }
+        let mut parent = Parent { inner: boxed };
+        for to in [Device::Cpu, Device::Meta] {
+            let err = parent.try_to_device(to).unwrap_err().to_string();
+            assert!(err.contains("FullyShardedDataParallel inside the module converted cannot follow"), "{err}");
+        }
+        // (`parent.to_dtype` panics: the `fsdp_parent_to_dtype` launch.)
         // A zero timeout, and models that differ across ranks, on every rank.
         let zero = FsdpConfig { timeout: Some(Duration::ZERO), ..Default::default() };
         assert!(matches!(
@@ -1646,6 +1679,18 @@ mod checks {
         fsdp.module_mut().to_dtype(DType::F64);
         fsdp.forward(&Tensor::ones(&[2, 6]).to_dtype(DType::F64));
         unreachable!("the forward should have panicked");
+    }
+
+    fn fsdp_parent_converted(group: &ProcessGroup) {
+        let fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        #[derive(Module)]
+        struct Parent {
+            #[module]
+            inner: Box<dyn Module>,
+        }
+        let mut parent = Parent { inner: Box::new(fsdp) };
+        parent.to_dtype(DType::F64);
+        unreachable!("to_dtype should have panicked");
     }
 
     fn fsdp_wrapper_converted(group: &ProcessGroup) {

@@ -106,4 +106,32 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn as_dyn_mut(&mut self) -> &mut dyn Module {
         (**self).as_dyn_mut()
     }
+    // The methods a module may override, passed through: with the defaults, a boxed lazy
+    // layer listed no parameters instead of refusing, and a boxed wrapper's own mode,
+    // `apply` and conversion rules were skipped.
+    fn is_uninitialized(&self) -> bool {
+        (**self).is_uninitialized()
+    }
+    fn check_conversion(&self, to: super::Conversion) -> crate::Result<()> {
+        (**self).check_conversion(to)
+    }
+    fn set_training(&mut self, training: bool) {
+        (**self).set_training(training)
+    }
+    fn is_training(&self) -> bool {
+        (**self).is_training()
+    }
+    fn apply(&mut self, f: &mut dyn FnMut(&mut dyn Module)) {
+        (**self).apply(f)
+    }
+    fn try_to_device(&mut self, device: crate::Device) -> crate::Result<()> {
+        (**self).try_to_device(device)
+    }
+    fn to_empty(&mut self, device: crate::Device) -> crate::Result<()> {
+        (**self).to_empty(device)
+    }
+    #[track_caller]
+    fn to_dtype(&mut self, dtype: crate::DType) {
+        (**self).to_dtype(dtype)
+    }
 }

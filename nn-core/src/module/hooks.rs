@@ -93,9 +93,15 @@ impl Default for ModuleBase {
 }
 
 impl Clone for ModuleBase {
-    /// Copies the training flag and the registered hooks (as PyTorch's `copy.deepcopy`):
-    /// a cloned module behaves like the original. Handles of the original's hooks remove
-    /// them from the original only.
+    /// Copies the training flag and the registered hooks, as PyTorch's `copy.deepcopy`
+    /// does for them; handles of the original's hooks remove them from the original only.
+    ///
+    /// The parameters are another matter: a module cloned with `#[derive(Clone)]` holds
+    /// the original's [`Parameter`](crate::Parameter) handles, so its weights *are* the
+    /// original's (tied, as nn's ties are made), not a copy as `deepcopy` makes. For an
+    /// independent copy (a target network, an EMA model), build a new module and load the
+    /// original's state into it: `target.load_state_dict(&online.state_dict(), true)`
+    /// copies the values into the target's own storage.
     fn clone(&self) -> Self {
         let lists = self.hooks.lock().clone();
         let hooks = HookStore { any: AtomicBool::new(false), lists: Mutex::new(lists) };

@@ -235,7 +235,14 @@ pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> R
             .collect()
     });
     for (target, value) in converted {
-        target.set_data(&value);
+        if target.device() == Device::Meta {
+            // No storage to copy into: the entry takes the value (PyTorch's `assign=True`).
+            target.set_data(&value);
+        } else {
+            // In place, as PyTorch's `param.copy_(input)`: the entry's views and detached
+            // handles (an earlier `state_dict()`'s) see the loaded values.
+            no_grad(|| target.copy_(&value));
+        }
     }
     Ok(IncompatibleKeys { missing_keys: plan.missing_keys, unexpected_keys: plan.unexpected_keys })
 }

@@ -150,6 +150,21 @@ pub trait Module: HoldsState + Any {
         false
     }
 
+    /// Whether this module, as a sub-module of the one converted, lets
+    /// [`to_device`](Module::to_device) or [`to_dtype`](Module::to_dtype) convert its
+    /// tensors. Those walk the whole tree's tensors and call this on every sub-module (and
+    /// the module itself) first: an error stops the conversion before anything changed.
+    /// The default accepts; a module that lays out its tensors for one device or dtype
+    /// (`FullyShardedDataParallel`'s shards) refuses, so that a parent's conversion cannot
+    /// bypass its own `to_device`/`to_dtype`.
+    ///
+    /// # Errors
+    /// Whatever the module reports, naming what it cannot do.
+    fn check_conversion(&self, to: Conversion) -> Result<()> {
+        let _ = to;
+        Ok(())
+    }
+
     /// `self` as `Any`, for downcasting in [`apply`](Module::apply) callbacks.
     fn as_any(&self) -> &dyn Any;
 
@@ -207,18 +222,23 @@ pub trait Module: HoldsState + Any {
         out
     }
 
-    /// `(dotted name, buffer)` for every buffer, persistent or not.
+    /// `(dotted name, buffer)` for every buffer, persistent or not; a buffer held under
+    /// several names (shared by two modules) once, under its first name, as PyTorch's
+    /// `named_buffers` (an in-place update over the list would otherwise apply twice).
     fn named_buffers(&self) -> Vec<(String, Tensor)> {
         let mut out = Vec::new();
+        let mut seen = HashSet::new();
         walk(self.as_dyn(), &mut String::new(), &mut |path, item| {
             if let Item::Buffer { tensor, .. } = item {
-                out.push((path.to_string(), tensor.clone()));
+                if seen.insert(tensor.id()) {
+                    out.push((path.to_string(), tensor.clone()));
+                }
             }
         });
         out
     }
 
-    /// Every buffer, persistent or not.
+    /// Every buffer, persistent or not (a shared one once).
     fn buffers(&self) -> Vec<Tensor> {
         self.named_buffers().into_iter().map(|(_, t)| t).collect()
     }
@@ -389,6 +409,11 @@ pub trait Module: HoldsState + Any {
     /// [`state_dict`](Module::state_dict), or an error naming the first uninitialised lazy
     /// sub-module.
     ///
+    /// # Panics
+    /// When two different tensors are reported under one dotted name (a hand-written
+    /// [`visit`](Module::visit) that names two fields alike): the state dict would hold
+    /// only the last.
+    ///
     /// # Errors
     /// [`Error::Uninitialized`].
     fn try_state_dict(&self) -> Result<StateDict> {
@@ -406,7 +431,14 @@ pub trait Module: HoldsState + Any {
                 _ => return,
             };
             let handle = handles.entry(t.id()).or_insert_with(|| t.detach()).clone();
-            sd.insert(path.to_string(), handle);
+            if let Some(earlier) = sd.insert(path.to_string(), handle) {
+                if !earlier.is_alias_of(t) {
+                    panic!(
+                        "state_dict: two different tensors are named `{path}`; a hand-written `visit` must give each \
+                         field its own name"
+                    );
+                }
+            }
         });
         Ok(sd)
     }
@@ -422,12 +454,22 @@ pub trait Module: HoldsState + Any {
     /// reported together, by name. With `strict`, any of them is an error; without, the
     /// missing and unexpected keys are returned and shape mismatches are still an error.
     /// On error the module is left exactly as it was. Values are converted to each
-    /// entry's current dtype; a module on the meta device takes the loaded tensors as
-    /// they are (PyTorch's `assign=True`).
+    /// entry's current dtype and copied into its storage in place, as PyTorch's
+    /// `param.copy_(input)`: views, detached handles and the tensors an earlier
+    /// [`state_dict`](Module::state_dict) returned see the loaded values. An entry on the
+    /// meta device takes the loaded tensor instead (PyTorch's `assign=True`: it has no
+    /// storage to copy into), converted to the entry's dtype, so a model built on meta in
+    /// bf16 loads an f32 file as bf16 (PyTorch's `assign=True` would keep f32).
     ///
     /// # Errors
-    /// [`Error::StateDict`] listing every offending key.
+    /// [`Error::StateDict`] listing every offending key; [`Error::Uninitialized`] when a
+    /// lazy sub-module has not run yet: its parameters do not exist, so its entries would
+    /// be dropped as unexpected and its first forward would draw new ones (PyTorch
+    /// materialises them from the state dict; run one forward pass first).
     fn load_state_dict(&mut self, state_dict: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
+        if let Some((_, m)) = self.first_uninitialized() {
+            return Err(Error::Uninitialized { module: m.type_name() });
+        }
         load::load_state_dict(self.as_dyn(), state_dict, strict)
     }
 
@@ -525,15 +567,47 @@ pub trait Module: HoldsState + Any {
     /// ```
     ///
     /// # Errors
-    /// [`Error::DeviceUnavailable`]; [`Error::Uninitialized`] when a lazy sub-module has no
-    /// parameters yet (before its first forward): they would be made on the CPU when it
-    /// runs (PyTorch records the device for them; nn asks for the dry run first).
+    /// [`Error::DeviceUnavailable`] when `device` is not available, or a tensor is on the
+    /// meta device and `device` is not (it has no values to move: PyTorch refuses too;
+    /// see [`to_empty`](Module::to_empty)); [`Error::Uninitialized`] when a lazy
+    /// sub-module has no parameters yet (before its first forward): they would be made on
+    /// the CPU when it runs (PyTorch records the device for them; nn asks for the dry run
+    /// first); a sub-module's refusal ([`check_conversion`](Module::check_conversion)).
+    /// Nothing moves then.
     fn try_to_device(&mut self, device: Device) -> crate::Result<()> {
         device.check()?;
         // A lazy module's parameters do not exist yet: they would be made on the CPU at its
         // first forward, after the rest of the model moved (PyTorch records the move).
         if let Some((_, m)) = self.first_uninitialized() {
             return Err(Error::Uninitialized { module: m.type_name() });
+        }
+        for (_, m) in self.named_modules() {
+            m.check_conversion(Conversion::Device(device))?;
+        }
+        // A meta tensor has no values: moved to a real device it would be zeros, a model
+        // that never loaded its weights (PyTorch: "Cannot copy out of meta tensor").
+        if device != Device::Meta {
+            let mut on_meta = None;
+            walk(self.as_dyn(), &mut String::new(), &mut |path, item| {
+                let t = match item {
+                    Item::Param(p) => p.tensor(),
+                    Item::Buffer { tensor, .. } => tensor,
+                    Item::Module(_) => return,
+                };
+                if on_meta.is_none() && t.device() == Device::Meta {
+                    on_meta = Some(path.to_string());
+                }
+            });
+            if let Some(path) = on_meta {
+                return Err(Error::ConversionRefused {
+                    conversion: format!("to_device({device})"),
+                    reason: format!(
+                        "`{path}` is on the meta device and has no values to move (a model built on meta that \
+                         did not load them); load a state dict first (every key), or use `to_empty` to make \
+                         zero-filled storage to initialise yourself"
+                    ),
+                });
+            }
         }
         for_each_tensor(self.as_dyn(), &mut |t| {
             if t.device() != device {
@@ -555,9 +629,11 @@ pub trait Module: HoldsState + Any {
     /// dtype until then). Optimizers step f32 and f64 parameters only.
     ///
     /// # Panics
-    /// When `dtype` is not a floating-point type, or a lazy sub-module has no parameters
+    /// When `dtype` is not a floating-point type, when a lazy sub-module has no parameters
     /// yet (before its first forward): they would be made in f32 when it runs (PyTorch
-    /// records the dtype for them; nn asks for the dry run first).
+    /// records the dtype for them; nn asks for the dry run first), or when a sub-module
+    /// refuses the conversion ([`check_conversion`](Module::check_conversion)); nothing is
+    /// converted then.
     #[track_caller]
     fn to_dtype(&mut self, dtype: DType) {
         assert!(dtype.is_float(), "to_dtype: modules can only be converted to floating-point dtypes, got {dtype}");
@@ -568,6 +644,12 @@ pub trait Module: HoldsState + Any {
                 &format!("so they would be made in f32 when it runs, not in {dtype}"),
             );
         }
+        for (path, m) in self.named_modules() {
+            if let Err(e) = m.check_conversion(Conversion::DType(dtype)) {
+                let at = if path.is_empty() { String::new() } else { format!(" at `{path}`") };
+                panic!("{e} ({}{at})", m.type_name());
+            }
+        }
         for_each_tensor(self.as_dyn(), &mut |t| {
             if t.dtype().is_float() && t.dtype() != dtype {
                 no_grad(|| t.set_data(&t.to_dtype(dtype)));
@@ -576,6 +658,45 @@ pub trait Module: HoldsState + Any {
                 }
             }
         });
+    }
+
+    /// Gives every parameter and buffer new storage on `device`, filled with zeros, without
+    /// reading the old values (PyTorch's `to_empty`, whose storage is uninitialised): the
+    /// way from a model built on the meta device to one whose values are then set by hand
+    /// (an init function through [`apply`](Module::apply)), which
+    /// [`to_device`](Module::to_device) refuses for meta tensors. Tied tensors stay tied;
+    /// gradients are dropped.
+    ///
+    /// ```
+    /// use nn_core::{with_device, Device, Module, Parameter, Tensor};
+    ///
+    /// #[derive(Module)]
+    /// struct Net {
+    ///     #[param] w: Parameter,
+    /// }
+    ///
+    /// let mut net = with_device(Device::Meta, || Net { w: Parameter::new(Tensor::ones(&[2])) });
+    /// assert!(net.try_to_device(Device::Cpu).is_err()); // no values to move
+    /// net.to_empty(Device::Cpu).unwrap();
+    /// assert_eq!((net.w.device(), net.w.to_vec()), (Device::Cpu, vec![0.0, 0.0]));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_to_device`](Module::try_to_device), but for meta tensors; nothing changes
+    /// then.
+    fn to_empty(&mut self, device: Device) -> crate::Result<()> {
+        device.check()?;
+        if let Some((_, m)) = self.first_uninitialized() {
+            return Err(Error::Uninitialized { module: m.type_name() });
+        }
+        for (_, m) in self.named_modules() {
+            m.check_conversion(Conversion::Device(device))?;
+        }
+        for_each_tensor(self.as_dyn(), &mut |t| {
+            no_grad(|| t.set_data(&Tensor::full_on(t.shape(), 0.0, t.dtype(), device)));
+            t.set_grad(None);
+        });
+        Ok(())
     }
 
     /// Clears the gradient of every parameter (a lazy sub-module that has not run yet has
@@ -643,6 +764,16 @@ impl fmt::Display for dyn Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt_module(self, f)
     }
+}
+
+/// A conversion of a whole module, as [`Module::check_conversion`] is asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Conversion {
+    /// [`Module::to_device`] (or [`Module::to_empty`]) to this device.
+    Device(Device),
+    /// [`Module::to_dtype`] to this dtype.
+    DType(DType),
 }
 
 /// What a parameter list taken before a lazy module ran would do.

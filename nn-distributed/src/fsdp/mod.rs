@@ -602,6 +602,22 @@ impl<M: Module + Compute> Module for FullyShardedDataParallel<M> {
         self.module.set_training(training);
     }
 
+    /// Refuses any conversion asked of a parent module: the walk over the parent's tensors
+    /// would convert this wrapper's placeholders, not its shards (the next forward would
+    /// gather the shards as they were). Convert the model before wrapping it.
+    fn check_conversion(&self, to: nn_core::Conversion) -> nn_core::Result<()> {
+        Err(nn_core::Error::ConversionRefused {
+            conversion: match to {
+                nn_core::Conversion::Device(d) => format!("to_device({d})"),
+                nn_core::Conversion::DType(d) => format!("to_dtype({d})"),
+                _ => format!("{to:?}"),
+            },
+            reason: "FullyShardedDataParallel inside the module converted cannot follow: its shards were laid out \
+                     when the model was wrapped; convert the model before wrapping it"
+                .into(),
+        })
+    }
+
     /// Refuses any device but the CPU (moving nothing): the shards, the all-gathers and the
     /// reduce-scatters are CPU buffers. Move the model before wrapping it.
     fn try_to_device(&mut self, device: Device) -> nn_core::Result<()> {

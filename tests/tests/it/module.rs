@@ -671,6 +671,130 @@ fn converting_or_moving_before_a_lazy_layers_first_forward_is_refused() {
     assert!(model.state_dict().iter().all(|(_, t)| t.dtype() == DType::F64 && t.device() == Device::Meta));
 }
 
+/// A model built on the meta device that did not load every value (a non-strict load
+/// with the head missing) was moved as zeros without a word; PyTorch refuses. Nothing
+/// moves; `to_empty` makes zero-filled storage on purpose.
+#[test]
+fn moving_meta_tensors_to_a_real_device_is_refused() {
+    let mut m = nn_core::with_device(Device::Meta, || Sequential::new().add(Linear::new(4, 3)).add(Linear::new(3, 2)));
+    let backbone = Sequential::new().add(Linear::new(4, 3));
+    let report = m.load_state_dict(&backbone.state_dict(), false).unwrap();
+    assert_eq!(report.missing_keys, ["1.weight", "1.bias"]);
+    let e = m.try_to_device(Device::Cpu).unwrap_err().to_string();
+    assert!(e.starts_with("to_device(cpu): `1.weight` is on the meta device and has no values to move"), "{e}");
+    let devices = |m: &Sequential| m.state_dict().iter().map(|(_, t)| t.device()).collect::<Vec<_>>();
+    assert_eq!(devices(&m), [Device::Cpu, Device::Cpu, Device::Meta, Device::Meta]);
+    m.to_empty(Device::Cpu).unwrap();
+    assert_eq!(devices(&m), [Device::Cpu; 4]);
+    assert!(m.state_dict().iter().all(|(_, t)| t.to_vec().iter().all(|v| *v == 0.0)));
+}
+
+/// A boxed module keeps the behaviour its type overrides: a boxed lazy layer listed no
+/// parameters (an optimizer built from the empty list trained nothing) where the layer
+/// itself refuses.
+#[test]
+fn a_boxed_lazy_layer_refuses_like_the_layer() {
+    let boxed: Box<dyn nn_core::Layer> = Box::new(nn_layers::LazyLinear::new(2));
+    assert!(boxed.is_uninitialized());
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(boxed.parameters()))).unwrap_err();
+    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.starts_with("parameters: the lazy module (LazyLinear) has no parameters"), "{msg}");
+    let mut boxed = boxed;
+    assert!(boxed.try_to_device(Device::Meta).is_err());
+}
+
+/// `load_state_dict` copies into each entry's storage, as PyTorch's `param.copy_`: views,
+/// detached handles and an earlier `state_dict()`'s tensors see the loaded values (a new
+/// storage left them with the old ones), and the model does not alias the source.
+#[test]
+fn a_load_writes_in_place_so_aliases_see_the_loaded_values() {
+    let mut l = Linear::new(3, 2);
+    let held = l.state_dict();
+    let view = l.weight.detach().t();
+    let other = Linear::new(3, 2);
+    l.load_state_dict(&other.state_dict(), true).unwrap();
+    assert_eq!(held.get("weight").unwrap().to_vec(), other.weight.to_vec());
+    assert_eq!(view.t().contiguous().to_vec(), other.weight.to_vec());
+    assert_eq!(l.weight.to_vec(), other.weight.to_vec());
+    nn_core::no_grad(|| other.weight.fill_(7.0));
+    assert!(l.weight.to_vec().iter().all(|v| *v != 7.0));
+}
+
+/// Loading into a model whose lazy layer has not run: its entries were dropped as
+/// unexpected (non-strict: the trained weights silently lost, the first forward drew new
+/// ones). Refused, naming the layer.
+#[test]
+fn loading_before_a_lazy_layers_first_forward_is_refused() {
+    let mut m = Sequential::new().add(nn_layers::LazyLinear::new(2));
+    let trained = Sequential::new().add(Linear::new(3, 2));
+    for strict in [false, true] {
+        let e = m.load_state_dict(&trained.state_dict(), strict).unwrap_err().to_string();
+        assert!(e.contains("`LazyLinear` has uninitialized parameters"), "{e}");
+    }
+    m.forward(&Tensor::ones(&[1, 3]));
+    m.load_state_dict(&trained.state_dict(), true).unwrap();
+    assert_eq!(
+        m.state_dict().get("0.weight").unwrap().to_vec(),
+        trained.state_dict().get("0.weight").unwrap().to_vec()
+    );
+}
+
+/// A buffer shared by two modules is listed once, as PyTorch's `named_buffers`: an
+/// in-place update over the list applied twice.
+#[test]
+fn a_shared_buffer_is_listed_once() {
+    #[derive(Module)]
+    struct Shared {
+        #[buffer]
+        a: Tensor,
+        #[buffer]
+        b: Tensor,
+    }
+    let t = Tensor::zeros(&[2]);
+    let m = Shared { a: t.clone(), b: t };
+    let names: Vec<String> = m.named_buffers().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["a"]);
+    for b in m.buffers() {
+        b.add_(1.0);
+    }
+    assert_eq!(m.b.to_vec(), [1.0, 1.0]);
+    assert_eq!(m.state_dict().keys().collect::<Vec<_>>(), ["a", "b"]); // the state dict keeps both names
+}
+
+/// A hand-written `visit` naming two tensors alike: the state dict kept only the last.
+#[test]
+#[should_panic(expected = "state_dict: two different tensors are named `w`")]
+fn two_tensors_under_one_name_are_refused() {
+    use nn_core::module::HoldsState;
+    use nn_core::{Item, Name};
+    struct Twice {
+        a: Parameter,
+        b: Parameter,
+        base: ModuleBase,
+    }
+    impl HoldsState for Twice {}
+    impl Module for Twice {
+        fn runs_forward(&self) -> bool {
+            false
+        }
+        fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+            f(Name::Field("w"), Item::Param(&self.a));
+            f(Name::Field("w"), Item::Param(&self.b));
+        }
+        fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
+        fn type_name(&self) -> &'static str {
+            "Twice"
+        }
+        nn_core::module_accessors!(base);
+    }
+    let m = Twice {
+        a: Parameter::new(Tensor::ones(&[1])),
+        b: Parameter::new(Tensor::zeros(&[1])),
+        base: ModuleBase::new(),
+    };
+    m.state_dict();
+}
+
 /// `to_dtype`/`to_device` visit every tensor, a buffer an op computed (a non-leaf) too,
 /// without reading its `grad()` (which refuses non-leaves).
 #[test]
