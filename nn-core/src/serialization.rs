@@ -136,6 +136,10 @@ impl StateDict {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```
     ///
+    /// A tensor listed under several names (a tied parameter) is written once, under its
+    /// first name, and the others are recorded in the metadata ([`TIED_NAMES_KEY`]):
+    /// [`load`](StateDict::load) lists them again, as one tensor.
+    ///
     /// # Errors
     /// [`Error::Io`] for file-system failures; [`Error::MetaHasNoValues`] when an entry is
     /// on the meta device.
@@ -149,6 +153,10 @@ impl StateDict {
     /// The file is written as it is encoded, one tensor after another, a megabyte at a
     /// time: no copy of the whole state dict is made. Its bytes are those of
     /// [`to_safetensors_bytes`](StateDict::to_safetensors_bytes).
+    ///
+    /// # Errors
+    /// As [`save`](StateDict::save); [`Error::InvalidFile`] when `metadata` uses
+    /// [`TIED_NAMES_KEY`], which is nn's own. Nothing is written then.
     pub fn save_with_metadata(&self, path: impl AsRef<Path>, metadata: Option<HashMap<String, String>>) -> Result<()> {
         let (header, entries, data_len) = self.safetensors_header(metadata)?;
         crate::io::atomic_write(path, |f| {
@@ -166,15 +174,46 @@ impl StateDict {
 
     /// The entries a file holds: each tensor once, under its first name. Entries that are
     /// one tensor handle (the same [`TensorId`](crate::TensorId): a tied parameter in a
-    /// module's state dict, listed under each of its names) are written once; the later
-    /// names are left out, as `safetensors.torch.save_model` and Hugging Face's
-    /// `save_pretrained` do. Loading such a file into the module restores the tie from the
-    /// one name (see [`Module::load_state_dict`](crate::Module::load_state_dict)). Distinct
-    /// tensors are never merged, even when they share storage (copy-on-write after a load)
-    /// or hold equal values.
+    /// module's state dict, listed under each of its names) are written once, as
+    /// `safetensors.torch.save_model` and Hugging Face's `save_pretrained` do; the later
+    /// names are recorded in the metadata under [`TIED_NAMES_KEY`] (`safetensors.torch`
+    /// records them as plain metadata keys), and [`load`](StateDict::load) lists them
+    /// again as the same tensor, so a file read back holds every name. Distinct tensors are
+    /// never merged, even when they share storage (copy-on-write after a load) or hold
+    /// equal values.
     fn distinct_entries(&self) -> Vec<(&str, &Tensor)> {
         let mut seen = std::collections::HashSet::new();
         self.iter().filter(|(_, t)| seen.insert(t.id())).collect()
+    }
+
+    /// `metadata` with the names [`distinct_entries`](Self::distinct_entries) leaves out
+    /// recorded under [`TIED_NAMES_KEY`], or an error when the caller's metadata uses that
+    /// key itself.
+    fn with_tied_names(&self, metadata: Option<HashMap<String, String>>) -> Result<Option<HashMap<String, String>>> {
+        if metadata.as_ref().is_some_and(|m| m.contains_key(TIED_NAMES_KEY)) {
+            return Err(Error::InvalidFile {
+                path: "<memory>".into(),
+                reason: format!("the metadata key `{TIED_NAMES_KEY}` is nn's own (the names of tied entries)"),
+            });
+        }
+        let mut first: HashMap<crate::TensorId, &str> = HashMap::new();
+        let mut tied = std::collections::BTreeMap::new();
+        for (name, t) in self.iter() {
+            match first.get(&t.id()) {
+                Some(kept) => {
+                    tied.insert(name, *kept);
+                }
+                None => {
+                    first.insert(t.id(), name);
+                }
+            }
+        }
+        if tied.is_empty() {
+            return Ok(metadata);
+        }
+        let mut metadata = metadata.unwrap_or_default();
+        metadata.insert(TIED_NAMES_KEY.to_string(), serde_json::to_string(&tied).expect("strings serialise"));
+        Ok(Some(metadata))
     }
 
     /// The safetensors header (padded to 8 bytes, as the `safetensors` crate writes it),
@@ -183,6 +222,7 @@ impl StateDict {
         if let Some((k, t)) = self.iter().find(|(_, t)| t.device() == Device::Meta) {
             return Err(Error::MetaHasNoValues { op: "StateDict::save", shape: t.shape().to_vec() }.with_key(k));
         }
+        let metadata = self.with_tied_names(metadata)?;
         let mut entries: Vec<(&str, &Tensor)> = self.distinct_entries();
         let st = |t: &Tensor| to_safetensors_dtype(t.dtype());
         entries.sort_by(|(ln, l), (rn, r)| st(r).cmp(&st(l)).then(ln.cmp(rn)));
@@ -218,6 +258,7 @@ impl StateDict {
         if let Some((k, t)) = self.iter().find(|(_, t)| t.device() == Device::Meta) {
             return Err(Error::MetaHasNoValues { op: "StateDict::save", shape: t.shape().to_vec() }.with_key(k));
         }
+        let metadata = self.with_tied_names(metadata)?;
         let views = self
             .distinct_entries()
             .into_iter()
@@ -275,15 +316,47 @@ impl StateDict {
     }
 
     fn parse(bytes: &[u8], origin: &Path) -> Result<(StateDict, HashMap<String, String>)> {
-        let header = Header::parse(bytes, origin)?;
+        let mut header = Header::parse(bytes, origin)?;
         let data = &bytes[header.data_start..];
-        let mut sd = StateDict::with_capacity(header.entries.len());
+        // The tied names are checked before any tensor is built.
+        let tied = match header.metadata.remove(TIED_NAMES_KEY) {
+            Some(json) => read_tied_names(&json, &header.entries, origin)?,
+            None => Vec::new(),
+        };
+        let mut sd = StateDict::with_capacity(header.entries.len() + tied.len());
         for e in header.entries {
             let t = tensor_from_view(&e.name, e.dtype, &e.shape, &data[e.begin..e.end], origin)?;
             sd.insert(e.name, t);
         }
+        for (name, kept) in tied {
+            let t = sd.get(&kept).expect("checked: the kept name is an entry").clone();
+            sd.insert(name, t);
+        }
         Ok((sd, header.metadata))
     }
+}
+
+/// The metadata key under which [`StateDict::save`] records the names of tied entries it
+/// writes once: a JSON object mapping each left-out name to the name written.
+pub const TIED_NAMES_KEY: &str = "nn.tied_names";
+
+/// The `(left-out name, written name)` pairs of a file's [`TIED_NAMES_KEY`] entry, checked
+/// against its entries: each written name is one, no left-out name is one, no name twice.
+fn read_tied_names(json: &str, entries: &[Entry], origin: &Path) -> Result<Vec<(String, String)>> {
+    let bad = |reason: String| Error::InvalidFile { path: origin.to_path_buf(), reason };
+    check_unique_keys(json).map_err(|e| bad(format!("`{TIED_NAMES_KEY}`: {e}")))?;
+    let map: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(json).map_err(|e| bad(format!("`{TIED_NAMES_KEY}` is not a map of names: {e}")))?;
+    let names: std::collections::HashSet<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    for (name, kept) in &map {
+        if names.contains(name.as_str()) {
+            return Err(bad(format!("`{TIED_NAMES_KEY}` ties `{name}`, which the file holds as a tensor of its own")));
+        }
+        if !names.contains(kept.as_str()) {
+            return Err(bad(format!("`{TIED_NAMES_KEY}` ties `{name}` to `{kept}`, which the file does not hold")));
+        }
+    }
+    Ok(map.into_iter().collect())
 }
 
 /// The largest header a safetensors file may have: 100 MB, the limit of the format's

@@ -374,8 +374,10 @@ pub trait Module: HoldsState + Any {
     /// [`named_parameters`](Module::named_parameters) lists it once, an optimizer steps it once, and the
     /// gradients of both uses add up. Here it is listed under every name; a file written by
     /// [`save`](Module::save) (or [`StateDict::save`]) holds it once, under its first name,
-    /// as Hugging Face's files do; [`load_state_dict`](Module::load_state_dict) accepts
-    /// any one of its names, or several with equal values.
+    /// as Hugging Face's files do, and records the other names, which
+    /// [`StateDict::load`] lists again as the same tensor;
+    /// [`load_state_dict`](Module::load_state_dict) accepts any one of its names (a
+    /// Hugging Face file has only the first), or several with equal values.
     ///
     /// ```
     /// use nn_core::{Module, Parameter, Tensor};
@@ -393,8 +395,10 @@ pub trait Module: HoldsState + Any {
     /// assert_eq!(lm.state_dict().keys().collect::<Vec<_>>(), ["wte.weight", "lm_head.weight"]);
     /// let dir = tempfile::tempdir().unwrap();
     /// lm.save(dir.path().join("lm.safetensors")).unwrap();
-    /// let file = nn_core::StateDict::load(dir.path().join("lm.safetensors")).unwrap();
-    /// assert_eq!(file.keys().collect::<Vec<_>>(), ["wte.weight"]); // written once
+    /// let mut file = nn_core::StateDict::load(dir.path().join("lm.safetensors")).unwrap();
+    /// assert_eq!(file.keys().collect::<Vec<_>>(), ["wte.weight", "lm_head.weight"]);
+    /// assert_eq!(file.get("wte.weight").unwrap().id(), file.get("lm_head.weight").unwrap().id()); // written once
+    /// file.remove("lm_head.weight"); // as a Hugging Face file holds it
     /// lm.load_state_dict(&file, true).unwrap(); // strict: the tie is satisfied by one name
     /// ```
     ///

@@ -1,6 +1,6 @@
 //! Tied parameters (one `Parameter` held by two modules), with PyTorch's semantics and the
 //! Hugging Face file convention: listed once, stepped once, gradients of both uses added;
-//! saved once under the first name; loaded strictly from any one name, or several equal
+//! saved once under the first name (the others recorded and read back as the same tensor); loaded strictly from any one name, or several equal
 //! ones; refused, unchanged, when the file's copies differ; the tie survives load,
 //! `to_device`, `to_dtype` and a checkpoint resume.
 
@@ -89,23 +89,85 @@ fn a_tied_parameter_is_listed_once_and_gets_both_uses_gradients() {
     assert!(m.tied());
 }
 
+/// The header of safetensors `bytes`: its tensor names, and its `__metadata__`.
+fn header(bytes: &[u8]) -> (Vec<String>, serde_json::Value) {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut json: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let meta = json.as_object_mut().unwrap().remove("__metadata__").unwrap_or_default();
+    let mut names: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+    names.sort();
+    (names, meta)
+}
+
 #[test]
 fn save_writes_a_tied_parameter_once_under_its_first_name() {
     let dir = tempfile::tempdir().unwrap();
     let m = TinyLm::new();
-    m.save(dir.path().join("m.safetensors")).unwrap();
-    let file = StateDict::load(dir.path().join("m.safetensors")).unwrap();
-    assert_eq!(file.len(), 3);
-    assert!(file.contains_key("wte.weight") && !file.contains_key("lm_head.weight"));
-    // The same through a state dict saved by hand, and the bytes helper.
+    let path = dir.path().join("m.safetensors");
+    m.save(&path).unwrap();
+    // The file holds the tensor once, under its first name, and records the other.
+    let (names, meta) = header(&std::fs::read(&path).unwrap());
+    assert_eq!(names, ["mid.bias", "mid.weight", "wte.weight"]);
+    assert_eq!(meta["nn.tied_names"], r#"{"lm_head.weight":"wte.weight"}"#);
+    // Read back, it lists every name again, the two as one tensor (they were dropped).
+    let file = StateDict::load(&path).unwrap();
+    assert_eq!(file.len(), 4);
+    assert_eq!(file.get("lm_head.weight").unwrap().id(), file.get("wte.weight").unwrap().id());
+    assert!(StateDict::load_with_metadata(&path).unwrap().1.is_empty(), "nn's key is not the caller's metadata");
+    // The same through the bytes helper.
     let bytes = m.state_dict().to_safetensors_bytes(None).unwrap();
-    assert!(!String::from_utf8_lossy(&bytes[..200]).contains("lm_head.weight"));
+    assert_eq!(header(&bytes).0, ["mid.bias", "mid.weight", "wte.weight"]);
+    assert_eq!(StateDict::from_safetensors_bytes(&bytes).unwrap().0.len(), 4);
     // Distinct tensors with equal values are not merged.
     let mut sd = StateDict::default();
     sd.insert("a".into(), Tensor::ones(&[2]));
     sd.insert("b".into(), Tensor::ones(&[2]));
     sd.save(dir.path().join("two.safetensors")).unwrap();
     assert_eq!(StateDict::load(dir.path().join("two.safetensors")).unwrap().len(), 2);
+    assert!(header(&std::fs::read(dir.path().join("two.safetensors")).unwrap()).1.get("nn.tied_names").is_none());
+}
+
+/// The recorded names are untrusted input: each must name a tensor the file does not hold
+/// to one it holds. And the key is nn's: a caller's metadata may not use it.
+#[test]
+fn hostile_tied_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sd = StateDict::default();
+    sd.insert("a".into(), Tensor::ones(&[2]));
+    sd.insert("b".into(), Tensor::zeros(&[2]));
+    let path = dir.path().join("f.safetensors");
+    for (tied, want) in [
+        (r#"{"c":"zz"}"#, "ties `c` to `zz`, which the file does not hold"),
+        (r#"{"b":"a"}"#, "ties `b`, which the file holds as a tensor of its own"),
+        (r#"{"c":"a","c":"b"}"#, "duplicate"),
+        (r#"["a"]"#, "is not a map of names"),
+        (r#"{"c":1}"#, "is not a map of names"),
+    ] {
+        // Written by hand: `save` refuses the key from a caller.
+        let raw = safetensors_with_metadata(&sd, [("nn.tied_names".to_string(), tied.to_string())].into());
+        std::fs::write(&path, raw).unwrap();
+        let e = StateDict::load(&path).unwrap_err().to_string();
+        assert!(e.contains(want), "{tied}: {e}");
+    }
+    let e = sd.save_with_metadata(&path, Some([("nn.tied_names".to_string(), "{}".to_string())].into()));
+    assert!(e.unwrap_err().to_string().contains("the metadata key `nn.tied_names` is nn's own"));
+}
+
+/// Safetensors bytes of `sd` with `meta` as its metadata verbatim (what another writer
+/// could produce): the tensors' header entries as `StateDict` writes them.
+fn safetensors_with_metadata(sd: &StateDict, meta: std::collections::HashMap<String, String>) -> Vec<u8> {
+    let bytes = sd.to_safetensors_bytes(None).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut json: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    json["__metadata__"] = serde_json::to_value(&meta).unwrap();
+    let mut head = json.to_string();
+    while !head.len().is_multiple_of(8) {
+        head.push(' ');
+    }
+    let mut out = (head.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    out
 }
 
 #[test]
@@ -230,8 +292,12 @@ fn distinct_tensors_sharing_storage_are_all_saved() {
     by_hand.insert("b".into(), t.detach());
     by_hand.save(dir.path().join("hand.safetensors")).unwrap();
     assert_eq!(StateDict::load(dir.path().join("hand.safetensors")).unwrap().len(), 2);
-    // The same handle twice is one tensor: written once.
+    // The same handle twice is one tensor: written once, read back under both names.
     by_hand.insert("c".into(), by_hand.get("a").unwrap().clone());
     by_hand.save(dir.path().join("hand.safetensors")).unwrap();
-    assert_eq!(StateDict::load(dir.path().join("hand.safetensors")).unwrap().len(), 2);
+    let bytes = std::fs::read(dir.path().join("hand.safetensors")).unwrap();
+    assert_eq!(header(&bytes).0, ["a", "b"]);
+    let back = StateDict::load(dir.path().join("hand.safetensors")).unwrap();
+    assert_eq!(back.keys().collect::<Vec<_>>(), ["a", "b", "c"]);
+    assert_eq!(back.get("c").unwrap().id(), back.get("a").unwrap().id());
 }
