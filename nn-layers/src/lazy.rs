@@ -16,8 +16,13 @@ macro_rules! lazy_module {
             }
             fn visit_modules_mut<'a>(&'a mut self, _f: &mut dyn FnMut(nn_core::Name<'_>, &'a mut dyn nn_core::Module)) {
             }
+            /// The lazy type until the first forward, then the materialised layer's (as
+            /// PyTorch's lazy module becomes its class): see `as_any`.
             fn type_name(&self) -> &'static str {
-                stringify!($ty)
+                match self.inner.get() {
+                    Some(m) => nn_core::Module::type_name(m),
+                    None => stringify!($ty),
+                }
             }
             fn is_uninitialized(&self) -> bool {
                 self.inner.get().is_none()
@@ -31,7 +36,33 @@ macro_rules! lazy_module {
                     }
                 }
             }
-            nn_core::module_accessors!(base);
+            fn base(&self) -> Option<&nn_core::ModuleBase> {
+                Some(&self.base)
+            }
+            fn base_mut(&mut self) -> Option<&mut nn_core::ModuleBase> {
+                Some(&mut self.base)
+            }
+            // Once materialised, downcasts see the layer it became (PyTorch's lazy module
+            // turns into its class after the first forward): an `apply` initialiser that
+            // downcasts to the layer's type reached every such layer but the lazy ones.
+            fn as_any(&self) -> &dyn std::any::Any {
+                match self.inner.get() {
+                    Some(m) => m,
+                    None => self,
+                }
+            }
+            fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+                if self.inner.get().is_some() {
+                    return self.inner.get_mut().expect("materialised");
+                }
+                self
+            }
+            fn as_dyn(&self) -> &dyn nn_core::Module {
+                self
+            }
+            fn as_dyn_mut(&mut self) -> &mut dyn nn_core::Module {
+                self
+            }
         }
 
         impl nn_core::HasBase for $ty {

@@ -154,15 +154,26 @@ impl ExtraRepr for Bilinear {
 
 /// A `Linear` whose `in_features` is taken from the first input (PyTorch's
 /// `nn.LazyLinear`). Until then it has no parameters: [`Module::state_dict`] panics with a
-/// message saying so, and [`Module::try_state_dict`] is an error.
+/// message saying so, and [`Module::try_state_dict`] is an error. After it, it is a
+/// [`Linear`] to downcasts (`as_any`, `get_submodule_as`, an [`apply`](Module::apply)
+/// initialiser) and to printing, as PyTorch's lazy module becomes an `nn.Linear`.
 ///
 /// ```
-/// use nn_core::{Forward, Module, Tensor};
-/// use nn_layers::LazyLinear;
+/// use nn_core::{init, Forward, Module, Tensor};
+/// use nn_layers::{LazyLinear, Linear, Sequential};
 /// let lazy = LazyLinear::new(4);
 /// assert!(lazy.try_state_dict().is_err());
 /// lazy.forward(&Tensor::ones(&[2, 7]));
 /// assert_eq!(lazy.state_dict().get("weight").unwrap().shape(), &[4, 7]);
+///
+/// // An initialiser for every `Linear` reaches the materialised lazy layer too.
+/// let mut model = Sequential::new().add(lazy).add(Linear::new(4, 2));
+/// model.apply(&mut |m| {
+///     if let Some(l) = m.as_any_mut().downcast_mut::<Linear>() {
+///         init::zeros_(&l.weight);
+///     }
+/// });
+/// assert!(model.state_dict().iter().filter(|(k, _)| k.ends_with("weight")).all(|(_, w)| w.to_vec().iter().all(|v| *v == 0.0)));
 /// ```
 pub struct LazyLinear {
     inner: OnceLock<Linear>,
