@@ -221,6 +221,18 @@ pub enum Error {
         /// Why it cannot be used (and, when it applies, what to do instead).
         reason: String,
     },
+    /// A fill value the dtype cannot hold (PyTorch raises "value cannot be converted to
+    /// type ... without overflow"): a finite value past a float type's range (it would
+    /// be infinite), or a NaN, infinite or out-of-range value for i64 (it would saturate).
+    #[error("{op}: value {value} cannot be converted to {dtype} without overflow")]
+    FillValue {
+        /// The operation (`masked_fill`, `pad`, `Tensor::full_on`).
+        op: &'static str,
+        /// The value asked for.
+        value: f64,
+        /// The tensor's dtype.
+        dtype: DType,
+    },
     /// A module conversion (`to_device`, `to_empty`, `to_dtype`) refused before anything
     /// changed: a tensor on the meta device has no values to move, or a sub-module cannot
     /// follow (see [`Module::check_conversion`](crate::Module::check_conversion)).
@@ -385,8 +397,8 @@ fn group_conflict_message(key: &str, first_key: &str, first: usize, second: usiz
         let (a, b) = (place(first, first_key), place(second, key));
         let r#where = if first == second { format!("twice in {a} and {b}") } else { format!("in {a} and in {b}") };
         format!(
-            "optimizer parameter groups: the same parameter is {where}; a parameter may belong to one group \
-             only (as in PyTorch): remove it from all but one"
+            "optimizer parameter groups: the same parameter (or two handles on one storage) is {where}; a \
+             parameter may belong to one group only (as in PyTorch): remove it from all but one"
         )
     } else {
         let r#where = if first == second {

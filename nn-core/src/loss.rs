@@ -131,6 +131,11 @@ fn class_targets(op: &str, t: &Tensor, c: usize, ignore_index: i64, dtype: DType
 
 fn finish_class(per: Tensor, mask: &Tensor, input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
     match reduction {
+        // The totals in f32 for a half input, as PyTorch's: in f16 the count of kept
+        // targets is exact only to 2048 and the summed loss overflows at 65504.
+        Reduction::Mean if per.dtype().is_half() => {
+            (per.to_dtype(DType::F32).sum() / mask.to_dtype(DType::F32).sum()).to_dtype(per.dtype())
+        }
         Reduction::Mean => per.sum() / mask.sum(),
         Reduction::Sum => per.sum(),
         Reduction::None => {

@@ -308,7 +308,14 @@ fn resolve_signed(d: i64, rank: usize, op: &str) -> usize {
 
 impl Dim for usize {
     fn resolve(self, rank: usize, op: &str) -> usize {
-        resolve_signed(self as i64, rank, op)
+        // Not `as i64`: a `usize` that wrapped below zero (`x.rank() - 2` of a rank-1
+        // tensor) would read as -1 and pick the last dimension.
+        match i64::try_from(self) {
+            Ok(d) => resolve_signed(d, rank, op),
+            Err(_) => panic!(
+                "{op}: dimension {self} out of range for a tensor of rank {rank} (a usize that wrapped below zero?)"
+            ),
+        }
     }
 }
 impl Dim for i32 {

@@ -147,8 +147,13 @@ pub(crate) fn clip_grad_norm_across(
         held.iter().filter_map(|p| p.grad()).map(|g| g.to_vec_of::<f64>().iter().map(|v| v * v).sum::<f64>()).sum();
     let total = group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), crate::ReduceOp::Sum);
     let norm = total.to_vec_of::<f64>()[0].sqrt();
+    if max_norm.is_nan() || max_norm < 0.0 {
+        panic!("clip_grad_norm_: max_norm must be non-negative, got {max_norm}");
+    }
+    // A NaN norm makes every gradient NaN, as PyTorch's (`scale < 1.0` was false for NaN,
+    // and the healthy gradients stepped unclipped).
     let scale = max_norm / (norm + 1e-6);
-    if scale < 1.0 {
+    if scale.is_nan() || scale < 1.0 {
         for p in scaled {
             if let Some(g) = p.grad() {
                 p.set_grad(Some(&g * scale));

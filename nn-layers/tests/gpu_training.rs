@@ -228,7 +228,10 @@ fn models_build_and_materialise_on_the_gpu() {
     assert!(built.parameters().iter().all(|p| p.device() == GPU), "with_device(Gpu) allocates there");
     let sd = built.state_dict();
     let mut meta = with_device(Device::Meta, || Linear::new(6, 3));
-    meta.to_device(GPU);
+    // A meta model has no values to move (PyTorch refuses too): storage is made on the
+    // device with `to_empty`, then the state is loaded into it.
+    assert!(meta.try_to_device(GPU).unwrap_err().to_string().contains("is on the meta device"));
+    meta.to_empty(GPU).unwrap();
     meta.load_state_dict(&sd, true).unwrap();
     for (k, t) in meta.state_dict().iter() {
         assert_eq!((t.device(), t.to_vec_f64()), (GPU, sd.get(k).unwrap().to_vec_f64()), "{k}");

@@ -39,6 +39,10 @@ impl Tensor {
         if index.rank() > 1 {
             panic!("{OP}: index must be 1-D, got shape {:?}", index.shape());
         }
+        if self.rank() == 0 && index.numel() != 1 {
+            // Read as a `[1]` tensor, index [0, 0] gave two values; PyTorch refuses.
+            panic!("{OP}: index to a 0-d tensor can have only 1 value, got {}", index.numel());
+        }
         let x = if self.rank() == 0 { self.reshape(&[1]) } else { self.clone() };
         let d = dim.resolve(x.rank(), OP);
         let mut shape: Dims = x.shape().into();

@@ -102,6 +102,11 @@ impl Tensor {
         let n: usize = self.shape().iter().zip(&mask).filter(|(_, &m)| m).map(|(&d, _)| d).product();
         // Built from public ops, without a scope of its own: its parts are not cast.
         let _parts = crate::autograd::autocast::inside_op();
+        if self.dtype().is_half() {
+            // The sum in f32, as PyTorch's: rounded to f16 first, the sum of 100,000 ones
+            // is inf, and so was their mean.
+            return self.to_dtype(DType::F32).sum_dims(dims, keepdim).div_scalar(n as f64).to_dtype(self.dtype());
+        }
         self.sum_dims(dims, keepdim).div_scalar(n as f64)
     }
 
@@ -113,6 +118,10 @@ impl Tensor {
         let n: usize = self.shape().iter().zip(&mask).filter(|(_, &m)| m).map(|(&d, _)| d).product();
         // Built from public ops, without a scope of its own: its parts are not cast.
         let _parts = crate::autograd::autocast::inside_op();
+        if self.dtype().is_half() {
+            // In f32, as the mean (a sum of squares overflows f16 sooner still).
+            return self.to_dtype(DType::F32).var_dims(dims, correction, keepdim).to_dtype(self.dtype());
+        }
         let mean = self.mean_dims(dims, true);
         let sq = (self - &mean).square().sum_dims(dims, keepdim);
         sq.div_scalar(n.saturating_sub(correction) as f64)
@@ -208,6 +217,7 @@ impl Tensor {
         let op = if largest { "max" } else { "min" };
         check_float(op, self);
         if self.rank() == 0 {
+            dim.resolve(0, op); // 0 or -1 only, as PyTorch
             return (self.clone(), Tensor::full_on(&[], 0.0, DType::I64, self.device()));
         }
         let d = dim.resolve(self.rank(), op);

@@ -418,11 +418,16 @@ impl Tensor {
     /// ```
     ///
     /// # Panics
-    /// When `min > max`.
+    /// When `min > max`, or a bound is NaN (it passed every element through forward and
+    /// sent no gradient back; PyTorch returns NaN).
+    #[track_caller]
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
         let _t = crate::autograd::trace::op("clamp", &[self], || {
             vec![("min", crate::autograd::trace::Attr::Float(min)), ("max", crate::autograd::trace::Attr::Float(max))]
         });
+        if min.is_nan() || max.is_nan() {
+            panic!("clamp: a bound is NaN (min {min}, max {max}); use infinity for an open side");
+        }
         if min > max {
             panic!("clamp: min {min} is greater than max {max}");
         }

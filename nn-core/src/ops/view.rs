@@ -98,6 +98,9 @@ impl Tensor {
     #[track_caller]
     pub fn flatten<D1: Dim, D2: Dim>(&self, start: D1, end: D2) -> Tensor {
         if self.rank() == 0 {
+            // The dims are still checked: a 0-d tensor has dims 0 and -1 only.
+            start.resolve(0, "flatten");
+            end.resolve(0, "flatten");
             return self.reshape(&[1]);
         }
         let (s, e) = (start.resolve(self.rank(), "flatten"), end.resolve(self.rank(), "flatten"));
@@ -202,6 +205,10 @@ impl Tensor {
             panic!("split: size must be positive");
         }
         let n = self.shape()[d];
+        if n == 0 {
+            // One empty piece, as PyTorch's (code zipping the pieces expects one).
+            return vec![self.narrow(d, 0, 0)];
+        }
         (0..n).step_by(size).map(|s| self.narrow(d, s, size.min(n - s))).collect()
     }
 
@@ -259,6 +266,7 @@ impl Tensor {
     #[track_caller]
     pub fn squeeze_dim<D: Dim>(&self, dim: D) -> Tensor {
         if self.rank() == 0 {
+            dim.resolve(0, "squeeze");
             return self.clone();
         }
         let d = dim.resolve(self.rank(), "squeeze");

@@ -203,6 +203,7 @@ impl AdamCore {
                 if !p.requires_grad() || p.grad().is_none() {
                     continue;
                 }
+                super::check_steppable(&p);
                 let mut slot = self.state[gi][pi].0.take();
                 let step = self.state[gi][pi].1.saturating_add(1);
                 let this = &*self;
@@ -364,7 +365,7 @@ macro_rules! adam_optimizer {
             pub fn try_new(params: impl IntoParamGroups, config: $config) -> Result<Self> {
                 check_config(config.lr, config.betas, config.eps, config.weight_decay)
                     .map_err(|reason| Error::OptimizerConfig { optimizer: stringify!($name), reason })?;
-                let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay)?;
+                let groups = build_groups(stringify!($name), params.into_param_groups(), config.lr, config.weight_decay)?;
                 let state = groups.iter().map(|g| vec![(None, 0); g.params.len()]).collect();
                 Ok($name(AdamCore { groups, betas: config.betas, eps: config.eps, amsgrad: config.amsgrad, decoupled: $decoupled, state }))
             }

@@ -16,7 +16,18 @@ use crate::module::Parameter;
 /// let g = p.grad().unwrap().to_vec();
 /// assert!((g[0] - 0.6).abs() < 1e-5 && (g[1] - 0.8).abs() < 1e-5);
 /// ```
+///
+/// A non-finite norm is PyTorch's case too: an infinite one zeroes the gradients, a NaN one
+/// makes them NaN (the step that follows shows it; check the returned norm to skip it).
+///
+/// # Panics
+/// When `max_norm` is NaN or negative (clipping did nothing, or flipped every gradient's
+/// sign).
+#[track_caller]
 pub fn clip_grad_norm_(params: &[Parameter], max_norm: f64) -> f64 {
+    if max_norm.is_nan() || max_norm < 0.0 {
+        panic!("clip_grad_norm_: max_norm must be non-negative, got {max_norm}");
+    }
     let grads: Vec<_> = params.iter().filter_map(|p| p.grad().map(|g| (p, g))).collect();
     // Squares summed on each gradient's device (in f64 on the CPU); on a GPU every
     // gradient's sum is added there, and the host reads one number per device (one wait).
@@ -38,8 +49,10 @@ pub fn clip_grad_norm_(params: &[Parameter], max_norm: f64) -> f64 {
     }
     total_sq += on_devices.iter().map(|(_, s)| s.item()).sum::<f64>();
     let total = total_sq.sqrt();
-    let coef = (max_norm / (total + 1e-6)).min(1.0);
-    if coef < 1.0 {
+    // A NaN norm (a NaN gradient) makes every gradient NaN, as PyTorch's `clamp` of a NaN
+    // coefficient does: `f64::min` returned 1 and the healthy gradients stepped unclipped.
+    let coef = if total.is_nan() { f64::NAN } else { (max_norm / (total + 1e-6)).min(1.0) };
+    if coef.is_nan() || coef < 1.0 {
         no_grad(|| {
             for (p, g) in grads {
                 p.set_grad(Some(&g * coef));

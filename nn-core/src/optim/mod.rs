@@ -181,14 +181,30 @@ pub(crate) struct Group {
     pub(crate) initial_lr: Option<f64>,
 }
 
-/// Builds the groups, refusing the same parameter twice (by identity) and two parameters
-/// under one name (their state would share one key), anywhere in or across groups.
-pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) -> Result<Vec<Group>> {
-    let mut by_id: HashMap<crate::tensor::TensorId, (usize, &str)> = HashMap::new();
+/// Builds the groups of optimizer `optimizer`, refusing the same parameter twice (by
+/// identity) and two parameters under one name (their state would share one key),
+/// anywhere in or across groups, and a group's own learning rate or weight decay that is
+/// negative or not finite (a negative rate ascends, a NaN one makes the weights NaN, and
+/// `load_state_dict` would refuse the run's own state).
+pub(crate) fn build_groups(
+    optimizer: &'static str,
+    groups: Vec<ParamGroup>,
+    lr: f64,
+    weight_decay: f64,
+) -> Result<Vec<Group>> {
+    // By storage, not by handle: two `Parameter`s on one storage (`Parameter::new` of one
+    // tensor twice, views of one buffer) were both stepped, a double update.
+    let mut by_id: HashMap<*const crate::tensor::StorageSlot, (usize, &str)> = HashMap::new();
     let mut by_name: HashMap<&str, usize> = HashMap::new();
     for (gi, g) in groups.iter().enumerate() {
+        for (what, v) in [("learning rate", g.lr), ("weight_decay", g.weight_decay)] {
+            if let Some(v) = v.filter(|v| !non_negative(*v)) {
+                return Err(Error::OptimizerConfig { optimizer, reason: format!("invalid {what} {v} in group {gi}") });
+            }
+        }
         for (name, p) in &g.params {
-            if let Some(&(first_group, first_key)) = by_id.get(&p.id()) {
+            let slot = std::sync::Arc::as_ptr(&p.slot());
+            if let Some(&(first_group, first_key)) = by_id.get(&slot) {
                 return Err(Error::ParamGroupConflict {
                     key: name.clone(),
                     first_key: first_key.to_string(),
@@ -206,7 +222,7 @@ pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) 
                     same_parameter: false,
                 });
             }
-            by_id.insert(p.id(), (gi, name));
+            by_id.insert(slot, (gi, name));
             by_name.insert(name, gi);
         }
     }
@@ -221,9 +237,11 @@ pub(crate) fn build_groups(groups: Vec<ParamGroup>, lr: f64, weight_decay: f64) 
         .collect())
 }
 
-/// `x >= 0`, false for NaN (the hyper-parameter checks PyTorch makes).
+/// `x >= 0` and finite: PyTorch's hyper-parameter checks (`0.0 <= x`), which also refuse
+/// NaN; infinity too here (an infinite `eps` made Adam a silent no-op, an infinite rate
+/// NaN weights), as `load_state_dict` refuses it.
 pub(crate) fn non_negative(x: f64) -> bool {
-    x >= 0.0
+    x >= 0.0 && x.is_finite()
 }
 
 /// An optimizer: `step` updates the parameters from their gradients.
@@ -437,6 +455,26 @@ pub(crate) struct DeviceKernel<'a> {
     pub body: &'a str,
     /// `k[1..]`.
     pub scalars: Vec<f64>,
+}
+
+/// The dtype and device panics of [`update_param`], checked before an optimizer takes a
+/// parameter's buffers out of its state: a caught panic there dropped them (Adam then kept
+/// the step count and restarted the moments from zero, a far larger step).
+#[track_caller]
+pub(crate) fn check_steppable(p: &Parameter) {
+    if !p.requires_grad() {
+        return;
+    }
+    let Some(g) = p.grad() else { return };
+    if !matches!(p.dtype(), crate::DType::F32 | crate::DType::F64) {
+        panic!("optimizer: parameters must be f32 or f64, got {}", p.dtype());
+    }
+    if g.dtype() != p.dtype() {
+        panic!("optimizer: parameter is {} but its gradient is {}", p.dtype(), g.dtype());
+    }
+    if p.device() == crate::Device::Meta || g.device() == crate::Device::Meta {
+        panic!("optimizer: gradient of a meta parameter has no values");
+    }
 }
 
 /// An update kernel for one dtype: `(param values, grad values, buffers, fresh buffers)`,

@@ -75,7 +75,7 @@ impl Sgd {
     /// share a name (see [`ParamGroup`](super::ParamGroup)).
     pub fn try_new(params: impl IntoParamGroups, config: SgdConfig) -> Result<Self> {
         check_config(&config).map_err(|reason| Error::OptimizerConfig { optimizer: "Sgd", reason })?;
-        let groups = build_groups(params.into_param_groups(), config.lr, config.weight_decay)?;
+        let groups = build_groups("Sgd", params.into_param_groups(), config.lr, config.weight_decay)?;
         let state = groups.iter().map(|g| vec![None; g.params.len()]).collect();
         Ok(Sgd { groups, config, state })
     }
@@ -92,6 +92,9 @@ fn check_config(c: &SgdConfig) -> std::result::Result<(), String> {
     }
     if !non_negative(c.weight_decay) {
         return Err(format!("invalid weight_decay {}", c.weight_decay));
+    }
+    if !c.dampening.is_finite() {
+        return Err(format!("invalid dampening {}", c.dampening));
     }
     if c.nesterov && !(c.momentum > 0.0 && c.dampening == 0.0) {
         return Err("Nesterov momentum requires a momentum and zero dampening".into());

@@ -122,9 +122,22 @@ impl Tensor {
     /// # Errors
     /// [`Error::ShapeOverflow`] when the shape's dimensions multiply past
     /// [`crate::shape::MAX_NUMEL`]; [`Error::Allocation`] when the allocator cannot provide
-    /// the buffer.
+    /// the buffer; [`Error::FillValue`] when `dtype` cannot hold `value` (`-1e9` in f16, NaN
+    /// in i64), as PyTorch refuses: it would be infinite or saturate. An infinite value is
+    /// a float type's own; truncation toward zero (1.5 in i64 is 1) is PyTorch's too.
     pub fn try_full_on(op: &'static str, shape: &[usize], value: f64, dtype: DType, device: Device) -> Result<Tensor> {
         let len = crate::shape::try_numel(op, shape)?;
+        let overflows = match dtype {
+            DType::F32 => value.is_finite() && (value as f32).is_infinite(),
+            DType::F16 => value.is_finite() && half::f16::from_f64(value).is_infinite(),
+            DType::BF16 => value.is_finite() && half::bf16::from_f64(value).is_infinite(),
+            // i64::MAX as f64 is 2^63, one past the range.
+            DType::I64 => !(value >= i64::MIN as f64 && value < i64::MAX as f64),
+            DType::F64 | DType::Bool => false,
+        };
+        if overflows {
+            return Err(Error::FillValue { op, value, dtype });
+        }
         let storage = Storage::try_full(device, dtype, len, value).ok_or_else(|| Error::Allocation {
             op,
             shape: shape.to_vec(),

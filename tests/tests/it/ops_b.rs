@@ -194,3 +194,71 @@ fn gradients_respect_the_leafs_flag_and_dtype() {
     out.sum().backward();
     assert_eq!(x.grad().unwrap().dtype(), nn_core::DType::F32);
 }
+
+/// The panic message of `f`, which must panic.
+fn panics(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+    let e = std::panic::catch_unwind(f).expect_err("a panic");
+    e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+}
+
+/// Means (and variances, and the class losses' means) of half tensors sum in f32, as
+/// PyTorch's: rounded to f16, the sum of 100,000 ones was inf, and so was their mean.
+#[test]
+fn half_means_and_class_loss_means_sum_in_f32() {
+    use nn_core::DType;
+    for dtype in [DType::F16, DType::BF16] {
+        let x = Tensor::ones(&[100_000]).to_dtype(dtype);
+        assert_eq!(x.mean().to_dtype(DType::F32).item(), 1.0, "{dtype}");
+        assert_eq!(x.var_dims(&[0], 1, false).to_dtype(DType::F32).item(), 0.0, "{dtype}");
+        // 70,000 kept targets: their count is 70,000, not inf (f16) or 69,632 (bf16).
+        let logits = Tensor::zeros(&[70_000, 2]).to_dtype(dtype);
+        let t = Tensor::from_vec_i64(vec![0; 70_000], &[70_000]);
+        let loss = nn_core::functional::cross_entropy(&logits, &t).to_dtype(DType::F32).item();
+        assert!((loss - std::f64::consts::LN_2).abs() < 1e-2, "{dtype}: {loss}");
+    }
+}
+
+/// A fill value the dtype cannot hold is refused, as PyTorch's "cannot be converted ...
+/// without overflow": `-1e9` in f16 filled -inf (a fully masked row's softmax then NaN),
+/// NaN in i64 filled 0.
+#[test]
+fn fill_values_the_dtype_cannot_hold_are_refused() {
+    use nn_core::{DType, Device};
+    let f16 = Tensor::zeros(&[2]).to_dtype(DType::F16);
+    let m = Tensor::from_vec_bool(vec![true, false], &[2]);
+    let msg = panics(|| drop(f16.masked_fill(&m, -1e9)));
+    assert!(msg.contains("value -1000000000 cannot be converted to f16 without overflow"), "{msg}");
+    let i = Tensor::from_vec_i64(vec![5, 6], &[2]);
+    for v in [f64::NAN, f64::NEG_INFINITY, 1e19] {
+        let msg = panics(|| drop(i.masked_fill(&m, v)));
+        assert!(msg.contains("cannot be converted to i64 without overflow"), "{v}: {msg}");
+    }
+    let msg = panics(|| drop(Tensor::full_on(&[1], 1e39, DType::F32, Device::Cpu)));
+    assert!(msg.contains("cannot be converted to f32"), "{msg}");
+    // What each dtype holds: infinities in floats, truncation in i64 (as PyTorch).
+    assert_eq!(f16.masked_fill(&m, f64::NEG_INFINITY).to_dtype(DType::F32).to_vec()[0], f32::NEG_INFINITY);
+    assert_eq!(i.masked_fill(&m, 1.5).to_vec_i64(), [1, 6]);
+    assert_eq!(i.masked_fill(&m, -9.2e18).to_vec_i64()[0], -9_200_000_000_000_000_000);
+}
+
+/// Arguments a 0-d or empty tensor ignored, and a clamp bound of NaN (forward passed
+/// every element through, backward sent no gradient): refused or PyTorch's result.
+#[test]
+fn degenerate_arguments_are_refused_or_follow_pytorch() {
+    let s = Tensor::scalar(1.0);
+    assert!(panics(|| drop(s.max_dim(7, false))).contains("dimension 7 out of range for a tensor of rank 0"));
+    assert!(panics(|| drop(s.squeeze_dim(3))).contains("out of range"));
+    assert!(panics(|| drop(s.flatten(0, 2))).contains("out of range"));
+    assert_eq!(s.max_dim(-1, false).0.item(), 1.0);
+    let two = Tensor::from_vec_i64(vec![0, 0], &[2]);
+    assert!(panics(|| drop(s.index_select(0, &two))).contains("index to a 0-d tensor can have only 1 value, got 2"));
+    // A usize that wrapped below zero is not the last dim.
+    let x = Tensor::ones(&[2, 3]);
+    assert!(panics(|| drop(x.sum_dim(usize::MAX, false))).contains("a usize that wrapped below zero"));
+    // An empty dim splits into one empty piece, as PyTorch's.
+    let e = Tensor::zeros(&[0, 3]);
+    assert_eq!(e.split(2, 0).iter().map(|t| t.shape().to_vec()).collect::<Vec<_>>(), [vec![0, 3]]);
+    assert_eq!(e.chunk(2, 0).len(), 1);
+    let msg = panics(|| drop(Tensor::ones(&[2]).clamp(f64::NAN, 1.0)));
+    assert!(msg.contains("clamp: a bound is NaN"), "{msg}");
+}

@@ -222,3 +222,79 @@ fn moments_follow_a_module_cast_after_some_steps() {
         assert!(moved.tensors.iter().all(|(_, t)| t.dtype() == DType::F64), "{name}: the state follows the dtype");
     }
 }
+
+/// Hyper-parameters `load_state_dict` refuses are refused when the optimizer is built too:
+/// a group's negative or NaN rate or weight decay, an infinite `eps` (Adam a no-op) or rate,
+/// a NaN dampening. Each was accepted, stepped silently, and wrote a state the run could
+/// not resume from.
+#[test]
+fn hyper_parameters_are_checked_when_the_optimizer_is_built() {
+    let w = || vec![("w".to_string(), Parameter::new(Tensor::ones(&[2])))];
+    let bad_groups = [
+        (ParamGroup::new(w()).lr(-0.1), "invalid learning rate -0.1 in group 0"),
+        (ParamGroup::new(w()).lr(f64::NAN), "invalid learning rate NaN in group 0"),
+        (ParamGroup::new(w()).weight_decay(f64::NAN), "invalid weight_decay NaN in group 0"),
+    ];
+    for (group, want) in bad_groups {
+        let e = Sgd::try_new(vec![group], SgdConfig::default()).err().expect("refused").to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    let e = Adam::try_new(w(), AdamConfig { eps: f64::INFINITY, ..Default::default() }).err().unwrap().to_string();
+    assert!(e.contains("invalid epsilon inf"), "{e}");
+    let e = Sgd::try_new(w(), SgdConfig { lr: f64::INFINITY, ..Default::default() }).err().unwrap().to_string();
+    assert!(e.contains("invalid learning rate inf"), "{e}");
+    let e = Sgd::try_new(w(), SgdConfig { dampening: f64::NAN, ..Default::default() }).err().unwrap().to_string();
+    assert!(e.contains("invalid dampening NaN"), "{e}");
+}
+
+/// A step that panics on a parameter's dtype (a model converted to f16) leaves Adam's
+/// state as it was: the moments were taken out first and dropped, the step count kept, so
+/// the next step restarted from zero moments with an advanced bias correction.
+#[test]
+fn a_refused_adam_step_keeps_the_moments() {
+    use nn_core::Forward;
+    let mut l = Linear::new(2, 2);
+    let mut opt = Adam::new(l.named_parameters(), AdamConfig::default());
+    let step = |l: &Linear, opt: &mut Adam| {
+        opt.zero_grad();
+        l.forward(&Tensor::ones(&[1, 2]).to_dtype(l.weight.dtype())).sum().backward();
+        opt.step();
+    };
+    step(&l, &mut opt);
+    let before = opt.state_dict();
+    l.to_dtype(DType::F16);
+    l.forward(&Tensor::ones(&[1, 2]).to_dtype(DType::F16)).sum().backward();
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| opt.step())).unwrap_err();
+    assert!(e.downcast_ref::<String>().unwrap().contains("parameters must be f32 or f64, got f16"));
+    let after = opt.state_dict();
+    assert_eq!(after.tensors.keys().collect::<Vec<_>>(), before.tensors.keys().collect::<Vec<_>>());
+}
+
+/// `clip_grad_norm_` with a NaN gradient makes every gradient NaN (PyTorch's result), where
+/// the others stepped unclipped; a NaN or negative `max_norm` is refused.
+#[test]
+fn clipping_a_nan_norm_is_not_a_no_op() {
+    use nn_core::optim::clip_grad_norm_;
+    let (a, b) = (Parameter::new(Tensor::zeros(&[2])), Parameter::new(Tensor::zeros(&[1])));
+    a.set_grad(Some(Tensor::from_vec(vec![300.0, 400.0], &[2])));
+    b.set_grad(Some(Tensor::from_vec(vec![f32::NAN], &[1])));
+    assert!(clip_grad_norm_(&[a.clone(), b], 1.0).is_nan());
+    assert!(a.grad().unwrap().to_vec().iter().all(|v| v.is_nan()));
+    a.set_grad(Some(Tensor::from_vec(vec![f32::INFINITY, 1.0], &[2])));
+    assert_eq!(clip_grad_norm_(std::slice::from_ref(&a), 1.0), f64::INFINITY);
+    assert_eq!(a.grad().unwrap().to_vec()[1], 0.0);
+    for bad in [f64::NAN, -1.0] {
+        let e = std::panic::catch_unwind(|| clip_grad_norm_(&[], bad)).unwrap_err();
+        assert!(e.downcast_ref::<String>().unwrap().contains("max_norm must be non-negative"));
+    }
+}
+
+/// Two `Parameter`s on one storage (one tensor wrapped twice) were both stepped: a double
+/// update with two sets of state. Refused as the same parameter is.
+#[test]
+fn two_parameters_on_one_storage_are_refused() {
+    let t = Tensor::ones(&[2]);
+    let (a, b) = (Parameter::new(t.clone()), Parameter::new(t));
+    let e = Sgd::try_new(vec![("a".to_string(), a), ("b".to_string(), b)], SgdConfig::default()).err().unwrap();
+    assert!(e.to_string().contains("the same parameter (or two handles on one storage)"), "{e}");
+}

@@ -324,7 +324,7 @@ fn colliding_parameter_groups_are_refused_at_construction() {
     assert!(matches!(e, nn_core::Error::ParamGroupConflict { same_parameter: true, .. }), "{e:?}");
     let msg = e.to_string();
     assert!(
-        msg.contains("the same parameter is in group 0 (as `head.weight`) and in group 1 (as `again.weight`)"),
+        msg.contains("the same parameter (or two handles on one storage) is in group 0 (as `head.weight`) and in group 1 (as `again.weight`)"),
         "{msg}"
     );
 
