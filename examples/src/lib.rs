@@ -132,8 +132,9 @@ impl CommonArgs {
         ck.extra.insert("schedule_length".into(), len as f64);
     }
 
-    /// On resume: an error when the run was planned for another length (`--epochs`), whose
-    /// schedule (a cosine's `t_max`) the new one would silently replace mid-run.
+    /// On resume: an error when the run was planned for another length (`--epochs`). The
+    /// restored scheduler keeps the saved schedule (a cosine's `t_max`), so the loop would
+    /// stop before it ends or run past it.
     pub fn check_schedule_length(ck: &nn_core::checkpoint::Checkpoint, len: u64, unit: &str) -> Result<(), String> {
         match ck.extra.get("schedule_length") {
             Some(&saved) if saved != len as f64 => Err(format!(

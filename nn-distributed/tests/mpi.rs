@@ -1290,9 +1290,9 @@ mod checks {
         fsdp.to_device(Device::Cpu);
         fsdp.to_dtype(DType::F32); // another dtype panics: the `fsdp_to_dtype` launch
         assert!(fsdp.named_parameters().iter().all(|(_, p)| p.dtype() == DType::F32 && p.device() == Device::Cpu));
-        // Boxed, the wrapper keeps its own rules (the box used the defaults, which moved
-        // the placeholders); inside a parent, the parent's conversion is refused before
-        // anything changes (its walk would convert the placeholders, not the shards).
+        // Boxed, the wrapper keeps its own rules (the box used the defaults); inside a
+        // parent, a conversion that would change the shards is refused before anything
+        // changes, and one that changes nothing is accepted.
         let mut boxed: Box<dyn Module> = Box::new(fsdp);
         let err = boxed.try_to_device(Device::Gpu(0)).unwrap_err().to_string();
         assert!(err.contains("FullyShardedDataParallel keeps its shards on the CPU"), "{err}");
@@ -1302,11 +1302,20 @@ mod checks {
             inner: Box<dyn Module>,
         }
         let mut parent = Parent { inner: boxed };
-        for to in [Device::Cpu, Device::Meta] {
-            let err = parent.try_to_device(to).unwrap_err().to_string();
-            assert!(err.contains("FullyShardedDataParallel inside the module converted cannot follow"), "{err}");
-        }
+        let err = parent.try_to_device(Device::Meta).unwrap_err().to_string();
+        assert!(err.contains("FullyShardedDataParallel inside the module converted cannot follow"), "{err}");
+        parent.to_device(Device::Cpu); // changes nothing: accepted
+        parent.to_dtype(DType::F32);
         // (`parent.to_dtype` panics: the `fsdp_parent_to_dtype` launch.)
+        // A policy type the model does not have wrapped nothing (all in the root unit).
+        let err = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<nn_layers::Conv2d>())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("the policy wraps modules of type `nn_layers::conv::Conv2d`, and the model has none"),
+            "{err}"
+        );
         // A zero timeout, and models that differ across ranks, on every rank.
         let zero = FsdpConfig { timeout: Some(Duration::ZERO), ..Default::default() };
         assert!(matches!(

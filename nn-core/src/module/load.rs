@@ -113,6 +113,13 @@ struct Plan {
 /// equal values; several with different values is an error naming them. A tied entry is
 /// missing only when the state dict holds none of its names, and is assigned once.
 fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
+    // 0. Entries for a lazy module that has not run: it has no parameters to take them.
+    for (path, lazy) in m.named_modules().into_iter().filter(|(_, l)| l.is_uninitialized()) {
+        let prefix = format!("{path}.");
+        if sd.keys().any(|k| path.is_empty() || k.starts_with(&prefix)) {
+            return Err(Error::Uninitialized { module: lazy.type_name() });
+        }
+    }
     // 1. The module's entries, by name, grouped by identity (first name first).
     let mut targets: Vec<(Vec<String>, Tensor)> = Vec::new();
     let mut by_id: std::collections::HashMap<crate::tensor::TensorId, usize> = std::collections::HashMap::new();
@@ -235,8 +242,11 @@ pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> R
             .collect()
     });
     for (target, value) in converted {
-        if target.device() == Device::Meta {
-            // No storage to copy into: the entry takes the value (PyTorch's `assign=True`).
+        let broadcast = target.strides().iter().zip(target.shape()).any(|(&s, &n)| s == 0 && n > 1);
+        if target.device() == Device::Meta || broadcast {
+            // No storage to copy into (meta: the entry takes the value, PyTorch's
+            // `assign=True`), or storage `copy_` refuses to write (an expanded entry, whose
+            // elements share memory): the entry takes its own.
             target.set_data(&value);
         } else {
             // In place, as PyTorch's `param.copy_(input)`: the entry's views and detached

@@ -466,14 +466,13 @@ pub trait Module: HoldsState + Any {
     /// bf16 loads an f32 file as bf16 (PyTorch's `assign=True` would keep f32).
     ///
     /// # Errors
-    /// [`Error::StateDict`] listing every offending key; [`Error::Uninitialized`] when a
-    /// lazy sub-module has not run yet: its parameters do not exist, so its entries would
-    /// be dropped as unexpected and its first forward would draw new ones (PyTorch
-    /// materialises them from the state dict; run one forward pass first).
+    /// [`Error::StateDict`] listing every offending key; [`Error::Uninitialized`] when the
+    /// state dict has entries for a lazy sub-module that has not run yet: its parameters
+    /// do not exist, so the entries would be dropped as unexpected and its first forward
+    /// would draw new ones (PyTorch materialises them from the state dict; run one forward
+    /// pass first). A lazy sub-module the state dict has nothing for is left to its first
+    /// forward.
     fn load_state_dict(&mut self, state_dict: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
-        if let Some((_, m)) = self.first_uninitialized() {
-            return Err(Error::Uninitialized { module: m.type_name() });
-        }
         load::load_state_dict(self.as_dyn(), state_dict, strict)
     }
 
@@ -543,16 +542,16 @@ pub trait Module: HoldsState + Any {
     /// such as an optimizer's, see the move).
     ///
     /// # Panics
-    /// When `device` is not available (a GPU without the `gpu` feature, or one that does
-    /// not exist), before anything moves; [`try_to_device`](Module::try_to_device) returns
-    /// the error instead.
+    /// Where [`try_to_device`](Module::try_to_device) returns an error (the device is not
+    /// available, a tensor is on the meta device, a lazy sub-module has not run, a
+    /// sub-module refuses), before anything moves.
     #[track_caller]
     fn to_device(&mut self, device: Device) {
         self.try_to_device(device).unwrap_or_else(|e| panic!("to_device: {e}"))
     }
 
-    /// [`to_device`](Module::to_device), returning an error (and moving nothing) when
-    /// `device` is not available.
+    /// [`to_device`](Module::to_device), returning an error (and moving nothing) instead of
+    /// panicking.
     ///
     /// ```
     /// use nn_core::{Device, Module, Parameter, Tensor};
@@ -571,23 +570,16 @@ pub trait Module: HoldsState + Any {
     /// ```
     ///
     /// # Errors
-    /// [`Error::DeviceUnavailable`] when `device` is not available, or a tensor is on the
-    /// meta device and `device` is not (it has no values to move: PyTorch refuses too;
-    /// see [`to_empty`](Module::to_empty)); [`Error::Uninitialized`] when a lazy
+    /// [`Error::DeviceUnavailable`] when `device` is not available;
+    /// [`Error::ConversionRefused`] when a tensor is on the meta device and `device` is
+    /// not (it has no values to move: PyTorch refuses too; see
+    /// [`to_empty`](Module::to_empty)), or a sub-module refuses
+    /// ([`check_conversion`](Module::check_conversion)); [`Error::Uninitialized`] when a lazy
     /// sub-module has no parameters yet (before its first forward): they would be made on
     /// the CPU when it runs (PyTorch records the device for them; nn asks for the dry run
-    /// first); a sub-module's refusal ([`check_conversion`](Module::check_conversion)).
-    /// Nothing moves then.
+    /// first). Nothing moves then.
     fn try_to_device(&mut self, device: Device) -> crate::Result<()> {
-        device.check()?;
-        // A lazy module's parameters do not exist yet: they would be made on the CPU at its
-        // first forward, after the rest of the model moved (PyTorch records the move).
-        if let Some((_, m)) = self.first_uninitialized() {
-            return Err(Error::Uninitialized { module: m.type_name() });
-        }
-        for (_, m) in self.named_modules() {
-            m.check_conversion(Conversion::Device(device))?;
-        }
+        check_move(self.as_dyn(), device)?;
         // A meta tensor has no values: moved to a real device it would be zeros, a model
         // that never loaded its weights (PyTorch: "Cannot copy out of meta tensor").
         if device != Device::Meta {
@@ -607,8 +599,9 @@ pub trait Module: HoldsState + Any {
                     conversion: format!("to_device({device})"),
                     reason: format!(
                         "`{path}` is on the meta device and has no values to move (a model built on meta that \
-                         did not load them); load a state dict first (every key), or use `to_empty` to make \
-                         zero-filled storage to initialise yourself"
+                         did not load them); load a state dict with every key first, or use `to_empty` to make \
+                         zero-filled storage to initialise yourself (a non-persistent buffer, which no state \
+                         dict holds, needs `to_empty` or its module built on the device)"
                     ),
                 });
             }
@@ -689,13 +682,7 @@ pub trait Module: HoldsState + Any {
     /// As [`try_to_device`](Module::try_to_device), but for meta tensors; nothing changes
     /// then.
     fn to_empty(&mut self, device: Device) -> crate::Result<()> {
-        device.check()?;
-        if let Some((_, m)) = self.first_uninitialized() {
-            return Err(Error::Uninitialized { module: m.type_name() });
-        }
-        for (_, m) in self.named_modules() {
-            m.check_conversion(Conversion::Device(device))?;
-        }
+        check_move(self.as_dyn(), device)?;
         for_each_tensor(self.as_dyn(), &mut |t| {
             no_grad(|| t.set_data(&Tensor::full_on(t.shape(), 0.0, t.dtype(), device)));
             t.set_grad(None);
@@ -768,6 +755,21 @@ impl fmt::Display for dyn Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt_module(self, f)
     }
+}
+
+/// What moving `m` to `device` checks before anything moves (both
+/// [`Module::try_to_device`] and [`Module::to_empty`]): the device exists, no lazy
+/// sub-module is unrun (its parameters would be made on the CPU later, after the rest
+/// moved; PyTorch records the move for them), and no sub-module refuses.
+fn check_move(m: &dyn Module, device: Device) -> Result<()> {
+    device.check()?;
+    if let Some((_, lazy)) = m.first_uninitialized() {
+        return Err(Error::Uninitialized { module: lazy.type_name() });
+    }
+    for (_, sub) in m.named_modules() {
+        sub.check_conversion(Conversion::Device(device))?;
+    }
+    Ok(())
 }
 
 /// A conversion of a whole module, as [`Module::check_conversion`] is asked about.

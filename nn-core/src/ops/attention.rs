@@ -281,10 +281,12 @@ fn grouped_matmul(a: &Tensor, b: &Tensor) -> Tensor {
 fn safe_softmax(scores: &Tensor) -> Tensor {
     // A row is dead when it counts as many `-inf` as it has keys (built from ops that
     // export to ONNX: Equal, Cast, ReduceSum).
-    let full = |v: f64| Tensor::full_on(&[], v, scores.dtype(), scores.device());
-    let masked = scores.saved().eq(&full(f64::NEG_INFINITY)).to_dtype(scores.dtype());
+    // Counted in f32: in bf16, 259 masked keys of 260 rounded to 260, and the row with
+    // one kept key was zeroed.
+    let full = |v: f64, dtype| Tensor::full_on(&[], v, dtype, scores.device());
+    let masked = scores.saved().eq(&full(f64::NEG_INFINITY, scores.dtype())).to_dtype(DType::F32);
     let keys = scores.shape()[scores.rank() - 1] as f64;
-    let dead = masked.sum_dim(-1, true).eq(&full(keys));
+    let dead = masked.sum_dim(-1, true).eq(&full(keys, DType::F32));
     // Finite scores in dead rows, so the softmax and its backward stay finite there; the
     // fill below then zeroes both the rows and their gradients.
     scores.masked_fill(&dead, 0.0).softmax(-1).masked_fill(&dead, 0.0)

@@ -397,7 +397,8 @@ impl Tensor {
     /// ```
     ///
     /// # Panics
-    /// When `mask` is not a `Bool` tensor or does not broadcast with `self`.
+    /// When `mask` is not a `Bool` tensor or does not broadcast with `self`, or `self`'s
+    /// dtype cannot hold `value` (`-1e9` in f16: [`Error::FillValue`](crate::Error::FillValue)).
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Tensor {
         if mask.dtype() != DType::Bool {
@@ -414,7 +415,9 @@ impl Tensor {
                 self.shape()
             );
         }
-        Tensor::where_cond(mask, &self.scalar_like(value), self)
+        let fill = Tensor::try_full_on("masked_fill", &[], value, self.dtype(), self.device())
+            .unwrap_or_else(|e| panic!("{e}"));
+        Tensor::where_cond(mask, &fill, self)
     }
 
     /// Elementwise logical not of a `Bool` tensor.

@@ -225,7 +225,8 @@ impl Tensor {
             );
         }
         let rhs = match rhs {
-            Operand::Int(v) => Tensor::full_on(&[], v as f64, DType::I64, self.device()),
+            // Exact: through f64, values past 2^53 were rounded (and i64::MAX refused).
+            Operand::Int(v) => Tensor::from_vec_i64(vec![v], &[]).to_device(self.device()),
             Operand::Broadcast(t) => t.clone(),
             Operand::Float(_) => unreachable!("refused above"),
         };

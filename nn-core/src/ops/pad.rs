@@ -170,7 +170,7 @@ fn pad_constant(x: &Tensor, d: usize, l: i64, r: i64, value: f64, pads: &[i64]) 
     let block = |len: i64| {
         let mut shape = core.shape().to_vec();
         shape[d] = len as usize;
-        Tensor::full_on(&shape, value, core.dtype(), core.device())
+        Tensor::try_full_on("pad", &shape, value, core.dtype(), core.device()).unwrap_or_else(|e| panic!("{e}"))
     };
     let (lb, rb) = ((l > 0).then(|| block(l)), (r > 0).then(|| block(r)));
     let parts: Vec<&Tensor> = [lb.as_ref(), Some(&core), rb.as_ref()].into_iter().flatten().collect();

@@ -17,8 +17,9 @@ use crate::module::Parameter;
 /// assert!((g[0] - 0.6).abs() < 1e-5 && (g[1] - 0.8).abs() < 1e-5);
 /// ```
 ///
-/// A non-finite norm is PyTorch's case too: an infinite one zeroes the gradients, a NaN one
-/// makes them NaN (the step that follows shows it; check the returned norm to skip it).
+/// A non-finite norm is PyTorch's case too: an infinite one scales the gradients by 0 (the
+/// infinite entries become NaN), a NaN one makes them all NaN (the step that follows shows
+/// it; check the returned norm to skip it).
 ///
 /// # Panics
 /// When `max_norm` is NaN or negative (clipping did nothing, or flipped every gradient's

@@ -273,6 +273,15 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         let params_now: Vec<Tensor> = named.iter().map(|(_, p)| p.tensor().clone()).collect();
         broadcast_tensors(group, &[params_now, buffers_now].concat(), 0);
 
+        if let Some(name) = policy.unmatched_types(&module).first() {
+            return Err(fsdp_err(
+                AT,
+                format!(
+                    "the policy wraps modules of type `{name}`, and the model has none: every parameter would go \
+                     into the root unit (a lazy layer is the layer it became after its first forward)"
+                ),
+            ));
+        }
         let paths = policy.units(&module);
         let modules: HashMap<String, &dyn Module> = module.named_modules().into_iter().collect();
         let mut unit_paths = vec![String::new()];
@@ -602,10 +611,20 @@ impl<M: Module + Compute> Module for FullyShardedDataParallel<M> {
         self.module.set_training(training);
     }
 
-    /// Refuses any conversion asked of a parent module: the walk over the parent's tensors
-    /// would convert this wrapper's placeholders, not its shards (the next forward would
-    /// gather the shards as they were). Convert the model before wrapping it.
+    /// Refuses a conversion asked of a parent module that would change anything: the walk
+    /// over the parent's tensors would convert the shards this wrapper reports, which its
+    /// all-gathers and reduce-scatters were laid out for. The CPU and the dtype every unit
+    /// already has are accepted (they change nothing), as by this wrapper's own
+    /// `to_device`/`to_dtype`. Convert the model before wrapping it.
     fn check_conversion(&self, to: nn_core::Conversion) -> nn_core::Result<()> {
+        let unchanged = match to {
+            nn_core::Conversion::Device(d) => d == Device::Cpu,
+            nn_core::Conversion::DType(d) => self.shared.units.iter().all(|u| u.numel == 0 || u.dtype == d),
+            _ => false,
+        };
+        if unchanged {
+            return Ok(());
+        }
         Err(nn_core::Error::ConversionRefused {
             conversion: match to {
                 nn_core::Conversion::Device(d) => format!("to_device({d})"),

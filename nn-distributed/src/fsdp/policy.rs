@@ -37,6 +37,19 @@ impl FsdpPolicy {
         self
     }
 
+    /// The names of the types given to [`module_type`](FsdpPolicy::module_type) that no
+    /// sub-module of `model` has: a policy that silently wrapped nothing (everything went
+    /// into the root unit). A lazy layer counts as the layer it became after its first
+    /// forward (`Linear` for a `LazyLinear`), as PyTorch's does.
+    pub(crate) fn unmatched_types(&self, model: &dyn Module) -> Vec<&'static str> {
+        let modules = model.named_modules();
+        self.types
+            .iter()
+            .filter(|(id, _)| !modules.iter().any(|(path, m)| !path.is_empty() && m.as_any().type_id() == *id))
+            .map(|(_, name)| *name)
+            .collect()
+    }
+
     /// Also wraps every sub-module that holds at least `n` parameter elements outside the
     /// units below it (children are decided first).
     pub fn min_params(mut self, n: usize) -> Self {

@@ -737,6 +737,11 @@ fn loading_before_a_lazy_layers_first_forward_is_refused() {
         m.state_dict().get("0.weight").unwrap().to_vec(),
         trained.state_dict().get("0.weight").unwrap().to_vec()
     );
+    // A state dict with nothing for the lazy layer (a backbone under a new lazy head) loads.
+    let mut headed = Sequential::new().add(Linear::new(3, 2)).add(nn_layers::LazyLinear::new(5));
+    headed.load_state_dict(&trained.state_dict(), false).unwrap();
+    let w = headed.get_submodule_as::<Linear>("0").unwrap().weight.to_vec();
+    assert_eq!(w, trained.state_dict().get("0.weight").unwrap().to_vec());
 }
 
 /// A buffer shared by two modules is listed once, as PyTorch's `named_buffers`: an

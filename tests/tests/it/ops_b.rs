@@ -262,3 +262,31 @@ fn degenerate_arguments_are_refused_or_follow_pytorch() {
     let msg = panics(|| drop(Tensor::ones(&[2]).clamp(f64::NAN, 1.0)));
     assert!(msg.contains("clamp: a bound is NaN"), "{msg}");
 }
+
+/// The composed attention path counts masked keys in f32: in bf16, 259 masked keys of 260
+/// rounded to 260, and a row with one key left gave zeros.
+#[test]
+fn half_attention_counts_masked_keys_exactly() {
+    use nn_core::ops::AttentionConfig;
+    use nn_core::DType;
+    let s = 260;
+    let q = Tensor::ones(&[1, 1, 4]).to_dtype(DType::BF16);
+    let k = Tensor::ones(&[1, s, 4]).to_dtype(DType::BF16);
+    let v = Tensor::ones(&[1, s, 2]).to_dtype(DType::BF16);
+    let mask = Tensor::from_vec_bool((0..s).map(|i| i == 7).collect(), &[1, 1, s]);
+    let config = AttentionConfig { attn_mask: Some(&mask), ..Default::default() };
+    let (y, w) = q.scaled_dot_product_attention_with_weights(&k, &v, &config);
+    assert_eq!(y.to_dtype(DType::F32).to_vec(), [1.0, 1.0]);
+    assert_eq!(w.to_dtype(DType::F32).to_vec()[7], 1.0);
+}
+
+/// Integer in-place operands are exact: through f64, 2^53 + 1 was added as 2^53.
+#[test]
+fn integer_in_place_operands_are_exact() {
+    let x = Tensor::from_vec_i64(vec![0, 1], &[2]);
+    x.add_((1i64 << 53) + 1);
+    assert_eq!(x.to_vec_i64(), [(1 << 53) + 1, (1 << 53) + 2]);
+    let y = Tensor::from_vec_i64(vec![0], &[1]);
+    y.add_(i64::MAX);
+    assert_eq!(y.to_vec_i64(), [i64::MAX]);
+}
