@@ -586,7 +586,7 @@ impl Checkpoint {
     }
 }
 
-/// "one scheduler's state" or "N schedulers' states".
+/// "a scheduler's state" or "N schedulers' states".
 fn states(n: usize) -> String {
     if n == 1 {
         "a scheduler's state".into()
