@@ -287,8 +287,11 @@ pub fn binary_cross_entropy_with_logits(
         return y;
     }
     check_same_shape("binary_cross_entropy_with_logits", input, target);
-    // softplus(-x) = log(1 + exp(-x)), stably.
-    let softplus_neg = (-input).relu() + (-input.abs()).exp().affine(1.0, 1.0).log();
+    // softplus(-x) = log(1 + exp(-x)) = -log_sigmoid(x), through `log1p` (PyTorch's
+    // `log_sigmoid`): as `log(1 + exp(-|x|))` it rounded to 0 past |x| of about 17 in f32
+    // and 37 in f64, where PyTorch's loss is e^-|x|. No threshold: the identity is used
+    // only where the f32 and f64 forms are exact.
+    let softplus_neg = (-input).softplus(1.0, f64::INFINITY);
     let per = match pos_weight {
         None => (1.0 - target) * input + &softplus_neg,
         Some(pw) => {
@@ -395,6 +398,26 @@ mod tests {
     fn nll_loss_refuses_label_smoothing() {
         let cfg = ClassLossConfig { label_smoothing: 0.1, ..Default::default() };
         nll_loss_with(&t64(&[-1.0, -0.5], &[1, 2]), &Tensor::from_vec_i64(vec![0], &[1]), cfg);
+    }
+
+    /// A confident, right positive logit loses `e^-x`, as PyTorch's `log_sigmoid` gives:
+    /// through `log(1 + exp(-|x|))` the loss was 0 in f32 past x of about 17 (f64: 37).
+    /// (For a negative logit and target 0, PyTorch's `(1 - t) x - log_sigmoid(x)` rounds
+    /// to 0 too: `-30 + 30.000...`.)
+    #[test]
+    fn bce_with_logits_keeps_the_loss_of_confident_logits() {
+        let x = Tensor::from_vec(vec![30.0, -30.0], &[2]);
+        let t = Tensor::from_vec(vec![1.0, 0.0], &[2]);
+        for (w, pw) in [(None, 1.0), (Some(Tensor::from_vec(vec![3.0, 3.0], &[2])), 3.0)] {
+            let got = super::binary_cross_entropy_with_logits(&x, &t, w.as_ref(), Reduction::None).to_vec();
+            let want = pw * (-30f64).exp();
+            assert!((got[0] as f64 - want).abs() < 1e-6 * want, "{} against {want}", got[0]);
+            assert!((0.0..1e-12).contains(&got[1]), "{}", got[1]);
+        }
+        let got =
+            super::binary_cross_entropy_with_logits(&t64(&[40.0], &[1]), &t64(&[1.0], &[1]), None, Reduction::None);
+        let want = (-40f64).exp();
+        assert!((got.to_vec_f64()[0] - want).abs() < 1e-15 * want, "{:?}", got.to_vec_f64());
     }
 
     #[test]

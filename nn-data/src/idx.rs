@@ -62,34 +62,45 @@ pub enum Split {
 }
 
 /// Loads MNIST-format images as `[N, 1, 28, 28]` `f32` in `[0, 1]` and labels as `[N]`
-/// `i64`, from `dir` holding `{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]`.
+/// `i64`, from `dir` holding `{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]`. Where
+/// both a file and its `.gz` are there (torchvision's raw folders), the file is read and
+/// the `.gz` must hold the same values.
 ///
 /// # Errors
-/// As [`read_idx`], and [`DataError::Format`] when images and labels disagree.
+/// As [`read_idx`], and [`DataError::Format`] when images and labels disagree, or a file
+/// and its `.gz` differ.
 pub fn load_mnist(dir: impl AsRef<Path>, split: Split) -> Result<(Tensor, Tensor)> {
     let dir = dir.as_ref();
     let prefix = match split {
         Split::Train => "train",
         Split::Test => "t10k",
     };
-    let find = |stem: String| -> Result<PathBuf> {
+    // torchvision's raw folders hold both `X` and `X.gz`. `X` is what torchvision reads;
+    // a `.gz` beside it must hold the same array (one was replaced and not the other:
+    // reading either alone would silently train on the wrong data).
+    let read = |stem: String| -> Result<(PathBuf, IdxArray)> {
         let plain = dir.join(&stem);
         let gz = dir.join(format!("{stem}.gz"));
-        if gz.exists() {
-            Ok(gz)
-        } else if plain.exists() {
-            Ok(plain)
-        } else {
-            Err(DataError::Io {
+        match (plain.exists(), gz.exists()) {
+            (true, has_gz) => {
+                let array = read_idx(&plain)?;
+                if has_gz && read_idx(&gz)? != array {
+                    return Err(DataError::Format {
+                        path: plain,
+                        reason: format!("differs from {} beside it: remove the stale one of the two", gz.display()),
+                    });
+                }
+                Ok((plain, array))
+            }
+            (false, true) => Ok((gz.clone(), read_idx(&gz)?)),
+            (false, false) => Err(DataError::Io {
                 path: gz,
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "neither the file nor its .gz exists"),
-            })
+            }),
         }
     };
-    let img_path = find(format!("{prefix}-images-idx3-ubyte"))?;
-    let lbl_path = find(format!("{prefix}-labels-idx1-ubyte"))?;
-    let images = read_idx(&img_path)?;
-    let labels = read_idx(&lbl_path)?;
+    let (img_path, images) = read(format!("{prefix}-images-idx3-ubyte"))?;
+    let (_, labels) = read(format!("{prefix}-labels-idx1-ubyte"))?;
     if images.dims.len() != 3 || labels.dims.len() != 1 || images.dims[0] != labels.dims[0] {
         return Err(DataError::Format {
             path: img_path,
@@ -123,6 +134,36 @@ mod tests {
         std::io::Write::write_all(&mut gz, &b).unwrap();
         let p = write(dir.path(), "a.idx.gz", &gz.finish().unwrap());
         assert_eq!(read_idx(&p).unwrap().dims, vec![2, 3]);
+    }
+
+    /// A torchvision raw folder holds each file twice, plain and gzip: both are read, and
+    /// a pair that differs is refused, naming both.
+    #[test]
+    fn mnist_files_held_twice_must_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let images = |fill: u8| {
+            let mut b = vec![0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2];
+            b.extend([fill; 8]);
+            b
+        };
+        let gz = |b: &[u8]| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut e, b).unwrap();
+            e.finish().unwrap()
+        };
+        let labels = [0, 0, 8, 1, 0, 0, 0, 2, 3, 7];
+        write(dir.path(), "train-labels-idx1-ubyte.gz", &gz(&labels));
+        write(dir.path(), "train-images-idx3-ubyte.gz", &gz(&images(255)));
+        let (x, y) = load_mnist(dir.path(), Split::Train).unwrap();
+        assert_eq!((x.shape(), y.to_vec_i64()), (&[2, 1, 2, 2][..], vec![3, 7]));
+        write(dir.path(), "train-images-idx3-ubyte", &images(255));
+        assert_eq!(load_mnist(dir.path(), Split::Train).unwrap().0.to_vec(), vec![1.0; 8]);
+        write(dir.path(), "train-images-idx3-ubyte", &images(0));
+        let e = load_mnist(dir.path(), Split::Train).unwrap_err().to_string();
+        assert!(
+            e.contains("train-images-idx3-ubyte`: differs from") && e.contains("train-images-idx3-ubyte.gz"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub enum DistError {
     /// [`ZeroRedundancyOptimizer`](crate::ZeroRedundancyOptimizer).
     #[error("ZeroRedundancyOptimizer::new: the parameters differ across ranks: {0}")]
     ShardMismatch(String),
+    /// A [`ZeroRedundancyOptimizer`](crate::ZeroRedundancyOptimizer)'s parameter groups
+    /// hold one parameter twice (or two on one storage), two under one name, or a group's
+    /// invalid rate ([`nn_core::optim::check_param_groups`]).
+    #[error("ZeroRedundancyOptimizer::new: {0}")]
+    ParamGroups(#[source] nn_core::Error),
     /// A [`FullyShardedDataParallel`](crate::FullyShardedDataParallel) call refused its
     /// input (the model, a state dict, a sharded checkpoint); every rank gets the same error.
     #[error("{at}: {message}")]

@@ -143,17 +143,13 @@ pub(crate) fn clip_grad_norm_across(
     scaled: &[&nn_core::Parameter],
     max_norm: f64,
 ) -> f64 {
+    // Checked before the collective, so a bad value panics on every rank alike.
+    nn_core::optim::clip_coefficient(0.0, max_norm);
     let local: f64 =
         held.iter().filter_map(|p| p.grad()).map(|g| g.to_vec_of::<f64>().iter().map(|v| v * v).sum::<f64>()).sum();
     let total = group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), crate::ReduceOp::Sum);
     let norm = total.to_vec_of::<f64>()[0].sqrt();
-    if max_norm.is_nan() || max_norm < 0.0 {
-        panic!("clip_grad_norm_: max_norm must be non-negative, got {max_norm}");
-    }
-    // A NaN norm makes every gradient NaN, as PyTorch's (`scale < 1.0` was false for NaN,
-    // and the healthy gradients stepped unclipped).
-    let scale = max_norm / (norm + 1e-6);
-    if scale.is_nan() || scale < 1.0 {
+    if let Some(scale) = nn_core::optim::clip_coefficient(norm, max_norm) {
         for p in scaled {
             if let Some(g) = p.grad() {
                 p.set_grad(Some(&g * scale));

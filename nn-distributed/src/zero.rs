@@ -91,7 +91,9 @@ impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
     /// group's, with the group's timeout.
     ///
     /// # Errors
-    /// [`DistError::ShardMismatch`] (on every rank) when the ranks' parameters differ.
+    /// [`DistError::ShardMismatch`] (on every rank) when the ranks' parameters differ;
+    /// [`DistError::ParamGroups`] for a parameter given twice, two under one name, or a
+    /// group's invalid rate ([`nn_core::optim::check_param_groups`]).
     pub fn new(
         params: impl IntoParamGroups,
         group: &ProcessGroup,
@@ -103,6 +105,10 @@ impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
             .flat_map(|g| g.params.iter().map(|(n, p)| (n.clone(), p.tensor().clone(), p.requires_grad())))
             .collect();
         verify_same(group, &entries, "parameters").map_err(DistError::ShardMismatch)?;
+        // Checked whole: the parameters are split over the ranks before each builds its
+        // optimizer, and one parameter twice (or on one storage) split across two ranks
+        // was seen by neither rank's check, and stepped twice.
+        nn_core::optim::check_param_groups("ZeroRedundancyOptimizer", &groups).map_err(DistError::ParamGroups)?;
         let sizes: Vec<Vec<usize>> = groups.iter().map(|g| g.params.iter().map(|(_, p)| p.numel()).collect()).collect();
         let shards = partition(&sizes, group.world_size());
         let mine = &shards[group.rank()];

@@ -1006,6 +1006,20 @@ mod checks {
             }
             Err(e) => panic!("unexpected error {e}"),
         }
+        // One parameter under a second name: with two ranks the two copies of the largest
+        // land on different ranks, where neither rank's optimizer saw both (it was
+        // stepped twice). Refused whole, on every rank.
+        let mut tied = model.named_parameters();
+        tied.push(("tied.weight".into(), tied[2].1.clone()));
+        match ZeroRedundancyOptimizer::new(tied, group, |g| Sgd::new(g, SgdConfig::default())) {
+            Ok(_) => panic!("a parameter given twice was accepted"),
+            Err(e @ DistError::ParamGroups(_)) => {
+                let msg = e.to_string();
+                assert!(msg.starts_with("ZeroRedundancyOptimizer::new: "), "{msg}");
+                assert!(msg.contains("tied.weight") && msg.contains("2.weight"), "{msg}");
+            }
+            Err(e) => panic!("unexpected error {e}"),
+        }
     }
 
     fn zero_adamw_parity_and_resume(group: &ProcessGroup) {

@@ -314,7 +314,7 @@ impl<'a> Builder<'a> {
     }
 
     /// Drops the ops that return their input's values unchanged and depend on the layout,
-    /// not the values (`contiguous` copies only non-contiguous inputs, so it may run for one
+    /// not the values (`contiguous`, `detach`) (`contiguous` copies only non-contiguous inputs, so it may run for one
     /// batch size and not the other): their results become aliases of their inputs.
     fn strip_aliases(&mut self, t: &Trace) -> Trace {
         let mut ops = Vec::with_capacity(t.ops.len());
@@ -325,10 +325,12 @@ impl<'a> Builder<'a> {
                     *i = src.clone();
                 }
             }
-            let alias = matches!(
-                (op.kind, op.name),
-                (OpKind::Untraced, "contiguous" | "to_device") | (OpKind::Traced, "detach")
-            );
+            // Not `to_device`: it is recorded only where it copies (to another device), and
+            // a copy of a constant must keep its own values. As an alias, a write into its
+            // source after the copy reached the exported constant; kept, it folds into a
+            // constant of its own values (or, from the input or a parameter, converts to an
+            // alias: neither can be written).
+            let alias = matches!((op.kind, op.name), (OpKind::Untraced, "contiguous") | (OpKind::Traced, "detach"));
             match (&op.output, alias) {
                 (Some(out), true) if op.inputs.len() == 1 => {
                     self.aliases.insert(out.id(), op.inputs[0].clone());

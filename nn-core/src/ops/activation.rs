@@ -124,6 +124,10 @@ impl UnaryOp for Softplus {
         let bx = x * c(self.beta);
         if bx > c(self.threshold) {
             x
+        } else if bx > T::zero() {
+            // `bx + ln(1 + e^-bx)`: `e^bx` overflowed to inf (f64 past 709) under a large
+            // threshold, as the f32 path's and the GPU's forms do not.
+            (bx + (-bx).exp().ln_1p()) / c(self.beta)
         } else {
             bx.exp().ln_1p() / c(self.beta)
         }
@@ -381,6 +385,17 @@ mod tests {
             e.downcast_ref::<String>().map(String::as_str),
             Some("softplus: beta must be finite and nonzero, got 0")
         );
+    }
+
+    /// Under a threshold larger than the range of `exp`, f64 softplus is still `x` where
+    /// it is large (it was `ln(1 + inf)`), as the f32 path's.
+    #[test]
+    fn softplus_does_not_overflow_under_a_large_threshold() {
+        let y = t64(&[800.0, 40.0, -800.0], &[3]).softplus(1.0, f64::INFINITY).to_vec_f64();
+        assert_eq!(y[..2], [800.0, 40.0]);
+        assert_eq!(y[2], 0.0);
+        let y = Tensor::from_vec(vec![800.0, 50.0], &[2]).softplus(1.0, f64::INFINITY).to_vec();
+        assert_eq!(y, [800.0, 50.0]);
     }
 
     /// f32 tensors take the vectorized functions: on contiguous, transposed and broadcast

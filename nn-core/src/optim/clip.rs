@@ -26,9 +26,7 @@ use crate::module::Parameter;
 /// sign).
 #[track_caller]
 pub fn clip_grad_norm_(params: &[Parameter], max_norm: f64) -> f64 {
-    if max_norm.is_nan() || max_norm < 0.0 {
-        panic!("clip_grad_norm_: max_norm must be non-negative, got {max_norm}");
-    }
+    check_max_norm(max_norm);
     let grads: Vec<_> = params.iter().filter_map(|p| p.grad().map(|g| (p, g))).collect();
     // Squares summed on each gradient's device (in f64 on the CPU); on a GPU every
     // gradient's sum is added there, and the host reads one number per device (one wait).
@@ -50,10 +48,7 @@ pub fn clip_grad_norm_(params: &[Parameter], max_norm: f64) -> f64 {
     }
     total_sq += on_devices.iter().map(|(_, s)| s.item()).sum::<f64>();
     let total = total_sq.sqrt();
-    // A NaN norm (a NaN gradient) makes every gradient NaN, as PyTorch's `clamp` of a NaN
-    // coefficient does: `f64::min` returned 1 and the healthy gradients stepped unclipped.
-    let coef = if total.is_nan() { f64::NAN } else { (max_norm / (total + 1e-6)).min(1.0) };
-    if coef.is_nan() || coef < 1.0 {
+    if let Some(coef) = clip_coefficient(total, max_norm) {
         no_grad(|| {
             for (p, g) in grads {
                 p.set_grad(Some(&g * coef));
@@ -61,4 +56,40 @@ pub fn clip_grad_norm_(params: &[Parameter], max_norm: f64) -> f64 {
         });
     }
     total
+}
+
+/// The factor [`clip_grad_norm_`] scales the gradients by, given their total L2 `norm`:
+/// `None` when they are left as they are (`max_norm / (norm + 1e-6)` is at least 1), else
+/// `Some(max_norm / (norm + 1e-6))`. For clipping written elsewhere (gradients sharded
+/// over ranks) that must agree with PyTorch's, NaN included.
+///
+/// A NaN `norm` (a NaN gradient) gives `Some(NaN)`: every gradient becomes NaN, as PyTorch's
+/// `clamp` of a NaN coefficient makes them, so the step that follows shows it. (A `min(1.0)`
+/// returns 1 for NaN, and the healthy gradients would step unclipped.) An infinite `norm`
+/// gives `Some(0.0)`.
+///
+/// ```
+/// use nn_core::optim::clip_coefficient;
+/// assert_eq!(clip_coefficient(0.5, 1.0), None);
+/// assert!((clip_coefficient(5.0, 1.0).unwrap() - 0.2).abs() < 1e-6);
+/// assert!(clip_coefficient(f64::NAN, 1.0).unwrap().is_nan());
+/// assert_eq!(clip_coefficient(f64::INFINITY, 1.0), Some(0.0));
+/// ```
+///
+/// # Panics
+/// When `max_norm` is NaN or negative, as [`clip_grad_norm_`].
+#[track_caller]
+pub fn clip_coefficient(norm: f64, max_norm: f64) -> Option<f64> {
+    check_max_norm(max_norm);
+    let coef = max_norm / (norm + 1e-6);
+    (coef.is_nan() || coef < 1.0).then_some(coef)
+}
+
+/// Refuses a `max_norm` that would make clipping do nothing (NaN) or flip every gradient's
+/// sign (negative).
+#[track_caller]
+fn check_max_norm(max_norm: f64) {
+    if max_norm.is_nan() || max_norm < 0.0 {
+        panic!("clip_grad_norm_: max_norm must be non-negative, got {max_norm}");
+    }
 }

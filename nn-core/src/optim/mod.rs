@@ -17,7 +17,7 @@ mod sgd;
 use std::collections::{BTreeMap, HashMap};
 
 pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
-pub use clip::clip_grad_norm_;
+pub use clip::{clip_coefficient, clip_grad_norm_};
 pub use scheduler::{CosineAnnealingLR, LinearLR, LrScheduler, SchedulerState, StepLR};
 pub use sgd::{Sgd, SgdConfig};
 
@@ -181,17 +181,34 @@ pub(crate) struct Group {
     pub(crate) initial_lr: Option<f64>,
 }
 
-/// Builds the groups of optimizer `optimizer`, refusing the same parameter twice (by
-/// identity) and two parameters under one name (their state would share one key),
+/// Checks parameter groups as every optimizer here checks them when it is built: refuses
+/// the same parameter twice (two `Parameter`s on one storage too: both were stepped, a
+/// double update) and two parameters under one name (their state would share one key),
 /// anywhere in or across groups, and a group's own learning rate or weight decay that is
 /// negative or not finite (a negative rate ascends, a NaN one makes the weights NaN, and
-/// `load_state_dict` would refuse the run's own state).
-pub(crate) fn build_groups(
-    optimizer: &'static str,
-    groups: Vec<ParamGroup>,
-    lr: f64,
-    weight_decay: f64,
-) -> Result<Vec<Group>> {
+/// `load_state_dict` would refuse the run's own state). `optimizer` names the caller in
+/// the error.
+///
+/// For optimizers and wrappers written elsewhere: a wrapper that splits the groups before
+/// building an optimizer per part (ZeRO's partition over ranks) checks the whole here
+/// first, where a duplicate split across two parts would be seen by neither.
+///
+/// ```
+/// use nn_core::optim::{check_param_groups, ParamGroup};
+/// use nn_core::{Parameter, Tensor};
+/// let w = Parameter::new(Tensor::zeros(&[2]));
+/// let groups = vec![
+///     ParamGroup::new(vec![("w".to_string(), w.clone())]),
+///     ParamGroup::new(vec![("w_again".to_string(), w)]),
+/// ];
+/// let err = check_param_groups("MyOptimizer", &groups).unwrap_err();
+/// assert!(err.to_string().contains("w_again"), "{err}");
+/// ```
+///
+/// # Errors
+/// [`Error::ParamGroupConflict`] for a parameter twice or a name twice,
+/// [`Error::OptimizerConfig`] for a group's rate or weight decay.
+pub fn check_param_groups(optimizer: &'static str, groups: &[ParamGroup]) -> Result<()> {
     // By storage, not by handle: two `Parameter`s on one storage (`Parameter::new` of one
     // tensor twice, views of one buffer) were both stepped, a double update.
     let mut by_id: HashMap<*const crate::tensor::StorageSlot, (usize, &str)> = HashMap::new();
@@ -226,6 +243,17 @@ pub(crate) fn build_groups(
             by_name.insert(name, gi);
         }
     }
+    Ok(())
+}
+
+/// Builds the groups of optimizer `optimizer` after [`check_param_groups`].
+pub(crate) fn build_groups(
+    optimizer: &'static str,
+    groups: Vec<ParamGroup>,
+    lr: f64,
+    weight_decay: f64,
+) -> Result<Vec<Group>> {
+    check_param_groups(optimizer, &groups)?;
     Ok(groups
         .into_iter()
         .map(|g| Group {

@@ -136,6 +136,8 @@ enum Range {
     Count { min: u64 },
     /// A finite factor or rate from `lo` (included or not) to `hi` (included).
     Real { lo: f64, lo_included: bool, hi: f64 },
+    /// Any finite number (a user scheduler's own hyper-parameter).
+    Finite,
 }
 
 impl Range {
@@ -158,20 +160,25 @@ impl Range {
                     format!("is {shown}; it must be in {open}{lo}, {hi}")
                 })
             }
+            Range::Finite => (!v.is_finite()).then(|| format!("is {shown}; a hyper-parameter is finite")),
         }
     }
 }
 
-/// Checks saved hyper-parameters against the names and ranges of the built-in schedule
-/// `kind`: every name present, no other, each in range.
-fn check_built_in(kind: &str, saved: &HyperParams, expected: &[(&str, Range)]) -> Result<()> {
+/// Checks saved hyper-parameters against the names and ranges a schedule keeps (`kind`
+/// names it in messages: "a StepLR", "this scheduler"): every name present, no other,
+/// each in range.
+fn check_hyper_names(kind: &str, saved: &HyperParams, expected: &[(&str, Range)]) -> Result<()> {
     let bad = |key: String, reason: String| Err(Error::SchedulerState { key, reason });
-    let names = || expected.iter().map(|(k, _)| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+    let names = || match expected {
+        [] => "none".to_string(),
+        _ => expected.iter().map(|(k, _)| format!("`{k}`")).collect::<Vec<_>>().join(", "),
+    };
     if let Some(k) = saved.keys().find(|k| !expected.iter().any(|(e, _)| e == k)) {
         return bad(
             "hyper_params".into(),
             format!(
-                "has `{k}`, which a {kind} does not keep (it keeps {}): a state of another kind of scheduler?",
+                "has `{k}`, which {kind} does not keep (it keeps {}): a state of another kind of scheduler?",
                 names()
             ),
         );
@@ -180,7 +187,7 @@ fn check_built_in(kind: &str, saved: &HyperParams, expected: &[(&str, Range)]) -
         let Some(&v) = saved.get(*k) else {
             return bad(
                 "hyper_params".into(),
-                format!("has no `{k}` (a {kind} keeps {}): a state of another kind of scheduler?", names()),
+                format!("has no `{k}` ({kind} keeps {}): a state of another kind of scheduler?", names()),
             );
         };
         if let Some(reason) = range.refuses(v) {
@@ -225,23 +232,8 @@ pub trait LrScheduler {
     /// # Errors
     /// [`Error::SchedulerState`] naming the offending entry.
     fn check_hyper_params(&self, saved: &HyperParams) -> Result<()> {
-        let own = &self.state().hyper_params;
-        let bad = |reason: String| Err(Error::SchedulerState { key: "hyper_params".into(), reason });
-        if let Some(k) = saved.keys().find(|k| !own.contains_key(*k)) {
-            return bad(format!(
-                "has `{k}`, which this scheduler does not keep: a state of another kind of scheduler?"
-            ));
-        }
-        if let Some(k) = own.keys().find(|k| !saved.contains_key(*k)) {
-            return bad(format!("has no `{k}`, which this scheduler keeps: a state of another kind of scheduler?"));
-        }
-        match saved.iter().find(|(_, v)| !v.is_finite()) {
-            Some((k, v)) => Err(Error::SchedulerState {
-                key: format!("hyper_params.{k}"),
-                reason: format!("is {v}; a hyper-parameter is finite"),
-            }),
-            None => Ok(()),
-        }
+        let own: Vec<_> = self.state().hyper_params.keys().map(|k| (k.as_str(), Range::Finite)).collect();
+        check_hyper_names("this scheduler", saved, &own)
     }
 
     /// Checks everything [`load_state`](LrScheduler::load_state) checks, changing nothing:
@@ -407,7 +399,7 @@ impl LrScheduler for StepLR {
         }
     }
     fn check_hyper_params(&self, saved: &HyperParams) -> Result<()> {
-        check_built_in("StepLR", saved, &Self::HYPER)
+        check_hyper_names("a StepLR", saved, &Self::HYPER)
     }
     fn state(&self) -> &SchedulerState {
         &self.state
@@ -472,7 +464,7 @@ impl LrScheduler for CosineAnnealingLR {
         (1.0 + (PI * epoch as f64 / t_max).cos()) / before * (lr - eta_min) + eta_min
     }
     fn check_hyper_params(&self, saved: &HyperParams) -> Result<()> {
-        check_built_in("CosineAnnealingLR", saved, &Self::HYPER)
+        check_hyper_names("a CosineAnnealingLR", saved, &Self::HYPER)
     }
     fn state(&self) -> &SchedulerState {
         &self.state
@@ -536,7 +528,7 @@ impl LrScheduler for LinearLR {
         lr * (1.0 + (end - start) / (total_iters as f64 * start + (epoch - 1) as f64 * (end - start)))
     }
     fn check_hyper_params(&self, saved: &HyperParams) -> Result<()> {
-        check_built_in("LinearLR", saved, &Self::HYPER)
+        check_hyper_names("a LinearLR", saved, &Self::HYPER)
     }
     fn state(&self) -> &SchedulerState {
         &self.state

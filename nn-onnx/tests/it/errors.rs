@@ -335,3 +335,46 @@ fn values_computed_on_another_thread_are_refused() {
     let same = Sequential::new().add(Linear::new(3, 4));
     nn_onnx::to_bytes(&same, &x, &ExportOptions::default()).unwrap();
 }
+
+/// A constant sent to another device and back (`to_device`, a copy) exports with the
+/// values the copy was made with, as eager execution computes; writing its source after
+/// the copy is refused. (The copy had been an alias of its source: the write reached the
+/// exported constant, and the graph computed with values the forward never used.)
+#[cfg(feature = "gpu")]
+#[test]
+fn a_to_device_copy_is_its_own_value() {
+    #[derive(Module)]
+    struct Moved {
+        #[module]
+        fc: Linear,
+        #[base]
+        base: ModuleBase,
+        write_after: bool,
+    }
+    impl Compute for Moved {
+        type Input = Tensor;
+        type Output = Tensor;
+        fn compute(&self, x: &Tensor) -> Tensor {
+            let h = self.fc.forward(x);
+            let on_gpu = Tensor::full(&[4], 2.0).to_device(Device::Gpu(0));
+            let back = on_gpu.to_device(Device::Cpu);
+            if self.write_after {
+                on_gpu.fill_(5.0);
+            }
+            &h * &back
+        }
+    }
+    let x = vals(&[2, 3], 4);
+    let model = |write_after| {
+        let mut m = Moved { fc: Linear::new(3, 4), base: ModuleBase::new(), write_after };
+        m.eval();
+        m
+    };
+    let kept = model(false);
+    let bytes = nn_onnx::to_bytes(&kept, &x, &ExportOptions::default()).unwrap();
+    let want: Vec<f64> = kept.forward(&x).to_vec().iter().map(|&v| f64::from(v)).collect();
+    let got = crate::support::run_tract(&bytes, std::slice::from_ref(&x));
+    crate::support::assert_matches("a constant moved and back", &got[0].1, &want);
+    let err = export_err(&model(true), &x).to_string();
+    assert!(err.starts_with("cannot export `copy_` in the top-level module (Moved)"), "{err}");
+}

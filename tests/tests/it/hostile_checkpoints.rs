@@ -441,6 +441,50 @@ fn a_scheduler_state_loads_only_into_its_own_kind_and_brings_its_hyper_parameter
     assert_eq!(Checkpoint::load(&path).unwrap().schedulers[0].hyper_params, saved.hyper_params);
 }
 
+/// A scheduler written outside nn, keeping one hyper-parameter of its own.
+struct Warmup {
+    state: SchedulerState,
+}
+
+impl LrScheduler for Warmup {
+    fn lr_at(&self, base_lr: f64, epoch: u64) -> f64 {
+        base_lr * (epoch as f64 / self.state.hyper_params["warmup_steps"]).min(1.0)
+    }
+    fn state(&self) -> &SchedulerState {
+        &self.state
+    }
+    fn state_mut(&mut self) -> &mut SchedulerState {
+        &mut self.state
+    }
+}
+
+#[test]
+fn a_user_scheduler_takes_only_states_with_its_own_hyper_parameters() {
+    let mut run = Run::new();
+    run.train(2);
+    let step_lr = run.sched.state().clone();
+    let own = |hyper: &[(&str, f64)]| SchedulerState {
+        last_epoch: 2,
+        base_lrs: vec![0.01],
+        hyper_params: hyper.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+    };
+    let mut warmup = Warmup { state: own(&[("warmup_steps", 4.0)]) };
+    let before = warmup.state().clone();
+    let msg = warmup.load_state(&step_lr, &mut run.opt).unwrap_err().to_string();
+    assert!(msg.contains("has `gamma`, which this scheduler does not keep (it keeps `warmup_steps`)"), "{msg}");
+    let msg = warmup.load_state(&own(&[("warmup", 4.0)]), &mut run.opt).unwrap_err().to_string();
+    assert!(msg.contains("has `warmup`, which this scheduler does not keep"), "{msg}");
+    assert_eq!(warmup.state(), &before);
+    warmup.load_state(&own(&[("warmup_steps", 8.0)]), &mut run.opt).unwrap();
+    assert_eq!(warmup.state().hyper_params["warmup_steps"], 8.0);
+
+    // One that keeps none takes only states that record none.
+    let mut plain = Warmup { state: own(&[]) };
+    let msg = plain.load_state(&step_lr, &mut run.opt).unwrap_err().to_string();
+    assert!(msg.contains("which this scheduler does not keep (it keeps none)"), "{msg}");
+    plain.load_state(&own(&[]), &mut run.opt).unwrap();
+}
+
 /// A folder holding `old.safetensors`: `run`'s checkpoint as format 1 wrote it, with the
 /// scheduler's state `(3, [0.01])`.
 fn dir_old_format(run: &Run) -> tempfile::TempDir {
