@@ -394,8 +394,10 @@ impl Compute for BertPooler {
 /// `pooler.dense.weight`, ...).
 ///
 /// The input is `(input_ids, attention_mask)`, both `[N, L]`: ids are i64; the mask is
-/// Hugging Face's (**1 = attend, 0 = padding**; i64, bool or float), converted inside to
-/// the attention's bool form (`true` = may attend). Every token is of type 0 (transformers'
+/// Hugging Face's (**1 = attend, 0 = padding**; i64, bool or float; bool `true` = attend,
+/// the opposite of `MultiheadAttention`'s `key_padding_mask`), converted inside to the
+/// attention's bool form. Any value other than 0 and 1 panics: an additive mask (0 =
+/// attend, -10000 = padding) would otherwise be read backwards. Every token is of type 0 (transformers'
 /// default `token_type_ids`; sentence pairs with segment ids are not taken by this input).
 /// The output is `(last_hidden_state
 /// [N, L, E], pooler_output [N, E])`.
@@ -450,13 +452,20 @@ impl BertModel {
     /// Loads a transformers checkpoint directory (`config.json`, `model.safetensors`),
     /// strictly and with its keys unchanged; the model is in evaluation mode.
     ///
+    /// A checkpoint of BERT with a head (`BertForPreTraining`, as `bert-base-uncased`
+    /// ships; `BertForMaskedLM`), whose keys are the encoder's under `bert.` and the
+    /// head's under `cls.`, loads its encoder, as transformers' `BertModel.from_pretrained`
+    /// does: the head is not part of this model, and its weights are not read. The rest
+    /// is still strict (a `BertForMaskedLM` has no pooler: its keys are named missing).
+    ///
     /// # Errors
     /// A config error naming the field; [`Error::MissingWeights`](crate::Error::MissingWeights);
     /// [`Error::Weights`](crate::Error::Weights) naming every key that does not fit.
     pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         let config = BertConfig::from_dir(dir)?;
-        pretrained::load_pretrained(dir, || BertModel::new(&config))
+        let weights = pretrained::weights_path(dir)?;
+        pretrained::load_weights(&weights, || BertModel::new(&config), |w| pretrained::base_of_headed(w, "bert", "cls"))
     }
 
     /// The config the model was built from.
@@ -487,9 +496,22 @@ impl Compute for BertModel {
                 c.max_position_embeddings
             );
         }
-        // Hugging Face's mask is 1 = attend: `true` where it is not zero.
-        let zero = Tensor::full_on(&[], 0.0, mask.dtype(), mask.device());
-        let keep = if mask.dtype() == DType::Bool { mask.clone() } else { mask.ne(&zero) };
+        // Hugging Face's mask is 1 = attend, 0 = padding. Any other value is refused: an
+        // additive mask (0 = attend, -10000 or -inf = padding, what
+        // `get_extended_attention_mask` makes) read as "not zero attends" would attend to the
+        // padding alone, silently.
+        let keep = if mask.dtype() == DType::Bool {
+            mask.clone()
+        } else {
+            let values = mask.to_dtype(DType::F64).to_vec_f64();
+            if let Some(v) = values.iter().find(|v| **v != 0.0 && **v != 1.0) {
+                panic!(
+                    "BertModel: attention_mask holds {v}; it must be 1 (attend) or 0 (padding), as Hugging Face's \
+                     (an additive mask of 0 and -inf or -10000 is the other convention: pass `mask.eq(0)` of it)"
+                );
+            }
+            mask.ne(&Tensor::full_on(&[], 0.0, mask.dtype(), mask.device()))
+        };
         let keep = keep.reshape(&[n, 1, 1, l]);
         let types = Tensor::full_on(&[n, l], 0.0, DType::I64, ids.device());
         let mut h = self.embeddings.forward((ids, &types));

@@ -79,6 +79,13 @@ pub(crate) fn merge_heads(x: &Tensor) -> Tensor {
 /// The input of the causal models ([`Gpt2LMHeadModel`](crate::gpt2::Gpt2LMHeadModel), [`LlamaForCausalLM`](crate::llama::LlamaForCausalLM) and their stacks): token ids `[N, L]` (i64) and,
 /// optionally, the cache of the positions before them. A plain `&Tensor` converts (no
 /// cache): `model.forward(&input_ids)`.
+///
+/// **No padding.** There is no `attention_mask` (nor `position_ids`): every row is one
+/// whole sequence, its tokens at positions `past..past + L`, each attending to every
+/// earlier one. A batch of sequences of different lengths padded to one length computes
+/// the padded rows wrongly (the real tokens attend to the padding and sit at shifted
+/// positions), as transformers does when no mask is passed: run such sequences one by one,
+/// or in batches of equal length.
 #[derive(Clone, Debug)]
 pub struct CausalLmInput {
     /// `[N, L]`, i64: the primary input, which hooks see.

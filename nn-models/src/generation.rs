@@ -1,7 +1,7 @@
 //! Generation for causal language models: greedy decoding and seeded sampling
 //! (temperature, top-k, top-p), with or without the key/value cache.
 
-use nn_core::{no_grad, DType, Tensor};
+use nn_core::{no_grad, DType, Device, Tensor};
 use rand::Rng;
 
 use crate::error::{Error, Result};
@@ -16,6 +16,11 @@ pub trait CausalLm {
     fn new_cache(&self) -> KvCache;
     /// The number of positions and the config field that sets it.
     fn max_positions(&self) -> (usize, &'static str);
+    /// The number of token ids the model embeds: [`generate`] refuses a prompt id outside
+    /// `0..vocab_size`.
+    fn vocab_size(&self) -> usize;
+    /// The device of the model's weights: [`generate`] puts each step's ids there.
+    fn device(&self) -> Device;
     /// The tokens that end a sequence, from the model's config (`eos_token_id`, one id or a
     /// list): [`generate`] stops after any of them unless told otherwise, as transformers'
     /// `generate` does. None by default.
@@ -104,11 +109,20 @@ impl Default for GenerationConfig {
 ///
 /// # Errors
 /// [`Error::TooLong`] when the prompt, or the prompt with `max_new_tokens`, exceeds the
-/// model's positions; [`Error::Input`] for an empty prompt or a sampling option out of range.
+/// model's positions; [`Error::Input`] for an empty prompt, a prompt id outside the
+/// vocabulary, a sampling option out of range, or NaN logits (a step's logits hold NaN:
+/// greedy decoding would pick the NaN's token, as `torch.argmax` does, and go on as if
+/// it were the most likely).
 pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig) -> Result<Vec<i64>> {
     let (limit, field) = model.max_positions();
     if prompt.is_empty() {
         return Err(Error::Input("generate: the prompt is empty (it needs at least one token)".into()));
+    }
+    let vocab = model.vocab_size();
+    if let Some((i, id)) = prompt.iter().enumerate().find(|(_, id)| !(0..vocab as i64).contains(id)) {
+        return Err(Error::Input(format!(
+            "generate: prompt token {i} is {id}, outside the model's vocabulary of {vocab} ids"
+        )));
     }
     if prompt.len() > limit {
         return Err(Error::TooLong { what: "the prompt", len: prompt.len(), limit, field });
@@ -142,7 +156,7 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
         let cache = config.use_cache.then(|| model.new_cache());
         let mut next_input = tokens.clone();
         for _ in 0..config.max_new_tokens {
-            let ids = Tensor::from_vec_i64(next_input.clone(), &[1, next_input.len()]);
+            let ids = Tensor::from_vec_i64(next_input.clone(), &[1, next_input.len()]).to_device(model.device());
             let logits = model.logits(&ids, cache.as_ref());
             let v = logits.shape()[2];
             let last = logits.narrow(1, logits.shape()[1] - 1, 1).to_dtype(DType::F64).to_vec_f64();
@@ -161,10 +175,16 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
 /// The next token from one row of logits.
 ///
 /// # Errors
-/// [`Error::Input`] when sampling meets NaN logits, or scores with no finite maximum (a
-/// temperature so small that the scaled logits overflow): a draw from them would be a
-/// default token, not a sample (PyTorch's `multinomial` refuses such probabilities too).
+/// [`Error::Input`] for NaN logits (greedy or not: the NaN's token is no choice), or
+/// sampling scores with no finite maximum (a temperature so small that the scaled logits
+/// overflow): a draw from them would be a default token, not a sample (PyTorch's
+/// `multinomial` refuses such probabilities too).
 fn choose(logits: &[f64], sampling: &Sampling) -> Result<i64> {
+    if let Some(i) = logits.iter().position(|l| l.is_nan()) {
+        return Err(Error::Input(format!(
+            "generate: the logits hold NaN (first at token {i}): the model's output overflowed or its weights hold NaN"
+        )));
+    }
     match sampling {
         Sampling::Greedy => Ok(argmax(logits) as i64),
         Sampling::Sample { temperature, top_k, top_p } => {
@@ -178,8 +198,8 @@ fn choose(logits: &[f64], sampling: &Sampling) -> Result<i64> {
             let probs = softmax(&scores);
             if probs.iter().any(|p| !p.is_finite()) {
                 return Err(Error::Input(format!(
-                    "generate: the sampling probabilities are not finite (NaN logits, or a temperature of \
-                     {temperature} that makes the scaled logits overflow)"
+                    "generate: the sampling probabilities are not finite (a temperature of {temperature} makes the \
+                     scaled logits overflow)"
                 )));
             }
             let u: f64 = nn_core::random::with_rng(|r| r.random());
@@ -293,7 +313,10 @@ mod tests {
         // NaN logits, or a temperature that overflows the scores: an error, not token 0.
         let nan = [0.1, f64::NAN, 0.3];
         let s1 = Sampling::Sample { temperature: 1.0, top_k: None, top_p: None };
-        assert!(choose(&nan, &s1).unwrap_err().to_string().contains("not finite"));
+        for sampling in [s1, Sampling::Greedy] {
+            let err = choose(&nan, &sampling).unwrap_err().to_string();
+            assert!(err.contains("the logits hold NaN (first at token 1)"), "{err}");
+        }
         let tiny = Sampling::Sample { temperature: 1e-310, top_k: None, top_p: None };
         let err = choose(&[1.0, -1.0, 0.5], &tiny).unwrap_err().to_string();
         assert!(err.contains("temperature of") && err.contains("overflow"), "{err}");

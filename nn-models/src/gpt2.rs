@@ -333,7 +333,7 @@ impl Compute for Gpt2Model {
         let past = input.cache.as_ref().map_or(0, KvCache::seq_len);
         check_ids("GPT2Model", ids, past, self.n_positions, "n_positions");
         if let Some(c) = &input.cache {
-            c.check("GPT2Model", self.h.len(), ids, self.wte.weight.dtype());
+            c.check("GPT2Model", self.h.len(), ids);
         }
         let (n, l) = (ids.shape()[0], ids.shape()[1]);
         let positions = Tensor::from_vec_i64((past as i64..(past + l) as i64).collect(), &[1, l])
@@ -470,6 +470,12 @@ impl CausalLm for Gpt2LMHeadModel {
         (self.config.n_positions, "n_positions")
     }
 
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn device(&self) -> nn_core::Device {
+        self.transformer.wte.weight.device()
+    }
     fn eos_token_ids(&self) -> Vec<i64> {
         self.config.eos_token_id.as_ref().map(TokenIds::ids).unwrap_or_default()
     }

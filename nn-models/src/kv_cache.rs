@@ -45,9 +45,11 @@ impl KvCache {
     }
 
     /// Panics unless the cache fits `model`'s `layers` layers and `input_ids` (`[N, L]`):
-    /// one length in every layer, the batch size, dtype and device of what it holds.
+    /// one length in every layer, the batch size and device of what it holds. (Its dtype is
+    /// the keys' own, f32 or, under autocast, the autocast dtype: [`LayerCache::append`]
+    /// checks it against the new keys.)
     #[track_caller]
-    pub(crate) fn check(&self, model: &str, layers: usize, input_ids: &Tensor, dtype: nn_core::DType) {
+    pub(crate) fn check(&self, model: &str, layers: usize, input_ids: &Tensor) {
         let held = self.lock();
         if held.len() != layers {
             panic!(
@@ -63,11 +65,10 @@ impl KvCache {
         }
         if let Some((k, _)) = held.iter().flatten().next() {
             let n = input_ids.shape()[0];
-            if k.shape()[0] != n || k.dtype() != dtype || k.device() != input_ids.device() {
+            if k.shape()[0] != n || k.device() != input_ids.device() {
                 panic!(
-                    "{model}: `cache` holds {} {} keys {:?} on {}; input_ids {:?} on {} need batch {n} of {dtype} there",
+                    "{model}: `cache` holds {} keys {:?} on {}; input_ids {:?} on {} need batch {n} there",
                     k.shape()[0],
-                    k.dtype(),
                     k.shape(),
                     k.device(),
                     input_ids.shape(),
@@ -107,9 +108,24 @@ impl LayerCache {
 
     /// Appends the new positions' keys and values (`[N, heads, L, D]`) and returns all of
     /// them, the cached ones first, with the number of cached positions before this call.
+    ///
+    /// # Panics
+    /// When the new keys' dtype is not the cached ones' (a cache filled under autocast and
+    /// extended without it, or the other way): before anything is appended when it is the
+    /// first layer's, which every forward appends to first.
+    #[track_caller]
     pub(crate) fn append(&self, k: &Tensor, v: &Tensor) -> (Tensor, Tensor, usize) {
         let mut layers = self.cache.lock();
         let slot = &mut layers[self.index];
+        if let Some((pk, _)) = slot.as_ref().filter(|(pk, _)| pk.dtype() != k.dtype()) {
+            panic!(
+                "KvCache: layer {} holds {} keys and this forward computes {} ones: extend a cache under the autocast \
+                 state it was filled under (or clear it)",
+                self.index,
+                pk.dtype(),
+                k.dtype()
+            );
+        }
         let (keys, values, past) = match slot.take() {
             None => (k.clone(), v.clone(), 0),
             Some((pk, pv)) => {

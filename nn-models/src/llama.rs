@@ -378,7 +378,7 @@ impl Compute for LlamaModel {
         let past = input.cache.as_ref().map_or(0, KvCache::seq_len);
         check_ids("LlamaModel", ids, past, self.max_positions, "max_position_embeddings");
         if let Some(c) = &input.cache {
-            c.check("LlamaModel", self.layers.len(), ids, self.embed_tokens.weight.dtype());
+            c.check("LlamaModel", self.layers.len(), ids);
         }
         let mut h = self.embed_tokens.forward(ids);
         for (i, layer) in self.layers.iter().enumerate() {
@@ -484,6 +484,12 @@ impl CausalLm for LlamaForCausalLM {
         (self.config.max_position_embeddings, "max_position_embeddings")
     }
 
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+    fn device(&self) -> nn_core::Device {
+        self.model.embed_tokens.weight.device()
+    }
     fn eos_token_ids(&self) -> Vec<i64> {
         self.config.eos_token_id.as_ref().map(TokenIds::ids).unwrap_or_default()
     }

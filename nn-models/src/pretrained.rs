@@ -165,15 +165,41 @@ pub(crate) fn weights_path(dir: &Path) -> Result<PathBuf> {
 /// `dir/model.safetensors` into it strictly: every key must match, with tied parameters
 /// satisfied by one name, as transformers writes them. On any error nothing is returned.
 pub(crate) fn load_pretrained<M: Module>(dir: &Path, build: impl FnOnce() -> M) -> Result<M> {
-    load_weights(&weights_path(dir)?, build)
+    load_weights(&weights_path(dir)?, build, |w| w)
+}
+
+/// A base model's weights from a checkpoint of the model with a head, as transformers'
+/// base-model `from_pretrained` takes them: where every key is under `prefix.` (the base
+/// model, `bert.`) or `head.` (the head, `cls.`), the prefix is stripped and the head's
+/// keys are left out. Any other file is returned as it is (and loads strictly).
+pub(crate) fn base_of_headed(weights: StateDict, prefix: &str, head: &str) -> StateDict {
+    let (prefix, head) = (format!("{prefix}."), format!("{head}."));
+    let headed = weights.keys().any(|k| k.starts_with(&prefix))
+        && weights.keys().all(|k| k.starts_with(&prefix) || k.starts_with(&head));
+    if !headed {
+        return weights;
+    }
+    let mut base = StateDict::with_capacity(weights.len());
+    for (k, t) in weights.iter() {
+        if let Some(k) = k.strip_prefix(&prefix) {
+            base.insert(k.to_string(), t.clone());
+        }
+    }
+    base
 }
 
 /// Builds a model with `build` on the meta device and strict-loads the safetensors file at
-/// `path` into it, in evaluation mode; on any error nothing is returned.
-pub(crate) fn load_weights<M: Module>(path: &Path, build: impl FnOnce() -> M) -> Result<M> {
+/// `path` into it (its entries through `adapt`), in evaluation mode; on any error nothing
+/// is returned.
+pub(crate) fn load_weights<M: Module>(
+    path: &Path,
+    build: impl FnOnce() -> M,
+    adapt: impl FnOnce(StateDict) -> StateDict,
+) -> Result<M> {
     let path = path.to_path_buf();
     let weights =
         StateDict::load(&path).map_err(|source| Error::Weights { path: path.clone(), source: Box::new(source) })?;
+    let weights = adapt(weights);
     let mut model = nn_core::with_device(Device::Meta, build);
     model
         .load_state_dict(&weights, true)
@@ -185,17 +211,40 @@ pub(crate) fn load_weights<M: Module>(path: &Path, build: impl FnOnce() -> M) ->
 /// Writes `config` as `dir/config.json` and the model's state dict as
 /// `dir/model.safetensors` (tied parameters once, under their first name, as
 /// `save_pretrained` does), creating `dir`.
+///
+/// Both are written in full under temporary names first and then renamed into place, one
+/// right after the other: a failed write leaves the directory as it was (but for a rename
+/// failing between the two). Written one after the other in place, a failure between them
+/// left new weights beside an old config that fits their shapes, and the directory loaded
+/// without error into a different model.
 pub(crate) fn save_pretrained(dir: &Path, config: &Map<String, Value>, model: &dyn Module) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
-    let weights = dir.join("model.safetensors");
-    let mut metadata = std::collections::HashMap::new();
-    metadata.insert("format".to_string(), "pt".to_string());
-    model
-        .state_dict()
-        .save_with_metadata(&weights, Some(metadata))
-        .map_err(|source| Error::Weights { path: weights, source: Box::new(source) })?;
-    let path = dir.join("config.json");
-    let text = serde_json::to_string_pretty(config).expect("a JSON map serialises");
-    nn_core::io::atomic_write(&path, |f| std::io::Write::write_all(f, text.as_bytes()))
-        .map_err(|e| Error::Config { path: path.clone(), reason: e.to_string() })
+    // Through a symbolic link (the Hugging Face cache's `snapshots/*` -> `blobs/*`), the
+    // file it points to is replaced, and the link kept, as `atomic_write` does.
+    let through_link = |p: PathBuf| if p.is_symlink() { std::fs::canonicalize(&p).unwrap_or(p) } else { p };
+    let (weights, config_path) = (through_link(dir.join("model.safetensors")), through_link(dir.join("config.json")));
+    let partial = |p: &Path| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        p.with_file_name(format!(".{name}.partial"))
+    };
+    let (weights_new, config_new) = (partial(&weights), partial(&config_path));
+    let written = (|| {
+        let mut metadata = std::collections::HashMap::new();
+        metadata.insert("format".to_string(), "pt".to_string());
+        model
+            .state_dict()
+            .save_with_metadata(&weights_new, Some(metadata))
+            .map_err(|source| Error::Weights { path: weights.clone(), source: Box::new(source) })?;
+        let text = serde_json::to_string_pretty(config).expect("a JSON map serialises");
+        nn_core::io::atomic_write(&config_new, |f| std::io::Write::write_all(f, text.as_bytes()))
+            .map_err(|e| Error::Config { path: config_path.clone(), reason: e.to_string() })?;
+        std::fs::rename(&weights_new, &weights).map_err(|source| Error::Io { path: weights.clone(), source })?;
+        std::fs::rename(&config_new, &config_path).map_err(|source| Error::Io { path: config_path.clone(), source })
+    })();
+    if written.is_err() {
+        for partial in [&weights_new, &config_new] {
+            let _ = std::fs::remove_file(partial);
+        }
+    }
+    written
 }

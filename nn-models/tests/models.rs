@@ -92,6 +92,12 @@ fn generate_dyn(model: &dyn nn_models::generation::CausalLm, prompt: &[i64], con
         fn max_positions(&self) -> (usize, &'static str) {
             self.0.max_positions()
         }
+        fn vocab_size(&self) -> usize {
+            self.0.vocab_size()
+        }
+        fn device(&self) -> Device {
+            self.0.device()
+        }
         fn eos_token_ids(&self) -> Vec<i64> {
             self.0.eos_token_ids()
         }
@@ -133,6 +139,49 @@ fn bert_matches_transformers_with_a_padded_sequence() {
     assert_close(&hidden, f.get("last_hidden_state").unwrap(), 1e-5, "BERT last_hidden_state");
     assert_close(&pooled, f.get("pooler_output").unwrap(), 1e-5, "BERT pooler_output");
     assert!(model.state_dict().contains_key("encoder.layer.1.attention.self.query.weight"));
+}
+
+/// The same mask as float 1/0 and bool gives the fixture's output; an additive mask (0 =
+/// attend, -10000 = padding) is refused, where "not zero attends" read it backwards.
+#[test]
+fn bert_takes_hugging_faces_mask_and_refuses_an_additive_one() {
+    let _serial = serial();
+    let f = io("bert");
+    let model = BertModel::from_pretrained(fixture("bert")).unwrap();
+    let (ids, mask) = (f.get("input_ids").unwrap(), f.get("attention_mask").unwrap());
+    let want = f.get("last_hidden_state").unwrap();
+    for m in [mask.to_dtype(DType::F32), mask.ne(&Tensor::full_on(&[], 0.0, mask.dtype(), mask.device()))] {
+        assert_close(&model.forward((ids, &m)).0, want, 1e-5, "BERT with another mask dtype");
+    }
+    let additive = (mask.to_dtype(DType::F32) - 1.0) * 10000.0;
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.forward((ids, &additive)))).unwrap_err();
+    let msg = e.downcast_ref::<String>().unwrap();
+    assert!(msg.contains("attention_mask holds -10000; it must be 1 (attend) or 0 (padding)"), "{msg}");
+}
+
+/// A checkpoint of BERT with a head (keys under `bert.` and `cls.`, as `bert-base-uncased`
+/// ships) loads its encoder, as transformers' `BertModel.from_pretrained` does; a file
+/// mixing plain and prefixed keys still loads strictly (refused).
+#[test]
+fn bert_loads_the_encoder_of_a_checkpoint_with_a_head() {
+    let _serial = serial();
+    let plain = StateDict::load(fixture("bert").join("model.safetensors")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("bert").join("config.json"), dir.path().join("config.json")).unwrap();
+    let mut headed = StateDict::new();
+    for (k, t) in plain.iter() {
+        headed.insert(format!("bert.{k}"), t.clone());
+    }
+    headed.insert("cls.predictions.bias".into(), Tensor::zeros(&[7]));
+    headed.save(dir.path().join("model.safetensors")).unwrap();
+    let model = BertModel::from_pretrained(dir.path()).unwrap();
+    let f = io("bert");
+    let (hidden, _) = model.forward((f.get("input_ids").unwrap(), f.get("attention_mask").unwrap()));
+    assert_close(&hidden, f.get("last_hidden_state").unwrap(), 1e-5, "BERT from a headed checkpoint");
+    headed.insert("pooler.dense.bias".into(), plain.get("pooler.dense.bias").unwrap().clone());
+    headed.save(dir.path().join("model.safetensors")).unwrap();
+    let e = BertModel::from_pretrained(dir.path()).err().expect("a mixed file is refused").to_string();
+    assert!(e.contains("bert.embeddings.word_embeddings.weight"), "{e}");
 }
 
 /// The weights and input of `generate.py`'s `formula`.
@@ -251,6 +300,12 @@ fn bad_configs_and_directories_are_errors_naming_the_field_file_or_limit() {
     assert_eq!(e, "the prompt of 33 tokens is longer than the model's 32 positions (`n_positions` in config.json)");
     let e = generate(&model, &long[..30], &GenerationConfig::default()).unwrap_err().to_string();
     assert!(e.contains("the prompt plus max_new_tokens - 1 of 49 tokens"), "{e}");
+    // A prompt id outside the vocabulary: an error naming it (the embedding had panicked).
+    let vocab = nn_models::generation::CausalLm::vocab_size(&model) as i64;
+    for bad in [vocab, -1] {
+        let e = generate(&model, &[1, bad], &GenerationConfig::default()).unwrap_err().to_string();
+        assert_eq!(e, format!("generate: prompt token 1 is {bad}, outside the model's vocabulary of {vocab} ids"));
+    }
     // The last new token is never fed back: 30 + 3 new tokens use 32 positions, and fit.
     let config = GenerationConfig { max_new_tokens: 3, ..Default::default() };
     assert_eq!(generate(&model, &long[..30], &config).unwrap().len(), 33);
@@ -288,6 +343,14 @@ fn save_pretrained_round_trips_with_the_head_written_once() {
     let back = Gpt2LMHeadModel::from_pretrained(dir.path()).unwrap();
     let ids = io("gpt2").get("input_ids").unwrap().clone();
     assert_eq!(back.forward(&ids).to_vec(), model.forward(&ids).to_vec());
+    // A save that fails at the config leaves the directory as it was: the old weights,
+    // no partial file (the weights had been replaced before the config was written).
+    let before = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+    nn_core::no_grad(|| model.transformer.wte.weight.add_(1.0));
+    std::fs::create_dir(dir.path().join(".config.json.partial")).unwrap();
+    model.save_pretrained(dir.path()).unwrap_err();
+    assert_eq!(std::fs::read(dir.path().join("model.safetensors")).unwrap(), before);
+    assert!(!dir.path().join(".model.safetensors.partial").exists());
 }
 
 #[test]
@@ -307,6 +370,25 @@ fn a_cache_that_does_not_fit_is_named() {
     let two = Tensor::from_vec_i64(vec![1, 2, 3, 4], &[2, 2]);
     let msg = panics(nn_models::gpt2::CausalLmInput::with_cache(&two, &cache));
     assert!(msg.contains("need batch 2"), "{msg}");
+    // A cache filled without autocast, extended under it: refused before any layer grows.
+    let four = Tensor::from_vec_i64(vec![4], &[1, 1]);
+    let msg = nn_core::amp::autocast(Device::Cpu, DType::BF16, || {
+        panics(nn_models::gpt2::CausalLmInput::with_cache(&four, &cache))
+    });
+    assert!(msg.contains("KvCache: layer 0 holds f32 keys and this forward computes bf16 ones"), "{msg}");
+    assert_eq!(cache.seq_len(), 3);
+}
+
+/// Cached generation under bf16 autocast: the keys are bf16 (the attention projections
+/// run in bf16), and the cache keeps them so (it refused them at the second step, against
+/// the f32 word embedding).
+#[test]
+fn cached_generation_runs_under_autocast() {
+    let _serial = serial();
+    let model = Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap();
+    let config = GenerationConfig { max_new_tokens: 5, ignore_eos: true, ..Default::default() };
+    let tokens = nn_core::amp::autocast(Device::Cpu, DType::BF16, || generate(&model, &[1, 2, 3], &config)).unwrap();
+    assert_eq!(tokens.len(), 8);
 }
 
 /// `reorder_and_upcast_attn` computes a bf16 model's attention in f32 (the flag was
