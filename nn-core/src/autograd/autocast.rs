@@ -291,17 +291,19 @@ impl AutocastGuard {
 impl Drop for AutocastGuard {
     fn drop(&mut self) {
         if let Some(lifted) = &self.lifted {
-            lifted.exit();
+            lifted.exit(|| {});
         }
-        self.nesting.exit();
-        if let Some(excluded) = self.prev_excluded {
-            EXCLUDED.with(|e| e.set(excluded));
-        }
-        if self.gpu {
-            GPU.with(|c| c.set(self.prev));
-        } else {
-            CPU.with(|c| c.set(self.prev));
-        }
+        let (prev, prev_excluded, gpu) = (self.prev, self.prev_excluded, self.gpu);
+        self.nesting.exit(move || {
+            if let Some(excluded) = prev_excluded {
+                EXCLUDED.with(|e| e.set(excluded));
+            }
+            if gpu {
+                GPU.with(|c| c.set(prev));
+            } else {
+                CPU.with(|c| c.set(prev));
+            }
+        });
     }
 }
 

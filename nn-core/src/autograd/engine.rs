@@ -51,6 +51,11 @@ impl Tensor {
         if grad.dtype() != self.dtype() {
             panic!("backward: gradient has dtype {} but the tensor has dtype {}", grad.dtype(), self.dtype());
         }
+        // PyTorch's "invalid gradient - expected device": a meta gradient of a tensor with
+        // values had reached the leaves as gradients with none.
+        if grad.device() != self.device() && self.device() != Device::Meta {
+            panic!("backward: gradient is on {} but the tensor is on {}", grad.device(), self.device());
+        }
         let _no_grad = GradModeGuard::set(false);
         // Gradients keep their forward's dtypes: no autocast casting in a backward pass.
         let _no_autocast = super::autocast::Excluded::new();
@@ -200,7 +205,23 @@ impl Node {
 impl Tensor {
     /// Adds `g` (of this tensor's shape) into its `.grad` (a fresh handle, so two tensors
     /// never share one).
+    ///
+    /// As [`set_grad`](Tensor::set_grad) keeps it: in the tensor's dtype (cast, as PyTorch's
+    /// engine casts a gradient to its input's dtype: the tensor's dtype can change between
+    /// forward and backward, `set_data` or `Module::to_dtype`), and on its device (a
+    /// gradient on another is refused; a meta tensor takes any).
+    #[track_caller]
     fn accumulate_grad(&self, g: Tensor) {
+        let g = if g.dtype() != self.dtype() && self.dtype().is_float() { g.to_dtype(self.dtype()) } else { g };
+        if g.device() != self.device() && self.device() != Device::Meta {
+            panic!(
+                "backward: a gradient on {} reached a tensor of shape {:?} on {} (was it moved between forward and \
+                 backward?)",
+                g.device(),
+                self.shape(),
+                self.device()
+            );
+        }
         let mut slot = self.0.grad.lock().unwrap_or_else(|e| e.into_inner());
         let new = match slot.take() {
             Some(prev) => &prev + &g,
@@ -440,5 +461,38 @@ mod tests {
         loss.backward();
         let g = x.grad().unwrap();
         assert_eq!((g.shape(), g.device(), g.dtype()), (&[3, 4][..], Device::Meta, DType::F32));
+    }
+
+    /// An integer output of a custom function is not differentiable (PyTorch's rule): as a
+    /// node, the float gradient cast to it truncated to 0, silently.
+    #[test]
+    fn custom_op_with_an_integer_output_records_nothing() {
+        let x = leaf(&[0.4, 1.6], &[2]);
+        let q = Tensor::from_vec_i64(vec![0, 2], &[2]);
+        let y = custom_op("round_to_int", &[&x], &q, |g| vec![Some(g.clone())]);
+        assert!(!y.requires_grad());
+        assert!(!y.to_dtype(DType::F64).requires_grad());
+        assert_eq!(y.to_vec_i64(), vec![0, 2]);
+    }
+
+    /// A root gradient on another device: refused, where a meta one had reached the
+    /// leaves as a gradient with no values.
+    #[test]
+    #[should_panic(expected = "backward: gradient is on meta but the tensor is on cpu")]
+    fn a_root_gradient_on_another_device_is_refused() {
+        let x = leaf(&[1.0, 2.0], &[2]);
+        (&x * 3.0).backward_with(&Tensor::full_on(&[2], 1.0, DType::F64, Device::Meta), false);
+    }
+
+    /// A leaf whose dtype changed between forward and backward gets its gradient in its
+    /// dtype, as `set_grad` keeps it (it had been stored in the forward's).
+    #[test]
+    fn a_leaf_gets_its_gradient_in_its_own_dtype() {
+        let w = leaf(&[2.0, 3.0], &[2]);
+        let y = (&w * t64(&[5.0, 7.0], &[2])).sum();
+        no_grad(|| w.set_data(&w.detach().to_dtype(DType::F32)));
+        y.backward();
+        let g = w.grad().unwrap();
+        assert_eq!((g.dtype(), g.to_vec()), (DType::F32, vec![5.0, 7.0]));
     }
 }

@@ -60,8 +60,8 @@ impl GradModeGuard {
 
 impl Drop for GradModeGuard {
     fn drop(&mut self) {
-        self.nesting.exit();
-        GRAD_ENABLED.with(|g| g.set(self.prev));
+        let prev = self.prev;
+        self.nesting.exit(move || GRAD_ENABLED.with(|g| g.set(prev)));
     }
 }
 
@@ -116,8 +116,8 @@ impl InferenceModeGuard {
 
 impl Drop for InferenceModeGuard {
     fn drop(&mut self) {
-        self.nesting.exit();
-        INFERENCE_MODE.with(|m| m.set(self.prev));
+        let prev = self.prev;
+        self.nesting.exit(move || INFERENCE_MODE.with(|m| m.set(prev)));
     }
 }
 
@@ -168,10 +168,15 @@ mod tests {
         let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(msg.contains("grad mode (no_grad / enable_grad) guards dropped out of order"), "{msg}");
         drop(inner);
+        // The panic was caught (a thread pool's): once the inner guard drops, the thread is
+        // as before the outer one (it had stayed in no_grad, recording nothing).
+        assert!(is_grad_enabled());
         let outer = InferenceModeGuard::new();
         let inner = InferenceModeGuard::new();
         assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(outer))).is_err());
+        assert!(is_inference_mode_enabled());
         drop(inner);
+        assert!(!is_inference_mode_enabled());
         // In order, nothing is said.
         let a = super::NoGradGuard::new();
         let b = super::GradModeGuard::set(true);

@@ -173,7 +173,8 @@ pub(crate) fn op_result_in<B: Backward>(
 /// `output` is the forward result computed by any means (it is detached first);
 /// `backward` receives the gradient of `output` and returns one optional gradient per
 /// input, each of that input's shape. The result requires grad when grad mode is on and
-/// any input does.
+/// any input does, and it is floating point: an integer or bool output is not
+/// differentiable, as in PyTorch, and is returned without a graph.
 ///
 /// ```
 /// use nn_core::{autograd::custom_op, Tensor};
@@ -191,9 +192,14 @@ pub fn custom_op(
     output: &Tensor,
     backward: impl Fn(&Tensor) -> Vec<Option<Tensor>> + Send + Sync + 'static,
 ) -> Tensor {
+    let out = output.saved();
+    if !out.dtype().is_float() {
+        // An integer or bool output is not differentiable (PyTorch marks it so): as a node,
+        // a float gradient cast to it truncated to zero, silently.
+        return out;
+    }
     let shapes: Vec<Dims> = inputs.iter().map(|t| Dims::from(t.shape())).collect();
     let kinds: Vec<(crate::DType, crate::Device)> = inputs.iter().map(|t| (t.dtype(), t.device())).collect();
-    let out = output.saved();
     op_result(name, out.storage_arc(), out.layout().clone(), inputs, move || {
         move |g: &Tensor, _needs: &[bool]| -> Grads {
             let grads = backward(g);

@@ -5,7 +5,9 @@
 //! `.await` on a multi-threaded runtime) would restore that thread's setting and leave its
 //! own changed; two guards dropped in the order they were made would leave the outer
 //! guard's setting on. Both would go unnoticed, so both are refused: the guards are not
-//! `Send` (a compile error), and a guard dropped out of order panics, naming the scope.
+//! `Send` (a compile error), and a guard dropped out of order panics, naming the scope (and
+//! restores its setting once the guards opened after it have dropped, so a caught panic
+//! leaves the thread's settings as they were).
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -31,18 +33,36 @@ impl Nesting {
         Nesting { depth, level, what, _thread: PhantomData }
     }
 
-    /// Called first in the guard's `drop`, before it restores its setting.
+    /// Called in the guard's `drop` with `restore`, which puts back the setting the guard
+    /// found; runs it now when the guard is the innermost open one (or the thread is
+    /// unwinding), and then the restores of outer guards that were dropped out of order
+    /// before it, innermost first.
     ///
     /// # Panics
     /// When a guard made after this one is still open (guards dropped out of order),
-    /// unless the thread is already panicking.
-    pub(crate) fn exit(&self) {
+    /// unless the thread is already panicking. Its `restore` waits for the guards made
+    /// after it: when they have dropped, the thread is as it was before this guard, so a
+    /// caught panic (a thread pool's) leaves no setting changed behind it.
+    pub(crate) fn exit(&self, restore: impl FnOnce() + 'static) {
+        let kind = self.depth as *const LocalKey<Cell<u32>> as usize;
         let open = self.depth.with(Cell::get);
         if open == self.level || std::thread::panicking() {
-            self.depth.with(|d| d.set(self.level - 1));
+            restore();
+            let mut depth = self.level - 1;
+            ABANDONED.with(|a| {
+                let mut a = a.borrow_mut();
+                while let Some(i) = a.iter().rposition(|(k, level, _)| *k == kind && *level == depth && depth > 0) {
+                    let (_, _, outer) = a.remove(i);
+                    outer();
+                    depth -= 1;
+                }
+            });
+            self.depth.with(|d| d.set(depth));
         } else {
-            // The setting is left as it is (the inner guards still open restore theirs);
-            // the count too, so those drop without a second panic.
+            // The setting is left as it is until the inner guards still open have dropped
+            // (they restore theirs first); the count too, so those drop without a second
+            // panic.
+            ABANDONED.with(|a| a.borrow_mut().push((kind, self.level, Box::new(restore))));
             panic!(
                 "{} guards dropped out of order: this one was scope {} of {open} open on this thread; \
                  drop guards innermost first (or use the closure form), or the setting an outer guard \
@@ -51,4 +71,12 @@ impl Nesting {
             );
         }
     }
+}
+
+/// A restore waiting for the guards opened after its own to drop.
+type Abandoned = (usize, u32, Box<dyn FnOnce()>);
+
+thread_local! {
+    /// The guards dropped out of order on this thread: (kind, level, restore).
+    static ABANDONED: std::cell::RefCell<Vec<Abandoned>> = const { std::cell::RefCell::new(Vec::new()) };
 }

@@ -171,7 +171,10 @@ impl ModuleBase {
     }
 
     /// Registers a full backward hook (fired in registration order when the gradient with
-    /// respect to the module's input is computed).
+    /// respect to the module's input is computed). It gets `(grad_input, grad_output)` of the
+    /// first input and the first output; when no gradient reaches the first output (the
+    /// loss used another output of a tuple), `grad_output` is zeros, where PyTorch passes
+    /// `None`.
     pub fn register_full_backward_hook(
         &self,
         hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
@@ -201,19 +204,30 @@ impl ModuleBase {
         }
         let with_bwd = !bwd.is_empty() && is_grad_enabled();
         let grad_output: Arc<Mutex<Option<Tensor>>> = Arc::default();
+        // The first output's shape, dtype and device: its gradient is zeros when none
+        // reaches it (the loss used another output of a tuple).
+        type Like = (Vec<usize>, crate::DType, crate::Device);
+        let output_like: Arc<Mutex<Option<Like>>> = Arc::default();
         let input_needs_grad = x.primary().requires_grad();
         if with_bwd && input_needs_grad {
-            let (bwd, go) = (bwd.clone(), grad_output.clone());
+            let (bwd, go, like) = (bwd.clone(), grad_output.clone(), output_like.clone());
             let p = x.primary().clone();
             x = x.with_primary(custom_op("BackwardHookFunctionBackward", &[&p], &p, move |g_in| {
                 let g_out = go.lock().unwrap_or_else(|e| e.into_inner()).take();
+                // The input's gradient came through an output other than the first (an
+                // RNN's `h_n`, with `out` unused): the hooks still fire, as PyTorch's do,
+                // with a zero gradient for the first output (PyTorch passes `None` in
+                // its place). They had been skipped silently.
+                let g_out = g_out.or_else(|| {
+                    let like = like.lock().unwrap_or_else(|e| e.into_inner());
+                    like.as_ref().map(|(shape, dtype, device)| Tensor::full_on(shape, 0.0, *dtype, *device))
+                });
                 let mut g = g_in.clone();
-                if let Some(g_out) = g_out {
-                    for h in &bwd {
-                        if let Some(new) = h(Some(&g), &g_out) {
-                            assert_eq!(new.shape(), g.shape(), "backward hook returned grad_input of the wrong shape");
-                            g = new;
-                        }
+                let g_out = g_out.expect("internal: the module's output is recorded before its backward runs");
+                for h in &bwd {
+                    if let Some(new) = h(Some(&g), &g_out) {
+                        assert_eq!(new.shape(), g.shape(), "backward hook returned grad_input of the wrong shape");
+                        g = new;
                     }
                 }
                 vec![Some(g)]
@@ -224,6 +238,10 @@ impl ModuleBase {
             if let Some(new) = h(x.primary(), y.primary()) {
                 y = y.with_primary(new);
             }
+        }
+        if with_bwd && input_needs_grad {
+            let p = y.primary();
+            *output_like.lock().unwrap_or_else(|e| e.into_inner()) = Some((p.shape().to_vec(), p.dtype(), p.device()));
         }
         if with_bwd && y.primary().requires_grad() {
             let p = y.primary().clone();

@@ -66,7 +66,8 @@ impl Tensor {
             return self.clone();
         }
         let storage = self.storage_arc().convert(self.layout(), dtype);
-        let inputs: &[&Tensor] = if dtype.is_float() { &[self] } else { &[] };
+        // Differentiable from float to float only: an integer's gradient would be truncated.
+        let inputs: &[&Tensor] = if dtype.is_float() && src.is_float() { &[self] } else { &[] };
         op_result("to_dtype", Arc::new(storage), Layout::contiguous(self.shape()), inputs, || {
             move |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.to_dtype(src))] }
         })

@@ -318,6 +318,9 @@ fn autocast_guards_dropped_out_of_order_panic() {
     let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("CPU autocast guards dropped out of order"), "{msg}");
     drop(inner);
+    // With the panic caught, the thread is as before the outer guard once the inner one
+    // drops (it had stayed in bf16 autocast).
+    assert_eq!(autocast_dtype(Device::Cpu), None);
     // The CPU's and the GPU's scopes nest separately, as their states are separate.
     let cpu = AutocastGuard::new(Device::Cpu, DType::BF16);
     let off = AutocastGuard::with_enabled(Device::Cpu, DType::BF16, false);

@@ -251,3 +251,45 @@ fn registration_by_path_persistence_and_errors() {
     // Its sub-modules still can.
     m.fc.register_forward_hook(|_, _| None).unwrap().remove();
 }
+
+/// A module of two outputs.
+#[derive(Module)]
+struct TwoOut {
+    #[module]
+    fc: Linear,
+    #[base]
+    base: ModuleBase,
+}
+
+impl Compute for TwoOut {
+    type Input = Tensor;
+    type Output = (Tensor, Tensor);
+    fn compute(&self, x: &Tensor) -> (Tensor, Tensor) {
+        let h = self.fc.forward(x);
+        (h.relu(), &h * 2.0)
+    }
+}
+
+/// The loss uses the second output only (an RNN's `h_n`): the full backward hook still
+/// fires, with the input's gradient and a zero gradient for the first output (PyTorch
+/// passes `None` there). It had been skipped silently.
+#[test]
+fn a_backward_hook_fires_when_only_a_later_output_gets_a_gradient() {
+    manual_seed(0);
+    let m = TwoOut { fc: Linear::new(3, 2), base: ModuleBase::new() };
+    let seen: Arc<Mutex<Vec<(Vec<f32>, Vec<f32>)>>> = Arc::default();
+    let s = seen.clone();
+    let _h = m
+        .register_full_backward_hook(move |gi, go| {
+            s.lock().unwrap().push((gi.unwrap().to_vec(), go.to_vec()));
+            None
+        })
+        .unwrap();
+    let x = Tensor::ones(&[1, 3]).requires_grad_(true);
+    let (_, second) = m.forward(&x);
+    second.sum().backward();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "the hook fired once");
+    assert_eq!(seen[0].0, x.grad().unwrap().to_vec());
+    assert_eq!(seen[0].1, vec![0.0, 0.0]);
+}
