@@ -496,22 +496,9 @@ impl Compute for BertModel {
                 c.max_position_embeddings
             );
         }
-        // Hugging Face's mask is 1 = attend, 0 = padding. Any other value is refused: an
-        // additive mask (0 = attend, -10000 or -inf = padding, what
-        // `get_extended_attention_mask` makes) read as "not zero attends" would attend to the
-        // padding alone, silently.
-        let keep = if mask.dtype() == DType::Bool {
-            mask.clone()
-        } else {
-            let values = mask.to_dtype(DType::F64).to_vec_f64();
-            if let Some(v) = values.iter().find(|v| **v != 0.0 && **v != 1.0) {
-                panic!(
-                    "BertModel: attention_mask holds {v}; it must be 1 (attend) or 0 (padding), as Hugging Face's \
-                     (an additive mask of 0 and -inf or -10000 is the other convention: pass `mask.eq(0)` of it)"
-                );
-            }
-            mask.ne(&Tensor::full_on(&[], 0.0, mask.dtype(), mask.device()))
-        };
+        // Hugging Face's mask is 1 = attend, 0 = padding; any other value is refused.
+        let keep = Tensor::from_vec_bool(crate::common::hf_mask_values("BertModel", mask), mask.shape())
+            .to_device(mask.device());
         let keep = keep.reshape(&[n, 1, 1, l]);
         let types = Tensor::full_on(&[n, l], 0.0, DType::I64, ids.device());
         let mut h = self.embeddings.forward((ids, &types));

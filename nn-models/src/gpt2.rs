@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
 pub use crate::common::CausalLmInput;
+use crate::common::RowAttention;
 use crate::common::{check_ids, hf_embedding, merge_heads, split_heads, std_init};
 use crate::error::Result;
 use crate::generation::{CausalLm, TokenIds};
@@ -167,11 +168,11 @@ pub struct Gpt2Attention {
 }
 
 impl Compute for Gpt2Attention {
-    /// `(hidden [N, L, E], the layer's cache)`.
-    type Input = (Tensor, Option<LayerCache>);
+    /// `(hidden [N, L, E], the layer's cache, the rows' mask)`.
+    type Input = (Tensor, Option<LayerCache>, RowAttention);
     /// `[N, L, E]`.
     type Output = Tensor;
-    fn compute(&self, (x, cache): &(Tensor, Option<LayerCache>)) -> Tensor {
+    fn compute(&self, (x, cache, rows): &(Tensor, Option<LayerCache>, RowAttention)) -> Tensor {
         let e = x.shape()[2];
         let qkv = self.c_attn.forward(x);
         let [q, k, v] = [0, 1, 2].map(|i| split_heads(&qkv.narrow(2, i * e, e), self.heads));
@@ -180,10 +181,14 @@ impl Compute for Gpt2Attention {
             None => (k, v, 0),
         };
         let l = q.shape()[2];
-        let mask = if past == 0 { None } else { causal_mask(l, past, x.device()) };
+        let mask = match &rows.keep {
+            Some(keep) => Some(keep.clone()),
+            None if past == 0 => None,
+            None => causal_mask(l, past, x.device()),
+        };
         let config = AttentionConfig {
             attn_mask: mask.as_ref(),
-            is_causal: past == 0 && l > 1,
+            is_causal: rows.keep.is_none() && past == 0 && l > 1,
             dropout_p: if self.base.is_training() { self.attn_pdrop } else { 0.0 },
             scale: Some(self.scale),
             enable_gqa: false,
@@ -256,10 +261,10 @@ pub struct Gpt2Block {
 
 impl Compute for Gpt2Block {
     /// As [`Gpt2Attention`]'s.
-    type Input = (Tensor, Option<LayerCache>);
+    type Input = (Tensor, Option<LayerCache>, RowAttention);
     type Output = Tensor;
-    fn compute(&self, (x, cache): &(Tensor, Option<LayerCache>)) -> Tensor {
-        let h = x + &self.attn.forward((self.ln_1.forward(x), cache.clone()));
+    fn compute(&self, (x, cache, rows): &(Tensor, Option<LayerCache>, RowAttention)) -> Tensor {
+        let h = x + &self.attn.forward((self.ln_1.forward(x), cache.clone(), rows.clone()));
         &h + &self.mlp.forward(&self.ln_2.forward(&h))
     }
 }
@@ -336,12 +341,16 @@ impl Compute for Gpt2Model {
             c.check("GPT2Model", self.h.len(), ids);
         }
         let (n, l) = (ids.shape()[0], ids.shape()[1]);
-        let positions = Tensor::from_vec_i64((past as i64..(past + l) as i64).collect(), &[1, l])
-            .to_device(ids.device())
-            .expand(&[n, l]);
+        let rows = RowAttention::of("GPT2Model", input, past, self.n_positions, "n_positions");
+        let positions = match &rows.positions {
+            Some(p) => Tensor::from_vec_i64(p.iter().map(|&p| p as i64).collect(), &[n, l]).to_device(ids.device()),
+            None => Tensor::from_vec_i64((past as i64..(past + l) as i64).collect(), &[1, l])
+                .to_device(ids.device())
+                .expand(&[n, l]),
+        };
         let mut h = self.drop.forward(&(&self.wte.forward(ids) + &self.wpe.forward(&positions)));
         for (i, block) in self.h.iter().enumerate() {
-            h = block.forward((h, input.cache.as_ref().map(|c| c.layer(i))));
+            h = block.forward((h, input.cache.as_ref().map(|c| c.layer(i)), rows.clone()));
         }
         self.ln_f.forward(&h)
     }
@@ -461,7 +470,7 @@ impl Compute for Gpt2LMHeadModel {
 
 impl CausalLm for Gpt2LMHeadModel {
     fn logits(&self, input_ids: &Tensor, cache: Option<&KvCache>) -> Tensor {
-        self.forward(CausalLmInput { input_ids: input_ids.clone(), cache: cache.cloned() })
+        self.forward(CausalLmInput { cache: cache.cloned(), ..CausalLmInput::new(input_ids) })
     }
     fn new_cache(&self) -> KvCache {
         KvCache::new(self.config.n_layer)

@@ -57,5 +57,6 @@ mod pretrained;
 pub mod resnet;
 pub mod rotary;
 
+pub use common::{positions_from_mask, CausalLmInput, RowAttention};
 pub use error::{Error, Result};
 pub use kv_cache::KvCache;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
 pub use crate::common::CausalLmInput;
+use crate::common::RowAttention;
 use crate::common::{check_ids, hf_linear, hf_word_embedding, merge_heads, padding_row, split_heads, std_init};
 use crate::error::{Error, Result};
 use crate::generation::{CausalLm, TokenIds};
@@ -256,28 +257,37 @@ pub struct LlamaAttention {
 }
 
 impl Compute for LlamaAttention {
-    /// `(hidden [N, L, E], the layer's cache)`.
-    type Input = (Tensor, Option<LayerCache>);
+    /// `(hidden [N, L, E], the layer's cache, the rows' mask and positions)`.
+    type Input = (Tensor, Option<LayerCache>, RowAttention);
     /// `[N, L, E]`.
     type Output = Tensor;
-    fn compute(&self, (x, cache): &(Tensor, Option<LayerCache>)) -> Tensor {
-        let l = x.shape()[1];
+    fn compute(&self, (x, cache, rows): &(Tensor, Option<LayerCache>, RowAttention)) -> Tensor {
+        let (n, l) = (x.shape()[0], x.shape()[1]);
         let q = split_heads(&self.q_proj.forward(x), self.heads);
         let k = split_heads(&self.k_proj.forward(x), self.kv_heads);
         let v = split_heads(&self.v_proj.forward(x), self.kv_heads);
-        let start = cache.as_ref().map_or(0, |c| c.cache_len());
-        let (cos, sin) = self.rotary.cos_sin(start, l, x.dtype(), x.device());
+        let (cos, sin) = match &rows.positions {
+            Some(p) => self.rotary.cos_sin_at(p, n, l, x.dtype(), x.device()),
+            None => {
+                let start = cache.as_ref().map_or(0, |c| c.cache_len());
+                self.rotary.cos_sin(start, l, x.dtype(), x.device())
+            }
+        };
         let (q, k) = (apply_rotary(&q, &cos, &sin), apply_rotary(&k, &cos, &sin));
         let (k, v, past) = match cache {
             Some(c) => c.append(&k, &v),
             None => (k, v, 0),
         };
-        let mask = if past == 0 { None } else { causal_mask(l, past, x.device()) };
+        let mask = match &rows.keep {
+            Some(keep) => Some(keep.clone()),
+            None if past == 0 => None,
+            None => causal_mask(l, past, x.device()),
+        };
         // Each key/value head serves `heads / kv_heads` consecutive query heads
         // (transformers' `repeat_kv`), read in place by the grouped attention.
         let config = AttentionConfig {
             attn_mask: mask.as_ref(),
-            is_causal: past == 0 && l > 1,
+            is_causal: rows.keep.is_none() && past == 0 && l > 1,
             dropout_p: if self.base.is_training() { self.dropout } else { 0.0 },
             scale: None,
             enable_gqa: true,
@@ -308,10 +318,10 @@ pub struct LlamaDecoderLayer {
 
 impl Compute for LlamaDecoderLayer {
     /// As [`LlamaAttention`]'s.
-    type Input = (Tensor, Option<LayerCache>);
+    type Input = (Tensor, Option<LayerCache>, RowAttention);
     type Output = Tensor;
-    fn compute(&self, (x, cache): &(Tensor, Option<LayerCache>)) -> Tensor {
-        let h = x + &self.self_attn.forward((self.input_layernorm.forward(x), cache.clone()));
+    fn compute(&self, (x, cache, rows): &(Tensor, Option<LayerCache>, RowAttention)) -> Tensor {
+        let h = x + &self.self_attn.forward((self.input_layernorm.forward(x), cache.clone(), rows.clone()));
         &h + &self.mlp.forward(&self.post_attention_layernorm.forward(&h))
     }
 }
@@ -380,9 +390,10 @@ impl Compute for LlamaModel {
         if let Some(c) = &input.cache {
             c.check("LlamaModel", self.layers.len(), ids);
         }
+        let rows = RowAttention::of("LlamaModel", input, past, self.max_positions, "max_position_embeddings");
         let mut h = self.embed_tokens.forward(ids);
         for (i, layer) in self.layers.iter().enumerate() {
-            h = layer.forward((h, input.cache.as_ref().map(|c| c.layer(i))));
+            h = layer.forward((h, input.cache.as_ref().map(|c| c.layer(i)), rows.clone()));
         }
         self.norm.forward(&h)
     }
@@ -475,7 +486,7 @@ impl Compute for LlamaForCausalLM {
 
 impl CausalLm for LlamaForCausalLM {
     fn logits(&self, input_ids: &Tensor, cache: Option<&KvCache>) -> Tensor {
-        self.forward(CausalLmInput { input_ids: input_ids.clone(), cache: cache.cloned() })
+        self.forward(CausalLmInput { cache: cache.cloned(), ..CausalLmInput::new(input_ids) })
     }
     fn new_cache(&self) -> KvCache {
         KvCache::new(self.config.num_hidden_layers)

@@ -25,17 +25,46 @@ impl Rotary {
     /// `cos` and `sin` of positions `start..start + len`, `[len, head_dim]` each (the
     /// frequencies repeated over both halves), in `dtype` on `device`.
     pub fn cos_sin(&self, start: usize, len: usize, dtype: DType, device: Device) -> (Tensor, Tensor) {
-        let d = 2 * self.inv_freq.len();
+        self.tables(start..start + len, &[len, self.head_dim()], dtype, device)
+    }
+
+    /// The cosines and sines at given positions: `positions` holds `n * l` of them, row
+    /// by row (a padded batch's rows start at different positions); `[n, 1, l, head_dim]`,
+    /// broadcast over the heads.
+    pub fn cos_sin_at(
+        &self,
+        positions: &[usize],
+        n: usize,
+        l: usize,
+        dtype: DType,
+        device: Device,
+    ) -> (Tensor, Tensor) {
+        assert_eq!(positions.len(), n * l, "Rotary: {} positions for {n} rows of {l}", positions.len());
+        self.tables(positions.iter().copied(), &[n, 1, l, self.head_dim()], dtype, device)
+    }
+
+    fn head_dim(&self) -> usize {
+        2 * self.inv_freq.len()
+    }
+
+    /// `cos` and `sin` of `positions`' angles (the frequencies repeated over both halves),
+    /// shaped `shape`.
+    fn tables(
+        &self,
+        positions: impl Iterator<Item = usize>,
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+    ) -> (Tensor, Tensor) {
+        let half = self.inv_freq.len();
         let angles: Vec<f32> =
-            (start..start + len).flat_map(|p| (0..d).map(move |j| (p as f32) * self.inv_freq[j % (d / 2)])).collect();
-        let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
-        let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-        let t = |v: Vec<f32>| Tensor::from_vec(v, &[len, d]).to_dtype(dtype).to_device(device);
-        (t(cos), t(sin))
+            positions.flat_map(|p| (0..2 * half).map(move |j| (p as f32) * self.inv_freq[j % half])).collect();
+        let t = |v: Vec<f32>| Tensor::from_vec(v, shape).to_dtype(dtype).to_device(device);
+        (t(angles.iter().map(|a| a.cos()).collect()), t(angles.iter().map(|a| a.sin()).collect()))
     }
 }
 
-/// Rotates `x` (`[N, H, L, D]`) by `cos`/`sin` (`[L, D]`).
+/// Rotates `x` (`[N, H, L, D]`) by `cos`/`sin` (`[L, D]`, or `[N, 1, L, D]` per row).
 pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
     let d = x.shape()[3];
     let (x1, x2) = (x.narrow(3, 0, d / 2), x.narrow(3, d / 2, d / 2));

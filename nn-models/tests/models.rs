@@ -12,7 +12,7 @@ use nn_models::generation::{generate, GenerationConfig, Sampling};
 use nn_models::gpt2::Gpt2LMHeadModel;
 use nn_models::llama::{LlamaConfig, LlamaForCausalLM};
 use nn_models::resnet::ResNet;
-use nn_models::Error;
+use nn_models::{CausalLmInput, Error};
 
 /// One test at a time: nn's generator is global, and the sampling test seeds it while
 /// others would draw from it (random initialisation).
@@ -182,6 +182,95 @@ fn bert_loads_the_encoder_of_a_checkpoint_with_a_head() {
     headed.save(dir.path().join("model.safetensors")).unwrap();
     let e = BertModel::from_pretrained(dir.path()).err().expect("a mixed file is refused").to_string();
     assert!(e.contains("bert.embeddings.word_embeddings.weight"), "{e}");
+}
+
+/// The largest relative difference between `got` and `want` (`[N, L, V]`) over the
+/// positions where `mask` (`[N, L]`) is 1: padding positions' outputs are not meaningful.
+fn worst_at_tokens(got: &Tensor, want: &Tensor, mask: &Tensor) -> f32 {
+    assert_eq!(got.shape(), want.shape());
+    let v = got.shape()[2];
+    let keep = mask.to_vec_i64();
+    got.to_vec()
+        .chunks(v)
+        .zip(want.to_vec().chunks(v))
+        .zip(keep)
+        .filter(|(_, k)| *k == 1)
+        .flat_map(|((g, w), _)| g.iter().zip(w).map(|(g, w)| (g - w).abs() / (1.0 + w.abs())).collect::<Vec<_>>())
+        .fold(0.0, f32::max)
+}
+
+/// A padded batch (left-padded, whole, right-padded rows) with transformers' attention
+/// mask, with and without `generate`'s position ids, gives transformers' logits at every
+/// token; without the mask the left-padded row is wrong (what the test would miss). The
+/// cache continues a padded batch as the whole pass computes it, and bad masks and
+/// positions are named.
+#[test]
+fn causal_models_take_a_padded_batch_as_transformers() {
+    let _serial = serial();
+    type Run = Box<dyn Fn(CausalLmInput) -> Tensor>;
+    let models: [(&str, Run, usize); 2] = [
+        (
+            "gpt2",
+            {
+                let m = Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap();
+                Box::new(move |i| m.forward(i))
+            },
+            2,
+        ),
+        (
+            "llama",
+            {
+                let m = LlamaForCausalLM::from_pretrained(fixture("llama")).unwrap();
+                Box::new(move |i| m.forward(i))
+            },
+            2,
+        ),
+    ];
+    for (name, forward, layers) in models {
+        let f = StateDict::load(fixture(name).join("padded.safetensors")).unwrap();
+        let (ids, mask, pos) =
+            (f.get("input_ids").unwrap(), f.get("attention_mask").unwrap(), f.get("position_ids").unwrap());
+        assert_eq!(nn_models::positions_from_mask(mask, 6).to_vec_i64(), pos.to_vec_i64(), "{name}: positions");
+        let masked = forward(CausalLmInput::new(ids).attention_mask(mask));
+        let worst = worst_at_tokens(&masked, f.get("logits_mask").unwrap(), mask);
+        assert!(worst < 1e-5, "{name} with the mask: worst error {worst:e}");
+        let positioned = forward(CausalLmInput::new(ids).attention_mask(mask).position_ids(pos));
+        let worst = worst_at_tokens(&positioned, f.get("logits_mask_pos").unwrap(), mask);
+        assert!(worst < 1e-5, "{name} with the mask and positions: worst error {worst:e}");
+        let unmasked = forward(CausalLmInput::new(ids));
+        let worst = worst_at_tokens(&unmasked, f.get("logits_mask").unwrap(), mask);
+        assert!(worst > 1e-3, "{name}: without the mask the padded rows should differ ({worst:e})");
+
+        // The first four tokens, then the last two through the cache.
+        let cache = nn_models::KvCache::new(layers);
+        let first = forward(
+            CausalLmInput::with_cache(&ids.narrow(1, 0, 4), &cache)
+                .attention_mask(&mask.narrow(1, 0, 4))
+                .position_ids(&pos.narrow(1, 0, 4)),
+        );
+        let rest = forward(
+            CausalLmInput::with_cache(&ids.narrow(1, 4, 2), &cache)
+                .attention_mask(mask)
+                .position_ids(&pos.narrow(1, 4, 2)),
+        );
+        let whole = Tensor::cat(&[&first, &rest], 1);
+        let worst = worst_at_tokens(&whole, &positioned, mask);
+        assert!(worst < 1e-5, "{name} through the cache: worst error {worst:e}");
+
+        let panics = |input: CausalLmInput| {
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| forward(input))).unwrap_err();
+            e.downcast_ref::<String>().cloned().unwrap()
+        };
+        let msg = panics(CausalLmInput::new(ids).attention_mask(&mask.narrow(1, 0, 5)));
+        assert!(msg.contains("attention_mask [3, 5] must be [batch, cached + new positions] = [3, 6]"), "{msg}");
+        let msg = panics(CausalLmInput::new(ids).attention_mask(&(mask.to_dtype(DType::F32) * 2.0)));
+        assert!(msg.contains("attention_mask holds 2; it must be 1 (attend) or 0 (padding)"), "{msg}");
+        let far = Tensor::from_vec_i64(pos.to_vec_i64().iter().map(|p| p + 40).collect(), pos.shape());
+        let msg = panics(CausalLmInput::new(ids).position_ids(&far));
+        assert!(msg.contains("position_ids holds 41, outside the model's 32 positions"), "{msg}");
+        let msg = panics(CausalLmInput::new(ids).position_ids(&pos.narrow(1, 0, 5)));
+        assert!(msg.contains("position_ids must be i64 [3, 6] or [1, 6]"), "{msg}");
+    }
 }
 
 /// The weights and input of `generate.py`'s `formula`.

@@ -277,7 +277,8 @@ impl Compute for TwoOut {
 fn a_backward_hook_fires_when_only_a_later_output_gets_a_gradient() {
     manual_seed(0);
     let m = TwoOut { fc: Linear::new(3, 2), base: ModuleBase::new() };
-    let seen: Arc<Mutex<Vec<(Vec<f32>, Vec<f32>)>>> = Arc::default();
+    type Seen = Vec<(Vec<f32>, Vec<f32>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let s = seen.clone();
     let _h = m
         .register_full_backward_hook(move |gi, go| {
