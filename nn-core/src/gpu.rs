@@ -122,6 +122,13 @@ pub fn stats(n: usize) -> Option<GpuStats> {
 /// [`is_available`] is false for `gpu:0` once it is lost. CPU tensors, and values read
 /// back before the loss, are untouched. Does nothing when `gpu:n` is not available.
 ///
+/// An error wgpu reports outside an error scope (a failed submission, a staging buffer
+/// the device could not allocate) is as sticky: it loses the launches recorded with it,
+/// whose outputs would hold stale memory, so it panics naming the device and the error,
+/// and every later use of the device fails the same way. (An allocation that runs out of
+/// memory is not such an error: it is retried after the allocator's cache is emptied, and
+/// then panics naming the device, which stays usable.)
+///
 /// ```no_run
 /// use nn_core::{gpu, Device, Tensor};
 /// let x = Tensor::ones(&[4]).to_device(Device::Gpu(0));

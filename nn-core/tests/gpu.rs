@@ -506,6 +506,29 @@ fn failures_read_together_are_all_marked() {
     }
 }
 
+/// Two checks failing at one read: each op's result carries its own op's report, and the
+/// marks of a check spread from its own launch on (an op that read the second check's
+/// index tensor before that check ran stays readable).
+#[test]
+fn failures_read_together_each_carry_their_own_report() {
+    let _serial = serial();
+    let w = Tensor::randn(&[4, 2]).to_device(GPU);
+    let w8 = Tensor::randn(&[8, 2]);
+    let ids = Tensor::from_vec_i64(vec![0, 7], &[2]);
+    let gids = ids.to_device(GPU);
+    let a = w.index_select(0, &Tensor::from_vec_i64(vec![9], &[1]).to_device(GPU));
+    // Reads `gids` (in range for 8 rows) before the embedding below finds 7 out of range.
+    let early = w8.to_device(GPU).index_select(0, &gids);
+    let b = Tensor::embedding(&gids, &w);
+    let m = panic_message(|| drop(a.to_vec()));
+    assert!(m.contains("index_select: index 9 is out of bounds for dimension 0 with size 4"), "{m}");
+    let m = panic_message(|| drop(b.to_vec()));
+    assert!(m.contains("embedding: index 7 is out of bounds for dimension 0 with size 4"), "b: {m}");
+    let m = panic_message(|| drop(a.to_vec()));
+    assert!(m.contains("index_select: index 9"), "a, read again: {m}");
+    assert_eq!(early.to_vec(), w8.index_select(0, &ids).to_vec(), "computed before the check that failed");
+}
+
 /// A negative embedding id (refused by `embedding`, and by the `index_select` it runs on)
 /// is reported, and what was computed from it stays unreadable: on a second read, and on
 /// another thread that never got the report.

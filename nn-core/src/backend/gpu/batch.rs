@@ -1,12 +1,14 @@
 //! The work recorded on a context and not yet submitted: one command encoder with one open
 //! compute pass, the parameter arena's contents, and the index checks waiting for the next
-//! host read (see [`super::context`]).
+//! host read (see [`super::context`]); it is recorded and submitted under a [`Recording`].
 
 use std::num::NonZeroU64;
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 
-use super::context::{bytes_of_u32, Buffer, Ctx, Kernel, ARENA_BYTES};
+use super::context::{bytes_of_u32, lock, Buffer, Ctx, Kernel, ARENA_BYTES};
 use super::GpuStorage;
+use crate::backend::host::CpuStorage;
 use crate::shape::Layout;
 
 /// Launches per submission: the batch is submitted when it holds this many, so the device
@@ -32,10 +34,50 @@ pub(crate) struct Check {
 }
 
 impl Check {
-    /// The index value at row-major position `pos` (read back: only when reporting,
-    /// without the checks' bookkeeping, as the index may be marked by a report).
-    pub(crate) fn value_at(&self, pos: usize) -> i64 {
-        self.index.to_cpu_raw().to_vec_of::<i64>(&self.layout)[pos]
+    /// The index value at row-major position `pos`, from `values`, the index's buffer read
+    /// back (only when reporting, without the checks' bookkeeping, as the index may be
+    /// marked by a report: `self.index.to_cpu_raw()`, shared by the checks of one buffer).
+    pub(crate) fn value_at(&self, values: &CpuStorage, pos: usize) -> i64 {
+        values.to_vec_of::<i64>(&self.layout)[pos]
+    }
+}
+
+/// The batch's lock, held to record into it and submit it. wgpu's error handler panics
+/// with it held when an error loses the batch's work (at a launch, the encoder's end or the
+/// submission; the device is then unusable, see [`super::health`]): the batch is discarded
+/// as that panic unwinds, so that nothing of it lingers (launches that never ran, checks
+/// whose error slots would not be cleared again, the arena's parameters).
+pub(crate) struct Recording<'a> {
+    ctx: &'a Ctx,
+    batch: MutexGuard<'a, Batch>,
+}
+
+impl Ctx {
+    /// The batch, locked for recording (see [`Recording`]).
+    pub(crate) fn recording(&self) -> Recording<'_> {
+        Recording { ctx: self, batch: lock(&self.batch) }
+    }
+}
+
+impl std::ops::Deref for Recording<'_> {
+    type Target = Batch;
+
+    fn deref(&self) -> &Batch {
+        &self.batch
+    }
+}
+
+impl std::ops::DerefMut for Recording<'_> {
+    fn deref_mut(&mut self) -> &mut Batch {
+        &mut self.batch
+    }
+}
+
+impl Drop for Recording<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.ctx.alive().is_err() {
+            self.batch.discard();
+        }
     }
 }
 
@@ -76,9 +118,19 @@ impl Batch {
 
     /// Appends `bytes` (a multiple of four) to the arena at an offset aligned for a
     /// binding, submitting first when the arena is full; returns the offset.
+    ///
+    /// # Panics
+    /// When `bytes` exceeds the whole arena (submitting would never make room for it).
     pub(crate) fn stage(&mut self, ctx: &Ctx, bytes: &[u8]) -> u64 {
+        assert!(
+            bytes.len() as u64 <= ARENA_BYTES,
+            "gpu:{}: a kernel's parameters of {} bytes exceed the parameter arena ({ARENA_BYTES} bytes)",
+            ctx.ordinal,
+            bytes.len()
+        );
         let at = (self.params.len() as u64).div_ceil(ctx.align) * ctx.align;
         if at + bytes.len() as u64 > ARENA_BYTES {
+            // Submitting empties the arena (`finish`), so this recurses once.
             ctx.submit_locked(self);
             return self.stage(ctx, bytes);
         }
@@ -209,7 +261,8 @@ impl Batch {
         }
     }
 
-    /// Drops what was recorded without submitting it (the device is being destroyed).
+    /// Drops what was recorded without submitting it (the device is being destroyed, or
+    /// can no longer be used: see [`super::health`]).
     pub(crate) fn discard(&mut self) {
         self.pass = None;
         self.encoder = None;
@@ -221,15 +274,27 @@ impl Batch {
 
     /// Ends the recording: the arena's contents are queued to be written at the start of
     /// the submission (after every earlier submission, so reusing the arena is ordered),
-    /// and the commands come back for submitting. `None` when nothing was recorded.
+    /// and the commands come back for submitting. `None` when nothing was recorded. The
+    /// arena is empty afterwards either way.
     pub(crate) fn finish(&mut self, ctx: &Ctx) -> Option<wgpu::CommandBuffer> {
         self.pass = None;
-        let encoder = self.encoder.take()?;
+        self.launches = 0;
+        let Some(encoder) = self.encoder.take() else {
+            // Parameters staged for a launch that panicked before it was recorded: nobody's.
+            self.params.clear();
+            return None;
+        };
         if !self.params.is_empty() {
             ctx.queue.write_buffer(&ctx.arena, 0, &self.params);
         }
         self.params.clear();
-        self.launches = 0;
         Some(encoder.finish())
+    }
+
+    /// Whether nothing is recorded, staged or pending (for the tests of a lost batch).
+    #[cfg(test)]
+    pub(crate) fn is_clear(&self) -> bool {
+        let empty = self.params.is_empty() && self.checks.is_empty() && self.log.is_empty();
+        empty && self.encoder.is_none() && self.pass.is_none() && self.launches == 0
     }
 }

@@ -16,14 +16,19 @@
 //! error slot ([`Ctx::error_slot`]); the slots are read at the next host wait, where a bad
 //! index panics naming the op and the value (PyTorch CUDA's deferred device-side assert).
 //! The buffers the failed op wrote, and everything computed from them before the report,
-//! are marked: reading one later panics with the same message, so a result built on a bad
+//! are marked: reading one later panics with that op's message, so a result built on a bad
 //! index is never read as right.
+//!
+//! # Errors that lose work
+//! A device lost, or an error wgpu reports outside an error scope (which loses the batch it
+//! came with), makes the device unusable for good: see [`super::health`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::batch::{Batch, Check};
+use super::health::Sticky;
 
 /// Threads per workgroup of every one-dimensional kernel.
 pub(crate) const WORKGROUP: u32 = 256;
@@ -85,7 +90,11 @@ pub(crate) struct Ctx {
     /// them (delivered at its next host read).
     pub(crate) reports: Mutex<HashMap<std::thread::ThreadId, Arc<str>>>,
     /// Why the device was lost, once it is.
-    lost: Arc<Mutex<Option<String>>>,
+    pub(super) lost: Sticky,
+    /// The first error wgpu reported outside an error scope, or that lost a read's work.
+    pub(super) failed: Sticky,
+    /// The most workgroups a grid may have along one dimension.
+    max_groups: u32,
     next_id: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) fallbacks: Mutex<BTreeMap<String, u64>>,
@@ -163,18 +172,7 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
     let (device, queue) = pollster::block_on(adapter.request_device(&desc(base | gemm)))
         .or_else(|_| pollster::block_on(adapter.request_device(&desc(base))))
         .map_err(|e| format!("opening adapter `{}` ({:?}) failed: {e}", info.name, info.backend))?;
-    let lost = Arc::new(Mutex::new(None));
-    let seen = lost.clone();
-    device.set_device_lost_callback(move |reason, message| {
-        lock(&seen).get_or_insert_with(|| format!("{reason:?}: {message}"));
-    });
-    // An error wgpu reports outside an error scope (wgpu's own handler panics with its
-    // message alone) panics naming the device, and the loss when that is the cause.
-    let (seen, name) = (lost.clone(), info.name.clone());
-    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| match lock(&seen).as_ref() {
-        Some(why) => panic!("gpu:{ordinal} (`{name}`) was lost: {why} (then: {e})"),
-        None => panic!("gpu:{ordinal} (`{name}`): {e}"),
-    }));
+    let (lost, failed) = super::health::watch(&device, ordinal, &info.name);
     let buffer = |label, size, usage| {
         device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
     };
@@ -203,6 +201,8 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
         tainted: Mutex::default(),
         reports: Mutex::default(),
         lost,
+        failed,
+        max_groups: limits.max_compute_workgroups_per_dimension,
         next_id: AtomicU64::new(0),
         counters: Counters::default(),
         fallbacks: Mutex::default(),
@@ -263,41 +263,15 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Ctx {
-    /// Panics naming the device when it was lost.
-    pub(crate) fn check_alive(&self) {
-        if let Err(e) = self.alive() {
-            panic!("{e}");
-        }
-    }
-
-    /// `Err` naming the device, the adapter and why, once the device was lost.
-    pub(crate) fn alive(&self) -> Result<(), String> {
-        match lock(&self.lost).as_ref() {
-            Some(why) => Err(format!("gpu:{} (`{}`) was lost: {why}", self.ordinal, self.info.name)),
-            None => Ok(()),
-        }
-    }
-
-    /// Destroys the device (fault injection, [`crate::gpu::lose_device`]): the recorded
-    /// batch is dropped unsubmitted and every later use panics through
-    /// [`check_alive`](Ctx::check_alive).
-    pub(crate) fn lose(&self) {
-        let mut b = lock(&self.batch);
-        b.discard();
-        // The reason first, so that whatever fails from here on names the loss (wgpu's
-        // lost callback keeps the first reason).
-        lock(&self.lost).get_or_insert_with(|| "destroyed by nn_core::gpu::lose_device".to_string());
-        self.device.destroy();
-        drop(b);
-    }
-
     /// A buffer of at least `bytes` bytes (contents unspecified), reused from the pool
     /// when one of its size class is free.
     ///
     /// # Panics
     /// When the device is out of memory even after the pool was emptied, or `bytes`
     /// exceeds what one binding can address; the message names the device and the size.
+    /// When the device cannot be used (see [`super::health`]), also for a pooled buffer.
     pub(crate) fn alloc(&'static self, bytes: u64) -> Buffer {
+        self.check_alive();
         let class = size_class(bytes);
         assert!(
             class <= self.max_binding,
@@ -310,7 +284,6 @@ impl Ctx {
             self.counters.reuses.fetch_add(1, Ordering::Relaxed);
             return Buffer { raw: Some(raw), class, id, ctx: self };
         }
-        self.check_alive();
         let raw = match self.try_create(class) {
             Some(raw) => raw,
             None => {
@@ -360,7 +333,7 @@ impl Ctx {
         }
         self.check_alive();
         let padded = pad4(bytes);
-        let mut b = lock(&self.batch);
+        let mut b = self.recording();
         if (padded.len() as u64) <= ARENA_BYTES / 16 {
             let at = b.stage(self, &padded);
             b.copy(self, &self.arena, at, buf.raw(), 0, padded.len() as u64);
@@ -375,7 +348,7 @@ impl Ctx {
     /// the recorded kernels.
     pub(crate) fn copy(&'static self, src: &Buffer, dst: &Buffer, bytes: u64) {
         if bytes > 0 {
-            lock(&self.batch).copy_buffers(self, src, dst, bytes);
+            self.recording().copy_buffers(self, src, dst, bytes);
         }
     }
 
@@ -475,9 +448,30 @@ impl Ctx {
         if groups == 0 {
             return;
         }
-        let x = groups.min(65535) as u32;
-        let y = u32::try_from(groups.div_ceil(65535)).expect("at most 2^32 workgroups");
-        self.dispatch3(src, params, buffers, [x, y, 1]);
+        self.dispatch3(src, params, buffers, self.grid(groups));
+    }
+
+    /// The grid of `groups` workgroups of a one-dimensional kernel: up to 65535 along x,
+    /// then rows of them along y. Its kernels number their threads with the prelude's
+    /// `flat()`, `id.x + id.y * nw.x * 256` in 32 bits.
+    ///
+    /// # Panics
+    /// When the grid has more than 2^32 threads (`flat()` would wrap, and the last threads
+    /// redo the first ones' elements) or more rows than the adapter allows; the message
+    /// names the device and the size.
+    fn grid(&self, groups: u64) -> [u32; 3] {
+        let (x, y) = (groups.min(65535), groups.div_ceil(65535));
+        let threads = x * y * u64::from(WORKGROUP);
+        assert!(
+            threads <= 1 << 32 && y <= u64::from(self.max_groups),
+            "gpu:{} (`{}`): an op over {groups} workgroups of {WORKGROUP} threads needs a grid of {x} x {y} \
+             ({threads} threads); kernels number their threads in 32 bits (2^32 at most) and the adapter allows {} \
+             workgroups per dimension",
+            self.ordinal,
+            self.info.name,
+            self.max_groups
+        );
+        [x as u32, y as u32, 1]
     }
 
     /// [`dispatch`](Ctx::dispatch) over an explicit grid of workgroups.
@@ -494,7 +488,7 @@ impl Ctx {
         if grid.contains(&0) {
             return;
         }
-        lock(&self.batch).launch(self, kernel, params, buffers, false, grid);
+        self.recording().launch(self, kernel, params, buffers, false, grid);
     }
 
     /// [`dispatch`](Ctx::dispatch) of an index check: the check takes an error slot (the
@@ -514,19 +508,18 @@ impl Ctx {
         if groups == 0 {
             return;
         }
-        let x = groups.min(65535) as u32;
-        let y = u32::try_from(groups.div_ceil(65535)).expect("at most 2^32 workgroups");
+        let grid = self.grid(groups);
         let kernel = self.kernel(src);
-        let mut b = lock(&self.batch);
+        let mut b = self.recording();
         while b.checks_len() as u64 >= ERROR_SLOTS {
             // Out of slots: read them now (a host wait, only after 1024 unread checks).
             drop(b);
             let probe = self.alloc(4);
             drop(self.download(&probe, 4));
-            b = lock(&self.batch);
+            b = self.recording();
         }
         params.push(b.add_check(self, check));
-        b.launch(self, &kernel, &params, buffers, true, [x, y, 1]);
+        b.launch(self, &kernel, &params, buffers, true, grid);
     }
 
     /// After a failed check was reported: a step that reads a marked buffer marks what it
@@ -578,22 +571,5 @@ pub(crate) fn bytes_of_u32(v: &[u32]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_kernel_the_adapter_rejects_is_an_error_naming_the_device() {
-        let Ok(ctx) = get(0) else { return }; // the GPU suite (tests/gpu.rs) requires gpu:0
-        let e = ctx.try_kernel("@compute @workgroup_size(1)\nfn main() { let x: u32 = 1.5; }").err().expect("rejected");
-        assert!(e.starts_with("gpu:0 (`") && e.contains("compiling a kernel failed"), "{e}");
-    }
-
-    #[test]
-    fn written_bindings_reads_the_declarations() {
-        let src = "@group(0) @binding(0) var<storage, read> P: array<u32>;\n\
-                   @group(0) @binding(1) var<storage, read> X: array<f32>;\n\
-                   @group(0) @binding(2) var<storage, read_write> Y: array<f32>;\n\
-                   @group(0) @binding(3) var<storage, read_write> F: array<atomic<u32>>;\n";
-        assert_eq!(written_bindings(src), 0b1100);
-    }
-}
+#[path = "context_tests.rs"]
+mod tests;

@@ -3,22 +3,26 @@
 //!
 //! # Autotuning
 //! Products of fewer than [`SMALL_FLOPS`] multiply-adds run `t32x32_4x4` (launch costs rule
-//! there). Larger ones are grouped into size classes: the element encoding, the two operands'
-//! load modes, a bucket for each of m, n and k (up to 16, 64, 256, 1024, 4096, larger) and
-//! whether there is a batch. The first product of a class on an adapter times every variant
-//! the adapter runs for it (each compiled if it was not, once to warm up, then up to three
-//! times, each up to the host's read of one word of the result, keeping the fastest time) on
-//! the leading block of at most [`TUNE_CAP`] per dim of its own operands, writing its own
-//! output buffer. When the product is larger and the fastest time, scaled to the product (at
-//! most [`REAL_CAP`] per dim), is at most [`REAL_BUDGET`], the [`FINALISTS`] fastest (and
-//! the fastest of each 128-row block shape) are timed again at that size, which decides
-//! (large tiles pay off at large sizes only). Every candidate's product of the first round's
-//! block is read back and checked against the general variant's (within rounding, see
+//! there). Larger ones are grouped into size classes: the element encoding, the two
+//! operands' load modes, a bucket for each of m, n and k (up to 16, 64, 256, 1024, 4096,
+//! larger), whether there is a batch, whether `beta * I` is added and whether the kernels
+//! are compiled with runtime checks (the last two make other kernels, each checked on its
+//! own). The first product of a class on an adapter times every variant the adapter runs
+//! for it (each compiled if it was not, once to warm up, then up to three times, each up to
+//! the host's read of one word of the result, keeping the fastest time) on the leading
+//! block of at most [`TUNE_CAP`] per dim of its own operands, writing its own output
+//! buffer. When the product is larger and the fastest time, scaled to the product (at most
+//! [`REAL_CAP`] per dim), is at most [`REAL_BUDGET`], the [`FINALISTS`] fastest (and the
+//! fastest of each 128-row block shape) are timed again at that size, which decides (large
+//! tiles pay off at large sizes only). Every candidate's product of the first round's block
+//! is read back and checked against the general variant's (within rounding, see
 //! [`agrees`]): one that differs (a kernel never run on this kind of adapter, a driver's
-//! miscompilation) is refused, and [`crate::gpu::gemm_report`] says so. The chosen variant is kept in the adapter's
-//! table (a `Mutex<HashMap>` in [`GemmState`]) and serves every later product of the class
-//! without waiting. These reads are the GEMM's only host waits: once per class and adapter,
-//! counted in [`crate::gpu::GemmReport::tuning_waits`].
+//! miscompilation) is refused, and [`crate::gpu::gemm_report`] says so. The chosen variant
+//! is kept in the adapter's table (a `Mutex<BTreeMap>` in [`GemmState`]) and serves every
+//! later product of the class without waiting, except one deeper than the block it was
+//! checked on when it sums in f16 (see [`GemmState::f16_sums`]): the fastest variant
+//! summing in f32 runs those. These reads are the GEMM's only host waits: once per class
+//! and adapter, counted in [`crate::gpu::GemmReport::tuning_waits`].
 //!
 //! # Forcing a variant
 //! `NN_GPU_GEMM=<variant>` (read once) or [`crate::gpu::force_gemm`] make every product run
@@ -65,13 +69,24 @@ struct Class {
     /// Bucket bounds of m, n, k (`usize::MAX` past 4096).
     mnk: [usize; 3],
     batched: bool,
+    /// Whether `beta * I` is added: another kernel (the input's epilogue), checked on its own.
+    input: bool,
+    /// Kernels compiled with wgpu's runtime checks: other pipelines, checked on their own.
+    checked: bool,
 }
 
 impl Class {
-    fn of(call: &Call<'_>) -> Class {
+    fn of(call: &Call<'_>, checked: bool) -> Class {
         let bucket = |d: usize| [16, 64, 256, 1024, 4096].into_iter().find(|&b| d <= b).unwrap_or(usize::MAX);
         let [m, k, n] = call.mkn;
-        Class { enc: call.enc.name(), modes: call.modes, mnk: [m, n, k].map(bucket), batched: call.batch() > 1 }
+        Class {
+            enc: call.enc.name(),
+            modes: call.modes,
+            mnk: [m, n, k].map(bucket),
+            batched: call.batch() > 1,
+            input: call.has_input(),
+            checked,
+        }
     }
 }
 
@@ -84,7 +99,38 @@ impl std::fmt::Display for Class {
                 b => write!(f, " {d}<={b}")?,
             }
         }
-        write!(f, " modes {:?}{}", self.modes, if self.batched { " batched" } else { "" })
+        write!(f, " modes {:?}", self.modes)?;
+        for (on, what) in [(self.batched, " batched"), (self.input, " input"), (self.checked, " checked")] {
+            if on {
+                write!(f, "{what}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A class's entry in the tuning table.
+struct Tuned {
+    /// Index in [`VARIANTS`] of the variant chosen.
+    variant: usize,
+    /// Every candidate's time, or why the general variant was kept (what the report shows).
+    times: String,
+    /// When `variant` sums in f16 ([`GemmState::f16_sums`]): the depth k of the block its
+    /// product was checked on, and the variant that runs the class's deeper products.
+    shallow: Option<(usize, usize)>,
+}
+
+impl Tuned {
+    /// The variant that runs a product of depth `k` of the class, with why when it is not
+    /// the one chosen.
+    fn for_depth(&self, k: usize) -> (usize, Option<String>) {
+        match self.shallow {
+            Some((checked, deeper)) if k > checked => {
+                let name = VARIANTS[self.variant].name;
+                (deeper, Some(format!("tuned; `{name}` sums in f16 and was checked at k = {checked} only")))
+            }
+            _ => (self.variant, None),
+        }
     }
 }
 
@@ -94,7 +140,7 @@ pub(crate) struct GemmState {
     /// Each kernel's pipeline once compiled, or the compiler's refusal.
     kernels: Mutex<HashMap<Kernel, Result<Arc<Pipeline>, String>>>,
     /// The tuning table: the variant chosen per class, with the times measured.
-    tuned: Mutex<BTreeMap<Class, (usize, String)>>,
+    tuned: Mutex<BTreeMap<Class, Tuned>>,
     /// The variant of the latest product, with why.
     last: Mutex<Option<String>>,
     /// Per class not tuned yet, how many of its products were not finite.
@@ -167,6 +213,21 @@ impl GemmState {
         }
         // (The checked form of a kernel compiles from the same source, so the unchecked
         // form's refusal stands for both.)
+    }
+
+    /// Whether `variant` sums in f16 here (the `coop128x128` variants on an adapter without
+    /// f32 sums): its rounding error grows with k, and f16 sums overflow where f32 ones do
+    /// not, so agreeing on a block of some depth says nothing of deeper products.
+    fn f16_sums(&self, variant: usize) -> bool {
+        matches!(VARIANTS[variant].algo, Algo::CoopBlock { .. }) && self.caps.coop_sums() == "f16"
+    }
+
+    /// When `best` sums in f16: the variant for the class's products deeper than the block
+    /// checked, the fastest summing in f32 of the second round (`finals`, empty when it did
+    /// not run), else of the first (`times`; the general variant is always there).
+    fn deeper(&self, best: usize, times: &[(Duration, usize)], finals: &[(Duration, usize)]) -> Option<usize> {
+        let f32_sums = |list: &[(Duration, usize)]| list.iter().map(|&(_, v)| v).find(|&v| !self.f16_sums(v));
+        self.f16_sums(best).then(|| f32_sums(finals).or_else(|| f32_sums(times)).unwrap_or(GENERAL))
     }
 }
 
@@ -254,7 +315,7 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
         },
         None if call.batch() * m * n * k < SMALL_FLOPS => (SMALL, "small".to_string()),
         None => match tuned(call, forced.checked, out) {
-            Some(v) => (v, "tuned".to_string()),
+            Some((v, why)) => (v, why.unwrap_or_else(|| "tuned".to_string())),
             None => (GENERAL, "untuned: a product with inf or NaN compares nothing".to_string()),
         },
     };
@@ -269,7 +330,7 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
                 if forced.checked {
                     reason += ", checked";
                 }
-                if matches!(VARIANTS[variant].algo, Algo::CoopBlock { .. }) && state.caps.coop_sums() == "f16" {
+                if state.f16_sums(variant) {
                     reason += ", f16 sums: the adapter offers no f32 sums";
                 }
                 *lock(&state.last) = Some(format!("{} ({reason}) [{}]", VARIANTS[variant].name, call.enc.name()));
@@ -287,18 +348,19 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
 /// The tuned variant of `call`'s class, measured now when the class is new: every variant
 /// on the leading block of at most [`TUNE_CAP`] per dim, then, when the class is larger and
 /// the estimate says it is cheap, the finalists ([`finalists`]) again at up to [`REAL_CAP`]
-/// per dim, which decides.
+/// per dim, which decides. With the variant, why it is not the one chosen (see
+/// [`Tuned::for_depth`]).
 ///
 /// `None` when the general variant's product on the block is not finite (operands that
 /// overflow, or a model gone to NaN): that cannot tell a right candidate from a wrong one,
 /// so the general variant runs and the class is tuned by a later product; after
 /// [`NON_FINITE_TRIES`] such products in a class it keeps the general variant (said in the
 /// tuning table), rather than repeat the extra run and wait on every call.
-fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<usize> {
+fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<(usize, Option<String>)> {
     let state = &call.ctx.gemm;
-    let class = Class::of(call);
-    if let Some(&(v, _)) = lock(&state.tuned).get(&class) {
-        return Some(v);
+    let class = Class::of(call, checked);
+    if let Some(entry) = lock(&state.tuned).get(&class) {
+        return Some(entry.for_depth(call.mkn[1]));
     }
     let proxy = call.mkn.map(|d| d.min(TUNE_CAP));
     let input = call.has_input();
@@ -316,8 +378,8 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<usize> {
         let n = tries.entry(class).or_insert(0);
         *n += 1;
         if *n >= NON_FINITE_TRIES {
-            let table = format!("general variant kept: {n} products in a row were not finite");
-            lock(&state.tuned).insert(class, (GENERAL, table));
+            let times = format!("general variant kept: {n} products in a row were not finite");
+            lock(&state.tuned).insert(class, Tuned { variant: GENERAL, times, shallow: None });
         }
         return None;
     }
@@ -334,12 +396,11 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<usize> {
         let t = time(call, kernel, &pipeline, out, proxy);
         if variant != GENERAL {
             if let Err(e) = agrees(call.enc, &reference, &read(call, out, reference.len())) {
+                let (gpu, adapter, name) = (state.caps.ordinal, &state.caps.adapter, v.name);
+                let form = format!("{}{}", call.enc.name(), if input { " with an input" } else { "" });
                 let why = format!(
-                    "gpu:{} adapter `{}`: GEMM variant `{}` computed a wrong product for {} while tuning ({e}): refused",
-                    state.caps.ordinal,
-                    state.caps.adapter,
-                    v.name,
-                    call.enc.name()
+                    "gpu:{gpu} adapter `{adapter}`: GEMM variant `{name}` computed a wrong product for {form} while \
+                     tuning ({e}): refused"
                 );
                 lock(&state.kernels).insert(kernel, Err(why));
                 continue;
@@ -356,8 +417,8 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<usize> {
     let real = call.mkn.map(|d| d.min(REAL_CAP));
     let scale = |mkn: [usize; 3]| mkn.iter().map(|&d| d as f64).product::<f64>();
     let estimate = fastest.mul_f64(scale(real) / scale(proxy));
+    let mut finals = Vec::new();
     if real != proxy && estimate <= REAL_BUDGET {
-        let mut finals = Vec::new();
         for variant in finalists(&times, call.enc, input) {
             let kernel = Kernel { variant, enc: call.enc, input, checked };
             let Ok(pipeline) = state.compiled(call.ctx, kernel) else { continue };
@@ -368,8 +429,17 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<usize> {
         let [m, k, n] = real;
         table += &format!("; at {m}x{k}x{n}: {}", row(&finals));
     }
-    lock(&state.tuned).insert(class, (best, table));
-    Some(best)
+    // Checked on the block's depth only: deeper products of the class go to a variant
+    // summing in f32 (the class's k bucket reaches past the block's k).
+    let shallow = state.deeper(best, &times, &finals).map(|deeper| {
+        let (k, name) = (proxy[1], VARIANTS[deeper].name);
+        table += &format!("; past k = {k}: {name} (`{}` sums in f16, checked at k = {k})", VARIANTS[best].name);
+        (k, deeper)
+    });
+    let entry = Tuned { variant: best, times: table, shallow };
+    let choice = entry.for_depth(call.mkn[1]);
+    lock(&state.tuned).insert(class, entry);
+    Some(choice)
 }
 
 /// The variants the second round times, from the first round's `times` (fastest first): the
@@ -502,7 +572,7 @@ pub(crate) fn report(ctx: &Ctx) -> Report {
         .collect();
     let tuned = lock(&state.tuned)
         .iter()
-        .map(|(class, (v, times))| (class.to_string(), format!("{} ({times})", VARIANTS[*v].name)))
+        .map(|(class, entry)| (class.to_string(), format!("{} ({})", VARIANTS[entry.variant].name, entry.times)))
         .collect();
     (variants, tuned, lock(&state.last).clone(), state.tuning_waits.load(Ordering::Relaxed))
 }

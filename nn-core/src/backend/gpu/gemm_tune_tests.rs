@@ -162,3 +162,65 @@ fn a_compile_failure_falls_back_and_is_remembered() {
     let (_, refused) = &variants[3];
     assert!(refused.as_deref().is_some_and(|e| e.contains("failed to compile")), "{refused:?}");
 }
+
+/// A product with an input (addmm) runs other kernels than one without (the input's
+/// epilogue): its class is tuned, and its candidates checked, on its own, also after a
+/// matmul of the same sizes tuned theirs.
+#[test]
+fn an_addmm_is_tuned_apart_from_a_matmul_of_its_sizes() {
+    let (_serial, gpu, ctx) = serial_gpu();
+    let t64 = VARIANTS.iter().position(|v| v.name == "t64x64_8x8").expect("listed");
+    sabotage(ctx, &WRONG, Kernel { variant: t64, enc: Enc::F32, input: true, checked: false });
+    // A class no other test of this binary tunes: m, n and k up to 256, no batch.
+    let (a, b, bias) = (Tensor::randn(&[150, 200]), Tensor::randn(&[200, 100]), Tensor::randn(&[100]));
+    let (ga, gb) = (a.to_device(gpu), b.to_device(gpu));
+    drop(ga.matmul(&gb).to_vec());
+    let want = bias.addmm(&a, &b).to_vec();
+    let got = bias.to_device(gpu).addmm(&ga, &gb).to_vec();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} against {w}");
+    }
+    let (variants, tuned, _, _) = report(ctx);
+    let class = |input: bool| {
+        tuned.iter().any(|(c, _)| {
+            c.starts_with("f32 m<=256 n<=256 k<=256 ") && !c.contains("batched") && c.contains(" input") == input
+        })
+    };
+    assert!(class(false) && class(true), "a class each: {tuned:?}");
+    let (_, refused) = &variants[t64];
+    assert!(
+        refused.as_deref().is_some_and(|e| e.contains("`t64x64_8x8` computed a wrong product for f32 with an input")),
+        "the addmm's candidates were checked: {refused:?}"
+    );
+}
+
+/// A variant summing in f16 serves no product of its class deeper than the block it was
+/// checked on: the fastest variant summing in f32 runs those (no GPU needed).
+#[test]
+fn an_f16_sum_variant_runs_no_deeper_product_than_it_was_checked_at() {
+    let coop = VARIANTS.iter().position(|v| v.name == "coop128x128_f16").expect("listed");
+    let t64 = VARIANTS.iter().position(|v| v.name == "t64x64_8x8").expect("listed");
+    let ms = Duration::from_millis;
+    let times = [(ms(1), coop), (ms(2), t64), (ms(3), GENERAL)];
+    let caps = |coop_f16| Caps {
+        ordinal: 0,
+        adapter: "test adapter".into(),
+        features: wgpu::Features::all(),
+        subgroup_sizes: [32, 32],
+        coop_f16,
+        coop_f16_sums: true,
+    };
+    let f16_only = GemmState::new(caps(false));
+    assert!(f16_only.f16_sums(coop) && !f16_only.f16_sums(t64));
+    assert_eq!(f16_only.deeper(coop, &times, &[]), Some(t64));
+    assert_eq!(f16_only.deeper(coop, &times, &[(ms(1), coop), (ms(2), GENERAL)]), Some(GENERAL), "finals decide");
+    assert_eq!(f16_only.deeper(t64, &times, &[]), None);
+    assert_eq!(GemmState::new(caps(true)).deeper(coop, &times, &[]), None, "f32 sums: no limit");
+    let entry = Tuned { variant: coop, times: String::new(), shallow: Some((300, t64)) };
+    assert_eq!(entry.for_depth(300), (coop, None));
+    assert_eq!(entry.for_depth(17), (coop, None));
+    let (v, why) = entry.for_depth(301);
+    assert_eq!(v, t64);
+    assert!(why.as_deref().is_some_and(|w| w.contains("`coop128x128_f16` sums in f16") && w.contains("k = 300")));
+    assert_eq!(Tuned { variant: t64, times: String::new(), shallow: None }.for_depth(1 << 20), (t64, None));
+}

@@ -25,6 +25,7 @@ pub(crate) mod context;
 pub(crate) mod gemm;
 pub(crate) mod gemm_caps;
 pub(crate) mod gemm_tune;
+mod health;
 pub(crate) mod interface;
 pub(crate) mod kernels;
 mod readback;

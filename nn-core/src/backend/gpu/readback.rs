@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::batch::Check;
 use super::context::{lock, size_class, Buffer, Ctx};
+use crate::backend::host::CpuStorage;
 
 impl Ctx {
     /// The first `len` bytes of `buf`, copied to the host: submits the batch and waits for
@@ -52,17 +53,22 @@ impl Ctx {
     }
 
     /// Copies `len` bytes of `buf` and, with `checks`, the error slots of the pending index
-    /// checks (which it takes, counting itself as resolving them: launches stay logged until
-    /// their failures are marked) to a staging buffer, submits and waits.
+    /// checks (which it takes once that is submitted, counting itself as resolving them:
+    /// launches stay logged until their failures are marked) to a staging buffer, submits
+    /// and waits.
+    ///
+    /// A failure from the submission on loses what the read waited for, the checks with it:
+    /// the device is then unusable ([`super::health`]; a failed submission's batch is
+    /// dropped, its checks among it).
     fn read_back(&'static self, buf: &Buffer, len: usize, checks: bool) -> (Vec<u8>, Vec<Check>, Vec<u32>) {
         let padded = (len as u64).div_ceil(4) * 4;
-        let mut b = lock(&self.batch);
-        let checks = if checks { b.take_checks() } else { Vec::new() };
-        if padded == 0 && checks.is_empty() {
+        let mut b = self.recording();
+        let count = if checks { b.checks_len() } else { 0 };
+        if padded == 0 && count == 0 {
             // Nothing to read: an empty tensor's values need no wait.
-            return (Vec::new(), checks, Vec::new());
+            return (Vec::new(), Vec::new(), Vec::new());
         }
-        let check_bytes = 4 * checks.len() as u64;
+        let check_bytes = 4 * count as u64;
         let size = size_class(padded + check_bytes);
         let staging = lock(&self.staging).get_mut(&size).and_then(Vec::pop).unwrap_or_else(|| {
             self.counters.allocations.fetch_add(1, Ordering::Relaxed);
@@ -80,6 +86,8 @@ impl Ctx {
             b.copy(self, &self.errors, 0, &staging, padded, check_bytes);
         }
         self.submit_locked(&mut b);
+        // The `count` checks whose slots were copied (the lock was held since).
+        let checks = if checks { b.take_checks() } else { Vec::new() };
         // Counted last under the lock (nothing between the count and its guard can panic,
         // and the guard, which takes the lock, is not dropped while it is held).
         if !checks.is_empty() {
@@ -93,18 +101,16 @@ impl Ctx {
         });
         self.counters.host_waits.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.device.poll(wgpu::PollType::wait_indefinitely()) {
-            self.check_alive();
-            panic!("gpu:{} (`{}`): waiting for the device failed: {e}", self.ordinal, self.info.name);
+            self.fail(format!("waiting for the device failed: {e}"));
         }
         if let Err(e) = rx.recv().expect("map_async calls back once polled") {
-            self.check_alive();
-            panic!("gpu:{}: reading a buffer back failed: {e}", self.ordinal);
+            self.fail(format!("reading a buffer back failed: {e}"));
         }
         let (out, slots) = {
             let view = staging
                 .slice(..padded + check_bytes)
                 .get_mapped_range()
-                .unwrap_or_else(|e| panic!("gpu:{}: reading a mapped buffer failed: {e}", self.ordinal));
+                .unwrap_or_else(|e| self.fail(format!("reading a mapped buffer failed: {e}")));
             let slots: Vec<u32> = view[padded as usize..]
                 .chunks_exact(4)
                 .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
@@ -118,9 +124,11 @@ impl Ctx {
         (out, checks, slots)
     }
 
-    /// After `checks` were read (`slots`, their error words): marks what failed checks'
-    /// ops wrote, and what was computed from that since, and files a report for each
-    /// thread that recorded one (its first failure). Ends this read's resolving of them.
+    /// After `checks` were read (`slots`, their error words): marks what each failed check's
+    /// op wrote, and what was computed from that since its launch, with its own report (a
+    /// buffer that several reach keeps the earliest one's, as one marked before keeps its
+    /// mark), and files a report for each thread that recorded one (its first failure).
+    /// Ends this read's resolving of them.
     ///
     /// The reports are written first, reading the failing index values without the
     /// checks' bookkeeping ([`download_raw`](Ctx::download_raw)), so nothing here panics
@@ -130,16 +138,22 @@ impl Ctx {
     fn failed_checks(&'static self, checks: &[Check], slots: &[u32]) {
         // Ends the resolving whatever happens below (a report's read may panic).
         let _resolving = Resolving(self);
+        // In launch order: the checks' order.
         let failed: Vec<(&Check, u32)> =
             checks.iter().zip(slots).filter(|(_, &s)| s != 0).map(|(c, &s)| (c, u32::MAX - s)).collect();
-        // Each thread's first failure, with the index value at the failing position as it
-        // reads now, and the number of the first step that read does not see.
-        let mut firsts: Vec<(&Check, u32, i64, u64)> = Vec::new();
+        if failed.is_empty() {
+            return;
+        }
+        // Each failure with the index value at the failing position as it reads now, and
+        // the number of the first step that read does not see (one read per index buffer).
+        let mut indices: HashMap<u64, (CpuStorage, u64)> = HashMap::new();
+        let mut values: Vec<(&Check, u32, i64, u64)> = Vec::with_capacity(failed.len());
         for &(check, first) in &failed {
-            if !firsts.iter().any(|(c, ..)| c.thread == check.thread) {
+            let (index, unseen) = indices.entry(check.index.buf.id).or_insert_with(|| {
                 let unseen = lock(&self.batch).next_seq();
-                firsts.push((check, first, check.value_at(first as usize), unseen));
-            }
+                (check.index.to_cpu_raw(), unseen)
+            });
+            values.push((check, first, check.value_at(index, first as usize), *unseen));
         }
         let b = lock(&self.batch);
         // An index tensor written in place after its check (a logged launch writing its
@@ -150,8 +164,8 @@ impl Ctx {
                 (c.launch + 1..unseen).contains(launch) && split_log(ids).1.contains(&c.index.buf.id)
             })
         };
-        let mut reports: HashMap<std::thread::ThreadId, Arc<str>> = HashMap::new();
-        for (check, first, bad, unseen) in firsts {
+        let mut reports: Vec<(&Check, Arc<str>)> = Vec::with_capacity(values.len());
+        for (check, first, bad, unseen) in values {
             let (op, dim, size, gpu) = (&check.op, check.dim, check.size, self.ordinal);
             let what = if written_since(check, unseen) {
                 format!(
@@ -165,26 +179,27 @@ impl Ctx {
                 "{what} (gpu:{gpu}: checked on the device and reported at the next host read; the values computed \
                  from it are not readable)"
             );
-            reports.insert(check.thread, report.into());
+            reports.push((check, report.into()));
         }
-        if let Some(start) = failed.iter().map(|(c, _)| c.launch).min() {
-            let first: Arc<str> = reports[&failed[0].0.thread].clone();
-            let mut marked: HashSet<u64> = failed.iter().flat_map(|(c, _)| c.writes.iter().copied()).collect();
+        let mut t = lock(&self.tainted);
+        for (check, report) in &reports {
+            // From the check's own launch on: what ran before it did not read its op's output.
+            let mut marked: HashSet<u64> = check.writes.iter().copied().collect();
             for (launch, (reads, writes)) in b.log().iter().map(|(l, ids)| (l, split_log(ids))) {
-                if *launch > start && reads.iter().any(|r| marked.contains(r)) {
+                if *launch > check.launch && reads.iter().any(|r| marked.contains(r)) {
                     marked.extend(writes);
                 }
             }
-            let mut t = lock(&self.tainted);
             for id in marked {
-                t.entry(id).or_insert_with(|| first.clone());
-            }
-            drop(t);
-            let mut r = lock(&self.reports);
-            for (thread, report) in reports {
-                r.entry(thread).or_insert(report);
+                t.entry(id).or_insert_with(|| report.clone());
             }
         }
+        drop(t);
+        let mut r = lock(&self.reports);
+        for (check, report) in reports {
+            r.entry(check.thread).or_insert(report);
+        }
+        drop(r);
         drop(b);
     }
 }
