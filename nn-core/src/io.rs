@@ -108,36 +108,105 @@ impl Drop for TempFile {
 /// # Errors
 /// [`Error::Io`] naming the file, for a failure of `write` or of the file system.
 pub fn atomic_write(path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> io::Result<()>) -> Result<()> {
-    let given = path.as_ref();
-    let io_err = |source| Error::Io { path: given.to_path_buf(), source };
-    // A symbolic link is written through, as `File::create` writes: the link stays, its
-    // target gets the new contents (a rename over the link would replace the link with a
-    // file and leave the target stale).
-    let resolved = resolve_links(given).map_err(io_err)?;
-    let path = resolved.as_path();
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name =
-        path.file_name().ok_or_else(|| io_err(io::Error::new(io::ErrorKind::InvalidInput, "not a file path")))?;
-    remove_crash_leftovers(&dir, name);
-    let tmp =
-        dir.join(format!("{}{}-{}", temp_prefix(name), std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
-    (|| {
-        let (guard, mut file) = TempFile::create(tmp)?;
-        write(&mut file)?;
-        file.flush()?;
-        file.sync_all()?;
-        drop(file);
-        guard.commit(path)?;
-        // Make the rename itself durable (best effort: not every platform can open a dir).
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
+    let mut files = AtomicFiles::new();
+    files.write(path, write)?;
+    files.commit()
+}
+
+/// Several files written together, as [`atomic_write`] writes one: each is written in
+/// full to its own temporary file (synced) by [`write`](AtomicFiles::write), and
+/// [`commit`](AtomicFiles::commit) renames them all into place, one right after the
+/// other, only once every one was written. A failed or panicking write, or dropping the
+/// set uncommitted, removes the temporary files and leaves every target untouched. (For
+/// files that must agree, as a model's weights and its config: written one by one, a
+/// failure between them left a new file beside an old one.) Only a rename failing between
+/// two others, after every file was written, can leave some targets new and some old.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("nn-doc-files-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let mut files = nn_core::io::AtomicFiles::new();
+/// files.write(dir.join("a.json"), |f| std::io::Write::write_all(f, b"{}")).unwrap();
+/// let err = files.write(dir.join("b.bin"), |_| Err(std::io::Error::other("disk full")));
+/// assert!(err.is_err());
+/// drop(files); // not committed: nothing was written
+/// assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Default)]
+pub struct AtomicFiles {
+    /// Each written temporary file, with the target it replaces and that target's folder.
+    staged: Vec<(TempFile, PathBuf, PathBuf)>,
+}
+
+impl AtomicFiles {
+    /// No files yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Writes the new content of `path` (through its symbolic links, as `File::create`
+    /// writes) with `write` into a temporary file beside it, synced; the leftovers of
+    /// crashed saves of `path` are removed first.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the file, for a failure of `write` or of the file system (the
+    /// temporary file is removed; what was written before stays staged).
+    pub fn write(&mut self, path: impl AsRef<Path>, write: impl FnOnce(&mut File) -> io::Result<()>) -> Result<()> {
+        let given = path.as_ref();
+        let io_err = |source| Error::Io { path: given.to_path_buf(), source };
+        // A symbolic link is written through, as `File::create` writes: the link stays, its
+        // target gets the new contents (a rename over the link would replace the link with a
+        // file and leave the target stale).
+        let resolved = resolve_links(given).map_err(io_err)?;
+        let dir = match resolved.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = resolved
+            .file_name()
+            .ok_or_else(|| io_err(io::Error::new(io::ErrorKind::InvalidInput, "not a file path")))?;
+        remove_crash_leftovers(&dir, name);
+        let tmp = dir.join(format!(
+            "{}{}-{}",
+            temp_prefix(name),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let guard = (|| {
+            let (guard, mut file) = TempFile::create(tmp)?;
+            write(&mut file)?;
+            file.flush()?;
+            file.sync_all()?;
+            Ok(guard)
+        })()
+        .map_err(io_err)?;
+        self.staged.push((guard, resolved, dir));
+        Ok(())
+    }
+
+    /// Renames every written file into place, in the order written, and syncs their
+    /// folders so that the renames are durable.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the target whose rename failed; the targets before it are
+    /// already replaced, the temporary files of the others are removed.
+    pub fn commit(mut self) -> Result<()> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for (guard, target, dir) in std::mem::take(&mut self.staged) {
+            guard.commit(&target).map_err(|source| Error::Io { path: target.clone(), source })?;
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+        // Make the renames themselves durable (best effort: not every platform can open a dir).
+        for dir in dirs {
+            if let Ok(d) = File::open(&dir) {
+                let _ = d.sync_all();
+            }
         }
         Ok(())
-    })()
-    .map_err(io_err)
+    }
 }
 
 /// `path` with its symbolic links followed (to a target that may not exist yet), or

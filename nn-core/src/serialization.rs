@@ -158,8 +158,26 @@ impl StateDict {
     /// As [`save`](StateDict::save); [`Error::InvalidFile`] when `metadata` uses
     /// [`TIED_NAMES_KEY`], which is nn's own. Nothing is written then.
     pub fn save_with_metadata(&self, path: impl AsRef<Path>, metadata: Option<HashMap<String, String>>) -> Result<()> {
+        let mut files = crate::io::AtomicFiles::new();
+        self.save_staged(&mut files, path, metadata)?;
+        files.commit()
+    }
+
+    /// [`save_with_metadata`](StateDict::save_with_metadata) as one file of a set written
+    /// together ([`AtomicFiles`](crate::io::AtomicFiles)): the file is written in full
+    /// under a temporary name, and takes `path`'s place when the set is committed (a model's
+    /// weights beside its config).
+    ///
+    /// # Errors
+    /// As [`save_with_metadata`](StateDict::save_with_metadata).
+    pub fn save_staged(
+        &self,
+        files: &mut crate::io::AtomicFiles,
+        path: impl AsRef<Path>,
+        metadata: Option<HashMap<String, String>>,
+    ) -> Result<()> {
         let (header, entries, data_len) = self.safetensors_header(metadata)?;
-        crate::io::atomic_write(path, |f| {
+        files.write(path, |f| {
             // Sized up front: the file system allocates once.
             f.set_len(8 + header.len() as u64 + data_len as u64)?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, crate::io::EarlyWriteback::new(f));

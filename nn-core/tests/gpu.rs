@@ -1159,3 +1159,28 @@ fn attention_parts_are_not_cast_under_gpu_autocast() {
     // Called directly, the softmax is on the list.
     assert_eq!(autocast(GPU, DType::F16, || q.softmax(-1)).dtype(), DType::F32);
 }
+
+/// Softplus of large negative values keeps `e^x` on the GPU as on the CPU (`log1p`), and
+/// with it a confident logit's binary cross-entropy (it rounded to 0 past 17 on the GPU).
+#[test]
+fn softplus_keeps_tiny_values_on_the_gpu() {
+    let _serial = serial();
+    let x = Tensor::from_vec(vec![-30.0, -20.0, -5.0, -1e-3, 0.0, 5.0, 30.0], &[7]);
+    for threshold in [20.0, f64::INFINITY] {
+        let cpu = x.softplus(1.0, threshold).to_vec();
+        let gpu = x.to_device(GPU).softplus(1.0, threshold).to_device(Device::Cpu).to_vec();
+        for (g, c) in gpu.iter().zip(&cpu) {
+            assert!((g - c).abs() <= 1e-5 * c.abs(), "softplus: {g} on the GPU, {c} on the CPU");
+        }
+    }
+    let (logit, target) = (Tensor::from_vec(vec![30.0], &[1]), Tensor::from_vec(vec![1.0], &[1]));
+    let loss = nn_core::functional::binary_cross_entropy_with_logits(
+        &logit.to_device(GPU),
+        &target.to_device(GPU),
+        None,
+        nn_core::functional::Reduction::Mean,
+    );
+    let want = (-30f64).exp();
+    let got = loss.item();
+    assert!((got - want).abs() < 1e-5 * want, "{got} against {want}");
+}

@@ -497,8 +497,7 @@ impl Compute for BertModel {
             );
         }
         // Hugging Face's mask is 1 = attend, 0 = padding; any other value is refused.
-        let keep = Tensor::from_vec_bool(crate::common::hf_mask_values("BertModel", mask), mask.shape())
-            .to_device(mask.device());
+        let keep = crate::common::hf_mask_tokens("BertModel", mask);
         let keep = keep.reshape(&[n, 1, 1, l]);
         let types = Tensor::full_on(&[n, l], 0.0, DType::I64, ids.device());
         let mut h = self.embeddings.forward((ids, &types));

@@ -164,7 +164,7 @@ pub fn positions_from_mask(mask: &Tensor, new: usize) -> Tensor {
         other => panic!("positions_from_mask: the mask must be [batch, seq], got {other:?}"),
     };
     assert!(new <= s, "positions_from_mask: {new} new positions of a mask of {s}");
-    let keep = hf_mask_values("positions_from_mask", mask);
+    let keep = hf_mask_tokens("positions_from_mask", mask).to_device(nn_core::Device::Cpu).to_vec_bool();
     let mut out = Vec::with_capacity(n * new);
     for row in keep.chunks(s) {
         let mut count = 0i64;
@@ -184,23 +184,25 @@ pub fn positions_from_mask(mask: &Tensor, new: usize) -> Tensor {
     Tensor::from_vec_i64(out, &[n, new]).to_device(mask.device())
 }
 
-/// A Hugging Face attention mask's values as "is a token": 1 (or `true`) is, 0 is not.
-/// Any other value panics: an additive mask (0 = attend, -10000 or -inf = padding, what
-/// `get_extended_attention_mask` makes) read as "not zero attends" would attend to the
-/// padding alone, silently.
+/// A Hugging Face attention mask as a bool tensor on its device, `true` = a token: 1 (or
+/// `true`) is, 0 is not. Any other value panics: an additive mask (0 = attend, -10000 or
+/// -inf = padding, what `get_extended_attention_mask` makes) read as "not zero attends"
+/// would attend to the padding alone, silently. A bool mask is taken as it is; the values
+/// of another are read on the host to be checked (a wait on a GPU: pass a bool mask there
+/// to avoid it).
 #[track_caller]
-pub(crate) fn hf_mask_values(model: &str, mask: &Tensor) -> Vec<bool> {
+pub(crate) fn hf_mask_tokens(model: &str, mask: &Tensor) -> Tensor {
     if mask.dtype() == DType::Bool {
-        return mask.to_device(nn_core::Device::Cpu).to_vec_bool();
+        return mask.clone();
     }
-    let values = mask.to_dtype(DType::F64).to_vec_f64();
+    let values = mask.to_device(nn_core::Device::Cpu).to_dtype(DType::F64).to_vec_f64();
     if let Some(v) = values.iter().find(|v| **v != 0.0 && **v != 1.0) {
         panic!(
             "{model}: attention_mask holds {v}; it must be 1 (attend) or 0 (padding), as Hugging Face's (an additive \
              mask of 0 and -inf or -10000 is the other convention: pass `mask.eq(0)` of it)"
         );
     }
-    values.iter().map(|v| *v == 1.0).collect()
+    Tensor::from_vec_bool(values.iter().map(|v| *v == 1.0).collect(), mask.shape()).to_device(mask.device())
 }
 
 /// What a batch's rows add to the causal rule, made by the causal models from
@@ -212,6 +214,10 @@ pub struct RowAttention {
     pub keep: Option<Tensor>,
     /// The new tokens' positions, `N * L` row-major. `None`: `past..past + L` in every row.
     pub positions: Option<Vec<usize>>,
+    /// Rotary `cos` and `sin` tables of these positions, made once per forward by a model
+    /// whose layers all use one rotary embedding (Llama), in the dtype of the layers'
+    /// input. `None`: each layer makes its own.
+    pub rotary: Option<(Tensor, Tensor)>,
 }
 
 impl RowAttention {
@@ -230,14 +236,14 @@ impl RowAttention {
                     mask.shape()
                 );
             }
-            let token = hf_mask_values(model, mask);
-            let keep: Vec<bool> = (0..n)
-                .flat_map(|r| {
-                    let token = &token[r * s..(r + 1) * s];
-                    (0..l).flat_map(move |i| (0..s).map(move |j| j <= past + i && token[j]))
-                })
-                .collect();
-            Tensor::from_vec_bool(keep, &[n, 1, l, s]).to_device(ids.device())
+            // Causal (new query `i` sits at `past + i`) and a token, built on the mask's
+            // device: `[L, S]` and `[N, S]` broadcast to `[N, 1, L, S]`.
+            let device = mask.device();
+            let causal: Vec<f32> =
+                (0..l).flat_map(|i| (0..s).map(move |j| f32::from(u8::from(j <= past + i)))).collect();
+            let causal = Tensor::from_vec(causal, &[1, 1, l, s]).to_device(device);
+            let token = hf_mask_tokens(model, mask).to_dtype(DType::F32).reshape(&[n, 1, 1, s]);
+            (&causal * &token).ne(&Tensor::full_on(&[], 0.0, DType::F32, device))
         });
         let positions = input.position_ids.as_ref().map(|p| {
             let rows = match p.shape() {
@@ -255,7 +261,7 @@ impl RowAttention {
             }
             (0..n).flat_map(|r| values[(r % rows) * l..(r % rows + 1) * l].iter().map(|&v| v as usize)).collect()
         });
-        RowAttention { keep, positions }
+        RowAttention { keep, positions, rotary: None }
     }
 }
 

@@ -256,6 +256,24 @@ pub struct LlamaAttention {
     dropout: f64,
 }
 
+impl LlamaAttention {
+    /// The rotary tables of `rows`' positions, or of `start..start + l` in every row.
+    fn tables(
+        &self,
+        rows: &RowAttention,
+        start: usize,
+        n: usize,
+        l: usize,
+        dtype: DType,
+        device: Device,
+    ) -> (Tensor, Tensor) {
+        match &rows.positions {
+            Some(p) => self.rotary.cos_sin_at(p, n, l, dtype, device),
+            None => self.rotary.cos_sin(start, l, dtype, device),
+        }
+    }
+}
+
 impl Compute for LlamaAttention {
     /// `(hidden [N, L, E], the layer's cache, the rows' mask and positions)`.
     type Input = (Tensor, Option<LayerCache>, RowAttention);
@@ -266,11 +284,11 @@ impl Compute for LlamaAttention {
         let q = split_heads(&self.q_proj.forward(x), self.heads);
         let k = split_heads(&self.k_proj.forward(x), self.kv_heads);
         let v = split_heads(&self.v_proj.forward(x), self.kv_heads);
-        let (cos, sin) = match &rows.positions {
-            Some(p) => self.rotary.cos_sin_at(p, n, l, x.dtype(), x.device()),
-            None => {
+        let (cos, sin) = match &rows.rotary {
+            Some((cos, sin)) if cos.dtype() == x.dtype() => (cos.clone(), sin.clone()),
+            _ => {
                 let start = cache.as_ref().map_or(0, |c| c.cache_len());
-                self.rotary.cos_sin(start, l, x.dtype(), x.device())
+                self.tables(rows, start, n, l, x.dtype(), x.device())
             }
         };
         let (q, k) = (apply_rotary(&q, &cos, &sin), apply_rotary(&k, &cos, &sin));
@@ -390,8 +408,14 @@ impl Compute for LlamaModel {
         if let Some(c) = &input.cache {
             c.check("LlamaModel", self.layers.len(), ids);
         }
-        let rows = RowAttention::of("LlamaModel", input, past, self.max_positions, "max_position_embeddings");
+        let mut rows = RowAttention::of("LlamaModel", input, past, self.max_positions, "max_position_embeddings");
         let mut h = self.embed_tokens.forward(ids);
+        // Every layer rotates by the same positions: the tables once (a padded batch's are
+        // `N` times one row's), in the dtype the layers' norms give them.
+        if let Some(first) = self.layers.iter().next() {
+            let (n, l) = (ids.shape()[0], ids.shape()[1]);
+            rows.rotary = Some(first.self_attn.tables(&rows, past, n, l, h.dtype(), h.device()));
+        }
         for (i, layer) in self.layers.iter().enumerate() {
             h = layer.forward((h, input.cache.as_ref().map(|c| c.layer(i)), rows.clone()));
         }

@@ -212,39 +212,24 @@ pub(crate) fn load_weights<M: Module>(
 /// `dir/model.safetensors` (tied parameters once, under their first name, as
 /// `save_pretrained` does), creating `dir`.
 ///
-/// Both are written in full under temporary names first and then renamed into place, one
-/// right after the other: a failed write leaves the directory as it was (but for a rename
-/// failing between the two). Written one after the other in place, a failure between them
-/// left new weights beside an old config that fits their shapes, and the directory loaded
-/// without error into a different model.
+/// Both are written in full under temporary names first and then renamed into place
+/// together ([`nn_core::io::AtomicFiles`]): a failed write leaves the directory as it
+/// was. (Written one after the other in place, a failure between them left new weights
+/// beside an old config that fits their shapes, and the directory loaded without error
+/// into a different model.)
 pub(crate) fn save_pretrained(dir: &Path, config: &Map<String, Value>, model: &dyn Module) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
-    // Through a symbolic link (the Hugging Face cache's `snapshots/*` -> `blobs/*`), the
-    // file it points to is replaced, and the link kept, as `atomic_write` does.
-    let through_link = |p: PathBuf| if p.is_symlink() { std::fs::canonicalize(&p).unwrap_or(p) } else { p };
-    let (weights, config_path) = (through_link(dir.join("model.safetensors")), through_link(dir.join("config.json")));
-    let partial = |p: &Path| {
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        p.with_file_name(format!(".{name}.partial"))
-    };
-    let (weights_new, config_new) = (partial(&weights), partial(&config_path));
-    let written = (|| {
-        let mut metadata = std::collections::HashMap::new();
-        metadata.insert("format".to_string(), "pt".to_string());
-        model
-            .state_dict()
-            .save_with_metadata(&weights_new, Some(metadata))
-            .map_err(|source| Error::Weights { path: weights.clone(), source: Box::new(source) })?;
-        let text = serde_json::to_string_pretty(config).expect("a JSON map serialises");
-        nn_core::io::atomic_write(&config_new, |f| std::io::Write::write_all(f, text.as_bytes()))
-            .map_err(|e| Error::Config { path: config_path.clone(), reason: e.to_string() })?;
-        std::fs::rename(&weights_new, &weights).map_err(|source| Error::Io { path: weights.clone(), source })?;
-        std::fs::rename(&config_new, &config_path).map_err(|source| Error::Io { path: config_path.clone(), source })
-    })();
-    if written.is_err() {
-        for partial in [&weights_new, &config_new] {
-            let _ = std::fs::remove_file(partial);
-        }
-    }
-    written
+    let (weights, config_path) = (dir.join("model.safetensors"), dir.join("config.json"));
+    let mut files = nn_core::io::AtomicFiles::new();
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert("format".to_string(), "pt".to_string());
+    model
+        .state_dict()
+        .save_staged(&mut files, &weights, Some(metadata))
+        .map_err(|source| Error::Weights { path: weights.clone(), source: Box::new(source) })?;
+    let text = serde_json::to_string_pretty(config).expect("a JSON map serialises");
+    files
+        .write(&config_path, |f| std::io::Write::write_all(f, text.as_bytes()))
+        .map_err(|e| Error::Config { path: config_path.clone(), reason: e.to_string() })?;
+    files.commit().map_err(|source| Error::Weights { path: weights, source: Box::new(source) })
 }

@@ -432,14 +432,24 @@ fn save_pretrained_round_trips_with_the_head_written_once() {
     let back = Gpt2LMHeadModel::from_pretrained(dir.path()).unwrap();
     let ids = io("gpt2").get("input_ids").unwrap().clone();
     assert_eq!(back.forward(&ids).to_vec(), model.forward(&ids).to_vec());
-    // A save that fails at the config leaves the directory as it was: the old weights,
-    // no partial file (the weights had been replaced before the config was written).
+    // A save that fails at the config (here a link into a folder that does not exist)
+    // leaves the directory as it was: the old weights, no temporary file. (The weights
+    // had been replaced before the config was written.)
     let before = std::fs::read(dir.path().join("model.safetensors")).unwrap();
     nn_core::no_grad(|| model.transformer.wte.weight.add_(1.0));
-    std::fs::create_dir(dir.path().join(".config.json.partial")).unwrap();
-    model.save_pretrained(dir.path()).unwrap_err();
-    assert_eq!(std::fs::read(dir.path().join("model.safetensors")).unwrap(), before);
-    assert!(!dir.path().join(".model.safetensors.partial").exists());
+    std::fs::remove_file(dir.path().join("config.json")).unwrap();
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(dir.path().join("missing/config.json"), dir.path().join("config.json")).unwrap();
+        let e = model.save_pretrained(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("config.json"), "{e}");
+        assert_eq!(std::fs::read(dir.path().join("model.safetensors")).unwrap(), before);
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
 }
 
 #[test]

@@ -290,11 +290,10 @@ impl AutocastGuard {
 
 impl Drop for AutocastGuard {
     fn drop(&mut self) {
-        if let Some(lifted) = &self.lifted {
-            lifted.exit(|| {});
-        }
+        // Both scopes are left (and their restores registered) before either panics.
+        let lifted = self.lifted.as_ref().and_then(|lifted| lifted.leave(|| {}));
         let (prev, prev_excluded, gpu) = (self.prev, self.prev_excluded, self.gpu);
-        self.nesting.exit(move || {
+        let left = self.nesting.leave(move || {
             if let Some(excluded) = prev_excluded {
                 EXCLUDED.with(|e| e.set(excluded));
             }
@@ -304,6 +303,9 @@ impl Drop for AutocastGuard {
                 CPU.with(|c| c.set(prev));
             }
         });
+        if let Some(message) = lifted.or(left) {
+            panic!("{message}");
+        }
     }
 }
 

@@ -182,6 +182,18 @@ mod tests {
         let b = super::GradModeGuard::set(true);
         drop(b);
         drop(a);
+        // Unwinding drops locals in reverse order of declaration, here the outer guard
+        // first (the inner one sits in a vector declared before it): no second panic, and
+        // the thread is as before both once the unwinding is caught.
+        let r = std::panic::catch_unwind(|| {
+            let mut held = Vec::new();
+            let _outer = super::NoGradGuard::new();
+            held.push(super::GradModeGuard::set(true));
+            panic!("a step failed");
+        });
+        assert!(r.is_err());
+        assert!(is_grad_enabled());
+        no_grad(|| assert!(!is_grad_enabled()));
     }
 
     #[test]

@@ -157,7 +157,10 @@ pub(crate) fn op_result_in<B: Backward>(
     inputs: &[&Tensor],
     make_backward: impl FnOnce() -> B,
 ) -> Tensor {
-    let grad_fn = if is_grad_enabled() && inputs.iter().any(|t| t.requires_grad()) {
+    // An integer or bool result is not differentiable (PyTorch's rule): no node, so no
+    // float gradient is ever truncated into it. Its inputs stay the tracer's.
+    let float = slot.get().dtype().is_float();
+    let grad_fn = if float && is_grad_enabled() && inputs.iter().any(|t| t.requires_grad()) {
         let edges = inputs.iter().map(|t| t.edge()).collect();
         Some(Arc::new(Node::new(name, layout.shape(), Box::new(make_backward()), edges)))
     } else {

@@ -34,19 +34,27 @@ impl Nesting {
     }
 
     /// Called in the guard's `drop` with `restore`, which puts back the setting the guard
-    /// found; runs it now when the guard is the innermost open one (or the thread is
-    /// unwinding), and then the restores of outer guards that were dropped out of order
-    /// before it, innermost first.
+    /// found; runs it now when the guard is the innermost open one, and then the restores
+    /// of outer guards that were dropped out of order before it, innermost first. Out of
+    /// order, `restore` waits for the guards made after this one: when they have dropped,
+    /// the thread is as it was before this guard, so a caught panic (a thread pool's)
+    /// leaves no setting changed behind it.
     ///
     /// # Panics
     /// When a guard made after this one is still open (guards dropped out of order),
-    /// unless the thread is already panicking. Its `restore` waits for the guards made
-    /// after it: when they have dropped, the thread is as it was before this guard, so a
-    /// caught panic (a thread pool's) leaves no setting changed behind it.
+    /// unless the thread is already unwinding (locals can drop out of order then).
     pub(crate) fn exit(&self, restore: impl FnOnce() + 'static) {
+        if let Some(message) = self.leave(restore) {
+            panic!("{message}");
+        }
+    }
+
+    /// [`exit`](Nesting::exit) without the panic: the message it would panic with, for a
+    /// guard that leaves two scopes and must register both before panicking.
+    pub(crate) fn leave(&self, restore: impl FnOnce() + 'static) -> Option<String> {
         let kind = self.depth as *const LocalKey<Cell<u32>> as usize;
         let open = self.depth.with(Cell::get);
-        if open == self.level || std::thread::panicking() {
+        if open == self.level {
             restore();
             let mut depth = self.level - 1;
             ABANDONED.with(|a| {
@@ -58,18 +66,20 @@ impl Nesting {
                 }
             });
             self.depth.with(|d| d.set(depth));
-        } else {
-            // The setting is left as it is until the inner guards still open have dropped
-            // (they restore theirs first); the count too, so those drop without a second
-            // panic.
-            ABANDONED.with(|a| a.borrow_mut().push((kind, self.level, Box::new(restore))));
-            panic!(
-                "{} guards dropped out of order: this one was scope {} of {open} open on this thread; \
-                 drop guards innermost first (or use the closure form), or the setting an outer guard \
-                 restores is wrong",
-                self.what, self.level
-            );
+            return None;
         }
+        // Out of order: the setting is left as it is until the inner guards still open
+        // have dropped (they restore theirs first); the count too, so those drop without a
+        // second panic. While unwinding (the inner guards drop after this one, as locals
+        // declared later can), the same, without a second panic.
+        ABANDONED.with(|a| a.borrow_mut().push((kind, self.level, Box::new(restore))));
+        (!std::thread::panicking()).then(|| {
+            format!(
+                "{} guards dropped out of order: this one was scope {} of {open} open on this thread; drop guards \
+                 innermost first (or use the closure form), or the setting an outer guard restores is wrong",
+                self.what, self.level
+            )
+        })
     }
 }
 

@@ -141,8 +141,13 @@ impl UnaryOp for Softplus {
         }
     }
     fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
-        // log(1 + e^bx) as bx + log(1 + e^-bx) for positive bx (no overflow), as the CPU's.
-        let f = "select(select(log(1.0 + exp(x * p0)), x * p0 + log(1.0 + exp(-x * p0)), x * p0 > 0.0) / p0, x, x * p0 > p1)";
+        // log(1 + e^bx) as max(bx, 0) + log1p(e^-|bx|) (no overflow), as the CPU's; log1p(u)
+        // as u (1 - u/2) below 1e-4, where log(1 + u) rounds u away (softplus(-30) was 0,
+        // and with it a confident logit's binary cross-entropy).
+        let f = concat!(
+            "select((max(x * p0, 0.0) + select(log(1.0 + exp(-abs(x * p0))), ",
+            "exp(-abs(x * p0)) * (1.0 - 0.5 * exp(-abs(x * p0))), exp(-abs(x * p0)) < 1e-4)) / p0, x, x * p0 > p1)"
+        );
         let df = "select(1.0 / (1.0 + exp(-x * p0)), 1.0, x * p0 > p1)";
         Some((Wgsl::unary(f, df, true), [self.beta, self.threshold]))
     }

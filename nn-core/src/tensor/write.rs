@@ -66,9 +66,11 @@ impl Tensor {
             return self.clone();
         }
         let storage = self.storage_arc().convert(self.layout(), dtype);
-        // Differentiable from float to float only: an integer's gradient would be truncated.
-        let inputs: &[&Tensor] = if dtype.is_float() && src.is_float() { &[self] } else { &[] };
-        op_result("to_dtype", Arc::new(storage), Layout::contiguous(self.shape()), inputs, || {
+        // The source is an input whatever the dtypes, so the tracer follows it (an ONNX
+        // `Cast`; to an integer type it had been a constant of the traced example's values).
+        // An integer result records no graph (`op_result`), and an integer source never
+        // requires grad.
+        op_result("to_dtype", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {
             move |g: &Tensor, _: &[bool]| -> Grads { smallvec::smallvec![Some(g.to_dtype(src))] }
         })
     }

@@ -142,6 +142,8 @@ impl Compute for Custom {
                 v.fill_(1.0);
                 y
             }
+            // A cast to an integer type and back (truncation toward zero).
+            14 => h.to_dtype(nn_core::DType::I64).to_dtype(nn_core::DType::F32),
             // Randomness in the forward.
             _ => &h + &Tensor::randn(&[4]),
         }
@@ -193,6 +195,16 @@ fn user_code_that_cannot_be_a_graph_is_named() {
     for mode in [10, 13] {
         let err = export_err(&custom(mode), &x).to_string();
         assert!(err.starts_with("cannot export `copy_` in the top-level module (Custom)"), "mode {mode}: {err}");
+    }
+    // A cast to an integer type follows the input (it had been a constant of the traced
+    // example's values, silently so with fixed axes): checked on another input.
+    for opts in [ExportOptions::default(), fixed.clone()] {
+        let model = custom(14);
+        let bytes = nn_onnx::to_bytes(&model, &x, &opts).unwrap();
+        let other = vals(&[1, 3], 7);
+        let want: Vec<f64> = model.forward(&other).to_vec().iter().map(|&v| f64::from(v)).collect();
+        let got = crate::support::run_tract(&bytes, std::slice::from_ref(&other));
+        crate::support::assert_matches("an integer cast", &got[0].1, &want);
     }
     // A copy written in place exports with its own values: 3h, as eager.
     for (mode, what) in [(11, "a written copy"), (12, "a constant written through a view before use")] {
