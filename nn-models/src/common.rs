@@ -189,11 +189,15 @@ pub fn positions_from_mask(mask: &Tensor, new: usize) -> Tensor {
 /// -inf = padding, what `get_extended_attention_mask` makes) read as "not zero attends"
 /// would attend to the padding alone, silently. A bool mask is taken as it is; the values
 /// of another are read on the host to be checked (a wait on a GPU: pass a bool mask there
-/// to avoid it).
+/// to avoid it). While tracing for export, and on the meta device, they cannot be read:
+/// there every value but 0 is a token (the graph computes `mask != 0`).
 #[track_caller]
 pub(crate) fn hf_mask_tokens(model: &str, mask: &Tensor) -> Tensor {
     if mask.dtype() == DType::Bool {
         return mask.clone();
+    }
+    if nn_core::trace::is_tracing() || mask.device() == nn_core::Device::Meta {
+        return mask.ne(&Tensor::full_on(&[], 0.0, mask.dtype(), mask.device()));
     }
     let values = mask.to_device(nn_core::Device::Cpu).to_dtype(DType::F64).to_vec_f64();
     if let Some(v) = values.iter().find(|v| **v != 0.0 && **v != 1.0) {
