@@ -58,7 +58,7 @@ pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: G
         })
         .collect();
     let leaves: Vec<Tensor> =
-        base.iter().map(|t| if is_float(t) { t.saved().requires_grad_(true) } else { t.clone() }).collect();
+        base.iter().map(|t| if is_float(t) { t.held().requires_grad_(true) } else { t.clone() }).collect();
     let out = f(&leaves);
     if out.dtype() != DType::F64 {
         return Err(format!("gradcheck: f returned dtype {} for f64 inputs", out.dtype()));

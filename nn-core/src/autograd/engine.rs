@@ -62,14 +62,14 @@ impl Tensor {
         let callbacks = CallbackFrame::open();
         match &self.0.grad_fn {
             None if self.requires_grad() => {
-                self.accumulate_grad(grad.saved());
+                self.accumulate_grad(grad.held());
                 self.run_post_accumulate_grad_hooks();
             }
             None => panic!(
                 "backward: element 0 of tensors does not require grad and does not have a grad_fn \
                  (call `requires_grad_(true)` on the leaves, and do not compute the loss inside `no_grad`)"
             ),
-            Some(root) => run(root, grad.saved(), retain_graph),
+            Some(root) => run(root, grad.held(), retain_graph),
         }
         callbacks.finish();
     }
@@ -227,7 +227,7 @@ impl Tensor {
         let mut slot = self.0.grad.lock().unwrap_or_else(|e| e.into_inner());
         let new = match slot.take() {
             Some(prev) => &prev + &g,
-            None => g.contiguous().saved(),
+            None => g.contiguous().held(),
         };
         *slot = Some(new);
     }
@@ -495,5 +495,29 @@ mod tests {
         let y = (&w * t64(&[5.0, 7.0], &[2])).sum();
         no_grad(|| w.set_data(&w.detach().to_dtype(DType::F32)));
         y.backward();
+    }
+
+    /// A tensor that shares its storage with its views (FSDP's parameters) written in place
+    /// between forward and backward: backward refuses the values it saved, as PyTorch's
+    /// version counter does (it had computed the gradient from the new values: `[12, 13]`
+    /// for a forward that used `[2, 3]`). Replacing its buffer (`set_data`, FSDP's free and
+    /// regather) is not a write.
+    #[test]
+    fn a_shared_tensor_written_between_forward_and_backward_is_refused() {
+        let w = Tensor::from_vec(vec![2.0, 3.0], &[2]).requires_grad_(true);
+        w.share_storage_with_views();
+        let x = Tensor::from_vec(vec![5.0, 7.0], &[2]).requires_grad_(true);
+        let y = (&x * &w).sum();
+        no_grad(|| w.set_data(&w.detach().snapshot()));
+        let y2 = (&x * &w).sum();
+        y2.backward();
+        assert_eq!(x.grad().unwrap().to_vec(), vec![2.0, 3.0]);
+        no_grad(|| w.add_(10.0));
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| y.backward())).unwrap_err();
+        let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.contains("has been modified by an in-place operation: it is at version 1, saved at version 0"),
+            "{msg}"
+        );
     }
 }

@@ -195,7 +195,7 @@ pub fn custom_op(
     output: &Tensor,
     backward: impl Fn(&Tensor) -> Vec<Option<Tensor>> + Send + Sync + 'static,
 ) -> Tensor {
-    let out = output.saved();
+    let out = output.held();
     if !out.dtype().is_float() {
         // An integer or bool output is not differentiable (PyTorch marks it so): as a node,
         // a float gradient cast to it truncated to zero, silently.

@@ -210,7 +210,7 @@ fn same_values(a: &Tensor, b: &Tensor, dtype: DType) -> bool {
         return a.device() == b.device();
     }
     no_grad(|| {
-        let on_cpu = |t: &Tensor| t.saved().to_dtype(dtype).to_device(Device::Cpu);
+        let on_cpu = |t: &Tensor| t.held().to_dtype(dtype).to_device(Device::Cpu);
         let (a, b) = (on_cpu(a), on_cpu(b));
         let equal = a.eq(&b);
         let equal = if dtype.is_float() {
@@ -236,7 +236,7 @@ pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> R
             .into_iter()
             .map(|(target, src)| {
                 let device = if target.device() == Device::Meta { src.device() } else { target.device() };
-                let value = src.saved().to_dtype(target.dtype()).to_device(device);
+                let value = src.held().to_dtype(target.dtype()).to_device(device);
                 (target, value)
             })
             .collect()

@@ -548,7 +548,7 @@ pub(crate) fn update_param(
     let b = bufs.as_mut().expect("created above");
     if !p.is_contiguous() {
         // Rare (a strided leaf): update a contiguous copy and write it back.
-        let tmp = p.saved().contiguous();
+        let tmp = p.held().contiguous();
         let q = Parameter::with_requires_grad(tmp.clone(), true);
         q.set_grad(Some(g.clone()));
         // Fresh buffers stay fresh (SGD's first momentum is the gradient itself).

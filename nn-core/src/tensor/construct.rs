@@ -25,6 +25,17 @@ impl Tensor {
 
     /// A tensor reading its buffer from `slot` (shared with the tensors it aliases).
     pub(crate) fn in_slot(slot: Arc<StorageSlot>, layout: Layout, grad_fn: Option<Arc<Node>>) -> Tensor {
+        Tensor::in_slot_at(slot, layout, grad_fn, None)
+    }
+
+    /// [`in_slot`](Tensor::in_slot), for a value saved for backward at the slot's version
+    /// `saved_version`.
+    pub(crate) fn in_slot_at(
+        slot: Arc<StorageSlot>,
+        layout: Layout,
+        grad_fn: Option<Arc<Node>>,
+        saved_version: Option<u64>,
+    ) -> Tensor {
         let t = Tensor(Arc::new(TensorImpl {
             id: TensorId::next(),
             layout,
@@ -33,6 +44,7 @@ impl Tensor {
             requires_grad: AtomicBool::new(false),
             grad: Mutex::new(None),
             grad_hooks: GradHooks::default(),
+            saved_version,
         }));
         crate::autograd::trace::on_create(&t);
         t

@@ -151,7 +151,7 @@ impl Tensor {
                 );
             }
         }
-        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad.map(|g| g.saved());
+        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad.map(|g| g.held());
     }
 
     /// Clears the accumulated gradient.
@@ -204,11 +204,28 @@ impl Tensor {
         Tensor::from_parts(self.storage_arc(), self.layout().clone(), None)
     }
 
-    /// A detached handle on the values an op keeps (for backward, or as a gradient): a
+    /// A detached handle on the values an op keeps for backward: a
     /// [`snapshot`](Tensor::snapshot), so a later in-place update of the tensor does not
     /// change what backward reads, except for a tensor that [shares its storage with its
-    /// views](Tensor::share_storage_with_views), whose saved values follow its slot.
+    /// views](Tensor::share_storage_with_views), whose saved values follow its slot (FSDP
+    /// frees and regathers it between forward and backward). Those record the slot's
+    /// version: read after an in-place write (an optimizer step, `copy_`, `add_`), they
+    /// panic, as PyTorch's "modified by an inplace operation", where they had given the
+    /// new values to a backward of the old ones.
     pub(crate) fn saved(&self) -> Tensor {
+        if self.shares_storage_with_views() {
+            let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
+            let slot = self.slot();
+            let version = slot.version.load(std::sync::atomic::Ordering::Acquire);
+            Tensor::in_slot_at(slot, self.layout().clone(), None, Some(version))
+        } else {
+            self.snapshot()
+        }
+    }
+
+    /// A detached handle on values kept as they are (a gradient, an op's output): as
+    /// [`saved`](Tensor::saved), without the version check.
+    pub(crate) fn held(&self) -> Tensor {
         if self.shares_storage_with_views() {
             self.detach()
         } else {

@@ -44,7 +44,8 @@ impl TensorId {
 /// a version-counter error when a saved value was modified, here the gradient is the
 /// forward's. (A tensor that [shares its storage with its
 /// views](Tensor::share_storage_with_views) opts out: its saved values read its buffer as
-/// it is now.)
+/// it is then, whose replacement by `set_data` they follow; an in-place write between
+/// forward and backward makes backward panic, as PyTorch's version counter.)
 ///
 /// ```
 /// use nn_core::Tensor;
@@ -84,6 +85,10 @@ pub(crate) struct TensorImpl {
     pub(crate) grad: Mutex<Option<Tensor>>,
     /// Post-accumulate-grad hooks (leaves only; see `autograd::hooks`).
     pub(crate) grad_hooks: GradHooks,
+    /// For a value saved for backward that reads a shared slot: the slot's version when it
+    /// was saved (reading it after an in-place write panics, as PyTorch's "modified by an
+    /// inplace operation").
+    pub(crate) saved_version: Option<u64>,
 }
 
 /// Where a tensor's buffer lives. A tensor and its aliases (views, detached copies) read
@@ -101,11 +106,20 @@ pub(crate) struct StorageSlot {
     /// The tensor that made the slot shared: the only one whose `set_data` may replace the
     /// buffer (a view's layout says nothing about the rest of it). 0: none yet.
     pub(crate) owner: AtomicU64,
+    /// In-place writes so far (PyTorch's version counter): a value saved for backward that
+    /// reads this slot ([`Tensor::saved`] of a tensor sharing its storage with its views)
+    /// records it, and refuses to be read after another write.
+    pub(crate) version: AtomicU64,
 }
 
 impl StorageSlot {
     pub(crate) fn new(storage: Arc<Storage>) -> Arc<StorageSlot> {
-        Arc::new(StorageSlot { value: RwLock::new(storage), shared: AtomicBool::new(false), owner: AtomicU64::new(0) })
+        Arc::new(StorageSlot {
+            value: RwLock::new(storage),
+            shared: AtomicBool::new(false),
+            owner: AtomicU64::new(0),
+            version: AtomicU64::new(0),
+        })
     }
 
     pub(crate) fn get(&self) -> Arc<Storage> {

@@ -58,7 +58,19 @@ impl Tensor {
 
     /// The storage buffer (shared with views).
     pub fn storage_arc(&self) -> Arc<Storage> {
-        self.0.storage.read().unwrap_or_else(|e| e.into_inner()).get()
+        let slot = self.0.storage.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(saved) = self.0.saved_version {
+            let now = slot.version.load(std::sync::atomic::Ordering::Acquire);
+            if now != saved {
+                panic!(
+                    "backward: one of the values needed for gradient computation (a tensor of shape {:?}, which shares \
+                     its storage with its views) has been modified by an in-place operation: it is at version {now}, \
+                     saved at version {saved}; update it after backward (an optimizer step, `copy_`, `add_`)",
+                    self.shape()
+                );
+            }
+        }
+        slot.get()
     }
 
     /// The CPU buffer, or a panic naming `op` when the tensor is on the meta device.

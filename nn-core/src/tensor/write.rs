@@ -215,6 +215,11 @@ impl Tensor {
     /// assert_eq!(x.grad().unwrap().to_vec(), [2.0, 3.0]);
     /// ```
     ///
+    /// Replacing the buffer is not a write: an in-place update (`add_`, `copy_`, an
+    /// optimizer step) between forward and backward is, and backward then refuses the
+    /// values it saved, naming the version they were saved at, as PyTorch's "modified by
+    /// an inplace operation" (it would compute the forward's gradient from the new values).
+    ///
     /// # Panics
     /// When this tensor is a view of part of a buffer (replacing its values would replace
     /// the rest of that buffer for the tensors it is a view of: [`copy`](Tensor::copy) it
@@ -285,6 +290,7 @@ impl Tensor {
     pub(crate) fn update_storage<R>(&self, f: impl FnOnce(&mut Storage, &Layout) -> R) -> R {
         let slot = self.slot();
         let mut guard = slot.value.write().unwrap_or_else(|e| e.into_inner());
+        slot.version.fetch_add(1, Ordering::AcqRel);
         f(Arc::make_mut(&mut guard), &self.0.layout)
     }
 
