@@ -778,6 +778,29 @@ mod checks {
         };
         assert_close(&stats(&ddp), &stats(&reference), 1e-6, "SyncBatchNorm running statistics");
         assert!(identical_across_ranks(group, &stats(&ddp)));
+
+        // One sample per process, and none on rank 0 with three or more: the batch that
+        // counts is every process's together, as PyTorch's SyncBatchNorm (each process had
+        // refused its own, and an empty one left the others waiting in the exchange).
+        let world = group.world_size();
+        if world >= 2 {
+            manual_seed(5);
+            let all = Tensor::randn(&[world, 3]);
+            let first = usize::from(world >= 3);
+            let mut synced = Sequential::new().add(BatchNorm1d::new(3));
+            assert_eq!(SyncBatchNorm::convert_sync_batchnorm(&mut synced, group), 1);
+            let r = group.rank();
+            let mine = if r < first { all.narrow(0, 0, 0) } else { all.narrow(0, r, 1) };
+            let y = synced.forward(&mine);
+            let reference = Sequential::new().add(BatchNorm1d::new(3));
+            let want = reference.forward(&all.narrow(0, first, world - first));
+            if r >= first {
+                assert_close(&y.to_vec(), &want.narrow(0, r - first, 1).to_vec(), 1e-5, "one sample per process");
+            } else {
+                assert_eq!(y.shape(), [0, 3]);
+            }
+            assert_close(&stats(&synced), &stats(&reference), 1e-6, "running statistics of one sample per process");
+        }
     }
 
     #[derive(Module)]

@@ -133,7 +133,11 @@ macro_rules! batch_norm_layer {
                         panic!("{} expects input {} with C = {}, got {:?}", self, $dims, self.num_features, x.shape());
                     }
                     let training = self.base.is_training();
-                    if training {
+                    // Synced, the count that matters is every process's together, checked
+                    // after the exchange (PyTorch's SyncBatchNorm): a process with one
+                    // sample, or none, takes part (refused here, it left the others waiting
+                    // in the exchange).
+                    if training && self.sync.is_none() {
                         check_batch_statistics(&self.to_string(), x.shape());
                     }
                     bn_forward(
@@ -201,22 +205,32 @@ fn bn_forward(
         return bn_forward(&x.to_dtype(nn_core::DType::F32), s, training, config, sync).to_dtype(x.dtype());
     }
     let mut factor = config.momentum.unwrap_or(0.0);
-    if training {
-        if let Some(n) = s.num_batches_tracked {
+    // The batch counted once the forward has run: a forward that panics (an input of
+    // another dtype or device than the statistics, a combined batch of one) leaves the
+    // counter as it was, and with it the cumulative average of `momentum: None`.
+    let counted = match (training, s.num_batches_tracked) {
+        (true, Some(n)) => {
             // A loaded counter can hold anything: saturate rather than overflow.
             let seen = n.to_vec_i64()[0].saturating_add(1);
-            no_grad(|| n.copy_(&Tensor::from_vec_i64(vec![seen], &[])));
             if config.momentum.is_none() {
                 factor = 1.0 / seen as f64;
             }
+            Some((n, seen))
         }
+        _ => None,
+    };
+    let y = if let (true, Some(sync)) = (training, sync) {
+        synced_batch_norm(x, &s, factor, config.eps, sync)
+    } else {
+        let use_batch_stats = training || s.running_mean.is_none();
+        let (rm, rv) =
+            if !training || config.track_running_stats { (s.running_mean, s.running_var) } else { (None, None) };
+        x.batch_norm(rm, rv, s.weight, s.bias, use_batch_stats, factor, config.eps)
+    };
+    if let Some((n, seen)) = counted {
+        no_grad(|| n.copy_(&Tensor::from_vec_i64(vec![seen], &[])));
     }
-    if let (true, Some(sync)) = (training, sync) {
-        return synced_batch_norm(x, &s, factor, config.eps, sync);
-    }
-    let use_batch_stats = training || s.running_mean.is_none();
-    let (rm, rv) = if !training || config.track_running_stats { (s.running_mean, s.running_var) } else { (None, None) };
-    x.batch_norm(rm, rv, s.weight, s.bias, use_batch_stats, factor, config.eps)
+    y
 }
 
 /// Batch norm in training mode over the batches of every process: the mean from the summed

@@ -185,6 +185,33 @@ mod tests {
     /// the same `bf16` values rounded once (the products are exact in `f32`; only the order
     /// of the sums differs), over the plain and padded ("wide") layouts, groups, stride and
     /// dilation, and batches split over blocks.
+    /// Stride 1 computes extra ("dropped") columns; an infinite input there must not
+    /// reach the gradients PyTorch gives: the tap that never meets it gets 0, not NaN, and
+    /// an infinite weight leaves the inputs it does not meet finite.
+    #[test]
+    fn dropped_columns_add_nothing_to_the_gradients() {
+        let mut xv = vec![0.0f32; 9];
+        xv[2] = f32::INFINITY;
+        let x = Tensor::from_vec(xv, &[1, 1, 3, 3]).requires_grad_(true);
+        let w = Tensor::ones(&[1, 1, 2, 2]).requires_grad_(true);
+        x.conv2d(&w, None, opts(1, 0, 1, 1)).sum().backward();
+        let dw = w.grad().unwrap().to_vec();
+        assert_eq!(dw[0], 0.0, "{dw:?}");
+        assert_eq!(dw[1], f32::INFINITY, "{dw:?}");
+        let x = Tensor::ones(&[1, 1, 3, 3]).requires_grad_(true);
+        let mut wv = vec![1.0f32; 4];
+        wv[0] = f32::INFINITY;
+        let w = Tensor::from_vec(wv, &[1, 1, 2, 2]).requires_grad_(true);
+        x.conv2d(&w, None, opts(1, 0, 1, 1)).sum().backward();
+        let dx = x.grad().unwrap().to_vec();
+        // Tap (0, 0) meets inputs (0..2, 0..2) only: the last row and column meet finite
+        // taps alone and stay finite.
+        for (i, v) in dx.iter().enumerate() {
+            let (r, c) = (i / 3, i % 3);
+            assert_eq!(v.is_finite(), r == 2 || c == 2, "dx[{r}][{c}] = {v}");
+        }
+    }
+
     #[test]
     fn bf16_convolutions_match_f32_rounded_once() {
         for (n, c, o, hw, opt) in

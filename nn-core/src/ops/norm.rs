@@ -350,6 +350,19 @@ mod tests {
     /// computes it: `F.rms_norm(torch.full((1, 4), 0.1, dtype=torch.bfloat16), (4,))` is
     /// 1.0 (with bf16's own epsilon, 2^-7, it would be 0.7496), and with f16 0.01s 0.9995
     /// (0.3048 with f16's 2^-10).
+    /// A long f32 row (2^22 values of 0.1) normalises as it should: layer norm to 0, RMS
+    /// norm to 1. The fused kernel's sums had run in f32 alone, 8 lanes along the row, and
+    /// their rounding grew with the row's length.
+    #[test]
+    fn long_rows_normalise_accurately() {
+        let n = 1 << 22;
+        let x = Tensor::full(&[1, n], 0.1);
+        let ln = x.layer_norm(&[n], None, None, 1e-5).to_vec();
+        assert!(ln.iter().all(|v| v.abs() < 1e-3), "layer norm {:?}", &ln[..4]);
+        let rms = x.rms_norm(&[n], None, None).to_vec();
+        assert!(rms.iter().all(|v| (v - 1.0).abs() < 1e-5), "rms norm {:?}", &rms[..4]);
+    }
+
     #[test]
     fn rms_norm_default_eps_is_the_compute_types() {
         let bf = Tensor::full_dtype(&[1, 4], 0.1, DType::BF16).rms_norm(&[4], None, None);

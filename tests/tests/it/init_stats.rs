@@ -326,3 +326,16 @@ fn unbatched_attention_is_a_batch_of_one() {
     let yb = layer.forward(&q.unsqueeze(1));
     assert_eq!(y.to_vec(), yb.squeeze_dim(1).to_vec());
 }
+
+/// A training forward that panics (an input of another dtype than the statistics) leaves
+/// `num_batches_tracked` as it was: it had counted the batch first, and with `momentum:
+/// None` the next batch was averaged as the second.
+#[test]
+fn a_batch_norm_forward_that_fails_counts_no_batch() {
+    let bn = BatchNorm1d::new(3);
+    let bad = Tensor::ones(&[4, 3]).to_dtype(nn_core::DType::F64);
+    assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bn.forward(&bad))).is_err());
+    assert_eq!(bn.num_batches_tracked.as_ref().unwrap().to_vec_i64(), vec![0]);
+    bn.forward(&Tensor::ones(&[4, 3]));
+    assert_eq!(bn.num_batches_tracked.as_ref().unwrap().to_vec_i64(), vec![1]);
+}

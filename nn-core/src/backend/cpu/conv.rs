@@ -208,8 +208,10 @@ fn col2im<T: CpuFloat>(cols: &[T], g: &Geometry, dx: &mut [T], row_stride: usize
 /// column matrix is then one contiguous run of the padded input plane, so im2col and
 /// col2im are a copy (or add) per tap instead of one per tap and output row (for a
 /// 11-wide output, 11x fewer and 13x longer runs). The extra columns cost `Wp / Wo - 1`
-/// more GEMM work (18% on 13-wide inputs, 2% at 224); their outputs are dropped, and their
-/// output gradients are zero, so they add nothing to the input or weight gradients.
+/// more GEMM work (18% on 13-wide inputs, 2% at 224); their outputs are dropped, their
+/// entries in the column matrix are zeros and their output gradients are zero, and col2im
+/// adds only the real columns, so they add nothing to the input or weight gradients, NaN
+/// included.
 #[derive(Clone, Copy)]
 struct Cols {
     /// Padded input height and width (`Wide`), or `(0, 0)` for `Exact`.
@@ -270,6 +272,12 @@ fn im2col_wide<T: ConvElem>(xp: &[T], g: &Geometry, l: &Cols, cols: &mut [T], ro
                 let n = l.span.min(plane - start);
                 dst[..n].copy_from_slice(&src[start..start + n]);
                 dst[n..].fill(T::zero());
+                // Dropped columns hold zeros, not the input: their zero output gradient
+                // times an infinite input was a NaN in the weight gradient at a tap
+                // PyTorch never pairs with that input.
+                for oh in 0..g.ho {
+                    dst[oh * l.wp + g.wo..(oh + 1) * l.wp].fill(T::zero());
+                }
             }
         }
     }
@@ -285,8 +293,16 @@ fn col2im_wide<T: CpuFloat>(cols: &[T], g: &Geometry, l: &Cols, dxp: &mut [T], r
                 let row = ((c * g.kh + ki) * g.kw + kj) * row_stride + offset;
                 let start = l.tap_offset(g, ki, kj);
                 let n = l.span.min(plane - start);
-                for (d, &v) in dst[start..start + n].iter_mut().zip(&cols[row..row + n]) {
-                    *d = *d + v;
+                // Real columns only: a dropped column's value (zero gradient times a
+                // non-finite weight: NaN) would reach an input PyTorch's gradient does not.
+                for oh in 0..g.ho {
+                    let (from, to) = (oh * l.wp, (oh * l.wp + g.wo).min(n));
+                    if from >= to {
+                        break;
+                    }
+                    for (d, &v) in dst[start + from..start + to].iter_mut().zip(&cols[row + from..row + to]) {
+                        *d = *d + v;
+                    }
                 }
             }
         }

@@ -59,10 +59,14 @@ pub(crate) fn backend() -> Backend {
     })
 }
 
+/// Whether the `gemm` crate's AVX-512 kernels run here. `NN_NO_AVX512=1` turns them off
+/// with the other AVX-512 copies ([`super::vmath`]), so that an AVX-512 machine also tests
+/// the `matrixmultiply` path every other CPU takes.
 fn has_avx512() -> bool {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
+        let off = std::env::var_os("NN_NO_AVX512").is_some_and(|v| v == "1");
+        !off && std::arch::is_x86_feature_detected!("avx512f")
     }
     #[cfg(not(any(target_arch = "x86", target_arch = "x86_64")))]
     {

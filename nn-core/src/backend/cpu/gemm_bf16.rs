@@ -10,7 +10,11 @@
 //! same).
 //!
 //! Elsewhere (no AVX512-BF16) the caller widens the operands to `f32` and runs the `f32`
-//! GEMM: the same products, summed in another order.
+//! GEMM: the same products, summed in another order. One more difference: Intel documents
+//! `vdpbf16ps` as treating denormal inputs as zero and flushing denormal results, whatever
+//! the floating-point control register says, so `bf16` values below about 1.2e-38 (and
+//! partial sums that small) count as 0 here and not on the widened path, as in PyTorch's
+//! oneDNN kernels on these CPUs.
 
 use std::mem::MaybeUninit;
 

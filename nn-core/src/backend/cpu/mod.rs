@@ -300,6 +300,18 @@ impl CpuStorage {
                 _ => {}
             }
         }
+        // i64 to a 32-bit or half float rounds once, from the integer (`x as f32`, as
+        // PyTorch): through f64 an integer past 2^53 was rounded twice, and 2^60 + 2^36 + 1
+        // became 2^60 where PyTorch gives 2^60 + 2^37.
+        if let CpuStorage::I64(v) = self {
+            let to_f32 = |v: &[i64]| -> Vec<f32> { strided_to_vec(v, layout).into_iter().map(|x| x as f32).collect() };
+            match dtype {
+                DType::F32 => return CpuStorage::F32(to_f32(v)),
+                DType::F16 => return CpuStorage::F16(to_f32(v).into_iter().map(f16::from_f32).collect()),
+                DType::BF16 => return CpuStorage::BF16(to_f32(v).into_iter().map(bf16::from_f32).collect()),
+                _ => {}
+            }
+        }
         with_cpu!(self, S, v => match dtype {
             DType::F32 => CpuStorage::F32(conv::<S, f32>(v, layout)),
             DType::F64 => CpuStorage::F64(conv::<S, f64>(v, layout)),

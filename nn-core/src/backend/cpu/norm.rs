@@ -24,11 +24,30 @@ pub(crate) fn rows_per_task(rows: usize, n: usize) -> usize {
     }
 }
 
+/// Elements summed in `T` before their sum joins the `f64` total in [`sum8`].
+const SUM_BLOCK: usize = 1024;
+
 /// `Σ f(a[i], b[i])` (equal lengths) with eight independent partial sums, so that the
-/// loop vectorizes (one chain could not be reassociated).
+/// loop vectorizes (one chain could not be reassociated), over blocks of [`SUM_BLOCK`]
+/// whose sums add up in `f64`. (In `f32` alone the rounding grew with the row, and a long
+/// row's mean and variance drifted; PyTorch's cascaded sums keep them.)
 #[inline(always)]
 pub(crate) fn sum8<T: CpuFloat>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
     debug_assert_eq!(a.len(), b.len());
+    if a.len() <= SUM_BLOCK {
+        return sum8_block(a, b, &f);
+    }
+    let total: f64 = a
+        .chunks(SUM_BLOCK)
+        .zip(b.chunks(SUM_BLOCK))
+        .map(|(a, b)| crate::dtype::Element::as_f64(sum8_block(a, b, &f)))
+        .sum();
+    <T as crate::dtype::Element>::from_f64(total)
+}
+
+/// [`sum8`] of one block, in `T`.
+#[inline(always)]
+fn sum8_block<T: CpuFloat>(a: &[T], b: &[T], f: &impl Fn(T, T) -> T) -> T {
     let mut acc = [T::zero(); 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: T = ca.remainder().iter().zip(cb.remainder()).map(|(&x, &y)| f(x, y)).fold(T::zero(), |s, v| s + v);

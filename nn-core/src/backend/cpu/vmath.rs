@@ -428,7 +428,9 @@ pub(crate) fn has_avx2() -> bool {
 /// Softmax (or log-softmax) along contiguous rows of `n` elements: `x` and `y` hold whole
 /// rows (`n > 0`, lengths equal multiples of `n`).
 pub(crate) fn softmax_rows(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log: bool) {
-    debug_assert!(n > 0 && x.len() == y.len() && x.len().is_multiple_of(n));
+    // Checked in release builds too: callers' buffers are filled on the strength of it
+    // (`set_len` after the rows are written).
+    assert!(n > 0 && x.len() == y.len() && x.len().is_multiple_of(n), "softmax_rows: whole rows of {n}");
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
