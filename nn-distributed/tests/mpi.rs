@@ -257,6 +257,19 @@ const LAUNCHES: &[Launch] = &[
             one_of: &[],
         },
     },
+    // An optimizer step between a forward and its backward: the backward would gather the
+    // stepped shards and compute the old activations' gradients against new weights.
+    Launch {
+        name: "fsdp_a_step_between_forward_and_backward_fails_on_every_rank",
+        np: Some(2),
+        scenario: "fsdp_step_mid",
+        expect: Expect::Failure {
+            within: ABORT_BOUND,
+            code: Some(nn_distributed::PANIC_EXIT_CODE),
+            output_has: &["was written (an optimizer step?) between the forward and its backward"],
+            one_of: &[],
+        },
+    },
     Launch {
         name: "fsdp_a_forward_without_grad_before_backward_names_it_when_units_reshard",
         np: Some(2),
@@ -486,6 +499,7 @@ mod checks {
             "ddp_converted" => &[("a_wrapped_model_is_converted", ddp_converted)],
             "ddp_second_backward" => &[("a_second_backward_through_one_forward", ddp_second_backward)],
             "fsdp_frozen" => &[("a_sharded_parameter_is_frozen", fsdp_frozen)],
+            "fsdp_step_mid" => &[("a_step_between_forward_and_backward", fsdp_step_mid)],
             "fsdp_no_grad_mid" => &[("a_forward_without_grad_before_backward", fsdp_no_grad_mid)],
             "fsdp_no_grad_mid_resharded" => {
                 &[("a_forward_without_grad_before_backward_resharded", fsdp_no_grad_mid_resharded)]
@@ -1853,6 +1867,18 @@ mod checks {
         fsdp.module().get_submodule("0").unwrap().requires_grad_(false);
         fsdp.forward(&Tensor::ones(&[2, 6]));
         unreachable!("the forward should have panicked");
+    }
+
+    fn fsdp_step_mid(group: &ProcessGroup) {
+        let fsdp = FullyShardedDataParallel::new(mlp(), group, FsdpPolicy::new().module_type::<Linear>()).unwrap();
+        let mut opt = Sgd::new(fsdp.named_parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+        // A first step, so that every shard has a gradient.
+        fsdp.forward(&Tensor::ones(&[2, 6])).sum().backward();
+        opt.step();
+        let loss = fsdp.forward(&Tensor::ones(&[2, 6])).sum();
+        opt.step();
+        loss.backward();
+        unreachable!("the backward should have panicked");
     }
 
     fn fsdp_no_grad_mid(group: &ProcessGroup) {

@@ -231,5 +231,10 @@ pub(crate) fn save_pretrained(dir: &Path, config: &Map<String, Value>, model: &d
     files
         .write(&config_path, |f| std::io::Write::write_all(f, text.as_bytes()))
         .map_err(|e| Error::Config { path: config_path.clone(), reason: e.to_string() })?;
-    files.commit().map_err(|source| Error::Weights { path: weights, source: Box::new(source) })
+    // A rename that failed: named as the file system's error on that file (not as weights
+    // that do not fit).
+    files.commit().map_err(|e| match e {
+        nn_core::Error::Io { path, source } => Error::Io { path, source },
+        other => Error::Weights { path: weights, source: Box::new(other) },
+    })
 }

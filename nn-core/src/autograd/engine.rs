@@ -519,5 +519,15 @@ mod tests {
             msg.contains("has been modified by an in-place operation: it is at version 1, saved at version 0"),
             "{msg}"
         );
+
+        // Through a view the backward takes of the saved value (a matmul's transpose).
+        let w = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[2, 2]).requires_grad_(true);
+        w.share_storage_with_views();
+        let x = Tensor::from_vec(vec![1.0; 8], &[2, 2, 2]).requires_grad_(true);
+        let y = x.matmul(&w.t()).sum();
+        no_grad(|| w.add_(1.0));
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| y.backward())).unwrap_err();
+        let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("has been modified by an in-place operation"), "{msg}");
     }
 }

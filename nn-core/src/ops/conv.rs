@@ -180,11 +180,6 @@ mod tests {
         Tensor::from_vec_f64(v, shape)
     }
 
-    /// `bf16` convolutions (their own GEMM on an AVX512-BF16 CPU, `f32` copies elsewhere):
-    /// forward and both gradients within one `bf16` rounding of the `f32` convolution of
-    /// the same `bf16` values rounded once (the products are exact in `f32`; only the order
-    /// of the sums differs), over the plain and padded ("wide") layouts, groups, stride and
-    /// dilation, and batches split over blocks.
     /// Stride 1 computes extra ("dropped") columns; an infinite input there must not
     /// reach the gradients PyTorch gives: the tap that never meets it gets 0, not NaN, and
     /// an infinite weight leaves the inputs it does not meet finite.
@@ -212,6 +207,11 @@ mod tests {
         }
     }
 
+    /// `bf16` convolutions (their own GEMM on an AVX512-BF16 CPU, `f32` copies elsewhere):
+    /// forward and both gradients within one `bf16` rounding of the `f32` convolution of
+    /// the same `bf16` values rounded once (the products are exact in `f32`; only the order
+    /// of the sums differs), over the plain and padded ("wide") layouts, groups, stride and
+    /// dilation, and batches split over blocks.
     #[test]
     fn bf16_convolutions_match_f32_rounded_once() {
         for (n, c, o, hw, opt) in

@@ -346,10 +346,6 @@ mod tests {
         t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4, -0.15, 0.9, 1.6, -2.1, 0.05, 0.75], &[2, 3, 2])
     }
 
-    /// `eps = None` is the compute type's epsilon, f32's for half inputs, as PyTorch 2.15
-    /// computes it: `F.rms_norm(torch.full((1, 4), 0.1, dtype=torch.bfloat16), (4,))` is
-    /// 1.0 (with bf16's own epsilon, 2^-7, it would be 0.7496), and with f16 0.01s 0.9995
-    /// (0.3048 with f16's 2^-10).
     /// A long f32 row (2^22 values of 0.1) normalises as it should: layer norm to 0, RMS
     /// norm to 1. The fused kernel's sums had run in f32 alone, 8 lanes along the row, and
     /// their rounding grew with the row's length.
@@ -363,6 +359,10 @@ mod tests {
         assert!(rms.iter().all(|v| (v - 1.0).abs() < 1e-5), "rms norm {:?}", &rms[..4]);
     }
 
+    /// `eps = None` is the compute type's epsilon, f32's for half inputs, as PyTorch 2.15
+    /// computes it: `F.rms_norm(torch.full((1, 4), 0.1, dtype=torch.bfloat16), (4,))` is
+    /// 1.0 (with bf16's own epsilon, 2^-7, it would be 0.7496), and with f16 0.01s 0.9995
+    /// (0.3048 with f16's 2^-10).
     #[test]
     fn rms_norm_default_eps_is_the_compute_types() {
         let bf = Tensor::full_dtype(&[1, 4], 0.1, DType::BF16).rms_norm(&[4], None, None);

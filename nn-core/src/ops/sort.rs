@@ -55,7 +55,7 @@ impl Tensor {
         let d = dim.resolve(self.rank(), "argsort");
         let _t = trace::op("argsort", &[self], || vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]);
         let n = self.shape().get(d).copied().unwrap_or(1);
-        sort_lines("argsort", &self.saved(), d, SortSpec { k: n, descending, sorted: true }).1
+        sort_lines("argsort", &self.held(), d, SortSpec { k: n, descending, sorted: true }).1
     }
 
     /// The `k` largest (or smallest, `largest = false`) elements along `dim`,

@@ -20,7 +20,13 @@ impl Tensor {
         layout: Layout,
         backward: impl FnOnce() -> B,
     ) -> Tensor {
-        op_result_in(op, self.slot(), layout, &[self], backward)
+        let view = op_result_in(op, self.slot(), layout, &[self], backward);
+        // A view of a value saved for backward is one too: it keeps the version check
+        // (a backward's `b.transpose(..)` of a saved weight read it unchecked).
+        match self.0.saved_version {
+            Some(v) => Tensor::in_slot_at(view.slot(), view.layout().clone(), view.0.grad_fn.clone(), Some(v)),
+            None => view,
+        }
     }
 
     /// The same elements with a new shape: a view when the layout allows it (always for

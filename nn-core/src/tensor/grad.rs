@@ -177,7 +177,8 @@ impl Tensor {
     /// ```
     pub fn detach(&self) -> Tensor {
         let _t = crate::autograd::trace::op("detach", &[self], Vec::new);
-        Tensor::in_slot(self.slot(), self.layout().clone(), None)
+        // A value saved for backward stays checked when detached.
+        Tensor::in_slot_at(self.slot(), self.layout().clone(), None, self.0.saved_version)
     }
 
     /// A detached tensor holding this tensor's values as they are now: in-place updates of
@@ -221,6 +222,22 @@ impl Tensor {
         } else {
             self.snapshot()
         }
+    }
+
+    /// How many in-place writes this tensor's storage has had (PyTorch's `_version`): `add_`,
+    /// `copy_`, an optimizer step. Replacing the buffer with [`set_data`](Tensor::set_data)
+    /// does not count. For code that must know whether values it used were written since
+    /// (FSDP compares its shards' versions between a forward and its backward).
+    ///
+    /// ```
+    /// use nn_core::{no_grad, Tensor};
+    /// let w = Tensor::zeros(&[2]);
+    /// let v = w.version();
+    /// no_grad(|| w.add_(1.0));
+    /// assert_eq!(w.version(), v + 1);
+    /// ```
+    pub fn version(&self) -> u64 {
+        self.slot().version.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// A detached handle on values kept as they are (a gradient, an op's output): as

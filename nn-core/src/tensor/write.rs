@@ -290,8 +290,10 @@ impl Tensor {
     pub(crate) fn update_storage<R>(&self, f: impl FnOnce(&mut Storage, &Layout) -> R) -> R {
         let slot = self.slot();
         let mut guard = slot.value.write().unwrap_or_else(|e| e.into_inner());
+        let r = f(Arc::make_mut(&mut guard), &self.0.layout);
+        // Counted once written: a write that panics (an integer overflow) changed nothing.
         slot.version.fetch_add(1, Ordering::AcqRel);
-        f(Arc::make_mut(&mut guard), &self.0.layout)
+        r
     }
 
     /// Copies `src` (broadcast to this shape, converted to this dtype) into this tensor's

@@ -363,6 +363,7 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         let n = units.len();
         let state = State {
             gathered: vec![true; n],
+            forward_versions: vec![None; n],
             inflight: (0..n).map(|_| None).collect(),
             armed: false,
             disarmed_pending: false,

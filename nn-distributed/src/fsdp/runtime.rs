@@ -37,6 +37,8 @@ pub(super) struct State {
     pub(super) gathered: Vec<bool>,
     /// Per unit: an all-gather started and not yet waited for.
     pub(super) inflight: Vec<Option<Receiver<Buf>>>,
+    /// Per unit: its shard's version when the last forward gathered it.
+    pub(super) forward_versions: Vec<Option<u64>>,
     /// The forward ran with grad on: its backward reduces gradients.
     pub(super) armed: bool,
     /// A forward without grad disarmed a training forward whose backward had not run: that
@@ -82,6 +84,24 @@ impl Shared {
             let mut st = self.lock();
             if st.gathered[u] {
                 return;
+            }
+            // The backward of a forward must gather the values that forward used: a shard
+            // stepped in between (an optimizer step before `backward`) would be gathered
+            // new, and the old activations' gradients computed against new weights. PyTorch
+            // raises "modified by an inplace operation" there.
+            let now = unit.shard.version();
+            match (backward, st.forward_versions[u]) {
+                (true, Some(then)) if then != now => {
+                    drop(st);
+                    panic!(
+                        "FullyShardedDataParallel: the shard of unit `{}` was written (an optimizer step?) between the \
+                         forward and its backward: the backward needs the values the forward used; step after \
+                         backward",
+                        unit.path
+                    );
+                }
+                (false, _) => st.forward_versions[u] = Some(now),
+                _ => {}
             }
             if backward {
                 st.stats.backward_gathers += 1;
