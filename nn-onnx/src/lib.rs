@@ -55,6 +55,9 @@
 //! in-place updates, values read into Rust (`to_vec`, `item`) from tensors that depend on
 //! the input, custom autograd ops, constants that depend on the batch size, control flow
 //! that changes with it. Files are written atomically ([`nn_core::io::atomic_write`]).
+//! The model is left as it was, the export failed or not: what its forwards write (a
+//! batch norm in training mode updates its running statistics before the export refuses
+//! it) is put back.
 //!
 //! Limits: the recorder is per thread, so the forward must run its tensor ops on the
 //! calling thread (nn's kernels may use several threads inside one op; a forward that
@@ -371,6 +374,10 @@ where
         }
     }
     let info = model_info(model)?;
+    // Whatever the two forwards write into the model (a batch norm in training mode moving
+    // its running statistics before the export refuses it) is put back when this drops:
+    // export, failed or not, leaves the model as it found it.
+    let _restore = Restore::new(model);
     for t in &inputs {
         if t.device() != nn_core::Device::Cpu {
             return Err(Error::Model(format!(
@@ -515,6 +522,32 @@ fn model_info<M: Module>(model: &M) -> Result<graph::ModelInfo, Error> {
         .filter_map(|(path, m)| m.base().map(|b| (b.trace_key(), (path, m.type_name()))))
         .collect();
     Ok(graph::ModelInfo { params, modules })
+}
+
+/// The parameters and buffers of a model as they were before the export's forwards: each
+/// handle, its version and a snapshot of its values (copy-on-write: it costs a copy only
+/// of what a forward writes).
+struct Restore(Vec<(Tensor, u64, Tensor)>);
+
+impl Restore {
+    fn new<M: Module>(model: &M) -> Self {
+        let params = model.parameters().into_iter().map(|p| (*p).clone());
+        let buffers = model.named_buffers().into_iter().map(|(_, b)| b);
+        Restore(params.chain(buffers).map(|t| (t.version(), t.snapshot(), t)).map(|(v, s, t)| (t, v, s)).collect())
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        for (t, version, was) in &self.0 {
+            // A tensor whose buffer was replaced (another shape, dtype or device) is left
+            // alone: copying into it could panic while a forward's panic unwinds.
+            let same = t.shape() == was.shape() && t.dtype() == was.dtype() && t.device() == was.device();
+            if t.version() != *version && same {
+                nn_core::no_grad(|| t.copy_(was));
+            }
+        }
+    }
 }
 
 /// A summary of an ONNX file, for checks: what [`export`] wrote.

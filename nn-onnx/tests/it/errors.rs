@@ -48,6 +48,12 @@ fn batch_norm_in_training_mode_is_refused() {
     // The batch norm op itself, in training mode (batch statistics, running-stat updates).
     assert!(err.starts_with("cannot export `batch_norm` in module `1` (BatchNorm1d):"), "{err}");
     assert!(err.contains("model.eval()"), "{err}");
+    // The refused export leaves the model as it was: its forwards had moved the running
+    // statistics and counted two batches.
+    let sd = net.state_dict();
+    assert_eq!(sd.get("1.running_mean").unwrap().to_vec(), [0.0; 4]);
+    assert_eq!(sd.get("1.running_var").unwrap().to_vec(), [1.0; 4]);
+    assert_eq!(sd.get("1.num_batches_tracked").unwrap().to_vec_i64(), [0]);
 }
 
 #[derive(Module)]
