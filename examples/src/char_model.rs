@@ -119,12 +119,28 @@ impl Corpus {
     }
 }
 
-/// `BATCH` random windows of `BLOCK + 1` ids: inputs and next-character targets.
+/// The fewest ids [`batch`] and [`evaluate`] can cut a window from: a context of `BLOCK`
+/// and the next one.
+pub const MIN_TEXT: usize = BLOCK + 1;
+
+/// `BATCH` random windows of `BLOCK + 1` ids: inputs and next-character targets. Every
+/// start whose window fits is drawn, `0..=ids.len() - BLOCK - 1`.
+///
+/// # Panics
+/// When `ids` is shorter than one window ([`MIN_TEXT`]); the examples refuse too small a
+/// `--limit` before.
 pub fn batch(ids: &[i64]) -> (Tensor, Tensor) {
-    let starts: Vec<usize> = with_rng(|r| (0..BATCH).map(|_| r.random_range(0..ids.len() - BLOCK - 1)).collect());
+    assert!(ids.len() >= MIN_TEXT, "batch: {} ids are fewer than one window of {MIN_TEXT}", ids.len());
+    let starts: Vec<usize> = with_rng(|r| (0..BATCH).map(|_| r.random_range(0..=ids.len() - MIN_TEXT)).collect());
+    windows(ids, &starts)
+}
+
+/// The windows of `BLOCK + 1` ids at `starts`: inputs and next-character targets,
+/// `[starts.len(), BLOCK]` each.
+fn windows(ids: &[i64], starts: &[usize]) -> (Tensor, Tensor) {
     let x: Vec<i64> = starts.iter().flat_map(|&s| ids[s..s + BLOCK].iter().copied()).collect();
     let y: Vec<i64> = starts.iter().flat_map(|&s| ids[s + 1..s + BLOCK + 1].iter().copied()).collect();
-    (Tensor::from_vec_i64(x, &[BATCH, BLOCK]), Tensor::from_vec_i64(y, &[BATCH, BLOCK]))
+    (Tensor::from_vec_i64(x, &[starts.len(), BLOCK]), Tensor::from_vec_i64(y, &[starts.len(), BLOCK]))
 }
 
 /// The loss of one batch (logits flattened to `[BATCH * BLOCK, vocab]`).
@@ -132,21 +148,78 @@ pub fn batch_loss(model: &CharTransformer, x: &Tensor, y: &Tensor, vocab: usize)
     cross_entropy(&model.forward(x).reshape(&[BATCH * BLOCK, vocab]), &y.reshape(&[BATCH * BLOCK]))
 }
 
-/// `(accuracy, mean loss)` of next-character prediction over `batches` random held-out
-/// batches, without a graph.
+/// The starts of `n` windows spread evenly over `len` ids: the first at 0, the last at the
+/// last start that fits (`len - BLOCK - 1`).
+fn strided_starts(len: usize, n: usize) -> Vec<usize> {
+    let last = (len - MIN_TEXT) as u128;
+    let steps = n.saturating_sub(1).max(1) as u128;
+    (0..n).map(|k| (k as u128 * last / steps) as usize).collect()
+}
+
+/// `(accuracy, mean loss)` of next-character prediction over `batches` batches of
+/// held-out windows, without a graph. The windows are fixed, `batches * BATCH` of them
+/// spread evenly over `held`, and the global generator is neither read nor advanced: two
+/// calls (a model before and after fine-tuning) score the same characters.
+///
+/// # Panics
+/// When `held` is shorter than one window ([`MIN_TEXT`]) or `batches` is 0.
 pub fn evaluate(model: &CharTransformer, held: &[i64], vocab: usize, batches: usize) -> (f64, f64) {
+    assert!(held.len() >= MIN_TEXT, "evaluate: {} held-out ids are fewer than one window of {MIN_TEXT}", held.len());
+    assert!(batches > 0, "evaluate: no batches to score");
     let (mut correct, mut total, mut loss) = (0.0, 0.0, 0.0);
     let device = model.parameters().first().map_or(nn_core::Device::Cpu, |p| p.device());
+    let starts = strided_starts(held.len(), batches * BATCH);
     no_grad(|| {
-        for _ in 0..batches {
-            let (x, y) = batch(held);
+        for chunk in starts.chunks(BATCH) {
+            let (x, y) = windows(held, chunk);
             let (x, y) = (x.to_device(device), y.to_device(device));
-            let logits = model.forward(&x).reshape(&[BATCH * BLOCK, vocab]);
-            let y = y.reshape(&[BATCH * BLOCK]);
+            let rows = chunk.len() * BLOCK;
+            let logits = model.forward(&x).reshape(&[rows, vocab]);
+            let y = y.reshape(&[rows]);
             loss += cross_entropy(&logits, &y).item();
             correct += logits.argmax(1, false).eq(&y).to_dtype(DType::F32).sum().item();
-            total += (BATCH * BLOCK) as f64;
+            total += rows as f64;
         }
     });
     (correct / total, loss / batches as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_reaches_the_last_window_that_fits() {
+        // Exactly one window: the only start is 0 (the range used to be empty and panic).
+        let ids: Vec<i64> = (0..MIN_TEXT as i64).collect();
+        let (x, y) = batch(&ids);
+        assert_eq!(x.to_vec_i64()[..BLOCK], ids[..BLOCK]);
+        assert_eq!(y.to_vec_i64()[..BLOCK], ids[1..]);
+        // Two windows: both starts are drawn.
+        let ids: Vec<i64> = (0..MIN_TEXT as i64 + 1).collect();
+        nn_core::manual_seed(0);
+        let firsts: std::collections::BTreeSet<i64> =
+            (0..8).flat_map(|_| batch(&ids).0.to_vec_i64().into_iter().step_by(BLOCK)).collect();
+        assert_eq!(firsts.into_iter().collect::<Vec<_>>(), [0, 1]);
+    }
+
+    #[test]
+    fn evaluation_windows_are_fixed_and_span_the_text() {
+        let s = strided_starts(1000, 4);
+        assert_eq!(s, [0, (1000 - MIN_TEXT) / 3, 2 * (1000 - MIN_TEXT) / 3, 1000 - MIN_TEXT]);
+        assert_eq!(strided_starts(MIN_TEXT, 3), [0, 0, 0]);
+    }
+
+    #[test]
+    fn evaluate_does_not_depend_on_the_generator() {
+        let ids: Vec<i64> = (0..500).map(|i| (i * 7 % 5) as i64).collect();
+        nn_core::manual_seed(1);
+        let mut model = CharTransformer::new(5);
+        model.eval();
+        let a = evaluate(&model, &ids, 5, 1);
+        // Another state of the global generator (as after training between two calls):
+        // the same windows, the same score.
+        nn_core::manual_seed(99);
+        assert_eq!(evaluate(&model, &ids, 5, 1), a);
+    }
 }

@@ -29,8 +29,8 @@ pub struct CommonArgs {
     /// Continue from the checkpoint in `--out-dir` instead of starting over.
     #[arg(long)]
     pub resume: bool,
-    /// Use at most this many training samples (for quick runs).
-    #[arg(long)]
+    /// Use at most this many training samples (for quick runs; 1 or more).
+    #[arg(long, value_parser = parse_positive)]
     pub limit: Option<usize>,
     /// Where to train: `cpu`, or `gpu` / `gpu:N` (needs the `gpu` cargo feature:
     /// `cargo run --release -p nn-examples --features gpu --bin ... -- --device gpu`).
@@ -145,6 +145,107 @@ impl CommonArgs {
         }
     }
 
+    /// The settings a resumed run must share with the checkpoint's run: `--seed` (the
+    /// train/test split and the shuffling follow it), `--limit` (the training samples),
+    /// `--amp` (the precision), then `more`, the example's own (`("--batch-size", 64)`).
+    fn settings(&self, more: &[(&'static str, u64)]) -> Vec<(&'static str, Option<u64>)> {
+        let amp = self.amp.map(|a| match a {
+            Amp::Bf16 => AMP_BF16,
+            Amp::F16 => AMP_F16,
+        });
+        let mut s = vec![("--seed", Some(self.seed)), ("--limit", self.limit.map(|l| l as u64)), ("--amp", amp)];
+        s.extend(more.iter().map(|&(flag, v)| (flag, Some(v))));
+        s
+    }
+
+    /// Records in `ck` the run's settings (`--seed`, `--limit`, `--amp` and `more`, the
+    /// example's own flags with their values), which
+    /// [`check_settings`](CommonArgs::check_settings) compares on resume. Each value is
+    /// kept exactly (as two 32-bit halves: `extra` holds `f64`s).
+    pub fn record_settings(&self, ck: &mut nn_core::checkpoint::Checkpoint, more: &[(&'static str, u64)]) {
+        for (flag, value) in self.settings(more) {
+            let key = setting_key(flag);
+            match value {
+                Some(v) => {
+                    ck.extra.insert(format!("{key}.hi"), (v >> 32) as f64);
+                    ck.extra.insert(format!("{key}.lo"), (v & 0xffff_ffff) as f64);
+                }
+                None => {
+                    ck.extra.insert(format!("{key}.none"), 1.0);
+                }
+            }
+        }
+    }
+
+    /// On resume: an error naming the flag, the checkpoint's value and this run's when a
+    /// setting [`record_settings`](CommonArgs::record_settings) saved differs (another
+    /// `--seed` would recompute another train/test split and train on held-out samples;
+    /// another `--limit`, `--amp` or batch size would continue another run). A setting the
+    /// checkpoint does not record (one written before they were) is not checked.
+    ///
+    /// ```
+    /// use clap::Parser;
+    /// use nn_examples::CommonArgs;
+    /// #[derive(Parser)]
+    /// struct Args {
+    ///     #[command(flatten)]
+    ///     common: CommonArgs,
+    /// }
+    /// let common = |args: &[&str]| Args::parse_from(std::iter::once("demo").chain(args.iter().copied())).common;
+    /// let run = common(&["--seed", "7"]);
+    /// let mut ck = nn_core::checkpoint::Checkpoint::new(nn_core::StateDict::default(), None, None, 1, 1);
+    /// run.record_settings(&mut ck, &[("--batch-size", 32)]);
+    /// assert!(run.check_settings(&ck, &[("--batch-size", 32)]).is_ok());
+    /// let e = run.check_settings(&ck, &[("--batch-size", 64)]).unwrap_err();
+    /// assert!(e.contains("used --batch-size 32, this one --batch-size 64"), "{e}");
+    /// let e = common(&["--seed", "8"]).check_settings(&ck, &[("--batch-size", 32)]).unwrap_err();
+    /// assert!(e.contains("used --seed 7, this one --seed 8"), "{e}");
+    /// let e = common(&["--seed", "7", "--limit", "100"]).check_settings(&ck, &[("--batch-size", 32)]).unwrap_err();
+    /// assert!(e.contains("used no --limit, this one --limit 100"), "{e}");
+    /// // A seed past 2^53 is kept exactly.
+    /// let big = common(&["--seed", "18446744073709551615"]);
+    /// big.record_settings(&mut ck, &[]);
+    /// let e = common(&["--seed", "18446744073709551614"]).check_settings(&ck, &[]).unwrap_err();
+    /// assert!(e.contains("used --seed 18446744073709551615"), "{e}");
+    /// ```
+    pub fn check_settings(
+        &self,
+        ck: &nn_core::checkpoint::Checkpoint,
+        more: &[(&'static str, u64)],
+    ) -> Result<(), String> {
+        for (flag, given) in self.settings(more) {
+            let key = setting_key(flag);
+            let saved = if ck.extra.contains_key(&format!("{key}.none")) {
+                Some(None)
+            } else {
+                match (ck.extra.get(&format!("{key}.hi")), ck.extra.get(&format!("{key}.lo"))) {
+                    (Some(&hi), Some(&lo)) => Some(Some(((hi as u64) << 32) | lo as u64)),
+                    _ => None,
+                }
+            };
+            if let Some(saved) = saved.filter(|&s| s != given) {
+                return Err(format!(
+                    "--resume: the checkpoint's run used {}, this one {}: resuming would continue it on other data or \
+                     with other settings (where the train/test split follows --seed, another seed trains on held-out \
+                     samples); resume with {}, or drop --resume to start over",
+                    show_setting(flag, saved),
+                    show_setting(flag, given),
+                    show_setting(flag, saved)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The training set `(x, y)` cut to its first `--limit` samples (all of it without
+    /// `--limit`): an error when that leaves no sample, instead of a run that trains on
+    /// nothing and prints made-up numbers.
+    pub fn limit_train(&self, x: Tensor, y: Tensor) -> Result<(Tensor, Tensor), String> {
+        let (x, y) = limit(x, y, self.limit);
+        check_nonempty("training", &x)?;
+        Ok((x, y))
+    }
+
     /// `out_dir/<name>`, created.
     pub fn out(&self, name: &str) -> std::io::Result<PathBuf> {
         std::fs::create_dir_all(&self.out_dir)?;
@@ -181,11 +282,77 @@ impl CommonArgs {
     }
 }
 
+/// `--amp`'s values as recorded by [`CommonArgs::record_settings`].
+const AMP_BF16: u64 = 1;
+const AMP_F16: u64 = 2;
+
+/// The `extra` key stem of a setting (`--batch-size` -> `setting.batch-size`).
+fn setting_key(flag: &str) -> String {
+    format!("setting.{}", flag.trim_start_matches('-'))
+}
+
+/// A setting as the user gives it: `--seed 3`, `--amp bf16`, `no --limit`.
+fn show_setting(flag: &str, value: Option<u64>) -> String {
+    match (flag, value) {
+        (_, None) => format!("no {flag}"),
+        ("--amp", Some(AMP_BF16)) => "--amp bf16".into(),
+        ("--amp", Some(AMP_F16)) => "--amp f16".into(),
+        (_, Some(v)) => format!("{flag} {v}"),
+    }
+}
+
+/// Parses a count that must be at least 1 (clap's `value_parser` of `--limit`, a rank, a
+/// batch size): 0 would leave nothing to train, or divide by zero.
+///
+/// ```
+/// assert_eq!(nn_examples::parse_positive("3"), Ok(3));
+/// assert!(nn_examples::parse_positive("0").unwrap_err().contains("1 or more"));
+/// assert!(nn_examples::parse_positive("x").is_err());
+/// ```
+pub fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 leaves nothing to work with: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a whole number of 1 or more ({e})")),
+    }
+}
+
+/// An error naming the `what` set (`"training"`, `"test"`) when `x` holds no sample: a
+/// loop over it would train on nothing, and a mean over it would divide by zero.
+pub fn check_nonempty(what: &str, x: &Tensor) -> Result<(), String> {
+    if x.shape().first().is_some_and(|&n| n > 0) {
+        Ok(())
+    } else {
+        Err(format!("the {what} set is empty (shape {:?}): there is nothing to train or evaluate on", x.shape()))
+    }
+}
+
 /// The losses as a checkpoint's `extra` entries (`loss.<i>`), leaving out non-finite ones
 /// (a step the gradient scaler skipped): `Checkpoint::save` refuses them, as JSON cannot
 /// hold them.
 pub fn losses_extra(losses: &[f64]) -> std::collections::HashMap<String, f64> {
     losses.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (format!("loss.{i}"), l)).collect()
+}
+
+/// The first `len` losses [`losses_extra`] stored in `extra`, each at its own index: NaN
+/// where no entry is (a non-finite loss left out; [`write_loss_svg`] draws it as a gap),
+/// and entries past `len` ignored (the checkpoint was rewound: those steps run again).
+/// `len` is the count of losses the checkpoint's run had made by then (its epoch for a
+/// per-epoch curve, its step for a per-step one).
+///
+/// ```
+/// let extra = nn_examples::losses_extra(&[1.0, f64::NAN, 3.0, 4.0]);
+/// let back = nn_examples::losses_from_extra(&extra, 3);
+/// assert_eq!((back[0], back[1].is_nan(), back[2], back.len()), (1.0, true, 3.0, 3));
+/// ```
+pub fn losses_from_extra(extra: &std::collections::HashMap<String, f64>, len: usize) -> Vec<f64> {
+    let mut losses = vec![f64::NAN; len];
+    for (k, &v) in extra {
+        if let Some(i) = k.strip_prefix("loss.").and_then(|i| i.parse::<usize>().ok()).filter(|&i| i < len) {
+            losses[i] = v;
+        }
+    }
+    losses
 }
 
 /// A progress bar over `len` steps showing the running loss (hidden when stderr is not a
@@ -201,49 +368,75 @@ pub fn progress(len: u64, label: &str) -> ProgressBar {
     pb
 }
 
-/// Classification accuracy of `model` on `(x, y)`, evaluated in batches without a graph
-/// (each batch moved to the device of the model's parameters).
-pub fn accuracy<M: Layer>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
-    let device = model.parameters().first().map_or(Device::Cpu, |p| p.device());
-    no_grad(|| {
-        let n = x.shape()[0];
-        let mut correct = 0.0;
-        for start in (0..n).step_by(batch) {
-            let len = batch.min(n - start);
-            let pred = model.forward(&x.narrow(0, start, len).to_device(device)).argmax(-1, false);
-            correct += pred.eq(&y.narrow(0, start, len).to_device(device)).to_dtype(DType::F32).sum().item();
-        }
-        correct / n as f64
+/// Classification accuracy of `model` on `(x, y)`, in eval mode (dropout off, batch norm
+/// on its running statistics; the model's previous mode is restored afterwards), in
+/// batches without a graph (each batch moved to the device of the model's parameters).
+///
+/// # Panics
+/// When `x` holds no sample (check with [`check_nonempty`] first).
+pub fn accuracy<M: Layer>(model: &mut M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
+    in_eval_mode(model, |model| {
+        let device = model.parameters().first().map_or(Device::Cpu, |p| p.device());
+        no_grad(|| {
+            let n = x.shape()[0];
+            assert!(n > 0, "accuracy: no samples to evaluate");
+            let mut correct = 0.0;
+            for start in (0..n).step_by(batch) {
+                let len = batch.min(n - start);
+                let pred = model.forward(&x.narrow(0, start, len).to_device(device)).argmax(-1, false);
+                correct += pred.eq(&y.narrow(0, start, len).to_device(device)).to_dtype(DType::F32).sum().item();
+            }
+            correct / n as f64
+        })
     })
 }
 
-/// Mean cross-entropy of `model` (in eval mode, without grad) over every row of `x`
-/// against class labels `y`, in batches of `batch` rows: the held-out loss.
+/// Mean cross-entropy of `model` over every row of `x` against class labels `y`, in
+/// batches of `batch` rows, without grad and in eval mode (the model's previous mode is
+/// restored afterwards): the held-out loss.
 ///
 /// ```
+/// use nn_core::Module;
 /// use nn_examples::test_loss;
 /// use nn_layers::Linear;
-/// let model = Linear::new(3, 2);
+/// let mut model = Linear::new(3, 2);
 /// let (x, y) = (nn_core::Tensor::zeros(&[5, 3]), nn_core::Tensor::from_vec_i64(vec![0, 1, 0, 1, 1], &[5]));
 /// // Zero inputs give the bias as logits for every row.
 /// let b = model.bias.as_ref().unwrap().to_vec();
 /// let lse = (b[0].exp() + b[1].exp()).ln();
 /// let want = (2.0 * (lse - b[0]) + 3.0 * (lse - b[1])) / 5.0;
-/// assert!((test_loss(&model, &x, &y, 2) - f64::from(want)).abs() < 1e-6);
+/// assert!((test_loss(&mut model, &x, &y, 2) - f64::from(want)).abs() < 1e-6);
+/// // Evaluated in eval mode; the model is back in its training mode after.
+/// assert!(model.is_training());
 /// ```
-pub fn test_loss<M: Layer>(model: &M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
-    let device = model.parameters().first().map_or(Device::Cpu, |p| p.device());
-    no_grad(|| {
-        let n = x.shape()[0];
-        let mut total = 0.0;
-        for start in (0..n).step_by(batch) {
-            let len = batch.min(n - start);
-            let logits = model.forward(&x.narrow(0, start, len).to_device(device));
-            let loss = nn_core::functional::cross_entropy(&logits, &y.narrow(0, start, len).to_device(device));
-            total += loss.item() * len as f64;
-        }
-        total / n as f64
+///
+/// # Panics
+/// When `x` holds no sample (check with [`check_nonempty`] first).
+pub fn test_loss<M: Layer>(model: &mut M, x: &Tensor, y: &Tensor, batch: usize) -> f64 {
+    in_eval_mode(model, |model| {
+        let device = model.parameters().first().map_or(Device::Cpu, |p| p.device());
+        no_grad(|| {
+            let n = x.shape()[0];
+            assert!(n > 0, "test_loss: no samples to evaluate");
+            let mut total = 0.0;
+            for start in (0..n).step_by(batch) {
+                let len = batch.min(n - start);
+                let logits = model.forward(&x.narrow(0, start, len).to_device(device));
+                let loss = nn_core::functional::cross_entropy(&logits, &y.narrow(0, start, len).to_device(device));
+                total += loss.item() * len as f64;
+            }
+            total / n as f64
+        })
     })
+}
+
+/// Runs `f` with `model` in eval mode, then puts the model back in the mode it was in.
+fn in_eval_mode<M: Layer, R>(model: &mut M, f: impl FnOnce(&M) -> R) -> R {
+    let was_training = model.is_training();
+    model.eval();
+    let r = f(&*model);
+    model.set_training(was_training);
+    r
 }
 
 /// The `mnist` example's MLP: 784 -> 256 -> 10 with dropout 0.1 (also trained by
@@ -280,7 +473,9 @@ pub fn mnist_cnn() -> nn_layers::Sequential {
         .add(Linear::new(128, 10))
 }
 
-/// Takes the first `limit` samples of `(x, y)`, if a limit is given.
+/// Takes the first `limit` samples of `(x, y)`, if a limit is given. (`Some(0)` leaves
+/// none: the examples cut their training sets with [`CommonArgs::limit_train`], which
+/// refuses an empty result.)
 pub fn limit(x: Tensor, y: Tensor, limit: Option<usize>) -> (Tensor, Tensor) {
     match limit {
         Some(l) if l < x.shape()[0] => (x.narrow(0, 0, l).contiguous(), y.narrow(0, 0, l).contiguous()),
@@ -289,7 +484,8 @@ pub fn limit(x: Tensor, y: Tensor, limit: Option<usize>) -> (Tensor, Tensor) {
 }
 
 /// Splits `(x, y)` into a training part and the last `test_fraction` as held-out data,
-/// after a seeded shuffle.
+/// after a seeded shuffle. The split follows `seed`: a resumed run must use the seed of
+/// the run it continues ([`CommonArgs::check_settings`]), or it trains on held-out samples.
 pub fn split(x: &Tensor, y: &Tensor, test_fraction: f64, seed: u64) -> ((Tensor, Tensor), (Tensor, Tensor)) {
     let n = x.shape()[0];
     let loader = nn_data::DataLoader::new(x.clone(), y.clone(), n).shuffle(seed);
@@ -303,7 +499,8 @@ pub fn split(x: &Tensor, y: &Tensor, test_fraction: f64, seed: u64) -> ((Tensor,
 }
 
 /// Draws loss curves (`series`: a name and the values at steps 0, 1, ...; non-finite
-/// values are gaps, so a series can start late) to an SVG picture with `plotters`.
+/// values are gaps that break the line, so a series can start late or skip a step) to an
+/// SVG picture with `plotters`.
 ///
 /// # Errors
 /// When the file cannot be written.
@@ -326,9 +523,32 @@ pub fn write_loss_svg(path: &Path, title: &str, x_label: &str, series: &[(&str, 
         let colors = [BLUE, RED, GREEN, MAGENTA];
         for (j, (name, s)) in series.iter().enumerate() {
             let color = colors[j % colors.len()];
-            let points = s.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as f64, v));
+            // One line per run of finite values: a non-finite value breaks the line (a gap),
+            // instead of a segment joining its neighbours as if it had been measured.
+            let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
+            let mut open = false;
+            for (i, &v) in s.iter().enumerate() {
+                if !v.is_finite() {
+                    open = false;
+                    continue;
+                }
+                if !open {
+                    runs.push(Vec::new());
+                    open = true;
+                }
+                runs.last_mut().expect("a run was just opened").push((i as f64, v));
+            }
+            for run in &runs {
+                if let [point] = run.as_slice() {
+                    // A lone value between gaps: a dot (a one-point line draws nothing).
+                    chart.draw_series(std::iter::once(Circle::new(*point, 2, color.filled())))?;
+                } else {
+                    chart.draw_series(LineSeries::new(run.iter().copied(), color.stroke_width(2)))?;
+                }
+            }
+            // The legend entry, once per series (also for one with no finite value).
             chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .draw_series(LineSeries::new(std::iter::empty::<(f64, f64)>(), color.stroke_width(2)))?
                 .label(*name)
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
         }
@@ -349,4 +569,43 @@ pub fn report_outputs<M: Module>(model: &M, weights: &Path, curve: &Path) -> nn_
     model.save(weights)?;
     println!("wrote {} and {}", weights.display(), curve.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A non-finite value breaks the line: one more line than the same curve without it.
+    #[test]
+    fn loss_svg_draws_a_non_finite_value_as_a_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = |values: &[f64]| {
+            let path = dir.path().join("curve.svg");
+            write_loss_svg(&path, "t", "step", &[("loss", values)]).unwrap();
+            std::fs::read_to_string(path).unwrap().matches("<polyline").count()
+        };
+        // The same axes throughout (5 steps, values up to 5): only the curve's lines differ.
+        let whole = lines(&[5.0, 4.0, 3.0, 2.0, 1.0]);
+        assert_eq!(lines(&[5.0, 4.0, f64::NAN, 2.0, 1.0]), whole + 1);
+        assert_eq!(lines(&[f64::NAN, 5.0, 3.0, 2.0, 1.0]), whole, "a late start is no gap");
+    }
+
+    #[test]
+    fn losses_come_back_at_their_own_index() {
+        let extra = losses_extra(&[0.5, f64::INFINITY, 0.25, f64::NAN]);
+        let back = losses_from_extra(&extra, 4);
+        assert_eq!(back[0], 0.5);
+        assert!(back[1].is_nan() && back[3].is_nan(), "{back:?}");
+        assert_eq!(back[2], 0.25);
+        // A rewound checkpoint: the later losses are made again.
+        assert_eq!(losses_from_extra(&extra, 1), [0.5]);
+        assert!(losses_from_extra(&std::collections::HashMap::new(), 2).iter().all(|l| l.is_nan()));
+    }
+
+    #[test]
+    fn an_empty_set_is_refused_by_name() {
+        let e = check_nonempty("test", &Tensor::zeros(&[0, 4])).unwrap_err();
+        assert!(e.contains("the test set is empty"), "{e}");
+        assert!(check_nonempty("test", &Tensor::zeros(&[1, 4])).is_ok());
+    }
 }

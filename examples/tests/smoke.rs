@@ -52,9 +52,19 @@ fn digits_mlp_trains_saves_and_resumes() {
     assert!(e.contains("nothing left to train"), "{e}");
     let e = run_err(bin, &["--epochs", "4", "--resume", "--out-dir", d]);
     assert!(e.contains("a learning-rate schedule of 3 epochs, this one 4"), "{e}");
-    rewind(&dir.path().join("digits_mlp_checkpoint.safetensors"), 2, 0, 2);
+    let ckpt = dir.path().join("digits_mlp_checkpoint.safetensors");
+    rewind(&ckpt, 2, 0, 2);
     let out = run(bin, &["--epochs", "3", "--resume", "--out-dir", d]);
     assert!(out.contains("resumed from") && out.contains("at epoch 2"), "{out}");
+    // The loss history came back by index: epochs 0 and 1 from the checkpoint, then 2.
+    let extra = nn_core::checkpoint::Checkpoint::load(ckpt).unwrap().extra;
+    assert!(extra.contains_key("loss.2") && !extra.contains_key("loss.3"), "{extra:?}");
+    // Another seed would split the digits otherwise and train on held-out ones; another
+    // --limit would continue on other samples: both refused, naming the flag and values.
+    let e = run_err(bin, &["--epochs", "3", "--resume", "--seed", "1", "--out-dir", d]);
+    assert!(e.contains("the checkpoint's run used --seed 0, this one --seed 1"), "{e}");
+    let e = run_err(bin, &["--epochs", "3", "--resume", "--limit", "100", "--out-dir", d]);
+    assert!(e.contains("the checkpoint's run used no --limit, this one --limit 100"), "{e}");
     // A flag this example does not honour is refused, not ignored.
     let e = run_err(bin, &["--epochs", "1", "--amp", "bf16", "--out-dir", d]);
     assert!(e.contains("digits_mlp does not support --amp"), "{e}");
@@ -109,6 +119,25 @@ fn mnist_example_reads_idx_and_trains_both_models() {
     let missing = Command::new(env!("CARGO_BIN_EXE_mnist")).args(["--data-dir", "/nonexistent"]).output().unwrap();
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("--data-dir"), "the error says how to point at the data");
+    // Resuming with another batch size would continue another run.
+    let (data_s, out_s) = (data.to_str().unwrap(), out_dir.to_str().unwrap());
+    let e = run_err(
+        env!("CARGO_BIN_EXE_mnist"),
+        &["--model", "cnn", "--data-dir", data_s, "--epochs", "2", "--batch-size", "8", "--resume", "--out-dir", out_s],
+    );
+    assert!(e.contains("the checkpoint's run used --batch-size 16, this one --batch-size 8"), "{e}");
+    // An empty test set is refused up front, not scored as 0/0.
+    let empty = dir.path().join("empty_test");
+    std::fs::create_dir_all(&empty).unwrap();
+    write_idx(&empty.join("train-images-idx3-ubyte"), &[1, 28, 28], &[0; 784]);
+    write_idx(&empty.join("train-labels-idx1-ubyte"), &[1], &[3]);
+    write_idx(&empty.join("t10k-images-idx3-ubyte"), &[0, 28, 28], &[]);
+    write_idx(&empty.join("t10k-labels-idx1-ubyte"), &[0], &[]);
+    let e = run_err(
+        env!("CARGO_BIN_EXE_mnist"),
+        &["--data-dir", empty.to_str().unwrap(), "--epochs", "1", "--out-dir", out_s],
+    );
+    assert!(e.contains("the test set is empty"), "{e}");
 }
 
 #[test]
@@ -169,6 +198,11 @@ fn finetune_hooks_interop_and_transformer_run() {
     let out =
         run(env!("CARGO_BIN_EXE_char_transformer"), &["--steps", "3", "--sample-len", "5", "--resume", "--out-dir", d]);
     assert!(out.contains("resumed at step 2"), "{out}");
+    let e = run_err(
+        env!("CARGO_BIN_EXE_char_transformer"),
+        &["--steps", "3", "--sample-len", "5", "--resume", "--seed", "4", "--out-dir", d],
+    );
+    assert!(e.contains("the checkpoint's run used --seed 0, this one --seed 4"), "{e}");
     let e = run_err(env!("CARGO_BIN_EXE_hooks_demo"), &["--device", "gpu", "--out-dir", d]);
     assert!(e.contains("hooks_demo does not support --device"), "{e}");
 }
@@ -200,4 +234,41 @@ fn lora_injects_trains_saves_and_reloads_adapters() {
     );
     let svg = std::fs::read_to_string(dir.path().join("lora_loss.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "not a loss curve");
+}
+
+/// `--limit` at its edges: 0 is refused when parsing; fewer samples than the examples'
+/// fixed slices (128 activations, one 65-character window) run or are refused by name.
+#[test]
+fn limit_edges_run_or_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let e = run_err(env!("CARGO_BIN_EXE_digits_mlp"), &["--limit", "0", "--out-dir", d]);
+    assert!(e.contains("--limit") && e.contains("1 or more"), "{e}");
+    // Fewer than the 128 samples whose activations are captured.
+    let out = run(env!("CARGO_BIN_EXE_hooks_demo"), &["--limit", "5", "--epochs", "1", "--out-dir", d]);
+    assert!(out.contains("[5, 64]") && out.contains("held-out accuracy"), "{out}");
+    let bin = env!("CARGO_BIN_EXE_char_transformer");
+    let e = run_err(bin, &["--limit", "64", "--steps", "1", "--out-dir", d]);
+    assert!(e.contains("--limit 64") && e.contains("--limit 65 or more"), "{e}");
+    // Exactly one window: its only start, 0, is drawn (the range used to leave it out).
+    let out = run(bin, &["--limit", "65", "--steps", "1", "--sample-len", "1", "--out-dir", d]);
+    assert!(out.contains("65 for training"), "{out}");
+}
+
+/// Flags that would be ignored are refused: `--prompt` beside `--prompt-ids`, `--seed`
+/// for greedy decoding; and a LoRA rank of 0.
+#[test]
+fn ignored_or_meaningless_flags_are_refused() {
+    let generate = env!("CARGO_BIN_EXE_generate");
+    let e = run_err(generate, &["/nonexistent", "--prompt", "It is", "--prompt-ids", "1,2"]);
+    assert!(e.contains("--prompt") && e.contains("cannot be used with"), "{e}");
+    let e = run_err(generate, &["/nonexistent", "--seed", "3"]);
+    assert!(e.contains("--seed 3 seeds sampling") && e.contains("greedy"), "{e}");
+    // With sampling the seed is used: the run gets as far as the (missing) model.
+    let e = run_err(generate, &["/nonexistent", "--seed", "3", "--temperature", "0.8"]);
+    assert!(!e.contains("seeds sampling") && e.contains("config.json"), "{e}");
+    let e = run_err(env!("CARGO_BIN_EXE_lora"), &["--rank", "0"]);
+    assert!(e.contains("--rank") && e.contains("1 or more"), "{e}");
+    let e = run_err(env!("CARGO_BIN_EXE_gpt2_finetune"), &["--lora", "0"]);
+    assert!(e.contains("--lora") && e.contains("1 or more"), "{e}");
 }

@@ -86,6 +86,35 @@ struct SchedulerMeta {
     hyper_params: HyperParams,
 }
 
+/// The counters (at most [`MAX_COUNTER`]) and learning rates (finite, non-negative) of a
+/// checkpoint: checked by `save`, so that it writes nothing `load` refuses, and by `load`.
+fn check_counters_and_rates(
+    epoch: u64,
+    step: u64,
+    optimizer_lrs: Option<&[f64]>,
+    schedulers: &[SchedulerState],
+) -> std::result::Result<(), String> {
+    let counter = |name: &str, v: u64| match v > MAX_COUNTER {
+        true => Err(format!("`{name}` is {v}, more than the {MAX_COUNTER} a run can count")),
+        false => Ok(()),
+    };
+    let rates = |name: &str, lrs: &[f64]| match lrs.iter().enumerate().find(|(_, lr)| !(lr.is_finite() && **lr >= 0.0))
+    {
+        Some((i, lr)) => Err(format!("`{name}[{i}]` is {lr}; a learning rate is finite and non-negative")),
+        None => Ok(()),
+    };
+    counter("epoch", epoch)?;
+    counter("step", step)?;
+    if let Some(lrs) = optimizer_lrs {
+        rates("optimizer_lrs", lrs)?;
+    }
+    for (i, s) in schedulers.iter().enumerate() {
+        counter(&format!("schedulers[{i}].last_epoch"), s.last_epoch)?;
+        rates(&format!("schedulers[{i}].base_lrs"), &s.base_lrs)?;
+    }
+    Ok(())
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -148,14 +177,27 @@ impl Checkpoint {
                 });
             }
         }
+        let refuse = |reason: String| Error::Checkpoint {
+            path: path.as_ref().to_path_buf(),
+            reason: format!("{reason}; nothing was written (the previous checkpoint, if any, is kept)"),
+        };
         if let Some((k, v)) = self.extra.iter().find(|(_, v)| !v.is_finite()) {
-            return Err(Error::Checkpoint {
-                path: path.as_ref().to_path_buf(),
-                reason: format!(
-                    "`extra[\"{k}\"]` is {v}, which the file's JSON metadata cannot hold; nothing was written (the \
-                     previous checkpoint, if any, is kept)"
-                ),
-            });
+            return Err(refuse(format!("`extra[\"{k}\"]` is {v}, which the file's JSON metadata cannot hold")));
+        }
+        // What `load` and `restore` would refuse is not written: a learning rate a scheduler
+        // grew past f64's range or one set negative, a counter past `MAX_COUNTER`, a
+        // diverged optimizer state (NaN moments).
+        let lrs = self.optimizer.as_ref().map(|o| o.lrs.as_slice());
+        check_counters_and_rates(self.epoch, self.step, lrs, &self.schedulers).map_err(refuse)?;
+        if let Some(o) = &self.optimizer {
+            for (k, t) in o.tensors.iter().filter(|(_, t)| t.dtype().is_float() && t.device() != crate::Device::Meta) {
+                if let Some(v) = t.to_vec_f64().into_iter().find(|v| !v.is_finite()) {
+                    return Err(refuse(format!(
+                        "`optimizer.{k}` holds {v}: the optimizer's state has diverged, and restoring it would be \
+                         refused"
+                    )));
+                }
+            }
         }
         let mut all = StateDict::default();
         for (k, t) in self.model.iter() {
@@ -219,22 +261,6 @@ impl Checkpoint {
             }
             (v, ..) => return Err(bad(format!("format version {v} (this build reads 1 and {FORMAT_VERSION})"))),
         }
-        let counter = |name: &str, v: u64| {
-            if v > MAX_COUNTER {
-                return Err(bad(format!("`{name}` is {v}, more than the {MAX_COUNTER} a run can count")));
-            }
-            Ok(v)
-        };
-        let lrs =
-            |name: &str, lrs: &[f64]| match lrs.iter().enumerate().find(|(_, lr)| !(lr.is_finite() && **lr >= 0.0)) {
-                Some((i, lr)) => Err(bad(format!("`{name}[{i}]` is {lr}; a learning rate is finite and non-negative"))),
-                None => Ok(()),
-            };
-        counter("epoch", m.epoch)?;
-        counter("step", m.step)?;
-        if let Some(o) = &m.optimizer_lrs {
-            lrs("optimizer_lrs", o)?;
-        }
         match (&m.optimizer_lrs, m.optimizer_hyper_params.len()) {
             (_, 0) => {}
             (None, _) => return Err(bad("optimizer hyper-parameters but no `optimizer_lrs`".into())),
@@ -259,10 +285,7 @@ impl Checkpoint {
                 })
                 .collect(),
         };
-        for (i, s) in schedulers.iter().enumerate() {
-            counter(&format!("schedulers[{i}].last_epoch"), s.last_epoch)?;
-            lrs(&format!("schedulers[{i}].base_lrs"), &s.base_lrs)?;
-        }
+        check_counters_and_rates(m.epoch, m.step, m.optimizer_lrs.as_deref(), &schedulers).map_err(bad)?;
         if let Some(scaler) = &m.scaler {
             scaler.check().map_err(|e| match e {
                 Error::GradScalerState { key, reason } => bad(format!("`scaler.{key}` {reason}")),

@@ -270,7 +270,7 @@ pub struct Mismatch {
 /// Every problem found by one `load_state_dict` call, all reported together.
 ///
 /// The fields hold every offending key. The message lists up to [`MAX_LISTED_KEYS`] of
-/// each kind by name and counts the rest (`... and 999,990 more`): a hostile file with a
+/// each kind by name and counts the rest (`... and 999,900 more`): a hostile file with a
 /// million entries must not produce a ten-megabyte error string.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StateDictError {

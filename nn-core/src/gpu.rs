@@ -86,16 +86,26 @@ impl GpuStats {
     }
 }
 
-/// The counters of `gpu:n`, or `None` when it is not available (or was never opened).
-pub fn stats(n: usize) -> Option<GpuStats> {
+/// The counters of `gpu:n`. A GPU that is not available (no `gpu` feature, no such
+/// adapter, or lost) counts what it ran before, which is nothing when it never opened:
+/// all zeros ([`adapter_info`] says whether it is there).
+///
+/// ```
+/// use nn_core::gpu;
+/// let s = gpu::stats(0);
+/// if !gpu::is_available() {
+///     assert_eq!((s.allocations, s.dispatches, s.host_waits), (0, 0, 0));
+/// }
+/// ```
+pub fn stats(n: usize) -> GpuStats {
     #[cfg(feature = "gpu")]
     {
         use std::sync::atomic::Ordering::Relaxed;
-        let c = crate::backend::gpu::context::get(n).ok()?;
+        let Ok(c) = crate::backend::gpu::context::get(n) else { return GpuStats::default() };
         let host_path =
             c.fallbacks.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect();
         let k = &c.counters;
-        Some(GpuStats {
+        GpuStats {
             allocations: k.allocations.load(Relaxed),
             reuses: k.reuses.load(Relaxed),
             dispatches: k.dispatches.load(Relaxed),
@@ -103,12 +113,12 @@ pub fn stats(n: usize) -> Option<GpuStats> {
             host_waits: k.host_waits.load(Relaxed),
             bind_groups: k.bind_groups.load(Relaxed),
             host_path,
-        })
+        }
     }
     #[cfg(not(feature = "gpu"))]
     {
         let _ = n;
-        None
+        GpuStats::default()
     }
 }
 

@@ -146,8 +146,9 @@ impl AtomicFiles {
     }
 
     /// Writes the new content of `path` (through its symbolic links, as `File::create`
-    /// writes) with `write` into a temporary file beside it, synced; the leftovers of
-    /// crashed saves of `path` are removed first.
+    /// writes) with `write` into a temporary file beside it, synced, with the permissions
+    /// of the file it will replace; the leftovers of crashed saves of `path` are removed
+    /// first.
     ///
     /// # Errors
     /// [`Error::Io`] naming the file, for a failure of `write` or of the file system (the
@@ -175,6 +176,14 @@ impl AtomicFiles {
         ));
         let guard = (|| {
             let (guard, mut file) = TempFile::create(tmp)?;
+            // The new file keeps the permissions of the one it replaces, as a write into
+            // it would (a private `0600` checkpoint must not become world-readable). Its
+            // owner is the saver, as for any new file.
+            if let Ok(old) = std::fs::metadata(&resolved) {
+                if old.is_file() {
+                    file.set_permissions(old.permissions())?;
+                }
+            }
             write(&mut file)?;
             file.flush()?;
             file.sync_all()?;
@@ -422,6 +431,23 @@ fn file_kind(t: &std::fs::FileType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A replaced file's permissions are kept (the temporary file was created 0666 less
+    /// the umask: a 0600 checkpoint became world-readable).
+    #[cfg(unix)]
+    #[test]
+    fn the_replaced_files_permissions_are_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ck.bin");
+        std::fs::write(&p, b"old").unwrap();
+        for mode in [0o600, 0o640, 0o444] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            atomic_write(&p, |f| f.write_all(b"new")).unwrap();
+            assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, mode);
+            assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        }
+    }
 
     #[cfg(unix)]
     #[test]

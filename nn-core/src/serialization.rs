@@ -5,8 +5,10 @@
 //! one pass and validated completely (size cap, UTF-8, JSON, no name twice, shapes whose
 //! dimensions multiply within bounds, offsets that tile the data section exactly, a data
 //! section that exactly fills the file) before any tensor is materialised, and every
-//! allocation is bounded by the file's own length. Writing goes through the `safetensors`
-//! crate.
+//! allocation is bounded by the file's own length: the tensors take at most that many
+//! bytes, except the narrow integer types (`I32`, `U32`, `I16`, `U16`, `I8`, `U8`), which
+//! load as `i64` (nn's integer type; so a `U8` file of n bytes takes 8n bytes). Writing
+//! goes through the `safetensors` crate.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -99,7 +101,17 @@ fn tensor_from_view(key: &str, dtype: Dtype, shape: &[usize], bytes: &[u8], orig
         Dtype::I64 => Storage::from_vec(decode_native(bytes, i64::from_le_bytes)),
         Dtype::F16 => Storage::from_vec(decode(bytes, |b| f16::from_bits(u16::from_le_bytes(b)))),
         Dtype::BF16 => Storage::from_vec(decode(bytes, |b| bf16::from_bits(u16::from_le_bytes(b)))),
-        Dtype::BOOL => Storage::from_vec(bytes.iter().map(|&b| b != 0).collect()),
+        Dtype::BOOL => {
+            // A bool is one byte, 0 or 1 (as PyTorch and NumPy write it); another byte is
+            // a corrupt file, not `true`.
+            if let Some(i) = bytes.iter().position(|&b| b > 1) {
+                return Err(Error::InvalidFile {
+                    path: origin.to_path_buf(),
+                    reason: format!("`{key}` is BOOL, and its element {i} is the byte {}, not 0 or 1", bytes[i]),
+                });
+            }
+            Storage::from_vec(bytes.iter().map(|&b| b != 0).collect())
+        }
         Dtype::I32 => Storage::from_vec(decode(bytes, |b| i32::from_le_bytes(b) as i64)),
         Dtype::I16 => Storage::from_vec(decode(bytes, |b| i16::from_le_bytes(b) as i64)),
         Dtype::I8 => Storage::from_vec(bytes.iter().map(|&b| b as i8 as i64).collect()),
@@ -208,6 +220,14 @@ impl StateDict {
     /// recorded under [`TIED_NAMES_KEY`], or an error when the caller's metadata uses that
     /// key itself.
     fn with_tied_names(&self, metadata: Option<HashMap<String, String>>) -> Result<Option<HashMap<String, String>>> {
+        if self.contains_key("__metadata__") {
+            return Err(Error::InvalidFile {
+                path: "<memory>".into(),
+                reason: "an entry is named `__metadata__`, the safetensors header's own key (the file's metadata): \
+                         rename it"
+                    .into(),
+            });
+        }
         if metadata.as_ref().is_some_and(|m| m.contains_key(TIED_NAMES_KEY)) {
             return Err(Error::InvalidFile {
                 path: "<memory>".into(),
@@ -530,8 +550,18 @@ impl<'de> serde::Deserialize<'de> for UniqueMap {
 
 /// Checks that no JSON object in `json` has the same key twice: `serde_json` would keep
 /// the last one silently, so a file could say one thing to this reader and another to
-/// the next.
-pub(crate) fn check_unique_keys(json: &str) -> std::result::Result<(), String> {
+/// the next. For metadata and configs read from files (nn-models' `config.json`).
+///
+/// ```
+/// use nn_core::serialization::check_unique_keys;
+/// assert!(check_unique_keys(r#"{"eps": 1e-5, "layers": [{"n": 1}, {"n": 2}]}"#).is_ok());
+/// let e = check_unique_keys(r#"{"eps": 1e-5, "eps": 0.5}"#).unwrap_err();
+/// assert!(e.contains("duplicate key `eps`"), "{e}");
+/// ```
+///
+/// # Errors
+/// The duplicate key (or what makes `json` invalid), with its position.
+pub fn check_unique_keys(json: &str) -> std::result::Result<(), String> {
     let mut de = serde_json::Deserializer::from_str(json);
     serde::de::DeserializeSeed::deserialize(UniqueKeys, &mut de).map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())
@@ -638,5 +668,28 @@ mod tests {
         let back = StateDict::load(&path).unwrap();
         assert_eq!(back.get("a.strided").unwrap().to_vec(), sd.get("a.strided").unwrap().to_vec());
         assert_eq!(back.get("b.big").unwrap().to_vec(), sd.get("b.big").unwrap().to_vec());
+    }
+
+    /// A bool byte other than 0 and 1 is a corrupt file; an entry named `__metadata__`
+    /// is refused at save (the file would hold the header's own key twice, and `load`
+    /// would refuse it after it had replaced a good one).
+    #[test]
+    fn bool_bytes_and_the_metadata_key_are_checked() {
+        let mut sd = StateDict::default();
+        sd.insert("mask".into(), Tensor::from_vec_bool(vec![true, false, true], &[3]));
+        let mut bytes = sd.to_safetensors_bytes(None).unwrap();
+        let n = bytes.len();
+        assert_eq!(&bytes[n - 3..], [1, 0, 1]);
+        bytes[n - 2] = 2;
+        let e = StateDict::from_safetensors_bytes(&bytes).unwrap_err().to_string();
+        assert!(e.contains("`mask` is BOOL, and its element 1 is the byte 2, not 0 or 1"), "{e}");
+
+        sd.insert("__metadata__".into(), Tensor::ones(&[1]));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sd.safetensors");
+        for e in [sd.to_safetensors_bytes(None).unwrap_err(), sd.save(&path).unwrap_err()] {
+            assert!(e.to_string().contains("an entry is named `__metadata__`"), "{e}");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written");
     }
 }

@@ -65,7 +65,7 @@ fn check(name: &str, inputs: &[Tensor], tol: f64, f: impl Fn(&[Tensor]) -> Tenso
     };
     let cpu_in: Vec<Tensor> = inputs.iter().map(|t| leaf(t, Device::Cpu)).collect();
     let gpu_in: Vec<Tensor> = inputs.iter().map(|t| leaf(t, GPU)).collect();
-    let before = gpu::stats(0).unwrap();
+    let before = gpu::stats(0);
     let (yc, yg) = (f(&cpu_in), f(&gpu_in));
     assert_eq!(yg.device(), GPU, "{name}: the output left the GPU");
     let mut err = worst(&yg, &yc);
@@ -81,7 +81,7 @@ fn check(name: &str, inputs: &[Tensor], tol: f64, f: impl Fn(&[Tensor]) -> Tenso
             }
         }
     }
-    let after = gpu::stats(0).unwrap();
+    let after = gpu::stats(0);
     let host: Vec<String> = after
         .host_path
         .iter()
@@ -284,7 +284,7 @@ fn tiling_padding_einsum_and_resampling_match_the_cpu() {
     use nn_core::functional::{einsum, interpolate};
     use nn_core::ops::{InterpolateMode, InterpolateSize, PadMode};
     nn_core::manual_seed(11);
-    let before = gpu::stats(0).unwrap().host_path_calls();
+    let before = gpu::stats(0).host_path_calls();
     check("repeat", &[randn(&[2, 3])], F32, |t| t[0].repeat(&[2, 1, 3]));
     check("repeat_interleave", &[randn(&[2, 3])], F32, |t| t[0].repeat_interleave(3, 1));
     let img = randn(&[2, 3, 5, 6]);
@@ -313,7 +313,7 @@ fn tiling_padding_einsum_and_resampling_match_the_cpu() {
     check("interpolate linear", &[line], F32, |t| {
         interpolate(&t[0], InterpolateSize::Size(vec![11]), InterpolateMode::Linear, None)
     });
-    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "a composed op took a host path");
+    assert_eq!(gpu::stats(0).host_path_calls(), before, "a composed op took a host path");
     // Per-element repeats are read on the host (the output size depends on them).
     let reps = Tensor::from_vec_i64(vec![1, 0, 3], &[3]);
     check("repeat_interleave tensor", &[randn(&[3, 2]), reps], F32, |t| t[0].repeat_interleave_tensor(&t[1], 0));
@@ -417,9 +417,9 @@ fn a_bad_index_overwritten_before_the_read_is_reported_by_position() {
 fn a_bad_class_target_on_the_gpu_is_reported_at_the_loss_read() {
     let _serial = serial();
     let logits = Tensor::randn(&[3, 5]).to_device(GPU);
-    let before = nn_core::gpu::stats(0).unwrap();
+    let before = nn_core::gpu::stats(0);
     let loss = nn_core::functional::cross_entropy(&logits, &Tensor::from_vec_i64(vec![0, 7, 4], &[3]).to_device(GPU));
-    let after = nn_core::gpu::stats(0).unwrap();
+    let after = nn_core::gpu::stats(0);
     assert_eq!(after.host_waits, before.host_waits, "the targets are checked without a host wait");
     let m = panic_message(|| {
         loss.item();
@@ -437,9 +437,9 @@ fn a_bad_class_target_on_the_gpu_is_reported_at_the_loss_read() {
 fn empty_tensors_read_back_without_a_wait() {
     let _serial = serial();
     let e = Tensor::zeros(&[0, 3]).to_device(GPU);
-    let before = nn_core::gpu::stats(0).unwrap();
+    let before = nn_core::gpu::stats(0);
     assert!((&e + 1.0).to_vec().is_empty());
-    assert_eq!(nn_core::gpu::stats(0).unwrap().host_waits, before.host_waits);
+    assert_eq!(nn_core::gpu::stats(0).host_waits, before.host_waits);
 }
 
 #[test]
@@ -631,7 +631,7 @@ fn half_elementwise_ops_run_on_the_gpu_and_match_the_cpu() {
         let one_ulp = if dtype == DType::F16 { 1e-3 } else { 8e-3 };
         let (xh, yh) = (x.to_dtype(dtype), y.to_dtype(dtype));
         let (xg, yg) = (xh.to_device(GPU), yh.to_device(GPU));
-        let before = gpu::stats(0).unwrap().host_path_calls();
+        let before = gpu::stats(0).host_path_calls();
         // Exact in f32, then rounded once: bit for bit.
         same("add", dtype, &xg + &yg, &xh + &yh);
         same("mul (transposed, odd length)", dtype, xg.t() * 3.0, xh.t() * 3.0);
@@ -671,13 +671,8 @@ fn half_elementwise_ops_run_on_the_gpu_and_match_the_cpu() {
         assert_eq!((gg.device(), gg.dtype()), (GPU, dtype));
         let err = worst(&gg.to_device(Device::Cpu).to_dtype(DType::F64), &gc.to_dtype(DType::F64));
         assert!(err <= 2.0 * one_ulp, "gelu backward {dtype}: {err:e}");
-        let host = gpu::stats(0).unwrap().host_path_calls() - before;
-        assert_eq!(
-            host,
-            0,
-            "{dtype}: a half elementwise op took the host path: {:?}",
-            gpu::stats(0).unwrap().host_path
-        );
+        let host = gpu::stats(0).host_path_calls() - before;
+        assert_eq!(host, 0, "{dtype}: a half elementwise op took the host path: {:?}", gpu::stats(0).host_path);
     }
 }
 
@@ -770,18 +765,18 @@ fn erf_and_erfinv_have_f32_kernels_and_agree_with_the_cpu_at_the_edges() {
     let _serial = serial();
     let v = vec![0.0, -0.0, 1e-30, -1e-6, 0.3, 0.4999, 0.5, -2.0, 5.0, 12.0, f32::INFINITY, f32::NAN];
     let x = Tensor::from_vec(v.clone(), &[v.len()]);
-    let before = gpu::stats(0).unwrap().host_path_calls();
+    let before = gpu::stats(0).host_path_calls();
     let g = x.to_device(GPU).erf();
-    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "erf took the host path");
+    assert_eq!(gpu::stats(0).host_path_calls(), before, "erf took the host path");
     let (gv, cv) = (g.to_vec(), x.erf().to_vec());
     for (i, (a, b)) in gv.iter().zip(&cv).enumerate() {
         assert!((a - b).abs() <= 3e-7 * b.abs() || (a.is_nan() && b.is_nan()), "erf({}) = {a} vs {b}", v[i]);
     }
     let y = vec![0.0, 1e-30, -1e-6, 0.3, -0.7, 0.999, -0.99999, 1.0, -1.0, 1.5, f32::NAN];
     let x = Tensor::from_vec(y.clone(), &[y.len()]);
-    let before = gpu::stats(0).unwrap().host_path_calls();
+    let before = gpu::stats(0).host_path_calls();
     let g = x.to_device(GPU).erfinv();
-    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "erfinv took the host path");
+    assert_eq!(gpu::stats(0).host_path_calls(), before, "erfinv took the host path");
     let (gv, cv) = (g.to_vec(), x.erfinv().to_vec());
     for (i, (a, b)) in gv.iter().zip(&cv).enumerate() {
         let ok = (a - b).abs() <= 2e-6 * b.abs() || a == b || (a.is_nan() && b.is_nan());
@@ -805,7 +800,7 @@ fn sorting_on_the_device_is_stable_and_orders_nan_like_the_cpu() {
     let x = Tensor::from_vec(v, &[4, 300]);
     let g = x.to_device(GPU);
     let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
-    let before = gpu::stats(0).unwrap().host_path_calls();
+    let before = gpu::stats(0).host_path_calls();
     for descending in [false, true] {
         for (name, f) in [
             (
@@ -823,7 +818,7 @@ fn sorting_on_the_device_is_stable_and_orders_nan_like_the_cpu() {
             assert_eq!(bits(&gv), bits(&cv), "{name} (descending {descending}): values");
         }
     }
-    assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "f32 sorts took the host path");
+    assert_eq!(gpu::stats(0).host_path_calls(), before, "f32 sorts took the host path");
     // Longer lines sort on the host path, with the same results.
     let long = Tensor::randn(&[2, 1500]);
     assert_eq!(long.to_device(GPU).sort(1, false).1.to_vec_i64(), long.sort(1, false).1.to_vec_i64());
@@ -935,7 +930,7 @@ fn amp_steps(p: &[Tensor], steps: usize, lr: f64, amp: Option<DType>, forward: i
     let mut losses = Vec::new();
     let mut host_after_warmup = 0;
     for step in 0..steps {
-        let before = gpu::stats(0).unwrap().host_path_calls();
+        let before = gpu::stats(0).host_path_calls();
         let loss = match amp {
             Some(h) => nn_core::amp::autocast(GPU, h, &forward),
             None => forward(),
@@ -950,10 +945,10 @@ fn amp_steps(p: &[Tensor], steps: usize, lr: f64, amp: Option<DType>, forward: i
         }
         losses.push(loss.item());
         if step > 0 {
-            host_after_warmup += gpu::stats(0).unwrap().host_path_calls() - before;
+            host_after_warmup += gpu::stats(0).host_path_calls() - before;
         }
     }
-    assert_eq!(host_after_warmup, 0, "{amp:?}: host path: {:?}", gpu::stats(0).unwrap().host_path);
+    assert_eq!(host_after_warmup, 0, "{amp:?}: host path: {:?}", gpu::stats(0).host_path);
     losses
 }
 
@@ -1096,7 +1091,7 @@ fn half_ops_without_half_kernels_run_on_the_gpu() {
         let cpu: Vec<Tensor> = [&x, &w, &b].iter().map(|t| t.to_dtype(dtype).requires_grad_(true)).collect();
         let dev: Vec<Tensor> = cpu.iter().map(|t| t.detach().to_device(GPU).requires_grad_(true)).collect();
         for (name, f) in &ops {
-            let before = gpu::stats(0).unwrap().host_path_calls();
+            let before = gpu::stats(0).host_path_calls();
             let (yg, yc) = (f(&dev), f(&cpu));
             assert_eq!((yg.device(), yg.dtype()), (GPU, dtype), "{name}");
             let wg = Tensor::randn(yc.shape()).to_dtype(dtype);
@@ -1113,16 +1108,11 @@ fn half_ops_without_half_kernels_run_on_the_gpu() {
                 g.set_grad(None);
                 c.set_grad(None);
             }
-            assert_eq!(
-                gpu::stats(0).unwrap().host_path_calls(),
-                before,
-                "{name} {dtype}: {:?}",
-                gpu::stats(0).unwrap().host_path
-            );
+            assert_eq!(gpu::stats(0).host_path_calls(), before, "{name} {dtype}: {:?}", gpu::stats(0).host_path);
         }
         // Writes into a strided slice of a tensor holding other values: the neighbours of
         // each written element in its word keep their bits.
-        let before = gpu::stats(0).unwrap().host_path_calls();
+        let before = gpu::stats(0).host_path_calls();
         let (dc, src) = (x.to_dtype(dtype).reshape(&[6, 49]), w.to_dtype(dtype).reshape(&[12, 9]));
         let dg = dc.to_device(GPU);
         for (d, s) in [(&dc, src.clone()), (&dg, src.to_device(GPU))] {
@@ -1133,7 +1123,7 @@ fn half_ops_without_half_kernels_run_on_the_gpu() {
         let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
         assert_ne!(bits(&dc), bits(&x.to_dtype(dtype).reshape(&[6, 49])), "the writes changed it");
         assert_eq!(bits(&dg), bits(&dc), "{dtype}: a slice write on the GPU is not the CPU's");
-        assert_eq!(gpu::stats(0).unwrap().host_path_calls(), before, "{dtype}: {:?}", gpu::stats(0).unwrap().host_path);
+        assert_eq!(gpu::stats(0).host_path_calls(), before, "{dtype}: {:?}", gpu::stats(0).host_path);
     }
 }
 

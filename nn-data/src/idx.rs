@@ -52,6 +52,11 @@ pub fn read_idx(path: impl AsRef<Path>) -> Result<IdxArray> {
     Ok(IdxArray { dims, data: bytes[header..].to_vec() })
 }
 
+/// The side of an MNIST image, in pixels.
+const MNIST_SIDE: usize = 28;
+/// MNIST's classes (digits, or Fashion-MNIST's ten kinds of clothing).
+const MNIST_CLASSES: usize = 10;
+
 /// Which half of a dataset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Split {
@@ -62,13 +67,15 @@ pub enum Split {
 }
 
 /// Loads MNIST-format images as `[N, 1, 28, 28]` `f32` in `[0, 1]` and labels as `[N]`
-/// `i64`, from `dir` holding `{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]`. Where
-/// both a file and its `.gz` are there (torchvision's raw folders), the file is read and
-/// the `.gz` must hold the same values.
+/// `i64` classes `0..10`, from `dir` holding
+/// `{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]`. Where both a file and its `.gz` are
+/// there (torchvision's raw folders), the file is read and the `.gz` must hold the same
+/// values.
 ///
 /// # Errors
-/// As [`read_idx`], and [`DataError::Format`] when images and labels disagree, or a file
-/// and its `.gz` differ.
+/// As [`read_idx`], and [`DataError::Format`] when images and labels disagree, the images
+/// are not 28x28 (naming the dimensions found), a label is not a class 0-9 (naming the
+/// first such label and its index), or a file and its `.gz` differ.
 pub fn load_mnist(dir: impl AsRef<Path>, split: Split) -> Result<(Tensor, Tensor)> {
     let dir = dir.as_ref();
     let prefix = match split {
@@ -100,7 +107,7 @@ pub fn load_mnist(dir: impl AsRef<Path>, split: Split) -> Result<(Tensor, Tensor
         }
     };
     let (img_path, images) = read(format!("{prefix}-images-idx3-ubyte"))?;
-    let (_, labels) = read(format!("{prefix}-labels-idx1-ubyte"))?;
+    let (label_path, labels) = read(format!("{prefix}-labels-idx1-ubyte"))?;
     if images.dims.len() != 3 || labels.dims.len() != 1 || images.dims[0] != labels.dims[0] {
         return Err(DataError::Format {
             path: img_path,
@@ -108,6 +115,21 @@ pub fn load_mnist(dir: impl AsRef<Path>, split: Split) -> Result<(Tensor, Tensor
         });
     }
     let (n, h, w) = (images.dims[0], images.dims[1], images.dims[2]);
+    // What every caller takes MNIST to be: 28x28 images (a 32x32 set would load, then fail
+    // deep inside a layer) and classes 0-9 (a label of 10 would index past a 10-way
+    // classifier's logits).
+    if (h, w) != (MNIST_SIDE, MNIST_SIDE) {
+        return Err(DataError::Format {
+            path: img_path,
+            reason: format!("images are {h}x{w} (dimensions {:?}), not MNIST's {MNIST_SIDE}x{MNIST_SIDE}", images.dims),
+        });
+    }
+    if let Some(i) = labels.data.iter().position(|&l| usize::from(l) >= MNIST_CLASSES) {
+        return Err(DataError::Format {
+            path: label_path,
+            reason: format!("label {} at index {i} is not a class 0-{}", labels.data[i], MNIST_CLASSES - 1),
+        });
+    }
     let x = Tensor::from_vec(images.data.iter().map(|&v| v as f32 / 255.0).collect(), &[n, 1, h, w]);
     let y = Tensor::from_vec_i64(labels.data.iter().map(|&v| v as i64).collect(), &[n]);
     Ok((x, y))
@@ -121,6 +143,37 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, bytes).unwrap();
         p
+    }
+
+    /// An unsigned-byte IDX file's bytes: the header for `dims`, then `data`.
+    fn idx(dims: &[u32], data: &[u8]) -> Vec<u8> {
+        let mut b = vec![0, 0, 8, dims.len() as u8];
+        for d in dims {
+            b.extend(d.to_be_bytes());
+        }
+        b.extend(data);
+        b
+    }
+
+    /// Images that are not 28x28 are refused naming the file and the dimensions found;
+    /// a label that is not a class 0-9 naming the file, the label and its index.
+    #[test]
+    fn mnist_images_must_be_28x28_and_labels_classes() {
+        let dir = tempfile::tempdir().unwrap();
+        let labels = write(dir.path(), "t10k-labels-idx1-ubyte", &idx(&[3], &[0, 9, 4]));
+        let images = write(dir.path(), "t10k-images-idx3-ubyte", &idx(&[3, 32, 32], &[0; 3 * 32 * 32]));
+        let e = load_mnist(dir.path(), Split::Test).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(&e, DataError::Format { path, .. } if *path == images), "{msg}");
+        assert!(msg.contains("images are 32x32 (dimensions [3, 32, 32]), not MNIST's 28x28"), "{msg}");
+        write(dir.path(), "t10k-images-idx3-ubyte", &idx(&[3, 28, 28], &[0; 3 * 784]));
+        let (x, y) = load_mnist(dir.path(), Split::Test).unwrap();
+        assert_eq!((x.shape(), y.to_vec_i64()), (&[3, 1, 28, 28][..], vec![0, 9, 4]));
+        write(dir.path(), "t10k-labels-idx1-ubyte", &idx(&[3], &[0, 10, 255]));
+        let e = load_mnist(dir.path(), Split::Test).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(&e, DataError::Format { path, .. } if *path == labels), "{msg}");
+        assert!(msg.contains("label 10 at index 1 is not a class 0-9"), "{msg}");
     }
 
     #[test]
@@ -141,23 +194,19 @@ mod tests {
     #[test]
     fn mnist_files_held_twice_must_agree() {
         let dir = tempfile::tempdir().unwrap();
-        let images = |fill: u8| {
-            let mut b = vec![0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2];
-            b.extend([fill; 8]);
-            b
-        };
+        let images = |fill: u8| idx(&[2, 28, 28], &[fill; 2 * 784]);
         let gz = |b: &[u8]| {
             let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             std::io::Write::write_all(&mut e, b).unwrap();
             e.finish().unwrap()
         };
-        let labels = [0, 0, 8, 1, 0, 0, 0, 2, 3, 7];
+        let labels = idx(&[2], &[3, 7]);
         write(dir.path(), "train-labels-idx1-ubyte.gz", &gz(&labels));
         write(dir.path(), "train-images-idx3-ubyte.gz", &gz(&images(255)));
         let (x, y) = load_mnist(dir.path(), Split::Train).unwrap();
-        assert_eq!((x.shape(), y.to_vec_i64()), (&[2, 1, 2, 2][..], vec![3, 7]));
+        assert_eq!((x.shape(), y.to_vec_i64()), (&[2, 1, 28, 28][..], vec![3, 7]));
         write(dir.path(), "train-images-idx3-ubyte", &images(255));
-        assert_eq!(load_mnist(dir.path(), Split::Train).unwrap().0.to_vec(), vec![1.0; 8]);
+        assert_eq!(load_mnist(dir.path(), Split::Train).unwrap().0.to_vec(), vec![1.0; 2 * 784]);
         write(dir.path(), "train-images-idx3-ubyte", &images(0));
         let e = load_mnist(dir.path(), Split::Train).unwrap_err().to_string();
         assert!(

@@ -2,10 +2,12 @@
 //! *Pride and Prejudice*, in `data/`) fully sharded: each encoder layer is a
 //! `FullyShardedDataParallel` unit, the rest (embeddings, final norm, head) the root unit;
 //! every rank keeps a share of the parameters, gradients and AdamW state, and draws its own
-//! `32 / world` windows of each step's batch. Rank 0 prints the loss; at the end every rank
-//! writes its sharded checkpoint (`--resume` continues from them), rank 0 gathers the full
-//! state dict, saves it under the unwrapped model's names and evaluates held-out accuracy
-//! with it.
+//! `32 / world` windows of each step's batch. Every 50 steps rank 0 prints the loss and
+//! every rank writes its shard of the checkpoint (`--resume` continues from the last one,
+//! with the same `--seed`, ranks and `--steps`; the windows after it are drawn afresh, so a
+//! resumed run is not bit for bit the uninterrupted one). At the end rank 0 gathers the
+//! full state dict, saves it under the unwrapped model's names and evaluates held-out
+//! accuracy with it.
 //!
 //! ```text
 //! cd nn-distributed && cargo build --release --example fsdp_char
@@ -66,8 +68,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let step_file = args.out_dir.join("step.txt");
     let mut start = 0;
     if args.resume {
+        // `step.txt`: the step the shards were saved at, and the run's seed.
+        let saved = std::fs::read_to_string(&step_file)?;
+        let mut fields = saved.split_whitespace();
+        start = fields.next().ok_or("step.txt is empty")?.parse()?;
+        if let Some(seed) = fields.next() {
+            let seed: u64 = seed.parse()?;
+            if seed != args.seed {
+                return Err(format!(
+                    "--resume: the saved run used --seed {seed}, this one --seed {}: its batches and dropout would \
+                     follow another stream; resume with --seed {seed}, or drop --resume to start over",
+                    args.seed
+                )
+                .into());
+            }
+        }
+        if start >= args.steps {
+            return Err(format!(
+                "--resume: the saved run is at step {start} and this one ends at step {}: nothing left to train; pass \
+                 a larger --steps, or drop --resume to start over",
+                args.steps
+            )
+            .into());
+        }
         fsdp.load_sharded(&shard_file, &mut opt)?;
-        start = std::fs::read_to_string(&step_file)?.trim().parse()?;
         // The learning rate is the loaded optimizer state's; the scheduler goes on from
         // step `start` (stepping it `start` times would decay the loaded rate again).
         let state = SchedulerState { last_epoch: start, ..sched.state().clone() };
@@ -99,11 +123,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if lead {
                 println!("step {:>4}: loss {mean:.3} ({:.1} s)", step + 1, t0.elapsed().as_secs_f64());
             }
+            // Every rank writes its shard; an interrupted run resumes from the last one.
+            fsdp.save_sharded(&shard_file, &opt)?;
+            if lead {
+                std::fs::write(&step_file, format!("{} {}\n", step + 1, args.seed))?;
+            }
         }
-    }
-    fsdp.save_sharded(&shard_file, &opt)?;
-    if lead {
-        std::fs::write(&step_file, args.steps.to_string())?;
     }
     // The whole model, under its own names, on rank 0: evaluate it unwrapped.
     let full = fsdp.full_state_dict();

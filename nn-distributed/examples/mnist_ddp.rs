@@ -117,6 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let loader = DataLoader::new(x_train, y_train, args.batch_size / world).distributed(sampler);
     let ckpt = a.out(&format!("{name}_checkpoint.safetensors"))?;
     let (mut start, mut step, mut losses) = (0u64, 0u64, Vec::new());
+    let settings = [("--batch-size", args.batch_size as u64), ("ranks", world as u64)];
     if a.resume {
         // Every rank reads the checkpoint (on several machines: a shared folder).
         let ck = Checkpoint::load(&ckpt)?;
@@ -125,10 +126,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sched.load_state(ck.schedulers.first().ok_or("checkpoint without scheduler state")?, &mut opt)?;
         (start, step) = (ck.epoch, ck.step);
         a.check_resume_end(start, epochs, "epoch")?;
-        let mut ks: Vec<(usize, f64)> =
-            ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
-        ks.sort_by_key(|(i, _)| *i);
-        losses = ks.into_iter().map(|(_, v)| v).collect();
+        // Another seed, limit, batch or world size would continue on other samples.
+        a.check_settings(&ck, &settings)?;
+        losses = nn_examples::losses_from_extra(&ck.extra, step as usize);
         if lead {
             println!("resumed at epoch {start}");
         }
@@ -163,6 +163,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut ck =
                 Checkpoint::new(ddp.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
             ck.extra = nn_examples::losses_extra(&losses);
+            a.record_settings(&mut ck, &settings);
             ck.save(&ckpt)?;
         }
         ddp.eval();

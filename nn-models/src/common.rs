@@ -244,7 +244,7 @@ impl RowAttention {
             // device: `[L, S]` and `[N, S]` broadcast to `[N, 1, L, S]`.
             let device = mask.device();
             let causal: Vec<f32> =
-                (0..l).flat_map(|i| (0..s).map(move |j| f32::from(u8::from(j <= past + i)))).collect();
+                crate::kv_cache::causal_band(l, past).into_iter().map(|k| f32::from(u8::from(k))).collect();
             let causal = Tensor::from_vec(causal, &[1, 1, l, s]).to_device(device);
             let token = hf_mask_tokens(model, mask).to_dtype(DType::F32).reshape(&[n, 1, 1, s]);
             (&causal * &token).ne(&Tensor::full_on(&[], 0.0, DType::F32, device))

@@ -145,7 +145,11 @@ pub(crate) fn causal_mask(l: usize, past: usize, device: nn_core::Device) -> Opt
     if l == 1 {
         return None;
     }
-    let s = past + l;
-    let keep: Vec<bool> = (0..l).flat_map(|i| (0..s).map(move |j| j <= past + i)).collect();
-    Some(Tensor::from_vec_bool(keep, &[l, s]).to_device(device))
+    Some(Tensor::from_vec_bool(causal_band(l, past), &[l, past + l]).to_device(device))
+}
+
+/// The causal band of `l` new queries after `past` cached positions, `[l, past + l]` row
+/// by row: query `i` sits at `past + i` and may attend to every key up to it.
+pub(crate) fn causal_band(l: usize, past: usize) -> Vec<bool> {
+    (0..l).flat_map(|i| (0..past + l).map(move |j| j <= past + i)).collect()
 }

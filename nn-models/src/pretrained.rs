@@ -93,6 +93,10 @@ fn is_neutral(v: &Value) -> bool {
     }
 }
 
+/// The largest `config.json` read (transformers' configs take a few kilobytes; one with a
+/// large `id2label` some hundreds).
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
 /// `dir/config.json` as `C`, for a model whose `model_type` is `model_type` and whose
 /// `architectures` entries, when given, are among `architectures`. `expected` names the
 /// Rust type for messages.
@@ -103,8 +107,23 @@ pub(crate) fn read_config<C: DeserializeOwned>(
     expected: &'static str,
 ) -> Result<C> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
     let bad = |reason: String| Error::Config { path: path.clone(), reason };
+    // Read as the weights are: a regular file (a FIFO would block, `/dev/zero` never ends),
+    // of a bounded size, with no key given twice (serde_json keeps the last one silently).
+    let (file, len) = nn_core::io::open_regular(&path).map_err(|e| match e {
+        nn_core::Error::Io { source, .. } => Error::Io { path: path.clone(), source },
+        other => bad(other.to_string()),
+    })?;
+    if len > MAX_CONFIG_BYTES {
+        return Err(bad(format!("is {len} bytes; a config is at most {MAX_CONFIG_BYTES}")));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_CONFIG_BYTES + 1), &mut text)
+        .map_err(|source| Error::Io { path: path.clone(), source })?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(bad(format!("grew past {MAX_CONFIG_BYTES} bytes while it was read")));
+    }
+    nn_core::serialization::check_unique_keys(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
     let value: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
     let Value::Object(mut fields) = value else { return Err(bad("expected a JSON object".into())) };
     let supported = || format!("`model_type` \"{model_type}\" with `architectures` {architectures:?}");
@@ -119,6 +138,10 @@ pub(crate) fn read_config<C: DeserializeOwned>(
             })
         }
         None => return Err(bad("missing field `model_type`".into())),
+    }
+    match fields.get("architectures") {
+        None | Some(Value::Null | Value::Array(_)) => {}
+        Some(other) => return Err(bad(format!("`architectures` is {other}; it is a list of class names"))),
     }
     if let Some(Value::Array(names)) = fields.get("architectures") {
         if let Some(other) = names.iter().find(|n| !n.as_str().is_some_and(|n| architectures.contains(&n))) {

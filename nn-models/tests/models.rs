@@ -371,6 +371,27 @@ fn bad_configs_and_directories_are_errors_naming_the_field_file_or_limit() {
     });
     let e = LlamaConfig::from_dir(clash.path()).err().unwrap().to_string();
     assert!(e.contains("`rope_parameters.rope_theta` 10000 and `rope_theta` 500000 disagree"), "{e}");
+    // A key given twice (serde_json would keep the last), `architectures` not a list (its
+    // check had been skipped), a config.json that is not a regular file.
+    let twice = with_config("gpt2", |_| {});
+    let path = twice.path().join("config.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replacen('{', "{\"layer_norm_epsilon\": 0.5, ", 1)).unwrap();
+    let e = err(Gpt2LMHeadModel::from_pretrained(twice.path()));
+    assert!(e.contains("duplicate key `layer_norm_epsilon`"), "{e}");
+    let string = with_config("gpt2", |c| {
+        c.insert("architectures".into(), "BertForSequenceClassification".into());
+    });
+    let e = err(Gpt2LMHeadModel::from_pretrained(string.path()));
+    assert!(e.contains("`architectures` is \"BertForSequenceClassification\"; it is a list"), "{e}");
+    #[cfg(unix)]
+    {
+        let device = with_config("gpt2", |_| {});
+        std::fs::remove_file(device.path().join("config.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", device.path().join("config.json")).unwrap();
+        let e = err(Gpt2LMHeadModel::from_pretrained(device.path()));
+        assert!(e.contains("is not a regular file"), "{e}");
+    }
     // Weights for another config: every mis-shaped key named, nothing built.
     let wider = with_config("gpt2", |c| {
         c.insert("n_embd".into(), 32.into());

@@ -20,8 +20,10 @@
 //! y = Mlp()(x)
 //! ```
 //! nn: the body of `forward` is `Compute::compute`; callers use `forward`, which is
-//! PyTorch's `__call__` (it runs the hooks). There is no way to call a module around its
-//! hooks, and a module that computes has a `#[base]` (its hooks and training flag):
+//! PyTorch's `__call__` (it runs the hooks). A direct call of `compute`, which would skip
+//! the hooks as `module.forward(x)` does in PyTorch, is a `deprecated` warning saying to
+//! call `forward` (an error under `-D warnings`); and a module that computes has a
+//! `#[base]` (its hooks and training flag):
 //! ```
 //! use nn::prelude::*;
 //! use nn::layers::Linear;
@@ -104,11 +106,17 @@
 //! let model = Sequential::new().add(Linear::new(4, 8)).add(ReLU::new()).add(Linear::new(8, 2));
 //! let feats = Arc::new(Mutex::new(Vec::new()));
 //! for (name, m) in model.named_modules() {
+//!     if !m.runs_forward() {
+//!         continue; // a container (`ModuleList`): it would refuse the hook
+//!     }
 //!     let feats = feats.clone();
-//!     let _ = m.register_forward_hook(move |_, y| {
-//!         feats.lock().unwrap().push((name.clone(), y.shape().to_vec()));
-//!         None
-//!     });
+//!     // The handle is dropped (the hook stays); the `Result` is not: an error is loud.
+//!     let _handle = m
+//!         .register_forward_hook(move |_, y| {
+//!             feats.lock().unwrap().push((name.clone(), y.shape().to_vec()));
+//!             None
+//!         })
+//!         .expect("a module that runs takes hooks");
 //! }
 //! model.forward(&Tensor::ones(&[5, 4]));
 //! let feats = feats.lock().unwrap();
@@ -298,7 +306,8 @@
 //! let x = Tensor::randn(&[2, 3, 8]);
 //! let hf_mask = Tensor::from_vec_i64(vec![1, 1, 0, 1, 1, 1], &[2, 3]); // 1 = attend
 //! let refused = std::panic::catch_unwind(|| mha.forward(&AttentionInput::self_attention(&x).key_padding_mask(&hf_mask)));
-//! assert!(refused.is_err());
+//! let msg = refused.unwrap_err().downcast::<String>().unwrap();
+//! assert!(msg.contains("key_padding_mask of shape [2, 3] has dtype i64; only bool and floating-point masks"), "{msg}");
 //! let padding = hf_mask.eq(&Tensor::from_vec_i64(vec![0], &[])); // true = padding = ignore
 //! let (y, _) = mha.forward(&AttentionInput::self_attention(&x).key_padding_mask(&padding));
 //! assert_eq!(y.shape(), &[2, 3, 8]);
@@ -435,7 +444,8 @@
 //! let p = Parameter::new(Tensor::ones(&[2]));
 //! let acc = Tensor::zeros(&[2]);
 //! let refused = std::panic::catch_unwind(|| { acc.add_(&*p); });
-//! assert!(refused.is_err()); // the gradient would not reach `p`
+//! let msg = refused.unwrap_err().downcast::<String>().unwrap();
+//! assert!(msg.contains("in-place updates are not recorded by autograd, so no gradient would reach it"), "{msg}");
 //! let acc = &acc + &*p; // recorded
 //! assert!(acc.requires_grad());
 //! ```

@@ -1,7 +1,9 @@
 //! # nn
 //!
-//! Facade crate: everything of [`nn_core`] at the root, layers under [`layers`]. New to nn
-//! from PyTorch? Read [`from_pytorch`]: every common `nn.Module` idiom beside its nn form.
+//! Facade crate: everything of [`nn_core`] at the root, layers under [`layers`], datasets
+//! and loaders under [`data`], ONNX export under [`onnx`], the reference models (GPT-2,
+//! BERT, Llama, ResNet) under [`models`]. New to nn from PyTorch? Read [`from_pytorch`]:
+//! every common `nn.Module` idiom beside its nn form.
 //!
 //! ```
 //! use nn::Tensor;
@@ -10,6 +12,9 @@
 //! ```
 
 pub use nn_core::*;
+pub use nn_data as data;
 pub use nn_layers as layers;
+pub use nn_models as models;
+pub use nn_onnx as onnx;
 
 pub mod from_pytorch;

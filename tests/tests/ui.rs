@@ -63,4 +63,5 @@ fn ui() {
     t.compile_fail("ui/fail/41-name-given-twice.rs");
     t.compile_fail("ui/fail/42-tuple-mixing-data-and-layers.rs");
     t.compile_fail("ui/fail/43-unannotated-cells-and-locks.rs");
+    t.compile_fail("ui/fail/44-calling-compute.rs");
 }

@@ -157,9 +157,9 @@ fn gpu_workloads(want: &dyn Fn(&str) -> bool) {
             let ms = median_ms(|| sync(&s.step()), 3000.0);
             emit(&name, ms, "samples/s", batch as f64 / (ms / 1e3));
             // What one warm step does on the device, read the way `gpu::stats` counts it.
-            let before = nn_core::gpu::stats(0).unwrap_or_default();
+            let before = nn_core::gpu::stats(0);
             sync(&s.step());
-            let after = nn_core::gpu::stats(0).unwrap_or_default();
+            let after = nn_core::gpu::stats(0);
             println!("{{\"counts\": {:?}, \"per_step\": {:?}}}", name, counters(&after, &before));
         }
     }

@@ -16,7 +16,7 @@ use nn_core::checkpoint::Checkpoint;
 use nn_core::optim::{AdamW, AdamWConfig, CosineAnnealingLR, LrScheduler, Optimizer};
 use nn_core::random::with_rng;
 use nn_core::{manual_seed, no_grad, Forward, Module, Tensor};
-use nn_examples::char_model::{batch, batch_loss, evaluate, CharTransformer, Corpus, BATCH, BLOCK};
+use nn_examples::char_model::{batch, batch_loss, evaluate, CharTransformer, Corpus, BATCH, BLOCK, MIN_TEXT};
 use nn_examples::{progress, write_loss_svg, Amp, CommonArgs, Flag};
 use rand::Rng;
 
@@ -44,6 +44,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (vocab, ids) = (&corpus.vocab, &corpus.ids);
     let (train, held) = (corpus.train(), corpus.held());
     let train = &train[..a.limit.unwrap_or(train.len()).min(train.len())];
+    if train.len() < MIN_TEXT {
+        return Err(format!(
+            "--limit {}: a training window needs {MIN_TEXT} characters (a context of {BLOCK} and the next one); pass \
+             --limit {MIN_TEXT} or more",
+            train.len()
+        )
+        .into());
+    }
     println!("{} characters, vocabulary of {}, {} for training", ids.len(), vocab.len(), train.len());
 
     let mut model = CharTransformer::new(vocab.len());
@@ -58,6 +66,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut scaler = a.grad_scaler();
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
+        // The same seed, --limit and --amp: the run continued, not another one.
+        a.check_settings(&ck, &[])?;
         // Model, optimizer, scheduler and RNG, all checked before any is changed.
         if a.amp == Some(Amp::F16) {
             ck.restore_with_scaler(&mut model, Some(&mut opt), Some(&mut sched), &mut scaler)?;
@@ -67,10 +77,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         start = ck.step;
         CommonArgs::check_schedule_length(&ck, steps, "step")?;
         a.check_resume_end(start, steps, "step")?;
-        let mut ks: Vec<(usize, f64)> =
-            ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
-        ks.sort_by_key(|(i, _)| *i);
-        losses = ks.into_iter().map(|(_, v)| v).collect();
+        // One loss per step so far, each at its own index (NaN where one was not finite).
+        losses = nn_examples::losses_from_extra(&ck.extra, start as usize);
         println!("resumed at step {start}");
     }
     let vocab_n = vocab.len();
@@ -98,6 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), 0, step + 1);
             ck.extra = nn_examples::losses_extra(&losses);
             CommonArgs::record_schedule_length(&mut ck, steps);
+            a.record_settings(&mut ck, &[]);
             if a.amp == Some(Amp::F16) {
                 ck = ck.with_scaler(scaler.state_dict());
             }

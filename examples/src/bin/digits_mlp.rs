@@ -33,7 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     manual_seed(a.seed);
     let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;
     let ((x_train, y_train), (x_test, y_test)) = split(&data.features, &data.labels, 0.2, a.seed);
-    let (x_train, y_train) = nn_examples::limit(x_train, y_train, a.limit);
+    let (x_train, y_train) = a.limit_train(x_train, y_train)?;
+    nn_examples::check_nonempty("test", &x_test)?;
 
     let mut model =
         Sequential::new().add(Linear::new(64, 128)).add(ReLU::new()).add(Dropout::new(0.1)).add(Linear::new(128, 10));
@@ -49,12 +50,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut start, mut step, mut losses) = (0, 0, Vec::new());
     if a.resume {
         let ck = Checkpoint::load(&ckpt_path)?;
+        // The same seed (the train/test split follows it) and --limit: the run continued.
+        a.check_settings(&ck, &[])?;
         // Model, optimizer, scheduler and RNG, all checked before any is changed.
         ck.restore(&mut model, Some(&mut opt), Some(&mut sched))?;
         (start, step) = (ck.epoch, ck.step);
         CommonArgs::check_schedule_length(&ck, epochs, "epoch")?;
         a.check_resume_end(start, epochs, "epoch")?;
-        losses = (0..ck.extra.len()).filter_map(|i| ck.extra.get(&format!("loss.{i}")).copied()).collect();
+        // One loss per epoch so far, each at its own index.
+        losses = nn_examples::losses_from_extra(&ck.extra, start as usize);
         println!("resumed from {} at epoch {start}", ckpt_path.display());
     }
 
@@ -81,6 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
         ck.extra = nn_examples::losses_extra(&losses);
         CommonArgs::record_schedule_length(&mut ck, epochs);
+        a.record_settings(&mut ck, &[]);
         ck.save(&ckpt_path)?;
     }
     pb.finish_and_clear();
@@ -88,7 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (i, l) in losses.iter().enumerate().filter(|(i, _)| (i + 1) % 10 == 0) {
         println!("epoch {:>3}  train loss {l:.4}", i + 1);
     }
-    let acc = accuracy(&model, &x_test, &y_test, 256);
+    let acc = accuracy(&mut model, &x_test, &y_test, 256);
     println!("held-out accuracy: {:.2}% ({} samples)", acc * 100.0, x_test.shape()[0]);
     let curve = a.out("digits_mlp_loss.svg")?;
     write_loss_svg(&curve, "digits MLP: training loss per epoch", "epoch", &[("train loss", &losses)])?;

@@ -30,8 +30,8 @@ struct Args {
     /// Folder with MNIST's IDX files (default `../shared/data/mnist`).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// MNIST training images used for the CNN.
-    #[arg(long, default_value_t = 6000)]
+    /// MNIST training images used for the CNN (1 or more).
+    #[arg(long, default_value_t = 6000, value_parser = nn_examples::parse_positive)]
     cnn_train: usize,
     /// Export only the digits MLP (no MNIST needed).
     #[arg(long)]
@@ -85,13 +85,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;
     let ((x_train, y_train), (x_test, y_test)) = split(&data.features, &data.labels, 0.2, a.seed);
-    let (x_train, y_train) = nn_examples::limit(x_train, y_train, a.limit);
+    let (x_train, y_train) = a.limit_train(x_train, y_train)?;
     let mut mlp =
         Sequential::new().add(Linear::new(64, 128)).add(ReLU::new()).add(Dropout::new(0.1)).add(Linear::new(128, 10));
     let mut opt =
         Sgd::new(mlp.named_parameters(), SgdConfig { lr: 0.05, momentum: 0.9, nesterov: true, ..Default::default() });
     train(&mut mlp, &mut opt, &DataLoader::new(x_train, y_train, 32).shuffle(a.seed), a.epochs.unwrap_or(20), "digits");
-    println!("digits MLP held-out accuracy: {:.2}%", accuracy(&mlp, &x_test, &y_test, 256) * 100.0);
+    println!("digits MLP held-out accuracy: {:.2}%", accuracy(&mut mlp, &x_test, &y_test, 256) * 100.0);
     export(&mlp, &x_test, &a.out("digits_mlp.onnx")?)?;
 
     if args.no_cnn {
@@ -105,6 +105,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("{e}\n(pass --data-dir with MNIST's IDX files, or --no-cnn; see data/README.md)"))?;
     let (x_test, y_test) = load_mnist(&dir, Split::Test)?;
     let (x_train, y_train) = nn_examples::limit(x_train, y_train, Some(args.cnn_train));
+    nn_examples::check_nonempty("MNIST training", &x_train)?;
+    nn_examples::check_nonempty("MNIST test", &x_test)?;
     let mut cnn = nn_examples::mnist_cnn();
     let mut opt = Adam::new(cnn.named_parameters(), AdamConfig { lr: 1e-3, ..Default::default() });
     train(&mut cnn, &mut opt, &DataLoader::new(x_train, y_train, 64).shuffle(a.seed), 1, "mnist cnn");
@@ -112,7 +114,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (x_eval, y_eval) = (x_test.narrow(0, 0, n), y_test.narrow(0, 0, n));
     println!(
         "MNIST CNN held-out accuracy: {:.2}% (first {n} test images)",
-        accuracy(&cnn, &x_eval, &y_eval, 500) * 100.0
+        accuracy(&mut cnn, &x_eval, &y_eval, 500) * 100.0
     );
     export(&cnn, &x_test, &a.out("mnist_cnn.onnx")?)?;
     Ok(())

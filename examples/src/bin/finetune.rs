@@ -64,6 +64,12 @@ fn digits_range(x: &Tensor, y: &Tensor, lo: i64) -> (Tensor, Tensor) {
     (x.index_select(0, &Tensor::from_vec_i64(keep, &[n])), Tensor::from_vec_i64(shifted, &[n]))
 }
 
+/// The pretrained weights' file metadata: the seed they were trained with, which
+/// `--resume` checks.
+fn backbone_metadata(seed: u64) -> std::collections::HashMap<String, String> {
+    std::collections::HashMap::from([("seed".to_string(), seed.to_string())])
+}
+
 fn train(model: &Net, opt: &mut dyn Optimizer, loader: &DataLoader, epochs: u64, label: &str, losses: &mut Vec<f64>) {
     let pb = progress(epochs * loader.num_batches() as u64, label);
     for epoch in 0..epochs {
@@ -93,7 +99,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (src_x, src_y) = digits_range(&xtr, &ytr, 0);
     let (dst_x, dst_y) = digits_range(&xtr, &ytr, 5);
     let (test_x, test_y) = digits_range(&xte, &yte, 5);
-    let (dst_x, dst_y) = nn_examples::limit(dst_x, dst_y, a.limit);
+    let (dst_x, dst_y) = a.limit_train(dst_x, dst_y)?;
+    nn_examples::check_nonempty("test", &test_x)?;
     let mut losses = Vec::new();
 
     // 1. Pretraining on digits 0-4.
@@ -107,10 +114,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     if a.resume {
+        // Pretrained under another seed, the weights are not this run's (its data split and
+        // initialisation follow the seed).
+        let (sd, meta) = nn_core::StateDict::load_with_metadata(&backbone_path)?;
+        if let Some(saved) = meta.get("seed").filter(|s| s.parse::<u64>().ok() != Some(a.seed)) {
+            return Err(format!(
+                "--resume: the pretrained weights in {} come from a run with --seed {saved}, this one has --seed {}: \
+                 resume with --seed {saved}, or drop --resume to pretrain again",
+                backbone_path.display(),
+                a.seed
+            )
+            .into());
+        }
         let mut p = pretrained;
-        p.load(&backbone_path)?;
+        p.load_state_dict(&sd, true)?;
         println!("resumed: reusing the pretrained weights in {}", backbone_path.display());
-        p.save(&backbone_path)?;
+        p.state_dict().save_with_metadata(&backbone_path, Some(backbone_metadata(a.seed)))?;
     } else {
         let mut opt =
             Sgd::new(pretrained.named_parameters(), SgdConfig { lr: 0.05, momentum: 0.9, ..Default::default() });
@@ -122,7 +141,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "pretrain",
             &mut losses,
         );
-        pretrained.save(&backbone_path)?;
+        pretrained.state_dict().save_with_metadata(&backbone_path, Some(backbone_metadata(a.seed)))?;
         println!("pretrained on digits 0-4, saved {}", backbone_path.display());
     }
 
@@ -146,7 +165,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut opt = Sgd::new(model.head.named_parameters(), SgdConfig { lr: 0.05, momentum: 0.9, ..Default::default() });
     train(&model, &mut opt, &loader, epochs, "head only", &mut losses);
     model.eval();
-    let frozen_acc = accuracy(&model, &test_x, &test_y, 256);
+    let frozen_acc = accuracy(&mut model, &test_x, &test_y, 256);
     println!("held-out accuracy on digits 5-9, frozen backbone: {:.2}%", frozen_acc * 100.0);
 
     // 3. Unfreeze; layer-wise learning rates.
@@ -160,7 +179,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("fine-tuning with lr {} (backbone) and {} (head)", opt.group_lr(0), opt.group_lr(1));
     train(&model, &mut opt, &loader, epochs, "fine-tune", &mut losses);
     model.eval();
-    let acc = accuracy(&model, &test_x, &test_y, 256);
+    let acc = accuracy(&mut model, &test_x, &test_y, 256);
     println!("held-out accuracy on digits 5-9 after fine-tuning: {:.2}% ({} samples)", acc * 100.0, test_x.shape()[0]);
     Checkpoint::new(model.state_dict(), Some(opt.state_dict()), None, 3 * epochs, 0)
         .save(a.out("finetune_checkpoint.safetensors")?)?;

@@ -25,8 +25,8 @@ use nn_models::llama::LlamaForCausalLM;
 struct Args {
     /// The model directory (config.json, model.safetensors).
     model_dir: PathBuf,
-    /// The prompt, as text (byte-level models).
-    #[arg(long, default_value = "It is a truth universally acknowledged")]
+    /// The prompt, as text (byte-level models; give this or `--prompt-ids`, not both).
+    #[arg(long, default_value = "It is a truth universally acknowledged", conflicts_with = "prompt_ids")]
     prompt: String,
     /// The prompt as token ids, comma-separated (any vocabulary).
     #[arg(long, value_delimiter = ',')]
@@ -43,9 +43,10 @@ struct Args {
     /// Sample among the most likely tokens reaching this probability.
     #[arg(long)]
     top_p: Option<f64>,
-    /// Seed of the sampling.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Seed of the sampling (default 0; only with `--temperature`, `--top-k` or `--top-p`:
+    /// greedy decoding draws nothing).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Recompute the whole sequence for every token.
     #[arg(long)]
     no_cache: bool,
@@ -72,7 +73,7 @@ fn run(model: &impl CausalLm, vocab: usize, args: &Args) -> Result<(), Box<dyn s
         ignore_eos: false,
         use_cache: !args.no_cache,
     };
-    nn_core::manual_seed(args.seed);
+    nn_core::manual_seed(args.seed.unwrap_or(0));
     let tokens = generate(model, &prompt, &config)?;
     if bytes {
         let text: Vec<u8> = tokens.iter().map(|&t| t as u8).collect();
@@ -100,10 +101,27 @@ fn run(model: &impl CausalLm, vocab: usize, args: &Args) -> Result<(), Box<dyn s
     Ok(())
 }
 
+/// An error when `--seed` is given for greedy decoding, which draws no random number: the
+/// seed would be ignored, and two runs that differ only in it print the same text.
+fn refuse_seed_when_greedy(args: &Args) -> Result<(), String> {
+    let greedy = args.temperature.is_none() && args.top_k.is_none() && args.top_p.is_none();
+    match args.seed {
+        Some(seed) if greedy => Err(format!(
+            "--seed {seed} seeds sampling, but without --temperature, --top-k or --top-p decoding is greedy and \
+             draws nothing (the seed would be ignored); add a sampling flag, or drop --seed"
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    // Before reading the model: a flag that would be ignored is refused at once.
+    refuse_seed_when_greedy(&args)?;
+    let config_path = args.model_dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(args.model_dir.join("config.json"))?)?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let vocab = config["vocab_size"].as_u64().unwrap_or(0) as usize;
     match config["model_type"].as_str() {
         Some("gpt2") => run(&Gpt2LMHeadModel::from_pretrained(&args.model_dir)?, vocab, &args),

@@ -46,8 +46,9 @@ struct Args {
     /// Training steps.
     #[arg(long, default_value_t = 400)]
     steps: u64,
-    /// Train rank-R LoRA adapters on the attention projections instead of every weight.
-    #[arg(long)]
+    /// Train rank-R LoRA adapters on the attention projections instead of every weight
+    /// (R 1 or more).
+    #[arg(long, value_parser = nn_examples::parse_positive)]
     lora: Option<usize>,
     /// Learning rate (default 3e-3, 1e-2 with `--lora`).
     #[arg(long)]
@@ -59,9 +60,11 @@ struct Args {
 const BATCH: usize = 16;
 const BLOCK: usize = 64;
 
-/// `BATCH` random windows of `BLOCK + 1` bytes: inputs and next-byte targets.
+/// `BATCH` random windows of `BLOCK + 1` bytes: inputs and next-byte targets. Every start
+/// whose window fits is drawn, `0..=bytes.len() - BLOCK - 1`.
 fn batch(bytes: &[u8]) -> (Tensor, Tensor) {
-    let starts: Vec<usize> = with_rng(|r| (0..BATCH).map(|_| r.random_range(0..bytes.len() - BLOCK - 1)).collect());
+    assert!(bytes.len() > BLOCK, "batch: {} bytes are fewer than one window of {}", bytes.len(), BLOCK + 1);
+    let starts: Vec<usize> = with_rng(|r| (0..BATCH).map(|_| r.random_range(0..=bytes.len() - BLOCK - 1)).collect());
     let ids =
         |off: usize| starts.iter().flat_map(|&s| bytes[s + off..s + off + BLOCK].iter().map(|&b| b as i64)).collect();
     (Tensor::from_vec_i64(ids(0), &[BATCH, BLOCK]), Tensor::from_vec_i64(ids(1), &[BATCH, BLOCK]))
@@ -72,20 +75,26 @@ fn loss(model: &Gpt2LMHeadModel, x: &Tensor, y: &Tensor) -> Tensor {
     cross_entropy(&logits.reshape(&[BATCH * BLOCK, 256]), &y.reshape(&[BATCH * BLOCK]))
 }
 
-/// Mean loss over fixed held-out batches (the generator reseeded, then restored).
-fn held_out(model: &Gpt2LMHeadModel, bytes: &[u8]) -> f64 {
+/// Mean loss over fixed held-out batches (the generator reseeded, then restored), in eval
+/// mode (no dropout: before and after training are measured alike; the model's mode is
+/// restored afterwards).
+fn held_out(model: &mut Gpt2LMHeadModel, bytes: &[u8]) -> f64 {
+    let was_training = model.is_training();
+    model.eval();
     let state = nn_core::random::rng_state();
     manual_seed(12345);
+    let frozen = &*model;
     let l = no_grad(|| {
         (0..8)
             .map(|_| {
                 let (x, y) = batch(bytes);
-                loss(model, &x, &y).item()
+                loss(frozen, &x, &y).item()
             })
             .sum::<f64>()
             / 8.0
     });
     nn_core::random::set_rng_state(&state);
+    model.set_training(was_training);
     l
 }
 
@@ -125,7 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     model.train();
     println!("{} from {} ({} parameters)", model.type_name(), dir.display(), model.num_parameters());
-    let before = held_out(&model, held);
+    let before = held_out(&mut model, held);
 
     // LoRA: adapters by path, the base frozen; otherwise every parameter trains.
     let mut adapters: Vec<(String, Lora, HookHandle)> = Vec::new();
@@ -172,7 +181,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     pb.finish_and_clear();
     model.eval();
-    let after = held_out(&model, held);
+    let after = held_out(&mut model, held);
     println!("held-out loss: {before:.3} -> {after:.3} nats per byte");
 
     // Merge the adapters into the weights (W += 2 A^T B^T) and remove their hooks, so the
@@ -182,7 +191,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let c_attn = model.get_submodule_as::<nn_layers::Conv1D>(&path)?;
         no_grad(|| c_attn.weight.add_(&(lora.lora_a.transpose(0, 1).matmul(&lora.lora_b.transpose(0, 1)) * 2.0)));
     }
-    let merged = held_out(&model, held);
+    let merged = held_out(&mut model, held);
     assert!((merged - after).abs() < 1e-4, "merging the adapters changed the loss: {after} vs {merged}");
 
     let out = args.common.out("gpt2_finetuned")?;

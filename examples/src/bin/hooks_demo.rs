@@ -66,7 +66,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     manual_seed(a.seed);
     let data = load_digits(repo_data_dir().join("digits.csv.gz"))?;
     let ((xtr, ytr), (xte, yte)) = split(&data.features, &data.labels, 0.2, a.seed);
-    let (xtr, ytr) = nn_examples::limit(xtr, ytr, a.limit);
+    let (xtr, ytr) = a.limit_train(xtr, ytr)?;
+    nn_examples::check_nonempty("test", &xte)?;
     let loader = DataLoader::new(xtr.clone(), ytr.clone(), 32).shuffle(a.seed);
 
     // 1. Activation capture.
@@ -83,7 +84,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             None
         }))
     })?;
-    net.forward(&xtr.narrow(0, 0, 128));
+    // Up to 128 samples (fewer with a smaller --limit).
+    net.forward(&xtr.narrow(0, 0, xtr.shape()[0].min(128)));
     println!("activations captured by forward hooks:");
     for (name, (shape, mean, std)) in acts.lock().unwrap().iter() {
         println!("  {name:<8} {shape:?}  mean {mean:+.4}  std {std:.4}");
@@ -142,6 +144,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut start = 0;
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
+        // The same seed (the train/test split follows it) and --limit: the run continued.
+        a.check_settings(&ck, &[])?;
         ck.restore(&mut net, Some(&mut opt), None)?;
         start = ck.epoch;
         a.check_resume_end(start, epochs, "epoch")?;
@@ -160,11 +164,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             pb.inc(1);
         }
         losses.push(total / loader.num_batches() as f64);
-        Checkpoint::new(net.state_dict(), Some(opt.state_dict()), None, epoch + 1, 0).save(&ckpt)?;
+        let mut ck = Checkpoint::new(net.state_dict(), Some(opt.state_dict()), None, epoch + 1, 0);
+        a.record_settings(&mut ck, &[]);
+        ck.save(&ckpt)?;
     }
     pb.finish_and_clear();
     net.eval();
-    println!("held-out accuracy: {:.2}% ({} samples)", accuracy(&net, &xte, &yte, 256) * 100.0, xte.shape()[0]);
+    println!("held-out accuracy: {:.2}% ({} samples)", accuracy(&mut net, &xte, &yte, 256) * 100.0, xte.shape()[0]);
     let curve = a.out("hooks_demo_loss.svg")?;
     let capped: Vec<f64> = unstable_losses.iter().map(|l| if l.is_finite() { l.min(10.0) } else { f64::NAN }).collect();
     write_loss_svg(

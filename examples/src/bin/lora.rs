@@ -39,8 +39,8 @@ struct Args {
     /// Adapter training steps.
     #[arg(long, default_value_t = 200)]
     steps: u64,
-    /// Adapter rank.
-    #[arg(long, default_value_t = 4)]
+    /// Adapter rank (1 or more).
+    #[arg(long, default_value_t = 4, value_parser = nn_examples::parse_positive)]
     rank: usize,
     #[command(flatten)]
     common: CommonArgs,
@@ -181,6 +181,7 @@ fn main() -> Result<(), Error> {
     model.eval();
     let unchanged = model.state_dict().iter().all(|(k, t)| frozen[k] == t.to_vec());
     assert!(unchanged, "the frozen base must not change");
+    // The same fixed held-out windows as the base model's score above.
     let (acc, loss) = evaluate(&model, held, vocab, 20);
     println!("with adapters: held-out accuracy {:.2}%, loss {loss:.3} (base {base_loss:.3})", acc * 100.0);
 

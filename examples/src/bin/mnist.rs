@@ -1,6 +1,7 @@
 //! Trains an MLP or a small CNN on MNIST or Fashion-MNIST read from IDX files
-//! (`--data-dir`, default `../shared/data/<dataset>`; gzip or not), with a progress bar,
-//! an SVG loss curve, a checkpoint per epoch (`--resume`) and held-out test accuracy.
+//! (`--data-dir`, default `../shared/data/mnist` or, with `--dataset fashion`,
+//! `../shared/data/fashion-mnist`; gzip or not), with a progress bar, an SVG loss curve, a
+//! checkpoint per epoch (`--resume`) and held-out test accuracy.
 //!
 //! Expected on the 10,000 test images: MNIST MLP about 98% (5 epochs), MNIST CNN about
 //! 99% (3 epochs), Fashion-MNIST CNN about 90-91% (5 epochs).
@@ -44,11 +45,12 @@ struct Args {
     /// Which dataset.
     #[arg(long, value_enum, default_value = "mnist")]
     dataset: Dataset,
-    /// Folder with the four IDX files (defaults to `../shared/data/<dataset>` next to the repo).
+    /// Folder with the four IDX files (default: `../shared/data/mnist` for `--dataset mnist`,
+    /// `../shared/data/fashion-mnist` for `--dataset fashion`, next to the repo).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Mini-batch size.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = nn_examples::parse_positive)]
     batch_size: usize,
     #[command(flatten)]
     common: CommonArgs,
@@ -76,7 +78,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (x_train, y_train) = load_mnist(&dir, Split::Train)
         .map_err(|e| format!("{e}\n(pass --data-dir with the IDX files; see data/README.md)"))?;
     let (x_test, y_test) = load_mnist(&dir, Split::Test)?;
-    let (x_train, y_train) = nn_examples::limit(x_train, y_train, a.limit);
+    let (x_train, y_train) = a.limit_train(x_train, y_train)?;
+    nn_examples::check_nonempty("test", &x_test)?;
     println!("{} training / {} test images from {}", x_train.shape()[0], x_test.shape()[0], dir.display());
     let epochs = a.epochs.unwrap_or(match (args.model, args.dataset) {
         (Model::Cnn, Dataset::Mnist) => 3,
@@ -96,6 +99,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut scaler = a.grad_scaler();
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
+        // The same seed, --limit, --amp and --batch-size: the run continued, not another one.
+        a.check_settings(&ck, &[("--batch-size", args.batch_size as u64)])?;
         // Model, optimizer, scheduler and RNG, all checked before any is changed.
         if a.amp == Some(Amp::F16) {
             ck.restore_with_scaler(&mut model, Some(&mut opt), Some(&mut sched), &mut scaler)?;
@@ -104,10 +109,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         (start, step) = (ck.epoch, ck.step);
         a.check_resume_end(start, epochs, "epoch")?;
-        let mut ks: Vec<(usize, f64)> =
-            ck.extra.iter().filter_map(|(k, v)| Some((k.strip_prefix("loss.")?.parse().ok()?, *v))).collect();
-        ks.sort_by_key(|(i, _)| *i);
-        losses = ks.into_iter().map(|(_, v)| v).collect();
+        // One loss per step so far, each at its own index (NaN where one was not finite).
+        losses = nn_examples::losses_from_extra(&ck.extra, step as usize);
         println!("resumed at epoch {start}");
     }
     let t0 = Instant::now();
@@ -136,12 +139,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut ck =
             Checkpoint::new(model.state_dict(), Some(opt.state_dict()), Some(sched.state().clone()), epoch + 1, step);
         ck.extra = nn_examples::losses_extra(&losses);
+        a.record_settings(&mut ck, &[("--batch-size", args.batch_size as u64)]);
         if a.amp == Some(Amp::F16) {
             ck = ck.with_scaler(scaler.state_dict());
         }
         ck.save(&ckpt)?;
         model.eval();
-        let acc = accuracy(&model, &x_test, &y_test, 500);
+        let acc = accuracy(&mut model, &x_test, &y_test, 500);
         pb.suspend(|| {
             println!("epoch {}: smoothed train loss {running:.4}, test accuracy {:.2}%", epoch + 1, acc * 100.0)
         });
@@ -149,8 +153,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     pb.finish_and_clear();
     model.eval();
     let train_time = t0.elapsed().as_secs_f64();
-    let acc = accuracy(&model, &x_test, &y_test, 500);
-    let loss = test_loss(&model, &x_test, &y_test, 500);
+    let acc = accuracy(&mut model, &x_test, &y_test, 500);
+    let loss = test_loss(&mut model, &x_test, &y_test, 500);
     println!(
         "held-out accuracy: {:.2}%, loss {loss:.4}, on {} test images ({train_time:.1} s of training)",
         acc * 100.0,

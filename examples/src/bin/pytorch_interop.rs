@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let theirs: Vec<f32> =
         meta.get("logits_0").ok_or("no reference logits")?.split(',').map(|v| v.parse()).collect::<Result<_, _>>()?;
     let max_diff = logits.iter().zip(&theirs).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-    let acc_all = accuracy(&model, &data.features, &data.labels, 512);
+    let acc_all = accuracy(&mut model, &data.features, &data.labels, 512);
     let torch_acc: f64 = meta.get("accuracy_all").ok_or("no reference accuracy")?.parse()?;
     println!("logits of sample 0 differ from PyTorch's by at most {max_diff:.2e}");
     println!("accuracy on all 1,797 digits: {:.4} here, {torch_acc:.4} in PyTorch", acc_all);
@@ -57,13 +57,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Fine-tune a little on a training split, then save back in PyTorch's format.
     let ((xtr, ytr), (xte, yte)) = split(&data.features, &data.labels, 0.2, a.seed);
-    let (xtr, ytr) = nn_examples::limit(xtr, ytr, a.limit);
+    let (xtr, ytr) = a.limit_train(xtr, ytr)?;
+    nn_examples::check_nonempty("test", &xte)?;
     let epochs = a.epochs.unwrap_or(3);
     let mut opt = Adam::new(model.named_parameters(), AdamConfig { lr: 1e-4, ..Default::default() });
     let ckpt = a.out("pytorch_interop_checkpoint.safetensors")?;
     let mut start = 0;
     if a.resume {
         let ck = Checkpoint::load(&ckpt)?;
+        // The same seed (the train/test split follows it) and --limit: the run continued.
+        a.check_settings(&ck, &[])?;
         ck.restore(&mut model, Some(&mut opt), None)?;
         start = ck.epoch;
         a.check_resume_end(start, epochs, "epoch")?;
@@ -81,13 +84,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             opt.step();
             pb.inc(1);
         }
-        Checkpoint::new(model.state_dict(), Some(opt.state_dict()), None, epoch + 1, 0).save(&ckpt)?;
+        let mut ck = Checkpoint::new(model.state_dict(), Some(opt.state_dict()), None, epoch + 1, 0);
+        a.record_settings(&mut ck, &[]);
+        ck.save(&ckpt)?;
     }
     pb.finish_and_clear();
     model.eval();
     println!(
         "held-out accuracy after fine-tuning: {:.2}% ({} samples)",
-        accuracy(&model, &xte, &yte, 512) * 100.0,
+        accuracy(&mut model, &xte, &yte, 512) * 100.0,
         xte.shape()[0]
     );
     let back = a.out("digits_mlp_from_rust.safetensors")?;

@@ -255,6 +255,9 @@ struct Iteration {
 /// - Disabled, [`state_dict`](GradScaler::state_dict) returns the settings it holds
 ///   (PyTorch: an empty dict) and [`load_state_dict`](GradScaler::load_state_dict) checks
 ///   and keeps the state (PyTorch: ignores it).
+/// - `unscale_` checks the gradients for inf and NaN after dividing them by the scale,
+///   where PyTorch checks before: with a scale below 1, a finite gradient can overflow in
+///   the division, and PyTorch's step would apply the inf; here the step is skipped.
 /// - `unscale_` replaces each gradient (as [`clip_grad_norm_`](crate::optim::clip_grad_norm_)
 ///   does) where PyTorch writes into it: `p.grad()` after it sees the unscaled values, a
 ///   gradient handle taken before it keeps the scaled ones.
@@ -359,7 +362,8 @@ impl GradScaler {
     }
 
     /// Divides the gradient of each of `optimizer`'s parameters by the scale and records
-    /// whether any held inf or NaN (checked before dividing, as PyTorch does). Call it
+    /// whether any holds inf or NaN after the division (PyTorch checks before it; see
+    /// "Where it differs from PyTorch" on [`GradScaler`]). Call it
     /// before anything that needs the true gradients, such as clipping; [`step`](GradScaler::step)
     /// then does not unscale again. Parameters without a gradient are skipped. Disabled, it
     /// does nothing.

@@ -459,14 +459,20 @@ pub(crate) fn cast_many<R>(op: &str, ts: &[&Tensor], run: impl FnOnce(&[&Tensor]
 
 /// [`cast2`] for ops without a policy whose arguments must share a dtype (the
 /// elementwise binary ops): under an active scope, floating arguments of different dtypes
-/// are promoted to the widest (PyTorch's type promotion, which nn applies only inside
-/// autocast, where mixed dtypes are the norm; outside it they are an error).
+/// are promoted as PyTorch's type promotion does (which nn applies only inside autocast,
+/// where mixed dtypes are the norm; outside it they are an error): a tensor with
+/// dimensions outranks a 0-dim one, so `bf16[3] * f32[]` stays bf16; two of one rank
+/// class promote to the widest.
 pub(crate) fn promote_call<R>(a: &Tensor, b: &Tensor, run: impl FnOnce(&Tensor, &Tensor) -> R) -> Option<R> {
     if a.dtype() == b.dtype() || !a.dtype().is_float() || !b.dtype().is_float() || a.device() != b.device() {
         return None;
     }
     active(a.device())?;
-    let to = widest([a.dtype(), b.dtype()].into_iter())?;
+    let to = match (a.rank(), b.rank()) {
+        (0, r) if r > 0 => b.dtype(),
+        (r, 0) if r > 0 => a.dtype(),
+        _ => widest([a.dtype(), b.dtype()].into_iter())?,
+    };
     Some(run(&a.to_dtype(to), &b.to_dtype(to)))
 }
 

@@ -128,6 +128,16 @@ pub trait Compute: HasBase {
     type Output: ModuleIo;
     /// The computation. Sub-modules are called with [`Forward::forward`], so their hooks
     /// run too.
+    ///
+    /// Implement it; never call it. Called directly (`self.fc.compute(x)`), it would skip
+    /// the module's hooks, as calling `module.forward(x)` does in PyTorch, so a call is a
+    /// `deprecated` warning that says to call `forward` (an error under `-D warnings`).
+    /// Implementing it warns nothing. (Deprecation is the one attribute that marks the
+    /// call site and not the implementation; the method itself is not going away.)
+    #[deprecated(
+        note = "calling `compute` skips the module's hooks: call `forward` (it runs the hooks around `compute`); \
+                `compute` is only to be implemented"
+    )]
     fn compute(&self, input: &Self::Input) -> Self::Output;
 }
 
@@ -201,6 +211,7 @@ impl<M: Compute + ?Sized> Forward for M {
     {
         let input = input.into_input();
         let _scope = crate::autograd::trace::module(self.module_base().trace_key());
+        #[allow(deprecated)] // the one call: with the hooks around it
         self.module_base().call(&*input, |x| self.compute(x))
     }
 }
@@ -220,6 +231,7 @@ impl<M: HasBase + ?Sized> HasBase for Box<M> {
 impl<M: Compute + ?Sized> Compute for Box<M> {
     type Input = M::Input;
     type Output = M::Output;
+    #[allow(deprecated)] // the box's `forward` runs the hooks (the inner module's base is the box's)
     fn compute(&self, input: &M::Input) -> M::Output {
         (**self).compute(input)
     }

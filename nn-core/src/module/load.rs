@@ -174,6 +174,8 @@ fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
                 err.mismatched.push(mismatch("dtype mismatch"));
             } else if src.device() == Device::Meta && target.device() != Device::Meta {
                 err.mismatched.push(mismatch("no values (meta tensor)"));
+            } else if overflows(src, target.dtype()) {
+                err.mismatched.push(mismatch("finite values overflow the module's dtype (they would load as inf)"));
             } else {
                 continue;
             }
@@ -200,6 +202,27 @@ fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
         assign,
         missing_keys: err.missing_keys.into_iter().map(|(k, _)| k).collect(),
         unexpected_keys: err.unexpected_keys,
+    })
+}
+
+/// Whether converting `src` to the module entry's `dtype` turns a finite value infinite
+/// (an f32 70000 loaded into an f16 model, an f64 1e300 into f32): PyTorch's `copy_` does
+/// so silently, and the model then computes with `inf`.
+fn overflows(src: &Tensor, dtype: DType) -> bool {
+    let narrower = matches!(
+        (src.dtype(), dtype),
+        (DType::F64, DType::F32 | DType::F16 | DType::BF16)
+            | (DType::F32 | DType::BF16, DType::F16)
+            | (DType::F32, DType::BF16)
+    );
+    if !narrower || src.device() == Device::Meta {
+        return false;
+    }
+    no_grad(|| {
+        let src = src.held();
+        // An infinite value converts to the same infinity and NaN to NaN, so a conversion
+        // that is infinite where the value is not overflowed.
+        src.to_dtype(dtype).isinf().ne(&src.isinf()).any().item_bool()
     })
 }
 

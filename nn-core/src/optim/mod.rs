@@ -708,7 +708,18 @@ pub(crate) fn bufs_from_tensors(prefix: &str, names: &[&str], p: &Parameter, sd:
         }
         match p.dtype() {
             crate::DType::F64 => f64s.push(values),
-            _ => f32s.push(values.into_iter().map(|v| v as f32).collect()),
+            _ => {
+                // Finite in f64 is not finite in f32: 1e300 would become an infinite moment
+                // (a parameter that stops training, or turns NaN at its next step).
+                if let Some(v) = values.iter().find(|v| (**v as f32).is_infinite()) {
+                    return bad(format!(
+                        "`{key}` holds the value {v:e}, beyond the range of f32, in which the buffers of this {} \
+                         parameter are kept",
+                        p.dtype()
+                    ));
+                }
+                f32s.push(values.into_iter().map(|v| v as f32).collect())
+            }
         }
     }
     Ok(Some(if p.dtype() == crate::DType::F64 { Bufs::F64(f64s) } else { Bufs::F32(f32s) }))

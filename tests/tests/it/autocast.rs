@@ -101,6 +101,11 @@ fn call(case: &str, h: DType, dev: Device) -> Tensor {
         "cat/hd" => Tensor::cat(&[&rh(&[2]), &rd(&[2])], 0),
         "stack/hf" => Tensor::stack(&[&rh(&[2]), &r(&[2])], 0),
         "add/hf" => rh(&[2]) + r(&[2]),
+        // A 0-dim tensor is outranked by one with dimensions (PyTorch's type promotion).
+        "mul/h0f" => rh(&[2]) * r(&[]),
+        "add/0hf" => rh(&[]) + r(&[2]),
+        "sub/0h0f" => rh(&[]) - r(&[]),
+        "maximum/h0d" => rh(&[2]).maximum(&rd(&[])),
         "sub/hh" => rh(&[2]) - rh(&[2]),
         "mul/hh" => rh(&[2]) * rh(&[2]),
         "div/hh" => rh(&[2]) / rh(&[2]),

@@ -220,6 +220,11 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
             "`0.bias.exp_avg` holds the value inf",
         ),
         (
+            "f64 moment past f32's range",
+            tensor("optimizer.0.bias.exp_avg_sq", Tensor::from_vec_f64(vec![1e300; 4], &[4])),
+            "`0.bias.exp_avg_sq` holds the value 1e300, beyond the range of f32",
+        ),
+        (
             "misshapen buffer",
             tensor("optimizer.0.bias.exp_avg", Tensor::zeros(&[5])),
             "`0.bias.exp_avg` has shape [5], the parameter [4]",

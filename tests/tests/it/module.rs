@@ -326,6 +326,33 @@ fn load_state_dict_reports_everything_and_leaves_model_unchanged() {
     assert_eq!(n.heads["cls"].bias.as_ref().unwrap().to_vec(), vec![0.0, 0.0]);
 }
 
+/// A value that overflows the module's dtype on load is a mismatch naming the key (it had
+/// loaded as inf, as PyTorch's `copy_` does); infinities and NaN in the file load as they are.
+#[test]
+fn a_value_that_overflows_the_modules_dtype_is_refused() {
+    let mut lin = Linear::new(2, 1);
+    lin.to_dtype(DType::F16);
+    let before = lin.weight.to_vec();
+    let mut sd = StateDict::default();
+    sd.insert("weight".into(), Tensor::from_vec(vec![1.0, 70000.0], &[1, 2]));
+    sd.insert("bias".into(), Tensor::from_vec(vec![0.5], &[1]));
+    let err = lin.load_state_dict(&sd, true).unwrap_err().to_string();
+    assert!(
+        err.contains("finite values overflow the module's dtype (they would load as inf): \"weight\" is [1, 2] f32"),
+        "{err}"
+    );
+    assert_eq!(lin.weight.to_vec(), before, "nothing loaded");
+    let mut sd64 = StateDict::default();
+    sd64.insert("weight".into(), Tensor::from_vec_f64(vec![1e300, 0.0], &[1, 2]));
+    sd64.insert("bias".into(), Tensor::from_vec_f64(vec![0.5], &[1]));
+    let mut lin32 = Linear::new(2, 1);
+    assert!(lin32.load_state_dict(&sd64, true).unwrap_err().to_string().contains("\"weight\" is [1, 2] f64"));
+    sd.insert("weight".into(), Tensor::from_vec(vec![f32::INFINITY, f32::NAN], &[1, 2]));
+    lin.load_state_dict(&sd, true).unwrap();
+    let w = lin.weight.to_vec();
+    assert!(w[0] == f32::INFINITY && w[1].is_nan());
+}
+
 #[test]
 fn generic_and_tuple_structs() {
     #[derive(Module)]

@@ -368,4 +368,32 @@ fn a_checkpoints_scheduler_is_not_dropped_and_nan_extras_are_not_written() {
     assert!(e.contains("`extra[\"loss.7\"]` is NaN") && e.contains("nothing was written"), "{e}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
+    ck.extra.clear();
+
+    // Nor is anything written that `load` or `restore` would refuse: a learning rate a
+    // schedule grew to infinity (JSON would hold `null`) or one set negative, a counter
+    // past MAX_COUNTER, a diverged optimizer state.
+    type Edit = Box<dyn Fn(&mut Checkpoint)>;
+    let edits: Vec<(Edit, &str)> = vec![
+        (Box::new(|c| c.optimizer.as_mut().unwrap().lrs[0] = f64::INFINITY), "`optimizer_lrs[0]` is inf"),
+        (Box::new(|c| c.optimizer.as_mut().unwrap().lrs[0] = -1e-3), "`optimizer_lrs[0]` is -0.001"),
+        (Box::new(|c| c.schedulers[0].base_lrs[0] = f64::NAN), "`schedulers[0].base_lrs[0]` is NaN"),
+        (Box::new(|c| c.step = u64::MAX), "`step` is 18446744073709551615"),
+        (
+            Box::new(|c| {
+                let t = &mut c.optimizer.as_mut().unwrap().tensors;
+                t.insert("0.weight.momentum_buffer".into(), Tensor::full(&[2], f64::NAN));
+            }),
+            "holds NaN: the optimizer's state has diverged",
+        ),
+    ];
+    ck.schedulers = vec![sched.state().clone()];
+    for (edit, want) in edits {
+        let mut bad = ck.clone();
+        edit(&mut bad);
+        let e = bad.save(&path).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains("nothing was written"), "{want}: {e}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
 }
