@@ -38,7 +38,8 @@ pub struct CommonArgs {
     pub device: Device,
     /// Mixed precision: the forward pass and the loss under `autocast` to this dtype
     /// (parameters, gradients and the optimizer stay f32); `f16` also scales the loss with
-    /// a `GradScaler`. CPU only.
+    /// a `GradScaler`. On the CPU and the GPU (`f16` there needs an adapter with
+    /// `SHADER_F16`).
     #[arg(long, value_enum)]
     pub amp: Option<Amp>,
 }
@@ -256,19 +257,14 @@ impl CommonArgs {
     /// `gpu` feature, or none found).
     pub fn device(&self) -> nn_core::Result<Device> {
         self.device.check()?;
-        if self.amp.is_some() && self.device != Device::Cpu {
-            return Err(nn_core::Error::DeviceUnavailable {
-                device: self.device,
-                reason: "--amp runs autocast, which nn has on the CPU only so far".into(),
-            });
-        }
         Ok(self.device)
     }
 
-    /// Runs `f` (the forward pass and the loss) under `--amp`'s autocast, or as it is.
+    /// Runs `f` (the forward pass and the loss) under `--amp`'s autocast on `--device`
+    /// (PyTorch's `torch.autocast("cpu")` or `("cuda")`), or as it is.
     pub fn autocast<R>(&self, f: impl FnOnce() -> R) -> R {
         match self.amp {
-            Some(a) => nn_core::amp::autocast(Device::Cpu, a.dtype(), f),
+            Some(a) => nn_core::amp::autocast(self.device, a.dtype(), f),
             None => f(),
         }
     }
