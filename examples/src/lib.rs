@@ -38,8 +38,8 @@ pub struct CommonArgs {
     pub device: Device,
     /// Mixed precision: the forward pass and the loss under `autocast` to this dtype
     /// (parameters, gradients and the optimizer stay f32); `f16` also scales the loss with
-    /// a `GradScaler`. On the CPU and the GPU (`f16` there needs an adapter with
-    /// `SHADER_F16`).
+    /// a `GradScaler`. On the CPU and on the GPU (either half type on any adapter: packed
+    /// words where it lacks `SHADER_F16`).
     #[arg(long, value_enum)]
     pub amp: Option<Amp>,
 }

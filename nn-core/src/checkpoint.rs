@@ -148,14 +148,19 @@ impl Checkpoint {
         self
     }
 
-    /// Writes the checkpoint atomically.
+    /// Writes the checkpoint atomically. What [`load`](Checkpoint::load) or
+    /// [`restore`](Checkpoint::restore) would refuse is not written: such a file must not
+    /// replace the last good checkpoint.
     ///
     /// # Errors
     /// As [`StateDict::save`]; [`Error::GradScalerState`] for a scaler state that
     /// [`load`](Checkpoint::load) would refuse, [`Error::OptimizerState`] for a
-    /// hyper-parameter that is not finite, [`Error::Checkpoint`] for an `extra` value that
-    /// is not (a diverged loss): JSON has no NaN, and a file `load` refuses must not replace
-    /// the last good checkpoint. Nothing is written then.
+    /// hyper-parameter that is not finite; [`Error::Checkpoint`] for an `extra` value that
+    /// is not (a diverged loss: JSON has no NaN), a learning rate that is not finite and
+    /// non-negative (a schedule grown past `f64`'s range), a counter past [`MAX_COUNTER`],
+    /// a generator position out of range, hyper-parameters for another number of groups
+    /// than the learning rates, or an optimizer buffer holding inf or NaN (a diverged run)
+    /// or a negative mean of squares. Nothing is written then.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         if let Some(scaler) = &self.scaler {
             scaler.check()?;
@@ -189,9 +194,21 @@ impl Checkpoint {
         // diverged optimizer state (NaN moments).
         let lrs = self.optimizer.as_ref().map(|o| o.lrs.as_slice());
         check_counters_and_rates(self.epoch, self.step, lrs, &self.schedulers).map_err(refuse)?;
+        if self.rng.word_pos >= RNG_WORD_POS_END {
+            return Err(refuse(format!("`rng.word_pos` {} is not a generator position", self.rng.word_pos)));
+        }
         if let Some(o) = &self.optimizer {
+            if !o.hyper_params.is_empty() && o.hyper_params.len() != o.lrs.len() {
+                return Err(refuse(format!(
+                    "the optimizer state has {} parameter groups' hyper-parameters and {} learning rates",
+                    o.hyper_params.len(),
+                    o.lrs.len()
+                )));
+            }
             for (k, t) in o.tensors.iter().filter(|(_, t)| t.dtype().is_float() && t.device() != crate::Device::Meta) {
-                if let Some(v) = t.to_vec_f64().into_iter().find(|v| !v.is_finite()) {
+                // As `restore` reads them: finite, and a mean of squares (`*_sq`) not negative.
+                let second_moment = k.ends_with("_sq");
+                if let Some(v) = t.to_vec_f64().into_iter().find(|v| !v.is_finite() || (second_moment && *v < 0.0)) {
                     return Err(refuse(format!(
                         "`optimizer.{k}` holds {v}: the optimizer's state has diverged, and restoring it would be \
                          refused"

@@ -610,6 +610,28 @@ fn half_precision_conversions_on_the_gpu_give_the_cpu_bits() {
         let (on_gpu, on_cpu) = (g.to_dtype(from).to_dtype(DType::Bool), x.to_dtype(from).to_dtype(DType::Bool));
         assert_eq!(bits(&on_gpu), bits(&on_cpu), "{from} -> bool");
     }
+    // bf16 -> f64 from the device's own bf16 buffer: subnormals (bits 0x0001, 0x8001 and
+    // 0x007f are f32 subnormals, which a driver's f32 -> f64 conversion may flush to zero)
+    // and normal values, in both halves of a word and through a view at an odd offset.
+    if gpu_has_f64() {
+        let v: Vec<f32> = [0x0001u32, 0x8001, 0x007f, 0x3fc0, 0xc049].iter().map(|b| f32::from_bits(b << 16)).collect();
+        let h = Tensor::from_vec(v.clone(), &[v.len()]).to_dtype(DType::BF16);
+        let hg = h.to_device(GPU);
+        let f64_bits =
+            |t: &Tensor| t.to_device(Device::Cpu).to_vec_f64().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let on_cpu = h.to_dtype(DType::F64);
+        assert_eq!(on_cpu.to_vec_f64()[..2], [2f64.powi(-133), -(2f64.powi(-133))], "the CPU's bf16 subnormals");
+        let on_gpu = hg.to_dtype(DType::F64);
+        assert_eq!(on_gpu.device(), GPU);
+        assert_eq!(f64_bits(&on_gpu), f64_bits(&on_cpu), "bf16 -> f64");
+        let view = |t: &Tensor| t.narrow(0, 1, 3).to_dtype(DType::F64);
+        assert_eq!(f64_bits(&view(&hg)), f64_bits(&view(&h)), "bf16 -> f64 (a view at an odd offset)");
+    }
+}
+
+/// Whether gpu:0 holds f64 tensors (its adapter offers f64 shaders).
+fn gpu_has_f64() -> bool {
+    std::panic::catch_unwind(|| Tensor::zeros(&[1]).to_dtype(DType::F64).to_device(GPU)).is_ok()
 }
 
 /// Elementwise ops on f16 and bf16 run in the GPU's own kernels (no host path): each half
@@ -870,6 +892,113 @@ fn nan_and_infinities_propagate_as_on_the_cpu() {
     same("sum with NaN", &|x, _| x.sum());
     same("max_dim", &|x, _| x.reshape(&[2, 4]).max_dim(1, false).0);
     same("softmax", &|x, _| x.reshape(&[2, 4]).softmax(1));
+    // NaN passes through relu (PyTorch's; a `max(x, 0)` gave 0) and leaky_relu, in f32 and
+    // in the half kernels; relu's gradient there is PyTorch's `grad * (x > 0)`, 0.
+    same("leaky_relu", &|x, _| x.leaky_relu(0.1));
+    same("relu f16", &|x, _| x.to_dtype(DType::F16).relu());
+    same("relu bf16", &|x, _| x.to_dtype(DType::BF16).relu());
+    let relu_grad = |d: Device| {
+        let leaf = a.detach().to_device(d).requires_grad_(true);
+        leaf.relu().backward_with(&Tensor::ones(&[8]).to_device(d), false);
+        format!("{:?}", leaf.grad().expect("a gradient").to_device(Device::Cpu).to_vec_f64())
+    };
+    assert_eq!(relu_grad(GPU), relu_grad(Device::Cpu), "relu backward");
+    assert!(relu_grad(GPU).starts_with("[0.0, 1.0, 0.0, 1.0, 0.0"), "{}", relu_grad(GPU));
+
+    // pow at signed zeros, infinities and NaN: IEEE `pow`, as Rust's `powf` (the CPU's) and
+    // PyTorch. Every value here is exact (0, inf, 1, NaN with their signs), so bit for bit.
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let pairs: &[(f32, f32)] = &[
+        (-0.0, -1.0),      // -inf
+        (-0.0, 3.0),       // -0
+        (-0.0, -2.0),      // inf
+        (-0.0, 0.5),       // 0
+        (-0.0, -0.5),      // inf
+        (0.0, -1.0),       // inf
+        (0.0, 3.0),        // 0
+        (-inf, 0.5),       // inf
+        (-inf, -0.5),      // 0
+        (-inf, 3.0),       // -inf
+        (-inf, -3.0),      // -0
+        (-inf, 2.0),       // inf
+        (inf, -2.0),       // 0
+        (-1.0, inf),       // 1
+        (-1.0, -inf),      // 1
+        (-2.0, inf),       // inf
+        (-2.0, -inf),      // 0
+        (-0.5, inf),       // 0
+        (-0.5, -inf),      // inf
+        (0.5, inf),        // 0
+        (-0.0, inf),       // 0
+        (-0.0, -inf),      // inf
+        (nan, 0.0),        // 1
+        (nan, -0.0),       // 1
+        (1.0, nan),        // 1
+        (1.0, -inf),       // 1
+        (-2.5, 0.5),       // NaN
+        (-8.0, 1.0 / 3.0), // NaN
+        (nan, 2.0),        // NaN
+        (2.0, nan),        // NaN
+    ];
+    let (base, exponent): (Vec<f32>, Vec<f32>) = pairs.iter().copied().unzip();
+    let n = base.len();
+    let (pa, pb) = (Tensor::from_vec(base, &[n]), Tensor::from_vec(exponent, &[n]));
+    let bits = |t: &Tensor| format!("{:?}", t.to_device(Device::Cpu).to_vec_f64());
+    let want = pa.pow(&pb);
+    assert_eq!(bits(&want).split(", ").take(3).collect::<Vec<_>>(), ["[-inf", "-0.0", "inf"], "the CPU's pow");
+    assert_eq!(bits(&pa.to_device(GPU).pow(&pb.to_device(GPU))), bits(&want), "pow");
+    // powf of the special bases by constant exponents (2.0 takes `x * x`).
+    let specials = Tensor::from_vec(vec![-0.0, 0.0, -inf, inf, nan, 1.0], &[6]);
+    for p in [-1.0, 3.0, -2.0, -3.0, 2.0, 0.5, -0.5, 2.5, 0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+        assert_eq!(bits(&specials.to_device(GPU).powf(p)), bits(&specials.powf(p)), "powf {p}");
+    }
+}
+
+/// GELU's tanh form on the GPU is the CPU's `x sigmoid(2u)`, without the cancellation of
+/// `0.5 x (1 + tanh u)` on the negative tail (which gave -0 at x = -5.5, for -5.9e-9):
+/// value and gradient within a relative 1e-4 of the CPU's at every point (the GPU's f32
+/// `exp` near -87, where x = -10 takes it, is within a few 1e-6).
+#[test]
+fn gelu_tanh_keeps_its_negative_tail_on_the_gpu() {
+    let _serial = serial();
+    let v = vec![-10.0f32, -8.0, -6.0, -5.5, -5.0, 0.0, 5.0];
+    let x = Tensor::from_vec(v.clone(), &[v.len()]);
+    let run = |d: Device| {
+        let leaf = x.detach().to_device(d).requires_grad_(true);
+        let y = leaf.gelu_with(nn_core::ops::GeluApproximate::Tanh);
+        y.sum().backward();
+        let g = leaf.grad().expect("a gradient");
+        assert_eq!((y.device(), g.device()), (d, d));
+        (y.to_device(Device::Cpu).to_vec(), g.to_device(Device::Cpu).to_vec())
+    };
+    let ((yc, gc), (yg, gg)) = (run(Device::Cpu), run(GPU));
+    assert!(yc[3] < -5e-9 && yc[3] > -7e-9, "the CPU's gelu_tanh(-5.5) is {}", yc[3]);
+    for (i, &xi) in v.iter().enumerate() {
+        for (what, a, b) in [("value", yg[i], yc[i]), ("gradient", gg[i], gc[i])] {
+            assert!((a - b).abs() <= 1e-4 * b.abs(), "gelu tanh {what} at {xi}: {a:e} on the GPU, {b:e} on the CPU");
+        }
+    }
+}
+
+/// A long row sums accurately on the GPU: 2^22 copies of 0.1 (16384 terms per thread of
+/// the row's workgroup) average 0.1 within 1e-6, as on the CPU (a plain f32 sum per thread
+/// gave 0.10006 for 2^24); var of a constant row is 0 within the same error.
+#[test]
+fn long_rows_sum_and_average_accurately() {
+    let _serial = serial();
+    let n = 1usize << 22;
+    let x = Tensor::full(&[n], 0.1).to_device(GPU);
+    let exact = f64::from(0.1f32);
+    let mean = x.mean();
+    assert_eq!(mean.device(), GPU);
+    let got = mean.item();
+    assert!((got - exact).abs() <= 1e-6 * exact, "mean {got} for {exact}");
+    let sum = x.sum().item();
+    assert!((sum - exact * n as f64).abs() <= 1e-6 * exact * n as f64, "sum {sum}");
+    let rows = x.reshape(&[2, n / 2]).mean_dim(1, false).to_device(Device::Cpu).to_vec();
+    assert!(rows.iter().all(|&m| (f64::from(m) - exact).abs() <= 1e-6 * exact), "{rows:?}");
+    let var = x.var_dims(&[0usize], 1, false).item();
+    assert!(var.abs() <= 1e-6 * exact * exact, "var {var}");
 }
 
 /// GPU autocast follows its own table (PyTorch's CUDA lists, `amp::policy`): each

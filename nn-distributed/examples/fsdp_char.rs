@@ -64,34 +64,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         AdamW::new(fsdp.named_parameters(), AdamWConfig { lr: 3e-3, weight_decay: 0.01, ..Default::default() });
     let mut sched = CosineAnnealingLR::new(&mut opt, args.steps, 3e-4);
     std::fs::create_dir_all(&args.out_dir)?;
-    let shard_file = fsdp.shard_path(&args.out_dir);
+    // Each save goes to a folder of its own, `step_N`; `step.txt` names the last one that
+    // every rank finished (written after a barrier, atomically), so an interrupted save
+    // never mixes the shards of two steps.
     let step_file = args.out_dir.join("step.txt");
+    let step_dir = |n: u64| args.out_dir.join(format!("step_{n}"));
     let mut start = 0;
     if args.resume {
-        // `step.txt`: the step the shards were saved at, and the run's seed.
+        // `step.txt`: the step the shards were saved at, the run's seed and its length.
         let saved = std::fs::read_to_string(&step_file)?;
-        let mut fields = saved.split_whitespace();
-        start = fields.next().ok_or("step.txt is empty")?.parse()?;
-        if let Some(seed) = fields.next() {
-            let seed: u64 = seed.parse()?;
-            if seed != args.seed {
+        let fields: Vec<u64> = saved.split_whitespace().map(str::parse).collect::<Result<_, _>>()?;
+        let [at, seed, steps] = fields[..] else {
+            return Err(format!("{}: expected `step seed steps`, got {saved:?}", step_file.display()).into());
+        };
+        for (flag, was, now) in [("--seed", seed, args.seed), ("--steps", steps, args.steps)] {
+            if was != now {
                 return Err(format!(
-                    "--resume: the saved run used --seed {seed}, this one --seed {}: its batches and dropout would \
-                     follow another stream; resume with --seed {seed}, or drop --resume to start over",
-                    args.seed
+                    "--resume: the saved run used {flag} {was}, this one {flag} {now}: its batches would follow \
+                     another stream, or its cosine schedule another length; resume with {flag} {was}, or drop \
+                     --resume to start over"
                 )
                 .into());
             }
         }
-        if start >= args.steps {
+        if at >= args.steps {
             return Err(format!(
-                "--resume: the saved run is at step {start} and this one ends at step {}: nothing left to train; pass \
-                 a larger --steps, or drop --resume to start over",
+                "--resume: the saved run finished (step {at} of {}): nothing left to train; drop --resume to start over",
                 args.steps
             )
             .into());
         }
-        fsdp.load_sharded(&shard_file, &mut opt)?;
+        start = at;
+        fsdp.load_sharded(fsdp.shard_path(step_dir(start)), &mut opt)?;
         // The learning rate is the loaded optimizer state's; the scheduler goes on from
         // step `start` (stepping it `start` times would decay the loaded rate again).
         let state = SchedulerState { last_epoch: start, ..sched.state().clone() };
@@ -107,6 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let share = BATCH / world;
+    let mut last_saved = (start > 0).then_some(start);
     let t0 = Instant::now();
     for step in start..args.steps {
         let (x, y) = batch(corpus.train());
@@ -123,11 +128,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if lead {
                 println!("step {:>4}: loss {mean:.3} ({:.1} s)", step + 1, t0.elapsed().as_secs_f64());
             }
-            // Every rank writes its shard; an interrupted run resumes from the last one.
-            fsdp.save_sharded(&shard_file, &opt)?;
+            // Every rank writes its shard; once all have, rank 0 names the step in
+            // `step.txt` and removes the previous save.
+            std::fs::create_dir_all(step_dir(step + 1))?;
+            fsdp.save_sharded(fsdp.shard_path(step_dir(step + 1)), &opt)?;
+            group.barrier();
             if lead {
-                std::fs::write(&step_file, format!("{} {}\n", step + 1, args.seed))?;
+                let line = format!("{} {} {}\n", step + 1, args.seed, args.steps);
+                nn_core::io::atomic_write(&step_file, |f| std::io::Write::write_all(f, line.as_bytes()))?;
+                if let Some(previous) = last_saved.filter(|&p| p != step + 1) {
+                    let _ = std::fs::remove_dir_all(step_dir(previous));
+                }
             }
+            last_saved = Some(step + 1);
         }
     }
     // The whole model, under its own names, on rank 0: evaluate it unwrapped.
@@ -144,7 +157,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
              state dict: {}",
             acc * 100.0,
             world,
-            args.out_dir.display(),
+            step_dir(args.steps).display(),
             path.display()
         );
     }

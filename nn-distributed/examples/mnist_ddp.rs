@@ -50,11 +50,12 @@ struct Args {
     /// Which dataset.
     #[arg(long, value_enum, default_value = "mnist")]
     dataset: Dataset,
-    /// Folder with the four IDX files (defaults to `../shared/data/<dataset>` next to the repo).
+    /// Folder with the four IDX files (defaults to `../shared/data/mnist` or
+    /// `../shared/data/fashion-mnist` next to the repo).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Global mini-batch size, split evenly across the ranks.
-    #[arg(long, default_value_t = 64)]
+    /// Global mini-batch size (1 or more), split evenly across the ranks.
+    #[arg(long, default_value_t = 64, value_parser = nn_examples::parse_positive)]
     batch_size: usize,
     /// Per-rank batch-norm statistics instead of SyncBatchNorm.
     #[arg(long)]
@@ -84,7 +85,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (x_train, y_train) = load_mnist(&dir, Split::Train)
         .map_err(|e| format!("{e}\n(pass --data-dir with the IDX files; see data/README.md)"))?;
     let (x_test, y_test) = load_mnist(&dir, Split::Test)?;
-    let (x_train, y_train) = nn_examples::limit(x_train, y_train, a.limit);
+    let (x_train, y_train) = a.limit_train(x_train, y_train)?;
+    nn_examples::check_nonempty("test", &x_test)?;
     let n_train = x_train.shape()[0];
     let epochs = a.epochs.unwrap_or(match (args.model, args.dataset) {
         (Model::Cnn, Dataset::Mnist) => 3,

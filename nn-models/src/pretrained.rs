@@ -112,6 +112,7 @@ pub(crate) fn read_config<C: DeserializeOwned>(
     // of a bounded size, with no key given twice (serde_json keeps the last one silently).
     let (file, len) = nn_core::io::open_regular(&path).map_err(|e| match e {
         nn_core::Error::Io { source, .. } => Error::Io { path: path.clone(), source },
+        nn_core::Error::NotARegularFile { kind, .. } => bad(format!("is not a regular file ({kind})")),
         other => bad(other.to_string()),
     })?;
     if len > MAX_CONFIG_BYTES {

@@ -118,14 +118,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     // Before reading the model: a flag that would be ignored is refused at once.
     refuse_seed_when_greedy(&args)?;
+    // Which model the directory holds: its config is read as `from_pretrained` reads it (a
+    // regular file of bounded size, no key given twice), which then checks it whole.
     let config_path = args.model_dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
-    let config: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", config_path.display()))?;
-    let vocab = config["vocab_size"].as_u64().unwrap_or(0) as usize;
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", config_path.display());
+    let (file, len) = nn_core::io::open_regular(&config_path).map_err(|e| e.to_string())?;
+    if len > 16 << 20 {
+        return Err(at(&format_args!("{len} bytes, more than a config's 16 MiB")).into());
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, 16 << 20), &mut text).map_err(|e| at(&e))?;
+    nn_core::serialization::check_unique_keys(&text).map_err(|e| at(&e))?;
+    let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| at(&e))?;
     match config["model_type"].as_str() {
-        Some("gpt2") => run(&Gpt2LMHeadModel::from_pretrained(&args.model_dir)?, vocab, &args),
-        Some("llama") => run(&LlamaForCausalLM::from_pretrained(&args.model_dir)?, vocab, &args),
+        Some("gpt2") => {
+            let model = Gpt2LMHeadModel::from_pretrained(&args.model_dir)?;
+            run(&model, CausalLm::vocab_size(&model), &args)
+        }
+        Some("llama") => {
+            let model = LlamaForCausalLM::from_pretrained(&args.model_dir)?;
+            run(&model, CausalLm::vocab_size(&model), &args)
+        }
         other => {
             Err(format!("{}: model_type {other:?}; this example runs \"gpt2\" and \"llama\"", args.model_dir.display())
                 .into())

@@ -457,9 +457,11 @@ pub trait Module: HoldsState + Any {
     /// Missing keys, unexpected keys and shape mismatches are all collected first and
     /// reported together, by name. With `strict`, any of them is an error; without, the
     /// missing and unexpected keys are returned and shape mismatches are still an error.
-    /// On error the module is left exactly as it was. Values are converted to each
-    /// entry's current dtype and copied into its storage in place, as PyTorch's
-    /// `param.copy_(input)`: views, detached handles and the tensors an earlier
+    /// So is a value of another kind (an integer into a float entry), and a finite value
+    /// that the entry's dtype cannot hold (an f32 70000 into an f16 model, an f64 1e300
+    /// into f32): PyTorch's `copy_` loads it as `inf`, silently. On error the module is
+    /// left exactly as it was. Values are converted to each entry's current dtype and
+    /// copied into its storage in place, as PyTorch's `param.copy_(input)`: views, detached handles and the tensors an earlier
     /// [`state_dict`](Module::state_dict) returned see the loaded values. An entry on the
     /// meta device takes the loaded tensor instead (PyTorch's `assign=True`: it has no
     /// storage to copy into), converted to the entry's dtype, so a model built on meta in

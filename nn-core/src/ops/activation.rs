@@ -9,13 +9,24 @@ use crate::tensor::Tensor;
 unary_op!(
     Relu,
     "relu",
-    |s, x| if x > T::zero() { x } else { T::zero() },
+    // NaN propagates, as PyTorch's relu (a `max(x, 0)` drops it); its gradient is 0 there
+    // (PyTorch's `grad * (x > 0)`). NaN is tested on the bits in WGSL (`isnan_`).
+    |s, x| if x > T::zero() || x.is_nan() { x } else { T::zero() },
     |s, x, y| if x > T::zero() { T::one() } else { T::zero() },
-    wgsl = Wgsl::unary("select(0.0, x, x > 0.0)", "select(0.0, 1.0, x > 0.0)", false)
+    wgsl = Wgsl::unary("select(0.0, x, x > 0.0 || isnan_(f32(x)))", "select(0.0, 1.0, x > 0.0)", false)
 );
 
+/// The CPU's stable sigmoid of the WGSL expression `$z` (a string literal, read four
+/// times): `1 / (1 + e^-z)` for `z >= 0`, `e^z / (1 + e^z)` below (never exponentiates a
+/// large positive number).
+macro_rules! wgsl_sigmoid {
+    ($z:literal) => {
+        concat!("select(exp(", $z, ") / (1.0 + exp(", $z, ")), 1.0 / (1.0 + exp(-(", $z, "))), (", $z, ") >= 0.0)")
+    };
+}
+
 /// The CPU's stable sigmoid, in WGSL.
-const SIGMOID: &str = "select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)";
+const SIGMOID: &str = wgsl_sigmoid!("x");
 
 #[inline(always)]
 fn sigmoid<T: FloatElement>(x: T) -> T {
@@ -100,9 +111,18 @@ unary_op!(
             sg + x * sg * (T::one() - sg) * (dinner + dinner)
         }
     },
+    // The CPU's form, `x sigmoid(2u)` with the stable sigmoid (`0.5 x (1 + tanh u)` gave
+    // -0 at x = -5.5 in f32, for -5.9e-9), and its derivative `s + x s (1 - s) 2u'`, with
+    // 2u = 2 sqrt(2/pi) (x + 0.044715 x^3) (2 sqrt(2/pi) in f32 is twice sqrt(2/pi) in f32:
+    // the CPU's `inner + inner`) and 2u' = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2).
     wgsl = Wgsl::unary(
-        "0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)))",
-        "0.5 * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x))) + 0.5 * x * (1.0 - tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)) * tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x))) * (0.7978845608028654 * (1.0 + 0.134145 * x * x))",
+        concat!("x * ", wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)")),
+        concat!(
+            wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)"),
+            " * (1.0 + x * (1.0 - ",
+            wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)"),
+            ") * (1.5957691216057308 * (1.0 + 0.134145 * x * x)))"
+        ),
         true
     ),
     fast = vfun::gelu_tanh,
@@ -204,7 +224,7 @@ pub enum GeluApproximate {
 }
 
 impl Tensor {
-    /// `max(x, 0)` elementwise (gradient 0 at 0, as PyTorch).
+    /// `max(x, 0)` elementwise, NaN kept (gradient 0 at 0 and at NaN, as PyTorch).
     ///
     /// ```
     /// use nn_core::Tensor;
@@ -453,6 +473,28 @@ mod tests {
         let x = leaf(&[0.0], &[1]);
         x.leaky_relu(0.2).sum().backward();
         assert_eq!(grad(&x), vec![0.2]);
+    }
+
+    /// NaN passes through relu and leaky_relu in every float dtype, as in PyTorch (a
+    /// `max(x, 0)` gave 0); the gradient there is PyTorch's: `grad * (x > 0)` for relu (0),
+    /// the slope for leaky_relu.
+    #[test]
+    fn relu_and_leaky_relu_propagate_nan() {
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            let x = t64(&[f64::NAN, -1.0, 2.0, -0.0], &[4]).to_dtype(dtype);
+            let y = x.relu().to_vec_f64();
+            assert!(y[0].is_nan(), "relu {dtype}: {y:?}");
+            assert_eq!(y[1..], [0.0, 2.0, 0.0], "relu {dtype}");
+            let y = x.leaky_relu(0.5).to_vec_f64();
+            assert!(y[0].is_nan(), "leaky_relu {dtype}: {y:?}");
+            assert_eq!(y[1..3], [-0.5, 2.0], "leaky_relu {dtype}");
+        }
+        let x = leaf(&[f64::NAN, -1.0, 2.0], &[3]);
+        x.relu().sum().backward();
+        assert_eq!(grad(&x), vec![0.0, 0.0, 1.0]);
+        let x = leaf(&[f64::NAN, 2.0], &[2]);
+        x.leaky_relu(0.2).sum().backward();
+        assert_eq!(grad(&x), vec![0.2, 1.0]);
     }
 
     #[test]

@@ -379,6 +379,21 @@ fn a_checkpoints_scheduler_is_not_dropped_and_nan_extras_are_not_written() {
         (Box::new(|c| c.optimizer.as_mut().unwrap().lrs[0] = -1e-3), "`optimizer_lrs[0]` is -0.001"),
         (Box::new(|c| c.schedulers[0].base_lrs[0] = f64::NAN), "`schedulers[0].base_lrs[0]` is NaN"),
         (Box::new(|c| c.step = u64::MAX), "`step` is 18446744073709551615"),
+        (Box::new(|c| c.rng.word_pos = 1 << 68), "`rng.word_pos` 295147905179352825856 is not a generator position"),
+        (
+            Box::new(|c| {
+                let o = c.optimizer.as_mut().unwrap();
+                o.hyper_params = vec![o.hyper_params[0].clone(), o.hyper_params[0].clone()];
+            }),
+            "2 parameter groups' hyper-parameters and 1 learning rates",
+        ),
+        (
+            Box::new(|c| {
+                let t = &mut c.optimizer.as_mut().unwrap().tensors;
+                t.insert("0.weight.exp_avg_sq".into(), Tensor::full(&[2], -1.0));
+            }),
+            "`optimizer.0.weight.exp_avg_sq` holds -1",
+        ),
         (
             Box::new(|c| {
                 let t = &mut c.optimizer.as_mut().unwrap().tensors;

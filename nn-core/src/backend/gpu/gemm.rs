@@ -14,7 +14,7 @@
 //! | `db128x128_k8`  | `gemm_pipe.wgsl`     | 128 x 128                | 8 x 8            | nothing (not f64) |
 //! | `db128x128_k16` | `gemm_pipe.wgsl`     | 128 x 128                | 8 x 8            | nothing (not f64) |
 //! | `db128x64_k16`  | `gemm_pipe.wgsl`     | 128 x 64                 | 8 x 8            | nothing (not f64) |
-//! | `coop128x128_f16` | `gemm_coop_block.wgsl` | 128 x 128           | 64 x 64 per subgroup | as `coop64x64_f16`, with f32 or (where that is all there is) f16 sums |
+//! | `coop128x128_f16` | `gemm_coop_block.wgsl` | 128 x 128           | 64 x 64 per subgroup | as `coop64x64_f16` (f32 sums: refused where the adapter's cooperative matrices sum in f16 only, see *Element types*) |
 //! | `coop128x128_db_f16` | `gemm_coop_block.wgsl` | 128 x 128        | 64 x 64 per subgroup | as `coop128x128_f16` |
 //! | `u64x64_4x4`, `u64x64_8x8`, `u128x64_8x4`, `u128x128_8x8` | `gemm_tiled.wgsl` (written out) | as the `t` variants of those names | | nothing |
 //!
@@ -43,7 +43,10 @@
 //! in f32 and rounded once, to nearest even, to their type: the CPU's contract. f16 is read as
 //! `f16` where the adapter has `SHADER_F16`; without it (and always for bf16) as packed words,
 //! two values to a `u32`, and results sharing a word with another thread's are written with
-//! atomic and/or on their half.
+//! atomic and/or on their half. The cooperative-matrix variants are offered only where the
+//! adapter's matrix units sum f16 products in f32: f16 sums (all some adapters offer) would
+//! round every partial sum and overflow past 65504, so those adapters refuse them and the
+//! tuner falls back to the next variant.
 //!
 //! # Refusals
 //! A variant whose adapter feature is missing is refused before any compilation, with a
@@ -522,24 +525,32 @@ mod tests {
         assert_eq!(checked, 2 * (9 * 5 + 4 * 4 + 3));
     }
 
-    /// The blocked cooperative-matrix kernel sums in f32 where the adapter offers f32 sums,
-    /// in f16 where only f16 sums are offered, and validates either way.
+    /// The blocked cooperative-matrix kernels sum in f32 and validate where the adapter
+    /// offers f32 sums (with or without f16 sums besides); where it offers f16 sums only, or
+    /// none, they are refused, naming f32 sums, and the general variant is still offered.
     #[test]
-    fn the_blocked_coop_kernel_sums_in_what_the_adapter_offers() {
+    fn the_blocked_coop_kernels_sum_in_f32_or_are_refused() {
         let block = VARIANTS.iter().position(|v| v.algo == Algo::CoopBlock { double: false }).expect("listed");
         let mut caps = caps(wgpu::Features::all());
-        for (f32_sums, want) in [(true, "alias ACC = f32;"), (false, "alias ACC = f16;")] {
-            (caps.coop_f16, caps.coop_f16_sums) = (f32_sums, !f32_sums);
+        for f16_sums in [false, true] {
+            (caps.coop_f16, caps.coop_f16_sums) = (true, f16_sums);
             for variant in [block, block + 1] {
                 assert_eq!(caps.refusal(&VARIANTS[variant]), None);
                 let src = Kernel { variant, enc: Enc::F16, input: true, checked: false }.source(&caps);
-                assert!(src.contains(want), "{src}");
-                validates(want, &src);
+                assert!(src.contains("alias ACC = f32;"), "{src}");
+                validates(VARIANTS[variant].name, &src);
             }
         }
-        caps.coop_f16_sums = false;
-        let why = caps.refusal(&VARIANTS[block]).expect("refused");
-        assert!(why.contains("16x16x16 cooperative matrices of f16") && why.contains("coop128x128_f16"), "{why}");
+        for f16_sums in [true, false] {
+            (caps.coop_f16, caps.coop_f16_sums) = (false, f16_sums);
+            for variant in [block, block + 1] {
+                let why = caps.refusal(&VARIANTS[variant]).expect("refused");
+                let name = format!("`{}`", VARIANTS[variant].name);
+                assert!(why.contains("cooperative matrices of f16 with f32 sums") && why.contains(&name), "{why}");
+                assert_eq!(why.contains("f16 sums only"), f16_sums, "{why}");
+            }
+            assert_eq!(caps.refusal(&VARIANTS[GENERAL]), None);
+        }
     }
 
     #[test]

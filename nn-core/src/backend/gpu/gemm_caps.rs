@@ -53,7 +53,8 @@ pub(crate) struct Caps {
     pub(crate) subgroup_sizes: [u32; 2],
     /// Cooperative matrices of 16x16x16 with f16 operands and f32 sums.
     pub(crate) coop_f16: bool,
-    /// Cooperative matrices of 16x16x16 with f16 operands and f16 sums.
+    /// Cooperative matrices of 16x16x16 with f16 operands and f16 sums (named in
+    /// refusals only: no variant is offered that sums in f16).
     pub(crate) coop_f16_sums: bool,
 }
 
@@ -99,10 +100,14 @@ impl Caps {
             format!("wgpu feature {}", lacks.join(" and "))
         } else if v.algo == Algo::Subgroup && !lo.is_power_of_two() {
             format!("subgroups of a power-of-two size (its smallest is {lo})")
-        } else if v.algo == Algo::Coop && !self.coop_f16 {
-            "16x16x16 cooperative matrices of f16 with f32 sums".to_string()
-        } else if matches!(v.algo, Algo::CoopBlock { .. }) && !self.coop_f16 && !self.coop_f16_sums {
-            "16x16x16 cooperative matrices of f16 (with f32 or f16 sums)".to_string()
+        } else if coop && !self.coop_f16 {
+            // f16 sums are refused too (the `coop128x128` variants took them): partial sums
+            // rounded to f16 at every step lose digits with depth and overflow past 65504
+            // (a 512-deep product of +-200 values gave inf where the result is 0), against
+            // the GEMM's contract for f16 (summed in f32, rounded once). The tuner then
+            // falls back to a variant summing in f32.
+            let only = if self.coop_f16_sums { " (it offers f16 sums only, which the GEMM does not use)" } else { "" };
+            format!("16x16x16 cooperative matrices of f16 with f32 sums{only}")
         } else if coop && lo != hi {
             format!("a fixed subgroup size (it has {lo} to {hi})")
         } else {
@@ -115,7 +120,7 @@ impl Caps {
     }
 
     /// The type the `coop128x128` variants sum in: `f32` where the adapter offers f16 x f16 -> f32
-    /// tiles, else `f16`.
+    /// tiles, else `f16` (such an adapter refuses them, see [`Caps::refusal`]: never run).
     pub(crate) fn coop_sums(&self) -> &'static str {
         if self.coop_f16 {
             "f32"

@@ -217,7 +217,8 @@ impl GemmState {
 
     /// Whether `variant` sums in f16 here (the `coop128x128` variants on an adapter without
     /// f32 sums): its rounding error grows with k, and f16 sums overflow where f32 ones do
-    /// not, so agreeing on a block of some depth says nothing of deeper products.
+    /// not, so agreeing on a block of some depth says nothing of deeper products. (Such an
+    /// adapter now refuses those variants, [`Caps::refusal`]: a guard, never the best.)
     fn f16_sums(&self, variant: usize) -> bool {
         matches!(VARIANTS[variant].algo, Algo::CoopBlock { .. }) && self.caps.coop_sums() == "f16"
     }

@@ -211,6 +211,8 @@ fn an_f16_sum_variant_runs_no_deeper_product_than_it_was_checked_at() {
         coop_f16_sums: true,
     };
     let f16_only = GemmState::new(caps(false));
+    // Such an adapter refuses the variant (`Caps::refusal`): the limit below is a guard.
+    assert!(f16_only.caps.refusal(&VARIANTS[coop]).is_some_and(|why| why.contains("f16 sums only")));
     assert!(f16_only.f16_sums(coop) && !f16_only.f16_sums(t64));
     assert_eq!(f16_only.deeper(coop, &times, &[]), Some(t64));
     assert_eq!(f16_only.deeper(coop, &times, &[(ms(1), coop), (ms(2), GENERAL)]), Some(GENERAL), "finals decide");

@@ -26,15 +26,21 @@ pub(crate) fn upload(ctx: &'static Ctx, c: &CpuStorage) -> GpuStorage {
 /// The `load_x(o)` snippet reading position `o` of a binding `X` holding `dtype` as `ty`.
 pub(super) fn load(dtype: DType, ty: &str) -> String {
     let kernel = match dtype {
-        // f32 subnormals widened exactly: a plain conversion flushes them to zero on
-        // drivers without denormal preservation (NVIDIA's).
+        // f32 and bf16 subnormals widened exactly: a plain conversion flushes them to zero
+        // on drivers without denormal preservation (NVIDIA's). Both widen f32 bits (a bf16
+        // value is the top half of an f32) with the `f64_of_f32_bits` snippet.
         DType::F32 if ty == "f64" => "load_f32_to_f64",
+        DType::BF16 if ty == "f64" => "load_bf16_to_f64",
         DType::F32 | DType::F64 | DType::Bool => "load_word",
         DType::F16 => "load_f16",
         DType::BF16 => "load_bf16",
         DType::I64 => unreachable!("i64 is copied, never converted, by GPU kernels"),
     };
-    FAMILY.render(kernel, &[("T", ty)])
+    let load = FAMILY.render(kernel, &[("T", ty)]);
+    if kernel.ends_with("_to_f64") {
+        return format!("{}{load}", FAMILY.kernel("f64_of_f32_bits"));
+    }
+    load
 }
 
 /// The elements `l` selects from `x`, row-major, converted to `dtype` (a copy when it is

@@ -4,9 +4,10 @@
 //
 // Placeholders: `{{PRELUDE}}`; `{{WORDS}}`, the 32-bit words per element of a copy;
 // `{{X}}`, the array type of the source; `{{T}}`, the type a value is read as; `{{LOAD}}`,
-// one of the `load_*` snippets (filled with `{{T}}`), defining `load_x(o)`, the value at
-// position `o` of `X`; `{{HALF_BITS}}` and `{{BITS}}` (`f16_bits` or `bf16_bits`);
-// `{{NONZERO}}`, one of the `nonzero_*` snippets.
+// one of the `load_*` snippets (filled with `{{T}}`; the `*_to_f64` ones follow the
+// `f64_of_f32_bits` snippet they call), defining `load_x(o)`, the value at position `o` of
+// `X`; `{{HALF_BITS}}` and `{{BITS}}` (`f16_bits` or `bf16_bits`); `{{NONZERO}}`, one of
+// the `nonzero_*` snippets.
 
 //# fill
 // Words `pattern[0], pattern[1], pattern[0], ...`, from `P = [n, pattern[0], pattern[1]]`.
@@ -146,16 +147,28 @@ fn load_x(o: u32) -> {{T}} {
     return {{T}}(X[o]);
 }
 
-//# load_f32_to_f64
-// f32 to f64 with subnormals kept: built from the bits, since drivers may flush an f32
-// subnormal in a conversion.
-fn load_x(o: u32) -> {{T}} {
-    let bits = bitcast<u32>(X[o]);
+//# f64_of_f32_bits
+// The f32 of bits `bits` as f64, subnormals kept: built from the bits, since drivers may
+// flush an f32 subnormal in a conversion. Prepended to the `load_*_to_f64` snippets.
+fn f64_of_f32_bits(bits: u32) -> f64 {
     if ((bits & 0x7f800000u) == 0u) {
-        let m = ldexp({{T}}(bits & 0x007fffffu), -149);
+        let m = ldexp(f64(bits & 0x007fffffu), -149);
         return select(m, -m, (bits >> 31u) != 0u);
     }
-    return {{T}}(X[o]);
+    return f64(bitcast<f32>(bits));
+}
+
+//# load_f32_to_f64
+// f32 to f64 with subnormals kept (`f64_of_f32_bits`).
+fn load_x(o: u32) -> {{T}} {
+    return f64_of_f32_bits(bitcast<u32>(X[o]));
+}
+
+//# load_bf16_to_f64
+// bf16 to f64 with subnormals kept: the bf16 bits are the top half of an f32's, and a
+// bf16 subnormal is an f32 subnormal (`f64_of_f32_bits`).
+fn load_x(o: u32) -> {{T}} {
+    return f64_of_f32_bits(((X[o >> 1u] >> ((o & 1u) * 16u)) & 0xffffu) << 16u);
 }
 
 //# load_f16

@@ -73,13 +73,37 @@ fn load_{{NAME}}(o: u32) -> f32 {
 //# math
 // The helpers elementwise expressions may call (see `backend::Wgsl`), in f32.
 
+// IEEE 754 `pow`, as Rust's `powf` (and PyTorch): 1 for `b == 0` and for `a == 1`, NaN
+// included; NaN from a NaN operand otherwise; for an infinite `b`, 1 at `|a| == 1` and
+// else 0 or inf by `|a| < 1` and the sign of `b` (negative bases included); zero and
+// infinite bases by the rules of `pow(+-0, b)` and `pow(+-inf, b)`, not through `log2(0)`
+// and `exp2(+-inf)` (which drivers need not honour). The base's sign is read from its bits,
+// so that -0 counts as negative (`pow(-0, -1) = -inf`, `pow(-0, 3) = -0`); NaN only for a
+// finite negative base (not -0) with a non-integer `b`. The sign of an odd integer power
+// is set on the bits, as the zero's is read (a -0 result stays -0).
 fn powf_(a: f32, b: f32) -> f32 {
     if (b == 0.0 || a == 1.0) { return 1.0; }
     if (isnan_(a) || isnan_(b)) { return a + b; }
-    let r = exp2(b * log2(abs(a)));
-    if (a < 0.0) {
-        if (fract(b) != 0.0) { return bitcast<f32>(0x7fc00000u); }
-        if (fract(b * 0.5) != 0.0) { return -r; }
+    let inf = bitcast<f32>(0x7f800000u);
+    let z = abs(a);
+    if ((bitcast<u32>(b) & 0x7fffffffu) == 0x7f800000u) {
+        if (z == 1.0) { return 1.0; }
+        return select(0.0, inf, (z < 1.0) == (b < 0.0));
+    }
+    let negative = (bitcast<u32>(a) >> 31u) == 1u;
+    let z_inf = (bitcast<u32>(z)) == 0x7f800000u;
+    let integer = fract(b) == 0.0;
+    if (negative && z != 0.0 && !z_inf && !integer) { return bitcast<f32>(0x7fc00000u); }
+    var r: f32;
+    if (z == 0.0 || z_inf) {
+        // 0^b: inf for b < 0, 0 for b > 0; inf^b the other way round.
+        r = select(0.0, inf, (b < 0.0) == (z == 0.0));
+    } else {
+        r = exp2(b * log2(z));
+    }
+    // Odd integers: fract(b / 2) is 0.5 (exact: |b| < 2^24 there, all larger floats are even).
+    if (negative && integer && fract(b * 0.5) != 0.0) {
+        return bitcast<f32>(bitcast<u32>(r) | 0x80000000u);
     }
     return r;
 }

@@ -12,8 +12,8 @@
 // gemm_pipe.wgsl's `loads` while the current one is multiplied: 32 KiB); 4 KiB (f32 sums) of
 // staging either way.
 // Placeholders: {{SG}}, the adapter's subgroup size (fixed: its smallest equals its largest);
-// {{ACC}}, the sums' type: f32 where the adapter multiplies f16 into f32 tiles, f16 where
-// f16 sums are all it offers.
+// {{ACC}}, the sums' type: f32, the adapter multiplying f16 into f32 tiles (an adapter
+// offering f16 sums only refuses these variants, see gemm_caps.rs: the GEMM sums in f32).
 //
 // In bounds by construction (compiled without runtime checks, see gemm.rs): the global reads
 // are gemm_fill.wgsl's or gemm_pipe.wgsl's, each under a test against m, n and k; the
