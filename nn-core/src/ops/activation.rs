@@ -9,11 +9,13 @@ use crate::tensor::Tensor;
 unary_op!(
     Relu,
     "relu",
-    // NaN propagates, as PyTorch's relu (a `max(x, 0)` drops it); its gradient is 0 there
-    // (PyTorch's `grad * (x > 0)`). NaN is tested on the bits in WGSL (`isnan_`).
+    // NaN propagates, as PyTorch's relu (a `max(x, 0)` drops it), and so does the gradient
+    // there: PyTorch's `threshold_backward` zeroes it where `x <= 0` only, which NaN is not.
+    // NaN is tested on the bits in WGSL (`isnan_`).
     |s, x| if x > T::zero() || x.is_nan() { x } else { T::zero() },
-    |s, x, y| if x > T::zero() { T::one() } else { T::zero() },
-    wgsl = Wgsl::unary("select(0.0, x, x > 0.0 || isnan_(f32(x)))", "select(0.0, 1.0, x > 0.0)", false)
+    |s, x, y| if x <= T::zero() { T::zero() } else { T::one() },
+    wgsl =
+        Wgsl::unary("select(0.0, x, x > 0.0 || isnan_(f32(x)))", "select(0.0, 1.0, x > 0.0 || isnan_(f32(x)))", false)
 );
 
 /// The CPU's stable sigmoid of the WGSL expression `$z` (a string literal, read four
@@ -117,11 +119,15 @@ unary_op!(
     // the CPU's `inner + inner`) and 2u' = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2).
     wgsl = Wgsl::unary(
         concat!("x * ", wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)")),
+        // Multiplied in the CPU's order, `s + ((x s) (1 - s)) 2u'`: as `s (1 + x (1 - s) 2u')`
+        // the product overflowed to -inf for x below -1.2e13, where s is 0, and gave NaN.
         concat!(
             wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)"),
-            " * (1.0 + x * (1.0 - ",
+            " + x * ",
             wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)"),
-            ") * (1.5957691216057308 * (1.0 + 0.134145 * x * x)))"
+            " * (1.0 - ",
+            wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)"),
+            ") * (1.5957691216057308 * (1.0 + 0.134145 * x * x))"
         ),
         true
     ),
@@ -476,8 +482,8 @@ mod tests {
     }
 
     /// NaN passes through relu and leaky_relu in every float dtype, as in PyTorch (a
-    /// `max(x, 0)` gave 0); the gradient there is PyTorch's: `grad * (x > 0)` for relu (0),
-    /// the slope for leaky_relu.
+    /// `max(x, 0)` gave 0); the gradient there is PyTorch's (torch 2.15): 1 for relu
+    /// (`threshold_backward` zeroes it where `x <= 0` only), the slope for leaky_relu.
     #[test]
     fn relu_and_leaky_relu_propagate_nan() {
         for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
@@ -491,7 +497,7 @@ mod tests {
         }
         let x = leaf(&[f64::NAN, -1.0, 2.0], &[3]);
         x.relu().sum().backward();
-        assert_eq!(grad(&x), vec![0.0, 0.0, 1.0]);
+        assert_eq!(grad(&x), vec![1.0, 0.0, 1.0]);
         let x = leaf(&[f64::NAN, 2.0], &[2]);
         x.leaky_relu(0.2).sum().backward();
         assert_eq!(grad(&x), vec![0.2, 1.0]);
