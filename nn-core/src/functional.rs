@@ -185,6 +185,13 @@ pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: 
         );
     }
     let (n, c) = (x.shape()[0], x.shape()[1]);
+    // PyTorch's checks: a group of no channels or no positions has no statistics.
+    if c == 0 {
+        panic!("group_norm: expected the number of channels to be greater than 0, got shape {:?}", x.shape());
+    }
+    if x.shape()[2..].contains(&0) {
+        panic!("group_norm: expected the spatial size (H x W ...) to be greater than 0, got shape {:?}", x.shape());
+    }
     for (name, t) in [("weight", weight), ("bias", bias)] {
         if let Some(t) = t.filter(|t| t.shape() != [c]) {
             // A [2, 2] weight for 4 channels would otherwise be read row-major.

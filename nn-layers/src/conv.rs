@@ -282,7 +282,7 @@ impl Compute for Conv2d {
     }
 }
 
-/// 1-D convolution over `[N, C_in, L]` (PyTorch's `nn.Conv1d`).
+/// 1-D convolution over `[N, C_in, L]` (or unbatched `[C_in, L]`), PyTorch's `nn.Conv1d`.
 ///
 /// Parameters: `weight` `[out, in / groups, k]`, `bias` `[out]`; init as [`Conv2d`].
 #[derive(Module)]
@@ -341,8 +341,16 @@ impl Compute for Conv1d {
     type Input = Tensor;
     type Output = Tensor;
     fn compute(&self, x: &Tensor) -> Tensor {
-        if x.rank() != 3 || x.shape()[1] != self.in_channels {
-            panic!("{} expects input [N, {}, L], got {:?}", self, self.in_channels, x.shape());
+        // `[C_in, L]` is PyTorch's unbatched input; the functional conv1d takes it too.
+        let ok = matches!(x.rank(), 2 | 3) && x.shape()[x.rank() - 2] == self.in_channels;
+        if !ok {
+            panic!(
+                "{} expects input [N, {}, L] or [{}, L], got {:?}",
+                self,
+                self.in_channels,
+                self.in_channels,
+                x.shape()
+            );
         }
         let c = &self.config;
         x.conv1d(&self.weight, self.bias.as_deref(), c.stride, c.padding, c.dilation, c.groups)

@@ -160,21 +160,19 @@ macro_rules! batch_norm_layer {
 }
 
 /// Training mode normalises with the batch's own mean and variance, which need at least
-/// two values per channel; checked before any running statistic is touched.
+/// two values per channel (or none: an empty batch); checked before any running statistic
+/// is touched.
 ///
 /// # Panics
 /// With a message naming the layer and the input shape.
 #[track_caller]
 fn check_batch_statistics(layer: &str, shape: &[usize]) {
     let per_channel: usize = shape.iter().enumerate().filter(|&(d, _)| d != 1).map(|(_, &n)| n).product();
-    if per_channel > 1 {
+    // An empty batch gives an empty output and leaves the statistics alone, as PyTorch.
+    if per_channel != 1 {
         return;
     }
-    let why = if shape[0] == 0 {
-        "the batch is empty; skip empty batches, or call `.eval()` to normalise with the running statistics"
-    } else {
-        "a batch of one value per channel has no variance; use larger batches or `.eval()`"
-    };
+    let why = "a batch of one value per channel has no variance; use larger batches or `.eval()`";
     panic!(
         "{layer}: training mode needs more than 1 value per channel for batch statistics, got input of shape \
          {shape:?} ({per_channel} per channel): {why}"
@@ -220,6 +218,10 @@ fn bn_forward(
         _ => None,
     };
     let y = if let (true, Some(sync)) = (training, sync) {
+        // The check `Tensor::batch_norm` makes on the path that does not sync.
+        if !(config.eps > 0.0) {
+            panic!("batch_norm: eps must be positive during training, got {}", config.eps);
+        }
         synced_batch_norm(x, &s, factor, config.eps, sync)
     } else {
         let use_batch_stats = training || s.running_mean.is_none();

@@ -307,6 +307,11 @@ fn pool_1d(name: &dyn std::fmt::Display, x: &Tensor, pool: impl FnOnce(&Tensor) 
     if x.rank() != 2 && x.rank() != 3 {
         panic!("{name} expects input [N, C, L] or [C, L], got {:?}", x.shape());
     }
+    // Only the batch may be empty, as in PyTorch: a pool over no channels or no positions
+    // is refused.
+    if x.shape()[x.rank() - 2..].contains(&0) {
+        panic!("{name} expects input [N, C, L] or [C, L] with C and L non-zero (N may be 0), got {:?}", x.shape());
+    }
     pool(&x.unsqueeze(-2)).squeeze_dim(-2)
 }
 

@@ -297,6 +297,9 @@ struct Layout {
 impl Recurrent {
     #[track_caller]
     fn new(name: &str, cell: Cell, input_size: usize, hidden_size: usize, c: Options) -> Self {
+        if input_size == 0 {
+            panic!("{name}: input_size must be greater than zero, got 0");
+        }
         if hidden_size == 0 || c.num_layers == 0 {
             panic!(
                 "{name}: hidden_size and num_layers must be positive, got hidden_size={hidden_size}, num_layers={}",

@@ -271,6 +271,11 @@ impl Storage {
     /// Writes the elements `src_layout` selects from `src` (converted to this buffer's
     /// dtype) into the positions `layout` selects here, in place.
     pub(crate) fn write_from(&mut self, layout: &Layout, src: &Storage, src_layout: &Layout) {
+        // Nothing to write; an empty layout's offset may lie past the buffer's end (the
+        // last slice of an empty `cat` operand), so it is not read.
+        if layout.numel() == 0 {
+            return;
+        }
         match (self, src) {
             (Storage::Cpu(dst), Storage::Cpu(src)) => {
                 let vals = src.convert_layout(src_layout, dst.dtype());

@@ -90,6 +90,9 @@ binary_op!(
         true
     )
 );
+// Gradients as PyTorch's `maximum`/`minimum`: half to each side at a tie, nothing to the
+// side that lost, and the whole gradient to both where either operand is NaN (neither
+// comparison holds there, so neither side is masked).
 binary_op!(
     MaxOp,
     "maximum",
@@ -101,24 +104,12 @@ binary_op!(
     } else {
         b
     },
-    if a > b {
-        T::one()
-    } else if a == b {
-        T::from_f64(0.5)
-    } else {
-        T::zero()
-    },
-    if b > a {
-        T::one()
-    } else if a == b {
-        T::from_f64(0.5)
-    } else {
-        T::zero()
-    },
+    tie_or(a == b, a < b),
+    tie_or(a == b, a > b),
     wgsl = Wgsl::binary(
         "select(pick_(b, a, a >= b), a + b, isnan_(f32(a)) || isnan_(f32(b)))",
-        "select(select(0.0, 0.5, a == b), 1.0, a > b)",
-        "select(select(0.0, 0.5, a == b), 1.0, b > a)",
+        "select(select(1.0, 0.0, a < b), 0.5, a == b)",
+        "select(select(1.0, 0.0, a > b), 0.5, a == b)",
         false
     )
 );
@@ -133,27 +124,28 @@ binary_op!(
     } else {
         b
     },
-    if a < b {
-        T::one()
-    } else if a == b {
-        T::from_f64(0.5)
-    } else {
-        T::zero()
-    },
-    if b < a {
-        T::one()
-    } else if a == b {
-        T::from_f64(0.5)
-    } else {
-        T::zero()
-    },
+    tie_or(a == b, a > b),
+    tie_or(a == b, a < b),
     wgsl = Wgsl::binary(
         "select(pick_(b, a, a <= b), a + b, isnan_(f32(a)) || isnan_(f32(b)))",
-        "select(select(0.0, 0.5, a == b), 1.0, a < b)",
-        "select(select(0.0, 0.5, a == b), 1.0, b < a)",
+        "select(select(1.0, 0.0, a > b), 0.5, a == b)",
+        "select(select(1.0, 0.0, a < b), 0.5, a == b)",
         false
     )
 );
+
+/// The local gradient of one side of `maximum`/`minimum`: 0.5 at a tie, 0 where that side
+/// `lost`, 1 otherwise (a NaN operand neither ties nor loses).
+#[inline(always)]
+fn tie_or<T: FloatElement>(tie: bool, lost: bool) -> T {
+    if tie {
+        T::from_f64(0.5)
+    } else if lost {
+        T::zero()
+    } else {
+        T::one()
+    }
+}
 
 /// The broadcast output shape of `a` and `b`, or a panic naming the op and both shapes.
 #[track_caller]
@@ -741,6 +733,23 @@ mod tests {
         let z = Tensor::from_vec(vec![0.0, f32::NAN], &[2]);
         assert!(n.maximum(&z).to_vec().iter().all(|v| v.is_nan()));
         assert!(z.minimum(&n).to_vec().iter().all(|v| v.is_nan()));
+    }
+
+    /// Where either operand is NaN, both get the whole gradient (PyTorch 2.15:
+    /// `torch.maximum([1, 2, nan, 3], [1, nan, 1, 5])` gives `[0.5, 1, 1, 0]` and
+    /// `[0.5, 1, 1, 1]`).
+    #[test]
+    fn maximum_and_minimum_pass_the_gradient_to_both_sides_at_nan() {
+        let nan = f64::NAN;
+        for (f, ga, gb) in [
+            (Tensor::maximum as fn(&Tensor, &Tensor) -> Tensor, [0.5, 1.0, 1.0, 0.0], [0.5, 1.0, 1.0, 1.0]),
+            (Tensor::minimum, [0.5, 1.0, 1.0, 1.0], [0.5, 1.0, 1.0, 0.0]),
+        ] {
+            let a = leaf(&[1.0, 2.0, nan, 3.0], &[4]);
+            let b = leaf(&[1.0, nan, 1.0, 5.0], &[4]);
+            f(&a, &b).sum().backward();
+            assert_eq!((grad(&a), grad(&b)), (ga.to_vec(), gb.to_vec()));
+        }
     }
 
     #[test]

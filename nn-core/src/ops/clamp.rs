@@ -15,9 +15,13 @@ impl Tensor {
     /// result has the broadcast shape). Either bound may be `None`; where `lo > hi` the
     /// result is `hi`, and a NaN in `x` or a bound gives NaN, as PyTorch.
     ///
-    /// Gradients (PyTorch's rule): to `x` where `lo <= x <= hi`; to `lo` where `x < lo`
-    /// (and `lo < hi`); to `hi` where `x > hi` or `hi < lo`; each summed back over the
-    /// dims it was broadcast along.
+    /// Gradients follow PyTorch 2.15, each summed back over the dims it was broadcast along:
+    /// - one bound: `maximum`'s (or `minimum`'s) rule: half to each side where `x` equals
+    ///   the bound, to the side taken otherwise, and to both where either is NaN;
+    /// - both bounds: to `lo` where `x < lo <= hi`, to `hi` where `x > hi >= lo` or where the
+    ///   bounds cross (`lo > hi`), to `x` where neither `x < lo` nor `x > hi` holds (so also
+    ///   where `x` or a bound is NaN); where `x` equals a bound and `lo < hi`, half to `x`
+    ///   and half to that bound. A NaN bound gets no gradient.
     ///
     /// ```
     /// use nn_core::Tensor;
@@ -68,43 +72,67 @@ impl Tensor {
             let (lo, hi) = (min.map(Tensor::saved), max.map(Tensor::saved));
             let shapes: Vec<Dims> = all.iter().map(|t| t.shape().into()).collect();
             move |g: &Tensor, needs: &[bool]| -> Grads {
-                let zero = g.scalar_like(0.0);
-                let pick = |mask: Tensor, k: usize| Tensor::where_cond(&mask, g, &zero).sum_to_shape(&shapes[k]);
-                let and = |a: Tensor, b: Tensor| Tensor::where_cond(&a, &b, &a);
-                let or = |a: Tensor, b: Tensor| Tensor::where_cond(&a, &a, &b);
+                let w = ClampWeights::new(&x, lo.as_ref(), hi.as_ref());
                 let mut grads: Grads = smallvec![None; needs.len()];
-                if needs[0] {
-                    let inside = match (&lo, &hi) {
-                        (Some(lo), Some(hi)) => and(x.ge(lo), x.le(hi)),
-                        (Some(lo), None) => x.ge(lo),
-                        (None, Some(hi)) => x.le(hi),
-                        (None, None) => unreachable!("a bound is given"),
-                    };
-                    grads[0] = Some(pick(inside, 0));
-                }
-                let mut k = 1;
-                if let Some(lo) = &lo {
+                let parts = [Some(w.x), w.lo, w.hi];
+                for (k, weight) in parts.into_iter().flatten().enumerate() {
                     if needs[k] {
-                        let taken = match &hi {
-                            Some(hi) => and(x.lt(lo), lo.lt(hi)),
-                            None => x.lt(lo),
-                        };
-                        grads[k] = Some(pick(taken, k));
-                    }
-                    k += 1;
-                }
-                if let Some(hi) = &hi {
-                    if needs[k] {
-                        let taken = match &lo {
-                            Some(lo) => or(x.gt(hi), hi.lt(lo)),
-                            None => x.gt(hi),
-                        };
-                        grads[k] = Some(pick(taken, k));
+                        grads[k] = Some((g * &weight).sum_to_shape(&shapes[k]));
                     }
                 }
                 grads
             }
         })
+    }
+}
+
+/// The local gradients of [`Tensor::clamp_tensor`] for `x` and each bound present, as
+/// 0/0.5/1 masks in the broadcast of their shapes.
+struct ClampWeights {
+    x: Tensor,
+    lo: Option<Tensor>,
+    hi: Option<Tensor>,
+}
+
+impl ClampWeights {
+    fn new(x: &Tensor, lo: Option<&Tensor>, hi: Option<&Tensor>) -> Self {
+        let f = |v: f64| x.scalar_like(v);
+        let sel = |mask: &Tensor, a: f64, b: f64| Tensor::where_cond(mask, &f(a), &f(b));
+        let and = |a: &Tensor, b: &Tensor| Tensor::where_cond(a, b, a);
+        let or = |a: &Tensor, b: &Tensor| Tensor::where_cond(a, a, b);
+        match (lo, hi) {
+            // `maximum`'s rule: a tie halves, NaN on either side passes to both.
+            (Some(lo), None) => {
+                let tie = x.eq(lo);
+                ClampWeights {
+                    x: Tensor::where_cond(&tie, &f(0.5), &sel(&x.lt(lo), 0.0, 1.0)),
+                    lo: Some(Tensor::where_cond(&tie, &f(0.5), &sel(&x.gt(lo), 0.0, 1.0))),
+                    hi: None,
+                }
+            }
+            (None, Some(hi)) => {
+                let tie = x.eq(hi);
+                ClampWeights {
+                    x: Tensor::where_cond(&tie, &f(0.5), &sel(&x.gt(hi), 0.0, 1.0)),
+                    lo: None,
+                    hi: Some(Tensor::where_cond(&tie, &f(0.5), &sel(&x.lt(hi), 0.0, 1.0))),
+                }
+            }
+            (Some(lo), Some(hi)) => {
+                let ordered = lo.lt(hi);
+                let tie_lo = and(&x.eq(lo), &ordered);
+                let tie_hi = and(&x.eq(hi), &ordered);
+                let inside = and(&x.lt(lo).logical_not(), &x.gt(hi).logical_not());
+                let below = and(&x.lt(lo), &lo.le(hi));
+                let above = or(&and(&x.gt(hi), &lo.le(hi)), &lo.gt(hi));
+                ClampWeights {
+                    x: Tensor::where_cond(&inside, &sel(&or(&tie_lo, &tie_hi), 0.5, 1.0), &f(0.0)),
+                    lo: Some(Tensor::where_cond(&tie_lo, &f(0.5), &sel(&below, 1.0, 0.0))),
+                    hi: Some(Tensor::where_cond(&tie_hi, &f(0.5), &sel(&above, 1.0, 0.0))),
+                }
+            }
+            (None, None) => unreachable!("a bound is given"),
+        }
     }
 }
 
@@ -149,6 +177,47 @@ mod tests {
         let e = (-1f64).exp() / 4.0;
         assert_eq!(grad(&lo), vec![2.0 * e]);
         assert_eq!(grad(&x), vec![0.0, 0.5f64.exp() / 4.0, 3f64.exp() / 4.0, 0.0]);
+    }
+
+    /// Every ordering of `x`, `lo` and `hi` over {0, 1, 2, NaN}: the gradients PyTorch 2.15
+    /// gives `torch.clamp(x, lo, hi)` (recorded with `tests/fixtures/pytorch`'s torch; `h` is
+    /// 0.5), then the one-bound forms, which follow `maximum`/`minimum`.
+    #[test]
+    fn clamp_tensor_gradients_match_pytorch_at_ties_and_nan() {
+        let vals = [0.0, 1.0, 2.0, f64::NAN];
+        let mut cols = [vec![], vec![], vec![]];
+        for a in vals {
+            for b in vals {
+                for c in vals {
+                    cols[0].push(a);
+                    cols[1].push(b);
+                    cols[2].push(c);
+                }
+            }
+        }
+        let expect = |s: &str| -> Vec<f64> {
+            s.chars()
+                .map(|c| match c {
+                    'h' => 0.5,
+                    '1' => 1.0,
+                    _ => 0.0,
+                })
+                .collect()
+        };
+        let [x, lo, hi] = cols.map(|c| leaf(&c, &[64]));
+        x.clamp_tensor(Some(&lo), Some(&hi)).sum().backward();
+        assert_eq!(grad(&x), expect("1hh10000000011110h1101h10000011100h100h1001100111111111111111111"));
+        assert_eq!(grad(&lo), expect("0hh0011000100000000000h00010000000000000000000000000000000000000"));
+        assert_eq!(grad(&hi), expect("00001000110000001h0010001100000011h011h0110000000000100011000000"));
+        // torch.clamp(x, lo) and torch.clamp(x, None, hi) on [0.5, 2, -1, 0], [nan, nan, 0, 0].
+        let x = leaf(&[0.5, 2.0, -1.0, 0.0], &[4]);
+        let b = leaf(&[f64::NAN, f64::NAN, 0.0, 0.0], &[4]);
+        x.clamp_tensor(Some(&b), None).sum().backward();
+        assert_eq!((grad(&x), grad(&b)), (vec![1.0, 1.0, 0.0, 0.5], vec![1.0, 1.0, 1.0, 0.5]));
+        let x = leaf(&[0.5, 2.0, -1.0, 0.0], &[4]);
+        let b = leaf(&[f64::NAN, f64::NAN, 0.0, 0.0], &[4]);
+        x.clamp_tensor(None, Some(&b)).sum().backward();
+        assert_eq!((grad(&x), grad(&b)), (vec![1.0, 1.0, 1.0, 0.5], vec![1.0, 1.0, 0.0, 0.5]));
     }
 
     #[test]

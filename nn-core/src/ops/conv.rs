@@ -30,7 +30,7 @@ pub(crate) fn out_size(input: usize, kernel: usize, stride: usize, pad: usize, d
 fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dConfig) -> Geometry {
     const OP: &str = "conv2d";
     if x.rank() != 4 {
-        panic!("{OP}: expected a 4-D input [N, C, H, W], got shape {:?}", x.shape());
+        panic!("{OP}: expected a 4-D input [N, C, H, W] (or 3-D [C, H, W], unbatched), got shape {:?}", x.shape());
     }
     if w.rank() != 4 {
         panic!("{OP}: expected a 4-D weight [out_channels, in_channels / groups, kH, kW], got shape {:?}", w.shape());
@@ -70,8 +70,15 @@ fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dConfig) -> Geometry {
     Geometry { n, c, h, w: wd, o, kh, kw, ho, wo, opt }
 }
 
+/// Runs a batched op on `x` as a batch of one and drops that dim again: PyTorch's unbatched
+/// inputs to the convolutions (`[C, H, W]` for `conv2d`, `[C, L]` for `conv1d`).
+pub(crate) fn unbatched(x: &Tensor, op: impl FnOnce(&Tensor) -> Tensor) -> Tensor {
+    op(&x.unsqueeze(0)).squeeze_dim(0)
+}
+
 impl Tensor {
-    /// 2-D convolution (cross-correlation, as PyTorch) of `self` (`[N, C, H, W]`) with
+    /// 2-D convolution (cross-correlation, as PyTorch) of `self` (`[N, C, H, W]`, or
+    /// `[C, H, W]` unbatched, giving `[O, Ho, Wo]`) with
     /// `weight` (`[O, C / groups, kH, kW]`) and optional `bias` (`[O]`). Output
     /// `[N, O, Ho, Wo]` with `Ho = (H + 2 pad - dilation (kH - 1) - 1) / stride + 1`.
     ///
@@ -85,6 +92,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: Conv2dConfig) -> Tensor {
+        if self.rank() == 3 && weight.rank() == 4 {
+            return unbatched(self, |x| x.conv2d(weight, bias, options));
+        }
         if let Some(y) =
             crate::autograd::autocast::cast3("conv2d", self, weight, bias, |x, w, b| x.conv2d(w, b, options))
         {
@@ -134,7 +144,7 @@ impl Tensor {
         })
     }
 
-    /// 1-D convolution of `self` (`[N, C, L]`) with `weight` (`[O, C / groups, k]`),
+    /// 1-D convolution of `self` (`[N, C, L]`, or `[C, L]` unbatched) with `weight` (`[O, C / groups, k]`),
     /// computed as a 2-D convolution of height 1.
     #[track_caller]
     pub fn conv1d(
@@ -147,12 +157,15 @@ impl Tensor {
         groups: usize,
     ) -> Tensor {
         let conv1d = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| x.conv1d(w, b, stride, padding, dilation, groups);
+        if self.rank() == 2 && weight.rank() == 3 {
+            return unbatched(self, |x| conv1d(x, weight, bias));
+        }
         if let Some(y) = crate::autograd::autocast::cast3("conv1d", self, weight, bias, conv1d) {
             return y;
         }
         if self.rank() != 3 || weight.rank() != 3 {
             panic!(
-                "conv1d: expected a 3-D input [N, C, L] and a 3-D weight [O, C / groups, k], got shapes {:?} and {:?}",
+                "conv1d: expected a 3-D input [N, C, L] (or 2-D [C, L], unbatched) and a 3-D weight [O, C / groups, k], got shapes {:?} and {:?}",
                 self.shape(),
                 weight.shape()
             );
@@ -534,16 +547,39 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "conv2d: expected a 4-D input [N, C, H, W], got shape [3, 4, 4]")]
-    fn conv2d_needs_4d_input() {
-        Tensor::zeros(&[3, 4, 4]).conv2d(&Tensor::zeros(&[1, 3, 3, 3]), None, Conv2dConfig::default());
+    #[should_panic(
+        expected = "conv2d: expected a 4-D input [N, C, H, W] (or 3-D [C, H, W], unbatched), got shape [4, 4]"
+    )]
+    fn conv2d_needs_a_3d_or_4d_input() {
+        Tensor::zeros(&[4, 4]).conv2d(&Tensor::zeros(&[1, 3, 3, 3]), None, Conv2dConfig::default());
     }
 
     #[test]
     #[should_panic(
-        expected = "conv1d: expected a 3-D input [N, C, L] and a 3-D weight [O, C / groups, k], got shapes [4, 5] and [1, 4, 3]"
+        expected = "conv1d: expected a 3-D input [N, C, L] (or 2-D [C, L], unbatched) and a 3-D weight [O, C / groups, k], got shapes [5] and [1, 4, 3]"
     )]
-    fn conv1d_needs_3d_input() {
-        Tensor::zeros(&[4, 5]).conv1d(&Tensor::zeros(&[1, 4, 3]), None, 1, 0, 1, 1);
+    fn conv1d_needs_a_2d_or_3d_input() {
+        Tensor::zeros(&[5]).conv1d(&Tensor::zeros(&[1, 4, 3]), None, 1, 0, 1, 1);
+    }
+
+    /// PyTorch's unbatched inputs: `[C, H, W]` and `[C, L]` convolve as a batch of one,
+    /// values and gradients alike, and come back without the batch dim.
+    #[test]
+    fn unbatched_inputs_convolve_as_a_batch_of_one() {
+        let w = leaf(&(0..24).map(|i| i as f64 / 10.0 - 1.0).collect::<Vec<_>>(), &[2, 3, 2, 2]);
+        let b = leaf(&[0.5, -0.5], &[2]);
+        let x = vals(&[3, 4, 5], 1).requires_grad_(true);
+        let y = x.conv2d(&w, Some(&b), opts(1, 1, 1, 1));
+        assert_eq!(y.shape(), &[2, 5, 6]);
+        let batched = x.detach().unsqueeze(0).conv2d(&w.detach(), Some(&b.detach()), opts(1, 1, 1, 1));
+        assert_eq!(y.to_vec_f64(), batched.to_vec_f64());
+        y.sum().backward();
+        assert_eq!(x.grad().unwrap().shape(), &[3, 4, 5]);
+        let x1 = vals(&[3, 7], 2);
+        let w1 = vals(&[4, 3, 3], 3);
+        let y1 = x1.conv1d(&w1, None, 2, 1, 1, 1);
+        assert_eq!(y1.shape(), &[4, 4]);
+        assert_eq!(y1.to_vec_f64(), x1.unsqueeze(0).conv1d(&w1, None, 2, 1, 1, 1).squeeze_dim(0).to_vec_f64());
+        gradcheck(|t| t[0].conv2d(&t[1], None, opts(1, 0, 1, 1)), &[vals(&[2, 3, 3], 4), vals(&[1, 2, 2, 2], 5)]);
     }
 }

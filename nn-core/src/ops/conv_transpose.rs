@@ -84,7 +84,10 @@ pub(crate) fn transposed_size(
 fn geometry(x: &Tensor, w: &Tensor, opt: ConvTranspose2dConfig) -> Geometry {
     const OP: &str = "conv_transpose2d";
     if x.rank() != 4 {
-        panic!("{OP}: expected a 4-D input [N, C_in, H, W], got shape {:?}", x.shape());
+        panic!(
+            "{OP}: expected a 4-D input [N, C_in, H, W] (or 3-D [C_in, H, W], unbatched), got shape {:?}",
+            x.shape()
+        );
     }
     if w.rank() != 4 {
         panic!("{OP}: expected a 4-D weight [C_in, C_out / groups, kH, kW], got shape {:?}", w.shape());
@@ -127,7 +130,7 @@ fn geometry(x: &Tensor, w: &Tensor, opt: ConvTranspose2dConfig) -> Geometry {
 
 impl Tensor {
     /// Transposed 2-D convolution (PyTorch's `conv_transpose2d`, also called
-    /// "deconvolution") of `self` (`[N, C_in, H, W]`) with `weight` (`[C_in, C_out / groups,
+    /// "deconvolution") of `self` (`[N, C_in, H, W]`, or `[C_in, H, W]` unbatched) with `weight` (`[C_in, C_out / groups,
     /// kH, kW]`) and optional `bias` (`[C_out]`): each input pixel scatters its kernel-weighted
     /// values to the output. Output `[N, C_out, H_out, W_out]` with
     /// `H_out = (H - 1) stride - 2 padding + dilation (kH - 1) + output_padding + 1`.
@@ -147,6 +150,9 @@ impl Tensor {
     #[track_caller]
     pub fn conv_transpose2d(&self, weight: &Tensor, bias: Option<&Tensor>, options: ConvTranspose2dConfig) -> Tensor {
         let conv = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| x.conv_transpose2d(w, b, options);
+        if self.rank() == 3 && weight.rank() == 4 {
+            return super::conv::unbatched(self, |x| conv(x, weight, bias));
+        }
         if let Some(y) = crate::autograd::autocast::cast3("conv_transpose2d", self, weight, bias, conv) {
             return y;
         }
@@ -197,7 +203,7 @@ impl Tensor {
         }
     }
 
-    /// Transposed 1-D convolution of `self` (`[N, C_in, L]`) with `weight` (`[C_in, C_out /
+    /// Transposed 1-D convolution of `self` (`[N, C_in, L]`, or `[C_in, L]` unbatched) with `weight` (`[C_in, C_out /
     /// groups, k]`), computed as a transposed 2-D convolution of height 1. Output
     /// `[N, C_out, (L - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1]`.
     ///
@@ -211,12 +217,15 @@ impl Tensor {
     #[track_caller]
     pub fn conv_transpose1d(&self, weight: &Tensor, bias: Option<&Tensor>, options: ConvTranspose1dConfig) -> Tensor {
         let conv = |x: &Tensor, w: &Tensor, b: Option<&Tensor>| x.conv_transpose1d(w, b, options);
+        if self.rank() == 2 && weight.rank() == 3 {
+            return super::conv::unbatched(self, |x| conv(x, weight, bias));
+        }
         if let Some(y) = crate::autograd::autocast::cast3("conv_transpose1d", self, weight, bias, conv) {
             return y;
         }
         if self.rank() != 3 || weight.rank() != 3 {
             panic!(
-                "conv_transpose1d: expected a 3-D input [N, C_in, L] and a 3-D weight [C_in, C_out / groups, k], \
+                "conv_transpose1d: expected a 3-D input [N, C_in, L] (or 2-D [C_in, L], unbatched) and a 3-D weight [C_in, C_out / groups, k], \
                  got shapes {:?} and {:?}",
                 self.shape(),
                 weight.shape()
@@ -515,8 +524,24 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "conv_transpose1d: expected a 3-D input [N, C_in, L]")]
-    fn conv_transpose1d_needs_3d_input() {
-        Tensor::zeros(&[4, 5]).conv_transpose1d(&Tensor::zeros(&[4, 1, 3]), None, Default::default());
+    #[should_panic(expected = "conv_transpose1d: expected a 3-D input [N, C_in, L] (or 2-D [C_in, L], unbatched)")]
+    fn conv_transpose1d_needs_a_2d_or_3d_input() {
+        Tensor::zeros(&[5]).conv_transpose1d(&Tensor::zeros(&[4, 1, 3]), None, Default::default());
+    }
+
+    /// Unbatched inputs (`[C_in, H, W]`, `[C_in, L]`) run as a batch of one, as PyTorch's.
+    #[test]
+    fn unbatched_inputs_run_as_a_batch_of_one() {
+        let x = Tensor::from_vec_f64((0..18).map(|i| i as f64 / 7.0).collect(), &[2, 3, 3]);
+        let w = Tensor::from_vec_f64((0..16).map(|i| 1.0 - i as f64 / 8.0).collect(), &[2, 2, 2, 2]);
+        let y = x.conv_transpose2d(&w, None, opts(2, 0, 0, 1, 1));
+        let batched = x.unsqueeze(0).conv_transpose2d(&w, None, opts(2, 0, 0, 1, 1));
+        assert_eq!(y.shape(), &batched.shape()[1..]);
+        assert_eq!(y.to_vec_f64(), batched.to_vec_f64());
+        let x1 = x.reshape(&[2, 9]);
+        let w1 = w.reshape(&[2, 2, 4]);
+        let y1 = x1.conv_transpose1d(&w1, None, Default::default());
+        assert_eq!(y1.shape(), &[2, 12]);
+        assert_eq!(y1.to_vec_f64(), x1.unsqueeze(0).conv_transpose1d(&w1, None, Default::default()).to_vec_f64());
     }
 }

@@ -43,7 +43,12 @@ impl Tensor {
             // Read as a `[1]` tensor, index [0, 0] gave two values; PyTorch refuses.
             panic!("{OP}: index to a 0-d tensor can have only 1 value, got {}", index.numel());
         }
-        let x = if self.rank() == 0 { self.reshape(&[1]) } else { self.clone() };
+        if self.rank() == 0 {
+            // A 0-d input is read as `[1]` and the result is 0-d again, as PyTorch's.
+            let _ = dim.resolve(1, OP);
+            return self.reshape(&[1]).index_select(0, index).reshape(&[]);
+        }
+        let x = self.clone();
         let d = dim.resolve(x.rank(), OP);
         let mut shape: Dims = x.shape().into();
         shape[d] = index.numel();
@@ -105,6 +110,11 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn gather<D: Dim>(&self, dim: D, index: &Tensor) -> Tensor {
+        if self.rank() == 0 && index.rank() <= 1 {
+            // A 0-d input is read as `[1]`; the result has the index's shape, as PyTorch's.
+            let _ = dim.resolve(1, "gather");
+            return self.reshape(&[1]).gather(0, &index.reshape(&[index.numel()])).reshape(index.shape());
+        }
         let _t = crate::autograd::trace::op("gather", &[self, index], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "gather")))]
         });
@@ -480,5 +490,18 @@ mod tests {
     #[should_panic(expected = "embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape [4]")]
     fn embedding_with_1d_weight_panics() {
         Tensor::embedding(&idx(&[0], &[1]), &Tensor::zeros(&[4]));
+    }
+
+    /// A 0-d input reads as `[1]` and `index_select` gives a 0-d result, `gather` the
+    /// index's shape, as PyTorch.
+    #[test]
+    fn index_select_and_gather_of_a_0d_input() {
+        let s = Tensor::from_vec_f64(vec![2.5], &[]).requires_grad_(true);
+        let y = s.index_select(0, &idx(&[0], &[1]));
+        assert_eq!((y.shape(), y.item()), (&[] as &[usize], 2.5));
+        (y * 2.0).backward();
+        assert_eq!(s.grad().unwrap().item(), 2.0);
+        let g = s.gather(-1, &idx(&[0], &[1]));
+        assert_eq!((g.shape(), g.to_vec_f64()), (&[1][..], vec![2.5]));
     }
 }

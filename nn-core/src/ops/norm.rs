@@ -205,7 +205,8 @@ impl Tensor {
     /// use nn_core::Tensor;
     /// let x = Tensor::from_vec(vec![1.0, 3.0], &[2, 1]);
     /// let (rm, rv) = (Tensor::zeros(&[1]), Tensor::ones(&[1]));
-    /// let y = x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, 0.0);
+    /// // eps must be positive in training (PyTorch's rule); 1e-30 leaves these values exact.
+    /// let y = x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, 1e-30);
     /// assert_eq!(y.to_vec(), vec![-1.0, 1.0]);
     /// assert!((rm.to_vec()[0] - 0.2).abs() < 1e-6); // 0.9 * 0 + 0.1 * 2
     /// assert!((rv.to_vec()[0] - 1.1).abs() < 1e-6); // 0.9 * 1 + 0.1 * 2 (unbiased)
@@ -235,6 +236,18 @@ impl Tensor {
                 ]
             });
         const OP: &str = "batch_norm";
+        // PyTorch's checks: an eps of 0 would divide by a zero variance in training.
+        if training && !(eps > 0.0) {
+            panic!("{OP}: eps must be positive during training, got {eps}");
+        }
+        if !(eps >= 0.0) {
+            panic!("{OP}: eps must be non-negative, got {eps}");
+        }
+        // An empty input normalises to an empty output and leaves the running statistics
+        // as they are, as PyTorch (which also takes a 1-D empty input here).
+        if self.numel() == 0 && self.rank() < 2 {
+            return self * 1.0;
+        }
         if self.rank() < 2 {
             panic!("{OP}: expected an input of at least 2 dims [N, C, ...], got shape {:?}", self.shape());
         }
@@ -279,8 +292,10 @@ impl Tensor {
         let dims: Vec<usize> = (0..self.rank()).filter(|&d| d != 1).collect();
         let per_channel = self.numel() / c.max(1);
         let use_batch = training || running_mean.is_none();
-        let y = if use_batch {
-            if training && per_channel <= 1 {
+        let y = if self.numel() == 0 {
+            self * 1.0
+        } else if use_batch {
+            if training && per_channel == 1 {
                 panic!(
                     "{OP}: expected more than 1 value per channel when training, got input of shape {:?}",
                     self.shape()
@@ -540,24 +555,28 @@ mod tests {
         gradcheck(|t| t[0].layer_norm(&[3, 2], None, None, 1e-3).exp(), &[g()]).unwrap();
     }
 
+    /// The smallest positive eps (training needs one, as PyTorch): it leaves these
+    /// variances, and so the expected values, unchanged in f64.
+    const TINY: f64 = f64::MIN_POSITIVE;
+
     #[test]
     fn batch_norm_training_normalises_and_updates_running_stats() {
         // x: [N = 4, C = 2]; channel 0 holds 1, 2, 3, 4 and channel 1 holds 2, 4, 6, 8.
         let x = t64(&[1.0, 2.0, 2.0, 4.0, 3.0, 6.0, 4.0, 8.0], &[4, 2]);
         let (rm, rv) = (Tensor::zeros(&[2]).to_dtype(DType::F64), Tensor::ones(&[2]).to_dtype(DType::F64));
-        let y = x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, 0.0);
+        let y = x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, TINY);
         let e: Vec<f64> = (0..8).map(|i| XH[i / 2]).collect();
         assert_close64(&y.to_vec_f64(), &e, 1e-15);
         assert_close64(&rm.to_vec_f64(), &[0.25, 0.5], 1e-15);
         // Unbiased batch variances 5/3 and 20/3.
         assert_close64(&rv.to_vec_f64(), &[1.0666666666666667, 1.5666666666666667], 1e-15);
         // A second step moves them again.
-        x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, 0.0);
+        x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, TINY);
         assert_close64(&rm.to_vec_f64(), &[0.475, 0.95], 1e-15);
         // 4-D input [N, C, H, W]: statistics over N, H and W.
         let x4 = t64(&[1.0, 2.0, 10.0, 20.0, 3.0, 4.0, 30.0, 40.0], &[2, 2, 1, 2]);
         let y4 =
-            x4.batch_norm(None, None, Some(&t64(&[1.0, 2.0], &[2])), Some(&t64(&[0.0, -1.0], &[2])), true, 0.1, 0.0);
+            x4.batch_norm(None, None, Some(&t64(&[1.0, 2.0], &[2])), Some(&t64(&[0.0, -1.0], &[2])), true, 0.1, TINY);
         let e4 =
             [XH[0], XH[1], 2.0 * XH[0] - 1.0, 2.0 * XH[1] - 1.0, XH[2], XH[3], 2.0 * XH[2] - 1.0, 2.0 * XH[3] - 1.0];
         assert_close64(&y4.to_vec_f64(), &e4, 1e-15);
@@ -591,7 +610,7 @@ mod tests {
         assert_eq!(grad(&w), vec![3.0 * 1.0, 4.0 * 4.0]);
         // Training mode: the same formula as layer norm, per channel.
         let x = leaf(&[1.0, 2.0, 2.0, 4.0, 3.0, 6.0, 4.0, 8.0], &[4, 2]);
-        (x.batch_norm(None, None, None, None, true, 0.1, 0.0)
+        (x.batch_norm(None, None, None, None, true, 0.1, TINY)
             * t64(&[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, -1.0], &[4, 2]))
         .sum()
         .backward();
@@ -687,5 +706,47 @@ mod tests {
     #[should_panic(expected = "group_norm: weight of shape [2, 2] for an input with 4 channels (shape [2, 4, 3])")]
     fn group_norm_refuses_affine_parameters_not_of_shape_c() {
         crate::functional::group_norm(&Tensor::randn(&[2, 4, 3]), 2, Some(&Tensor::ones(&[2, 2])), None, 1e-5);
+    }
+
+    /// An empty input passes through (its gradients empty or zero) and leaves the running
+    /// statistics alone, as PyTorch; eps is checked as PyTorch checks it.
+    #[test]
+    fn batch_norm_of_empty_inputs_and_eps_checks() {
+        let (rm, rv) = (t64(&[0.0, 0.0], &[2]), t64(&[1.0, 1.0], &[2]));
+        let w = leaf(&[1.0, 2.0], &[2]);
+        let y = Tensor::zeros(&[0, 2]).to_dtype(DType::F64).batch_norm(
+            Some(&rm),
+            Some(&rv),
+            Some(&w),
+            None,
+            true,
+            0.1,
+            1e-5,
+        );
+        assert_eq!(y.shape(), &[0, 2]);
+        y.sum().backward();
+        assert_eq!((grad(&w), rm.to_vec_f64(), rv.to_vec_f64()), (vec![0.0; 2], vec![0.0; 2], vec![1.0; 2]));
+        assert_eq!(Tensor::zeros(&[0]).batch_norm(None, None, None, None, true, 0.1, 1e-5).shape(), &[0]);
+        let refuse = |training: bool, eps: f64| {
+            let x = Tensor::ones(&[3, 2]);
+            let e = std::panic::catch_unwind(|| x.batch_norm(None, None, None, None, training, 0.1, eps)).unwrap_err();
+            e.downcast_ref::<String>().cloned().unwrap()
+        };
+        assert_eq!(refuse(true, 0.0), "batch_norm: eps must be positive during training, got 0");
+        assert_eq!(refuse(false, -1.0), "batch_norm: eps must be non-negative, got -1");
+    }
+
+    /// PyTorch refuses a group norm over no channels or no positions; an empty batch runs.
+    #[test]
+    fn group_norm_refuses_zero_channels_or_positions() {
+        use crate::functional::group_norm;
+        assert_eq!(group_norm(&Tensor::zeros(&[0, 4, 3]), 2, None, None, 1e-5).shape(), &[0, 4, 3]);
+        for (shape, want) in [
+            (vec![2, 0, 3], "expected the number of channels to be greater than 0, got shape [2, 0, 3]"),
+            (vec![2, 4, 3, 0], "expected the spatial size (H x W ...) to be greater than 0, got shape [2, 4, 3, 0]"),
+        ] {
+            let e = std::panic::catch_unwind(|| group_norm(&Tensor::zeros(&shape), 2, None, None, 1e-5)).unwrap_err();
+            assert_eq!(e.downcast_ref::<String>().unwrap(), &format!("group_norm: {want}"));
+        }
     }
 }

@@ -264,7 +264,7 @@ impl Tensor {
         })
     }
 
-    /// `log(sum(exp(x)))` along `dim`, computed stably.
+    /// `log(sum(exp(x)))` along `dim`, computed stably; `-inf` along an empty dim.
     #[track_caller]
     pub fn logsumexp<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
         if let Some(y) = crate::autograd::autocast::cast1("logsumexp", self, |x| x.logsumexp(dim, keepdim)) {
@@ -277,6 +277,10 @@ impl Tensor {
             ]
         });
         let d = dim.resolve(self.rank(), "logsumexp");
+        if self.shape().get(d) == Some(&0) {
+            // The log of an empty sum: -inf, as PyTorch (its gradient is empty, like the input).
+            return self.sum_dim(d, keepdim) + f64::NEG_INFINITY;
+        }
         let m = no_grad(|| self.max_dim(d, true).0);
         let m = no_grad(|| {
             // A row whose max is +inf or -inf would give inf - inf = NaN; shift by 0 there,
@@ -605,5 +609,16 @@ mod tests {
     #[should_panic(expected = "sum: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
     fn sum_of_integers_names_the_op() {
         Tensor::from_vec_i64(vec![1, 2], &[2]).sum();
+    }
+
+    /// The log of an empty sum is -inf, as PyTorch's `logsumexp` of `[0]`.
+    #[test]
+    fn logsumexp_of_an_empty_dim_is_minus_infinity() {
+        let x = leaf(&[], &[0]);
+        let y = x.logsumexp(0, false);
+        assert_eq!((y.shape(), y.item()), (&[] as &[usize], f64::NEG_INFINITY));
+        y.backward();
+        assert_eq!(x.grad().unwrap().shape(), &[0]);
+        assert_eq!(Tensor::zeros(&[2, 0]).logsumexp(1, true).to_vec(), vec![f32::NEG_INFINITY; 2]);
     }
 }

@@ -87,6 +87,12 @@ impl Tensor {
         if shifts.len() != dims.len() {
             panic!("roll: shifts and dimensions must align. shifts: {}, dims: {}", shifts.len(), dims.len());
         }
+        if self.rank() == 0 {
+            panic!(
+                "roll: dimension {} specified, but a 0-d tensor has no dimensions (roll it with dims = [])",
+                dims[0]
+            );
+        }
         let mut y = self.clone();
         let mut moved = false;
         for (&s, &d) in shifts.iter().zip(dims) {
@@ -203,5 +209,11 @@ mod tests {
     #[should_panic(expected = "flip: dimension 2 out of range for a tensor of rank 2")]
     fn flip_dim_out_of_range_panics() {
         Tensor::zeros(&[2, 3]).flip(&[2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "roll: dimension 0 specified, but a 0-d tensor has no dimensions")]
+    fn roll_refuses_a_dim_of_a_0d_tensor() {
+        Tensor::scalar(1.0).roll(&[1], &[0]);
     }
 }

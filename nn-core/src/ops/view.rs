@@ -181,6 +181,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn narrow<D: Dim>(&self, dim: D, start: usize, len: usize) -> Tensor {
+        if self.rank() == 0 {
+            panic!("narrow: cannot be applied to a 0-d tensor (it has no dimension to narrow)");
+        }
         let _t = crate::autograd::trace::op("narrow", &[self], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "narrow"))),
@@ -306,14 +309,18 @@ impl Tensor {
             return y;
         }
         let _t = crate::autograd::trace::op("cat", tensors, || {
-            vec![("dim", crate::autograd::trace::int(dim.resolve(tensors.first().map_or(1, |t| t.rank()), "cat")))]
+            let rank = tensors.iter().find(|t| t.shape() != [0]).or(tensors.first()).map_or(1, |t| t.rank());
+            vec![("dim", crate::autograd::trace::int(dim.resolve(rank, "cat")))]
         });
         const OP: &str = "cat";
         if tensors.is_empty() {
             panic!("{OP}: expected a non-empty list of tensors");
         }
         let (device, dtype) = check_same(OP, tensors);
-        let first = tensors[0];
+        // PyTorch's legacy rule: a 1-D empty operand (`shape [0]`) is skipped whatever the
+        // others' shapes, so `cat([torch.zeros(0), x], 1)` is `x`.
+        let skipped = |t: &Tensor| t.shape() == [0];
+        let first = *tensors.iter().find(|t| !skipped(t)).unwrap_or(&tensors[0]);
         if first.rank() == 0 {
             panic!("{OP}: zero-dimensional tensors cannot be concatenated");
         }
@@ -321,6 +328,9 @@ impl Tensor {
         let mut shape: Dims = first.shape().into();
         shape[d] = 0;
         for (i, t) in tensors.iter().enumerate() {
+            if skipped(t) && !std::ptr::eq(*t, first) {
+                continue;
+            }
             let ok = t.rank() == first.rank()
                 && t.shape().iter().zip(first.shape()).enumerate().all(|(k, (a, b))| k == d || a == b);
             if !ok {
@@ -335,23 +345,29 @@ impl Tensor {
         crate::shape::numel_of(OP, &shape);
         let out_layout = Layout::contiguous(&shape);
         let mut storage = Storage::full(device, dtype, out_layout.numel(), 0.0);
+        // Each operand's length along `d`; `None` for a skipped one.
+        let sizes: Vec<Option<usize>> =
+            tensors.iter().map(|t| (!skipped(t) || std::ptr::eq(*t, first)).then(|| t.shape()[d])).collect();
         let mut start = 0;
-        for t in tensors {
-            let len = t.shape()[d];
-            storage.write_from(&out_layout.narrow(d, start, len), &t.storage_arc(), t.layout());
-            start += len;
+        for (t, len) in tensors.iter().zip(&sizes) {
+            if let Some(len) = *len {
+                storage.write_from(&out_layout.narrow(d, start, len), &t.storage_arc(), t.layout());
+                start += len;
+            }
         }
-        let sizes: Vec<usize> = tensors.iter().map(|t| t.shape()[d]).collect();
         op_result(OP, Arc::new(storage), out_layout, tensors, || {
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 let mut start = 0;
                 sizes
                     .iter()
                     .zip(needs)
-                    .map(|(&len, &need)| {
-                        let r = need.then(|| g.narrow(d, start, len));
-                        start += len;
-                        r
+                    .map(|(&len, &need)| match len {
+                        Some(len) => {
+                            let r = need.then(|| g.narrow(d, start, len));
+                            start += len;
+                            r
+                        }
+                        None => need.then(|| Tensor::full_on(&[0], 0.0, g.dtype(), g.device())),
                     })
                     .collect()
             }
@@ -788,5 +804,36 @@ mod tests {
     #[should_panic(expected = "flatten: start dim 2 comes after end dim 1")]
     fn flatten_with_reversed_dims_panics() {
         Tensor::zeros(&[1, 2, 3]).flatten(2, 1);
+    }
+
+    /// PyTorch's legacy `cat` rule: a `[0]` operand is skipped whatever the others' rank,
+    /// and gets an empty gradient.
+    #[test]
+    fn cat_skips_one_dimensional_empty_operands() {
+        let e = leaf(&[], &[0]);
+        let x = x23();
+        let y = Tensor::cat(&[&e, &x, &e], 1);
+        assert_eq!((y.shape(), y.to_vec_f64()), (&[2, 3][..], x.to_vec_f64()));
+        y.sum().backward();
+        assert_eq!((e.grad().unwrap().shape(), grad(&x)), (&[0][..], vec![1.0; 6]));
+        assert_eq!(Tensor::cat(&[&e, &e], 0).shape(), &[0]);
+    }
+
+    /// Empty operands, at any dim (`stack` of two `[0, 1, 0]` at -1 had panicked inside a
+    /// kernel).
+    #[test]
+    fn stack_and_cat_of_empty_tensors() {
+        let a = Tensor::zeros(&[0, 1, 0]);
+        assert_eq!(Tensor::stack(&[&a, &a], -1).shape(), &[0, 1, 0, 2]);
+        assert_eq!(Tensor::cat(&[&a, &a], -1).shape(), &[0, 1, 0]);
+        let b = Tensor::zeros(&[2, 0]);
+        let c = Tensor::cat(&[&b, &Tensor::ones(&[2, 1]), &b], 1);
+        assert_eq!(c.to_vec(), vec![1.0, 1.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "narrow: cannot be applied to a 0-d tensor")]
+    fn narrow_refuses_a_0d_tensor() {
+        Tensor::scalar(1.0).narrow(0, 0, 1);
     }
 }

@@ -252,24 +252,70 @@ fn batch_norm_in_training_mode_refuses_batches_without_statistics() {
         let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("no panic");
         e.downcast_ref::<String>().cloned().unwrap()
     };
-    let bn = BatchNorm2d::new(8);
-    let before: Vec<Vec<f64>> = bn.state_dict().values().map(|t| t.to_vec_f64()).collect();
-    let m = message(&|| drop(bn.forward(&Tensor::zeros(&[0, 8, 4, 4]))));
+    let bn1 = BatchNorm1d::new(3);
+    let before: Vec<Vec<f64>> = bn1.state_dict().values().map(|t| t.to_vec_f64()).collect();
+    let m = message(&|| drop(bn1.forward(&Tensor::zeros(&[1, 3]))));
     assert!(
-        m.starts_with("BatchNorm2d(8, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True): training mode needs more than 1 value per channel"),
+        m.starts_with("BatchNorm1d(3, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_stats=True): training mode needs more than 1 value per channel"),
         "{m}"
     );
-    assert!(m.contains("got input of shape [0, 8, 4, 4] (0 per channel): the batch is empty"), "{m}");
-    let bn1 = BatchNorm1d::new(3);
-    let m = message(&|| drop(bn1.forward(&Tensor::zeros(&[1, 3]))));
-    assert!(m.starts_with("BatchNorm1d(3, ") && m.contains("(1 per channel): a batch of one value"), "{m}");
-    // Nothing was counted or updated by the refused batches.
-    let after: Vec<Vec<f64>> = bn.state_dict().values().map(|t| t.to_vec_f64()).collect();
+    assert!(m.contains("got input of shape [1, 3] (1 per channel): a batch of one value"), "{m}");
+    // Nothing was counted or updated by the refused batch.
+    let after: Vec<Vec<f64>> = bn1.state_dict().values().map(|t| t.to_vec_f64()).collect();
     assert_eq!(before, after);
-    // Evaluation mode normalises an empty batch with the running statistics.
-    let mut bn = bn;
+}
+
+/// An empty batch in training mode gives an empty output, leaves the running statistics as
+/// they are and counts the batch, as PyTorch 2.15 (`BatchNorm1d(3)(torch.zeros(0, 3))`
+/// keeps mean 0 and variance 1 and sets `num_batches_tracked` to 1); its gradients are
+/// empty or zero.
+#[test]
+fn batch_norm_in_training_mode_passes_an_empty_batch_through() {
+    for (shape, bn) in [
+        (vec![0, 8, 4, 4], Box::new(BatchNorm2d::new(8)) as Box<dyn Module>),
+        (vec![0, 3], Box::new(BatchNorm1d::new(3))),
+    ] {
+        let before: Vec<Vec<f64>> = bn.state_dict().values().map(|t| t.to_vec_f64()).collect();
+        let x = Tensor::zeros(&shape).requires_grad_(true);
+        let y = if shape.len() == 4 {
+            bn.as_any().downcast_ref::<BatchNorm2d>().unwrap().forward(&x)
+        } else {
+            bn.as_any().downcast_ref::<BatchNorm1d>().unwrap().forward(&x)
+        };
+        assert_eq!(y.shape(), &shape[..]);
+        y.sum().backward();
+        let sd = bn.state_dict();
+        let after: Vec<Vec<f64>> = sd.values().map(|t| t.to_vec_f64()).collect();
+        assert_eq!(after[..4], before[..4], "weight, bias and running statistics unchanged");
+        assert_eq!(sd.get("num_batches_tracked").unwrap().to_vec_i64(), [1]);
+        for (name, p) in bn.named_parameters() {
+            assert!(p.grad().unwrap().to_vec().iter().all(|&g| g == 0.0), "{name}");
+        }
+    }
+    // And in eval mode, with the running statistics.
+    let mut bn = BatchNorm2d::new(8);
     bn.eval();
     assert_eq!(bn.forward(&Tensor::zeros(&[0, 8, 4, 4])).shape(), &[0, 8, 4, 4]);
+}
+
+/// PyTorch's eps checks: positive in training, non-negative in evaluation.
+#[test]
+fn batch_norm_refuses_an_eps_pytorch_refuses() {
+    let x = Tensor::ones(&[4, 3]);
+    let cfg = |eps| BatchNormConfig { eps, ..Default::default() };
+    for eps in [0.0, -1.0, f64::NAN] {
+        let bn = BatchNorm1d::with_config(3, cfg(eps));
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bn.forward(&x))).expect_err("accepted");
+        let m = e.downcast_ref::<String>().cloned().unwrap();
+        assert!(m.contains("batch_norm: eps must be positive during training, got"), "{m}");
+    }
+    let mut bn = BatchNorm1d::with_config(3, cfg(0.0));
+    bn.eval();
+    assert_eq!(bn.forward(&x).shape(), &[4, 3], "eps 0 is allowed in evaluation, as PyTorch");
+    let mut bn = BatchNorm1d::with_config(3, cfg(-1.0));
+    bn.eval();
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bn.forward(&x))).expect_err("accepted");
+    assert!(e.downcast_ref::<String>().unwrap().contains("batch_norm: eps must be non-negative, got -1"));
 }
 
 /// Two "processes" as two threads: `all_reduce_sum` hands each thread's tensor to the other

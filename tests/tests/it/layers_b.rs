@@ -377,6 +377,12 @@ fn bad_arguments_are_named() {
     assert_eq!(m, "Conv2d: kernel_size, stride and dilation must be positive, got (3, 0), (1, 1), (1, 1)");
     let m = panic_message(|| drop(MaxPool1d::new(2).forward(&Tensor::zeros(&[1, 2, 3, 4]))));
     assert!(m.ends_with("expects input [N, C, L] or [C, L], got [1, 2, 3, 4]"), "{m}");
+    // Only the batch may be empty (PyTorch refuses `max_pool1d` of `[0, 10]`).
+    for shape in [[0, 10], [3, 0]] {
+        let m = panic_message(|| drop(MaxPool1d::new(2).forward(&Tensor::zeros(&shape))));
+        assert!(m.ends_with(&format!("with C and L non-zero (N may be 0), got {shape:?}")), "{m}");
+    }
+    assert_eq!(MaxPool1d::new(2).forward(&Tensor::zeros(&[0, 3, 10])).shape(), &[0, 3, 5]);
     let m = panic_message(|| {
         AvgPool1d::with_config(2, AvgPool1dConfig { padding: 2, ..Default::default() });
     });

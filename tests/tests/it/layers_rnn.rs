@@ -444,3 +444,12 @@ fn conv1d_rejects_a_wrong_feature_size() {
 fn dropout_on_a_single_layer_is_refused() {
     LSTM::with_config(3, 4, LSTMConfig { dropout: 0.3, ..Default::default() });
 }
+
+/// PyTorch's `ValueError: input_size must be greater than zero`, for each recurrent layer.
+#[test]
+fn an_input_size_of_zero_is_refused() {
+    let message = |f: fn()| std::panic::catch_unwind(f).unwrap_err().downcast_ref::<String>().cloned().unwrap();
+    assert_eq!(message(|| drop(RNN::new(0, 3))), "RNN: input_size must be greater than zero, got 0");
+    assert_eq!(message(|| drop(LSTM::new(0, 3))), "LSTM: input_size must be greater than zero, got 0");
+    assert_eq!(message(|| drop(GRU::new(0, 3))), "GRU: input_size must be greater than zero, got 0");
+}
