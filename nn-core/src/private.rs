@@ -16,7 +16,7 @@ use std::any::Any;
 use std::marker::PhantomData;
 
 use crate::module::Parameter;
-pub use crate::module::{HoldsState, Item, Module, ModuleBase, Name};
+pub use crate::module::{CopySlot, DeepCopier, HoldsState, Item, Module, ModuleBase, Name};
 use crate::tensor::Tensor;
 
 /// Carries a field type to the probe.
@@ -71,11 +71,18 @@ impl<T: ?Sized> ProbePlain for &Probe<T> {
 pub trait ParamField {
     /// Reports the parameter, if set.
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>));
+    /// The field of a deep copy.
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self
+    where
+        Self: Sized;
 }
 #[diagnostic::do_not_recommend]
 impl ParamField for Parameter {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         f(name, Item::Param(self))
+    }
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self {
+        c.parameter(self)
     }
 }
 #[diagnostic::do_not_recommend]
@@ -84,6 +91,9 @@ impl ParamField for Option<Parameter> {
         if let Some(p) = self {
             f(name, Item::Param(p))
         }
+    }
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self {
+        self.as_ref().map(|p| c.parameter(p))
     }
 }
 
@@ -96,11 +106,18 @@ impl ParamField for Option<Parameter> {
 pub trait BufferField {
     /// Reports the buffer, if set.
     fn __nn_visit<'a>(&'a self, name: Name<'a>, persistent: bool, f: &mut dyn FnMut(Name<'a>, Item<'a>));
+    /// The field of a deep copy.
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self
+    where
+        Self: Sized;
 }
 #[diagnostic::do_not_recommend]
 impl BufferField for Tensor {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, persistent: bool, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         f(name, Item::Buffer { tensor: self, persistent })
+    }
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self {
+        c.buffer(self)
     }
 }
 #[diagnostic::do_not_recommend]
@@ -109,6 +126,9 @@ impl BufferField for Option<Tensor> {
         if let Some(t) = self {
             f(name, Item::Buffer { tensor: t, persistent })
         }
+    }
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self {
+        self.as_ref().map(|t| c.buffer(t))
     }
 }
 
@@ -119,6 +139,10 @@ impl BufferField for Option<Tensor> {
     note = "a type of your own becomes a module with `#[derive(Module)]`, and a generic parameter one with a `Module` bound (`M: Module`); plain data needs no annotation: remove `#[module]`"
 )]
 pub trait ModuleField {
+    /// The field of a deep copy.
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self
+    where
+        Self: Sized;
     /// Reports the sub-module, if set.
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>));
     /// Hands the sub-module out mutably, if set.
@@ -128,6 +152,9 @@ pub trait ModuleField {
 }
 #[diagnostic::do_not_recommend]
 impl<M: Module> ModuleField for M {
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self {
+        c.module(self)
+    }
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         f(name, Item::Module(self.as_dyn()))
     }
@@ -140,6 +167,9 @@ impl<M: Module> ModuleField for M {
 }
 #[diagnostic::do_not_recommend]
 impl<M: Module> ModuleField for Option<M> {
+    fn __nn_copy(&self, c: &mut DeepCopier) -> Self {
+        self.as_ref().map(|m| c.module(m))
+    }
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         if let Some(m) = self {
             f(name, Item::Module(m.as_dyn()))
@@ -194,6 +224,10 @@ impl<T: crate::module::Compute + ?Sized> BaseNeedsCompute for T {}
     note = "write `#[base] base: ModuleBase` (initialised with `ModuleBase::default()`)"
 )]
 pub trait BaseField {
+    /// The base of a deep copy.
+    fn __nn_copy(&self) -> Self
+    where
+        Self: Sized;
     /// The base.
     fn __nn_base(&self) -> &ModuleBase;
     /// The base, mutably.
@@ -201,6 +235,9 @@ pub trait BaseField {
 }
 #[diagnostic::do_not_recommend]
 impl BaseField for ModuleBase {
+    fn __nn_copy(&self) -> ModuleBase {
+        self.deep_copy()
+    }
     fn __nn_base(&self) -> &ModuleBase {
         self
     }
@@ -208,6 +245,49 @@ impl BaseField for ModuleBase {
         self
     }
 }
+
+/// Carries a plain field to the copy probe: [`CopyByClone`] when its type is `Clone`,
+/// [`CopyRefused`] otherwise (one more autoref away).
+pub struct CopyProbe<'a, T>(pub &'a T);
+
+/// Chosen for a `Clone` plain field: the copy's field is a clone.
+pub trait CopyByClone<T> {
+    /// The field of a deep copy.
+    fn __nn_copy_plain(&self, field: &str, module: &str) -> T;
+}
+impl<T: Clone> CopyByClone<T> for CopyProbe<'_, T> {
+    fn __nn_copy_plain(&self, _: &str, _: &str) -> T {
+        self.0.clone()
+    }
+}
+
+/// Chosen otherwise: the copy cannot be made, and says which field stops it.
+pub trait CopyRefused<T> {
+    /// Panics naming the field.
+    fn __nn_copy_plain(&self, field: &str, module: &str) -> T;
+}
+impl<T> CopyRefused<T> for &CopyProbe<'_, T> {
+    #[track_caller]
+    fn __nn_copy_plain(&self, field: &str, module: &str) -> T {
+        panic!(
+            "deep_copy: the plain field `{field}` of `{module}` (type `{}`) is not `Clone`, so `{module}` cannot be \
+             copied: derive or implement `Clone` for that type (in a generic struct, bound the parameter by `Clone`)",
+            std::any::type_name::<T>()
+        )
+    }
+}
+
+/// The check that a module is not `Clone` (see `nn_derive`'s expansion): ambiguous, and so
+/// a compile error whose text is this name, exactly for a type that is `Clone`.
+#[allow(non_camel_case_types)]
+pub trait ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy<Marker> {
+    /// Never called.
+    fn __nn_check() {}
+}
+impl<T: ?Sized> ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy<()> for T {}
+/// The second candidate, for `Clone` types only.
+pub struct IsClone;
+impl<T: Clone> ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy<IsClone> for T {}
 
 use crate::module::ExtraRepr;
 pub use crate::module::{fmt_module, Compute, HasBase, SetChild};

@@ -2,6 +2,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::{DeriveInput, LitStr};
 
 use crate::ast::{Field, Input};
@@ -37,6 +38,8 @@ struct FieldStatements<'f, 'a> {
     sets: Vec<TokenStream>,
     /// One plain-data check per unannotated field.
     checks: Vec<TokenStream>,
+    /// `deep_copy_into`: `member: copy` for every field, in declaration order.
+    copies: Vec<TokenStream>,
     /// The `#[base]` field (validation allows one at most).
     base: Option<&'f Field<'a>>,
 }
@@ -47,6 +50,7 @@ impl<'f, 'a> FieldStatements<'f, 'a> {
         let mut out = FieldStatements::default();
         for f in &input.fields {
             let name = &f.name;
+            out.copies.push(copy_field(f, input, private));
             match f.kind {
                 Some(Kind::Param) => {
                     let rest = quote!(#private::Name::Field(#name), __f);
@@ -74,6 +78,26 @@ impl<'f, 'a> FieldStatements<'f, 'a> {
         }
         out
     }
+}
+
+/// `member: <the field of a deep copy>`: registered state through the `*Field` traits (a
+/// parameter or buffer copied once per tree, a sub-module copied whole), the base without its
+/// hooks, plain data cloned (or, when its type is not `Clone`, a panic naming the field).
+fn copy_field(f: &Field<'_>, input: &Input<'_>, private: &TokenStream) -> TokenStream {
+    let member = &f.member;
+    let c = quote!(__c);
+    let value = match f.kind {
+        Some(Kind::Param) => field_call(f, quote!(#private::ParamField::__nn_copy), false, c),
+        Some(Kind::Buffer { .. }) => field_call(f, quote!(#private::BufferField::__nn_copy), false, c),
+        Some(Kind::Module) => field_call(f, quote!(#private::ModuleField::__nn_copy), false, c),
+        Some(Kind::Base) => field_call(f, quote!(#private::BaseField::__nn_copy), false, TokenStream::new()),
+        None => {
+            let label = f.original.ident.as_ref().map_or_else(|| f.name.clone(), |i| i.unraw().to_string());
+            let module = input.original.ident.to_string();
+            quote!((&#private::CopyProbe(&self.#member)).__nn_copy_plain(#label, #module))
+        }
+    };
+    quote!(#member: #value)
 }
 
 /// `Module::base` and `Module::base_mut`, reaching the `#[base]` field.
@@ -130,6 +154,25 @@ fn extra_repr_method(span: Span, private: &TokenStream) -> TokenStream {
     }
 }
 
+/// The check that the struct is not `Clone`, spanned at its name: a clone of a module holds
+/// the original's parameter handles, so the "copy" would train the original. The trait's
+/// two impls (one for every type, one for `Clone` types) make `<T as _<_>>` ambiguous, a
+/// compile error, exactly when `T: Clone`; its name is what the error shows.
+fn not_clone_check(input: &Input<'_>, private: &TokenStream, self_ty: &TokenStream) -> TokenStream {
+    let original = input.original;
+    let (impl_g, _, _) = original.generics.split_for_impl();
+    let static_where = static_where(&original.generics);
+    let span = original.ident.span();
+    let check = quote_spanned!(span=> <#self_ty as #private::ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy<_>>::__nn_check);
+    quote! {
+        /// A module is not `Clone` (checked at compile time, never run).
+        #[allow(dead_code, clippy::all)]
+        fn __nn_check_not_clone #impl_g () #static_where {
+            let _ = #check;
+        }
+    }
+}
+
 /// The impls for a parsed and validated struct.
 fn expand(input: &Input<'_>) -> TokenStream {
     let private = paths::private();
@@ -140,7 +183,9 @@ fn expand(input: &Input<'_>) -> TokenStream {
     let self_ty = quote!(#ident #ty_g);
     let static_where = static_where(&original.generics);
 
-    let FieldStatements { visits, visits_mut, sets, checks, base } = FieldStatements::of(input, &private, &self_ty);
+    let FieldStatements { visits, visits_mut, sets, checks, copies, base } =
+        FieldStatements::of(input, &private, &self_ty);
+    let not_clone = not_clone_check(input, &private, &self_ty);
     let base_methods = base.map(|f| base_methods(f, &private));
     let base_items = base.map(|f| base_items(f, input, &private, &self_ty));
     let extra_repr = input.extra_repr.map(|span| extra_repr_method(span, &private));
@@ -171,6 +216,12 @@ fn expand(input: &Input<'_>) -> TokenStream {
                 fn type_name(&self) -> &'static str {
                     #type_name
                 }
+                fn deep_copy_into(&self, __c: &mut #private::DeepCopier, __slot: #private::CopySlot<'_>) {
+                    #[allow(unused_imports)]
+                    use #private::{CopyByClone as _, CopyRefused as _};
+                    let _ = &__c;
+                    __slot.put(Self { #(#copies),* });
+                }
                 #extra_repr
                 #base_methods
                 fn as_any(&self) -> &dyn ::core::any::Any {
@@ -195,6 +246,8 @@ fn expand(input: &Input<'_>) -> TokenStream {
             }
 
             #base_items
+
+            #not_clone
 
             /// Unannotated fields must be plain data (checked at compile time, never run).
             #[allow(dead_code, clippy::all)]

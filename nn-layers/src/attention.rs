@@ -455,6 +455,9 @@ impl Module for NonDynamicallyQuantizableLinear {
     fn type_name(&self) -> &'static str {
         "NonDynamicallyQuantizableLinear"
     }
+    fn deep_copy_into(&self, copier: &mut nn_core::module::DeepCopier, slot: nn_core::module::CopySlot<'_>) {
+        slot.put(NonDynamicallyQuantizableLinear(copier.module(&self.0)));
+    }
     fn extra_repr(&self) -> String {
         Module::extra_repr(&self.0)
     }

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ops::{Index, IndexMut};
 
-use nn_core::module::{HoldsState, SetChild};
+use nn_core::module::{CopySlot, DeepCopier, HoldsState, SetChild};
 use nn_core::{Compute, Forward, HasBase, Item, Layer, Module, ModuleBase, Name, Tensor};
 
 /// A chain of layers run in order; children are named `"0"`, `"1"`, ... (or a name given
@@ -163,6 +163,10 @@ impl Module for Sequential {
     fn type_name(&self) -> &'static str {
         "Sequential"
     }
+    fn deep_copy_into(&self, copier: &mut DeepCopier, slot: CopySlot<'_>) {
+        let layers = self.layers.iter().map(|(n, l)| (n.clone(), (**l).deep_copy_layer(copier))).collect();
+        slot.put(Sequential { layers, base: self.base.deep_copy() });
+    }
     fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
         let Some(i) = self.position(name) else { return SetChild::NoSuchChild };
         nn_core::__private::set_from(&mut self.layers[i].1, slot)
@@ -294,6 +298,10 @@ impl<M: Module> Module for ModuleList<M> {
     fn type_name(&self) -> &'static str {
         "ModuleList"
     }
+    fn deep_copy_into(&self, copier: &mut DeepCopier, slot: CopySlot<'_>) {
+        let items = self.items.iter().map(|m| copier.module(m)).collect();
+        slot.put(ModuleList { items, base: self.base.deep_copy() });
+    }
     /// A list holds modules but has no forward: hooks go on its items.
     fn runs_forward(&self) -> bool {
         false
@@ -418,6 +426,10 @@ impl<M: Module> Module for ModuleDict<M> {
     }
     fn type_name(&self) -> &'static str {
         "ModuleDict"
+    }
+    fn deep_copy_into(&self, copier: &mut DeepCopier, slot: CopySlot<'_>) {
+        let items = self.items.iter().map(|(k, m)| (k.clone(), copier.module(m))).collect();
+        slot.put(ModuleDict { items, index: self.index.clone(), base: self.base.deep_copy() });
     }
     /// A dictionary holds modules but has no forward: hooks go on its entries.
     fn runs_forward(&self) -> bool {

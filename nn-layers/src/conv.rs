@@ -398,7 +398,7 @@ impl Compute for LazyConv2d {
     }
 }
 
-crate::lazy::lazy_module!(LazyConv2d, |s| conv2d_repr(
+crate::lazy::lazy_module!(LazyConv2d, fields(out_channels, kernel_size, config), |s| conv2d_repr(
     0,
     s.out_channels,
     (s.kernel_size, s.kernel_size),

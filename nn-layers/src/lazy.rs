@@ -3,9 +3,10 @@
 //! names (`weight`, `bias`) once it exists, and nothing before (see `is_uninitialized`).
 
 /// Implements `HoldsState`, `Module` and `Display` for a lazy layer with fields `inner:
-/// OnceLock<Layer>` and `base: ModuleBase`; `$placeholder` prints it before materialisation.
+/// OnceLock<Layer>`, `base: ModuleBase` and the plain (`Clone`) fields listed in
+/// `fields(..)`; `$placeholder` prints it before materialisation.
 macro_rules! lazy_module {
-    ($ty:ident, |$s:ident| $placeholder:expr) => {
+    ($ty:ident, fields($($field:ident),*), |$s:ident| $placeholder:expr) => {
         impl nn_core::module::HoldsState for $ty {}
 
         impl nn_core::Module for $ty {
@@ -26,6 +27,14 @@ macro_rules! lazy_module {
             }
             fn is_uninitialized(&self) -> bool {
                 self.inner.get().is_none()
+            }
+            /// A lazy layer copies as it stands: still lazy, or with a copy of its layer.
+            fn deep_copy_into(&self, copier: &mut nn_core::module::DeepCopier, slot: nn_core::module::CopySlot<'_>) {
+                let inner = std::sync::OnceLock::new();
+                if let Some(m) = self.inner.get() {
+                    let _ = inner.set(copier.module(m));
+                }
+                slot.put($ty { inner, $($field: self.$field.clone(),)* base: self.base.deep_copy() });
             }
             fn extra_repr(&self) -> String {
                 match self.inner.get() {

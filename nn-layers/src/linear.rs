@@ -205,7 +205,7 @@ impl Compute for LazyLinear {
     }
 }
 
-crate::lazy::lazy_module!(LazyLinear, |s| format!(
+crate::lazy::lazy_module!(LazyLinear, fields(out_features, bias), |s| format!(
     "in_features=0, out_features={}, bias={}",
     s.out_features,
     py_bool(s.bias)

@@ -219,7 +219,7 @@ fn bn_forward(
     };
     let y = if let (true, Some(sync)) = (training, sync) {
         // The check `Tensor::batch_norm` makes on the path that does not sync.
-        if !(config.eps > 0.0) {
+        if config.eps.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             panic!("batch_norm: eps must be positive during training, got {}", config.eps);
         }
         synced_batch_norm(x, &s, factor, config.eps, sync)

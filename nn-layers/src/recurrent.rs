@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use nn_core::module::{ForwardArg, HoldsState};
+use nn_core::module::{CopySlot, DeepCopier, ForwardArg, HoldsState};
 use nn_core::{functional, Compute, HasBase, Item, Module, ModuleBase, ModuleIo, Name, Parameter, Tensor};
 
 use crate::repr::{py_bool, py_float};
@@ -263,6 +263,18 @@ struct CellWeights {
 }
 
 impl CellWeights {
+    /// The weights of a deep copy.
+    fn deep_copy(&self, c: &mut DeepCopier) -> Self {
+        CellWeights {
+            names: self.names.clone(),
+            w_ih: c.parameter(&self.w_ih),
+            w_hh: c.parameter(&self.w_hh),
+            b_ih: self.b_ih.as_ref().map(|p| c.parameter(p)),
+            b_hh: self.b_hh.as_ref().map(|p| c.parameter(p)),
+            w_hr: self.w_hr.as_ref().map(|p| c.parameter(p)),
+        }
+    }
+
     /// The registered parameters with their names, in PyTorch's order.
     fn named(&self) -> impl Iterator<Item = (&String, &Parameter)> {
         let params = [Some(&self.w_ih), Some(&self.w_hh), self.b_ih.as_ref(), self.b_hh.as_ref(), self.w_hr.as_ref()];
@@ -295,6 +307,15 @@ struct Layout {
 }
 
 impl Recurrent {
+    /// The engine of a deep copy: new weights, the same settings, no hooks.
+    fn deep_copy(&self, c: &mut DeepCopier) -> Self {
+        Recurrent {
+            weights: self.weights.iter().map(|w| w.deep_copy(c)).collect(),
+            base: self.base.deep_copy(),
+            ..*self
+        }
+    }
+
     #[track_caller]
     fn new(name: &str, cell: Cell, input_size: usize, hidden_size: usize, c: Options) -> Self {
         if input_size == 0 {
@@ -626,6 +647,9 @@ macro_rules! recurrent_layer {
             }
             fn base_mut(&mut self) -> Option<&mut ModuleBase> {
                 Some(&mut self.inner.base)
+            }
+            fn deep_copy_into(&self, copier: &mut DeepCopier, slot: CopySlot<'_>) {
+                slot.put($ty { inner: self.inner.deep_copy(copier) });
             }
             nn_core::module_accessors!();
         }

@@ -607,3 +607,47 @@ fn pad_token_id_is_the_word_embeddings_padding_row() {
     let w = llama_like.named_parameters().into_iter().find(|(n, _)| n.ends_with("word_embeddings.weight")).unwrap().1;
     assert_eq!(w.narrow(0, 59, 1).to_vec(), vec![0.0; c.hidden_size]);
 }
+
+/// Every reference model deep-copies: the copy's outputs equal the original's, no tensor
+/// is shared, GPT-2's head stays tied to its embedding in the copy, and training the copy
+/// leaves the original as it was.
+#[test]
+fn every_reference_model_deep_copies() {
+    let _serial = serial();
+    let gpt2 = Gpt2LMHeadModel::from_pretrained(fixture("gpt2")).unwrap();
+    let bert = BertModel::from_pretrained(fixture("bert")).unwrap();
+    let llama = LlamaForCausalLM::from_pretrained(fixture("llama")).unwrap();
+    let resnet = ResNet::resnet18(10);
+    fn independent<M: Module>(original: &M, copy: &M, what: &str) {
+        let ids: Vec<_> = original.parameters().iter().map(|p| p.id()).collect();
+        assert!(copy.parameters().iter().all(|p| !ids.contains(&p.id())), "{what}: a parameter is shared");
+        let a = original.state_dict();
+        let b = copy.state_dict();
+        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "{what}: keys");
+        for (k, t) in a.iter() {
+            assert_eq!(t.to_vec_f64(), b.get(k).unwrap().to_vec_f64(), "{what}: {k}");
+        }
+    }
+    let ids = Tensor::from_vec_i64(vec![1, 4, 2, 7], &[1, 4]);
+    let c = gpt2.deep_copy();
+    independent(&gpt2, &c, "GPT-2");
+    assert_eq!(c.lm_head.weight.id(), c.transformer.wte.weight.id(), "the tie is kept");
+    assert_eq!(c.forward(&ids).to_vec(), gpt2.forward(&ids).to_vec());
+    let before = gpt2.state_dict().values().map(|t| t.to_vec_f64()).collect::<Vec<_>>();
+    let mut opt = nn_core::optim::Sgd::new(c.parameters(), nn_core::optim::SgdConfig { lr: 0.5, ..Default::default() });
+    c.forward(&ids).square().mean().backward();
+    nn_core::optim::Optimizer::step(&mut opt);
+    assert_eq!(gpt2.state_dict().values().map(|t| t.to_vec_f64()).collect::<Vec<_>>(), before);
+    assert_ne!(c.forward(&ids).to_vec(), gpt2.forward(&ids).to_vec());
+    independent(&bert, &bert.deep_copy(), "BERT");
+    let c = llama.deep_copy();
+    independent(&llama, &c, "Llama");
+    assert_eq!(c.forward(&ids).to_vec(), llama.forward(&ids).to_vec());
+    let mut resnet = resnet;
+    resnet.eval();
+    let c = resnet.deep_copy();
+    independent(&resnet, &c, "ResNet");
+    assert!(!c.is_training());
+    let x = Tensor::randn(&[1, 3, 32, 32]);
+    assert_eq!(c.forward(&x).to_vec(), resnet.forward(&x).to_vec());
+}

@@ -345,6 +345,43 @@
 //! assert_eq!(lm.lm_head.weight.id(), lm.wte.weight.id()); // still tied
 //! ```
 //!
+//! ## Copies: `copy.deepcopy(model)`
+//!
+//! | PyTorch | nn |
+//! |---|---|
+//! | `target = copy.deepcopy(online)` | `let target = online.deep_copy();` |
+//! | (a shallow copy that shares the weights) | not available: modules are not `Clone` |
+//!
+//! `deep_copy` gives new parameters and buffers with equal values, dtypes, devices and
+//! `requires_grad`, keeps the training flag, and keeps ties *inside* the copied model as
+//! ties (GPT-2's head stays its embedding). Two differences from `deepcopy`: gradients are
+//! not copied, and neither are hooks (a hook may hold handles to the original's state, and
+//! no handle could remove a copied one): register the copy's hooks on the copy. A module
+//! that derives `Clone` does not compile: its clone would hold the original's `Parameter`
+//! handles, so "training the copy" would train the original. An EMA target network:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, ReLU, Sequential};
+//! use nn::optim::{Optimizer, Sgd, SgdConfig};
+//!
+//! let online = Sequential::new().add(Linear::new(3, 8)).add(ReLU::new()).add(Linear::new(8, 1));
+//! let target = online.deep_copy();
+//! target.requires_grad_(false);
+//! let mut opt = Sgd::new(online.parameters(), SgdConfig { lr: 0.1, ..Default::default() });
+//! let x = Tensor::randn(&[16, 3]);
+//! opt.zero_grad();
+//! online.forward(&x).square().mean().backward();
+//! opt.step();
+//! nn::no_grad(|| {
+//!     // target = 0.99 target + 0.01 online, as `torch._foreach_lerp_` or a loop over
+//!     // `zip(target.parameters(), online.parameters())`.
+//!     for (t, o) in target.parameters().iter().zip(online.parameters()) {
+//!         t.mul_(0.99).add_(&(&*o * 0.01));
+//!     }
+//! });
+//! assert_ne!(target.state_dict().get("0.weight").unwrap().to_vec(), online.state_dict().get("0.weight").unwrap().to_vec());
+//! ```
+//!
 //! ## Names that are Rust keywords: `rename`
 //!
 //! BERT's keys run through `attention.self.query.weight`, and `self` (like `type`) cannot

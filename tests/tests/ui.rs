@@ -20,6 +20,7 @@ fn ui() {
     t.pass("ui/pass/11-hooks-in-a-loop.rs");
     t.pass("ui/pass/12-several-inputs.rs");
     t.pass("ui/pass/13-name.rs");
+    t.pass("ui/pass/14-deep-copy.rs");
     t.compile_fail("ui/fail/01-unannotated-vec.rs");
     t.compile_fail("ui/fail/02-unannotated-array.rs");
     t.compile_fail("ui/fail/03-unannotated-hashmap.rs");
@@ -64,4 +65,6 @@ fn ui() {
     t.compile_fail("ui/fail/42-tuple-mixing-data-and-layers.rs");
     t.compile_fail("ui/fail/43-unannotated-cells-and-locks.rs");
     t.compile_fail("ui/fail/44-calling-compute.rs");
+    t.compile_fail("ui/fail/45-clone-on-a-module.rs");
+    t.compile_fail("ui/fail/46-clone-on-a-module-with-a-base.rs");
 }

@@ -82,6 +82,10 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
         (**self).__set_child(name, slot)
     }
+    // The inner module puts its copy into a slot of `Box<M>` (or `Box<dyn Module>`).
+    fn deep_copy_into(&self, copier: &mut super::DeepCopier, slot: super::CopySlot<'_>) {
+        (**self).deep_copy_into(copier, slot)
+    }
     fn type_name(&self) -> &'static str {
         (**self).type_name()
     }

@@ -219,8 +219,17 @@ impl<M: Compute + ?Sized> Forward for M {
 /// A module from one tensor to one tensor: what `Sequential` holds and what
 /// `Box<dyn Layer>` slots take. In generic code, `M: Layer` makes `m.forward(&x)`
 /// available.
-pub trait Layer: Compute<Input = Tensor, Output = Tensor> + Send + Sync {}
-impl<T: Compute<Input = Tensor, Output = Tensor> + Send + Sync> Layer for T {}
+pub trait Layer: Compute<Input = Tensor, Output = Tensor> + Send + Sync {
+    /// A [deep copy](super::Module::deep_copy) of this layer, boxed: how a container of
+    /// `Box<dyn Layer>` (`Sequential`) copies layers whose types it does not know. Call it on
+    /// the layer (`(**boxed).deep_copy_layer(..)`), not on its box.
+    fn deep_copy_layer(&self, copier: &mut super::DeepCopier) -> Box<dyn Layer>;
+}
+impl<T: Compute<Input = Tensor, Output = Tensor> + Send + Sync> Layer for T {
+    fn deep_copy_layer(&self, copier: &mut super::DeepCopier) -> Box<dyn Layer> {
+        Box::new(copier.module(self))
+    }
+}
 
 impl<M: HasBase + ?Sized> HasBase for Box<M> {
     fn module_base(&self) -> &ModuleBase {

@@ -92,24 +92,6 @@ impl Default for ModuleBase {
     }
 }
 
-impl Clone for ModuleBase {
-    /// Copies the training flag and the registered hooks, as PyTorch's `copy.deepcopy`
-    /// does for them; handles of the original's hooks remove them from the original only.
-    ///
-    /// The parameters are another matter: a module cloned with `#[derive(Clone)]` holds
-    /// the original's [`Parameter`](crate::Parameter) handles, so its weights *are* the
-    /// original's (tied, as nn's ties are made), not a copy as `deepcopy` makes. For an
-    /// independent copy (a target network, an EMA model), build a new module and load the
-    /// original's state into it: `target.load_state_dict(&online.state_dict(), true)`
-    /// copies the values into the target's own storage.
-    fn clone(&self) -> Self {
-        let lists = self.hooks.lock().clone();
-        let hooks = HookStore { any: AtomicBool::new(false), lists: Mutex::new(lists) };
-        hooks.refresh(&hooks.lock());
-        ModuleBase { training: self.training, hooks: Arc::new(hooks) }
-    }
-}
-
 impl std::fmt::Debug for ModuleBase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let l = self.hooks.lock();
@@ -132,6 +114,13 @@ impl ModuleBase {
     /// A base in training mode without hooks.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The base of a [deep copy](super::Module::deep_copy): the training flag, and no hooks.
+    /// `ModuleBase` is not `Clone`, so that a module deriving `Clone` (whose copy would
+    /// share the original's parameters) does not compile.
+    pub fn deep_copy(&self) -> Self {
+        ModuleBase { training: self.training, hooks: Arc::default() }
     }
 
     /// The training flag.

@@ -8,6 +8,7 @@
 //! `visit` (and the rest of the required methods) from field annotations.
 
 mod accessors;
+mod deep_copy;
 mod display;
 pub mod forward;
 mod holds_state;
@@ -21,6 +22,7 @@ use std::any::Any;
 use std::collections::HashSet;
 use std::fmt;
 
+pub use deep_copy::{CopySlot, DeepCopier};
 pub use display::fmt_module;
 pub use forward::{Compute, Forward, ForwardArg, HasBase, Layer, ModuleIo};
 pub use holds_state::HoldsState;
@@ -163,6 +165,65 @@ pub trait Module: HoldsState + Any {
     fn check_conversion(&self, to: Conversion) -> Result<()> {
         let _ = to;
         Ok(())
+    }
+
+    /// Writes an independent copy of this module into `slot` (with
+    /// [`CopySlot::put`]), its parameters and buffers copied through `copier` so that ties
+    /// inside the copied tree stay ties. [`deep_copy`](Module::deep_copy) calls it;
+    /// `#[derive(Module)]` writes it (each registered field copied, the `#[base]` field by
+    /// [`ModuleBase::deep_copy`], plain fields cloned). A hand-written impl writes it too.
+    ///
+    /// # Panics
+    /// By default, naming the type: a hand-written impl that does not write it cannot be
+    /// copied, and a copy that silently shared its weights is what this method prevents.
+    #[track_caller]
+    fn deep_copy_into(&self, copier: &mut DeepCopier, slot: CopySlot<'_>) {
+        let _ = (copier, slot);
+        panic!(
+            "deep_copy: `{}` implements `Module` by hand without `deep_copy_into`, so it cannot be copied; write \
+             `deep_copy_into` for it (see `nn_core::module::DeepCopier`)",
+            self.type_name()
+        );
+    }
+
+    /// An independent copy (PyTorch's `copy.deepcopy(module)`): new parameters and buffers
+    /// with equal values, dtypes, devices and `requires_grad`, the training flag kept, ties
+    /// inside the module kept as ties in the copy. Not copied:
+    /// - gradients (the copy starts with none);
+    /// - hooks, where PyTorch's `deepcopy` copies them: a hook is a closure that may hold
+    ///   handles to the original's state (a buffer it fills, a counter), so a copied hook
+    ///   would act on the original from the copy; and nothing could remove it, since its
+    ///   handle was given out for the original. Register the copy's hooks on the copy.
+    ///
+    /// Modules are not `Clone`: a clone would hold the original's [`Parameter`] handles and
+    /// train the original (`#[derive(Module)]` refuses a `Clone` impl at compile time).
+    ///
+    /// ```
+    /// use nn_core::{Module, Parameter, Tensor};
+    /// use nn_derive::Module;
+    ///
+    /// #[derive(Module)]
+    /// struct Ema {
+    ///     #[param]
+    ///     weight: Parameter,
+    ///     decay: f64,
+    /// }
+    /// let online = Ema { weight: Parameter::new(Tensor::ones(&[2])), decay: 0.99 };
+    /// let target = online.deep_copy();
+    /// target.weight.mul_(0.5); // the copy moves alone
+    /// assert_eq!((online.weight.to_vec(), target.weight.to_vec()), (vec![1.0; 2], vec![0.5; 2]));
+    /// assert_eq!(target.decay, 0.99);
+    /// ```
+    ///
+    /// # Panics
+    /// When a module inside cannot be copied (see [`deep_copy_into`](Module::deep_copy_into)),
+    /// or a plain field is not `Clone`: named in the message.
+    #[track_caller]
+    fn deep_copy(&self) -> Self
+    where
+        Self: Sized,
+    {
+        DeepCopier::new().module(self)
     }
 
     /// `self` as `Any`, for downcasting in [`apply`](Module::apply) callbacks.

@@ -580,6 +580,7 @@ mod tests {
         let y1 = x1.conv1d(&w1, None, 2, 1, 1, 1);
         assert_eq!(y1.shape(), &[4, 4]);
         assert_eq!(y1.to_vec_f64(), x1.unsqueeze(0).conv1d(&w1, None, 2, 1, 1, 1).squeeze_dim(0).to_vec_f64());
-        gradcheck(|t| t[0].conv2d(&t[1], None, opts(1, 0, 1, 1)), &[vals(&[2, 3, 3], 4), vals(&[1, 2, 2, 2], 5)]);
+        gradcheck(|t| t[0].conv2d(&t[1], None, opts(1, 0, 1, 1)), &[vals(&[2, 3, 3], 4), vals(&[1, 2, 2, 2], 5)])
+            .unwrap();
     }
 }

@@ -237,10 +237,10 @@ impl Tensor {
             });
         const OP: &str = "batch_norm";
         // PyTorch's checks: an eps of 0 would divide by a zero variance in training.
-        if training && !(eps > 0.0) {
+        if training && eps.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             panic!("{OP}: eps must be positive during training, got {eps}");
         }
-        if !(eps >= 0.0) {
+        if eps.is_nan() || eps < 0.0 {
             panic!("{OP}: eps must be non-negative, got {eps}");
         }
         // An empty input normalises to an empty output and leaves the running statistics

@@ -65,6 +65,20 @@ fn check_on<M: Module>(
         } else {
             m.eval()
         }
+        // The eval pass runs on a deep copy, which shares no tensor with the layer and
+        // computes what PyTorch's layer computes, values and gradients.
+        let m = if mode == "eval" {
+            let copy = m.deep_copy();
+            let ids = |m: &M| -> Vec<nn_core::TensorId> {
+                m.parameters().iter().map(|p| p.id()).chain(m.buffers().iter().map(Tensor::id)).collect()
+            };
+            let original = ids(&m);
+            let shared = ids(&copy).iter().any(|id| original.contains(id));
+            assert!(!shared && !copy.is_training(), "{name}: deep_copy shares a tensor or lost the mode");
+            copy
+        } else {
+            m
+        };
         let x = first_input
             .as_ref()
             .map(|x| x.detach().requires_grad_(true))

@@ -3,6 +3,7 @@
 mod autocast;
 mod checkpoint;
 mod crash;
+mod deep_copy;
 mod fuzz;
 mod grad_scaler;
 mod hooks;

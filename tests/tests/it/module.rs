@@ -536,30 +536,6 @@ fn hooks_on_containers_and_scoped_hooks() {
     assert_ne!(b.forward(&x).to_vec(), [0.0; 4]);
 }
 
-#[test]
-fn a_cloned_module_keeps_its_hooks() {
-    #[derive(Module, Clone)]
-    struct Double {
-        #[base]
-        base: ModuleBase,
-    }
-    impl Compute for Double {
-        type Input = Tensor;
-        type Output = Tensor;
-        fn compute(&self, x: &Tensor) -> Tensor {
-            x * 2.0
-        }
-    }
-    let m = Double { base: ModuleBase::new() };
-    let h = m.register_forward_hook(|_, y| Some(y * 0.0)).unwrap();
-    let copy = m.clone();
-    let x = Tensor::ones(&[2]);
-    assert_eq!(copy.forward(&x).to_vec(), [0.0, 0.0], "PyTorch's deepcopy keeps hooks too");
-    h.remove(); // the original's handle removes the original's hook only, as in PyTorch
-    assert_eq!(copy.forward(&x).to_vec(), [0.0, 0.0]);
-    assert_eq!(m.forward(&x).to_vec(), [2.0, 2.0]);
-}
-
 /// A checkpoint key that differs from the module's only by a Rust keyword (`self`, `type`)
 /// gets a load error naming the `rename` attribute to write, on the field it names.
 #[test]
