@@ -297,6 +297,16 @@ impl<M: Module + Compute> Module for DistributedDataParallel<M> {
     fn type_name(&self) -> &'static str {
         "DistributedDataParallel"
     }
+    /// Refused: a copy would be a second replica with no process group of its own (its
+    /// gradients would never be averaged). Copy the model: `ddp.module().deep_copy()`.
+    #[track_caller]
+    fn deep_copy_into(&self, _: &mut nn_core::module::DeepCopier, _: nn_core::module::CopySlot<'_>) {
+        panic!(
+            "deep_copy: a DistributedDataParallel wrapper is not copied (the copy would have no process group of \
+             its own, so its gradients would never be averaged); copy the model it wraps, `ddp.module().deep_copy()`, \
+             and wrap the copy if it trains"
+        );
+    }
     fn extra_repr(&self) -> String {
         self.module.extra_repr()
     }

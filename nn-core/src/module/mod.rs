@@ -200,7 +200,6 @@ pub trait Module: HoldsState + Any {
     ///
     /// ```
     /// use nn_core::{Module, Parameter, Tensor};
-    /// use nn_derive::Module;
     ///
     /// #[derive(Module)]
     /// struct Ema {
@@ -210,7 +209,7 @@ pub trait Module: HoldsState + Any {
     /// }
     /// let online = Ema { weight: Parameter::new(Tensor::ones(&[2])), decay: 0.99 };
     /// let target = online.deep_copy();
-    /// target.weight.mul_(0.5); // the copy moves alone
+    /// nn_core::no_grad(|| target.weight.mul_(0.5)); // the copy moves alone
     /// assert_eq!((online.weight.to_vec(), target.weight.to_vec()), (vec![1.0; 2], vec![0.5; 2]));
     /// assert_eq!(target.decay, 0.99);
     /// ```

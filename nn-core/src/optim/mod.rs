@@ -213,6 +213,16 @@ pub fn check_param_groups(optimizer: &'static str, groups: &[ParamGroup]) -> Res
     // tensor twice, views of one buffer) were both stepped, a double update.
     let mut by_id: HashMap<*const crate::tensor::StorageSlot, (usize, &str)> = HashMap::new();
     let mut by_name: HashMap<&str, usize> = HashMap::new();
+    // PyTorch's `ValueError: optimizer got an empty parameter list`: an optimizer that can
+    // step nothing is a model whose parameters were not passed (a lazy layer listed before
+    // its first forward, `parameters()` of the wrong module), and would train nothing.
+    if groups.iter().all(|g| g.params.is_empty()) {
+        return Err(Error::OptimizerConfig {
+            optimizer,
+            reason: "got an empty parameter list: pass the model's `parameters()` (or parameter groups holding them)"
+                .into(),
+        });
+    }
     for (gi, g) in groups.iter().enumerate() {
         for (what, v) in [("learning rate", g.lr), ("weight_decay", g.weight_decay)] {
             if let Some(v) = v.filter(|v| !non_negative(*v)) {

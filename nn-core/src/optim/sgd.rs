@@ -70,7 +70,7 @@ impl Sgd {
     ///
     /// # Errors
     /// [`Error::OptimizerConfig`] on invalid hyper-parameters (negative rates, Nesterov
-    /// without momentum or with dampening), as PyTorch raises;
+    /// without momentum or with dampening) and on an empty parameter list, as PyTorch raises;
     /// [`Error::ParamGroupConflict`] when a parameter is in two groups or two parameters
     /// share a name (see [`ParamGroup`](super::ParamGroup)).
     pub fn try_new(params: impl IntoParamGroups, config: SgdConfig) -> Result<Self> {
@@ -271,5 +271,32 @@ impl Optimizer for Sgd {
             (g.lr, g.weight_decay, g.initial_lr) = (lr, wd, initial_lr);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PyTorch's `ValueError: optimizer got an empty parameter list`, for every optimizer
+    /// and for groups that hold nothing.
+    #[test]
+    fn an_optimizer_over_no_parameters_is_refused() {
+        use crate::optim::{Adam, AdamConfig, ParamGroup};
+        let e = Sgd::try_new(Vec::<crate::Parameter>::new(), SgdConfig::default()).err().unwrap().to_string();
+        assert_eq!(
+            e,
+            "Sgd: got an empty parameter list: pass the model's `parameters()` (or parameter groups holding them)"
+        );
+        let groups = vec![ParamGroup::new(Vec::new()), ParamGroup::new(Vec::new())];
+        assert!(Adam::try_new(groups, AdamConfig::default())
+            .err()
+            .unwrap()
+            .to_string()
+            .starts_with("Adam: got an empty"));
+        // One empty group beside a full one is fine, as in PyTorch.
+        let p = crate::Parameter::new(crate::Tensor::ones(&[1]));
+        let groups = vec![ParamGroup::new(Vec::new()), ParamGroup::new(vec![("w".into(), p)])];
+        assert!(Sgd::try_new(groups, SgdConfig::default()).is_ok());
     }
 }

@@ -590,6 +590,15 @@ impl<M: Module + Compute> Module for FullyShardedDataParallel<M> {
         }
     }
     fn visit_modules_mut<'a>(&'a mut self, _f: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
+    /// Refused: this rank holds only its shards, so a copy of it is no model; gather the
+    /// full state (`full_state_dict`) and load it into a new model.
+    #[track_caller]
+    fn deep_copy_into(&self, _: &mut nn_core::module::DeepCopier, _: nn_core::module::CopySlot<'_>) {
+        panic!(
+            "deep_copy: a FullyShardedDataParallel model is not copied (this rank holds its shards only, so the copy \
+             would be no model); gather the full state with `full_state_dict` and load it into a new model"
+        );
+    }
     /// `f` on the model's sub-modules and the model itself (children first), then on the
     /// wrapper: for per-layer settings such as `SyncBatchNorm::convert_sync_batchnorm`.
     /// Not for the parameters' values: outside a forward they are placeholders without
