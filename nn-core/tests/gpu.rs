@@ -1304,3 +1304,41 @@ fn softplus_keeps_tiny_values_on_the_gpu() {
     let got = loss.item();
     assert!((got - want).abs() < 1e-5 * want, "{got} against {want}");
 }
+
+/// Gradients at NaN and ties take PyTorch's rule on the GPU as on the CPU: `maximum` and
+/// `minimum` give both sides the whole gradient where either is NaN and half at a tie, and
+/// `clamp_tensor` with both bounds follows PyTorch 2.15's rule.
+#[test]
+fn gradients_at_nan_and_ties_match_the_cpu() {
+    let _serial = serial();
+    let vals = [0.0f32, 1.0, 2.0, f32::NAN];
+    let mut cols = [vec![], vec![], vec![]];
+    for a in vals {
+        for b in vals {
+            for c in vals {
+                cols[0].push(a);
+                cols[1].push(b);
+                cols[2].push(c);
+            }
+        }
+    }
+    type Op = fn(&[Tensor]) -> Tensor;
+    let ops: [(&str, Op); 5] = [
+        ("maximum", |t| t[0].maximum(&t[1])),
+        ("minimum", |t| t[0].minimum(&t[1])),
+        ("clamp_tensor", |t| t[0].clamp_tensor(Some(&t[1]), Some(&t[2]))),
+        ("clamp_tensor lo", |t| t[0].clamp_tensor(Some(&t[1]), None)),
+        ("clamp_tensor hi", |t| t[0].clamp_tensor(None, Some(&t[2]))),
+    ];
+    for (name, f) in ops {
+        let grads = |device: Device| -> Vec<Vec<f64>> {
+            let ts: Vec<Tensor> = cols
+                .iter()
+                .map(|c| Tensor::from_vec(c.clone(), &[64]).to_device(device).requires_grad_(true))
+                .collect();
+            f(&ts).sum().backward();
+            ts.iter().map(|t| t.grad().map_or(vec![], |g| g.to_device(Device::Cpu).to_vec_f64())).collect()
+        };
+        assert_eq!(grads(GPU), grads(Device::Cpu), "{name}");
+    }
+}
