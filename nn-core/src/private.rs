@@ -277,17 +277,12 @@ impl<T> CopyRefused<T> for &CopyProbe<'_, T> {
     }
 }
 
-/// The check that a module is not `Clone` (see `nn_derive`'s expansion): ambiguous, and so
-/// a compile error whose text is this name, exactly for a type that is `Clone`.
+/// The check that a module is not `Clone`: `#[derive(Module)]` implements this trait for the
+/// struct, which conflicts with this blanket impl (E0119, naming the trait) exactly when the
+/// struct is `Clone`, generic or not.
 #[allow(non_camel_case_types)]
-pub trait ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy<Marker> {
-    /// Never called.
-    fn __nn_check() {}
-}
-impl<T: ?Sized> ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy<()> for T {}
-/// The second candidate, for `Clone` types only.
-pub struct IsClone;
-impl<T: Clone> ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy<IsClone> for T {}
+pub trait ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy {}
+impl<T: Clone> ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy for T {}
 
 use crate::module::ExtraRepr;
 pub use crate::module::{fmt_module, Compute, HasBase, SetChild};

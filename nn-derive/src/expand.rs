@@ -155,21 +155,18 @@ fn extra_repr_method(span: Span, private: &TokenStream) -> TokenStream {
 }
 
 /// The check that the struct is not `Clone`, spanned at its name: a clone of a module holds
-/// the original's parameter handles, so the "copy" would train the original. The trait's
-/// two impls (one for every type, one for `Clone` types) make `<T as _<_>>` ambiguous, a
-/// compile error, exactly when `T: Clone`; its name is what the error shows.
-fn not_clone_check(input: &Input<'_>, private: &TokenStream, self_ty: &TokenStream) -> TokenStream {
+/// the original's parameter handles, so the "copy" would train the original. This impl
+/// conflicts with nn-core's blanket impl for `Clone` types exactly when the struct is one
+/// (generic structs included); the trait's name is what the error shows.
+fn not_clone_check(input: &Input<'_>, private: &TokenStream) -> TokenStream {
     let original = input.original;
-    let (impl_g, _, _) = original.generics.split_for_impl();
-    let static_where = static_where(&original.generics);
-    let span = original.ident.span();
-    let check = quote_spanned!(span=> <#self_ty as #private::ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy<_>>::__nn_check);
-    quote! {
-        /// A module is not `Clone` (checked at compile time, never run).
-        #[allow(dead_code, clippy::all)]
-        fn __nn_check_not_clone #impl_g () #static_where {
-            let _ = #check;
-        }
+    let ident = &original.ident;
+    let (impl_g, ty_g, where_c) = original.generics.split_for_impl();
+    let trait_path =
+        quote_spanned!(ident.span()=> #private::ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy);
+    quote_spanned! {ident.span()=>
+        #[automatically_derived]
+        impl #impl_g #trait_path for #ident #ty_g #where_c {}
     }
 }
 
@@ -185,7 +182,7 @@ fn expand(input: &Input<'_>) -> TokenStream {
 
     let FieldStatements { visits, visits_mut, sets, checks, copies, base } =
         FieldStatements::of(input, &private, &self_ty);
-    let not_clone = not_clone_check(input, &private, &self_ty);
+    let not_clone = not_clone_check(input, &private);
     let base_methods = base.map(|f| base_methods(f, &private));
     let base_items = base.map(|f| base_items(f, input, &private, &self_ty));
     let extra_repr = input.extra_repr.map(|span| extra_repr_method(span, &private));

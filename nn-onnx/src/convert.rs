@@ -1,6 +1,7 @@
 //! One rule per traced op: the ONNX nodes that compute it (opset 17 forms; the few ops
 //! whose form changed in opset 18 follow the requested opset).
 
+use nn_core::ops::names;
 use nn_core::trace::{Attr, OpKind, TracedOp};
 use nn_core::DType;
 
@@ -29,10 +30,10 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
     let e = |err: crate::Error| err.to_string();
     if a.kind == OpKind::Untraced {
         return match a.name {
-            "contiguous" | "to_device" => Ok(Converted::Alias),
+            names::CONTIGUOUS | names::TO_DEVICE => Ok(Converted::Alias),
             // A copy is a value of its own: a later write into it must not reach its source.
-            "clone" => Ok(v(g.node("Identity", &[s(0)], vec![]))),
-            "to_dtype" => {
+            names::CLONE => Ok(v(g.node("Identity", &[s(0)], vec![]))),
+            names::TO_DTYPE => {
                 let to = crate::proto::elem_type(op.output().dtype()).map_err(e)?;
                 Ok(v(g.node("Cast", &[s(0)], vec![attr::int("to", to as i64)])))
             }
@@ -45,50 +46,50 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
     let unary = |g: &mut Builder<'_>, ty: &str| v(g.node(ty, &[s(0)], vec![]));
     let binary = |g: &mut Builder<'_>, ty: &str| v(g.node(ty, &[s(0), s(1)], vec![]));
     Ok(match a.name {
-        "detach" => Converted::Alias,
-        "snapshot" => v(g.node("Identity", &[s(0)], vec![])),
-        "relu" => unary(g, "Relu"),
-        "sigmoid" => unary(g, "Sigmoid"),
-        "tanh" => unary(g, "Tanh"),
-        "neg" => unary(g, "Neg"),
-        "exp" => unary(g, "Exp"),
-        "log" => unary(g, "Log"),
-        "sqrt" => unary(g, "Sqrt"),
-        "abs" => unary(g, "Abs"),
-        "sin" => unary(g, "Sin"),
-        "cos" => unary(g, "Cos"),
-        "reciprocal" => unary(g, "Reciprocal"),
-        "rsqrt" => {
+        names::DETACH => Converted::Alias,
+        names::SNAPSHOT => v(g.node("Identity", &[s(0)], vec![])),
+        names::RELU => unary(g, "Relu"),
+        names::SIGMOID => unary(g, "Sigmoid"),
+        names::TANH => unary(g, "Tanh"),
+        names::NEG => unary(g, "Neg"),
+        names::EXP => unary(g, "Exp"),
+        names::LOG => unary(g, "Log"),
+        names::SQRT => unary(g, "Sqrt"),
+        names::ABS => unary(g, "Abs"),
+        names::SIN => unary(g, "Sin"),
+        names::COS => unary(g, "Cos"),
+        names::RECIPROCAL => unary(g, "Reciprocal"),
+        names::RSQRT => {
             let r = g.node("Sqrt", &[s(0)], vec![]);
             v(g.node("Reciprocal", &[&r], vec![]))
         }
-        "softplus" => softplus(g, s(0), dtype, op.float("beta"), op.float("threshold")).map_err(e)?,
-        "logical_not" => unary(g, "Not"),
-        "isnan" => unary(g, "IsNaN"),
-        "isinf" => unary(g, "IsInf"),
-        "isfinite" => {
+        names::SOFTPLUS => softplus(g, s(0), dtype, op.float("beta"), op.float("threshold")).map_err(e)?,
+        names::LOGICAL_NOT => unary(g, "Not"),
+        names::ISNAN => unary(g, "IsNaN"),
+        names::ISINF => unary(g, "IsInf"),
+        names::ISFINITE => {
             let nan = g.node("IsNaN", &[s(0)], vec![]);
             let inf = g.node("IsInf", &[s(0)], vec![]);
             let bad = g.node("Or", &[&nan, &inf], vec![]);
             v(g.node("Not", &[&bad], vec![]))
         }
-        "square" => v(g.node("Mul", &[s(0), s(0)], vec![])),
-        "leaky_relu" => v(g.node("LeakyRelu", &[s(0)], vec![attr::float("alpha", op.float("negative_slope"))])),
-        "silu" => {
+        names::SQUARE => v(g.node("Mul", &[s(0), s(0)], vec![])),
+        names::LEAKY_RELU => v(g.node("LeakyRelu", &[s(0)], vec![attr::float("alpha", op.float("negative_slope"))])),
+        names::SILU => {
             let sig = g.node("Sigmoid", &[s(0)], vec![]);
             v(g.node("Mul", &[s(0), &sig], vec![]))
         }
-        "gelu" => gelu(g, s(0), dtype, op.attr("approximate") == Some(&Attr::Str("tanh"))).map_err(e)?,
-        "powf" => {
+        names::GELU => gelu(g, s(0), dtype, op.attr("approximate") == Some(&Attr::Str("tanh"))).map_err(e)?,
+        names::POWF => {
             let c = g.const_scalar(op.float("exponent"), dtype).map_err(e)?;
             v(g.node("Pow", &[s(0), &c], vec![]))
         }
-        "clamp" => {
+        names::CLAMP => {
             let lo = g.const_scalar(op.float("min"), dtype).map_err(e)?;
             let hi = g.const_scalar(op.float("max"), dtype).map_err(e)?;
             v(g.node("Clip", &[s(0), &lo, &hi], vec![]))
         }
-        "affine" => {
+        names::AFFINE => {
             let (m, b) = (op.float("a"), op.float("b"));
             let mut y = x[0].clone();
             if m != 1.0 {
@@ -105,35 +106,35 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
                 v(y)
             }
         }
-        "div_scalar" => {
+        names::DIV_SCALAR => {
             let c = g.const_scalar(op.float("s"), dtype).map_err(e)?;
             v(g.node("Div", &[s(0), &c], vec![]))
         }
-        "scalar_div" => {
+        names::SCALAR_DIV => {
             let c = g.const_scalar(op.float("s"), dtype).map_err(e)?;
             v(g.node("Div", &[&c, s(0)], vec![]))
         }
-        "add" => binary(g, "Add"),
-        "sub" => binary(g, "Sub"),
-        "mul" => binary(g, "Mul"),
-        "div" => binary(g, "Div"),
-        "pow" => binary(g, "Pow"),
-        "maximum" => binary(g, "Max"),
-        "minimum" => binary(g, "Min"),
-        "eq" => binary(g, "Equal"),
-        "ne" => {
+        names::ADD => binary(g, "Add"),
+        names::SUB => binary(g, "Sub"),
+        names::MUL => binary(g, "Mul"),
+        names::DIV => binary(g, "Div"),
+        names::POW => binary(g, "Pow"),
+        names::MAXIMUM => binary(g, "Max"),
+        names::MINIMUM => binary(g, "Min"),
+        names::EQ => binary(g, "Equal"),
+        names::NE => {
             let eq = g.node("Equal", &[s(0), s(1)], vec![]);
             v(g.node("Not", &[&eq], vec![]))
         }
-        "lt" => binary(g, "Less"),
-        "le" => binary(g, "LessOrEqual"),
-        "gt" => binary(g, "Greater"),
-        "ge" => binary(g, "GreaterOrEqual"),
-        "where" => v(g.node("Where", &[s(0), s(1), s(2)], vec![])),
-        "matmul" => binary(g, "MatMul"),
-        "softmax" => v(g.node("Softmax", &[s(0)], vec![attr::int("axis", op.int("dim"))])),
-        "log_softmax" => v(g.node("LogSoftmax", &[s(0)], vec![attr::int("axis", op.int("dim"))])),
-        "dropout" => {
+        names::LT => binary(g, "Less"),
+        names::LE => binary(g, "LessOrEqual"),
+        names::GT => binary(g, "Greater"),
+        names::GE => binary(g, "GreaterOrEqual"),
+        names::WHERE => v(g.node("Where", &[s(0), s(1), s(2)], vec![])),
+        names::MATMUL => binary(g, "MatMul"),
+        names::SOFTMAX => v(g.node("Softmax", &[s(0)], vec![attr::int("axis", op.int("dim"))])),
+        names::LOG_SOFTMAX => v(g.node("LogSoftmax", &[s(0)], vec![attr::int("axis", op.int("dim"))])),
+        names::DROPOUT => {
             if op.flag("training") && op.float("p") > 0.0 {
                 return Err(format!(
                     "dropout with p={} runs in training mode (random masks); call `model.eval()` before exporting",
@@ -142,7 +143,7 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
             }
             Converted::Alias
         }
-        "linear" => {
+        names::LINEAR => {
             let rank = op.input(0).rank();
             let bias = x.get(2).map(String::as_str);
             if rank == 2 {
@@ -158,12 +159,12 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
                 }
             }
         }
-        "addmm" => v(g.node(
+        names::ADDMM => v(g.node(
             "Gemm",
             &[s(1), s(2), s(0)],
             vec![attr::float("alpha", op.float("alpha")), attr::float("beta", op.float("beta"))],
         )),
-        "sum" => {
+        names::SUM => {
             let dims = op.ints("dims");
             if dims.is_empty() {
                 return Ok(Converted::Alias);
@@ -171,11 +172,11 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
             let axes = g.const_i64(&dims);
             v(g.node("ReduceSum", &[s(0), &axes], vec![attr::int("keepdims", op.flag("keepdim") as i64)]))
         }
-        "max" | "min" => {
-            let ty = if a.name == "max" { "ReduceMax" } else { "ReduceMin" };
+        names::MAX | names::MIN => {
+            let ty = if a.name == names::MAX { "ReduceMax" } else { "ReduceMin" };
             v(g.node(ty, &[s(0)], vec![attr::int("keepdims", 0)]))
         }
-        "logsumexp" => {
+        names::LOGSUMEXP => {
             let keep = attr::int("keepdims", op.flag("keepdim") as i64);
             let dim = op.int("dim");
             if g.opset >= 18 {
@@ -185,44 +186,44 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
                 v(g.node("ReduceLogSumExp", &[s(0)], vec![attr::ints("axes", &[dim]), keep]))
             }
         }
-        "argmax" | "argmin" => {
-            let ty = if a.name == "argmax" { "ArgMax" } else { "ArgMin" };
+        names::ARGMAX | names::ARGMIN => {
+            let ty = if a.name == names::ARGMAX { "ArgMax" } else { "ArgMin" };
             let attrs = vec![attr::int("axis", op.int("dim")), attr::int("keepdims", op.flag("keepdim") as i64)];
             if op.input(0).rank() == 0 {
                 return Err("arg-reductions of a 0-d tensor are not exported".into());
             }
             v(g.node(ty, &[s(0)], attrs))
         }
-        "reshape" => {
+        names::RESHAPE => {
             let shape = reshape_target(op)?;
             let c = g.const_i64(&shape);
             v(g.node("Reshape", &[s(0), &c], vec![]))
         }
-        "expand" => {
+        names::EXPAND => {
             let shape = expand_target(op)?;
             let c = g.const_i64(&shape);
             v(g.node("Expand", &[s(0), &c], vec![]))
         }
-        "permute" => v(g.node("Transpose", &[s(0)], vec![attr::ints("perm", &op.ints("perm"))])),
-        "narrow" => {
+        names::PERMUTE => v(g.node("Transpose", &[s(0)], vec![attr::ints("perm", &op.ints("perm"))])),
+        names::NARROW => {
             let (dim, start, len) = (op.int("dim"), op.int("start"), op.int("len"));
             let starts = g.const_i64(&[start]);
             let ends = g.const_i64(&[start + len]);
             let axes = g.const_i64(&[dim]);
             v(g.node("Slice", &[s(0), &starts, &ends, &axes], vec![]))
         }
-        "cat" => {
+        names::CAT => {
             let ins: Vec<&str> = x.iter().map(String::as_str).collect();
             v(g.node("Concat", &ins, vec![attr::int("axis", op.int("dim"))]))
         }
-        "embedding" => v(g.node("Gather", &[s(1), s(0)], vec![attr::int("axis", 0)])),
-        "index_select" => v(g.node("Gather", &[s(0), s(1)], vec![attr::int("axis", op.int("dim"))])),
-        "gather" => v(g.node("GatherElements", &[s(0), s(1)], vec![attr::int("axis", op.int("dim"))])),
-        "tril" | "triu" => {
+        names::EMBEDDING => v(g.node("Gather", &[s(1), s(0)], vec![attr::int("axis", 0)])),
+        names::INDEX_SELECT => v(g.node("Gather", &[s(0), s(1)], vec![attr::int("axis", op.int("dim"))])),
+        names::GATHER => v(g.node("GatherElements", &[s(0), s(1)], vec![attr::int("axis", op.int("dim"))])),
+        names::TRIL | names::TRIU => {
             let k = g.constant(crate::proto::i64_scalar(op.int("diagonal")));
-            v(g.node("Trilu", &[s(0), &k], vec![attr::int("upper", (a.name == "triu") as i64)]))
+            v(g.node("Trilu", &[s(0), &k], vec![attr::int("upper", (a.name == names::TRIU) as i64)]))
         }
-        "conv2d" => {
+        names::CONV2D => {
             let w = op.input(1).shape().to_vec();
             let (pad, stride, dil) = (op.ints("padding"), op.ints("stride"), op.ints("dilation"));
             let attrs = vec![
@@ -235,7 +236,7 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
             let ins: Vec<&str> = x.iter().map(String::as_str).collect();
             batched(g, op.input(0).rank(), &ins, |g, ins| g.node("Conv", ins, attrs))
         }
-        "max_pool2d" | "avg_pool2d" => {
+        names::MAX_POOL2D | names::AVG_POOL2D => {
             let (k, st, pad) = (op.ints("kernel"), op.ints("stride"), op.ints("padding"));
             let mut attrs = vec![
                 attr::ints("kernel_shape", &k),
@@ -243,7 +244,7 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
                 attr::ints("pads", &[pad[0], pad[1], pad[0], pad[1]]),
                 attr::int("ceil_mode", op.flag("ceil_mode") as i64),
             ];
-            let ty = if a.name == "max_pool2d" {
+            let ty = if a.name == names::MAX_POOL2D {
                 attrs.push(attr::ints("dilations", &op.ints("dilation")));
                 "MaxPool"
             } else {
@@ -252,7 +253,7 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
             };
             batched(g, op.input(0).rank(), &[s(0)], |g, ins| g.node(ty, ins, attrs))
         }
-        "adaptive_avg_pool2d" => {
+        names::ADAPTIVE_AVG_POOL2D => {
             let out = op.ints("output_size");
             let (shape, shape_b) = (op.input(0).shape(), op.input_b(0).shape());
             let r = shape.len();
@@ -274,7 +275,7 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
                 ));
             }
         }
-        "batch_norm" => {
+        names::BATCH_NORM => {
             if op.flag("training") {
                 return Err("batch_norm runs in training mode (batch statistics, running-stat updates); call \
                             `model.eval()` before exporting"
@@ -301,7 +302,7 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
             let attrs = vec![attr::float("epsilon", op.float("eps"))];
             v(g.node("BatchNormalization", &[s(0), &scale, &bias, s(1), s(2)], attrs))
         }
-        "layer_norm" => {
+        names::LAYER_NORM => {
             let shape = op.ints("normalized_shape");
             let axis = op.input(0).rank() as i64 - shape.len() as i64;
             let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();

@@ -67,4 +67,5 @@ fn ui() {
     t.compile_fail("ui/fail/44-calling-compute.rs");
     t.compile_fail("ui/fail/45-clone-on-a-module.rs");
     t.compile_fail("ui/fail/46-clone-on-a-module-with-a-base.rs");
+    t.compile_fail("ui/fail/47-clone-on-a-generic-module.rs");
 }

@@ -26,6 +26,7 @@
 //! functions and reductions of CUDA's `f32` list in `f32`, `einsum` in the half dtype and
 //! `scatter_add` promoted. [`policy`] looks an op up for a device.
 
+use crate::ops::names;
 use std::cell::Cell;
 
 use crate::device::Device;
@@ -58,27 +59,27 @@ pub enum CastPolicy {
 /// ```
 pub const POLICIES: &[(&str, CastPolicy)] = &[
     // Lower precision: the matrix products and what is built on them.
-    ("matmul", CastPolicy::Lower),
-    ("addmm", CastPolicy::Lower),
-    ("linear", CastPolicy::Lower),
-    ("conv1d", CastPolicy::Lower),
-    ("conv2d", CastPolicy::Lower),
-    ("conv_transpose1d", CastPolicy::Lower),
-    ("conv_transpose2d", CastPolicy::Lower),
-    ("scaled_dot_product_attention", CastPolicy::Lower),
+    (names::MATMUL, CastPolicy::Lower),
+    (names::ADDMM, CastPolicy::Lower),
+    (names::LINEAR, CastPolicy::Lower),
+    (names::CONV1D, CastPolicy::Lower),
+    (names::CONV2D, CastPolicy::Lower),
+    (names::CONV_TRANSPOSE1D, CastPolicy::Lower),
+    (names::CONV_TRANSPOSE2D, CastPolicy::Lower),
+    (names::SCALED_DOT_PRODUCT_ATTENTION, CastPolicy::Lower),
     // f32: the losses and the reductions PyTorch keeps in f32 on the CPU.
-    ("nll_loss", CastPolicy::F32),
-    ("cross_entropy", CastPolicy::F32),
-    ("mse_loss", CastPolicy::F32),
-    ("l1_loss", CastPolicy::F32),
-    ("binary_cross_entropy_with_logits", CastPolicy::F32),
-    ("quantile", CastPolicy::F32),
+    (names::NLL_LOSS, CastPolicy::F32),
+    (names::CROSS_ENTROPY, CastPolicy::F32),
+    (names::MSE_LOSS, CastPolicy::F32),
+    (names::L1_LOSS, CastPolicy::F32),
+    (names::BINARY_CROSS_ENTROPY_WITH_LOGITS, CastPolicy::F32),
+    (names::QUANTILE, CastPolicy::F32),
     // Promote: joins of several tensors.
-    ("cat", CastPolicy::Promote),
-    ("stack", CastPolicy::Promote),
+    (names::CAT, CastPolicy::Promote),
+    (names::STACK, CastPolicy::Promote),
     // On PyTorch's CUDA promote list; its CPU autocast refuses mixed dtypes here, nn
     // promotes on both devices (a bf16 activation into a Bilinear layer's f32 weight).
-    ("bilinear", CastPolicy::Promote),
+    (names::BILINEAR, CastPolicy::Promote),
 ];
 
 /// What autocast does on the GPU device beyond [`POLICIES`]: PyTorch 2.15's CUDA lists
@@ -102,36 +103,36 @@ pub const POLICIES: &[(&str, CastPolicy)] = &[
 /// assert_eq!(policy(Device::Cpu, "softmax"), None); // its input's dtype on the CPU
 /// ```
 pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
-    ("softmax", CastPolicy::F32),
-    ("log_softmax", CastPolicy::F32),
-    ("layer_norm", CastPolicy::F32),
-    ("group_norm", CastPolicy::F32),
-    ("rms_norm", CastPolicy::F32),
+    (names::SOFTMAX, CastPolicy::F32),
+    (names::LOG_SOFTMAX, CastPolicy::F32),
+    (names::LAYER_NORM, CastPolicy::F32),
+    (names::GROUP_NORM, CastPolicy::F32),
+    (names::RMS_NORM, CastPolicy::F32),
     // The elementwise functions (`powf` and `pow` are both `aten::pow`; `square` is
     // `pow(x, 2)` in PyTorch; a scalar divided by a tensor is `__rtruediv__`).
-    ("exp", CastPolicy::F32),
-    ("log", CastPolicy::F32),
-    ("pow", CastPolicy::F32),
-    ("powf", CastPolicy::F32),
-    ("square", CastPolicy::F32),
-    ("reciprocal", CastPolicy::F32),
-    ("scalar_div", CastPolicy::F32),
-    ("rsqrt", CastPolicy::F32),
-    ("erfinv", CastPolicy::F32),
-    ("softplus", CastPolicy::F32),
+    (names::EXP, CastPolicy::F32),
+    (names::LOG, CastPolicy::F32),
+    (names::POW, CastPolicy::F32),
+    (names::POWF, CastPolicy::F32),
+    (names::SQUARE, CastPolicy::F32),
+    (names::RECIPROCAL, CastPolicy::F32),
+    (names::SCALAR_DIV, CastPolicy::F32),
+    (names::RSQRT, CastPolicy::F32),
+    (names::ERFINV, CastPolicy::F32),
+    (names::SOFTPLUS, CastPolicy::F32),
     // The reductions and scans.
-    ("sum", CastPolicy::F32),
-    ("logsumexp", CastPolicy::F32),
-    ("cumsum", CastPolicy::F32),
-    ("cumprod", CastPolicy::F32),
-    ("norm", CastPolicy::F32),
+    (names::SUM, CastPolicy::F32),
+    (names::LOGSUMEXP, CastPolicy::F32),
+    (names::CUMSUM, CastPolicy::F32),
+    (names::CUMPROD, CastPolicy::F32),
+    (names::NORM, CastPolicy::F32),
     // Resampling (`upsample_nearest*`, `upsample_bilinear2d`, ...).
-    ("interpolate", CastPolicy::F32),
+    (names::INTERPOLATE, CastPolicy::F32),
     // PyTorch's CUDA lower-precision list names `einsum` itself (on the CPU only the `bmm`
     // inside it is cast).
-    ("einsum", CastPolicy::Lower),
+    (names::EINSUM, CastPolicy::Lower),
     // PyTorch's CUDA promote list.
-    ("scatter_add", CastPolicy::Promote),
+    (names::SCATTER_ADD, CastPolicy::Promote),
 ];
 
 /// What autocast does on the CPU only, beyond [`POLICIES`]: entries of PyTorch 2.15's CPU
@@ -151,7 +152,7 @@ pub const GPU_POLICIES: &[(&str, CastPolicy)] = &[
 /// assert_eq!(y.dtype(), DType::F32);
 /// ```
 pub const CPU_POLICIES: &[(&str, CastPolicy)] =
-    &[("reflection_pad", CastPolicy::F32), ("replication_pad", CastPolicy::F32)];
+    &[(names::REFLECTION_PAD, CastPolicy::F32), (names::REPLICATION_PAD, CastPolicy::F32)];
 
 /// What autocast does to `op` (by the name it reports in errors) on `device`'s kind:
 /// [`POLICIES`] and [`CPU_POLICIES`] on the CPU, [`POLICIES`] and [`GPU_POLICIES`] on the
@@ -366,6 +367,16 @@ pub fn autocast_dtype(device: Device) -> Option<DType> {
         Device::Gpu(_) => GPU.with(|c| c.get()),
         Device::Meta => None,
     }
+}
+
+/// Whether autocast may cast an op's arguments on this thread: a scope is on for either
+/// device kind, autocast is not excluded, and no op is running (whose parts are not cast).
+/// The op entry's cheap test before it gathers the arguments.
+#[inline]
+pub(crate) fn autocast_might_apply() -> bool {
+    (CPU.with(Cell::get).is_some() || GPU.with(Cell::get).is_some())
+        && !EXCLUDED.with(Cell::get)
+        && OP_DEPTH.with(Cell::get) == 0
 }
 
 /// The autocast dtype for an op on tensors of `device`, unless autocast is off there or

@@ -82,8 +82,14 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn __set_child(&mut self, name: &str, slot: &mut dyn Any) -> SetChild {
         (**self).__set_child(name, slot)
     }
-    // The inner module puts its copy into a slot of `Box<M>` (or `Box<dyn Module>`).
+    // The inner module puts its copy into a slot of `Box<M>` (or `Box<dyn Module>`); a
+    // `Box<dyn Layer>` slot takes the layer's boxed copy, which knows its concrete type.
     fn deep_copy_into(&self, copier: &mut super::DeepCopier, slot: super::CopySlot<'_>) {
+        let layer = (self as &dyn Any).downcast_ref::<Box<dyn super::Layer>>();
+        if let (Some(layer), Some(out)) = (layer, slot.0.downcast_mut::<Option<Box<dyn super::Layer>>>()) {
+            *out = Some((**layer).deep_copy_layer(copier));
+            return;
+        }
         (**self).deep_copy_into(copier, slot)
     }
     fn type_name(&self) -> &'static str {

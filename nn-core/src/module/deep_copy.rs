@@ -51,10 +51,16 @@ use crate::tensor::{Tensor, TensorId};
 /// assert_ne!(copy.0[0].id(), s.0[0].id()); // new tensors ...
 /// assert_eq!(copy.0[0].id(), copy.0[1].id()); // ... and the tie kept
 /// ```
+///
+/// Two registered tensors that are views of one buffer (rather than one tensor) are copied
+/// apart, where PyTorch's `deepcopy` keeps their storage shared; nn's modules register no
+/// such views.
 #[derive(Default)]
 pub struct DeepCopier {
+    /// The copy of every tensor copied so far, parameters and buffers alike, so that one
+    /// tensor registered as both stays one tensor.
+    tensors: HashMap<TensorId, Tensor>,
     parameters: HashMap<TensorId, Parameter>,
-    buffers: HashMap<TensorId, Tensor>,
 }
 
 impl DeepCopier {
@@ -66,15 +72,18 @@ impl DeepCopier {
 
     /// The copy of `p`: made on first sight, the same [`Parameter`] on every later one.
     pub fn parameter(&mut self, p: &Parameter) -> Parameter {
-        self.parameters
-            .entry(p.id())
-            .or_insert_with(|| Parameter::with_requires_grad(fresh(p), p.requires_grad()))
-            .clone()
+        if let Some(copy) = self.parameters.get(&p.id()) {
+            return copy.clone();
+        }
+        let values = self.tensors.entry(p.id()).or_insert_with(|| fresh(p)).clone();
+        let copy = Parameter::with_requires_grad(values, p.requires_grad());
+        self.parameters.insert(p.id(), copy.clone());
+        copy
     }
 
     /// The copy of the buffer `t`: made on first sight, the same tensor on every later one.
     pub fn buffer(&mut self, t: &Tensor) -> Tensor {
-        self.buffers
+        self.tensors
             .entry(t.id())
             .or_insert_with(|| {
                 let copy = fresh(t);

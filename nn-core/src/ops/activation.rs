@@ -8,7 +8,7 @@ use crate::tensor::Tensor;
 
 unary_op!(
     Relu,
-    "relu",
+    crate::ops::names::RELU,
     // NaN propagates, as PyTorch's relu (a `max(x, 0)` drops it), and so does the gradient
     // there: PyTorch's `threshold_backward` zeroes it where `x <= 0` only, which NaN is not.
     // NaN is tested on the bits in WGSL (`isnan_`).
@@ -43,7 +43,7 @@ fn sigmoid<T: FloatElement>(x: T) -> T {
 
 unary_op!(
     Sigmoid,
-    "sigmoid",
+    crate::ops::names::SIGMOID,
     |s, x| sigmoid(x),
     |s, x, y| y * (T::one() - y),
     wgsl = Wgsl::unary(SIGMOID, "y * (1.0 - y)", true),
@@ -51,13 +51,13 @@ unary_op!(
 );
 unary_op!(
     Tanh,
-    "tanh",
+    crate::ops::names::TANH,
     |s, x| x.tanh(),
     |s, x, y| T::one() - y * y,
     wgsl = Wgsl::unary("tanh_(x)", "1.0 - y * y", true),
     fast = vfun::tanh
 );
-unary_op!(Silu, "silu", |s, x| x * sigmoid(x), |s, x, y| {
+unary_op!(Silu, crate::ops::names::SILU, |s, x| x * sigmoid(x), |s, x, y| {
     let sg = sigmoid(x);
     sg * (T::one() + x * (T::one() - sg))
 }, wgsl = Wgsl::unary(
@@ -237,13 +237,13 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![-1.0, 2.0], &[2]).relu().to_vec(), vec![0.0, 2.0]);
     /// ```
     pub fn relu(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("relu", &[self], Vec::new);
+        let _t = crate::autograd::trace::op(crate::ops::names::RELU, &[self], Vec::new);
         unary(self, Relu)
     }
 
     /// `x` where positive, `negative_slope * x` elsewhere.
     pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
-        let _t = crate::autograd::trace::op("leaky_relu", &[self], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::LEAKY_RELU, &[self], || {
             vec![("negative_slope", crate::autograd::trace::Attr::Float(negative_slope))]
         });
         unary(self, LeakyRelu(negative_slope))
@@ -251,19 +251,19 @@ impl Tensor {
 
     /// `1 / (1 + e^-x)`, stable for large `|x|`.
     pub fn sigmoid(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("sigmoid", &[self], Vec::new);
+        let _t = crate::autograd::trace::op(crate::ops::names::SIGMOID, &[self], Vec::new);
         unary(self, Sigmoid)
     }
 
     /// Hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("tanh", &[self], Vec::new);
+        let _t = crate::autograd::trace::op(crate::ops::names::TANH, &[self], Vec::new);
         unary(self, Tanh)
     }
 
     /// `x * sigmoid(x)` (also called swish).
     pub fn silu(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("silu", &[self], Vec::new);
+        let _t = crate::autograd::trace::op(crate::ops::names::SILU, &[self], Vec::new);
         unary(self, Silu)
     }
 
@@ -280,10 +280,12 @@ impl Tensor {
     #[track_caller]
     pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
         assert!(beta != 0.0 && beta.is_finite(), "softplus: beta must be finite and nonzero, got {beta}");
-        if let Some(y) = crate::autograd::autocast::cast1("softplus", self, |x| x.softplus(beta, threshold)) {
+        if let Some(y) =
+            crate::autograd::autocast::cast1(crate::ops::names::SOFTPLUS, self, |x| x.softplus(beta, threshold))
+        {
             return y;
         }
-        let _t = crate::autograd::trace::op("softplus", &[self], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::SOFTPLUS, &[self], || {
             vec![
                 ("beta", crate::autograd::trace::Attr::Float(beta)),
                 ("threshold", crate::autograd::trace::Attr::Float(threshold)),
@@ -300,7 +302,7 @@ impl Tensor {
     /// assert!((y - 0.841_344_7).abs() < 1e-6);
     /// ```
     pub fn gelu(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("gelu", &[self], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::GELU, &[self], || {
             vec![("approximate", crate::autograd::trace::Attr::Str("none"))]
         });
         unary(self, Gelu)
@@ -308,7 +310,7 @@ impl Tensor {
 
     /// GELU with the chosen formula.
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Tensor {
-        let _t = crate::autograd::trace::op("gelu", &[self], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::GELU, &[self], || {
             vec![(
                 "approximate",
                 crate::autograd::trace::Attr::Str(if approximate == GeluApproximate::Tanh { "tanh" } else { "none" }),

@@ -12,11 +12,12 @@ pub(crate) use crate::backend::BinaryOp;
 use crate::backend::Operand;
 use crate::backend::Wgsl;
 use crate::dtype::{DType, FloatElement};
+use crate::ops::entry::op_entry;
 use crate::shape::{broadcast_shapes, Layout};
 use crate::tensor::Tensor;
 
 macro_rules! binary_op {
-    ($name:ident, $label:literal, $consts:expr, |$a:ident, $b:ident| $f:expr, $da:expr, $db:expr, wgsl = $w:expr) => {
+    ($name:ident, $label:expr, $consts:expr, |$a:ident, $b:ident| $f:expr, $da:expr, $db:expr, wgsl = $w:expr) => {
         #[derive(Clone, Copy)]
         pub(crate) struct $name;
         impl BinaryOp for $name {
@@ -43,7 +44,7 @@ macro_rules! binary_op {
 
 binary_op!(
     AddOp,
-    "add",
+    crate::ops::names::ADD,
     Some((1.0, 1.0)),
     |a, b| a + b,
     T::one(),
@@ -52,17 +53,17 @@ binary_op!(
 );
 binary_op!(
     SubOp,
-    "sub",
+    crate::ops::names::SUB,
     Some((1.0, -1.0)),
     |a, b| a - b,
     T::one(),
     -T::one(),
     wgsl = Wgsl::binary("a - b", "1.0", "-1.0", false)
 );
-binary_op!(MulOp, "mul", None, |a, b| a * b, b, a, wgsl = Wgsl::binary("a * b", "b", "a", false));
+binary_op!(MulOp, crate::ops::names::MUL, None, |a, b| a * b, b, a, wgsl = Wgsl::binary("a * b", "b", "a", false));
 binary_op!(
     DivOp,
-    "div",
+    crate::ops::names::DIV,
     None,
     |a, b| a / b,
     b.recip(),
@@ -71,7 +72,7 @@ binary_op!(
 );
 binary_op!(
     PowOp,
-    "pow",
+    crate::ops::names::POW,
     None,
     |a, b| a.powf(b),
     if b == T::zero() { T::zero() } else { b * a.powf(b - T::one()) },
@@ -95,7 +96,7 @@ binary_op!(
 // comparison holds there, so neither side is masked).
 binary_op!(
     MaxOp,
-    "maximum",
+    crate::ops::names::MAXIMUM,
     None,
     |a, b| if a.is_nan() || b.is_nan() {
         T::nan()
@@ -115,7 +116,7 @@ binary_op!(
 );
 binary_op!(
     MinOp,
-    "minimum",
+    crate::ops::names::MINIMUM,
     None,
     |a, b| if a.is_nan() || b.is_nan() {
         T::nan()
@@ -161,6 +162,9 @@ pub(crate) fn broadcast_pair(op: &str, a: &Tensor, b: &Tensor) -> (Layout, Layou
 /// Applies a broadcasting binary op, recording its backward.
 #[track_caller]
 pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
+    let again = |c: &[Option<&Tensor>]| binary::<O>(c[0].expect("present"), c[1].expect("present"));
+    let _op = op_entry!(O::NAME, [a, b], attrs = Vec::new, again = again);
+    // Under autocast, operands of two floating dtypes promote (PyTorch's type promotion).
     if let Some(y) = crate::autograd::autocast::promote_call(a, b, binary::<O>) {
         return y;
     }
@@ -203,6 +207,12 @@ fn binary_grad<O: BinaryOp>(g: &Tensor, a: &Tensor, b: &Tensor, wrt: Operand) ->
 /// A comparison producing a `Bool` tensor (no gradient).
 #[track_caller]
 fn compare(op: &'static str, a: &Tensor, b: &Tensor, f: fn(std::cmp::Ordering) -> bool) -> Tensor {
+    let _op = op_entry!(
+        op,
+        [a, b],
+        attrs = Vec::new,
+        again = |c: &[Option<&Tensor>]| { compare(op, c[0].expect("present"), c[1].expect("present"), f) }
+    );
     check_same(op, &[a, b]);
     let (la, lb, lo) = broadcast_pair(op, a, b);
     Tensor::from_storage(a.storage_arc().compare(&la, &b.storage_arc(), &lb, f), lo.shape())
@@ -212,14 +222,12 @@ impl Tensor {
     /// Elementwise sum with broadcasting (also `&a + &b`).
     #[track_caller]
     pub fn add(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("add", &[self, other], Vec::new);
         binary::<AddOp>(self, other)
     }
 
     /// Elementwise difference with broadcasting (also `&a - &b`).
     #[track_caller]
     pub fn sub(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("sub", &[self, other], Vec::new);
         binary::<SubOp>(self, other)
     }
 
@@ -234,38 +242,30 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn mul(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("mul", &[self, other], Vec::new);
         binary::<MulOp>(self, other)
     }
 
     /// Elementwise quotient with broadcasting (also `&a / &b`).
     #[track_caller]
     pub fn div(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("div", &[self, other], Vec::new);
         binary::<DivOp>(self, other)
     }
 
     /// Elementwise power `self ^ exponent` with broadcasting.
     #[track_caller]
     pub fn pow(&self, exponent: &Tensor) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast2("pow", self, exponent, Tensor::pow) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op("pow", &[self, exponent], Vec::new);
         binary::<PowOp>(self, exponent)
     }
 
     /// Elementwise maximum (NaN propagates; ties split the gradient, as PyTorch).
     #[track_caller]
     pub fn maximum(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("maximum", &[self, other], Vec::new);
         binary::<MaxOp>(self, other)
     }
 
     /// Elementwise minimum (NaN propagates; ties split the gradient, as PyTorch).
     #[track_caller]
     pub fn minimum(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("minimum", &[self, other], Vec::new);
         binary::<MinOp>(self, other)
     }
 
@@ -279,14 +279,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn eq(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("eq", &[self, other], Vec::new);
-        compare("eq", self, other, |o| o.is_eq())
+        compare(crate::ops::names::EQ, self, other, |o| o.is_eq())
     }
 
     /// `self != other` elementwise (NaN compares unequal to everything).
     #[track_caller]
     pub fn ne(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("ne", &[self, other], Vec::new);
+        let _t = crate::autograd::trace::op(crate::ops::names::NE, &[self, other], Vec::new);
         // Through `logical_not`, which handles meta tensors (reading `eq`'s values here
         // panicked on the meta device).
         self.eq(other).logical_not()
@@ -295,29 +294,25 @@ impl Tensor {
     /// `self < other` elementwise.
     #[track_caller]
     pub fn lt(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("lt", &[self, other], Vec::new);
-        compare("lt", self, other, |o| o.is_lt())
+        compare(crate::ops::names::LT, self, other, |o| o.is_lt())
     }
 
     /// `self <= other` elementwise.
     #[track_caller]
     pub fn le(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("le", &[self, other], Vec::new);
-        compare("le", self, other, |o| o.is_le())
+        compare(crate::ops::names::LE, self, other, |o| o.is_le())
     }
 
     /// `self > other` elementwise.
     #[track_caller]
     pub fn gt(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("gt", &[self, other], Vec::new);
-        compare("gt", self, other, |o| o.is_gt())
+        compare(crate::ops::names::GT, self, other, |o| o.is_gt())
     }
 
     /// `self >= other` elementwise.
     #[track_caller]
     pub fn ge(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("ge", &[self, other], Vec::new);
-        compare("ge", self, other, |o| o.is_ge())
+        compare(crate::ops::names::GE, self, other, |o| o.is_ge())
     }
 
     /// A 0-d tensor holding `value` with this tensor's dtype and device.
@@ -342,8 +337,8 @@ impl Tensor {
         if let Some(y) = crate::autograd::autocast::promote_call(a, b, |a, b| Tensor::where_cond(cond, a, b)) {
             return y;
         }
-        let _t = crate::autograd::trace::op("where", &[cond, a, b], Vec::new);
-        const OP: &str = "where";
+        let _t = crate::autograd::trace::op(crate::ops::names::WHERE, &[cond, a, b], Vec::new);
+        const OP: &str = crate::ops::names::WHERE;
         if cond.dtype() != DType::Bool {
             panic!("{OP}: condition must be a bool tensor, got {} (shape {:?})", cond.dtype(), cond.shape());
         }
@@ -415,7 +410,7 @@ impl Tensor {
     /// Elementwise logical not of a `Bool` tensor.
     #[track_caller]
     pub fn logical_not(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("logical_not", &[self], Vec::new);
+        let _t = crate::autograd::trace::op(crate::ops::names::LOGICAL_NOT, &[self], Vec::new);
         if self.dtype() != DType::Bool {
             panic!("logical_not: expected a bool tensor, got {}", self.dtype());
         }

@@ -28,7 +28,7 @@ pub(crate) fn out_size(input: usize, kernel: usize, stride: usize, pad: usize, d
 
 #[track_caller]
 fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dConfig) -> Geometry {
-    const OP: &str = "conv2d";
+    const OP: &str = crate::ops::names::CONV2D;
     if x.rank() != 4 {
         panic!("{OP}: expected a 4-D input [N, C, H, W] (or 3-D [C, H, W], unbatched), got shape {:?}", x.shape());
     }
@@ -95,15 +95,15 @@ impl Tensor {
         if self.rank() == 3 && weight.rank() == 4 {
             return unbatched(self, |x| x.conv2d(weight, bias, options));
         }
-        if let Some(y) =
-            crate::autograd::autocast::cast3("conv2d", self, weight, bias, |x, w, b| x.conv2d(w, b, options))
-        {
+        if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::CONV2D, self, weight, bias, |x, w, b| {
+            x.conv2d(w, b, options)
+        }) {
             return y;
         }
-        let _t = crate::autograd::trace::op_with("conv2d", &[self, weight], &[bias], || {
+        let _t = crate::autograd::trace::op_with(crate::ops::names::CONV2D, &[self, weight], &[bias], || {
             crate::autograd::trace::conv_attrs(&options)
         });
-        const OP: &str = "conv2d";
+        const OP: &str = crate::ops::names::CONV2D;
         let mut operands = vec![self, weight];
         operands.extend(bias);
         check_same(OP, &operands);
@@ -160,7 +160,7 @@ impl Tensor {
         if self.rank() == 2 && weight.rank() == 3 {
             return unbatched(self, |x| conv1d(x, weight, bias));
         }
-        if let Some(y) = crate::autograd::autocast::cast3("conv1d", self, weight, bias, conv1d) {
+        if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::CONV1D, self, weight, bias, conv1d) {
             return y;
         }
         if self.rank() != 3 || weight.rank() != 3 {

@@ -82,7 +82,7 @@ pub(crate) fn transposed_size(
 /// its input is the transposed output (`[n, c_out, h_out, w_out]`), its output is `x`.
 #[track_caller]
 fn geometry(x: &Tensor, w: &Tensor, opt: ConvTranspose2dConfig) -> Geometry {
-    const OP: &str = "conv_transpose2d";
+    const OP: &str = crate::ops::names::CONV_TRANSPOSE2D;
     if x.rank() != 4 {
         panic!(
             "{OP}: expected a 4-D input [N, C_in, H, W] (or 3-D [C_in, H, W], unbatched), got shape {:?}",
@@ -153,10 +153,11 @@ impl Tensor {
         if self.rank() == 3 && weight.rank() == 4 {
             return super::conv::unbatched(self, |x| conv(x, weight, bias));
         }
-        if let Some(y) = crate::autograd::autocast::cast3("conv_transpose2d", self, weight, bias, conv) {
+        if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::CONV_TRANSPOSE2D, self, weight, bias, conv)
+        {
             return y;
         }
-        let _t = crate::autograd::trace::op_with("conv_transpose2d", &[self, weight], &[bias], || {
+        let _t = crate::autograd::trace::op_with(crate::ops::names::CONV_TRANSPOSE2D, &[self, weight], &[bias], || {
             use crate::autograd::trace::{int, ints};
             let o = &options;
             vec![
@@ -167,7 +168,7 @@ impl Tensor {
                 ("groups", int(o.groups)),
             ]
         });
-        const OP: &str = "conv_transpose2d";
+        const OP: &str = crate::ops::names::CONV_TRANSPOSE2D;
         let mut operands = vec![self, weight];
         operands.extend(bias);
         check_same(OP, &operands);
@@ -220,7 +221,8 @@ impl Tensor {
         if self.rank() == 2 && weight.rank() == 3 {
             return super::conv::unbatched(self, |x| conv(x, weight, bias));
         }
-        if let Some(y) = crate::autograd::autocast::cast3("conv_transpose1d", self, weight, bias, conv) {
+        if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::CONV_TRANSPOSE1D, self, weight, bias, conv)
+        {
             return y;
         }
         if self.rank() != 3 || weight.rank() != 3 {

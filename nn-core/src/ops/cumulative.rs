@@ -55,11 +55,11 @@ impl Tensor {
     /// When `dim` is out of range.
     #[track_caller]
     pub fn cumsum<D: Dim>(&self, dim: D) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("cumsum", self, |x| x.cumsum(dim)) {
+        if let Some(y) = crate::autograd::autocast::cast1(crate::ops::names::CUMSUM, self, |x| x.cumsum(dim)) {
             return y;
         }
         let d = dim.resolve(self.rank(), "cumsum");
-        let _t = trace::op("cumsum", &[self], || vec![("dim", trace::int(d))]);
+        let _t = trace::op(crate::ops::names::CUMSUM, &[self], || vec![("dim", trace::int(d))]);
         scan_half(self, |x| cumsum_along(x, d, false)).unwrap_or_else(|| cumsum_along(&scan_input(self), d, false))
     }
 
@@ -84,11 +84,11 @@ impl Tensor {
     /// As [`cumsum`](Tensor::cumsum).
     #[track_caller]
     pub fn cumprod<D: Dim>(&self, dim: D) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("cumprod", self, |x| x.cumprod(dim)) {
+        if let Some(y) = crate::autograd::autocast::cast1(crate::ops::names::CUMPROD, self, |x| x.cumprod(dim)) {
             return y;
         }
         let d = dim.resolve(self.rank(), "cumprod");
-        let _t = trace::op("cumprod", &[self], || vec![("dim", trace::int(d))]);
+        let _t = trace::op(crate::ops::names::CUMPROD, &[self], || vec![("dim", trace::int(d))]);
         scan_half(self, |x| cumprod_along(x, d)).unwrap_or_else(|| cumprod_along(&scan_input(self), d))
     }
 }

@@ -32,10 +32,10 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn index_select<D: Dim>(&self, dim: D, index: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("index_select", &[self, index], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::INDEX_SELECT, &[self, index], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "index_select")))]
         });
-        const OP: &str = "index_select";
+        const OP: &str = crate::ops::names::INDEX_SELECT;
         if index.rank() > 1 {
             panic!("{OP}: index must be 1-D, got shape {:?}", index.shape());
         }
@@ -73,8 +73,8 @@ impl Tensor {
     /// `index_add_`): `out[.., index[j], ..] += source[.., j, ..]`.
     #[track_caller]
     pub fn index_add<D: Dim>(&self, dim: D, index: &Tensor, source: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("index_add", &[self, index, source], Vec::new);
-        const OP: &str = "index_add";
+        let _t = crate::autograd::trace::op(crate::ops::names::INDEX_ADD, &[self, index, source], Vec::new);
+        const OP: &str = crate::ops::names::INDEX_ADD;
         check_same(OP, &[self, source]);
         let d = dim.resolve(self.rank(), OP);
         let mut expect: Dims = self.shape().into();
@@ -115,10 +115,10 @@ impl Tensor {
             let _ = dim.resolve(1, "gather");
             return self.reshape(&[1]).gather(0, &index.reshape(&[index.numel()])).reshape(index.shape());
         }
-        let _t = crate::autograd::trace::op("gather", &[self, index], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::GATHER, &[self, index], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "gather")))]
         });
-        const OP: &str = "gather";
+        const OP: &str = crate::ops::names::GATHER;
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
@@ -138,12 +138,13 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_add<D: Dim>(&self, dim: D, index: &Tensor, src: &Tensor) -> Tensor {
         // On the GPU's promote list (PyTorch's CUDA list): `self` and `src` to the widest.
-        if let Some(y) = crate::autograd::autocast::cast2("scatter_add", self, src, |x, s| x.scatter_add(dim, index, s))
-        {
+        if let Some(y) = crate::autograd::autocast::cast2(crate::ops::names::SCATTER_ADD, self, src, |x, s| {
+            x.scatter_add(dim, index, s)
+        }) {
             return y;
         }
-        let _t = crate::autograd::trace::op("scatter_add", &[self, index, src], Vec::new);
-        const OP: &str = "scatter_add";
+        let _t = crate::autograd::trace::op(crate::ops::names::SCATTER_ADD, &[self, index, src], Vec::new);
+        const OP: &str = crate::ops::names::SCATTER_ADD;
         check_same(OP, &[self, src]);
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
@@ -173,7 +174,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op("embedding", &[indices, weight], Vec::new);
+        let _t = crate::autograd::trace::op(crate::ops::names::EMBEDDING, &[indices, weight], Vec::new);
         if weight.rank() != 2 {
             panic!("embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape {:?}", weight.shape());
         }

@@ -27,10 +27,10 @@ impl Tensor {
     /// `matmul: [32, 100] x [784, 256]: inner dimensions 100 and 784 differ`.
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast2("matmul", self, other, |a, b| a.matmul(b)) {
+        if let Some(y) = crate::autograd::autocast::cast2(crate::ops::names::MATMUL, self, other, |a, b| a.matmul(b)) {
             return y;
         }
-        let _t = crate::autograd::trace::op("matmul", &[self, other], Vec::new);
+        let _t = crate::autograd::trace::op(crate::ops::names::MATMUL, &[self, other], Vec::new);
         let (ra, rb) = (self.rank(), other.rank());
         if ra == 0 || rb == 0 {
             panic!(
@@ -97,7 +97,7 @@ impl Tensor {
     /// `None` (the caller falls back to the two ops, and their error messages) unless the
     /// shapes fit and all three share a float dtype and a device.
     pub(crate) fn addmm_t(&self, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
-        const OP: &str = "linear";
+        const OP: &str = crate::ops::names::LINEAR;
         let fits = self.rank() == 2
             && weight.rank() == 2
             && bias.rank() == 1
@@ -171,18 +171,20 @@ impl Tensor {
     /// broadcast to `[m, n]`, or the dtypes or devices differ.
     #[track_caller]
     pub fn addmm_with(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast3("addmm", mat1, mat2, Some(self), |a, b, c| {
-            c.expect("present").addmm_with(a, b, beta, alpha)
-        }) {
+        if let Some(y) =
+            crate::autograd::autocast::cast3(crate::ops::names::ADDMM, mat1, mat2, Some(self), |a, b, c| {
+                c.expect("present").addmm_with(a, b, beta, alpha)
+            })
+        {
             return y;
         }
-        let _t = crate::autograd::trace::op("addmm", &[self, mat1, mat2], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::ADDMM, &[self, mat1, mat2], || {
             vec![
                 ("beta", crate::autograd::trace::Attr::Float(beta)),
                 ("alpha", crate::autograd::trace::Attr::Float(alpha)),
             ]
         });
-        const OP: &str = "addmm";
+        const OP: &str = crate::ops::names::ADDMM;
         check_same(OP, &[self, mat1, mat2]);
         check_float(OP, self);
         if mat1.rank() != 2 || mat2.rank() != 2 {
@@ -228,7 +230,7 @@ impl Tensor {
 /// `[..., m, k] x [..., k, n]` with broadcast batch dims.
 #[track_caller]
 fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
-    const OP: &str = "matmul";
+    const OP: &str = crate::ops::names::MATMUL;
     check_same(OP, &[a, b]);
     check_float(OP, a);
     let (ra, rb) = (a.rank(), b.rank());

@@ -100,12 +100,14 @@ impl Tensor {
         eps: f64,
     ) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
-        if let Some(y) = crate::autograd::autocast::cast_call("layer_norm", &[Some(self), weight, bias], |c| {
-            c[0].expect("present").layer_norm(normalized_shape, c[1], c[2], eps)
-        }) {
+        if let Some(y) =
+            crate::autograd::autocast::cast_call(crate::ops::names::LAYER_NORM, &[Some(self), weight, bias], |c| {
+                c[0].expect("present").layer_norm(normalized_shape, c[1], c[2], eps)
+            })
+        {
             return y;
         }
-        let _t = crate::autograd::trace::op_with("layer_norm", &[self], &[weight, bias], || {
+        let _t = crate::autograd::trace::op_with(crate::ops::names::LAYER_NORM, &[self], &[weight, bias], || {
             use crate::autograd::trace::Attr;
             vec![
                 ("normalized_shape", crate::autograd::trace::ints(normalized_shape)),
@@ -166,7 +168,7 @@ impl Tensor {
             _ => f64::from(f32::EPSILON),
         });
         // Under GPU autocast (PyTorch's CUDA list): in f32, with f32's `eps` by default.
-        if let Some(y) = crate::autograd::autocast::cast_call("rms_norm", &[Some(self), weight], |c| {
+        if let Some(y) = crate::autograd::autocast::cast_call(crate::ops::names::RMS_NORM, &[Some(self), weight], |c| {
             c[0].expect("present").rms_norm(normalized_shape, c[1], Some(eps))
         }) {
             return y;
@@ -223,8 +225,11 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Tensor {
-        let _t =
-            crate::autograd::trace::op_with("batch_norm", &[self], &[running_mean, running_var, weight, bias], || {
+        let _t = crate::autograd::trace::op_with(
+            crate::ops::names::BATCH_NORM,
+            &[self],
+            &[running_mean, running_var, weight, bias],
+            || {
                 use crate::autograd::trace::Attr;
                 let has = |t: Option<&Tensor>| Attr::Bool(t.is_some());
                 vec![
@@ -234,8 +239,9 @@ impl Tensor {
                     ("has_weight", has(weight)),
                     ("has_bias", has(bias)),
                 ]
-            });
-        const OP: &str = "batch_norm";
+            },
+        );
+        const OP: &str = crate::ops::names::BATCH_NORM;
         // PyTorch's checks: an eps of 0 would divide by a zero variance in training.
         if training && eps.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             panic!("{OP}: eps must be positive during training, got {eps}");

@@ -10,7 +10,7 @@ use crate::shape::{Dim, Layout};
 use crate::tensor::Tensor;
 
 fn softmax_impl<D: Dim>(x: &Tensor, dim: D, log: bool) -> Tensor {
-    let op = if log { "log_softmax" } else { "softmax" };
+    let op = if log { crate::ops::names::LOG_SOFTMAX } else { crate::ops::names::SOFTMAX };
     check_float(op, x);
     let x0 = if x.rank() == 0 { x.reshape(&[1]) } else { x.clone() };
     let d = dim.resolve(x0.rank(), op);
@@ -51,10 +51,10 @@ impl Tensor {
     #[track_caller]
     pub fn softmax<D: Dim>(&self, dim: D) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
-        if let Some(y) = crate::autograd::autocast::cast1("softmax", self, |x| x.softmax(dim)) {
+        if let Some(y) = crate::autograd::autocast::cast1(crate::ops::names::SOFTMAX, self, |x| x.softmax(dim)) {
             return y;
         }
-        let _t = crate::autograd::trace::op("softmax", &[self], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::SOFTMAX, &[self], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "softmax")))]
         });
         softmax_impl(self, dim, false)
@@ -70,10 +70,11 @@ impl Tensor {
     #[track_caller]
     pub fn log_softmax<D: Dim>(&self, dim: D) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
-        if let Some(y) = crate::autograd::autocast::cast1("log_softmax", self, |x| x.log_softmax(dim)) {
+        if let Some(y) = crate::autograd::autocast::cast1(crate::ops::names::LOG_SOFTMAX, self, |x| x.log_softmax(dim))
+        {
             return y;
         }
-        let _t = crate::autograd::trace::op("log_softmax", &[self], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::LOG_SOFTMAX, &[self], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "log_softmax")))]
         });
         softmax_impl(self, dim, true)

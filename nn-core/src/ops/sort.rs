@@ -33,7 +33,9 @@ impl Tensor {
     #[track_caller]
     pub fn sort<D: Dim>(&self, dim: D, descending: bool) -> (Tensor, Tensor) {
         let d = dim.resolve(self.rank(), "sort");
-        let _t = trace::op("sort", &[self], || vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]);
+        let _t = trace::op(crate::ops::names::SORT, &[self], || {
+            vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]
+        });
         let n = self.shape().get(d).copied().unwrap_or(1);
         sort_lines("sort", self, d, SortSpec { k: n, descending, sorted: true })
     }
@@ -53,7 +55,9 @@ impl Tensor {
     #[track_caller]
     pub fn argsort<D: Dim>(&self, dim: D, descending: bool) -> Tensor {
         let d = dim.resolve(self.rank(), "argsort");
-        let _t = trace::op("argsort", &[self], || vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]);
+        let _t = trace::op(crate::ops::names::ARGSORT, &[self], || {
+            vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]
+        });
         let n = self.shape().get(d).copied().unwrap_or(1);
         sort_lines("argsort", &self.held(), d, SortSpec { k: n, descending, sorted: true }).1
     }
@@ -81,7 +85,7 @@ impl Tensor {
     #[track_caller]
     pub fn topk<D: Dim>(&self, k: usize, dim: D, largest: bool, sorted: bool) -> (Tensor, Tensor) {
         let d = dim.resolve(self.rank(), "topk");
-        let _t = trace::op("topk", &[self], || {
+        let _t = trace::op(crate::ops::names::TOPK, &[self], || {
             vec![
                 ("k", trace::int(k)),
                 ("dim", trace::int(d)),

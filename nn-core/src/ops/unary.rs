@@ -11,6 +11,7 @@ use crate::backend::cpu::vfun::{self, PowKind};
 pub(crate) use crate::backend::UnaryOp;
 use crate::backend::{F32GradLoop, F32Loop, Wgsl};
 use crate::dtype::FloatElement;
+use crate::ops::entry::op_entry;
 use crate::shape::Layout;
 use crate::tensor::Tensor;
 
@@ -21,6 +22,23 @@ pub(crate) fn c<T: FloatElement>(v: f64) -> T {
 
 /// Applies `op` elementwise, recording its backward.
 pub(crate) fn unary<O: UnaryOp>(x: &Tensor, op: O) -> Tensor {
+    unary_with(x, op, O::NAME, Vec::new)
+}
+
+/// [`unary`] entered as the op `name` (which autocast and traces know it by, where it differs
+/// from the kernel's: `powf` runs the `pow` kernel), with the attributes a trace records.
+pub(crate) fn unary_with<O: UnaryOp>(
+    x: &Tensor,
+    op: O,
+    name: &'static str,
+    attrs: impl Fn() -> Vec<(&'static str, crate::autograd::trace::Attr)> + Copy,
+) -> Tensor {
+    let _op = op_entry!(
+        name,
+        [x],
+        attrs = attrs,
+        again = |c: &[Option<&Tensor>]| { unary_with(c[0].expect("present"), op, name, attrs) }
+    );
     check_float(O::NAME, x);
     let storage = Arc::new(x.storage_arc().unary(x.layout(), op));
     let y = storage.clone();
@@ -47,7 +65,7 @@ macro_rules! unary_op {
     (@run $l:ident, $fast:expr, $pieces:expr) => {
         $l.run_pieces(&$pieces, #[inline(always)] |x| ($fast)(x))
     };
-    ($(#[$doc:meta])* $name:ident, $label:literal, |$s:ident, $x:ident| $f:expr, |$s2:ident, $x2:ident, $y2:ident| $df:expr, wgsl = $w:expr
+    ($(#[$doc:meta])* $name:ident, $label:expr, |$s:ident, $x:ident| $f:expr, |$s2:ident, $x2:ident, $y2:ident| $df:expr, wgsl = $w:expr
      $(, fast = $fast:expr $(, pieces = $pieces:expr)?)? $(, fast_df = $fast_df:expr)? $(,)?) => {
         $(#[$doc])*
         #[derive(Clone, Copy)]
@@ -87,20 +105,33 @@ macro_rules! unary_op {
 }
 pub(crate) use unary_op;
 
-unary_op!(Neg, "neg", |s, x| -x, |s, x, y| -T::one(), wgsl = Wgsl::unary("-x", "-1.0", false));
-unary_op!(Exp, "exp", |s, x| x.exp(), |s, x, y| y, wgsl = Wgsl::unary("exp(x)", "y", true), fast = vfun::exp);
+unary_op!(Neg, crate::ops::names::NEG, |s, x| -x, |s, x, y| -T::one(), wgsl = Wgsl::unary("-x", "-1.0", false));
+unary_op!(
+    Exp,
+    crate::ops::names::EXP,
+    |s, x| x.exp(),
+    |s, x, y| y,
+    wgsl = Wgsl::unary("exp(x)", "y", true),
+    fast = vfun::exp
+);
 unary_op!(
     Log,
-    "log",
+    crate::ops::names::LOG,
     |s, x| x.ln(),
     |s, x, y| x.recip(),
     wgsl = Wgsl::unary("log(x)", "1.0 / x", true),
     fast = vfun::log
 );
-unary_op!(Sqrt, "sqrt", |s, x| x.sqrt(), |s, x, y| c::<T>(0.5) / y, wgsl = Wgsl::unary("sqrt(x)", "0.5 / y", false));
+unary_op!(
+    Sqrt,
+    crate::ops::names::SQRT,
+    |s, x| x.sqrt(),
+    |s, x, y| c::<T>(0.5) / y,
+    wgsl = Wgsl::unary("sqrt(x)", "0.5 / y", false)
+);
 unary_op!(
     Abs,
-    "abs",
+    crate::ops::names::ABS,
     |s, x| x.abs(),
     |s, x, y| if x > T::zero() {
         T::one()
@@ -111,16 +142,34 @@ unary_op!(
     },
     wgsl = Wgsl::unary("abs(x)", "select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0)", false)
 );
-unary_op!(Sin, "sin", |s, x| x.sin(), |s, x, y| x.cos(), wgsl = Wgsl::unary("sin(x)", "cos(x)", true));
-unary_op!(Cos, "cos", |s, x| x.cos(), |s, x, y| -x.sin(), wgsl = Wgsl::unary("cos(x)", "-sin(x)", true));
-unary_op!(Square, "square", |s, x| x * x, |s, x, y| c::<T>(2.0) * x, wgsl = Wgsl::unary("x * x", "2.0 * x", false));
-unary_op!(Recip, "reciprocal", |s, x| x.recip(), |s, x, y| -(y * y), wgsl = Wgsl::unary("1.0 / x", "-(y * y)", false));
+unary_op!(Sin, crate::ops::names::SIN, |s, x| x.sin(), |s, x, y| x.cos(), wgsl = Wgsl::unary("sin(x)", "cos(x)", true));
+unary_op!(
+    Cos,
+    crate::ops::names::COS,
+    |s, x| x.cos(),
+    |s, x, y| -x.sin(),
+    wgsl = Wgsl::unary("cos(x)", "-sin(x)", true)
+);
+unary_op!(
+    Square,
+    crate::ops::names::SQUARE,
+    |s, x| x * x,
+    |s, x, y| c::<T>(2.0) * x,
+    wgsl = Wgsl::unary("x * x", "2.0 * x", false)
+);
+unary_op!(
+    Recip,
+    crate::ops::names::RECIPROCAL,
+    |s, x| x.recip(),
+    |s, x, y| -(y * y),
+    wgsl = Wgsl::unary("1.0 / x", "-(y * y)", false)
+);
 
 /// `x ^ e` for a constant exponent.
 #[derive(Clone, Copy)]
 pub(crate) struct PowScalar(pub f64);
 impl UnaryOp for PowScalar {
-    const NAME: &'static str = "pow";
+    const NAME: &'static str = crate::ops::names::POW;
     fn f<T: FloatElement>(&self, x: T) -> T {
         if self.0 == 2.0 {
             x * x
@@ -196,7 +245,7 @@ impl UnaryOp for PowScalar {
 #[derive(Clone, Copy)]
 pub(crate) struct Rsqrt;
 impl UnaryOp for Rsqrt {
-    const NAME: &'static str = "rsqrt";
+    const NAME: &'static str = crate::ops::names::RSQRT;
     fn f<T: FloatElement>(&self, x: T) -> T {
         x.sqrt().recip()
     }
@@ -222,7 +271,7 @@ impl UnaryOp for Rsqrt {
 #[derive(Clone, Copy)]
 pub(crate) struct Affine(pub f64, pub f64);
 impl UnaryOp for Affine {
-    const NAME: &'static str = "affine";
+    const NAME: &'static str = crate::ops::names::AFFINE;
     fn f<T: FloatElement>(&self, x: T) -> T {
         if self.0 == 1.0 {
             x + c(self.1)
@@ -245,7 +294,7 @@ impl UnaryOp for Affine {
 #[derive(Clone, Copy)]
 pub(crate) struct DivScalar(pub f64);
 impl UnaryOp for DivScalar {
-    const NAME: &'static str = "div";
+    const NAME: &'static str = crate::ops::names::DIV;
     fn f<T: FloatElement>(&self, x: T) -> T {
         x / c(self.0)
     }
@@ -261,7 +310,7 @@ impl UnaryOp for DivScalar {
 #[derive(Clone, Copy)]
 pub(crate) struct ScalarDiv(pub f64);
 impl UnaryOp for ScalarDiv {
-    const NAME: &'static str = "div";
+    const NAME: &'static str = crate::ops::names::DIV;
     fn f<T: FloatElement>(&self, x: T) -> T {
         c::<T>(self.0) / x
     }
@@ -277,7 +326,7 @@ impl UnaryOp for ScalarDiv {
 #[derive(Clone, Copy)]
 pub(crate) struct Clamp(pub f64, pub f64);
 impl UnaryOp for Clamp {
-    const NAME: &'static str = "clamp";
+    const NAME: &'static str = crate::ops::names::CLAMP;
     fn f<T: FloatElement>(&self, x: T) -> T {
         if x.is_nan() {
             return x;
@@ -307,7 +356,6 @@ impl UnaryOp for Clamp {
 impl Tensor {
     /// `-x` elementwise.
     pub fn neg(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("neg", &[self], Vec::new);
         unary(self, Neg)
     }
 
@@ -319,61 +367,41 @@ impl Tensor {
     /// assert!((y.to_vec()[1] - std::f32::consts::E).abs() < 1e-6);
     /// ```
     pub fn exp(&self) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("exp", self, Tensor::exp) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op("exp", &[self], Vec::new);
         unary(self, Exp)
     }
 
     /// Natural logarithm elementwise.
     pub fn log(&self) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("log", self, Tensor::log) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op("log", &[self], Vec::new);
         unary(self, Log)
     }
 
     /// Square root elementwise.
     pub fn sqrt(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("sqrt", &[self], Vec::new);
         unary(self, Sqrt)
     }
 
     /// Absolute value elementwise (gradient 0 at 0, as PyTorch).
     pub fn abs(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("abs", &[self], Vec::new);
         unary(self, Abs)
     }
 
     /// Sine elementwise.
     pub fn sin(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("sin", &[self], Vec::new);
         unary(self, Sin)
     }
 
     /// Cosine elementwise.
     pub fn cos(&self) -> Tensor {
-        let _t = crate::autograd::trace::op("cos", &[self], Vec::new);
         unary(self, Cos)
     }
 
     /// `x * x` elementwise.
     pub fn square(&self) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("square", self, Tensor::square) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op("square", &[self], Vec::new);
         unary(self, Square)
     }
 
     /// `1 / x` elementwise.
     pub fn recip(&self) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("reciprocal", self, Tensor::recip) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op("reciprocal", &[self], Vec::new);
         unary(self, Recip)
     }
 
@@ -385,10 +413,6 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![4.0, 0.25], &[2]).rsqrt().to_vec(), vec![0.5, 2.0]);
     /// ```
     pub fn rsqrt(&self) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("rsqrt", self, Tensor::rsqrt) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op("rsqrt", &[self], Vec::new);
         unary(self, Rsqrt)
     }
 
@@ -399,13 +423,9 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![2.0, 3.0], &[2]).powf(3.0).to_vec(), vec![8.0, 27.0]);
     /// ```
     pub fn powf(&self, exponent: f64) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("powf", self, |x| x.powf(exponent)) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op("powf", &[self], || {
+        unary_with(self, PowScalar(exponent), crate::ops::names::POWF, move || {
             vec![("exponent", crate::autograd::trace::Attr::Float(exponent))]
-        });
-        unary(self, PowScalar(exponent))
+        })
     }
 
     /// Clamps every element into `[min, max]` (use `f64::NEG_INFINITY`/`INFINITY` for one
@@ -422,7 +442,7 @@ impl Tensor {
     /// sent no gradient back; PyTorch returns NaN).
     #[track_caller]
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
-        let _t = crate::autograd::trace::op("clamp", &[self], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::CLAMP, &[self], || {
             vec![("min", crate::autograd::trace::Attr::Float(min)), ("max", crate::autograd::trace::Attr::Float(max))]
         });
         if min.is_nan() || max.is_nan() {
@@ -436,25 +456,20 @@ impl Tensor {
 
     /// `a * x + b` elementwise in one pass.
     pub fn affine(&self, a: f64, b: f64) -> Tensor {
-        let _t = crate::autograd::trace::op("affine", &[self], || {
-            vec![("a", crate::autograd::trace::Attr::Float(a)), ("b", crate::autograd::trace::Attr::Float(b))]
-        });
-        unary(self, Affine(a, b))
+        use crate::autograd::trace::Attr::Float;
+        unary_with(self, Affine(a, b), crate::ops::names::AFFINE, move || vec![("a", Float(a)), ("b", Float(b))])
     }
 
     pub(crate) fn div_scalar(&self, s: f64) -> Tensor {
-        let _t =
-            crate::autograd::trace::op("div_scalar", &[self], || vec![("s", crate::autograd::trace::Attr::Float(s))]);
-        unary(self, DivScalar(s))
+        unary_with(self, DivScalar(s), crate::ops::names::DIV_SCALAR, move || {
+            vec![("s", crate::autograd::trace::Attr::Float(s))]
+        })
     }
 
     pub(crate) fn scalar_div(&self, s: f64) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1("scalar_div", self, |x| x.scalar_div(s)) {
-            return y;
-        }
-        let _t =
-            crate::autograd::trace::op("scalar_div", &[self], || vec![("s", crate::autograd::trace::Attr::Float(s))]);
-        unary(self, ScalarDiv(s))
+        unary_with(self, ScalarDiv(s), crate::ops::names::SCALAR_DIV, move || {
+            vec![("s", crate::autograd::trace::Attr::Float(s))]
+        })
     }
 }
 

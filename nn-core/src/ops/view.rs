@@ -43,8 +43,9 @@ impl Tensor {
     /// When the element counts differ.
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
-        let _t =
-            crate::autograd::trace::op("reshape", &[self], || vec![("shape", crate::autograd::trace::ints(shape))]);
+        let _t = crate::autograd::trace::op(crate::ops::names::RESHAPE, &[self], || {
+            vec![("shape", crate::autograd::trace::ints(shape))]
+        });
         if crate::shape::checked_numel(shape) != Some(self.numel()) {
             panic!(
                 "reshape: shape {:?} is invalid for input of shape {:?} ({} elements)",
@@ -74,8 +75,9 @@ impl Tensor {
     /// Like [`reshape`](Tensor::reshape) but panics instead of copying (PyTorch's `view`).
     #[track_caller]
     pub fn view(&self, shape: &[usize]) -> Tensor {
-        let _t =
-            crate::autograd::trace::op("reshape", &[self], || vec![("shape", crate::autograd::trace::ints(shape))]);
+        let _t = crate::autograd::trace::op(crate::ops::names::RESHAPE, &[self], || {
+            vec![("shape", crate::autograd::trace::ints(shape))]
+        });
         if crate::shape::checked_numel(shape) != Some(self.numel()) {
             panic!(
                 "view: shape {:?} is invalid for input of shape {:?} ({} elements)",
@@ -126,7 +128,9 @@ impl Tensor {
     /// When `perm` is not a permutation of `0..rank`.
     #[track_caller]
     pub fn permute(&self, perm: &[usize]) -> Tensor {
-        let _t = crate::autograd::trace::op("permute", &[self], || vec![("perm", crate::autograd::trace::ints(perm))]);
+        let _t = crate::autograd::trace::op(crate::ops::names::PERMUTE, &[self], || {
+            vec![("perm", crate::autograd::trace::ints(perm))]
+        });
         let r = self.rank();
         let mut seen = vec![false; r];
         if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
@@ -184,7 +188,7 @@ impl Tensor {
         if self.rank() == 0 {
             panic!("narrow: cannot be applied to a 0-d tensor (it has no dimension to narrow)");
         }
-        let _t = crate::autograd::trace::op("narrow", &[self], || {
+        let _t = crate::autograd::trace::op(crate::ops::names::NARROW, &[self], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "narrow"))),
                 ("start", crate::autograd::trace::int(start)),
@@ -242,7 +246,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn expand(&self, shape: &[usize]) -> Tensor {
-        let _t = crate::autograd::trace::op("expand", &[self], || vec![("shape", crate::autograd::trace::ints(shape))]);
+        let _t = crate::autograd::trace::op(crate::ops::names::EXPAND, &[self], || {
+            vec![("shape", crate::autograd::trace::ints(shape))]
+        });
         if self.shape() == shape {
             return self.clone();
         }
@@ -305,14 +311,16 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cat<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast_many("cat", tensors, |ts| Tensor::cat(ts, dim)) {
+        if let Some(y) =
+            crate::autograd::autocast::cast_many(crate::ops::names::CAT, tensors, |ts| Tensor::cat(ts, dim))
+        {
             return y;
         }
-        let _t = crate::autograd::trace::op("cat", tensors, || {
+        let _t = crate::autograd::trace::op(crate::ops::names::CAT, tensors, || {
             let rank = tensors.iter().find(|t| t.shape() != [0]).or(tensors.first()).map_or(1, |t| t.rank());
             vec![("dim", crate::autograd::trace::int(dim.resolve(rank, "cat")))]
         });
-        const OP: &str = "cat";
+        const OP: &str = crate::ops::names::CAT;
         if tensors.is_empty() {
             panic!("{OP}: expected a non-empty list of tensors");
         }
@@ -384,7 +392,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn stack<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast_many("stack", tensors, |ts| Tensor::stack(ts, dim)) {
+        if let Some(y) =
+            crate::autograd::autocast::cast_many(crate::ops::names::STACK, tensors, |ts| Tensor::stack(ts, dim))
+        {
             return y;
         }
         if tensors.is_empty() {

@@ -258,3 +258,53 @@ fn a_hand_written_deep_copy_into_shares_the_record_of_ties() {
     assert_eq!(c.raw.0.id(), c.same.id());
     assert_ne!(c.same.id(), m.same.id());
 }
+
+/// `Box<dyn Layer>` fields and containers of them copy to layers of the same concrete type
+/// (the slot has no room for anything else).
+#[test]
+fn boxed_dyn_layers_copy() {
+    #[derive(Module)]
+    struct Block {
+        #[module]
+        act: Box<dyn Layer>,
+        #[module]
+        maybe: Option<Box<dyn Layer>>,
+        #[module]
+        list: ModuleList<Box<dyn Layer>>,
+    }
+    let b = Block {
+        act: Box::new(Linear::new(2, 2)),
+        maybe: Some(Box::new(ReLU::new())),
+        list: ModuleList::from(vec![Box::new(Linear::new(2, 3)) as Box<dyn Layer>]),
+    };
+    let c = b.deep_copy();
+    assert_eq!(c.act.type_name(), "Linear");
+    assert_eq!(c.maybe.as_ref().unwrap().type_name(), "ReLU");
+    assert_eq!(c.list[0].type_name(), "Linear");
+    assert_ne!(c.act.parameters()[0].id(), b.act.parameters()[0].id());
+    let x = Tensor::ones(&[1, 2]);
+    assert_eq!(c.list[0].forward(&c.act.forward(&x)).to_vec(), b.list[0].forward(&b.act.forward(&x)).to_vec());
+    // A boxed layer added to a Sequential (boxed once more inside it).
+    let s = Sequential::new().add(Box::new(Linear::new(2, 2)) as Box<dyn Layer>);
+    let sc = s.deep_copy();
+    assert_eq!(sc.forward(&x).to_vec(), s.forward(&x).to_vec());
+    assert_ne!(sc.parameters()[0].id(), s.parameters()[0].id());
+}
+
+/// One tensor registered as a parameter and as a buffer stays one tensor in the copy.
+#[test]
+fn a_tensor_registered_twice_stays_one() {
+    #[derive(Module)]
+    struct Twice {
+        #[param]
+        w: Parameter,
+        #[buffer]
+        same: Tensor,
+    }
+    let w = Parameter::new(Tensor::ones(&[2]));
+    let m = Twice { same: w.tensor().clone(), w };
+    let c = m.deep_copy();
+    no_grad(|| c.w.add_(1.0));
+    assert_eq!(c.same.to_vec(), vec![2.0, 2.0], "the buffer is the copied parameter's storage");
+    assert_eq!(m.same.to_vec(), vec![1.0, 1.0]);
+}

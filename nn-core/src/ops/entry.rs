@@ -1,0 +1,69 @@
+//! The one entry of every public op: what an op does before its kernel, in one order.
+//!
+//! [`enter`] (and the [`op_entry!`] macro over it, which returns early) runs, in this order:
+//! 1. **Autocast** ([`amp`](crate::amp)): under an active scope for the arguments' device, an
+//!    op the autocast tables list has its floating arguments cast by its policy and runs
+//!    again on them ([`Entered::Done`], the op's result), with autocast excluded so that its
+//!    parts do not cast again. The tables and the op name the op by one constant of
+//!    [`names`](super::names).
+//! 2. **The trace frame** ([`trace`](crate::trace)): the outermost op open is what a trace
+//!    records, with its inputs and attributes; the ops it calls are its parts.
+//! 3. **The inside-an-op mark**: while the op runs ([`Running`] is held), the ops it calls
+//!    are not cast by autocast.
+//!
+//! Then the op's body checks its operands (dtype, device, shape), runs its kernel through the
+//! backend, and records its backward with `autograd::op_result`. PyTorch's dispatcher keeps
+//! the same order (autocast, tracer, autograd, backend).
+//!
+//! The generic runners (`binary`, `unary`, `compare`) enter here for every op they run, so an
+//! elementwise op writes no prologue of its own; the elementwise binary ops add PyTorch's type
+//! promotion under autocast (`autocast::promote_call`) before they enter.
+
+use crate::autograd::autocast;
+use crate::autograd::trace::{self, Attr, OpScope};
+use crate::tensor::Tensor;
+
+/// What [`enter`] decided.
+pub(crate) enum Entered<R> {
+    /// Autocast ran the op on its cast arguments: this is the op's result.
+    Done(R),
+    /// Run the op, holding this until it returns.
+    Run(Running),
+}
+
+/// Held while an op runs: its trace frame and its inside-an-op mark, closed on drop.
+#[must_use = "the op's trace frame closes when this is dropped"]
+pub(crate) struct Running(#[allow(dead_code)] Option<OpScope>);
+
+/// Enters the op `name` with its tensor `inputs` and `optional` ones (a bias; recorded
+/// after the inputs when present): autocast first (`again` runs the op on the cast
+/// arguments, in the order `inputs` then `optional`), then the trace frame with `attrs`
+/// (built only when a trace records this op), then the inside-an-op mark.
+#[inline]
+pub(crate) fn enter<R>(
+    name: &'static str,
+    inputs: &[&Tensor],
+    optional: &[Option<&Tensor>],
+    attrs: impl FnOnce() -> Vec<(&'static str, Attr)>,
+    again: impl FnOnce(&[Option<&Tensor>]) -> R,
+) -> Entered<R> {
+    if autocast::autocast_might_apply() {
+        let args: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).chain(optional.iter().copied()).collect();
+        if let Some(y) = autocast::cast_call(name, &args, again) {
+            return Entered::Done(y);
+        }
+    }
+    Entered::Run(Running(trace::op_with(name, inputs, optional, attrs)))
+}
+
+/// `let _op = op_entry!(NAME, [inputs..] (; [optional..])?, attrs = .., again = ..);`:
+/// [`enter`], returning the op's result from the calling function when autocast ran it.
+macro_rules! op_entry {
+    ($name:expr, [$($x:expr),+] $(; [$($o:expr),*])?, attrs = $attrs:expr, again = $again:expr) => {
+        match $crate::ops::entry::enter($name, &[$($x),+], &[$($($o),*)?], $attrs, $again) {
+            $crate::ops::entry::Entered::Done(y) => return y,
+            $crate::ops::entry::Entered::Run(running) => running,
+        }
+    };
+}
+pub(crate) use op_entry;
