@@ -25,10 +25,7 @@ use crate::tensor::Tensor;
 /// ```
 #[track_caller]
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::LINEAR, x, weight, bias, linear) {
-        return y;
-    }
-    let _t = crate::autograd::trace::op_with(crate::ops::names::LINEAR, &[x, weight], &[bias], Vec::new);
+    let _op = crate::ops::entry::op_entry!(crate::ops::names::LINEAR, [x, weight]; [bias], attrs = Vec::new, again = |c: &[Option<&crate::Tensor>]| (linear)(c[0].expect("present"), c[1].expect("present"), c[2]));
     if let Some(y) = bias.and_then(|b| x.fused_linear(weight, b)) {
         return y;
     }

@@ -3,7 +3,7 @@
 //!
 //! [`trace`] runs a closure (normally one `model.forward(&x)`) with a thread-local recorder
 //! switched on and returns what it saw. Each public tensor op opens a *scope* at its entry
-//! (`trace::op(name, inputs, attrs)`); only the outermost scope becomes a [`TracedOp`], so
+//! (`ops::entry`, after autocast and before its kernel); only the outermost scope becomes a [`TracedOp`], so
 //! an op built from other ops (`layer_norm` from means and sums) is recorded once, under its
 //! own name, and a composite function that opens no scope of its own (`group_norm`,
 //! `bilinear`, `scaled_dot_product_attention`) is recorded as the primitives it calls. The
@@ -245,17 +245,9 @@ impl Drop for OpScope {
     }
 }
 
-/// Opens the scope of op `name` (call at the op's entry; keep the guard until it returns).
-#[inline]
-pub(crate) fn op(
-    name: &'static str,
-    inputs: &[&Tensor],
-    attrs: impl FnOnce() -> Vec<(&'static str, Attr)>,
-) -> Option<OpScope> {
-    op_with(name, inputs, &[], attrs)
-}
-
-/// [`op`] with optional operands (a bias), recorded after `inputs` when present.
+/// Opens the scope of op `name` with its `inputs` and optional operands (a bias, recorded
+/// after `inputs` when present). Ops call it through their entry (`ops::entry`), which
+/// keeps the guard until the op returns.
 #[inline]
 pub(crate) fn op_with(
     name: &'static str,

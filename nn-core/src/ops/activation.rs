@@ -237,13 +237,13 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![-1.0, 2.0], &[2]).relu().to_vec(), vec![0.0, 2.0]);
     /// ```
     pub fn relu(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::RELU, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::RELU, &[self], &[], Vec::new);
         unary(self, Relu)
     }
 
     /// `x` where positive, `negative_slope * x` elsewhere.
     pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::LEAKY_RELU, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::LEAKY_RELU, &[self], &[], || {
             vec![("negative_slope", crate::autograd::trace::Attr::Float(negative_slope))]
         });
         unary(self, LeakyRelu(negative_slope))
@@ -251,19 +251,19 @@ impl Tensor {
 
     /// `1 / (1 + e^-x)`, stable for large `|x|`.
     pub fn sigmoid(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::SIGMOID, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::SIGMOID, &[self], &[], Vec::new);
         unary(self, Sigmoid)
     }
 
     /// Hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::TANH, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::TANH, &[self], &[], Vec::new);
         unary(self, Tanh)
     }
 
     /// `x * sigmoid(x)` (also called swish).
     pub fn silu(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::SILU, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::SILU, &[self], &[], Vec::new);
         unary(self, Silu)
     }
 
@@ -280,17 +280,17 @@ impl Tensor {
     #[track_caller]
     pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
         assert!(beta != 0.0 && beta.is_finite(), "softplus: beta must be finite and nonzero, got {beta}");
-        if let Some(y) =
-            crate::autograd::autocast::cast1(crate::ops::names::SOFTPLUS, self, |x| x.softplus(beta, threshold))
-        {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::SOFTPLUS, &[self], || {
-            vec![
-                ("beta", crate::autograd::trace::Attr::Float(beta)),
-                ("threshold", crate::autograd::trace::Attr::Float(threshold)),
-            ]
-        });
+        let _op = crate::ops::entry::op_entry!(
+            crate::ops::names::SOFTPLUS,
+            [self],
+            attrs = || {
+                vec![
+                    ("beta", crate::autograd::trace::Attr::Float(beta)),
+                    ("threshold", crate::autograd::trace::Attr::Float(threshold)),
+                ]
+            },
+            again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").softplus(beta, threshold)
+        );
         unary(self, Softplus { beta, threshold })
     }
 
@@ -302,7 +302,7 @@ impl Tensor {
     /// assert!((y - 0.841_344_7).abs() < 1e-6);
     /// ```
     pub fn gelu(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::GELU, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::GELU, &[self], &[], || {
             vec![("approximate", crate::autograd::trace::Attr::Str("none"))]
         });
         unary(self, Gelu)
@@ -310,7 +310,7 @@ impl Tensor {
 
     /// GELU with the chosen formula.
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::GELU, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::GELU, &[self], &[], || {
             vec![(
                 "approximate",
                 crate::autograd::trace::Attr::Str(if approximate == GeluApproximate::Tanh { "tanh" } else { "none" }),

@@ -285,7 +285,7 @@ impl Tensor {
     /// `self != other` elementwise (NaN compares unequal to everything).
     #[track_caller]
     pub fn ne(&self, other: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::NE, &[self, other], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::NE, &[self, other], &[], Vec::new);
         // Through `logical_not`, which handles meta tensors (reading `eq`'s values here
         // panicked on the meta device).
         self.eq(other).logical_not()
@@ -337,7 +337,7 @@ impl Tensor {
         if let Some(y) = crate::autograd::autocast::promote_call(a, b, |a, b| Tensor::where_cond(cond, a, b)) {
             return y;
         }
-        let _t = crate::autograd::trace::op(crate::ops::names::WHERE, &[cond, a, b], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::WHERE, &[cond, a, b], &[], Vec::new);
         const OP: &str = crate::ops::names::WHERE;
         if cond.dtype() != DType::Bool {
             panic!("{OP}: condition must be a bool tensor, got {} (shape {:?})", cond.dtype(), cond.shape());
@@ -410,7 +410,7 @@ impl Tensor {
     /// Elementwise logical not of a `Bool` tensor.
     #[track_caller]
     pub fn logical_not(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::LOGICAL_NOT, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::LOGICAL_NOT, &[self], &[], Vec::new);
         if self.dtype() != DType::Bool {
             panic!("logical_not: expected a bool tensor, got {}", self.dtype());
         }

@@ -39,7 +39,7 @@ impl Tensor {
     #[track_caller]
     pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Tensor {
         // The bounds present are recorded after the input; the flags say which they are.
-        let _t = crate::autograd::trace::op_with(crate::ops::names::CLAMP_TENSOR, &[self], &[min, max], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::CLAMP_TENSOR, &[self], &[min, max], || {
             use crate::autograd::trace::Attr::Bool;
             vec![("has_min", Bool(min.is_some())), ("has_max", Bool(max.is_some()))]
         });

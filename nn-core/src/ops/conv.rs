@@ -95,14 +95,9 @@ impl Tensor {
         if self.rank() == 3 && weight.rank() == 4 {
             return unbatched(self, |x| x.conv2d(weight, bias, options));
         }
-        if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::CONV2D, self, weight, bias, |x, w, b| {
-            x.conv2d(w, b, options)
-        }) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op_with(crate::ops::names::CONV2D, &[self, weight], &[bias], || {
-            crate::autograd::trace::conv_attrs(&options)
-        });
+        let again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").conv2d(c[1].expect("present"), c[2], options);
+        let attrs = || crate::autograd::trace::conv_attrs(&options);
+        let _op = crate::ops::entry::op_entry!(crate::ops::names::CONV2D, [self, weight]; [bias], attrs = attrs, again = again);
         const OP: &str = crate::ops::names::CONV2D;
         let mut operands = vec![self, weight];
         operands.extend(bias);

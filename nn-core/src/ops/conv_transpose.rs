@@ -153,11 +153,7 @@ impl Tensor {
         if self.rank() == 3 && weight.rank() == 4 {
             return super::conv::unbatched(self, |x| conv(x, weight, bias));
         }
-        if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::CONV_TRANSPOSE2D, self, weight, bias, conv)
-        {
-            return y;
-        }
-        let _t = crate::autograd::trace::op_with(crate::ops::names::CONV_TRANSPOSE2D, &[self, weight], &[bias], || {
+        let _op = crate::ops::entry::op_entry!(crate::ops::names::CONV_TRANSPOSE2D, [self, weight]; [bias], attrs = || {
             use crate::autograd::trace::{int, ints};
             let o = &options;
             vec![
@@ -167,7 +163,7 @@ impl Tensor {
                 ("dilation", ints(&[o.dilation.0, o.dilation.1])),
                 ("groups", int(o.groups)),
             ]
-        });
+        }, again = |c: &[Option<&crate::Tensor>]| (conv)(c[0].expect("present"), c[1].expect("present"), c[2]));
         const OP: &str = crate::ops::names::CONV_TRANSPOSE2D;
         let mut operands = vec![self, weight];
         operands.extend(bias);

@@ -56,9 +56,34 @@ pub(crate) fn enter<R>(
     Entered::Run(Running(trace::op_with(name, inputs, optional, attrs)))
 }
 
+/// [`enter`] for an op the autocast tables do not list, which so never runs again on cast
+/// arguments: the trace frame and the inside-an-op mark.
+///
+/// # Panics
+/// In debug builds, when the tables do list `name` on either device kind: that op must
+/// enter with a way to run again (`again`), or autocast would silently not cast it.
+#[inline]
+pub(crate) fn enter_uncast(
+    name: &'static str,
+    inputs: &[&Tensor],
+    optional: &[Option<&Tensor>],
+    attrs: impl FnOnce() -> Vec<(&'static str, Attr)>,
+) -> Running {
+    debug_assert!(
+        crate::amp::policy(crate::Device::Cpu, name).is_none()
+            && crate::amp::policy(crate::Device::Gpu(0), name).is_none(),
+        "{name}: listed in the autocast tables, so its entry needs `again` (the op run on cast arguments)"
+    );
+    Running(trace::op_with(name, inputs, optional, attrs))
+}
+
 /// `let _op = op_entry!(NAME, [inputs..] (; [optional..])?, attrs = .., again = ..);`:
 /// [`enter`], returning the op's result from the calling function when autocast ran it.
+/// Without `again`, [`enter_uncast`].
 macro_rules! op_entry {
+    ($name:expr, [$($x:expr),+] $(; [$($o:expr),*])?, attrs = $attrs:expr) => {
+        $crate::ops::entry::enter_uncast($name, &[$($x),+], &[$($($o),*)?], $attrs)
+    };
     ($name:expr, [$($x:expr),+] $(; [$($o:expr),*])?, attrs = $attrs:expr, again = $again:expr) => {
         match $crate::ops::entry::enter($name, &[$($x),+], &[$($($o),*)?], $attrs, $again) {
             $crate::ops::entry::Entered::Done(y) => return y,

@@ -32,7 +32,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn index_select<D: Dim>(&self, dim: D, index: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::INDEX_SELECT, &[self, index], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::INDEX_SELECT, &[self, index], &[], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "index_select")))]
         });
         const OP: &str = crate::ops::names::INDEX_SELECT;
@@ -73,7 +73,7 @@ impl Tensor {
     /// `index_add_`): `out[.., index[j], ..] += source[.., j, ..]`.
     #[track_caller]
     pub fn index_add<D: Dim>(&self, dim: D, index: &Tensor, source: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::INDEX_ADD, &[self, index, source], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::INDEX_ADD, &[self, index, source], &[], Vec::new);
         const OP: &str = crate::ops::names::INDEX_ADD;
         check_same(OP, &[self, source]);
         let d = dim.resolve(self.rank(), OP);
@@ -115,7 +115,7 @@ impl Tensor {
             let _ = dim.resolve(1, "gather");
             return self.reshape(&[1]).gather(0, &index.reshape(&[index.numel()])).reshape(index.shape());
         }
-        let _t = crate::autograd::trace::op(crate::ops::names::GATHER, &[self, index], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::GATHER, &[self, index], &[], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "gather")))]
         });
         const OP: &str = crate::ops::names::GATHER;
@@ -138,12 +138,16 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_add<D: Dim>(&self, dim: D, index: &Tensor, src: &Tensor) -> Tensor {
         // On the GPU's promote list (PyTorch's CUDA list): `self` and `src` to the widest.
-        if let Some(y) = crate::autograd::autocast::cast2(crate::ops::names::SCATTER_ADD, self, src, |x, s| {
-            x.scatter_add(dim, index, s)
-        }) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::SCATTER_ADD, &[self, index, src], Vec::new);
+        // On the GPU's promote list; `index` (i64) is never cast.
+        let again = |c: &[Option<&crate::Tensor>]| {
+            c[0].expect("present").scatter_add(dim, c[1].expect("present"), c[2].expect("present"))
+        };
+        let _op = crate::ops::entry::op_entry!(
+            crate::ops::names::SCATTER_ADD,
+            [self, index, src],
+            attrs = Vec::new,
+            again = again
+        );
         const OP: &str = crate::ops::names::SCATTER_ADD;
         check_same(OP, &[self, src]);
         let d = dim.resolve(self.rank().max(1), OP);
@@ -174,7 +178,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::EMBEDDING, &[indices, weight], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::EMBEDDING, &[indices, weight], &[], Vec::new);
         if weight.rank() != 2 {
             panic!("embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape {:?}", weight.shape());
         }

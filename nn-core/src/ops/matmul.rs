@@ -27,10 +27,9 @@ impl Tensor {
     /// `matmul: [32, 100] x [784, 256]: inner dimensions 100 and 784 differ`.
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast2(crate::ops::names::MATMUL, self, other, |a, b| a.matmul(b)) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::MATMUL, &[self, other], Vec::new);
+        let again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").matmul(c[1].expect("present"));
+        let _op =
+            crate::ops::entry::op_entry!(crate::ops::names::MATMUL, [self, other], attrs = Vec::new, again = again);
         let (ra, rb) = (self.rank(), other.rank());
         if ra == 0 || rb == 0 {
             panic!(
@@ -171,19 +170,20 @@ impl Tensor {
     /// broadcast to `[m, n]`, or the dtypes or devices differ.
     #[track_caller]
     pub fn addmm_with(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Tensor {
-        if let Some(y) =
-            crate::autograd::autocast::cast3(crate::ops::names::ADDMM, mat1, mat2, Some(self), |a, b, c| {
-                c.expect("present").addmm_with(a, b, beta, alpha)
-            })
-        {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::ADDMM, &[self, mat1, mat2], || {
-            vec![
-                ("beta", crate::autograd::trace::Attr::Float(beta)),
-                ("alpha", crate::autograd::trace::Attr::Float(alpha)),
-            ]
-        });
+        let again = |c: &[Option<&crate::Tensor>]| {
+            c[0].expect("present").addmm_with(c[1].expect("present"), c[2].expect("present"), beta, alpha)
+        };
+        let _op = crate::ops::entry::op_entry!(
+            crate::ops::names::ADDMM,
+            [self, mat1, mat2],
+            attrs = || {
+                vec![
+                    ("beta", crate::autograd::trace::Attr::Float(beta)),
+                    ("alpha", crate::autograd::trace::Attr::Float(alpha)),
+                ]
+            },
+            again = again
+        );
         const OP: &str = crate::ops::names::ADDMM;
         check_same(OP, &[self, mat1, mat2]);
         check_float(OP, self);

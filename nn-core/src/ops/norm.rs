@@ -100,14 +100,8 @@ impl Tensor {
         eps: f64,
     ) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
-        if let Some(y) =
-            crate::autograd::autocast::cast_call(crate::ops::names::LAYER_NORM, &[Some(self), weight, bias], |c| {
-                c[0].expect("present").layer_norm(normalized_shape, c[1], c[2], eps)
-            })
-        {
-            return y;
-        }
-        let _t = crate::autograd::trace::op_with(crate::ops::names::LAYER_NORM, &[self], &[weight, bias], || {
+        let again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").layer_norm(normalized_shape, c[1], c[2], eps);
+        let _op = crate::ops::entry::op_entry!(crate::ops::names::LAYER_NORM, [self]; [weight, bias], attrs = || {
             use crate::autograd::trace::Attr;
             vec![
                 ("normalized_shape", crate::autograd::trace::ints(normalized_shape)),
@@ -115,7 +109,7 @@ impl Tensor {
                 ("has_weight", Attr::Bool(weight.is_some())),
                 ("has_bias", Attr::Bool(bias.is_some())),
             ]
-        });
+        }, again = again);
         if let Some(y) =
             half_with_f32_params(self, [weight, bias], |x, [w, b]| x.layer_norm(normalized_shape, w, b, eps))
         {
@@ -225,7 +219,7 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Tensor {
-        let _t = crate::autograd::trace::op_with(
+        let _op = crate::ops::entry::enter_uncast(
             crate::ops::names::BATCH_NORM,
             &[self],
             &[running_mean, running_var, weight, bias],

@@ -56,7 +56,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_pool2d(&self, options: Pool2dConfig) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::MAX_POOL2D, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MAX_POOL2D, &[self], &[], || {
             crate::autograd::trace::pool_attrs(&options)
         });
         self.max_pool2d_impl(options).0
@@ -66,7 +66,7 @@ impl Tensor {
     /// PyTorch's `return_indices=True`.
     #[track_caller]
     pub fn max_pool2d_with_indices(&self, options: Pool2dConfig) -> (Tensor, Tensor) {
-        let _t = crate::autograd::trace::op(crate::ops::names::MAX_POOL2D_WITH_INDICES, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MAX_POOL2D_WITH_INDICES, &[self], &[], || {
             crate::autograd::trace::pool_attrs(&options)
         });
         let (out, argmax) = self.max_pool2d_impl(options);
@@ -107,7 +107,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn avg_pool2d(&self, options: Pool2dConfig, count_include_pad: bool) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::AVG_POOL2D, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::AVG_POOL2D, &[self], &[], || {
             [
                 crate::autograd::trace::pool_attrs(&options),
                 vec![("count_include_pad", crate::autograd::trace::Attr::Bool(count_include_pad))],
@@ -139,7 +139,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn adaptive_avg_pool2d(&self, output_size: (usize, usize)) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::ADAPTIVE_AVG_POOL2D, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ADAPTIVE_AVG_POOL2D, &[self], &[], || {
             vec![("output_size", crate::autograd::trace::ints(&[output_size.0, output_size.1]))]
         });
         const OP: &str = crate::ops::names::ADAPTIVE_AVG_POOL2D;

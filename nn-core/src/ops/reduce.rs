@@ -63,15 +63,17 @@ impl Tensor {
     /// Sum over several dimensions; an empty list sums everything.
     #[track_caller]
     pub fn sum_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1(crate::ops::names::SUM, self, |x| x.sum_dims(dims, keepdim)) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::SUM, &[self], || {
-            vec![
-                ("dims", crate::autograd::trace::reduced_dims(dims, self.rank())),
-                ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
-            ]
-        });
+        let _op = crate::ops::entry::op_entry!(
+            crate::ops::names::SUM,
+            [self],
+            attrs = || {
+                vec![
+                    ("dims", crate::autograd::trace::reduced_dims(dims, self.rank())),
+                    ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
+                ]
+            },
+            again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").sum_dims(dims, keepdim)
+        );
         const OP: &str = crate::ops::names::SUM;
         check_float(OP, self);
         let mask = resolve_dims(OP, dims, self.rank());
@@ -149,7 +151,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argmax<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::ARGMAX, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ARGMAX, &[self], &[], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "argmax"))),
                 ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
@@ -161,7 +163,7 @@ impl Tensor {
     /// Index of the smallest element along `dim` (first one on ties), as `i64`.
     #[track_caller]
     pub fn argmin<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::ARGMIN, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ARGMIN, &[self], &[], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "argmin"))),
                 ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
@@ -201,14 +203,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_dim<D: Dim>(&self, dim: D, keepdim: bool) -> (Tensor, Tensor) {
-        let _t = crate::autograd::trace::op(crate::ops::names::MAX_DIM, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MAX_DIM, &[self], &[], Vec::new);
         self.extreme_dim(dim, keepdim, true)
     }
 
     /// Minimum along `dim`: `(values, indices)`.
     #[track_caller]
     pub fn min_dim<D: Dim>(&self, dim: D, keepdim: bool) -> (Tensor, Tensor) {
-        let _t = crate::autograd::trace::op(crate::ops::names::MIN_DIM, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MIN_DIM, &[self], &[], Vec::new);
         self.extreme_dim(dim, keepdim, false)
     }
 
@@ -234,14 +236,14 @@ impl Tensor {
     /// the tied elements, as PyTorch's `max()` without a dim.
     #[track_caller]
     pub fn max(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::MAX, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MAX, &[self], &[], Vec::new);
         self.extreme_all(true)
     }
 
     /// The smallest element, as a 0-d tensor (ties share the gradient, like [`max`](Tensor::max)).
     #[track_caller]
     pub fn min(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::MIN, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MIN, &[self], &[], Vec::new);
         self.extreme_all(false)
     }
 
@@ -267,17 +269,17 @@ impl Tensor {
     /// `log(sum(exp(x)))` along `dim`, computed stably; `-inf` along an empty dim.
     #[track_caller]
     pub fn logsumexp<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        if let Some(y) =
-            crate::autograd::autocast::cast1(crate::ops::names::LOGSUMEXP, self, |x| x.logsumexp(dim, keepdim))
-        {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::LOGSUMEXP, &[self], || {
-            vec![
-                ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "logsumexp"))),
-                ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
-            ]
-        });
+        let _op = crate::ops::entry::op_entry!(
+            crate::ops::names::LOGSUMEXP,
+            [self],
+            attrs = || {
+                vec![
+                    ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "logsumexp"))),
+                    ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
+                ]
+            },
+            again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").logsumexp(dim, keepdim)
+        );
         let d = dim.resolve(self.rank(), "logsumexp");
         if self.shape().get(d) == Some(&0) {
             // The log of an empty sum: -inf, as PyTorch (its gradient is empty, like the input).

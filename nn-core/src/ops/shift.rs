@@ -1,7 +1,7 @@
 //! Reordering elements along dimensions: `flip` and `roll`, composed from
 //! `index_select`, `narrow` and `cat` (so they run, and differentiate, on every device).
 
-use crate::autograd::trace::{self, Attr};
+use crate::autograd::trace::Attr;
 use crate::shape::{Dim, Dims};
 use crate::tensor::Tensor;
 
@@ -22,7 +22,9 @@ impl Tensor {
     /// When a dim is out of range or listed twice.
     #[track_caller]
     pub fn flip(&self, dims: &[i64]) -> Tensor {
-        let _t = trace::op(crate::ops::names::FLIP, &[self], || vec![("dims", Attr::Ints(dims.to_vec()))]);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::FLIP, &[self], &[], || {
+            vec![("dims", Attr::Ints(dims.to_vec()))]
+        });
         let mut seen: Dims = Dims::new();
         for &d in dims {
             let d = d.resolve(self.rank(), "flip");
@@ -71,7 +73,7 @@ impl Tensor {
     /// hold exactly one shift), or a dim is out of range.
     #[track_caller]
     pub fn roll(&self, shifts: &[i64], dims: &[i64]) -> Tensor {
-        let _t = trace::op(crate::ops::names::ROLL, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ROLL, &[self], &[], || {
             vec![("shifts", Attr::Ints(shifts.to_vec())), ("dims", Attr::Ints(dims.to_vec()))]
         });
         if dims.is_empty() {

@@ -51,12 +51,12 @@ impl Tensor {
     #[track_caller]
     pub fn softmax<D: Dim>(&self, dim: D) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
-        if let Some(y) = crate::autograd::autocast::cast1(crate::ops::names::SOFTMAX, self, |x| x.softmax(dim)) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::SOFTMAX, &[self], || {
-            vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "softmax")))]
-        });
+        let _op = crate::ops::entry::op_entry!(
+            crate::ops::names::SOFTMAX,
+            [self],
+            attrs = || { vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "softmax")))] },
+            again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").softmax(dim)
+        );
         softmax_impl(self, dim, false)
     }
 
@@ -70,13 +70,12 @@ impl Tensor {
     #[track_caller]
     pub fn log_softmax<D: Dim>(&self, dim: D) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
-        if let Some(y) = crate::autograd::autocast::cast1(crate::ops::names::LOG_SOFTMAX, self, |x| x.log_softmax(dim))
-        {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::LOG_SOFTMAX, &[self], || {
-            vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "log_softmax")))]
-        });
+        let _op = crate::ops::entry::op_entry!(
+            crate::ops::names::LOG_SOFTMAX,
+            [self],
+            attrs = || { vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "log_softmax")))] },
+            again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").log_softmax(dim)
+        );
         softmax_impl(self, dim, true)
     }
 }

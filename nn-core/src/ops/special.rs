@@ -86,7 +86,7 @@ impl Tensor {
     /// When the tensor is not `f32`/`f64`.
     #[track_caller]
     pub fn erf(&self) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::ERF, &[self], Vec::new);
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ERF, &[self], &[], Vec::new);
         unary(self, Erf)
     }
 
@@ -107,10 +107,12 @@ impl Tensor {
     /// When the tensor is not `f32`/`f64`.
     #[track_caller]
     pub fn erfinv(&self) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast1(crate::ops::names::ERFINV, self, Tensor::erfinv) {
-            return y;
-        }
-        let _t = crate::autograd::trace::op(crate::ops::names::ERFINV, &[self], Vec::new);
+        let _op = crate::ops::entry::op_entry!(
+            crate::ops::names::ERFINV,
+            [self],
+            attrs = Vec::new,
+            again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").erfinv()
+        );
         unary(self, Erfinv)
     }
 }

@@ -442,7 +442,7 @@ impl Tensor {
     /// sent no gradient back; PyTorch returns NaN).
     #[track_caller]
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
-        let _t = crate::autograd::trace::op(crate::ops::names::CLAMP, &[self], || {
+        let _op = crate::ops::entry::enter_uncast(crate::ops::names::CLAMP, &[self], &[], || {
             vec![("min", crate::autograd::trace::Attr::Float(min)), ("max", crate::autograd::trace::Attr::Float(max))]
         });
         if min.is_nan() || max.is_nan() {
