@@ -25,7 +25,7 @@ use crate::tensor::Tensor;
 /// ```
 #[track_caller]
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
-    let _op = crate::ops::entry::op_entry!(crate::ops::names::LINEAR, [x, weight]; [bias], attrs = Vec::new, again = |c: &[Option<&crate::Tensor>]| (linear)(c[0].expect("present"), c[1].expect("present"), c[2]));
+    let _op = crate::autograd::entry::op_entry!(crate::names::LINEAR, [x, weight]; [bias], attrs = Vec::new, again = |c: &[Option<&crate::Tensor>]| (linear)(c[0].expect("present"), c[1].expect("present"), c[2]));
     if let Some(y) = bias.and_then(|b| x.fused_linear(weight, b)) {
         return y;
     }
@@ -167,11 +167,9 @@ pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options:
 pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
     let run = |x: &Tensor, [w, b]: [Option<&Tensor>; 2]| group_norm(x, num_groups, w, b, eps);
     // Under GPU autocast (PyTorch's CUDA list): in f32.
-    if let Some(y) =
-        crate::autograd::autocast::cast_call(crate::ops::names::GROUP_NORM, &[Some(x), weight, bias], |c| {
-            run(c[0].expect("present"), [c[1], c[2]])
-        })
-    {
+    if let Some(y) = crate::autograd::autocast::cast_call(crate::names::GROUP_NORM, &[Some(x), weight, bias], |c| {
+        run(c[0].expect("present"), [c[1], c[2]])
+    }) {
         return y;
     }
     if let Some(y) = crate::ops::norm::half_with_f32_params(x, [weight, bias], run) {
@@ -256,11 +254,11 @@ fn check_bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tenso
 pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
     // Under autocast: the operands promoted to the widest (PyTorch's CUDA promote list), and
     // its parts (a product and a sum) not cast, as PyTorch's bilinear is one op.
-    if let Some(y) = crate::autograd::autocast::cast_call(
-        crate::ops::names::BILINEAR,
-        &[Some(x1), Some(x2), Some(weight), bias],
-        |c| bilinear(c[0].expect("present"), c[1].expect("present"), c[2].expect("present"), c[3]),
-    ) {
+    if let Some(y) =
+        crate::autograd::autocast::cast_call(crate::names::BILINEAR, &[Some(x1), Some(x2), Some(weight), bias], |c| {
+            bilinear(c[0].expect("present"), c[1].expect("present"), c[2].expect("present"), c[3])
+        })
+    {
         return y;
     }
     let _parts = crate::autograd::autocast::inside_op();

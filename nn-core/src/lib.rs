@@ -131,6 +131,7 @@ pub mod init;
 pub mod io;
 mod loss;
 pub mod module;
+pub mod names;
 pub mod ops;
 pub mod optim;
 pub mod random;

@@ -97,7 +97,7 @@ pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossConfig) -> T
         );
     }
     if let Some(y) =
-        crate::autograd::autocast::cast2(crate::ops::names::NLL_LOSS, input, target, |i, t| nll_loss_with(i, t, opt))
+        crate::autograd::autocast::cast2(crate::names::NLL_LOSS, input, target, |i, t| nll_loss_with(i, t, opt))
     {
         return y;
     }
@@ -166,7 +166,7 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Tensor {
 /// formula: `(1 - s) * nll + s * mean over classes of -log p`).
 #[track_caller]
 pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossConfig) -> Tensor {
-    if let Some(y) = crate::autograd::autocast::cast2(crate::ops::names::CROSS_ENTROPY, logits, target, |l, t| {
+    if let Some(y) = crate::autograd::autocast::cast2(crate::names::CROSS_ENTROPY, logits, target, |l, t| {
         cross_entropy_with(l, t, opt)
     }) {
         return y;
@@ -208,7 +208,7 @@ fn check_same_shape(op: &str, a: &Tensor, b: &Tensor) {
 #[track_caller]
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
     if let Some(y) =
-        crate::autograd::autocast::cast2(crate::ops::names::MSE_LOSS, input, target, |i, t| mse_loss(i, t, reduction))
+        crate::autograd::autocast::cast2(crate::names::MSE_LOSS, input, target, |i, t| mse_loss(i, t, reduction))
     {
         return y;
     }
@@ -229,7 +229,7 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor
 #[track_caller]
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
     if let Some(y) =
-        crate::autograd::autocast::cast2(crate::ops::names::L1_LOSS, input, target, |i, t| l1_loss(i, t, reduction))
+        crate::autograd::autocast::cast2(crate::names::L1_LOSS, input, target, |i, t| l1_loss(i, t, reduction))
     {
         return y;
     }
@@ -287,13 +287,9 @@ pub fn binary_cross_entropy_with_logits(
     reduction: Reduction,
 ) -> Tensor {
     let run = |i: &Tensor, t: &Tensor, w: Option<&Tensor>| binary_cross_entropy_with_logits(i, t, w, reduction);
-    if let Some(y) = crate::autograd::autocast::cast3(
-        crate::ops::names::BINARY_CROSS_ENTROPY_WITH_LOGITS,
-        input,
-        target,
-        pos_weight,
-        run,
-    ) {
+    if let Some(y) =
+        crate::autograd::autocast::cast3(crate::names::BINARY_CROSS_ENTROPY_WITH_LOGITS, input, target, pos_weight, run)
+    {
         return y;
     }
     check_same_shape("binary_cross_entropy_with_logits", input, target);

@@ -1,7 +1,7 @@
 //! One rule per traced op: the ONNX nodes that compute it (opset 17 forms; the few ops
 //! whose form changed in opset 18 follow the requested opset).
 
-use nn_core::ops::names;
+use nn_core::names;
 use nn_core::trace::{Attr, OpKind, TracedOp};
 use nn_core::DType;
 

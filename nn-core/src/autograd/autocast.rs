@@ -26,7 +26,7 @@
 //! functions and reductions of CUDA's `f32` list in `f32`, `einsum` in the half dtype and
 //! `scatter_add` promoted. [`policy`] looks an op up for a device.
 
-use crate::ops::names;
+use crate::names;
 use std::cell::Cell;
 
 use crate::device::Device;

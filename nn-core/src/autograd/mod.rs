@@ -15,6 +15,7 @@
 
 pub(crate) mod autocast;
 mod engine;
+pub(crate) mod entry;
 mod grad_mode;
 pub(crate) mod handle;
 pub mod hooks;

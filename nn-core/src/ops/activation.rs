@@ -8,7 +8,7 @@ use crate::tensor::Tensor;
 
 unary_op!(
     Relu,
-    crate::ops::names::RELU,
+    crate::names::RELU,
     // NaN propagates, as PyTorch's relu (a `max(x, 0)` drops it), and so does the gradient
     // there: PyTorch's `threshold_backward` zeroes it where `x <= 0` only, which NaN is not.
     // NaN is tested on the bits in WGSL (`isnan_`).
@@ -43,7 +43,7 @@ fn sigmoid<T: FloatElement>(x: T) -> T {
 
 unary_op!(
     Sigmoid,
-    crate::ops::names::SIGMOID,
+    crate::names::SIGMOID,
     |s, x| sigmoid(x),
     |s, x, y| y * (T::one() - y),
     wgsl = Wgsl::unary(SIGMOID, "y * (1.0 - y)", true),
@@ -51,13 +51,13 @@ unary_op!(
 );
 unary_op!(
     Tanh,
-    crate::ops::names::TANH,
+    crate::names::TANH,
     |s, x| x.tanh(),
     |s, x, y| T::one() - y * y,
     wgsl = Wgsl::unary("tanh_(x)", "1.0 - y * y", true),
     fast = vfun::tanh
 );
-unary_op!(Silu, crate::ops::names::SILU, |s, x| x * sigmoid(x), |s, x, y| {
+unary_op!(Silu, crate::names::SILU, |s, x| x * sigmoid(x), |s, x, y| {
     let sg = sigmoid(x);
     sg * (T::one() + x * (T::one() - sg))
 }, wgsl = Wgsl::unary(
@@ -237,13 +237,13 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![-1.0, 2.0], &[2]).relu().to_vec(), vec![0.0, 2.0]);
     /// ```
     pub fn relu(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::RELU, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::RELU, &[self], &[], Vec::new);
         unary(self, Relu)
     }
 
     /// `x` where positive, `negative_slope * x` elsewhere.
     pub fn leaky_relu(&self, negative_slope: f64) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::LEAKY_RELU, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::LEAKY_RELU, &[self], &[], || {
             vec![("negative_slope", crate::autograd::trace::Attr::Float(negative_slope))]
         });
         unary(self, LeakyRelu(negative_slope))
@@ -251,19 +251,19 @@ impl Tensor {
 
     /// `1 / (1 + e^-x)`, stable for large `|x|`.
     pub fn sigmoid(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::SIGMOID, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::SIGMOID, &[self], &[], Vec::new);
         unary(self, Sigmoid)
     }
 
     /// Hyperbolic tangent.
     pub fn tanh(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::TANH, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::TANH, &[self], &[], Vec::new);
         unary(self, Tanh)
     }
 
     /// `x * sigmoid(x)` (also called swish).
     pub fn silu(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::SILU, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::SILU, &[self], &[], Vec::new);
         unary(self, Silu)
     }
 
@@ -280,8 +280,8 @@ impl Tensor {
     #[track_caller]
     pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor {
         assert!(beta != 0.0 && beta.is_finite(), "softplus: beta must be finite and nonzero, got {beta}");
-        let _op = crate::ops::entry::op_entry!(
-            crate::ops::names::SOFTPLUS,
+        let _op = crate::autograd::entry::op_entry!(
+            crate::names::SOFTPLUS,
             [self],
             attrs = || {
                 vec![
@@ -302,7 +302,7 @@ impl Tensor {
     /// assert!((y - 0.841_344_7).abs() < 1e-6);
     /// ```
     pub fn gelu(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::GELU, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::GELU, &[self], &[], || {
             vec![("approximate", crate::autograd::trace::Attr::Str("none"))]
         });
         unary(self, Gelu)
@@ -310,7 +310,7 @@ impl Tensor {
 
     /// GELU with the chosen formula.
     pub fn gelu_with(&self, approximate: GeluApproximate) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::GELU, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::GELU, &[self], &[], || {
             vec![(
                 "approximate",
                 crate::autograd::trace::Attr::Str(if approximate == GeluApproximate::Tanh { "tanh" } else { "none" }),

@@ -124,7 +124,7 @@ fn autocast<R>(
 }
 
 /// The op's name in panics.
-const OP: &str = crate::ops::names::SCALED_DOT_PRODUCT_ATTENTION;
+const OP: &str = crate::names::SCALED_DOT_PRODUCT_ATTENTION;
 
 /// Panics unless the operands and options fit (see
 /// [`Tensor::scaled_dot_product_attention`]).

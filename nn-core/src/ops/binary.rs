@@ -7,12 +7,12 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::check_same;
+use crate::autograd::entry::op_entry;
 use crate::autograd::{op_result, Grads};
 pub(crate) use crate::backend::BinaryOp;
 use crate::backend::Operand;
 use crate::backend::Wgsl;
 use crate::dtype::{DType, FloatElement};
-use crate::ops::entry::op_entry;
 use crate::shape::{broadcast_shapes, Layout};
 use crate::tensor::Tensor;
 
@@ -44,7 +44,7 @@ macro_rules! binary_op {
 
 binary_op!(
     AddOp,
-    crate::ops::names::ADD,
+    crate::names::ADD,
     Some((1.0, 1.0)),
     |a, b| a + b,
     T::one(),
@@ -53,17 +53,17 @@ binary_op!(
 );
 binary_op!(
     SubOp,
-    crate::ops::names::SUB,
+    crate::names::SUB,
     Some((1.0, -1.0)),
     |a, b| a - b,
     T::one(),
     -T::one(),
     wgsl = Wgsl::binary("a - b", "1.0", "-1.0", false)
 );
-binary_op!(MulOp, crate::ops::names::MUL, None, |a, b| a * b, b, a, wgsl = Wgsl::binary("a * b", "b", "a", false));
+binary_op!(MulOp, crate::names::MUL, None, |a, b| a * b, b, a, wgsl = Wgsl::binary("a * b", "b", "a", false));
 binary_op!(
     DivOp,
-    crate::ops::names::DIV,
+    crate::names::DIV,
     None,
     |a, b| a / b,
     b.recip(),
@@ -72,7 +72,7 @@ binary_op!(
 );
 binary_op!(
     PowOp,
-    crate::ops::names::POW,
+    crate::names::POW,
     None,
     |a, b| a.powf(b),
     if b == T::zero() { T::zero() } else { b * a.powf(b - T::one()) },
@@ -96,7 +96,7 @@ binary_op!(
 // comparison holds there, so neither side is masked).
 binary_op!(
     MaxOp,
-    crate::ops::names::MAXIMUM,
+    crate::names::MAXIMUM,
     None,
     |a, b| if a.is_nan() || b.is_nan() {
         T::nan()
@@ -116,7 +116,7 @@ binary_op!(
 );
 binary_op!(
     MinOp,
-    crate::ops::names::MINIMUM,
+    crate::names::MINIMUM,
     None,
     |a, b| if a.is_nan() || b.is_nan() {
         T::nan()
@@ -279,13 +279,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn eq(&self, other: &Tensor) -> Tensor {
-        compare(crate::ops::names::EQ, self, other, |o| o.is_eq())
+        compare(crate::names::EQ, self, other, |o| o.is_eq())
     }
 
     /// `self != other` elementwise (NaN compares unequal to everything).
     #[track_caller]
     pub fn ne(&self, other: &Tensor) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::NE, &[self, other], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::NE, &[self, other], &[], Vec::new);
         // Through `logical_not`, which handles meta tensors (reading `eq`'s values here
         // panicked on the meta device).
         self.eq(other).logical_not()
@@ -294,25 +294,25 @@ impl Tensor {
     /// `self < other` elementwise.
     #[track_caller]
     pub fn lt(&self, other: &Tensor) -> Tensor {
-        compare(crate::ops::names::LT, self, other, |o| o.is_lt())
+        compare(crate::names::LT, self, other, |o| o.is_lt())
     }
 
     /// `self <= other` elementwise.
     #[track_caller]
     pub fn le(&self, other: &Tensor) -> Tensor {
-        compare(crate::ops::names::LE, self, other, |o| o.is_le())
+        compare(crate::names::LE, self, other, |o| o.is_le())
     }
 
     /// `self > other` elementwise.
     #[track_caller]
     pub fn gt(&self, other: &Tensor) -> Tensor {
-        compare(crate::ops::names::GT, self, other, |o| o.is_gt())
+        compare(crate::names::GT, self, other, |o| o.is_gt())
     }
 
     /// `self >= other` elementwise.
     #[track_caller]
     pub fn ge(&self, other: &Tensor) -> Tensor {
-        compare(crate::ops::names::GE, self, other, |o| o.is_ge())
+        compare(crate::names::GE, self, other, |o| o.is_ge())
     }
 
     /// A 0-d tensor holding `value` with this tensor's dtype and device.
@@ -337,8 +337,8 @@ impl Tensor {
         if let Some(y) = crate::autograd::autocast::promote_call(a, b, |a, b| Tensor::where_cond(cond, a, b)) {
             return y;
         }
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::WHERE, &[cond, a, b], &[], Vec::new);
-        const OP: &str = crate::ops::names::WHERE;
+        let _op = crate::autograd::entry::enter_uncast(crate::names::WHERE, &[cond, a, b], &[], Vec::new);
+        const OP: &str = crate::names::WHERE;
         if cond.dtype() != DType::Bool {
             panic!("{OP}: condition must be a bool tensor, got {} (shape {:?})", cond.dtype(), cond.shape());
         }
@@ -410,7 +410,7 @@ impl Tensor {
     /// Elementwise logical not of a `Bool` tensor.
     #[track_caller]
     pub fn logical_not(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::LOGICAL_NOT, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::LOGICAL_NOT, &[self], &[], Vec::new);
         if self.dtype() != DType::Bool {
             panic!("logical_not: expected a bool tensor, got {}", self.dtype());
         }

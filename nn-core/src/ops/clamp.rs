@@ -7,7 +7,7 @@ use crate::autograd::{no_grad, op_result, Grads};
 use crate::shape::{broadcast_shapes, Dims};
 use crate::tensor::Tensor;
 
-const OP: &str = crate::ops::names::CLAMP;
+const OP: &str = crate::names::CLAMP;
 
 impl Tensor {
     /// Clamps elementwise into bounds given as tensors, `torch.clamp(x, min, max)` with
@@ -39,7 +39,7 @@ impl Tensor {
     #[track_caller]
     pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Tensor {
         // The bounds present are recorded after the input; the flags say which they are.
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::CLAMP_TENSOR, &[self], &[min, max], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::CLAMP_TENSOR, &[self], &[min, max], || {
             use crate::autograd::trace::Attr::Bool;
             vec![("has_min", Bool(min.is_some())), ("has_max", Bool(max.is_some()))]
         });

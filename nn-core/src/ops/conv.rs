@@ -28,7 +28,7 @@ pub(crate) fn out_size(input: usize, kernel: usize, stride: usize, pad: usize, d
 
 #[track_caller]
 fn geometry(x: &Tensor, w: &Tensor, opt: Conv2dConfig) -> Geometry {
-    const OP: &str = crate::ops::names::CONV2D;
+    const OP: &str = crate::names::CONV2D;
     if x.rank() != 4 {
         panic!("{OP}: expected a 4-D input [N, C, H, W] (or 3-D [C, H, W], unbatched), got shape {:?}", x.shape());
     }
@@ -97,8 +97,8 @@ impl Tensor {
         }
         let again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").conv2d(c[1].expect("present"), c[2], options);
         let attrs = || crate::autograd::trace::conv_attrs(&options);
-        let _op = crate::ops::entry::op_entry!(crate::ops::names::CONV2D, [self, weight]; [bias], attrs = attrs, again = again);
-        const OP: &str = crate::ops::names::CONV2D;
+        let _op = crate::autograd::entry::op_entry!(crate::names::CONV2D, [self, weight]; [bias], attrs = attrs, again = again);
+        const OP: &str = crate::names::CONV2D;
         let mut operands = vec![self, weight];
         operands.extend(bias);
         check_same(OP, &operands);
@@ -155,7 +155,7 @@ impl Tensor {
         if self.rank() == 2 && weight.rank() == 3 {
             return unbatched(self, |x| conv1d(x, weight, bias));
         }
-        if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::CONV1D, self, weight, bias, conv1d) {
+        if let Some(y) = crate::autograd::autocast::cast3(crate::names::CONV1D, self, weight, bias, conv1d) {
             return y;
         }
         if self.rank() != 3 || weight.rank() != 3 {

@@ -82,7 +82,7 @@ pub(crate) fn transposed_size(
 /// its input is the transposed output (`[n, c_out, h_out, w_out]`), its output is `x`.
 #[track_caller]
 fn geometry(x: &Tensor, w: &Tensor, opt: ConvTranspose2dConfig) -> Geometry {
-    const OP: &str = crate::ops::names::CONV_TRANSPOSE2D;
+    const OP: &str = crate::names::CONV_TRANSPOSE2D;
     if x.rank() != 4 {
         panic!(
             "{OP}: expected a 4-D input [N, C_in, H, W] (or 3-D [C_in, H, W], unbatched), got shape {:?}",
@@ -153,7 +153,7 @@ impl Tensor {
         if self.rank() == 3 && weight.rank() == 4 {
             return super::conv::unbatched(self, |x| conv(x, weight, bias));
         }
-        let _op = crate::ops::entry::op_entry!(crate::ops::names::CONV_TRANSPOSE2D, [self, weight]; [bias], attrs = || {
+        let _op = crate::autograd::entry::op_entry!(crate::names::CONV_TRANSPOSE2D, [self, weight]; [bias], attrs = || {
             use crate::autograd::trace::{int, ints};
             let o = &options;
             vec![
@@ -164,7 +164,7 @@ impl Tensor {
                 ("groups", int(o.groups)),
             ]
         }, again = |c: &[Option<&crate::Tensor>]| (conv)(c[0].expect("present"), c[1].expect("present"), c[2]));
-        const OP: &str = crate::ops::names::CONV_TRANSPOSE2D;
+        const OP: &str = crate::names::CONV_TRANSPOSE2D;
         let mut operands = vec![self, weight];
         operands.extend(bias);
         check_same(OP, &operands);
@@ -217,8 +217,7 @@ impl Tensor {
         if self.rank() == 2 && weight.rank() == 3 {
             return super::conv::unbatched(self, |x| conv(x, weight, bias));
         }
-        if let Some(y) = crate::autograd::autocast::cast3(crate::ops::names::CONV_TRANSPOSE1D, self, weight, bias, conv)
-        {
+        if let Some(y) = crate::autograd::autocast::cast3(crate::names::CONV_TRANSPOSE1D, self, weight, bias, conv) {
             return y;
         }
         if self.rank() != 3 || weight.rank() != 3 {

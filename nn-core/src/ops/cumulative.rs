@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use smallvec::smallvec;
 
+use crate::autograd::entry::op_entry;
 use crate::autograd::{op_result, trace, Grads};
 use crate::backend::Scan;
 use crate::dtype::DType;
-use crate::ops::entry::op_entry;
 use crate::shape::{Dim, Layout};
 use crate::tensor::Tensor;
 
@@ -56,9 +56,9 @@ impl Tensor {
     /// When `dim` is out of range.
     #[track_caller]
     pub fn cumsum<D: Dim>(&self, dim: D) -> Tensor {
-        let d = dim.resolve(self.rank(), crate::ops::names::CUMSUM);
+        let d = dim.resolve(self.rank(), crate::names::CUMSUM);
         let again = |c: &[Option<&Tensor>]| c[0].expect("present").cumsum(dim);
-        let _op = op_entry!(crate::ops::names::CUMSUM, [self], attrs = || vec![("dim", trace::int(d))], again = again);
+        let _op = op_entry!(crate::names::CUMSUM, [self], attrs = || vec![("dim", trace::int(d))], again = again);
         scan_half(self, |x| cumsum_along(x, d, false)).unwrap_or_else(|| cumsum_along(&scan_input(self), d, false))
     }
 
@@ -83,9 +83,9 @@ impl Tensor {
     /// As [`cumsum`](Tensor::cumsum).
     #[track_caller]
     pub fn cumprod<D: Dim>(&self, dim: D) -> Tensor {
-        let d = dim.resolve(self.rank(), crate::ops::names::CUMPROD);
+        let d = dim.resolve(self.rank(), crate::names::CUMPROD);
         let again = |c: &[Option<&Tensor>]| c[0].expect("present").cumprod(dim);
-        let _op = op_entry!(crate::ops::names::CUMPROD, [self], attrs = || vec![("dim", trace::int(d))], again = again);
+        let _op = op_entry!(crate::names::CUMPROD, [self], attrs = || vec![("dim", trace::int(d))], again = again);
         scan_half(self, |x| cumprod_along(x, d)).unwrap_or_else(|| cumprod_along(&scan_input(self), d))
     }
 }

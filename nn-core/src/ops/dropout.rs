@@ -20,7 +20,7 @@ impl Tensor {
     /// When `p` is outside `[0, 1]`.
     #[track_caller]
     pub fn dropout(&self, p: f64, training: bool) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::DROPOUT, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::DROPOUT, &[self], &[], || {
             vec![
                 ("p", crate::autograd::trace::Attr::Float(p)),
                 ("training", crate::autograd::trace::Attr::Bool(training)),

@@ -32,10 +32,10 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn index_select<D: Dim>(&self, dim: D, index: &Tensor) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::INDEX_SELECT, &[self, index], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::INDEX_SELECT, &[self, index], &[], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "index_select")))]
         });
-        const OP: &str = crate::ops::names::INDEX_SELECT;
+        const OP: &str = crate::names::INDEX_SELECT;
         if index.rank() > 1 {
             panic!("{OP}: index must be 1-D, got shape {:?}", index.shape());
         }
@@ -73,8 +73,8 @@ impl Tensor {
     /// `index_add_`): `out[.., index[j], ..] += source[.., j, ..]`.
     #[track_caller]
     pub fn index_add<D: Dim>(&self, dim: D, index: &Tensor, source: &Tensor) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::INDEX_ADD, &[self, index, source], &[], Vec::new);
-        const OP: &str = crate::ops::names::INDEX_ADD;
+        let _op = crate::autograd::entry::enter_uncast(crate::names::INDEX_ADD, &[self, index, source], &[], Vec::new);
+        const OP: &str = crate::names::INDEX_ADD;
         check_same(OP, &[self, source]);
         let d = dim.resolve(self.rank(), OP);
         let mut expect: Dims = self.shape().into();
@@ -115,10 +115,10 @@ impl Tensor {
             let _ = dim.resolve(1, "gather");
             return self.reshape(&[1]).gather(0, &index.reshape(&[index.numel()])).reshape(index.shape());
         }
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::GATHER, &[self, index], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::GATHER, &[self, index], &[], || {
             vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "gather")))]
         });
-        const OP: &str = crate::ops::names::GATHER;
+        const OP: &str = crate::names::GATHER;
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
@@ -142,13 +142,13 @@ impl Tensor {
         let again = |c: &[Option<&crate::Tensor>]| {
             c[0].expect("present").scatter_add(dim, c[1].expect("present"), c[2].expect("present"))
         };
-        let _op = crate::ops::entry::op_entry!(
-            crate::ops::names::SCATTER_ADD,
+        let _op = crate::autograd::entry::op_entry!(
+            crate::names::SCATTER_ADD,
             [self, index, src],
             attrs = Vec::new,
             again = again
         );
-        const OP: &str = crate::ops::names::SCATTER_ADD;
+        const OP: &str = crate::names::SCATTER_ADD;
         check_same(OP, &[self, src]);
         let d = dim.resolve(self.rank().max(1), OP);
         check_index_shape(OP, self, index, d);
@@ -178,7 +178,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn embedding(indices: &Tensor, weight: &Tensor) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::EMBEDDING, &[indices, weight], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::EMBEDDING, &[indices, weight], &[], Vec::new);
         if weight.rank() != 2 {
             panic!("embedding: weight must be 2-D [num_embeddings, embedding_dim], got shape {:?}", weight.shape());
         }

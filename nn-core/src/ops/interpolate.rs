@@ -98,7 +98,7 @@ pub enum InterpolateSize {
 /// an empty output, or when `align_corners` is set for nearest.
 #[track_caller]
 pub fn interpolate(x: &Tensor, size: InterpolateSize, mode: InterpolateMode, align_corners: Option<bool>) -> Tensor {
-    const OP: &str = crate::ops::names::INTERPOLATE;
+    const OP: &str = crate::names::INTERPOLATE;
     check_float(OP, x);
     if let Some(y) = crate::autograd::autocast::cast1(OP, x, |x| interpolate(x, size.clone(), mode, align_corners)) {
         return y;

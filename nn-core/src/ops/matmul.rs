@@ -29,7 +29,7 @@ impl Tensor {
     pub fn matmul(&self, other: &Tensor) -> Tensor {
         let again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").matmul(c[1].expect("present"));
         let _op =
-            crate::ops::entry::op_entry!(crate::ops::names::MATMUL, [self, other], attrs = Vec::new, again = again);
+            crate::autograd::entry::op_entry!(crate::names::MATMUL, [self, other], attrs = Vec::new, again = again);
         let (ra, rb) = (self.rank(), other.rank());
         if ra == 0 || rb == 0 {
             panic!(
@@ -96,7 +96,7 @@ impl Tensor {
     /// `None` (the caller falls back to the two ops, and their error messages) unless the
     /// shapes fit and all three share a float dtype and a device.
     pub(crate) fn addmm_t(&self, weight: &Tensor, bias: &Tensor) -> Option<Tensor> {
-        const OP: &str = crate::ops::names::LINEAR;
+        const OP: &str = crate::names::LINEAR;
         let fits = self.rank() == 2
             && weight.rank() == 2
             && bias.rank() == 1
@@ -173,8 +173,8 @@ impl Tensor {
         let again = |c: &[Option<&crate::Tensor>]| {
             c[0].expect("present").addmm_with(c[1].expect("present"), c[2].expect("present"), beta, alpha)
         };
-        let _op = crate::ops::entry::op_entry!(
-            crate::ops::names::ADDMM,
+        let _op = crate::autograd::entry::op_entry!(
+            crate::names::ADDMM,
             [self, mat1, mat2],
             attrs = || {
                 vec![
@@ -184,7 +184,7 @@ impl Tensor {
             },
             again = again
         );
-        const OP: &str = crate::ops::names::ADDMM;
+        const OP: &str = crate::names::ADDMM;
         check_same(OP, &[self, mat1, mat2]);
         check_float(OP, self);
         if mat1.rank() != 2 || mat2.rank() != 2 {
@@ -230,7 +230,7 @@ impl Tensor {
 /// `[..., m, k] x [..., k, n]` with broadcast batch dims.
 #[track_caller]
 fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
-    const OP: &str = crate::ops::names::MATMUL;
+    const OP: &str = crate::names::MATMUL;
     check_same(OP, &[a, b]);
     check_float(OP, a);
     let (ra, rb) = (a.rank(), b.rank());

@@ -44,7 +44,7 @@ impl Tensor {
     /// messages).
     #[track_caller]
     pub fn multinomial(&self, num_samples: usize, replacement: bool) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(OP, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(OP, &[self], &[], || {
             vec![("num_samples", trace::int(num_samples)), ("replacement", trace::Attr::Bool(replacement))]
         });
         if !matches!(self.rank(), 1 | 2) {

@@ -101,7 +101,7 @@ impl Tensor {
     ) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
         let again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").layer_norm(normalized_shape, c[1], c[2], eps);
-        let _op = crate::ops::entry::op_entry!(crate::ops::names::LAYER_NORM, [self]; [weight, bias], attrs = || {
+        let _op = crate::autograd::entry::op_entry!(crate::names::LAYER_NORM, [self]; [weight, bias], attrs = || {
             use crate::autograd::trace::Attr;
             vec![
                 ("normalized_shape", crate::autograd::trace::ints(normalized_shape)),
@@ -162,7 +162,7 @@ impl Tensor {
             _ => f64::from(f32::EPSILON),
         });
         // Under GPU autocast (PyTorch's CUDA list): in f32, with f32's `eps` by default.
-        if let Some(y) = crate::autograd::autocast::cast_call(crate::ops::names::RMS_NORM, &[Some(self), weight], |c| {
+        if let Some(y) = crate::autograd::autocast::cast_call(crate::names::RMS_NORM, &[Some(self), weight], |c| {
             c[0].expect("present").rms_norm(normalized_shape, c[1], Some(eps))
         }) {
             return y;
@@ -219,8 +219,8 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(
-            crate::ops::names::BATCH_NORM,
+        let _op = crate::autograd::entry::enter_uncast(
+            crate::names::BATCH_NORM,
             &[self],
             &[running_mean, running_var, weight, bias],
             || {
@@ -235,7 +235,7 @@ impl Tensor {
                 ]
             },
         );
-        const OP: &str = crate::ops::names::BATCH_NORM;
+        const OP: &str = crate::names::BATCH_NORM;
         // PyTorch's checks: an eps of 0 would divide by a zero variance in training.
         if training && eps.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             panic!("{OP}: eps must be positive during training, got {eps}");

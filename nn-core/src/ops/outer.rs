@@ -21,7 +21,7 @@ impl Tensor {
     /// When either operand is not 1-D, or they differ in dtype or device.
     #[track_caller]
     pub fn outer(&self, other: &Tensor) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::OUTER, &[self, other], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::OUTER, &[self, other], &[], Vec::new);
         for (what, t) in [("self", self), ("vec2", other)] {
             if t.rank() != 1 {
                 panic!("outer: Expected 1-D argument {what}, but got {}-D (shape {:?})", t.rank(), t.shape());

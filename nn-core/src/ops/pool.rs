@@ -56,7 +56,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_pool2d(&self, options: Pool2dConfig) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MAX_POOL2D, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::MAX_POOL2D, &[self], &[], || {
             crate::autograd::trace::pool_attrs(&options)
         });
         self.max_pool2d_impl(options).0
@@ -66,7 +66,7 @@ impl Tensor {
     /// PyTorch's `return_indices=True`.
     #[track_caller]
     pub fn max_pool2d_with_indices(&self, options: Pool2dConfig) -> (Tensor, Tensor) {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MAX_POOL2D_WITH_INDICES, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::MAX_POOL2D_WITH_INDICES, &[self], &[], || {
             crate::autograd::trace::pool_attrs(&options)
         });
         let (out, argmax) = self.max_pool2d_impl(options);
@@ -78,7 +78,7 @@ impl Tensor {
     /// The pooled values and where each maximum came from, shared with backward.
     #[track_caller]
     fn max_pool2d_impl(&self, options: Pool2dConfig) -> (Tensor, Arc<Argmax>) {
-        const OP: &str = crate::ops::names::MAX_POOL2D;
+        const OP: &str = crate::names::MAX_POOL2D;
         check_float(OP, self);
         let (pl, shape) = planes(OP, self, &options);
         crate::shape::numel_of(OP, &shape);
@@ -107,14 +107,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn avg_pool2d(&self, options: Pool2dConfig, count_include_pad: bool) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::AVG_POOL2D, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::AVG_POOL2D, &[self], &[], || {
             [
                 crate::autograd::trace::pool_attrs(&options),
                 vec![("count_include_pad", crate::autograd::trace::Attr::Bool(count_include_pad))],
             ]
             .concat()
         });
-        const OP: &str = crate::ops::names::AVG_POOL2D;
+        const OP: &str = crate::names::AVG_POOL2D;
         check_float(OP, self);
         if options.dilation != (1, 1) {
             panic!("avg_pool2d: dilation is not supported (PyTorch's avg_pool2d has none), got {:?}", options.dilation);
@@ -139,10 +139,10 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn adaptive_avg_pool2d(&self, output_size: (usize, usize)) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ADAPTIVE_AVG_POOL2D, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ADAPTIVE_AVG_POOL2D, &[self], &[], || {
             vec![("output_size", crate::autograd::trace::ints(&[output_size.0, output_size.1]))]
         });
-        const OP: &str = crate::ops::names::ADAPTIVE_AVG_POOL2D;
+        const OP: &str = crate::names::ADAPTIVE_AVG_POOL2D;
         check_float(OP, self);
         if self.rank() != 3 && self.rank() != 4 {
             panic!("{OP}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {:?}", self.shape());

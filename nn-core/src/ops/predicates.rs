@@ -21,7 +21,7 @@ impl Tensor {
     /// assert_eq!(x.isnan().dtype(), DType::Bool);
     /// ```
     pub fn isnan(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ISNAN, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ISNAN, &[self], &[], Vec::new);
         predicate(self, f64::is_nan)
     }
 
@@ -33,7 +33,7 @@ impl Tensor {
     /// assert_eq!(x.isinf().to_vec_bool(), vec![false, false, true]);
     /// ```
     pub fn isinf(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ISINF, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ISINF, &[self], &[], Vec::new);
         predicate(self, f64::is_infinite)
     }
 
@@ -47,7 +47,7 @@ impl Tensor {
     /// assert!(x.isfinite().any().item_bool() && !x.isfinite().all().item_bool());
     /// ```
     pub fn isfinite(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ISFINITE, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ISFINITE, &[self], &[], Vec::new);
         predicate(self, f64::is_finite)
     }
 
@@ -60,7 +60,7 @@ impl Tensor {
     /// assert!(!Tensor::zeros(&[0]).any().item_bool());
     /// ```
     pub fn any(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ANY, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ANY, &[self], &[], Vec::new);
         self.bool_reduce(None, false, false)
     }
 
@@ -74,7 +74,7 @@ impl Tensor {
     /// assert!(!x.gt(&Tensor::scalar(1.0)).all().item_bool());
     /// ```
     pub fn all(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ALL, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ALL, &[self], &[], Vec::new);
         self.bool_reduce(None, false, true)
     }
 

@@ -9,7 +9,7 @@ use crate::autograd::{op_result, Grads};
 use crate::shape::{Dim, Dims, Layout};
 use crate::tensor::Tensor;
 
-const OP: &str = crate::ops::names::QUANTILE;
+const OP: &str = crate::names::QUANTILE;
 
 impl Tensor {
     /// The `q`-th quantile with linear interpolation, `torch.quantile(x, q, dim, keepdim)`:

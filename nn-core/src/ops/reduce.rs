@@ -63,8 +63,8 @@ impl Tensor {
     /// Sum over several dimensions; an empty list sums everything.
     #[track_caller]
     pub fn sum_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Tensor {
-        let _op = crate::ops::entry::op_entry!(
-            crate::ops::names::SUM,
+        let _op = crate::autograd::entry::op_entry!(
+            crate::names::SUM,
             [self],
             attrs = || {
                 vec![
@@ -74,7 +74,7 @@ impl Tensor {
             },
             again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").sum_dims(dims, keepdim)
         );
-        const OP: &str = crate::ops::names::SUM;
+        const OP: &str = crate::names::SUM;
         check_float(OP, self);
         let mask = resolve_dims(OP, dims, self.rank());
         let oshape = out_shape(self.shape(), &mask, keepdim);
@@ -151,7 +151,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn argmax<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ARGMAX, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ARGMAX, &[self], &[], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "argmax"))),
                 ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
@@ -163,7 +163,7 @@ impl Tensor {
     /// Index of the smallest element along `dim` (first one on ties), as `i64`.
     #[track_caller]
     pub fn argmin<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ARGMIN, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ARGMIN, &[self], &[], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank().max(1), "argmin"))),
                 ("keepdim", crate::autograd::trace::Attr::Bool(keepdim)),
@@ -203,14 +203,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn max_dim<D: Dim>(&self, dim: D, keepdim: bool) -> (Tensor, Tensor) {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MAX_DIM, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::MAX_DIM, &[self], &[], Vec::new);
         self.extreme_dim(dim, keepdim, true)
     }
 
     /// Minimum along `dim`: `(values, indices)`.
     #[track_caller]
     pub fn min_dim<D: Dim>(&self, dim: D, keepdim: bool) -> (Tensor, Tensor) {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MIN_DIM, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::MIN_DIM, &[self], &[], Vec::new);
         self.extreme_dim(dim, keepdim, false)
     }
 
@@ -236,14 +236,14 @@ impl Tensor {
     /// the tied elements, as PyTorch's `max()` without a dim.
     #[track_caller]
     pub fn max(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MAX, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::MAX, &[self], &[], Vec::new);
         self.extreme_all(true)
     }
 
     /// The smallest element, as a 0-d tensor (ties share the gradient, like [`max`](Tensor::max)).
     #[track_caller]
     pub fn min(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::MIN, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::MIN, &[self], &[], Vec::new);
         self.extreme_all(false)
     }
 
@@ -269,8 +269,8 @@ impl Tensor {
     /// `log(sum(exp(x)))` along `dim`, computed stably; `-inf` along an empty dim.
     #[track_caller]
     pub fn logsumexp<D: Dim>(&self, dim: D, keepdim: bool) -> Tensor {
-        let _op = crate::ops::entry::op_entry!(
-            crate::ops::names::LOGSUMEXP,
+        let _op = crate::autograd::entry::op_entry!(
+            crate::names::LOGSUMEXP,
             [self],
             attrs = || {
                 vec![

@@ -22,7 +22,7 @@ impl Tensor {
     /// When a dim is out of range or listed twice.
     #[track_caller]
     pub fn flip(&self, dims: &[i64]) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::FLIP, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::FLIP, &[self], &[], || {
             vec![("dims", Attr::Ints(dims.to_vec()))]
         });
         let mut seen: Dims = Dims::new();
@@ -73,7 +73,7 @@ impl Tensor {
     /// hold exactly one shift), or a dim is out of range.
     #[track_caller]
     pub fn roll(&self, shifts: &[i64], dims: &[i64]) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ROLL, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ROLL, &[self], &[], || {
             vec![("shifts", Attr::Ints(shifts.to_vec())), ("dims", Attr::Ints(dims.to_vec()))]
         });
         if dims.is_empty() {

@@ -10,7 +10,7 @@ use crate::shape::{Dim, Layout};
 use crate::tensor::Tensor;
 
 fn softmax_impl<D: Dim>(x: &Tensor, dim: D, log: bool) -> Tensor {
-    let op = if log { crate::ops::names::LOG_SOFTMAX } else { crate::ops::names::SOFTMAX };
+    let op = if log { crate::names::LOG_SOFTMAX } else { crate::names::SOFTMAX };
     check_float(op, x);
     let x0 = if x.rank() == 0 { x.reshape(&[1]) } else { x.clone() };
     let d = dim.resolve(x0.rank(), op);
@@ -51,8 +51,8 @@ impl Tensor {
     #[track_caller]
     pub fn softmax<D: Dim>(&self, dim: D) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
-        let _op = crate::ops::entry::op_entry!(
-            crate::ops::names::SOFTMAX,
+        let _op = crate::autograd::entry::op_entry!(
+            crate::names::SOFTMAX,
             [self],
             attrs = || { vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "softmax")))] },
             again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").softmax(dim)
@@ -70,8 +70,8 @@ impl Tensor {
     #[track_caller]
     pub fn log_softmax<D: Dim>(&self, dim: D) -> Tensor {
         // Under GPU autocast (PyTorch's CUDA list): in f32.
-        let _op = crate::ops::entry::op_entry!(
-            crate::ops::names::LOG_SOFTMAX,
+        let _op = crate::autograd::entry::op_entry!(
+            crate::names::LOG_SOFTMAX,
             [self],
             attrs = || { vec![("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "log_softmax")))] },
             again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").log_softmax(dim)

@@ -33,7 +33,7 @@ impl Tensor {
     #[track_caller]
     pub fn sort<D: Dim>(&self, dim: D, descending: bool) -> (Tensor, Tensor) {
         let d = dim.resolve(self.rank(), "sort");
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::SORT, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::SORT, &[self], &[], || {
             vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]
         });
         let n = self.shape().get(d).copied().unwrap_or(1);
@@ -55,7 +55,7 @@ impl Tensor {
     #[track_caller]
     pub fn argsort<D: Dim>(&self, dim: D, descending: bool) -> Tensor {
         let d = dim.resolve(self.rank(), "argsort");
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ARGSORT, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ARGSORT, &[self], &[], || {
             vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]
         });
         let n = self.shape().get(d).copied().unwrap_or(1);
@@ -85,7 +85,7 @@ impl Tensor {
     #[track_caller]
     pub fn topk<D: Dim>(&self, k: usize, dim: D, largest: bool, sorted: bool) -> (Tensor, Tensor) {
         let d = dim.resolve(self.rank(), "topk");
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::TOPK, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::TOPK, &[self], &[], || {
             vec![
                 ("k", trace::int(k)),
                 ("dim", trace::int(d)),

@@ -86,7 +86,7 @@ impl Tensor {
     /// When the tensor is not `f32`/`f64`.
     #[track_caller]
     pub fn erf(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::ERF, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::ERF, &[self], &[], Vec::new);
         unary(self, Erf)
     }
 
@@ -107,8 +107,8 @@ impl Tensor {
     /// When the tensor is not `f32`/`f64`.
     #[track_caller]
     pub fn erfinv(&self) -> Tensor {
-        let _op = crate::ops::entry::op_entry!(
-            crate::ops::names::ERFINV,
+        let _op = crate::autograd::entry::op_entry!(
+            crate::names::ERFINV,
             [self],
             attrs = Vec::new,
             again = |c: &[Option<&crate::Tensor>]| c[0].expect("present").erfinv()

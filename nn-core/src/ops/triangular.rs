@@ -44,7 +44,7 @@ impl Tensor {
     /// When the tensor has fewer than 2 dims.
     #[track_caller]
     pub fn tril(&self, diagonal: i64) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::TRIL, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::TRIL, &[self], &[], || {
             vec![("diagonal", crate::autograd::trace::Attr::Int(diagonal))]
         });
         triangle(self, "tril", diagonal, true)
@@ -64,7 +64,7 @@ impl Tensor {
     /// When the tensor has fewer than 2 dims.
     #[track_caller]
     pub fn triu(&self, diagonal: i64) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::TRIU, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::TRIU, &[self], &[], || {
             vec![("diagonal", crate::autograd::trace::Attr::Int(diagonal))]
         });
         triangle(self, "triu", diagonal, false)

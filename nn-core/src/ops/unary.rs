@@ -6,12 +6,12 @@ use std::sync::Arc;
 use smallvec::smallvec;
 
 use super::check_float;
+use crate::autograd::entry::op_entry;
 use crate::autograd::{op_result, Grads};
 use crate::backend::cpu::vfun::{self, PowKind};
 pub(crate) use crate::backend::UnaryOp;
 use crate::backend::{F32GradLoop, F32Loop, Wgsl};
 use crate::dtype::FloatElement;
-use crate::ops::entry::op_entry;
 use crate::shape::Layout;
 use crate::tensor::Tensor;
 
@@ -105,10 +105,10 @@ macro_rules! unary_op {
 }
 pub(crate) use unary_op;
 
-unary_op!(Neg, crate::ops::names::NEG, |s, x| -x, |s, x, y| -T::one(), wgsl = Wgsl::unary("-x", "-1.0", false));
+unary_op!(Neg, crate::names::NEG, |s, x| -x, |s, x, y| -T::one(), wgsl = Wgsl::unary("-x", "-1.0", false));
 unary_op!(
     Exp,
-    crate::ops::names::EXP,
+    crate::names::EXP,
     |s, x| x.exp(),
     |s, x, y| y,
     wgsl = Wgsl::unary("exp(x)", "y", true),
@@ -116,7 +116,7 @@ unary_op!(
 );
 unary_op!(
     Log,
-    crate::ops::names::LOG,
+    crate::names::LOG,
     |s, x| x.ln(),
     |s, x, y| x.recip(),
     wgsl = Wgsl::unary("log(x)", "1.0 / x", true),
@@ -124,14 +124,14 @@ unary_op!(
 );
 unary_op!(
     Sqrt,
-    crate::ops::names::SQRT,
+    crate::names::SQRT,
     |s, x| x.sqrt(),
     |s, x, y| c::<T>(0.5) / y,
     wgsl = Wgsl::unary("sqrt(x)", "0.5 / y", false)
 );
 unary_op!(
     Abs,
-    crate::ops::names::ABS,
+    crate::names::ABS,
     |s, x| x.abs(),
     |s, x, y| if x > T::zero() {
         T::one()
@@ -142,24 +142,18 @@ unary_op!(
     },
     wgsl = Wgsl::unary("abs(x)", "select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0)", false)
 );
-unary_op!(Sin, crate::ops::names::SIN, |s, x| x.sin(), |s, x, y| x.cos(), wgsl = Wgsl::unary("sin(x)", "cos(x)", true));
-unary_op!(
-    Cos,
-    crate::ops::names::COS,
-    |s, x| x.cos(),
-    |s, x, y| -x.sin(),
-    wgsl = Wgsl::unary("cos(x)", "-sin(x)", true)
-);
+unary_op!(Sin, crate::names::SIN, |s, x| x.sin(), |s, x, y| x.cos(), wgsl = Wgsl::unary("sin(x)", "cos(x)", true));
+unary_op!(Cos, crate::names::COS, |s, x| x.cos(), |s, x, y| -x.sin(), wgsl = Wgsl::unary("cos(x)", "-sin(x)", true));
 unary_op!(
     Square,
-    crate::ops::names::SQUARE,
+    crate::names::SQUARE,
     |s, x| x * x,
     |s, x, y| c::<T>(2.0) * x,
     wgsl = Wgsl::unary("x * x", "2.0 * x", false)
 );
 unary_op!(
     Recip,
-    crate::ops::names::RECIPROCAL,
+    crate::names::RECIPROCAL,
     |s, x| x.recip(),
     |s, x, y| -(y * y),
     wgsl = Wgsl::unary("1.0 / x", "-(y * y)", false)
@@ -169,7 +163,7 @@ unary_op!(
 #[derive(Clone, Copy)]
 pub(crate) struct PowScalar(pub f64);
 impl UnaryOp for PowScalar {
-    const NAME: &'static str = crate::ops::names::POW;
+    const NAME: &'static str = crate::names::POW;
     fn f<T: FloatElement>(&self, x: T) -> T {
         if self.0 == 2.0 {
             x * x
@@ -245,7 +239,7 @@ impl UnaryOp for PowScalar {
 #[derive(Clone, Copy)]
 pub(crate) struct Rsqrt;
 impl UnaryOp for Rsqrt {
-    const NAME: &'static str = crate::ops::names::RSQRT;
+    const NAME: &'static str = crate::names::RSQRT;
     fn f<T: FloatElement>(&self, x: T) -> T {
         x.sqrt().recip()
     }
@@ -271,7 +265,7 @@ impl UnaryOp for Rsqrt {
 #[derive(Clone, Copy)]
 pub(crate) struct Affine(pub f64, pub f64);
 impl UnaryOp for Affine {
-    const NAME: &'static str = crate::ops::names::AFFINE;
+    const NAME: &'static str = crate::names::AFFINE;
     fn f<T: FloatElement>(&self, x: T) -> T {
         if self.0 == 1.0 {
             x + c(self.1)
@@ -294,7 +288,7 @@ impl UnaryOp for Affine {
 #[derive(Clone, Copy)]
 pub(crate) struct DivScalar(pub f64);
 impl UnaryOp for DivScalar {
-    const NAME: &'static str = crate::ops::names::DIV;
+    const NAME: &'static str = crate::names::DIV;
     fn f<T: FloatElement>(&self, x: T) -> T {
         x / c(self.0)
     }
@@ -310,7 +304,7 @@ impl UnaryOp for DivScalar {
 #[derive(Clone, Copy)]
 pub(crate) struct ScalarDiv(pub f64);
 impl UnaryOp for ScalarDiv {
-    const NAME: &'static str = crate::ops::names::DIV;
+    const NAME: &'static str = crate::names::DIV;
     fn f<T: FloatElement>(&self, x: T) -> T {
         c::<T>(self.0) / x
     }
@@ -326,7 +320,7 @@ impl UnaryOp for ScalarDiv {
 #[derive(Clone, Copy)]
 pub(crate) struct Clamp(pub f64, pub f64);
 impl UnaryOp for Clamp {
-    const NAME: &'static str = crate::ops::names::CLAMP;
+    const NAME: &'static str = crate::names::CLAMP;
     fn f<T: FloatElement>(&self, x: T) -> T {
         if x.is_nan() {
             return x;
@@ -423,7 +417,7 @@ impl Tensor {
     /// assert_eq!(Tensor::from_vec(vec![2.0, 3.0], &[2]).powf(3.0).to_vec(), vec![8.0, 27.0]);
     /// ```
     pub fn powf(&self, exponent: f64) -> Tensor {
-        unary_with(self, PowScalar(exponent), crate::ops::names::POWF, move || {
+        unary_with(self, PowScalar(exponent), crate::names::POWF, move || {
             vec![("exponent", crate::autograd::trace::Attr::Float(exponent))]
         })
     }
@@ -442,7 +436,7 @@ impl Tensor {
     /// sent no gradient back; PyTorch returns NaN).
     #[track_caller]
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::CLAMP, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::CLAMP, &[self], &[], || {
             vec![("min", crate::autograd::trace::Attr::Float(min)), ("max", crate::autograd::trace::Attr::Float(max))]
         });
         if min.is_nan() || max.is_nan() {
@@ -457,17 +451,17 @@ impl Tensor {
     /// `a * x + b` elementwise in one pass.
     pub fn affine(&self, a: f64, b: f64) -> Tensor {
         use crate::autograd::trace::Attr::Float;
-        unary_with(self, Affine(a, b), crate::ops::names::AFFINE, move || vec![("a", Float(a)), ("b", Float(b))])
+        unary_with(self, Affine(a, b), crate::names::AFFINE, move || vec![("a", Float(a)), ("b", Float(b))])
     }
 
     pub(crate) fn div_scalar(&self, s: f64) -> Tensor {
-        unary_with(self, DivScalar(s), crate::ops::names::DIV_SCALAR, move || {
+        unary_with(self, DivScalar(s), crate::names::DIV_SCALAR, move || {
             vec![("s", crate::autograd::trace::Attr::Float(s))]
         })
     }
 
     pub(crate) fn scalar_div(&self, s: f64) -> Tensor {
-        unary_with(self, ScalarDiv(s), crate::ops::names::SCALAR_DIV, move || {
+        unary_with(self, ScalarDiv(s), crate::names::SCALAR_DIV, move || {
             vec![("s", crate::autograd::trace::Attr::Float(s))]
         })
     }

@@ -7,7 +7,7 @@ use crate::autograd::{no_grad, op_result, Grads};
 use crate::shape::{Dim, Dims};
 use crate::tensor::Tensor;
 
-const OP: &str = crate::ops::names::NORM;
+const OP: &str = crate::names::NORM;
 
 /// The order of a vector norm: PyTorch's `ord` of `torch.linalg.vector_norm` (`p` of
 /// `Tensor.norm`), for the three orders models use.

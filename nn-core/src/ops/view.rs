@@ -43,7 +43,7 @@ impl Tensor {
     /// When the element counts differ.
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::RESHAPE, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::RESHAPE, &[self], &[], || {
             vec![("shape", crate::autograd::trace::ints(shape))]
         });
         if crate::shape::checked_numel(shape) != Some(self.numel()) {
@@ -75,7 +75,7 @@ impl Tensor {
     /// Like [`reshape`](Tensor::reshape) but panics instead of copying (PyTorch's `view`).
     #[track_caller]
     pub fn view(&self, shape: &[usize]) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::RESHAPE, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::RESHAPE, &[self], &[], || {
             vec![("shape", crate::autograd::trace::ints(shape))]
         });
         if crate::shape::checked_numel(shape) != Some(self.numel()) {
@@ -128,7 +128,7 @@ impl Tensor {
     /// When `perm` is not a permutation of `0..rank`.
     #[track_caller]
     pub fn permute(&self, perm: &[usize]) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::PERMUTE, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::PERMUTE, &[self], &[], || {
             vec![("perm", crate::autograd::trace::ints(perm))]
         });
         let r = self.rank();
@@ -188,7 +188,7 @@ impl Tensor {
         if self.rank() == 0 {
             panic!("narrow: cannot be applied to a 0-d tensor (it has no dimension to narrow)");
         }
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::NARROW, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::NARROW, &[self], &[], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "narrow"))),
                 ("start", crate::autograd::trace::int(start)),
@@ -246,7 +246,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn expand(&self, shape: &[usize]) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::EXPAND, &[self], &[], || {
+        let _op = crate::autograd::entry::enter_uncast(crate::names::EXPAND, &[self], &[], || {
             vec![("shape", crate::autograd::trace::ints(shape))]
         });
         if self.shape() == shape {
@@ -317,11 +317,11 @@ impl Tensor {
             let rank = tensors.iter().find(|t| t.shape() != [0]).or(tensors.first()).map_or(1, |t| t.rank());
             vec![("dim", crate::autograd::trace::int(dim.resolve(rank, "cat")))]
         };
-        let _op = match crate::ops::entry::enter(crate::ops::names::CAT, tensors, &[], attrs, again) {
-            crate::ops::entry::Entered::Done(y) => return y,
-            crate::ops::entry::Entered::Run(op) => op,
+        let _op = match crate::autograd::entry::enter(crate::names::CAT, tensors, &[], attrs, again) {
+            crate::autograd::entry::Entered::Done(y) => return y,
+            crate::autograd::entry::Entered::Run(op) => op,
         };
-        const OP: &str = crate::ops::names::CAT;
+        const OP: &str = crate::names::CAT;
         if tensors.is_empty() {
             panic!("{OP}: expected a non-empty list of tensors");
         }
@@ -393,8 +393,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn stack<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
-        if let Some(y) =
-            crate::autograd::autocast::cast_many(crate::ops::names::STACK, tensors, |ts| Tensor::stack(ts, dim))
+        if let Some(y) = crate::autograd::autocast::cast_many(crate::names::STACK, tensors, |ts| Tensor::stack(ts, dim))
         {
             return y;
         }

@@ -176,7 +176,7 @@ impl Tensor {
     /// assert_eq!(w.to_vec(), [0.0, 0.0]);
     /// ```
     pub fn detach(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::DETACH, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::DETACH, &[self], &[], Vec::new);
         // A value saved for backward stays checked when detached.
         Tensor::in_slot_at(self.slot(), self.layout().clone(), None, self.0.saved_version)
     }
@@ -201,7 +201,7 @@ impl Tensor {
     /// assert_eq!(kept.to_vec(), [2.0, 3.0]);
     /// ```
     pub fn snapshot(&self) -> Tensor {
-        let _op = crate::ops::entry::enter_uncast(crate::ops::names::SNAPSHOT, &[self], &[], Vec::new);
+        let _op = crate::autograd::entry::enter_uncast(crate::names::SNAPSHOT, &[self], &[], Vec::new);
         Tensor::from_parts(self.storage_arc(), self.layout().clone(), None)
     }
 
@@ -215,7 +215,7 @@ impl Tensor {
     /// new values to a backward of the old ones.
     pub(crate) fn saved(&self) -> Tensor {
         if self.shares_storage_with_views() {
-            let _op = crate::ops::entry::enter_uncast(crate::ops::names::DETACH, &[self], &[], Vec::new);
+            let _op = crate::autograd::entry::enter_uncast(crate::names::DETACH, &[self], &[], Vec::new);
             let slot = self.slot();
             let version = slot.version.load(std::sync::atomic::Ordering::Acquire);
             Tensor::in_slot_at(slot, self.layout().clone(), None, Some(version))

@@ -5,7 +5,7 @@
 //!    op the autocast tables list has its floating arguments cast by its policy and runs
 //!    again on them ([`Entered::Done`], the op's result), with autocast excluded so that its
 //!    parts do not cast again. The tables and the op name the op by one constant of
-//!    [`names`](super::names).
+//!    [`names`](crate::names).
 //! 2. **The trace frame** ([`trace`](crate::trace)): the outermost op open is what a trace
 //!    records, with its inputs and attributes; the ops it calls are its parts.
 //! 3. **The inside-an-op mark**: while the op runs ([`Running`] is held), the ops it calls
@@ -70,8 +70,8 @@ pub(crate) fn enter_uncast(
     attrs: impl FnOnce() -> Vec<(&'static str, Attr)>,
 ) -> Running {
     debug_assert!(
-        crate::amp::policy(crate::Device::Cpu, name).is_none()
-            && crate::amp::policy(crate::Device::Gpu(0), name).is_none(),
+        autocast::policy(crate::Device::Cpu, name).is_none()
+            && autocast::policy(crate::Device::Gpu(0), name).is_none(),
         "{name}: listed in the autocast tables, so its entry needs `again` (the op run on cast arguments)"
     );
     Running(trace::op_with(name, inputs, optional, attrs))
@@ -82,12 +82,12 @@ pub(crate) fn enter_uncast(
 /// Without `again`, [`enter_uncast`].
 macro_rules! op_entry {
     ($name:expr, [$($x:expr),+] $(; [$($o:expr),*])?, attrs = $attrs:expr) => {
-        $crate::ops::entry::enter_uncast($name, &[$($x),+], &[$($($o),*)?], $attrs)
+        $crate::autograd::entry::enter_uncast($name, &[$($x),+], &[$($($o),*)?], $attrs)
     };
     ($name:expr, [$($x:expr),+] $(; [$($o:expr),*])?, attrs = $attrs:expr, again = $again:expr) => {
-        match $crate::ops::entry::enter($name, &[$($x),+], &[$($($o),*)?], $attrs, $again) {
-            $crate::ops::entry::Entered::Done(y) => return y,
-            $crate::ops::entry::Entered::Run(running) => running,
+        match $crate::autograd::entry::enter($name, &[$($x),+], &[$($($o),*)?], $attrs, $again) {
+            $crate::autograd::entry::Entered::Done(y) => return y,
+            $crate::autograd::entry::Entered::Run(running) => running,
         }
     };
 }

@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use nn_core::amp::{policy, CastPolicy};
-//! use nn_core::ops::names;
+//! use nn_core::names;
 //! use nn_core::Device;
 //! assert_eq!(policy(Device::Cpu, names::LINEAR), Some(CastPolicy::Lower));
 //! assert_eq!(names::SCALED_DOT_PRODUCT_ATTENTION, "scaled_dot_product_attention");
