@@ -3,10 +3,11 @@
 //!
 //! [`trace`] runs a closure (normally one `model.forward(&x)`) with a thread-local recorder
 //! switched on and returns what it saw. Each public tensor op opens a *scope* at its entry
-//! (`ops::entry`, after autocast and before its kernel); only the outermost scope becomes a [`TracedOp`], so
-//! an op built from other ops (`layer_norm` from means and sums) is recorded once, under its
-//! own name, and a composite function that opens no scope of its own (`group_norm`,
-//! `bilinear`, `scaled_dot_product_attention`) is recorded as the primitives it calls. The
+//! (`autograd::entry`, after autocast and before its kernel); only the outermost scope
+//! becomes a [`TracedOp`], so an op built from other ops (`layer_norm` from means and
+//! sums) is recorded once, under its own name, and a composite function that opens no
+//! scope of its own (`group_norm`, `bilinear`, `scaled_dot_product_attention`) is
+//! recorded as the primitives it calls. The
 //! result of a scope is the last tensor created while it was open (every tensor is created
 //! through one constructor, which tells the recorder); a scope that creates nothing returned
 //! one of its inputs (`reshape` to the same shape, `dropout` in evaluation) and records
@@ -246,7 +247,7 @@ impl Drop for OpScope {
 }
 
 /// Opens the scope of op `name` with its `inputs` and optional operands (a bias, recorded
-/// after `inputs` when present). Ops call it through their entry (`ops::entry`), which
+/// after `inputs` when present). Ops call it through their entry (`autograd::entry`), which
 /// keeps the guard until the op returns.
 #[inline]
 pub(crate) fn op_with(
