@@ -70,8 +70,7 @@ pub(crate) fn enter_uncast(
     attrs: impl FnOnce() -> Vec<(&'static str, Attr)>,
 ) -> Running {
     debug_assert!(
-        autocast::policy(crate::Device::Cpu, name).is_none()
-            && autocast::policy(crate::Device::Gpu(0), name).is_none(),
+        autocast::policy(crate::Device::Cpu, name).is_none() && autocast::policy(crate::Device::Gpu(0), name).is_none(),
         "{name}: listed in the autocast tables, so its entry needs `again` (the op run on cast arguments)"
     );
     Running(trace::op_with(name, inputs, optional, attrs))
