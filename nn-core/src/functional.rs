@@ -254,14 +254,9 @@ fn check_bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tenso
 pub fn bilinear(x1: &Tensor, x2: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Tensor {
     // Under autocast: the operands promoted to the widest (PyTorch's CUDA promote list), and
     // its parts (a product and a sum) not cast, as PyTorch's bilinear is one op.
-    if let Some(y) =
-        crate::autograd::autocast::cast_call(crate::names::BILINEAR, &[Some(x1), Some(x2), Some(weight), bias], |c| {
-            bilinear(c[0].expect("present"), c[1].expect("present"), c[2].expect("present"), c[3])
-        })
-    {
-        return y;
-    }
-    let _parts = crate::autograd::autocast::inside_op();
+    let again =
+        |c: &[Option<&Tensor>]| bilinear(c[0].expect("present"), c[1].expect("present"), c[2].expect("present"), c[3]);
+    let _op = crate::autograd::entry::op_entry!(untraced crate::names::BILINEAR, [Some(x1), Some(x2), Some(weight), bias], again = again);
     check_bilinear(x1, x2, weight, bias);
     let (o, i, j) = (weight.shape()[0], weight.shape()[1], weight.shape()[2]);
     let lead = &x1.shape()[..x1.rank() - 1];

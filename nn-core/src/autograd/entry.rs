@@ -33,7 +33,18 @@ pub(crate) enum Entered<R> {
 
 /// Held while an op runs: its trace frame and its inside-an-op mark, closed on drop.
 #[must_use = "the op's trace frame closes when this is dropped"]
-pub(crate) struct Running(#[allow(dead_code)] Option<OpScope>);
+pub(crate) struct Running {
+    _scope: Option<OpScope>,
+    /// The mark of a composite op without a trace frame ([`enter_untraced`]); a traced
+    /// op's frame holds its own.
+    _parts: Option<autocast::InsideOp>,
+}
+
+impl Running {
+    fn traced(scope: Option<OpScope>) -> Self {
+        Running { _scope: scope, _parts: None }
+    }
+}
 
 /// Enters the op `name` with its tensor `inputs` and `optional` ones (a bias; recorded
 /// after the inputs when present): autocast first (`again` runs the op on the cast
@@ -53,7 +64,7 @@ pub(crate) fn enter<R>(
             return Entered::Done(y);
         }
     }
-    Entered::Run(Running(trace::op_with(name, inputs, optional, attrs)))
+    Entered::Run(Running::traced(trace::op_with(name, inputs, optional, attrs)))
 }
 
 /// [`enter`] for an op the autocast tables do not list, which so never runs again on cast
@@ -73,13 +84,36 @@ pub(crate) fn enter_uncast(
         autocast::policy(crate::Device::Cpu, name).is_none() && autocast::policy(crate::Device::Gpu(0), name).is_none(),
         "{name}: listed in the autocast tables, so its entry needs `again` (the op run on cast arguments)"
     );
-    Running(trace::op_with(name, inputs, optional, attrs))
+    Running::traced(trace::op_with(name, inputs, optional, attrs))
+}
+
+/// [`enter`] for a composite op that opens no trace frame of its own (a trace records the
+/// ops it is built from, `group_norm` as means and products): autocast on `args`, then the
+/// inside-an-op mark, so that its parts are not cast again.
+#[inline]
+pub(crate) fn enter_untraced<R>(
+    name: &'static str,
+    args: &[Option<&Tensor>],
+    again: impl FnOnce(&[Option<&Tensor>]) -> R,
+) -> Entered<R> {
+    if autocast::autocast_might_apply() {
+        if let Some(y) = autocast::cast_call(name, args, again) {
+            return Entered::Done(y);
+        }
+    }
+    Entered::Run(Running { _scope: None, _parts: autocast::inside_op() })
 }
 
 /// `let _op = op_entry!(NAME, [inputs..] (; [optional..])?, attrs = .., again = ..);`:
 /// [`enter`], returning the op's result from the calling function when autocast ran it.
 /// Without `again`, [`enter_uncast`].
 macro_rules! op_entry {
+    (untraced $name:expr, [$($x:expr),+], again = $again:expr) => {
+        match $crate::autograd::entry::enter_untraced($name, &[$($x),+], $again) {
+            $crate::autograd::entry::Entered::Done(y) => return y,
+            $crate::autograd::entry::Entered::Run(running) => running,
+        }
+    };
     ($name:expr, [$($x:expr),+] $(; [$($o:expr),*])?, attrs = $attrs:expr) => {
         $crate::autograd::entry::enter_uncast($name, &[$($x),+], &[$($($o),*)?], $attrs)
     };

@@ -100,11 +100,9 @@ pub enum InterpolateSize {
 pub fn interpolate(x: &Tensor, size: InterpolateSize, mode: InterpolateMode, align_corners: Option<bool>) -> Tensor {
     const OP: &str = crate::names::INTERPOLATE;
     check_float(OP, x);
-    if let Some(y) = crate::autograd::autocast::cast1(OP, x, |x| interpolate(x, size.clone(), mode, align_corners)) {
-        return y;
-    }
-    // Built from public ops, without a scope of its own: its parts are not cast.
-    let _parts = crate::autograd::autocast::inside_op();
+    // Built from public ops, without a trace frame of its own: its parts are not cast.
+    let again = |c: &[Option<&Tensor>]| interpolate(c[0].expect("present"), size.clone(), mode, align_corners);
+    let _op = crate::autograd::entry::op_entry!(untraced OP, [Some(x)], again = again);
     let rank = x.rank();
     match mode.rank() {
         Some(r) if r != rank => panic!(

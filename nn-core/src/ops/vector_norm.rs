@@ -81,11 +81,9 @@ impl Tensor {
     #[track_caller]
     fn vector_norm(&self, ord: NormOrd, dim: Option<usize>, keepdim: bool) -> Tensor {
         check_float(OP, self);
-        if let Some(y) = crate::autograd::autocast::cast1(OP, self, |x| x.vector_norm(ord, dim, keepdim)) {
-            return y;
-        }
-        // Built from public ops, without a scope of its own: its parts are not cast.
-        let _parts = crate::autograd::autocast::inside_op();
+        // Built from public ops, without a trace frame of its own: its parts are not cast.
+        let again = |c: &[Option<&Tensor>]| c[0].expect("present").vector_norm(ord, dim, keepdim);
+        let _op = crate::autograd::entry::op_entry!(untraced OP, [Some(self)], again = again);
         // The reduced dims (empty: all, as `sum_dims`) and the output shape with them kept.
         let dims: Vec<usize> = if self.rank() == 0 { vec![] } else { dim.into_iter().collect() };
         let kept: Dims =
