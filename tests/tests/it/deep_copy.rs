@@ -201,20 +201,33 @@ fn a_plain_field_that_is_not_clone_stops_the_copy_by_name() {
     assert!(msg.contains("Handle`) is not `Clone`"), "{msg}");
 }
 
+/// `struct Raw(Parameter)` with a hand-written `Module` impl (one parameter, `w`), with or
+/// without its own `deep_copy_into`.
+macro_rules! raw_module {
+    ($(with $copy:ident)?) => {
+        struct Raw(Parameter);
+        impl HoldsState for Raw {}
+        impl Module for Raw {
+            fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+                f(Name::Field("w"), Item::Param(&self.0));
+            }
+            fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
+            fn type_name(&self) -> &'static str {
+                "Raw"
+            }
+            $(
+                fn $copy(&self, copier: &mut DeepCopier, slot: CopySlot<'_>) {
+                    slot.put(Raw(copier.parameter(&self.0)));
+                }
+            )?
+            nn_core::module_accessors!();
+        }
+    };
+}
+
 #[test]
 fn a_hand_written_module_without_deep_copy_into_is_refused_by_name() {
-    struct Raw(Parameter);
-    impl HoldsState for Raw {}
-    impl Module for Raw {
-        fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
-            f(Name::Field("w"), Item::Param(&self.0));
-        }
-        fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
-        fn type_name(&self) -> &'static str {
-            "Raw"
-        }
-        nn_core::module_accessors!();
-    }
+    raw_module!();
     #[derive(Module)]
     struct Outer {
         #[module]
@@ -230,21 +243,7 @@ fn a_hand_written_module_without_deep_copy_into_is_refused_by_name() {
 /// derived parts of the tree are kept.
 #[test]
 fn a_hand_written_deep_copy_into_shares_the_record_of_ties() {
-    struct Raw(Parameter);
-    impl HoldsState for Raw {}
-    impl Module for Raw {
-        fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
-            f(Name::Field("w"), Item::Param(&self.0));
-        }
-        fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
-        fn type_name(&self) -> &'static str {
-            "Raw"
-        }
-        fn deep_copy_into(&self, copier: &mut DeepCopier, slot: CopySlot<'_>) {
-            slot.put(Raw(copier.parameter(&self.0)));
-        }
-        nn_core::module_accessors!();
-    }
+    raw_module!(with deep_copy_into);
     #[derive(Module)]
     struct Outer {
         #[module]
