@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Splits a `perf record --call-graph dwarf` profile of a training step into the parts the
-README's profiles report, each sample counted once, under the innermost frame that names a
+profiles in `benches/results/` report, each sample counted once, under the innermost frame that names a
 part (a GEMM inside the fused attention counts as GEMM, the attention's softmax as
 attention; see TIERS for the generic kernels).
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 pub mod char_model;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use nn_core::checkpoint::Extra;
 use nn_core::{no_grad, DType, Device, Forward, Layer, Module, Tensor};
 
 /// The repository's `data/` folder (examples run from any working directory).
@@ -130,15 +131,15 @@ impl CommonArgs {
     /// built for, which [`check_schedule_length`](CommonArgs::check_schedule_length) reads
     /// back on resume.
     pub fn record_schedule_length(ck: &mut nn_core::checkpoint::Checkpoint, len: u64) {
-        ck.extra.insert("schedule_length".into(), len as f64);
+        ck.extra.insert("schedule_length".into(), len.into());
     }
 
     /// On resume: an error when the run was planned for another length (`--epochs`). The
     /// restored scheduler keeps the saved schedule (a cosine's `t_max`), so the loop would
     /// stop before it ends or run past it.
     pub fn check_schedule_length(ck: &nn_core::checkpoint::Checkpoint, len: u64, unit: &str) -> Result<(), String> {
-        match ck.extra.get("schedule_length") {
-            Some(&saved) if saved != len as f64 => Err(format!(
+        match ck.extra.get("schedule_length").and_then(|e| e.as_f64()) {
+            Some(saved) if saved != len as f64 => Err(format!(
                 "the checkpoint's run has a learning-rate schedule of {saved} {unit}s, this one {len}: resuming would \
                  change the schedule mid-run; resume with the run's own length, or drop --resume to start over"
             )),
@@ -162,17 +163,18 @@ impl CommonArgs {
     /// Records in `ck` the run's settings (`--seed`, `--limit`, `--amp` and `more`, the
     /// example's own flags with their values), which
     /// [`check_settings`](CommonArgs::check_settings) compares on resume. Each value is
-    /// kept exactly (as two 32-bit halves: `extra` holds `f64`s).
+    /// kept exactly, as two 32-bit halves (the layout the examples' checkpoints have always
+    /// had, so older ones still resume).
     pub fn record_settings(&self, ck: &mut nn_core::checkpoint::Checkpoint, more: &[(&'static str, u64)]) {
         for (flag, value) in self.settings(more) {
             let key = setting_key(flag);
             match value {
                 Some(v) => {
-                    ck.extra.insert(format!("{key}.hi"), (v >> 32) as f64);
-                    ck.extra.insert(format!("{key}.lo"), (v & 0xffff_ffff) as f64);
+                    ck.extra.insert(format!("{key}.hi"), (v >> 32).into());
+                    ck.extra.insert(format!("{key}.lo"), (v & 0xffff_ffff).into());
                 }
                 None => {
-                    ck.extra.insert(format!("{key}.none"), 1.0);
+                    ck.extra.insert(format!("{key}.none"), 1.0.into());
                 }
             }
         }
@@ -219,8 +221,9 @@ impl CommonArgs {
             let saved = if ck.extra.contains_key(&format!("{key}.none")) {
                 Some(None)
             } else {
-                match (ck.extra.get(&format!("{key}.hi")), ck.extra.get(&format!("{key}.lo"))) {
-                    (Some(&hi), Some(&lo)) => Some(Some(((hi as u64) << 32) | lo as u64)),
+                let half = |part: &str| ck.extra.get(&format!("{key}.{part}")).and_then(|e| e.as_f64());
+                match (half("hi"), half("lo")) {
+                    (Some(hi), Some(lo)) => Some(Some(((hi as u64) << 32) | lo as u64)),
                     _ => None,
                 }
             };
@@ -326,8 +329,8 @@ pub fn check_nonempty(what: &str, x: &Tensor) -> Result<(), String> {
 /// The losses as a checkpoint's `extra` entries (`loss.<i>`), leaving out non-finite ones
 /// (a step the gradient scaler skipped): `Checkpoint::save` refuses them, as JSON cannot
 /// hold them.
-pub fn losses_extra(losses: &[f64]) -> std::collections::HashMap<String, f64> {
-    losses.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (format!("loss.{i}"), l)).collect()
+pub fn losses_extra(losses: &[f64]) -> std::collections::HashMap<String, Extra> {
+    losses.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (format!("loss.{i}"), l.into())).collect()
 }
 
 /// The first `len` losses [`losses_extra`] stored in `extra`, each at its own index: NaN
@@ -341,10 +344,11 @@ pub fn losses_extra(losses: &[f64]) -> std::collections::HashMap<String, f64> {
 /// let back = nn_examples::losses_from_extra(&extra, 3);
 /// assert_eq!((back[0], back[1].is_nan(), back[2], back.len()), (1.0, true, 3.0, 3));
 /// ```
-pub fn losses_from_extra(extra: &std::collections::HashMap<String, f64>, len: usize) -> Vec<f64> {
+pub fn losses_from_extra(extra: &std::collections::HashMap<String, Extra>, len: usize) -> Vec<f64> {
     let mut losses = vec![f64::NAN; len];
-    for (k, &v) in extra {
-        if let Some(i) = k.strip_prefix("loss.").and_then(|i| i.parse::<usize>().ok()).filter(|&i| i < len) {
+    for (k, v) in extra {
+        let at = k.strip_prefix("loss.").and_then(|i| i.parse::<usize>().ok()).filter(|&i| i < len);
+        if let (Some(i), Some(v)) = (at, v.as_f64()) {
             losses[i] = v;
         }
     }

@@ -74,6 +74,23 @@ pub enum Error {
         /// The names of its children.
         children: Vec<String>,
     },
+    /// `get_parameter` / `get_buffer` found the module but no such entry in it.
+    #[error(
+        "{module_type} at `{}` has no {kind} `{}` (looking up `{path}`); its {kind}s are: [{}]",
+        path.rsplit_once('.').map_or("<root>", |(m, _)| m),
+        path.rsplit_once('.').map_or(path.as_str(), |(_, n)| n),
+        names.join(", ")
+    )]
+    EntryNotFound {
+        /// `"parameter"` or `"buffer"`.
+        kind: &'static str,
+        /// The full path asked for: the module's path, a dot, the entry's name.
+        path: String,
+        /// The type of the module searched.
+        module_type: &'static str,
+        /// The names of its direct entries of that kind.
+        names: Vec<String>,
+    },
     /// `load_state_dict` found missing, unexpected or mismatched entries; the model is
     /// unchanged.
     #[error("{0}")]
@@ -243,6 +260,20 @@ pub enum Error {
         /// What refused it, and what to do instead.
         reason: String,
     },
+    /// A rename of state-dict keys ([`StateDict::strip_prefix`](crate::StateDict::strip_prefix),
+    /// [`add_prefix`](crate::StateDict::add_prefix)) would give two entries one key: one
+    /// would be lost.
+    #[error("{op}: `{first}` and `{second}` would both be named `{key}`, and one of them would be lost")]
+    KeyCollision {
+        /// The rename (`strip_prefix("_orig_mod.")`).
+        op: String,
+        /// The key both would have.
+        key: String,
+        /// The first entry's key before the rename.
+        first: String,
+        /// The second entry's key before the rename.
+        second: String,
+    },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]
     Io {
@@ -351,13 +382,67 @@ pub(crate) fn write_bounded<T>(
     Ok(())
 }
 
+/// A prefix every key of `longer` starts with and which, taken off them, gives every key
+/// of `shorter` (a state dict saved from a wrapped model: `_orig_mod.`, `module.`); the
+/// shortest such, ending at a `.`.
+fn shared_extra_prefix<'a>(longer: &[&'a str], shorter: &[&str]) -> Option<&'a str> {
+    let first = *longer.first()?;
+    if shorter.is_empty() {
+        return None;
+    }
+    first.match_indices('.').map(|(i, _)| &first[..=i]).find(|p| {
+        longer.iter().all(|k| k.starts_with(p)) && {
+            let stripped: std::collections::HashSet<&str> = longer.iter().map(|k| &k[p.len()..]).collect();
+            shorter.iter().all(|k| stripped.contains(k))
+        }
+    })
+}
+
+/// [`write_bounded`] for a list on one line: the items after `head`, separated by commas.
+fn write_key_list<T>(
+    f: &mut std::fmt::Formatter<'_>,
+    head: &str,
+    items: &[T],
+    mut item: impl FnMut(&mut std::fmt::Formatter<'_>, &T) -> std::fmt::Result,
+) -> std::fmt::Result {
+    if items.is_empty() {
+        return Ok(());
+    }
+    f.write_str(head)?;
+    let mut first = true;
+    write_bounded(f, items, |f, it| {
+        f.write_str(if std::mem::take(&mut first) { " " } else { ", " })?;
+        item(f, it)
+    })
+}
+
 impl std::fmt::Display for StateDictError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "error(s) in loading state dict for {}:", self.module)?;
-        if !self.missing_keys.is_empty() {
-            write!(f, "\n  missing key(s):")?;
-            write_bounded(f, &self.missing_keys, |f, (k, guess)| {
-                write!(f, " \"{k}\"")?;
+        let missing: Vec<&str> = self.missing_keys.iter().map(|(k, _)| k.as_str()).collect();
+        let unexpected: Vec<&str> = self.unexpected_keys.iter().map(String::as_str).collect();
+        // One line for a prefix on every key of one side: the lists would only repeat it.
+        let summary = if let Some(p) = shared_extra_prefix(&unexpected, &missing) {
+            Some(format!(
+                "every key of the state dict starts with `{p}`, and without it the module has each of them (a \
+                 state dict of a wrapped model: `torch.compile` saves `_orig_mod.`, DDP `module.`): load \
+                 `state_dict.strip_prefix(\"{p}\")?`"
+            ))
+        } else {
+            shared_extra_prefix(&missing, &unexpected).map(|p| {
+                format!(
+                    "every key of the module starts with `{p}`, and the state dict has each of them without it: \
+                     load `state_dict.add_prefix(\"{p}\")`"
+                )
+            })
+        };
+        if let Some(summary) = summary {
+            write!(f, "\n  {summary}")?;
+            write!(f, "\n  missing key(s): {}", thousands(missing.len()))?;
+            write!(f, "\n  unexpected key(s): {}", thousands(unexpected.len()))?;
+        } else {
+            write_key_list(f, "\n  missing key(s):", &self.missing_keys, |f, (k, guess)| {
+                write!(f, "\"{k}\"")?;
                 if let Some(g) = guess {
                     write!(f, " (did you mean \"{g}\"?")?;
                     if let Some(hint) = rename_hint(k, g) {
@@ -365,12 +450,9 @@ impl std::fmt::Display for StateDictError {
                     }
                     f.write_str(")")?;
                 }
-                f.write_str(",")
+                Ok(())
             })?;
-        }
-        if !self.unexpected_keys.is_empty() {
-            write!(f, "\n  unexpected key(s):")?;
-            write_bounded(f, &self.unexpected_keys, |f, k| write!(f, " \"{k}\","))?;
+            write_key_list(f, "\n  unexpected key(s):", &self.unexpected_keys, |f, k| write!(f, "\"{k}\""))?;
         }
         write_bounded(f, &self.tied_conflicts, |f, names| {
             let names: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();

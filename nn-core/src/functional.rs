@@ -167,11 +167,8 @@ pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor, options:
 pub fn group_norm(x: &Tensor, num_groups: usize, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Tensor {
     let run = |x: &Tensor, [w, b]: [Option<&Tensor>; 2]| group_norm(x, num_groups, w, b, eps);
     // Under GPU autocast (PyTorch's CUDA list): in f32.
-    if let Some(y) = crate::autograd::autocast::cast_call(crate::names::GROUP_NORM, &[Some(x), weight, bias], |c| {
-        run(c[0].expect("present"), [c[1], c[2]])
-    }) {
-        return y;
-    }
+    let _op = crate::autograd::entry::op_entry!(untraced crate::names::GROUP_NORM, [Some(x), weight, bias],
+        again = |c| run(c[0].expect("present"), [c[1], c[2]]));
     if let Some(y) = crate::ops::norm::half_with_f32_params(x, [weight, bias], run) {
         return y;
     }

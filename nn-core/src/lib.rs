@@ -93,8 +93,8 @@
 //! assert!((w.item() - 2.0).abs() < 1e-4);
 //! ```
 //!
-//! Threads and memory on the CPU: kernels run on a team of `RAYON_NUM_THREADS` threads (the
-//! caller included; one thread inside a rayon task). Freed `f32`/`f64` buffers are
+//! Threads and memory on the CPU: kernels run on a team of [`set_num_threads`] threads, by
+//! default `RAYON_NUM_THREADS` (the caller included; one thread inside a rayon task). Freed `f32`/`f64` buffers are
 //! recycled by a pool of up to 256 MiB. On Linux with glibc, the first matrix product sets
 //! `malloc`'s thresholds (`mallopt`: blocks up to 32 MiB from the heap, 256 MiB of free
 //! heap kept mapped), because the GEMM library allocates its packing buffers on every call
@@ -137,6 +137,7 @@ pub mod optim;
 pub mod random;
 pub mod serialization;
 pub mod shape;
+pub mod shape_spec;
 pub mod state_dict;
 pub mod storage;
 pub mod tensor;
@@ -150,20 +151,25 @@ pub mod __private;
 pub use autograd::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, InferenceModeGuard, NoGradGuard,
 };
+pub use backend::cpu::team::{get_num_threads, set_num_threads};
 pub use device::{default_device, with_device, Device};
 pub use dtype::{DType, Element, FloatElement};
 pub use error::{Error, Result};
+/// Hooks on every module that runs (global hooks); see [`module::global_hooks`].
+pub use module::global_hooks as hooks;
 pub use module::{
     Compute, Conversion, ExtraRepr, Forward, HasBase, HookHandle, Hooks, IncompatibleKeys, Item, Layer, Module,
     ModuleBase, ModuleIo, Name, Parameter, ScopedHook,
 };
 pub use random::manual_seed;
 pub use shape::{Dim, Layout};
+pub use shape_spec::{ShapeDim, ShapeSpec, Start};
 pub use state_dict::StateDict;
 pub use tensor::{Tensor, TensorId};
 
 /// The names a model definition needs: `use nn_core::prelude::*;`.
 pub mod prelude {
+    pub use crate::module::ModuleExt;
     pub use crate::{Compute, DType, Device, Forward, Hooks, Layer, Module, ModuleBase, Parameter, Tensor};
 }
 

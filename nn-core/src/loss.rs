@@ -96,11 +96,8 @@ pub fn nll_loss_with(input: &Tensor, target: &Tensor, opt: ClassLossConfig) -> T
             opt.label_smoothing
         );
     }
-    if let Some(y) =
-        crate::autograd::autocast::cast2(crate::names::NLL_LOSS, input, target, |i, t| nll_loss_with(i, t, opt))
-    {
-        return y;
-    }
+    let _op = crate::autograd::entry::op_entry!(untraced crate::names::NLL_LOSS, [Some(input), Some(target)],
+        again = |c| nll_loss_with(c[0].expect("present"), c[1].expect("present"), opt));
     let (x, t, c) = flatten_class("nll_loss", input, target);
     if target.device() != input.device() {
         panic!(
@@ -166,11 +163,8 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Tensor {
 /// formula: `(1 - s) * nll + s * mean over classes of -log p`).
 #[track_caller]
 pub fn cross_entropy_with(logits: &Tensor, target: &Tensor, opt: ClassLossConfig) -> Tensor {
-    if let Some(y) = crate::autograd::autocast::cast2(crate::names::CROSS_ENTROPY, logits, target, |l, t| {
-        cross_entropy_with(l, t, opt)
-    }) {
-        return y;
-    }
+    let _op = crate::autograd::entry::op_entry!(untraced crate::names::CROSS_ENTROPY, [Some(logits), Some(target)],
+        again = |c| cross_entropy_with(c[0].expect("present"), c[1].expect("present"), opt));
     if !(0.0..=1.0).contains(&opt.label_smoothing) {
         panic!("cross_entropy: label_smoothing must be in [0, 1], got {}", opt.label_smoothing);
     }
@@ -207,11 +201,8 @@ fn check_same_shape(op: &str, a: &Tensor, b: &Tensor) {
 /// ```
 #[track_caller]
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
-    if let Some(y) =
-        crate::autograd::autocast::cast2(crate::names::MSE_LOSS, input, target, |i, t| mse_loss(i, t, reduction))
-    {
-        return y;
-    }
+    let _op = crate::autograd::entry::op_entry!(untraced crate::names::MSE_LOSS, [Some(input), Some(target)],
+        again = |c| mse_loss(c[0].expect("present"), c[1].expect("present"), reduction));
     check_same_shape("mse_loss", input, target);
     reduce((input - target).square(), reduction)
 }
@@ -228,11 +219,8 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor
 /// ```
 #[track_caller]
 pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Tensor {
-    if let Some(y) =
-        crate::autograd::autocast::cast2(crate::names::L1_LOSS, input, target, |i, t| l1_loss(i, t, reduction))
-    {
-        return y;
-    }
+    let _op = crate::autograd::entry::op_entry!(untraced crate::names::L1_LOSS, [Some(input), Some(target)],
+        again = |c| l1_loss(c[0].expect("present"), c[1].expect("present"), reduction));
     check_same_shape("l1_loss", input, target);
     reduce((input - target).abs(), reduction)
 }
@@ -287,11 +275,8 @@ pub fn binary_cross_entropy_with_logits(
     reduction: Reduction,
 ) -> Tensor {
     let run = |i: &Tensor, t: &Tensor, w: Option<&Tensor>| binary_cross_entropy_with_logits(i, t, w, reduction);
-    if let Some(y) =
-        crate::autograd::autocast::cast3(crate::names::BINARY_CROSS_ENTROPY_WITH_LOGITS, input, target, pos_weight, run)
-    {
-        return y;
-    }
+    let _op = crate::autograd::entry::op_entry!(untraced crate::names::BINARY_CROSS_ENTROPY_WITH_LOGITS,
+        [Some(input), Some(target), pos_weight], again = |c| run(c[0].expect("present"), c[1].expect("present"), c[2]));
     check_same_shape("binary_cross_entropy_with_logits", input, target);
     // softplus(-x) = log(1 + exp(-x)) = -log_sigmoid(x), through `log1p` (PyTorch's
     // `log_sigmoid`): as `log(1 + exp(-|x|))` it rounded to 0 past |x| of about 17 in f32

@@ -150,6 +150,8 @@ pub const MIN: &str = "min";
 pub const MIN_DIM: &str = "min_dim";
 /// `minimum`.
 pub const MINIMUM: &str = "minimum";
+/// `mean` (a composite: a sum and a division).
+pub const MEAN: &str = "mean";
 /// `mse_loss`.
 pub const MSE_LOSS: &str = "mse_loss";
 /// `mul`.
@@ -166,6 +168,8 @@ pub const NLL_LOSS: &str = "nll_loss";
 pub const NORM: &str = "norm";
 /// `outer`.
 pub const OUTER: &str = "outer";
+/// `pad` in its constant and circular modes (a composite of `cat` and `narrow`).
+pub const PAD: &str = "pad";
 /// `permute`.
 pub const PERMUTE: &str = "permute";
 /// `pow`.
@@ -232,5 +236,7 @@ pub const TOPK: &str = "topk";
 pub const TRIL: &str = "tril";
 /// `triu`.
 pub const TRIU: &str = "triu";
+/// `var` (a composite: a mean, a difference and a sum of squares).
+pub const VAR: &str = "var";
 /// `where`.
 pub const WHERE: &str = "where";

@@ -93,6 +93,57 @@ impl StateDict {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// The same entries with `prefix` taken off every key that starts with it, the others
+    /// as they are (PyTorch's `consume_prefix_in_state_dict_if_present`): the `_orig_mod.`
+    /// of a `torch.compile`d model's state dict, the `module.` of DDP's.
+    ///
+    /// ```
+    /// use nn_core::{StateDict, Tensor};
+    /// let sd: StateDict = [("_orig_mod.fc.weight".to_string(), Tensor::ones(&[1]))].into_iter().collect();
+    /// let sd = sd.strip_prefix("_orig_mod.").unwrap();
+    /// assert_eq!(sd.keys().collect::<Vec<_>>(), vec!["fc.weight"]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::KeyCollision`](crate::Error::KeyCollision) when a stripped key is already
+    /// present (`a` beside `_orig_mod.a`); `self` is not consumed, nothing is lost.
+    pub fn strip_prefix(&self, prefix: &str) -> crate::Result<StateDict> {
+        let op = || format!("strip_prefix({prefix:?})");
+        self.renamed(op, |k| k.strip_prefix(prefix).unwrap_or(k))
+    }
+
+    /// The same entries with `prefix` put before every key (to load a model's state dict
+    /// into a wrapper that holds it under `prefix`).
+    ///
+    /// ```
+    /// use nn_core::{StateDict, Tensor};
+    /// let sd: StateDict = [("weight".to_string(), Tensor::ones(&[1]))].into_iter().collect();
+    /// assert_eq!(sd.add_prefix("encoder.").keys().collect::<Vec<_>>(), vec!["encoder.weight"]);
+    /// ```
+    pub fn add_prefix(&self, prefix: &str) -> StateDict {
+        // Distinct keys stay distinct with one prefix before each.
+        self.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect()
+    }
+
+    /// The entries under `rename`d keys, in order; an error when two meet.
+    fn renamed(&self, op: impl Fn() -> String, rename: impl Fn(&str) -> &str) -> crate::Result<StateDict> {
+        let mut out = StateDict::with_capacity(self.len());
+        let mut from: HashMap<String, &str> = HashMap::with_capacity(self.len());
+        for (k, v) in self.iter() {
+            let key = rename(k).to_string();
+            if let Some(first) = from.insert(key.clone(), k) {
+                return Err(crate::Error::KeyCollision {
+                    op: op(),
+                    key,
+                    first: first.to_string(),
+                    second: k.to_string(),
+                });
+            }
+            out.insert(key, v.clone());
+        }
+        Ok(out)
+    }
 }
 
 impl std::fmt::Debug for StateDict {
@@ -117,5 +168,30 @@ impl<'a> IntoIterator for &'a StateDict {
         std::iter::Map<std::slice::Iter<'a, (String, Tensor)>, fn(&'a (String, Tensor)) -> (&'a str, &'a Tensor)>;
     fn into_iter(self) -> Self::IntoIter {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sd(keys: &[&str]) -> StateDict {
+        keys.iter().map(|k| (k.to_string(), Tensor::zeros(&[1]))).collect()
+    }
+
+    #[test]
+    fn prefixes_come_off_and_go_on_in_order() {
+        let s = sd(&["_orig_mod.a.weight", "b", "_orig_mod.c"]).strip_prefix("_orig_mod.").unwrap();
+        assert_eq!(s.keys().collect::<Vec<_>>(), ["a.weight", "b", "c"]);
+        assert_eq!(s.add_prefix("m.").keys().collect::<Vec<_>>(), ["m.a.weight", "m.b", "m.c"]);
+    }
+
+    #[test]
+    fn a_strip_that_merges_two_keys_is_refused() {
+        let e = sd(&["a", "_orig_mod.a"]).strip_prefix("_orig_mod.").expect_err("refused").to_string();
+        assert_eq!(
+            e,
+            "strip_prefix(\"_orig_mod.\"): `a` and `_orig_mod.a` would both be named `a`, and one of them would be lost"
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! Times data-parallel training steps for the README: one process against two, and gradient
+//! Times data-parallel training steps for BENCHMARKS.md: one process against two, and gradient
 //! buckets reduced while backward runs against one all-reduce after backward. Two models:
 //! the MNIST CNN (`nn_examples::mnist_cnn`, 207k parameters, where communication is a small
 //! part of a step) and a wide MLP (784-1024-1024-1024-10, 2.9M parameters, where it is not).

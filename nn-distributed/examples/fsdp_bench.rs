@@ -1,5 +1,5 @@
 //! Per-rank memory and step time of ZeroRedundancyOptimizer (stages 1 and 2) and
-//! FullyShardedDataParallel against DistributedDataParallel, for the README: a GPT-like
+//! FullyShardedDataParallel against DistributedDataParallel, for BENCHMARKS.md: a GPT-like
 //! Transformer (token and position
 //! embeddings, `--layers` pre-norm encoder layers with a causal mask, width `--d`, a
 //! feed-forward 4x as wide, a vocabulary of 256; 57M parameters by default) trained with

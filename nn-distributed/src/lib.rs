@@ -64,7 +64,7 @@
 //!
 //! Building this crate needs an MPI installation and libclang (Debian:
 //! `apt-get install openmpi-bin libopenmpi-dev libclang-dev pkg-config`); it is a workspace
-//! of its own so that the rest of `nn` builds without them. The repository README says how
+//! of its own so that the rest of `nn` builds without them. The crate's README (`nn-distributed/README.md`) says how
 //! to run it on one machine and on several (`mpirun --hostfile`).
 
 mod abort;

@@ -218,9 +218,43 @@ impl<M> ModuleList<M> {
     pub fn new() -> Self {
         Self::default()
     }
-    /// Appends a module.
+    /// Appends a module (PyTorch's `append`).
     pub fn push(&mut self, m: M) {
         self.items.push(m);
+    }
+    /// Inserts a module at `i`, moving the later ones (and their state-dict keys) up one
+    /// index, as PyTorch's `insert`.
+    ///
+    /// # Panics
+    /// When `i > len()`.
+    #[track_caller]
+    pub fn insert(&mut self, i: usize, m: M) {
+        let len = self.items.len();
+        if i > len {
+            panic!("ModuleList::insert: index {i} out of range for {len} modules");
+        }
+        self.items.insert(i, m);
+    }
+    /// Appends every module of `ms` (PyTorch's `extend`).
+    pub fn extend(&mut self, ms: impl IntoIterator<Item = M>) {
+        self.items.extend(ms);
+    }
+    /// Removes and returns the last module (PyTorch's `pop()`).
+    pub fn pop(&mut self) -> Option<M> {
+        self.items.pop()
+    }
+    /// Removes and returns the module at `i`, the later ones renumbered down one index, as
+    /// PyTorch's `pop(i)` / `del list[i]`.
+    ///
+    /// # Panics
+    /// When `i` is out of range.
+    #[track_caller]
+    pub fn remove(&mut self, i: usize) -> M {
+        let len = self.items.len();
+        if i >= len {
+            panic!("ModuleList::remove: index {i} out of range for {len} modules");
+        }
+        self.items.remove(i)
     }
     /// Number of modules.
     pub fn len(&self) -> usize {
@@ -367,6 +401,22 @@ impl<M> ModuleDict<M> {
                 None
             }
         }
+    }
+    /// Removes `key` and returns its module (PyTorch's `pop(key)` / `del d[key]`), the
+    /// others keeping their order.
+    pub fn remove(&mut self, key: &str) -> Option<M> {
+        let i = self.index.remove(key)?;
+        let (_, m) = self.items.remove(i);
+        for v in self.index.values_mut() {
+            if *v > i {
+                *v -= 1;
+            }
+        }
+        Some(m)
+    }
+    /// True when `key` is present.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.index.contains_key(key)
     }
     /// The module under `key`.
     pub fn get(&self, key: &str) -> Option<&M> {

@@ -21,6 +21,7 @@ mod embedding;
 mod lazy;
 mod linear;
 mod norm;
+mod param_containers;
 mod pool;
 mod recurrent;
 mod repr;
@@ -42,6 +43,7 @@ pub use nn_core::ops::GeluApproximate;
 pub use norm::{
     BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm, RMSNormConfig,
 };
+pub use param_containers::{ParameterDict, ParameterList};
 pub use pool::{
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool1dConfig, AvgPool2d, AvgPool2dConfig, MaxPool1d,
     MaxPool1dConfig, MaxPool2d, MaxPool2dConfig,

@@ -69,6 +69,30 @@
 //! assert_eq!(keys, ["blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "blocks.1.bias", "heads.cls.weight", "heads.cls.bias"]);
 //! ```
 //!
+//! ## Lists and dicts of raw parameters
+//!
+//! `nn.ParameterList` / `nn.ParameterDict` are [`ParameterList`](crate::layers::ParameterList) /
+//! [`ParameterDict`](crate::layers::ParameterDict), held as `#[module]` fields, with
+//! PyTorch's keys; a `Vec<Parameter>` field does not compile, as a `Vec<Linear>` does not:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{ParameterDict, ParameterList};
+//!
+//! #[derive(Module)]
+//! struct Heads {
+//!     #[module] scales: ParameterList,   // self.scales = nn.ParameterList(...)
+//!     #[module] gains: ParameterDict,    // self.gains = nn.ParameterDict(...)
+//! }
+//! let n_head = 2;
+//! let mut h = Heads {
+//!     scales: (0..n_head).map(|_| Parameter::new(Tensor::ones(&[8]))).collect(),
+//!     gains: ParameterDict::new(),
+//! };
+//! h.gains.insert("q", Parameter::new(Tensor::ones(&[1])));
+//! let keys: Vec<String> = h.state_dict().keys().map(String::from).collect();
+//! assert_eq!(keys, ["scales.0", "scales.1", "gains.q"]);
+//! ```
+//!
 //! ## Buffers, persistent and not
 //!
 //! `self.register_buffer("running", t)` and `register_buffer("cache", t, persistent=False)`:
@@ -224,6 +248,28 @@
 //! restarted.load_state(cosine.state(), &mut resumed).unwrap();
 //! assert_eq!(restarted.state().hyper_params["T_max"], 100.0); // the state's, as PyTorch
 //! assert!(warmup.load_state(cosine.state(), &mut resumed).is_err()); // another kind
+//! ```
+//!
+//! ## Checkpoint extras: the training loop's own values
+//!
+//! `torch.save({"model": ..., "config": config, "iter_num": i, "best_val_loss": l})` keeps
+//! whatever the loop wants back; a [`Checkpoint`](crate::checkpoint::Checkpoint)'s `extra`
+//! holds [`Extra`](crate::checkpoint::Extra) values, JSON's kinds (strings, integers,
+//! booleans, floats, lists, nested maps), read back exactly. A NaN or infinite float (a
+//! diverged loss) is refused at save, by its path, rather than written as `null`:
+//! ```
+//! use nn::checkpoint::{Checkpoint, Extra};
+//! use nn::StateDict;
+//!
+//! let mut ck = Checkpoint::new(StateDict::default(), None, None, 0, 5000);
+//! ck.extra.insert("config".into(), Extra::map([("n_layer", Extra::from(6)), ("dataset", "austen".into())]));
+//! ck.extra.insert("best_val_loss".into(), 1.47.into());
+//! let path = std::env::temp_dir().join(format!("nn-extras-{}.safetensors", std::process::id()));
+//! ck.save(&path).unwrap();
+//! let back = Checkpoint::load(&path).unwrap();
+//! assert_eq!(back.extra["config"].get("n_layer").and_then(Extra::as_i64), Some(6));
+//! assert_eq!(back.extra["best_val_loss"].as_f64(), Some(1.47));
+//! # std::fs::remove_file(&path).unwrap();
 //! ```
 //!
 //! ## Surgery: look-ups, typed access, replacing a sub-module
@@ -433,6 +479,22 @@
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 //!
+//! A state dict saved from a `torch.compile`d model has `_orig_mod.` before every key (one
+//! from DDP, `module.`): the load error says so in one line, and
+//! [`StateDict::strip_prefix`](crate::StateDict::strip_prefix) (PyTorch's
+//! `consume_prefix_in_state_dict_if_present`) takes it off;
+//! [`add_prefix`](crate::StateDict::add_prefix) is the other way:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::Linear;
+//!
+//! let compiled = Linear::new(3, 2).state_dict().add_prefix("_orig_mod.");
+//! let mut lin = Linear::new(3, 2);
+//! let e = lin.load_state_dict(&compiled, true).unwrap_err().to_string();
+//! assert!(e.contains("every key of the state dict starts with `_orig_mod.`"), "{e}");
+//! lin.load_state_dict(&compiled.strip_prefix("_orig_mod.").unwrap(), true).unwrap();
+//! ```
+//!
 //! ## The meta device
 //!
 //! `with torch.device("meta"): model = Big()` builds without allocating; loading a state
@@ -485,6 +547,36 @@
 //! assert!(msg.contains("in-place updates are not recorded by autograd, so no gradient would reach it"), "{msg}");
 //! let acc = &acc + &*p; // recorded
 //! assert!(acc.requires_grad());
+//! ```
+//!
+//! ## Shapes with `-1`, random integers, threads
+//!
+//! ```python
+//! y = x.view(B, T, -1)                      # one size inferred
+//! ix = torch.randint(len(data) - block, (batch,))
+//! noise = torch.randn_like(x)
+//! torch.set_num_threads(1)
+//! ```
+//! `reshape` and `view` take a tuple, whose sizes may mix `usize` values with the `-1`
+//! literal (or `()`, candle's hole), a `usize` slice or array, or an `&[i64]` slice of
+//! ported shape lists; [`Tensor::randint`](crate::Tensor::randint),
+//! [`randint_like`](crate::Tensor::randint_like), [`rand_like`](crate::Tensor::rand_like) and
+//! [`randn_like`](crate::Tensor::randn_like) draw from the seeded generator
+//! ([`manual_seed`](crate::manual_seed)); [`set_num_threads`](crate::set_num_threads) sets
+//! the CPU kernels' threads (`RAYON_NUM_THREADS` decides until it is called):
+//! ```
+//! use nn::prelude::*;
+//!
+//! let (b, t) = (2, 3);
+//! let x = Tensor::zeros(&[b * t, 4, 2]);
+//! assert_eq!(x.view((b, t, -1)).shape(), &[2, 3, 8]);
+//! assert_eq!(x.reshape((-1, 2)).shape(), &[24, 2]);
+//! nn::manual_seed(1337);
+//! let ix = Tensor::randint(0, 100, &[4]);
+//! assert!(ix.to_vec_i64().iter().all(|i| (0..100).contains(i)));
+//! assert_eq!(Tensor::randn_like(&x).shape(), x.shape());
+//! nn::set_num_threads(1);
+//! assert_eq!(nn::get_num_threads(), 1);
 //! ```
 //!
 //! ## Training mode, `no_grad`, dtype

@@ -433,42 +433,15 @@ fn cast_args(op: &str, args: &[Option<&Tensor>]) -> Option<Vec<Option<Tensor>>> 
 
 /// The ops' entry: under autocast, `run` on the arguments cast by `op`'s policy, with
 /// autocast excluded (so the op's own parts do not cast again); `None`, and `run` not
-/// called, when autocast does not apply (also inside another op). An op calls this first,
-/// before it opens its own scope, and returns its result when it is `Some`.
+/// called, when autocast does not apply (also inside another op). Ops reach it through
+/// their entry (`autograd::entry`), before their trace frame opens.
 pub(crate) fn cast_call<R>(op: &str, args: &[Option<&Tensor>], run: impl FnOnce(&[Option<&Tensor>]) -> R) -> Option<R> {
     let cast = cast_args(op, args)?;
     let refs: Vec<Option<&Tensor>> = cast.iter().map(Option::as_ref).collect();
     Some(excluded(|| run(&refs)))
 }
 
-/// [`cast_call`] for one argument.
-pub(crate) fn cast1(op: &str, a: &Tensor, run: impl FnOnce(&Tensor) -> Tensor) -> Option<Tensor> {
-    cast_call(op, &[Some(a)], |c| run(c[0].expect("present")))
-}
-
-/// [`cast_call`] for two arguments.
-pub(crate) fn cast2<R>(op: &str, a: &Tensor, b: &Tensor, run: impl FnOnce(&Tensor, &Tensor) -> R) -> Option<R> {
-    cast_call(op, &[Some(a), Some(b)], |c| run(c[0].expect("present"), c[1].expect("present")))
-}
-
-/// [`cast_call`] for two arguments and an optional third (a bias).
-pub(crate) fn cast3<R>(
-    op: &str,
-    a: &Tensor,
-    b: &Tensor,
-    c: Option<&Tensor>,
-    run: impl FnOnce(&Tensor, &Tensor, Option<&Tensor>) -> R,
-) -> Option<R> {
-    cast_call(op, &[Some(a), Some(b), c], |x| run(x[0].expect("present"), x[1].expect("present"), x[2]))
-}
-
-/// [`cast_call`] for a list of tensors (`cat`, `stack`).
-pub(crate) fn cast_many<R>(op: &str, ts: &[&Tensor], run: impl FnOnce(&[&Tensor]) -> R) -> Option<R> {
-    let args: Vec<Option<&Tensor>> = ts.iter().map(|t| Some(*t)).collect();
-    cast_call(op, &args, |c| run(&c.iter().map(|t| t.expect("present")).collect::<Vec<_>>()))
-}
-
-/// [`cast2`] for ops without a policy whose arguments must share a dtype (the
+/// [`cast_call`] for two operands of ops without a policy whose arguments must share a dtype (the
 /// elementwise binary ops): under an active scope, floating arguments of different dtypes
 /// are promoted as PyTorch's type promotion does (which nn applies only inside autocast,
 /// where mixed dtypes are the norm; outside it they are an error): a tensor with

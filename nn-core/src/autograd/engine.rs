@@ -62,7 +62,7 @@ impl Tensor {
         let callbacks = CallbackFrame::open();
         match &self.0.grad_fn {
             None if self.requires_grad() => {
-                self.accumulate_grad(grad.held());
+                self.accumulate_grad(self.run_grad_hooks(grad.held()));
                 self.run_post_accumulate_grad_hooks();
             }
             None => panic!(
@@ -102,7 +102,8 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
     let mut grads: HashMap<u64, Tensor> = HashMap::from([(root.id, grad)]);
     let mut ready = vec![root.clone()];
     while let Some(n) = ready.pop() {
-        let g = grads.remove(&n.id);
+        // The gradient hooks of the node's result, then retain-grad (PyTorch's order).
+        let g = grads.remove(&n.id).map(|g| n.run_grad_hooks(g));
         if let Some(g) = &g {
             n.deliver_retained(g);
         }
@@ -160,7 +161,7 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
                         // A leaf frozen since the forward gets nothing, as in PyTorch (its
                         // `AccumulateGrad` returns early): no `.grad`, no hooks.
                         if let Some(g) = leaf_grads.remove(&t.id()).filter(|_| t.requires_grad()) {
-                            t.accumulate_grad(g);
+                            t.accumulate_grad(t.run_grad_hooks(g));
                             t.run_post_accumulate_grad_hooks();
                         }
                     }

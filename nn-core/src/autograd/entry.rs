@@ -104,12 +104,58 @@ pub(crate) fn enter_untraced<R>(
     Entered::Run(Running { _scope: None, _parts: autocast::inside_op() })
 }
 
+/// [`enter_untraced`] for a composite op that is one op to autocast only on the device
+/// kinds whose table lists it (`einsum`: listed on the GPU; on the CPU its matrix products
+/// are cast as PyTorch's `bmm` inside it is): the inside-an-op mark only where listed.
+#[inline]
+pub(crate) fn enter_untraced_where_listed<R>(
+    name: &'static str,
+    device: crate::Device,
+    args: &[Option<&Tensor>],
+    again: impl FnOnce(&[Option<&Tensor>]) -> R,
+) -> Entered<R> {
+    if autocast::autocast_might_apply() {
+        if let Some(y) = autocast::cast_call(name, args, again) {
+            return Entered::Done(y);
+        }
+    }
+    Entered::Run(Running { _scope: None, _parts: autocast::inside_listed_op(name, device) })
+}
+
+/// [`enter_untraced`] for a composite op the autocast tables do not list (`mean`, `var`):
+/// the inside-an-op mark alone, so that its parts run in the dtype it chose.
+///
+/// # Panics
+/// In debug builds, when the tables do list `name` (see [`enter_uncast`]).
+#[inline]
+pub(crate) fn enter_parts(name: &'static str) -> Running {
+    debug_assert!(
+        autocast::policy(crate::Device::Cpu, name).is_none() && autocast::policy(crate::Device::Gpu(0), name).is_none(),
+        "{name}: listed in the autocast tables, so its entry needs `again` (the op run on cast arguments)"
+    );
+    Running { _scope: None, _parts: autocast::inside_op() }
+}
+
 /// `let _op = op_entry!(NAME, [inputs..] (; [optional..])?, attrs = .., again = ..);`:
 /// [`enter`], returning the op's result from the calling function when autocast ran it.
-/// Without `again`, [`enter_uncast`].
+/// Without `again`, [`enter_uncast`]. The `untraced` forms are [`enter_untraced`] (its
+/// arguments listed, or a slice as `args = ..`), [`enter_untraced_where_listed`]
+/// (`untraced where_listed NAME, device, ..`) and, without `again`, [`enter_parts`].
 macro_rules! op_entry {
+    (untraced $name:expr) => {
+        $crate::autograd::entry::enter_parts($name)
+    };
     (untraced $name:expr, [$($x:expr),+], again = $again:expr) => {
-        match $crate::autograd::entry::enter_untraced($name, &[$($x),+], $again) {
+        $crate::autograd::entry::op_entry!(untraced $name, args = &[$($x),+], again = $again)
+    };
+    (untraced $name:expr, args = $args:expr, again = $again:expr) => {
+        match $crate::autograd::entry::enter_untraced($name, $args, $again) {
+            $crate::autograd::entry::Entered::Done(y) => return y,
+            $crate::autograd::entry::Entered::Run(running) => running,
+        }
+    };
+    (untraced where_listed $name:expr, $device:expr, args = $args:expr, again = $again:expr) => {
+        match $crate::autograd::entry::enter_untraced_where_listed($name, $device, $args, $again) {
             $crate::autograd::entry::Entered::Done(y) => return y,
             $crate::autograd::entry::Entered::Run(running) => running,
         }

@@ -1,4 +1,12 @@
-//! Autograd hooks: per-tensor post-accumulate-grad hooks and end-of-backward callbacks.
+//! Autograd hooks: gradient hooks on any tensor, post-accumulate-grad hooks on leaves, and
+//! end-of-backward callbacks.
+//!
+//! A gradient hook ([`Tensor::register_hook`], PyTorch's `Tensor.register_hook`) sees the
+//! gradient of its tensor once a backward pass has summed every contribution to it, and
+//! may return a replacement, which is what flows on: for the result of an op, into that
+//! op's backward (and into `.grad` where [`retain_grad`](Tensor::retain_grad) asked, after
+//! the hooks, as PyTorch runs retain-grad last); for a leaf, into its `.grad`. The hooks of
+//! an op's result live on the op's graph node, so every handle on that result shares them.
 //!
 //! A post-accumulate-grad hook (PyTorch's `Tensor.register_post_accumulate_grad_hook`)
 //! runs once per backward pass for a leaf, after every gradient that pass produced for it
@@ -21,25 +29,104 @@ use crate::tensor::{Tensor, TensorImpl};
 /// A post-accumulate-grad hook: sees the leaf whose `.grad` was just updated.
 pub type PostAccumulateGradHook = Arc<dyn Fn(&Tensor) + Send + Sync>;
 
+/// A gradient hook ([`Tensor::register_hook`]): sees a tensor's gradient, may return a
+/// replacement of the same shape, dtype and device.
+pub type GradHook = Arc<dyn Fn(&Tensor) -> Option<Tensor> + Send + Sync>;
+
 static NEXT_HOOK_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The post-accumulate-grad hooks of one tensor, in registration order.
-#[derive(Default)]
-pub(crate) struct GradHooks(Mutex<Vec<(u64, PostAccumulateGradHook)>>);
+/// One tensor's hook list, in registration order.
+pub(crate) struct HookList<H>(Mutex<Vec<(u64, H)>>);
 
-impl GradHooks {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, PostAccumulateGradHook)>> {
+impl<H> Default for HookList<H> {
+    fn default() -> Self {
+        HookList(Mutex::new(Vec::new()))
+    }
+}
+
+impl<H: Clone> HookList<H> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, H)>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn push(&self, hook: H) -> u64 {
+        let id = NEXT_HOOK_ID.fetch_add(1, Ordering::Relaxed);
+        self.lock().push((id, hook));
+        id
+    }
+
+    /// The hooks now registered (a copy, so a hook may register or remove hooks).
+    fn snapshot(&self) -> Vec<H> {
+        self.lock().iter().map(|(_, h)| h.clone()).collect()
+    }
+
+    fn has(&self, id: u64) -> bool {
+        self.lock().iter().any(|(i, _)| *i == id)
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().retain(|(i, _)| *i != id);
+    }
+}
+
+/// A leaf tensor's hooks: gradient hooks (run on the summed gradient before it is
+/// accumulated) and post-accumulate-grad hooks (after).
+#[derive(Default)]
+pub(crate) struct GradHooks {
+    pre: HookList<GradHook>,
+    post: HookList<PostAccumulateGradHook>,
 }
 
 impl HookOwner for TensorImpl {
     fn has_hook(&self, id: u64) -> bool {
-        self.grad_hooks.lock().iter().any(|(i, _)| *i == id)
+        self.grad_hooks.pre.has(id) || self.grad_hooks.post.has(id)
     }
 
     fn remove_hook(&self, id: u64) {
-        self.grad_hooks.lock().retain(|(i, _)| *i != id);
+        self.grad_hooks.pre.remove(id);
+        self.grad_hooks.post.remove(id);
+    }
+}
+
+/// The gradient hooks of an op's result: on its graph node.
+impl HookOwner for super::Node {
+    fn has_hook(&self, id: u64) -> bool {
+        self.hooks.has(id)
+    }
+
+    fn remove_hook(&self, id: u64) {
+        self.hooks.remove(id);
+    }
+}
+
+/// `g` through `hooks` in order, each seeing the previous one's replacement; a replacement
+/// of another shape, dtype or device than `g` panics, naming the tensor (`what`).
+#[track_caller]
+fn run_grad_hooks(hooks: &HookList<GradHook>, mut g: Tensor, what: impl Fn() -> String) -> Tensor {
+    for h in hooks.snapshot() {
+        if let Some(new) = h(&g) {
+            if (new.shape(), new.dtype(), new.device()) != (g.shape(), g.dtype(), g.device()) {
+                panic!(
+                    "register_hook: a hook on {} returned a gradient of shape {:?} ({}, {}) for a gradient of shape                      {:?} ({}, {}); a replacement keeps the gradient's shape, dtype and device",
+                    what(),
+                    new.shape(),
+                    new.dtype(),
+                    new.device(),
+                    g.shape(),
+                    g.dtype(),
+                    g.device()
+                );
+            }
+            g = new;
+        }
+    }
+    g
+}
+
+impl super::Node {
+    /// This node's output gradient through the gradient hooks of its result.
+    pub(crate) fn run_grad_hooks(&self, g: Tensor) -> Tensor {
+        run_grad_hooks(&self.hooks, g, || format!("the result of `{}`", self.name))
     }
 }
 
@@ -95,23 +182,65 @@ impl Tensor {
                  gradient (call `requires_grad_(true)` first)"
             );
         }
-        let id = NEXT_HOOK_ID.fetch_add(1, Ordering::Relaxed);
-        self.0.grad_hooks.lock().push((id, Arc::new(hook)));
+        let id = self.0.grad_hooks.post.push(Arc::new(hook));
         let owner: Arc<dyn HookOwner> = self.0.clone();
         HookHandle::new(Arc::downgrade(&owner), "post_accumulate_grad", id)
+    }
+
+    /// Registers `hook` to see this tensor's gradient in every backward pass that reaches
+    /// it, once all of that pass's contributions are summed (PyTorch's
+    /// `Tensor.register_hook`). Returning `Some(g)` replaces the gradient: for the result of
+    /// an op, `g` is what flows on into the op's backward; for a leaf, what is accumulated
+    /// into `.grad`. Hooks run in registration order, each seeing the previous one's
+    /// replacement, and stay until [`HookHandle::remove`]. Every handle on the tensor (its
+    /// clones) shares them; [`detach`](Tensor::detach) and views do not.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    ///
+    /// let x = Tensor::from_vec(vec![1.0, 2.0], &[2]).requires_grad_(true);
+    /// let h = &x * 3.0;
+    /// // Clip the gradient flowing through `h` (a non-leaf) to 1.
+    /// let handle = h.register_hook(|g| Some(g.clamp(-1.0, 1.0)));
+    /// (&h * 5.0).sum().backward();
+    /// assert_eq!(x.grad().unwrap().to_vec(), vec![3.0, 3.0]); // 1 (clipped from 5) * 3
+    /// handle.remove();
+    /// ```
+    ///
+    /// # Panics
+    /// When the tensor does not require grad (PyTorch: "cannot register a hook on a tensor
+    /// that doesn't require gradient"). A hook that returns a gradient of another shape,
+    /// dtype or device panics in backward, naming the tensor.
+    #[track_caller]
+    pub fn register_hook(&self, hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static) -> HookHandle {
+        if !self.requires_grad() {
+            panic!(
+                "register_hook: cannot register a hook on a tensor that doesn't require gradient (call                  `requires_grad_(true)` on a leaf, or hook a result computed outside `no_grad`)"
+            );
+        }
+        let owner: Arc<dyn HookOwner>;
+        let id = match &self.0.grad_fn {
+            Some(node) => {
+                owner = node.clone();
+                node.hooks.push(Arc::new(hook))
+            }
+            None => {
+                owner = self.0.clone();
+                self.0.grad_hooks.pre.push(Arc::new(hook))
+            }
+        };
+        HookHandle::new(Arc::downgrade(&owner), "grad", id)
+    }
+
+    /// A leaf's summed gradient of one pass through its gradient hooks.
+    pub(crate) fn run_grad_hooks(&self, g: Tensor) -> Tensor {
+        run_grad_hooks(&self.0.grad_hooks.pre, g, || format!("a leaf of shape {:?}", self.shape()))
     }
 
     /// Runs the post-accumulate-grad hooks (the list is copied first, so a hook may
     /// register or remove hooks).
     pub(crate) fn run_post_accumulate_grad_hooks(&self) {
-        let hooks: Vec<PostAccumulateGradHook> = {
-            let l = self.0.grad_hooks.lock();
-            if l.is_empty() {
-                return;
-            }
-            l.iter().map(|(_, h)| Arc::clone(h)).collect()
-        };
-        for h in hooks {
+        for h in self.0.grad_hooks.post.snapshot() {
             h(self);
         }
     }
@@ -367,5 +496,63 @@ mod tests {
         assert!(!*ran.lock().unwrap());
         // The frame was popped: queueing outside a backward is an error again.
         assert!(std::panic::catch_unwind(|| queue_callback(|| {})).is_err());
+    }
+
+    #[test]
+    fn grad_hooks_see_the_summed_gradient_and_replace_it() {
+        // torch: x = [1, 2] (leaf); h = x * 3; h used twice; a hook on h doubles its
+        // gradient; h.retain_grad() sees the doubled one (retain-grad runs last); a hook on
+        // x sees the gradient before `.grad`.
+        let x = leaf(&[1.0, 2.0], &[2]);
+        let h = &x * 3.0;
+        h.retain_grad();
+        let seen: Log = Arc::default();
+        let (s1, s2) = (seen.clone(), seen.clone());
+        h.register_hook(move |g| {
+            s1.lock().unwrap().push(format!("h={:?}", g.to_vec()));
+            Some(g * 2.0)
+        });
+        x.register_hook(move |g| {
+            s2.lock().unwrap().push(format!("x={:?}", g.to_vec()));
+            None
+        });
+        (&h * 5.0 + &h).sum().backward();
+        assert_eq!(*seen.lock().unwrap(), ["h=[6.0, 6.0]", "x=[36.0, 36.0]"]);
+        assert_eq!(h.grad().unwrap().to_vec(), [12.0, 12.0]);
+        assert_eq!(grad(&x), [36.0, 36.0]);
+    }
+
+    #[test]
+    fn a_leaf_hook_replaces_what_is_accumulated_and_removal_stops_it() {
+        let w = Parameter::new(Tensor::from_vec(vec![1.0, -1.0], &[2]));
+        let handle = w.register_hook(|g| Some(g.clamp(-0.5, 0.5)));
+        assert!(handle.is_registered());
+        (&*w * 4.0).sum().backward();
+        assert_eq!(w.grad().unwrap().to_vec(), [0.5, 0.5]);
+        handle.remove();
+        w.zero_grad();
+        (&*w * 4.0).sum().backward();
+        assert_eq!(w.grad().unwrap().to_vec(), [4.0, 4.0]);
+        // The root itself may be hooked.
+        let r = (&*w * 1.0).sum();
+        r.register_hook(|g| Some(g * 0.0));
+        w.zero_grad();
+        r.backward();
+        assert_eq!(w.grad().unwrap().to_vec(), [0.0, 0.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "register_hook: a hook on the result of `exp` returned a gradient of shape [3]")]
+    fn a_replacement_of_another_shape_panics_naming_the_tensor() {
+        let x = leaf(&[1.0, 2.0], &[2]);
+        let h = x.exp();
+        h.register_hook(|_| Some(Tensor::zeros(&[3])));
+        h.sum().backward();
+    }
+
+    #[test]
+    #[should_panic(expected = "register_hook: cannot register a hook on a tensor that doesn't require gradient")]
+    fn a_tensor_without_grad_refuses_hooks() {
+        Tensor::ones(&[1]).register_hook(|_| None);
     }
 }

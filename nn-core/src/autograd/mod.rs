@@ -31,7 +31,7 @@ pub use grad_mode::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, GradModeGuard,
     InferenceModeGuard, NoGradGuard,
 };
-pub use hooks::{queue_callback, PostAccumulateGradHook};
+pub use hooks::{queue_callback, GradHook, PostAccumulateGradHook};
 
 use crate::backend::Storage;
 use crate::shape::{Dims, Layout};
@@ -79,6 +79,8 @@ pub(crate) struct Node {
     pub(crate) state: Mutex<Option<NodeState>>,
     /// The output tensors that asked to keep their gradient ([`Tensor::retain_grad`]).
     pub(crate) retained: Mutex<Vec<std::sync::Weak<crate::tensor::TensorImpl>>>,
+    /// The gradient hooks of this node's result ([`Tensor::register_hook`]).
+    pub(crate) hooks: hooks::HookList<hooks::GradHook>,
 }
 
 static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
@@ -96,6 +98,7 @@ impl Node {
             shape: shape.into(),
             state: Mutex::new(Some(NodeState { backward, inputs })),
             retained: Mutex::new(Vec::new()),
+            hooks: hooks::HookList::default(),
         }
     }
 }

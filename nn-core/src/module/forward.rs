@@ -212,7 +212,7 @@ impl<M: Compute + ?Sized> Forward for M {
         let input = input.into_input();
         let _scope = crate::autograd::trace::module(self.module_base().trace_key());
         #[allow(deprecated)] // the one call: with the hooks around it
-        self.module_base().call(&*input, |x| self.compute(x))
+        self.module_base().call(self.as_dyn(), &*input, |x| self.compute(x))
     }
 }
 

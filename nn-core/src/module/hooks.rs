@@ -171,21 +171,40 @@ impl ModuleBase {
         self.register("full_backward", |l, id| l.bwd.push((id, Arc::new(hook))))
     }
 
-    /// Runs a module's computation `f` on `input` with this base's hooks around it: what
-    /// [`Forward::forward`](super::Forward::forward) does for every module.
-    pub(crate) fn call<I: ModuleIo, O: ModuleIo>(&self, input: &I, f: impl FnOnce(&I) -> O) -> O {
-        if !self.hooks.any.load(Ordering::Acquire) {
+    /// Runs `module`'s computation `f` on `input` with the global hooks and this base's
+    /// hooks around it: what [`Forward::forward`](super::Forward::forward) does for every
+    /// module.
+    pub(crate) fn call<I: ModuleIo, O: ModuleIo>(
+        &self,
+        module: &dyn super::Module,
+        input: &I,
+        f: impl FnOnce(&I) -> O,
+    ) -> O {
+        let global = super::global_hooks::snapshot();
+        if global.is_none() && !self.hooks.any.load(Ordering::Acquire) {
             return f(input);
         }
+        let global = global.unwrap_or_default();
         let (pre, fwd, bwd) = {
             let l = self.hooks.lock();
+            let type_name = module.type_name();
+            // Global backward hooks first, as PyTorch chains them.
+            let bwd = global.bwd.iter().map(|(_, h)| {
+                let h = Arc::clone(h);
+                Arc::new(move |gi: Option<&Tensor>, go: &Tensor| h(type_name, gi, go)) as BackwardHook
+            });
             (
                 l.pre.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
                 l.fwd.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
-                l.bwd.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
+                bwd.chain(l.bwd.iter().map(|(_, h)| Arc::clone(h))).collect::<Vec<_>>(),
             )
         };
         let mut x = input.clone();
+        for (_, h) in &global.pre {
+            if let Some(new) = h(module, x.primary()) {
+                x = x.with_primary(new);
+            }
+        }
         for h in &pre {
             if let Some(new) = h(x.primary()) {
                 x = x.with_primary(new);
@@ -223,6 +242,11 @@ impl ModuleBase {
             }));
         }
         let mut y = f(&x);
+        for (_, h) in &global.fwd {
+            if let Some(new) = h(module, x.primary(), y.primary()) {
+                y = y.with_primary(new);
+            }
+        }
         for h in &fwd {
             if let Some(new) = h(x.primary(), y.primary()) {
                 y = y.with_primary(new);

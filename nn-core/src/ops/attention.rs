@@ -74,12 +74,10 @@ impl Tensor {
     /// and `is_causal`.
     #[track_caller]
     pub fn scaled_dot_product_attention(&self, key: &Tensor, value: &Tensor, options: &AttentionConfig<'_>) -> Tensor {
-        if let Some(y) = autocast(self, key, value, options, |q, k, v, o| q.scaled_dot_product_attention(k, v, o)) {
-            return y;
-        }
-        check(self, key, value, options);
         // Its parts (a softmax, matrix products) are not cast: it is one op to autocast.
-        let _parts = crate::autograd::autocast::inside_op();
+        let _op = crate::autograd::entry::op_entry!(untraced OP, args = &autocast_args(self, key, value, options),
+            again = again(options, |q, k, v, o| q.scaled_dot_product_attention(k, v, o)));
+        check(self, key, value, options);
         if let Some(y) = fused(self, key, value, options) {
             return y;
         }
@@ -99,28 +97,32 @@ impl Tensor {
         let run = |q: &Tensor, k: &Tensor, v: &Tensor, o: &AttentionConfig<'_>| {
             q.scaled_dot_product_attention_with_weights(k, v, o)
         };
-        if let Some(y) = autocast(self, key, value, options, run) {
-            return y;
-        }
+        let _op = crate::autograd::entry::op_entry!(untraced OP, args = &autocast_args(self, key, value, options), again = again(options, run));
         check(self, key, value, options);
-        let _parts = crate::autograd::autocast::inside_op();
         composed_with_weights(self, key, value, options)
     }
 }
 
-/// Under autocast, `run` on q, k, v and a float `attn_mask` cast to the autocast dtype
-/// (a bool mask is not cast); see `amp::cast_call`.
-fn autocast<R>(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    options: &AttentionConfig<'_>,
-    run: impl FnOnce(&Tensor, &Tensor, &Tensor, &AttentionConfig<'_>) -> R,
-) -> Option<R> {
-    crate::autograd::autocast::cast_call(OP, &[Some(q), Some(k), Some(v), options.attn_mask], |c| {
+/// What autocast casts: q, k, v and a float `attn_mask` (a bool mask is not cast; see
+/// `amp::cast_call`).
+fn autocast_args<'a>(
+    q: &'a Tensor,
+    k: &'a Tensor,
+    v: &'a Tensor,
+    options: &AttentionConfig<'a>,
+) -> [Option<&'a Tensor>; 4] {
+    [Some(q), Some(k), Some(v), options.attn_mask]
+}
+
+/// `run` on the cast [`autocast_args`], the mask's cast in its options.
+fn again<'o, R>(
+    options: &'o AttentionConfig<'_>,
+    run: impl FnOnce(&Tensor, &Tensor, &Tensor, &AttentionConfig<'_>) -> R + 'o,
+) -> impl FnOnce(&[Option<&Tensor>]) -> R + 'o {
+    move |c| {
         let o = AttentionConfig { attn_mask: c[3], ..*options };
         run(c[0].expect("present"), c[1].expect("present"), c[2].expect("present"), &o)
-    })
+    }
 }
 
 /// The op's name in panics.

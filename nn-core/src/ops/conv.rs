@@ -155,9 +155,8 @@ impl Tensor {
         if self.rank() == 2 && weight.rank() == 3 {
             return unbatched(self, |x| conv1d(x, weight, bias));
         }
-        if let Some(y) = crate::autograd::autocast::cast3(crate::names::CONV1D, self, weight, bias, conv1d) {
-            return y;
-        }
+        let _op = crate::autograd::entry::op_entry!(untraced crate::names::CONV1D, [Some(self), Some(weight), bias],
+            again = |c| conv1d(c[0].expect("present"), c[1].expect("present"), c[2]));
         if self.rank() != 3 || weight.rank() != 3 {
             panic!(
                 "conv1d: expected a 3-D input [N, C, L] (or 2-D [C, L], unbatched) and a 3-D weight [O, C / groups, k], got shapes {:?} and {:?}",

@@ -217,9 +217,8 @@ impl Tensor {
         if self.rank() == 2 && weight.rank() == 3 {
             return super::conv::unbatched(self, |x| conv(x, weight, bias));
         }
-        if let Some(y) = crate::autograd::autocast::cast3(crate::names::CONV_TRANSPOSE1D, self, weight, bias, conv) {
-            return y;
-        }
+        let _op = crate::autograd::entry::op_entry!(untraced crate::names::CONV_TRANSPOSE1D, [Some(self), Some(weight), bias],
+            again = |c| conv(c[0].expect("present"), c[1].expect("present"), c[2]));
         if self.rank() != 3 || weight.rank() != 3 {
             panic!(
                 "conv_transpose1d: expected a 3-D input [N, C_in, L] (or 2-D [C_in, L], unbatched) and a 3-D weight [C_in, C_out / groups, k], \

@@ -78,11 +78,10 @@ pub fn einsum(equation: &str, operands: &[&Tensor]) -> Tensor {
     // On the GPU's lower-precision list (PyTorch's CUDA list names it), where it is then one
     // op: its sums are not cast. On the CPU it is not listed: its products are cast as
     // PyTorch's `bmm` inside it is, its elementwise parts run as given.
-    if let Some(y) = crate::autograd::autocast::cast_many(crate::names::EINSUM, operands, |ops| einsum(equation, ops)) {
-        return y;
-    }
-    let _parts =
-        operands.first().and_then(|t| crate::autograd::autocast::inside_listed_op(crate::names::EINSUM, t.device()));
+    let device = operands.first().map_or(crate::Device::Cpu, |t| t.device());
+    let args: Vec<Option<&Tensor>> = operands.iter().map(|t| Some(*t)).collect();
+    let _op = crate::autograd::entry::op_entry!(untraced where_listed crate::names::EINSUM, device, args = &args,
+        again = |c| einsum(equation, &c.iter().map(|t| t.expect("present")).collect::<Vec<_>>()));
     let eqn = Equation(equation);
     let eq: String = equation.chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, rhs) = match eq.split_once("->") {

@@ -28,6 +28,7 @@ pub(crate) mod predicates;
 pub(crate) mod quantile;
 pub(crate) mod reduce;
 pub(crate) mod repeat;
+pub(crate) mod scalar_compare;
 pub(crate) mod shift;
 pub(crate) mod softmax;
 pub(crate) mod sort;
@@ -45,6 +46,7 @@ pub use inplace::Operand;
 pub use interpolate::{InterpolateMode, InterpolateSize};
 pub use pad::PadMode;
 pub use pool::Pool2dConfig;
+pub use scalar_compare::Scalar;
 
 /// Former name of [`Conv2dConfig`] (option structs are `...Config` in every crate).
 #[deprecated(since = "0.1.0", note = "renamed to `Conv2dConfig`")]

@@ -162,11 +162,8 @@ impl Tensor {
             _ => f64::from(f32::EPSILON),
         });
         // Under GPU autocast (PyTorch's CUDA list): in f32, with f32's `eps` by default.
-        if let Some(y) = crate::autograd::autocast::cast_call(crate::names::RMS_NORM, &[Some(self), weight], |c| {
-            c[0].expect("present").rms_norm(normalized_shape, c[1], Some(eps))
-        }) {
-            return y;
-        }
+        let _op = crate::autograd::entry::op_entry!(untraced crate::names::RMS_NORM, [Some(self), weight],
+            again = |c| c[0].expect("present").rms_norm(normalized_shape, c[1], Some(eps)));
         if let Some(y) =
             half_with_f32_params(self, [weight, None], |x, [w, _]| x.rms_norm(normalized_shape, w, Some(eps)))
         {

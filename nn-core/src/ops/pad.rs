@@ -101,18 +101,13 @@ impl Tensor {
         // Under CPU autocast, reflect and replicate run in f32 (PyTorch's CPU list names
         // `reflection_pad1d/2d` and `replication_pad1d/2d/3d`: a 3-D reflect pad is not
         // listed); the ops pad is built from are its parts, which autocast leaves alone.
-        let listed = match mode {
-            PadMode::Reflect if pads.len() < 6 => Some("reflection_pad"),
-            PadMode::Reflect => None,
-            PadMode::Replicate => Some("replication_pad"),
-            PadMode::Constant | PadMode::Circular => None,
+        let name = match mode {
+            PadMode::Reflect if pads.len() < 6 => crate::names::REFLECTION_PAD,
+            PadMode::Replicate => crate::names::REPLICATION_PAD,
+            PadMode::Reflect | PadMode::Constant | PadMode::Circular => crate::names::PAD,
         };
-        if let Some(op) = listed {
-            if let Some(y) = crate::autograd::autocast::cast1(op, self, |x| x.pad(pads, mode, value)) {
-                return y;
-            }
-        }
-        let _inside = crate::autograd::autocast::inside_op();
+        let _op = crate::autograd::entry::op_entry!(untraced name, [Some(self)],
+            again = |c| c[0].expect("present").pad(pads, mode, value));
         let mut y = self.clone();
         for (k, lr) in pads.chunks(2).enumerate() {
             let (l, r) = (lr[0], lr[1]);

@@ -102,8 +102,8 @@ impl Tensor {
     pub fn mean_dims<D: Dim>(&self, dims: &[D], keepdim: bool) -> Tensor {
         let mask = resolve_dims("mean", dims, self.rank());
         let n: usize = self.shape().iter().zip(&mask).filter(|(_, &m)| m).map(|(&d, _)| d).product();
-        // Built from public ops, without a scope of its own: its parts are not cast.
-        let _parts = crate::autograd::autocast::inside_op();
+        // Built from public ops, without a trace frame of its own: its parts are not cast.
+        let _op = crate::autograd::entry::op_entry!(untraced crate::names::MEAN);
         if self.dtype().is_half() {
             // The sum in f32, as PyTorch's: rounded to f16 first, the sum of 100,000 ones
             // is inf, and so was their mean.
@@ -118,8 +118,8 @@ impl Tensor {
     pub fn var_dims<D: Dim>(&self, dims: &[D], correction: usize, keepdim: bool) -> Tensor {
         let mask = resolve_dims("var", dims, self.rank());
         let n: usize = self.shape().iter().zip(&mask).filter(|(_, &m)| m).map(|(&d, _)| d).product();
-        // Built from public ops, without a scope of its own: its parts are not cast.
-        let _parts = crate::autograd::autocast::inside_op();
+        // Built from public ops, without a trace frame of its own: its parts are not cast.
+        let _op = crate::autograd::entry::op_entry!(untraced crate::names::VAR);
         if self.dtype().is_half() {
             // In f32, as the mean (a sum of squares overflows f16 sooner still).
             return self.to_dtype(DType::F32).var_dims(dims, correction, keepdim).to_dtype(self.dtype());

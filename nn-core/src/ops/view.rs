@@ -30,30 +30,26 @@ impl Tensor {
     }
 
     /// The same elements with a new shape: a view when the layout allows it (always for
-    /// contiguous tensors), a copy otherwise.
+    /// contiguous tensors), a copy otherwise. One dimension may be `-1` (or `()`), inferred
+    /// from the element count, as PyTorch's: see [`ShapeSpec`](crate::ShapeSpec) for the
+    /// forms a shape takes.
     ///
     /// ```
     /// use nn_core::Tensor;
     /// let x = Tensor::arange(0.0, 6.0, 1.0).reshape(&[2, 3]);
     /// assert_eq!(x.shape(), &[2, 3]);
     /// assert_eq!(x.t().reshape(&[6]).to_vec(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    /// assert_eq!(x.reshape((3, -1)).shape(), &[3, 2]);
     /// ```
     ///
     /// # Panics
-    /// When the element counts differ.
+    /// When the element counts differ, or with more than one dimension to infer.
     #[track_caller]
-    pub fn reshape(&self, shape: &[usize]) -> Tensor {
+    pub fn reshape(&self, shape: impl crate::ShapeSpec) -> Tensor {
+        let shape = &crate::shape_spec::resolve(&shape, self.numel(), "reshape", self.shape())[..];
         let _op = crate::autograd::entry::enter_uncast(crate::names::RESHAPE, &[self], &[], || {
             vec![("shape", crate::autograd::trace::ints(shape))]
         });
-        if crate::shape::checked_numel(shape) != Some(self.numel()) {
-            panic!(
-                "reshape: shape {:?} is invalid for input of shape {:?} ({} elements)",
-                shape,
-                self.shape(),
-                self.numel()
-            );
-        }
         if self.shape() == shape {
             return self.clone();
         }
@@ -72,20 +68,21 @@ impl Tensor {
         })
     }
 
-    /// Like [`reshape`](Tensor::reshape) but panics instead of copying (PyTorch's `view`).
+    /// Like [`reshape`](Tensor::reshape) but panics instead of copying (PyTorch's `view`);
+    /// `-1` infers a dimension as there.
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let x = Tensor::zeros(&[4, 6]);
+    /// let (b, t) = (2, 2);
+    /// assert_eq!(x.view((b, t, -1)).shape(), &[2, 2, 6]);
+    /// ```
     #[track_caller]
-    pub fn view(&self, shape: &[usize]) -> Tensor {
+    pub fn view(&self, shape: impl crate::ShapeSpec) -> Tensor {
+        let shape = &crate::shape_spec::resolve(&shape, self.numel(), "view", self.shape())[..];
         let _op = crate::autograd::entry::enter_uncast(crate::names::RESHAPE, &[self], &[], || {
             vec![("shape", crate::autograd::trace::ints(shape))]
         });
-        if crate::shape::checked_numel(shape) != Some(self.numel()) {
-            panic!(
-                "view: shape {:?} is invalid for input of shape {:?} ({} elements)",
-                shape,
-                self.shape(),
-                self.numel()
-            );
-        }
         match self.layout().reshape_view(shape) {
             Some(l) => self.reshape_as_view(l),
             None => panic!(
@@ -176,18 +173,22 @@ impl Tensor {
         }
     }
 
-    /// Elements `start..start + len` along `dim` (a view).
+    /// Elements `start..start + len` along `dim` (a view); `start` may be negative, counting
+    /// from the end, as PyTorch's.
     ///
     /// ```
     /// use nn_core::Tensor;
     /// let x = Tensor::arange(0.0, 6.0, 1.0).reshape(&[2, 3]);
     /// assert_eq!(x.narrow(1, 1, 2).to_vec(), vec![1.0, 2.0, 4.0, 5.0]);
+    /// // A negative start counts from the end: the last column, PyTorch's `x[:, -1:]`.
+    /// assert_eq!(x.narrow(1, -1, 1).to_vec(), vec![2.0, 5.0]);
     /// ```
     #[track_caller]
-    pub fn narrow<D: Dim>(&self, dim: D, start: usize, len: usize) -> Tensor {
+    pub fn narrow<D: Dim>(&self, dim: D, start: impl crate::Start, len: usize) -> Tensor {
         if self.rank() == 0 {
             panic!("narrow: cannot be applied to a 0-d tensor (it has no dimension to narrow)");
         }
+        let start = start.resolve(self.shape()[dim.resolve(self.rank(), "narrow")], "narrow");
         let _op = crate::autograd::entry::enter_uncast(crate::names::NARROW, &[self], &[], || {
             vec![
                 ("dim", crate::autograd::trace::int(dim.resolve(self.rank(), "narrow"))),
@@ -243,9 +244,12 @@ impl Tensor {
     /// let x = Tensor::from_vec(vec![1.0, 2.0], &[2, 1]).expand(&[2, 3]);
     /// assert_eq!(x.strides(), &[1, 0]);
     /// assert_eq!(x.to_vec(), vec![1.0, 1.0, 1.0, 2.0, 2.0, 2.0]);
+    /// // -1 keeps a size, as PyTorch's `expand(4, -1, 3)`.
+    /// assert_eq!(Tensor::zeros(&[2, 1]).expand((4, -1, 3)).shape(), &[4, 2, 3]);
     /// ```
     #[track_caller]
-    pub fn expand(&self, shape: &[usize]) -> Tensor {
+    pub fn expand(&self, shape: impl crate::ShapeSpec) -> Tensor {
+        let shape = &crate::shape_spec::resolve_expand(&shape, self.shape())[..];
         let _op = crate::autograd::entry::enter_uncast(crate::names::EXPAND, &[self], &[], || {
             vec![("shape", crate::autograd::trace::ints(shape))]
         });
@@ -393,10 +397,10 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn stack<D: Dim>(tensors: &[&Tensor], dim: D) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::cast_many(crate::names::STACK, tensors, |ts| Tensor::stack(ts, dim))
-        {
-            return y;
-        }
+        let args: Vec<Option<&Tensor>> = tensors.iter().map(|t| Some(*t)).collect();
+        let _op = crate::autograd::entry::op_entry!(untraced crate::names::STACK, args = &args, again = |c| {
+            Tensor::stack(&c.iter().map(|t| t.expect("present")).collect::<Vec<_>>(), dim)
+        });
         if tensors.is_empty() {
             panic!("stack: expected a non-empty list of tensors");
         }

@@ -416,7 +416,7 @@ impl Tensor {
 /// `numel(shape)` draws of `draw` from the global generator, checking the shape and the
 /// allocation first (a clear panic naming `op`, never a wrapped count or an abort).
 #[track_caller]
-fn random_values(
+pub(super) fn random_values(
     op: &'static str,
     shape: &[usize],
     mut draw: impl FnMut(&mut rand_chacha::ChaCha8Rng) -> f32,

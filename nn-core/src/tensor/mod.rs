@@ -130,6 +130,7 @@ impl StorageSlot {
 mod construct;
 mod grad;
 mod print;
+mod random;
 #[cfg(test)]
 mod tests;
 mod values;

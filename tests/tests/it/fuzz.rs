@@ -125,7 +125,7 @@ fn valid_checkpoint() -> Checkpoint {
         epoch: 3,
         step: 6,
         rng: RngState { seed: [7; 32], stream: 0, word_pos: 128 },
-        extra: HashMap::from([("best".to_string(), 0.5)]),
+        extra: HashMap::from([("best".to_string(), 0.5.into())]),
         // None: the metadata has no `scaler` key, so the committed corpus stays as it was.
         scaler: None,
     }

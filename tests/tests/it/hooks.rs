@@ -294,3 +294,100 @@ fn a_backward_hook_fires_when_only_a_later_output_gets_a_gradient() {
     assert_eq!(seen[0].0, x.grad().unwrap().to_vec());
     assert_eq!(seen[0].1, vec![0.0, 0.0]);
 }
+
+/// A module type only the global-hook test runs, so that the hooks it registers on every
+/// module (the whole test process) can tell its calls from other tests' by type name.
+#[derive(Module)]
+struct GlobalHookProbe {
+    #[module]
+    inner: Linear,
+    #[base]
+    base: ModuleBase,
+}
+
+impl Compute for GlobalHookProbe {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        self.inner.forward(x) * 2.0
+    }
+}
+
+/// Global hooks (PyTorch's `register_module_forward_pre_hook` and friends) fire on every
+/// module that runs, before the module's own hooks of the same kind, with the module, until
+/// removed; the global backward hook gets the module's type name and may replace
+/// `grad_input`.
+#[test]
+fn global_hooks_fire_on_every_module_before_its_own() {
+    use nn_core::hooks::{
+        register_module_forward_hook, register_module_forward_pre_hook, register_module_full_backward_hook,
+    };
+    manual_seed(0);
+    let probe = GlobalHookProbe { inner: Linear::new(2, 2), base: ModuleBase::new() };
+    // The gradient through the module without hooks, for reference.
+    let x0 = Tensor::ones(&[1, 2]).requires_grad_(true);
+    probe.forward(&x0).sum().backward();
+    let plain = x0.grad().unwrap().to_vec();
+    let y_plain = probe.forward(&Tensor::ones(&[1, 2])).to_vec();
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let ours = |t: &str| t == "GlobalHookProbe";
+    let (l1, l2, l3, l4, l5) = (log.clone(), log.clone(), log.clone(), log.clone(), log.clone());
+    let pre = register_module_forward_pre_hook(move |m, _| {
+        if ours(m.type_name()) {
+            l1.lock().unwrap().push("global pre".into());
+        }
+        None
+    });
+    let fwd = register_module_forward_hook(move |m, _, y| {
+        if ours(m.type_name()) {
+            l2.lock().unwrap().push(format!("global fwd {:?}", y.shape()));
+            // The module itself: its parameters, and a downcast.
+            assert_eq!(m.named_parameters()[0].0, "inner.weight");
+            assert!(m.as_any().downcast_ref::<GlobalHookProbe>().is_some());
+            return Some(y * 3.0);
+        }
+        None
+    });
+    let bwd = register_module_full_backward_hook(move |type_name, gi, _| {
+        if ours(type_name) {
+            l3.lock().unwrap().push("global bwd".into());
+            return gi.map(|g| g * 10.0);
+        }
+        None
+    });
+    let own_pre = probe
+        .register_forward_pre_hook(move |_| {
+            l4.lock().unwrap().push("own pre".into());
+            None
+        })
+        .unwrap();
+    let own_fwd = probe
+        .register_forward_hook(move |_, y| {
+            // Sees the global hook's replacement.
+            l5.lock().unwrap().push(format!("own fwd {:?}", y.shape()));
+            None
+        })
+        .unwrap();
+    let x = Tensor::ones(&[1, 2]).requires_grad_(true);
+    let y = probe.forward(&x);
+    let tripled: Vec<f32> = y_plain.iter().map(|v| v * 3.0).collect();
+    assert_eq!(y.to_vec(), tripled, "the global forward hook's replacement is the output");
+    (&y + &x).sum().backward();
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["global pre", "own pre", "global fwd [1, 2]", "own fwd [1, 2]", "global bwd"],
+        "PyTorch's order: global hooks before the module's own"
+    );
+    // Through the module: 3x (the forward hook) the plain gradient, then 10x (the global
+    // backward hook's replacement); plus 1 from `+ x`.
+    let want: Vec<f32> = plain.iter().map(|g| g * 30.0 + 1.0).collect();
+    nn_core::testing::assert_close(&x.grad().unwrap().to_vec(), &want, 1e-5, 1e-5);
+    for h in [pre, fwd, bwd, own_pre, own_fwd] {
+        assert!(h.is_registered());
+        h.remove();
+    }
+    log.lock().unwrap().clear();
+    let y = probe.forward(&Tensor::ones(&[1, 2]));
+    assert_eq!(y.to_vec(), y_plain, "removed: no longer replaced");
+    assert!(log.lock().unwrap().is_empty());
+}

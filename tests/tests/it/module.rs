@@ -297,6 +297,44 @@ fn meta_model_gives_schema_without_memory_and_materialises() {
 }
 
 #[test]
+fn a_prefix_on_every_key_is_one_line_and_strip_prefix_loads_it() {
+    let mut n = net();
+    let sd = net().state_dict().add_prefix("_orig_mod.");
+    let err = n.load_state_dict(&sd, true).unwrap_err().to_string();
+    let keys = sd.len().to_string();
+    assert!(
+        err.contains("every key of the state dict starts with `_orig_mod.`")
+            && err.contains("`state_dict.strip_prefix(\"_orig_mod.\")?`")
+            && err.contains(&format!("missing key(s): {keys}")),
+        "{err}"
+    );
+    assert!(!err.contains("did you mean"), "no guess per key beside the summary: {err}");
+    assert_eq!(err.lines().count(), 4, "{err}");
+    n.load_state_dict(&sd.strip_prefix("_orig_mod.").unwrap(), true).unwrap();
+    // The other way round: the module is the wrapped one.
+    let bare = net().state_dict();
+    let e = nn_core::error::StateDictError {
+        missing_keys: bare.keys().map(|k| (format!("model.{k}"), None)).collect(),
+        unexpected_keys: bare.keys().map(str::to_string).collect(),
+        mismatched: vec![],
+        tied_conflicts: vec![],
+        module: "Wrapper".into(),
+    };
+    assert!(e.to_string().contains("load `state_dict.add_prefix(\"model.\")`"), "{e}");
+}
+
+#[test]
+fn key_lists_are_separated_without_a_trailing_comma() {
+    let mut n = net();
+    let mut sd: StateDict = net().state_dict();
+    sd.remove("gain");
+    sd.insert("extra".into(), Tensor::zeros(&[1]));
+    let err = n.load_state_dict(&sd, true).unwrap_err().to_string();
+    assert!(err.contains("missing key(s): \"gain\"\n"), "{err}");
+    assert!(err.contains("unexpected key(s): \"extra\"") && !err.contains("\"extra\","), "{err}");
+}
+
+#[test]
 fn load_state_dict_reports_everything_and_leaves_model_unchanged() {
     let mut n = net();
     let before = n.state_dict().iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect::<Vec<_>>();
@@ -820,4 +858,50 @@ fn a_buffer_computed_by_an_op_converts_with_its_module() {
     m.to_dtype(DType::F64);
     m.to_device(Device::Meta);
     assert_eq!((m.s.dtype(), m.s.device()), (DType::F64, Device::Meta));
+}
+
+/// `ModuleList::{insert, extend, pop, remove}` and `ModuleDict::remove` renumber and keep
+/// order as PyTorch's do: keys follow the list's positions after each edit.
+#[test]
+fn container_edits_renumber_keys_as_pytorch() {
+    let keys = |l: &ModuleList<Linear>| l.state_dict().keys().map(String::from).collect::<Vec<_>>();
+    let mut l: ModuleList<Linear> = (1..=2).map(|i| Linear::new(i, 1)).collect();
+    l.insert(0, Linear::new(5, 1));
+    assert_eq!(l[0].in_features(), 5);
+    assert_eq!(keys(&l)[..2], ["0.weight", "0.bias"]);
+    l.extend([Linear::new(7, 1)]);
+    assert_eq!(l.remove(1).in_features(), 1);
+    assert_eq!(l.iter().map(|m| m.in_features()).collect::<Vec<_>>(), [5, 2, 7]);
+    assert_eq!(l.pop().map(|m| m.in_features()), Some(7));
+    assert_eq!(keys(&l), ["0.weight", "0.bias", "1.weight", "1.bias"]);
+    let mut d: ModuleDict<Linear> = ["a", "b", "c"].iter().map(|k| (k.to_string(), Linear::new(2, 2))).collect();
+    assert!(d.remove("b").is_some() && d.remove("b").is_none());
+    assert_eq!(d.keys().collect::<Vec<_>>(), ["a", "c"]);
+    assert_eq!(d.get("c").map(|m| m.in_features()), Some(2));
+    assert!(d.contains_key("a") && !d.contains_key("b"));
+}
+
+#[test]
+#[should_panic(expected = "ModuleList::remove: index 2 out of range for 2 modules")]
+fn removing_past_the_end_names_the_index() {
+    let mut l: ModuleList<Linear> = (0..2).map(|_| Linear::new(1, 1)).collect();
+    l.remove(2);
+}
+
+/// `zero_grad_with(false)` fills existing gradients with zeros in place (PyTorch's
+/// `zero_grad(set_to_none=False)`); `named_modules_with` puts a prefix before every path.
+#[test]
+fn zero_filling_zero_grad_and_prefixed_module_names() {
+    use nn_core::module::ModuleExt;
+    let lin = Linear::new(2, 1);
+    lin.forward(&Tensor::ones(&[1, 2])).sum().backward();
+    lin.zero_grad_with(false);
+    assert_eq!(lin.weight.grad().map(|g| g.to_vec()), Some(vec![0.0, 0.0]));
+    lin.zero_grad_with(true);
+    assert!(lin.weight.grad().is_none());
+    let seq = Sequential::new().add(Linear::new(2, 2)).add(ReLU::new());
+    let names: Vec<String> = seq.named_modules_with("model").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(names, ["model", "model.0", "model.1"]);
+    let e = seq.get_buffer("0.weight").unwrap_err().to_string();
+    assert!(e.contains("Linear at `0` has no buffer `weight`"), "{e}");
 }

@@ -337,6 +337,40 @@ fn colliding_parameter_groups_are_refused_at_construction() {
     assert_eq!(before, after);
 }
 
+/// Checkpoint extras hold what a training loop saves beside the model (nanoGPT saves its
+/// config): strings, integers, booleans, floats and nested maps and lists, read back
+/// exactly; a NaN deep inside is refused at save by its path.
+#[test]
+fn checkpoint_extras_hold_json_values_exactly() {
+    use nn_core::checkpoint::{Checkpoint, Extra};
+    let m = small_model();
+    let mut ck = Checkpoint::new(m.state_dict(), None, None, 1, 1);
+    let config = Extra::map([
+        ("n_layer", Extra::from(12)),
+        ("bias", false.into()),
+        ("dataset", "pride_and_prejudice".into()),
+        ("dropout", 0.0.into()),
+        ("seed", u64::MAX.into()),
+        ("betas", vec![0.9, 0.95].into()),
+        ("init_from", Extra::Null),
+    ]);
+    ck.extra.insert("config".into(), config.clone());
+    ck.extra.insert("best_val_loss".into(), 1.25.into());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ck.safetensors");
+    ck.save(&path).unwrap();
+    let back = Checkpoint::load(&path).unwrap();
+    assert_eq!(back.extra["config"], config);
+    assert_eq!(back.extra["config"].get("seed").and_then(Extra::as_u64), Some(u64::MAX));
+    assert_eq!(back.extra["best_val_loss"].as_f64(), Some(1.25));
+
+    let before = std::fs::read(&path).unwrap();
+    ck.extra.insert("curve".into(), Extra::map([("val", vec![1.0, f64::INFINITY].into())]));
+    let e = ck.save(&path).unwrap_err().to_string();
+    assert!(e.contains("`extra[\"curve\"].val[1]` is inf") && e.contains("nothing was written"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
 /// A checkpoint holding a scheduler's state, restored with an optimizer but no scheduler,
 /// is refused (a new scheduler would restart from the decayed rates), unless the caller
 /// drops the state on purpose; an `extra` value that JSON cannot hold (a diverged loss)
@@ -363,7 +397,7 @@ fn a_checkpoints_scheduler_is_not_dropped_and_nan_extras_are_not_written() {
     let path = dir.path().join("ck.safetensors");
     ck.save(&path).unwrap();
     let before = std::fs::read(&path).unwrap();
-    ck.extra.insert("loss.7".into(), f64::NAN);
+    ck.extra.insert("loss.7".into(), f64::NAN.into());
     let e = ck.save(&path).unwrap_err().to_string();
     assert!(e.contains("`extra[\"loss.7\"]` is NaN") && e.contains("nothing was written"), "{e}");
     assert_eq!(std::fs::read(&path).unwrap(), before);

@@ -26,8 +26,9 @@
 //! [`FAR_PAR_MADDS`](super::gemm::FAR_PAR_MADDS)), and every [`PROBE`] an empty loop
 //! measures the distance again, so the team notices the cores coming near.
 //!
-//! The team's size is rayon's: `RAYON_NUM_THREADS`, or rayon's global pool as the program
-//! configured it, read when the first parallel kernel runs. A kernel called from inside a
+//! The team's size is [`set_num_threads`]'s, or until that is called rayon's:
+//! `RAYON_NUM_THREADS`, or rayon's global pool as the program configured it, read when the
+//! first parallel kernel runs. A kernel called from inside a
 //! rayon task (user code in `par_iter`, `ThreadPool::install`) or from a kernel already
 //! running on the team, or while another thread holds the team, runs on its own thread:
 //! threads are never oversubscribed and nothing nests.
@@ -35,7 +36,7 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Mutex, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -113,9 +114,72 @@ thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
 }
 
+/// The team loops run on now: the one of [`set_num_threads`]'s size, or of rayon's
+/// (`RAYON_NUM_THREADS`) until that is called.
+static CURRENT: AtomicPtr<Team> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Every team started, by size: a size asked for again reuses its team (a team's threads
+/// live as long as the process; those of a team not current stay parked).
+static TEAMS: Mutex<Vec<&'static Team>> = Mutex::new(Vec::new());
+
 fn team() -> &'static Team {
-    static TEAM: OnceLock<&'static Team> = OnceLock::new();
-    TEAM.get_or_init(|| Team::start(rayon::current_num_threads().max(1) - 1))
+    let current = CURRENT.load(SeqCst);
+    if !current.is_null() {
+        // SAFETY: `CURRENT` only ever holds teams leaked by `Team::start`.
+        return unsafe { &*current };
+    }
+    make_current(rayon::current_num_threads().max(1), false)
+}
+
+/// Makes the team of `threads` threads (the caller included) current, starting it if no
+/// team of that size was; with `replace` false, a team made current meanwhile stays.
+fn make_current(threads: usize, replace: bool) -> &'static Team {
+    let mut teams = TEAMS.lock().unwrap_or_else(|e| e.into_inner());
+    let current = CURRENT.load(SeqCst);
+    if !replace && !current.is_null() {
+        // SAFETY: as in `team`.
+        return unsafe { &*current };
+    }
+    let team = match teams.iter().find(|t| t.parked.len() + 1 == threads) {
+        Some(t) => *t,
+        None => {
+            let t = Team::start(threads - 1);
+            teams.push(t);
+            t
+        }
+    };
+    CURRENT.store(team as *const Team as *mut Team, SeqCst);
+    team
+}
+
+/// Sets how many threads the CPU kernels run on, the calling thread included (PyTorch's
+/// `torch.set_num_threads`); until it is called, `RAYON_NUM_THREADS` or rayon's global
+/// pool decides, as rayon's own count does. Loops already running finish on the threads
+/// they started with.
+///
+/// Kernels whose sums depend on how their work is split cut it by this count (see
+/// [`parts`]): a run repeats bit for bit at the same count, so set it once, before training.
+///
+/// ```
+/// nn_core::set_num_threads(1);
+/// assert_eq!(nn_core::get_num_threads(), 1);
+/// ```
+///
+/// # Panics
+/// When `n` is 0 (PyTorch: "Expected positive number of threads").
+#[track_caller]
+pub fn set_num_threads(n: usize) {
+    if n == 0 {
+        panic!("set_num_threads: expected a positive number of threads, got 0");
+    }
+    make_current(n, true);
+}
+
+/// How many threads the CPU kernels run on, the calling thread included (PyTorch's
+/// `torch.get_num_threads`): [`set_num_threads`]'s count (fewer where the system refused
+/// threads), else rayon's.
+pub fn get_num_threads() -> usize {
+    team().helpers().len() + 1
 }
 
 impl Team {

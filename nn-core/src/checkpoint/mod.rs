@@ -15,6 +15,9 @@ use crate::optim::{HyperParams, LrScheduler, Optimizer, OptimizerState, Schedule
 use crate::random::RngState;
 use crate::state_dict::StateDict;
 
+mod extra;
+pub use extra::Extra;
+
 const META_KEY: &str = "nn.checkpoint";
 /// Format 2 holds every scheduler's state (`schedulers`); format 1 held one (`scheduler`),
 /// and is still read. A build that reads only format 1 refuses a format-2 file by its
@@ -43,8 +46,9 @@ pub struct Checkpoint {
     pub step: u64,
     /// The global generator's state ([`crate::random::rng_state`]).
     pub rng: RngState,
-    /// Free-form numbers the training loop wants back (best accuracy, ...).
-    pub extra: HashMap<String, f64>,
+    /// Free-form values the training loop wants back (its configuration, a best accuracy,
+    /// a run name), as JSON holds them.
+    pub extra: HashMap<String, Extra>,
     /// The gradient scaler's state, if the run uses one ([`with_scaler`](Checkpoint::with_scaler);
     /// restored by [`restore_with_scaler`](Checkpoint::restore_with_scaler)).
     pub scaler: Option<GradScalerState>,
@@ -69,7 +73,8 @@ struct Meta {
     rng_seed: String,
     rng_stream: u64,
     rng_word_pos: String,
-    extra: HashMap<String, f64>,
+    /// Numbers only in files written before [`Extra`]: those read as [`Extra::Float`].
+    extra: HashMap<String, Extra>,
     /// Absent from checkpoints without a scaler, as from those written before scalers
     /// were saved: both load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,8 +191,8 @@ impl Checkpoint {
             path: path.as_ref().to_path_buf(),
             reason: format!("{reason}; nothing was written (the previous checkpoint, if any, is kept)"),
         };
-        if let Some((k, v)) = self.extra.iter().find(|(_, v)| !v.is_finite()) {
-            return Err(refuse(format!("`extra[\"{k}\"]` is {v}, which the file's JSON metadata cannot hold")));
+        if let Some((at, v)) = self.extra.iter().find_map(|(k, v)| v.first_non_finite(&format!("extra[\"{k}\"]"))) {
+            return Err(refuse(format!("`{at}` is {v}, which the file's JSON metadata cannot hold")));
         }
         // What `load` and `restore` would refuse is not written: a learning rate a scheduler
         // grew past f64's range or one set negative, a counter past `MAX_COUNTER`, a
