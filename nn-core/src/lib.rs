@@ -127,6 +127,7 @@ pub mod dtype;
 pub mod error;
 pub mod functional;
 pub mod gpu;
+pub mod grad_checkpoint;
 pub mod init;
 pub mod io;
 mod loss;

@@ -139,6 +139,38 @@ impl Compute for Sequential {
     }
 }
 
+/// A `Sequential` held as an `Arc` is what
+/// [`checkpoint_sequential`](nn_core::grad_checkpoint::checkpoint_sequential) cuts into
+/// checkpointed segments.
+///
+/// ```
+/// use std::sync::Arc;
+/// use nn_core::grad_checkpoint::checkpoint_sequential;
+/// use nn_core::{Forward, Module, Tensor};
+/// use nn_layers::{Linear, Sequential, Tanh};
+///
+/// let seq = Arc::new((0..4).fold(Sequential::new(), |s, _| s.add(Linear::new(3, 3)).add(Tanh::new())));
+/// let x = Tensor::randn(&[2, 3]).requires_grad_(true);
+/// checkpoint_sequential(&seq, 2, &x).sum().backward();
+/// let checkpointed: Vec<Vec<f32>> = seq.parameters().iter().map(|p| p.grad().unwrap().to_vec()).collect();
+/// seq.zero_grad();
+/// seq.forward(&x).sum().backward();
+/// let plain: Vec<Vec<f32>> = seq.parameters().iter().map(|p| p.grad().unwrap().to_vec()).collect();
+/// assert_eq!(checkpointed, plain);
+/// ```
+impl nn_core::grad_checkpoint::Segments for Sequential {
+    fn len(&self) -> usize {
+        self.layers.len()
+    }
+    fn run_layers(&self, range: std::ops::Range<usize>, x: &Tensor) -> Tensor {
+        let mut x = x.clone();
+        for (_, l) in &self.layers[range] {
+            x = l.forward(&x);
+        }
+        x
+    }
+}
+
 impl HasBase for Sequential {
     fn module_base(&self) -> &ModuleBase {
         &self.base

@@ -69,13 +69,60 @@ impl Tensor {
                 "backward: element 0 of tensors does not require grad and does not have a grad_fn \
                  (call `requires_grad_(true)` on the leaves, and do not compute the loss inside `no_grad`)"
             ),
-            Some(root) => run(root, grad.held(), retain_graph),
+            Some(root) => run(root, grad.held(), retain_graph, None),
         }
         callbacks.finish();
     }
 }
 
-fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
+/// Where a partial backward ([`gradients_at`]) stops: edges whose gradients it returns
+/// instead of following them.
+pub(crate) struct Sinks {
+    nodes: HashMap<u64, usize>,
+    leaves: HashMap<TensorId, usize>,
+    grads: Vec<Option<Tensor>>,
+}
+
+impl Sinks {
+    fn new(edges: &[Edge]) -> Sinks {
+        let (mut nodes, mut leaves) = (HashMap::new(), HashMap::new());
+        for (i, e) in edges.iter().enumerate() {
+            match e {
+                Edge::Node(m) => nodes.insert(m.id, i),
+                Edge::Leaf(t) => leaves.insert(t.id(), i),
+            };
+        }
+        Sinks { nodes, leaves, grads: vec![None; edges.len()] }
+    }
+
+    fn add(&mut self, i: usize, g: Tensor) {
+        self.grads[i] = Some(match self.grads[i].take() {
+            Some(prev) => &prev + &g,
+            None => g,
+        });
+    }
+}
+
+/// The gradients that reach `edges` (the frontier of a recomputed subgraph) when `grad`
+/// flows back from `root`: a backward pass that stops at them, accumulating nothing there
+/// and following none of them; what it reaches elsewhere is handled as any pass does.
+pub(crate) fn gradients_at(root: &Tensor, grad: Tensor, edges: &[Edge]) -> Vec<Option<Tensor>> {
+    let mut sinks = Sinks::new(edges);
+    if let Some(node) = &root.0.grad_fn {
+        run(node, grad, false, Some(&mut sinks));
+    } else if let Some(&i) = sinks.leaves.get(&root.id()) {
+        sinks.add(i, grad);
+    }
+    sinks.grads
+}
+
+fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool, mut sinks: Option<&mut Sinks>) {
+    if let Some(&i) = sinks.as_ref().and_then(|s| s.nodes.get(&root.id)) {
+        sinks.as_mut().expect("present").add(i, grad);
+        return;
+    }
+    let sink_node = |s: &Option<&mut Sinks>, id: u64| s.as_ref().and_then(|s| s.nodes.get(&id).copied());
+    let sink_leaf = |s: &Option<&mut Sinks>, id: TensorId| s.as_ref().and_then(|s| s.leaves.get(&id).copied());
     // 1. Count, for every reachable node and leaf, how many edges lead into it.
     let mut deps: HashMap<u64, usize> = HashMap::new();
     let mut leaf_uses: HashMap<TensorId, usize> = HashMap::new();
@@ -86,6 +133,8 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
         let st = guard.as_ref().unwrap_or_else(|| panic!("{SECOND_BACKWARD}"));
         for e in st.inputs.iter().flatten() {
             match e {
+                Edge::Node(m) if sink_node(&sinks, m.id).is_some() => {}
+                Edge::Leaf(t) if sink_leaf(&sinks, t.id()).is_some() => {}
                 Edge::Node(m) => {
                     *deps.entry(m.id).or_insert(0) += 1;
                     if seen.insert(m.id) {
@@ -137,6 +186,17 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool) {
         drop(guard);
         drop(g);
         for (edge, ig) in inputs.into_iter().zip(input_grads) {
+            let sink = match &edge {
+                Some(Edge::Node(m)) => sink_node(&sinks, m.id),
+                Some(Edge::Leaf(t)) => sink_leaf(&sinks, t.id()),
+                None => None,
+            };
+            if let Some(i) = sink {
+                if let Some(ig) = ig {
+                    sinks.as_mut().expect("present").add(i, ig);
+                }
+                continue;
+            }
             match edge {
                 None => {}
                 Some(Edge::Leaf(t)) => {

@@ -14,7 +14,7 @@
 //! queue work for the end of the pass with [`queue_callback`].
 
 pub(crate) mod autocast;
-mod engine;
+pub(crate) mod engine;
 pub(crate) mod entry;
 mod grad_mode;
 pub(crate) mod handle;
@@ -84,6 +84,26 @@ pub(crate) struct Node {
 }
 
 static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The id the next graph node will get: every node recorded after this call has an id at
+/// least this (ids only grow), which is how a checkpoint tells its block's nodes apart.
+pub(crate) fn next_node_id() -> u64 {
+    NEXT_NODE_ID.load(Ordering::SeqCst)
+}
+
+/// `out`'s values as the result of a node named `name` over the given `edges` (a
+/// checkpoint's frontier, which no tensor list names), with `backward` returning one
+/// gradient per edge.
+pub(crate) fn record_with_edges(
+    name: &'static str,
+    out: &Tensor,
+    edges: SmallVec<[Option<Edge>; 3]>,
+    backward: impl Backward,
+) -> Tensor {
+    let values = out.held();
+    let node = Arc::new(Node::new(name, values.shape(), Box::new(backward), edges));
+    Tensor::in_slot(values.slot(), values.layout().clone(), Some(node))
+}
 
 impl Node {
     fn new(

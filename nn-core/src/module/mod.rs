@@ -17,6 +17,7 @@ pub mod hooks;
 pub(crate) mod load;
 mod lookup;
 mod register;
+mod shared;
 mod surgery;
 mod walk;
 

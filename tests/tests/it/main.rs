@@ -2,6 +2,7 @@
 
 mod autocast;
 mod checkpoint;
+mod checkpointing;
 mod crash;
 mod deep_copy;
 mod fuzz;
