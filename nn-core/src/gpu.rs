@@ -57,6 +57,13 @@ pub fn adapter_info(n: usize) -> Option<String> {
     }
 }
 
+/// The backend methods that may run on host copies of their GPU operands: no native GPU
+/// kernel for them, or for some dtypes or layouts of their operands. Each such call is
+/// counted, by method, in [`GpuStats::host_path`]; the GPU suite (`nn-core/tests/gpu.rs`,
+/// every op on the GPU against the CPU) fails on a method that takes the host path without
+/// being named here, so a new fallback is a listed, reviewed one.
+pub const HOST_PATH: &[&str] = &[];
+
 /// Counters of one GPU since the process started; see [`stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuStats {

@@ -91,6 +91,11 @@ fn check(name: &str, inputs: &[Tensor], tol: f64, f: impl Fn(&[Tensor]) -> Tenso
         })
         .collect();
     eprintln!("{name:<24} worst error {err:.2e}  host path: {host:?}");
+    // Every method that took the host path (in this op or in another test meanwhile) is
+    // one the backend names: a new fallback fails here until it is listed.
+    let unnamed: Vec<&str> =
+        after.host_path.iter().map(|(k, _)| k.as_str()).filter(|k| !gpu::HOST_PATH.contains(k)).collect();
+    assert!(unnamed.is_empty(), "{name}: host-path methods missing from nn_core::gpu::HOST_PATH: {unnamed:?}");
     assert!(err <= tol, "{name}: GPU and CPU differ by {err:e} (tolerance {tol:e})");
     err
 }

@@ -178,6 +178,78 @@
 //! }
 //! ```
 //!
+//! ## Gradient hooks on any tensor, and hooks on every module
+//!
+//! `h.register_hook(lambda g: g.clamp(-1, 1))` is [`Tensor::register_hook`](crate::Tensor::register_hook):
+//! it sees the gradient of `h` (a leaf or an op's result) once all of a pass's contributions
+//! are summed, and may replace it. `torch.nn.modules.module.register_module_forward_hook`
+//! and its siblings are in [`nn::hooks`](crate::hooks): they fire on every module that runs,
+//! before its own hooks, until removed (a profiler's view of the whole model):
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, ReLU, Sequential};
+//!
+//! let x = Tensor::ones(&[2]).requires_grad_(true);
+//! let h = &x * 3.0;
+//! h.register_hook(|g| Some(g.clamp(-1.0, 1.0)));
+//! (&h * 5.0).sum().backward();
+//! assert_eq!(x.grad().unwrap().to_vec(), [3.0, 3.0]); // 1 (clipped from 5) * 3
+//!
+//! let model = Sequential::new().add(Linear::new(4, 8)).add(ReLU::new());
+//! let seen = Arc::new(Mutex::new(Vec::new()));
+//! let log = seen.clone();
+//! let handle = nn::hooks::register_module_forward_hook(move |m, _, y| {
+//!     log.lock().unwrap().push((m.type_name(), y.shape().to_vec()));
+//!     None
+//! });
+//! model.forward(&Tensor::ones(&[1, 4]));
+//! handle.remove();
+//! let seen = seen.lock().unwrap();
+//! assert!(seen.contains(&("Linear", vec![1, 8])) && seen.contains(&("Sequential", vec![1, 8])));
+//! ```
+//!
+//! ## Activation checkpointing: `torch.utils.checkpoint`
+//!
+//! ```python
+//! for block in self.blocks:
+//!     x = checkpoint(block, x, use_reentrant=False)
+//! ```
+//! [`checkpoint`](crate::grad_checkpoint::checkpoint) keeps only what the block reads and
+//! runs it again in backward (the generator and autocast state restored, so dropout draws
+//! the same mask; gradients bit-identical). The closure is kept until backward, so it owns
+//! what it uses: hold checkpointed blocks as `Arc<Block>` (a module with `Block`'s names and
+//! state) and clone the handle in. As in PyTorch, forward hooks fire again on the
+//! recomputation.
+//! ```
+//! use std::sync::Arc;
+//! use nn::grad_checkpoint::checkpoint;
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, ModuleList};
+//!
+//! #[derive(Module)]
+//! struct Net {
+//!     #[module] blocks: ModuleList<Arc<Linear>>,
+//!     #[base] base: ModuleBase,
+//! }
+//! impl Compute for Net {
+//!     type Input = Tensor;
+//!     type Output = Tensor;
+//!     fn compute(&self, x: &Tensor) -> Tensor {
+//!         let mut h = x.clone();
+//!         for block in &self.blocks {
+//!             let (block, input) = (block.clone(), h.clone());
+//!             h = checkpoint(move || block.forward(&input).tanh());
+//!         }
+//!         h
+//!     }
+//! }
+//! let net = Net { blocks: (0..3).map(|_| Arc::new(Linear::new(4, 4))).collect(), base: ModuleBase::new() };
+//! assert_eq!(net.state_dict().keys().next(), Some("blocks.0.weight")); // names as without `Arc`
+//! net.forward(&Tensor::randn(&[2, 4])).sum().backward();
+//! assert!(net.blocks[0].weight.grad().is_some());
+//! ```
+//!
 //! ## Freezing, parameter groups, layer-wise learning rates
 //!
 //! `for p in model.encoder.parameters(): p.requires_grad = False`, and

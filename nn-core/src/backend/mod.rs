@@ -8,10 +8,9 @@
 //! only [`Storage`]s, [`Layout`]s and plain kernel descriptions (the `UnaryOp` and
 //! `BinaryOp` tables, `ConvGeometry`, ...). Those methods are the whole interface: no
 //! op, module or autograd code names a backend's buffer type. (Two places outside
-//! `backend` still do, both host-side by nature: the optimizers keep their state in host
-//! vectors and update it with host closures, and `__private` exposes the CPU GEMM to the
-//! benchmark that chose its kernel library. Device-resident optimizer state comes with
-//! the GPU backend.)
+//! `backend` still do: the optimizers, whose update kernels (host closures on the CPU,
+//! WGSL statements on the GPU) live in `optim`, and `__private`, which exposes the CPU
+//! GEMM to the benchmark that chose its kernel library.)
 //!
 //! Every interface method:
 //! - receives operands already checked by the op: one device, matching dtypes, layouts
@@ -33,13 +32,19 @@
 //!
 //! # Adding a device
 //!
-//! A new device is a new child module (as `cpu`) providing one kernel per interface
-//! method over its own buffer type, a variant of [`Storage`] holding that buffer, a
-//! [`Device`] variant, and an arm for it in `Storage::run` and the methods below; the
-//! compiler lists every method that lacks one. The fused row kernels (`norm`: layer norm
-//! forward and backward, the softmax backward) are optional: without one, a backend
-//! answers `None` and the op composes the same values from the primitives above. Nothing in `ops`, `module`, `autograd` or
-//! `nn-layers` changes.
+//! A new device is a new child module (as `cpu`) providing kernels over its own buffer
+//! type, a variant of [`Storage`] holding that buffer, a [`Device`] variant, and an arm for
+//! it in `Storage::run` and the transfers; the compiler lists the matches that lack the
+//! variant. A kernel the device does not have yet is not a compile error: the interface
+//! method tries the device's kernel first and, without one (the GPU's `gpu::interface`
+//! answers `None`), runs the CPU kernel on host copies of the operands and uploads the
+//! result (the host path). The host path is counted per method
+//! ([`gpu::stats`](crate::gpu::stats)) and named: the GPU's methods that may take it are
+//! listed in [`gpu::HOST_PATH`](crate::gpu::HOST_PATH), and the GPU suite fails on one that
+//! is not, so a new fallback is reviewed rather than silent. The fused row kernels (`norm`:
+//! layer norm forward and backward, the softmax backward) are optional: without one, a
+//! backend answers `None` and the op composes the same values from the primitives above.
+//! Nothing in `ops`, `module`, `autograd` or `nn-layers` changes.
 
 use crate::device::Device;
 use crate::dtype::{DType, Element};
