@@ -68,4 +68,5 @@ fn ui() {
     t.compile_fail("ui/fail/45-clone-on-a-module.rs");
     t.compile_fail("ui/fail/46-clone-on-a-module-with-a-base.rs");
     t.compile_fail("ui/fail/47-clone-on-a-generic-module.rs");
+    t.compile_fail("ui/fail/48-forward-with-the-wrong-input.rs");
 }

@@ -602,14 +602,14 @@ impl Checkpoint {
             }
             (None, _) => None,
         };
-        // The model's state is checked first, touching nothing; the optimizer's load
-        // checks everything before it keeps anything; the model's load then cannot fail,
-        // nor can the scaler's (checked above).
-        crate::module::load::check_state_dict(&*model, &self.model, true)?;
+        // The model's load is planned and its values converted first, touching nothing; the
+        // optimizer's load checks everything before it keeps anything; the model's load is
+        // then committed, which cannot fail, nor can the scaler's (checked above).
+        let model_load = crate::module::load::prepare(&*model, &self.model, true)?;
         if let Some((o, state)) = &mut optimizer {
             o.load_state_dict(state)?;
         }
-        model.load_state_dict(&self.model, true)?;
+        model_load.commit();
         // The learning rates are the optimizer's state's (restored above); the scheduler
         // continues from them, as PyTorch's does. Its state was checked above against the
         // optimizer's group count, which loading the optimizer's state keeps.

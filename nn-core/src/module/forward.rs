@@ -145,6 +145,11 @@ pub trait Compute: HasBase {
 /// `I`; for tuple inputs a tuple of references (`bilinear.forward((&x1, &x2))`) or of owned
 /// values (`bilinear.forward((x1, x2))`); for input structs whatever their layer converts
 /// (a plain `&Tensor` for self-attention, say).
+#[diagnostic::on_unimplemented(
+    message = "this module's `forward` takes `{I}` (its `Compute::Input`), not `{Self}`",
+    label = "expected `&{I}` or `{I}` here",
+    note = "pass `&input` or the input itself; a tuple input takes a tuple of references, e.g. `(&x, &mask)`"
+)]
 pub trait ForwardArg<'a, I: Clone> {
     /// The input, borrowed where possible.
     fn into_input(self) -> Cow<'a, I>;

@@ -246,14 +246,20 @@ fn same_values(a: &Tensor, b: &Tensor, dtype: DType) -> bool {
     })
 }
 
-/// Whether `load_state_dict(sd, strict)` would succeed, without loading anything.
-pub(crate) fn check_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<()> {
-    plan(m, sd, strict).map(|_| ())
+/// A load checked and converted, not yet assigned: [`prepare`] does everything that can
+/// fail, [`Prepared::commit`] what cannot. `Checkpoint::restore` prepares the model's load,
+/// loads the optimizer's state (which may still fail), then commits: one plan, one
+/// conversion of each tensor.
+pub(crate) struct Prepared {
+    converted: Vec<(Tensor, Tensor)>,
+    keys: IncompatibleKeys,
 }
 
-pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
+/// Every check of `load_state_dict(sd, strict)` and the conversions of the values it would
+/// assign (dtype, device), touching nothing in the module.
+pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Prepared> {
     let plan = plan(m, sd, strict)?;
-    // 3. Assign. Conversions happen first so a failure cannot leave a partial load.
+    // 3. Conversions happen before any assignment, so a failure cannot leave a partial load.
     let converted: Vec<(Tensor, Tensor)> = no_grad(|| {
         plan.assign
             .into_iter()
@@ -264,18 +270,37 @@ pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> R
             })
             .collect()
     });
-    for (target, value) in converted {
-        let broadcast = target.strides().iter().zip(target.shape()).any(|(&s, &n)| s == 0 && n > 1);
-        if target.device() == Device::Meta || broadcast {
-            // No storage to copy into (meta: the entry takes the value, PyTorch's
-            // `assign=True`), or storage `copy_` refuses to write (an expanded entry, whose
-            // elements share memory): the entry takes its own.
-            target.set_data(&value);
-        } else {
-            // In place, as PyTorch's `param.copy_(input)`: the entry's views and detached
-            // handles (an earlier `state_dict()`'s) see the loaded values.
-            no_grad(|| target.copy_(&value));
+    Ok(Prepared {
+        converted,
+        keys: IncompatibleKeys { missing_keys: plan.missing_keys, unexpected_keys: plan.unexpected_keys },
+    })
+}
+
+pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
+    Ok(prepare(m, sd, strict)?.commit())
+}
+
+impl Prepared {
+    /// Assigns the prepared values (nothing here can fail).
+    pub(crate) fn commit(self) -> IncompatibleKeys {
+        for (target, value) in self.converted {
+            assign(&target, &value);
         }
+        self.keys
     }
-    Ok(IncompatibleKeys { missing_keys: plan.missing_keys, unexpected_keys: plan.unexpected_keys })
+}
+
+/// One entry's new value, in place where it can be.
+fn assign(target: &Tensor, value: &Tensor) {
+    let broadcast = target.strides().iter().zip(target.shape()).any(|(&s, &n)| s == 0 && n > 1);
+    if target.device() == Device::Meta || broadcast {
+        // No storage to copy into (meta: the entry takes the value, PyTorch's
+        // `assign=True`), or storage `copy_` refuses to write (an expanded entry, whose
+        // elements share memory): the entry takes its own.
+        target.set_data(value);
+    } else {
+        // In place, as PyTorch's `param.copy_(input)`: the entry's views and detached
+        // handles (an earlier `state_dict()`'s) see the loaded values.
+        no_grad(|| target.copy_(value));
+    }
 }
