@@ -621,6 +621,27 @@
 //! assert!(acc.requires_grad());
 //! ```
 //!
+//! ## Indexing: `x[:, -1, :]`
+//!
+//! [`Tensor::i`](crate::Tensor::i) takes PyTorch's index kinds, as a tuple: integers (the
+//! dimension is dropped; negative from the end), ranges (`1..`, `..-1`, clamped as Python
+//! slices are), `..` for `:`, [`Idx::step`](crate::ops::Idx::step) for `::2`,
+//! [`NEW_AXIS`](crate::ops::NEW_AXIS) for `None`, [`ELLIPSIS`](crate::ops::ELLIPSIS) for
+//! `...`, and an `i64` index tensor. Integers and ranges give views, so assignment is a write
+//! through one (`x[:, 0] = 0` is `x.i((.., 0)).fill_(0.0)`); comparisons with a Rust scalar
+//! are `eq_scalar`, `lt_scalar`, ... (`bias == 0`):
+//! ```
+//! use nn::ops::{ELLIPSIS, NEW_AXIS};
+//! use nn::prelude::*;
+//!
+//! let logits = Tensor::randn(&[2, 5, 10]);
+//! assert_eq!(logits.i((.., -1, ..)).shape(), &[2, 10]);     // logits[:, -1, :]
+//! assert_eq!(logits.i((ELLIPSIS, NEW_AXIS)).shape(), &[2, 5, 10, 1]);
+//! let x = Tensor::zeros(&[3, 4]);
+//! x.i((.., 0)).fill_(1.0);                                    // x[:, 0] = 1
+//! assert_eq!(x.eq_scalar(1).to_dtype(DType::F32).sum().item(), 3.0);
+//! ```
+//!
 //! ## Shapes with `-1`, random integers, threads
 //!
 //! ```python
