@@ -46,7 +46,7 @@ pub enum Idx {
     Ellipsis,
     /// The positions an integer tensor lists, along one dimension (PyTorch's `x[:, ids]`
     /// with one index tensor): an `index_select`.
-    Tensor(Tensor),
+    Indices(Tensor),
 }
 
 /// PyTorch's `None` in an index: a new dimension of size 1.
@@ -140,7 +140,7 @@ impl From<std::ops::RangeFull> for Idx {
 
 impl From<&Tensor> for Idx {
     fn from(t: &Tensor) -> Idx {
-        Idx::Tensor(t.clone())
+        Idx::Indices(t.clone())
     }
 }
 
@@ -198,7 +198,7 @@ impl Tensor {
         if ellipses > 1 {
             panic!("index: an index can only have a single ellipsis (`...`)");
         }
-        if items.iter().filter(|i| matches!(i, Idx::Tensor(_))).count() > 1 {
+        if items.iter().filter(|i| matches!(i, Idx::Indices(_))).count() > 1 {
             panic!("index: more than one index tensor; use `gather` or `index_select` dimension by dimension");
         }
         if consumed > self.rank() {
@@ -242,7 +242,7 @@ impl Tensor {
                     d += self.rank() - consumed;
                     src += self.rank() - consumed;
                 }
-                Idx::Tensor(t) => {
+                Idx::Indices(t) => {
                     if t.dtype() != DType::I64 {
                         panic!("index: an index tensor must be i64, got {} of shape {:?}", t.dtype(), t.shape());
                     }
