@@ -157,8 +157,8 @@ fn make_current(threads: usize, replace: bool) -> &'static Team {
 /// pool decides, as rayon's own count does. Loops already running finish on the threads
 /// they started with.
 ///
-/// Kernels whose sums depend on how their work is split cut it by this count (see
-/// [`parts`]): a run repeats bit for bit at the same count, so set it once, before training.
+/// Kernels whose sums depend on how their work is split cut it by this count: a run
+/// repeats bit for bit at the same count, so set it once, before training.
 ///
 /// ```
 /// nn_core::set_num_threads(1);
