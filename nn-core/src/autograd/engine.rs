@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::hooks::CallbackFrame;
 use super::{Edge, GradModeGuard, Node};
 use crate::device::Device;
@@ -73,6 +75,42 @@ impl Tensor {
         }
         callbacks.finish();
     }
+}
+
+static DETECT_ANOMALY: AtomicBool = AtomicBool::new(false);
+
+/// Turns anomaly detection on or off for every thread (PyTorch's
+/// `torch.autograd.set_detect_anomaly`): while on, each op's backward is checked as it runs,
+/// and a gradient holding NaN or infinity from a gradient that held none panics there,
+/// naming the op whose backward produced it (the forward op of that name recorded it), the
+/// input and the shape. Off by default: the check reads every gradient back.
+///
+/// ```
+/// use nn_core::autograd::set_detect_anomaly;
+/// use nn_core::Tensor;
+///
+/// set_detect_anomaly(true);
+/// let x = Tensor::from_vec(vec![0.0, 1.0], &[2]).requires_grad_(true);
+/// let found = std::panic::catch_unwind(|| x.sqrt().sum().backward()); // d sqrt(x) at 0 is inf
+/// set_detect_anomaly(false);
+/// let msg = found.unwrap_err().downcast::<String>().unwrap();
+/// assert!(msg.contains("the backward of `sqrt` returned a gradient holding inf"), "{msg}");
+/// ```
+pub fn set_detect_anomaly(on: bool) {
+    DETECT_ANOMALY.store(on, Ordering::SeqCst);
+}
+
+/// Whether [`set_detect_anomaly`] is on.
+pub fn is_anomaly_enabled() -> bool {
+    DETECT_ANOMALY.load(Ordering::Relaxed)
+}
+
+/// The first non-finite value of `t` (float tensors with values), if any.
+fn non_finite(t: &Tensor) -> Option<f64> {
+    if !t.dtype().is_float() || t.device() == Device::Meta {
+        return None;
+    }
+    t.to_vec_f64().into_iter().find(|v| !v.is_finite())
 }
 
 /// Where a partial backward ([`gradients_at`]) stops: edges whose gradients it returns
@@ -174,6 +212,19 @@ fn run(root: &Arc<Node>, grad: Tensor, retain_graph: bool, mut sinks: Option<&mu
                          before backward",
                         n.name
                     );
+                }
+                if is_anomaly_enabled() && non_finite(g).is_none() {
+                    for (i, ig) in out.iter().enumerate() {
+                        if let Some(v) = ig.as_ref().and_then(non_finite) {
+                            panic!(
+                                "anomaly detected: the backward of `{}` returned a gradient holding {v} for its input {i} \
+                                 (shape {:?}) from a finite output gradient; the forward op `{}` recorded it",
+                                n.name,
+                                ig.as_ref().map(|t| t.shape().to_vec()).unwrap_or_default(),
+                                n.name
+                            );
+                        }
+                    }
                 }
                 out
             }

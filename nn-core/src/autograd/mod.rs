@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
+pub use engine::{is_anomaly_enabled, set_detect_anomaly};
 pub use grad_mode::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, GradModeGuard,
     InferenceModeGuard, NoGradGuard,
