@@ -96,12 +96,24 @@ pub(crate) fn enter_untraced<R>(
     args: &[Option<&Tensor>],
     again: impl FnOnce(&[Option<&Tensor>]) -> R,
 ) -> Entered<R> {
+    cast_or_mark(name, args, again, autocast::inside_op)
+}
+
+/// The untraced entries' shared order: autocast on `args` (the op's result when it ran),
+/// else the inside-an-op mark that `mark` makes.
+#[inline]
+fn cast_or_mark<R>(
+    name: &'static str,
+    args: &[Option<&Tensor>],
+    again: impl FnOnce(&[Option<&Tensor>]) -> R,
+    mark: impl FnOnce() -> Option<autocast::InsideOp>,
+) -> Entered<R> {
     if autocast::autocast_might_apply() {
         if let Some(y) = autocast::cast_call(name, args, again) {
             return Entered::Done(y);
         }
     }
-    Entered::Run(Running { _scope: None, _parts: autocast::inside_op() })
+    Entered::Run(Running { _scope: None, _parts: mark() })
 }
 
 /// [`enter_untraced`] for a composite op that is one op to autocast only on the device
@@ -114,12 +126,7 @@ pub(crate) fn enter_untraced_where_listed<R>(
     args: &[Option<&Tensor>],
     again: impl FnOnce(&[Option<&Tensor>]) -> R,
 ) -> Entered<R> {
-    if autocast::autocast_might_apply() {
-        if let Some(y) = autocast::cast_call(name, args, again) {
-            return Entered::Done(y);
-        }
-    }
-    Entered::Run(Running { _scope: None, _parts: autocast::inside_listed_op(name, device) })
+    cast_or_mark(name, args, again, || autocast::inside_listed_op(name, device))
 }
 
 /// [`enter_untraced`] for a composite op the autocast tables do not list (`mean`, `var`):

@@ -35,28 +35,37 @@ pub type GradHook = Arc<dyn Fn(&Tensor) -> Option<Tensor> + Send + Sync>;
 
 static NEXT_HOOK_ID: AtomicU64 = AtomicU64::new(1);
 
-/// One tensor's hook list, in registration order.
-pub(crate) struct HookList<H>(Mutex<Vec<(u64, H)>>);
+/// One tensor's hook list, in registration order, with a flag read before the lock: every
+/// graph node has one, and backward asks each for its hooks.
+pub(crate) struct HookList<H> {
+    any: std::sync::atomic::AtomicBool,
+    hooks: Mutex<Vec<(u64, H)>>,
+}
 
 impl<H> Default for HookList<H> {
     fn default() -> Self {
-        HookList(Mutex::new(Vec::new()))
+        HookList { any: std::sync::atomic::AtomicBool::new(false), hooks: Mutex::new(Vec::new()) }
     }
 }
 
 impl<H: Clone> HookList<H> {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, H)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.hooks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn push(&self, hook: H) -> u64 {
         let id = NEXT_HOOK_ID.fetch_add(1, Ordering::Relaxed);
-        self.lock().push((id, hook));
+        let mut l = self.lock();
+        l.push((id, hook));
+        self.any.store(true, Ordering::Release);
         id
     }
 
     /// The hooks now registered (a copy, so a hook may register or remove hooks).
     fn snapshot(&self) -> Vec<H> {
+        if !self.any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
         self.lock().iter().map(|(_, h)| h.clone()).collect()
     }
 
@@ -65,7 +74,9 @@ impl<H: Clone> HookList<H> {
     }
 
     fn remove(&self, id: u64) {
-        self.lock().retain(|(i, _)| *i != id);
+        let mut l = self.lock();
+        l.retain(|(i, _)| *i != id);
+        self.any.store(!l.is_empty(), Ordering::Release);
     }
 }
 

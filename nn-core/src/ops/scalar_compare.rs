@@ -89,41 +89,28 @@ impl Tensor {
         let (a, b) = self.with_scalar(s.into());
         a.eq(&b)
     }
+}
 
-    /// `self != s` elementwise (NaN is unequal to everything).
-    #[track_caller]
-    pub fn ne_scalar(&self, s: impl Into<Scalar>) -> Tensor {
-        let (a, b) = self.with_scalar(s.into());
-        a.ne(&b)
-    }
+/// The other comparisons with a scalar, each `Tensor::$tensor_op` on the promoted operands.
+macro_rules! scalar_comparisons {
+    ($($name:ident => $op:ident, $doc:literal;)*) => {
+        impl Tensor {$(
+            #[doc = $doc]
+            #[track_caller]
+            pub fn $name(&self, s: impl Into<Scalar>) -> Tensor {
+                let (a, b) = self.with_scalar(s.into());
+                a.$op(&b)
+            }
+        )*}
+    };
+}
 
-    /// `self < s` elementwise.
-    #[track_caller]
-    pub fn lt_scalar(&self, s: impl Into<Scalar>) -> Tensor {
-        let (a, b) = self.with_scalar(s.into());
-        a.lt(&b)
-    }
-
-    /// `self <= s` elementwise.
-    #[track_caller]
-    pub fn le_scalar(&self, s: impl Into<Scalar>) -> Tensor {
-        let (a, b) = self.with_scalar(s.into());
-        a.le(&b)
-    }
-
-    /// `self > s` elementwise.
-    #[track_caller]
-    pub fn gt_scalar(&self, s: impl Into<Scalar>) -> Tensor {
-        let (a, b) = self.with_scalar(s.into());
-        a.gt(&b)
-    }
-
-    /// `self >= s` elementwise.
-    #[track_caller]
-    pub fn ge_scalar(&self, s: impl Into<Scalar>) -> Tensor {
-        let (a, b) = self.with_scalar(s.into());
-        a.ge(&b)
-    }
+scalar_comparisons! {
+    ne_scalar => ne, "`self != s` elementwise (NaN is unequal to everything).";
+    lt_scalar => lt, "`self < s` elementwise.";
+    le_scalar => le, "`self <= s` elementwise.";
+    gt_scalar => gt, "`self > s` elementwise.";
+    ge_scalar => ge, "`self >= s` elementwise.";
 }
 
 #[cfg(test)]
