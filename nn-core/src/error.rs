@@ -103,6 +103,17 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A file that is not a PyTorch state dict this reader accepts
+    /// ([`StateDict::load_pytorch`](crate::StateDict::load_pytorch)): corrupt, truncated,
+    /// hostile (a pickle asking for a global or opcode outside the tensor-rebuild set) or of
+    /// a format not read (legacy, TorchScript, big-endian).
+    #[error("`{}` is not a PyTorch state dict nn can read: {reason}", path.display())]
+    InvalidPyTorchFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it, naming the archive entry.
+        reason: String,
+    },
     /// A safetensors entry with an element type that has no counterpart here.
     #[error("`{}`: tensor `{key}` has dtype {dtype}, which nn cannot represent (supported: F32, F64, F16, BF16, I64, BOOL, and integers that widen to I64)", path.display())]
     UnsupportedFileDType {

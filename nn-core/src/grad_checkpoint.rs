@@ -6,7 +6,9 @@
 //! graph's frontier (the leaves and earlier results the block read) and drops the rest,
 //! freeing the block's saved activations. When backward reaches the block's output it runs
 //! the closure again, with the random generator as it was for the first run (so dropout
-//! draws the same mask: PyTorch's `preserve_rng_state`) and under the same autocast state,
+//! draws the same mask: PyTorch's `preserve_rng_state`; the recomputation draws from a
+//! private copy, [`crate::random::fork_rng`], so other threads' draws cannot change the
+//! mask and the generator outside is left as it was) and under the same autocast state,
 //! and sends the gradient through the recomputed graph to the frontier. The gradients are
 //! those of the run without checkpointing, bit for bit: the same ops on the same values.
 //!
@@ -79,14 +81,13 @@ pub fn checkpoint(f: impl Fn() -> Tensor + Send + Sync + 'static) -> Tensor {
     let (shape, dtype, device) = (y.shape().to_vec(), y.dtype(), y.device());
     let edges = frontier.clone();
     let backward = move |g: &Tensor, _: &[bool]| -> Grads {
-        let now = crate::random::rng_state();
-        crate::random::set_rng_state(&rng);
-        let again = {
+        // A private generator at the first run's state: the recomputation draws what the
+        // first run drew whatever other threads draw meanwhile, and leaves theirs alone.
+        let again = crate::random::fork_rng_at(&rng, || {
             let _amp: Vec<AutocastGuard> =
                 amp.iter().filter_map(|&(d, dt)| dt.map(|dt| AutocastGuard::new(d, dt))).collect();
             crate::autograd::enable_grad(&f)
-        };
-        crate::random::set_rng_state(&now);
+        });
         if (again.shape(), again.dtype(), again.device()) != (shape.as_slice(), dtype, device) {
             panic!(
                 "checkpoint: the recomputed forward returned {:?} ({}, {}), the first run {shape:?} ({dtype}, \

@@ -403,6 +403,29 @@ pub fn open_regular(path: impl AsRef<Path>) -> Result<(File, u64)> {
     Ok((file, meta.len()))
 }
 
+/// Files at least this large are memory-mapped for loading; smaller ones are read.
+const MMAP_THRESHOLD: u64 = 16 << 20;
+
+/// Runs `f` on the bytes of the regular file at `path` ([`open_regular`]): mapped when
+/// the file is large, read otherwise, and at most the length it had when opened.
+pub(crate) fn with_file_bytes<R>(path: &Path, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
+    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+    let (file, len) = open_regular(path)?;
+    if len >= MMAP_THRESHOLD {
+        // SAFETY: the map is read-only and dropped before returning; the loaders copy
+        // every tensor out of it. Concurrent truncation of the file by another process is
+        // the one hazard of any mmap-based reader and is not defended against.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?;
+        f(&map)
+    } else {
+        // At most the length the file had when opened: a file growing meanwhile is not
+        // followed.
+        let mut bytes = Vec::with_capacity(len as usize);
+        std::io::Read::read_to_end(&mut std::io::Read::take(&file, len), &mut bytes).map_err(io_err)?;
+        f(&bytes)
+    }
+}
+
 /// What a non-regular file is, for messages.
 fn file_kind(t: &std::fs::FileType) -> &'static str {
     #[cfg(unix)]

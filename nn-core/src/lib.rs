@@ -135,6 +135,8 @@ pub mod module;
 pub mod names;
 pub mod ops;
 pub mod optim;
+mod pickle;
+pub mod pytorch_file;
 pub mod random;
 pub mod serialization;
 pub mod shape;

@@ -25,9 +25,6 @@ use crate::error::{Error, Result};
 use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
 
-/// Files at least this large are memory-mapped for loading; smaller ones are read.
-const MMAP_THRESHOLD: u64 = 16 << 20;
-
 fn to_safetensors_dtype(d: DType) -> Dtype {
     match d {
         DType::F32 => Dtype::F32,
@@ -94,7 +91,13 @@ fn decode_native<const N: usize, T: Copy + Send>(bytes: &[u8], f: impl Fn([u8; N
 
 /// Builds a tensor from one validated safetensors entry. Integer types narrower than 64
 /// bits widen to `i64` (lossless); formats with no counterpart here are an error.
-fn tensor_from_view(key: &str, dtype: Dtype, shape: &[usize], bytes: &[u8], origin: &Path) -> Result<Tensor> {
+pub(crate) fn tensor_from_view(
+    key: &str,
+    dtype: Dtype,
+    shape: &[usize],
+    bytes: &[u8],
+    origin: &Path,
+) -> Result<Tensor> {
     let storage = match dtype {
         Dtype::F32 => Storage::from_vec(decode_native(bytes, f32::from_le_bytes)),
         Dtype::F64 => Storage::from_vec(decode_native(bytes, f64::from_le_bytes)),
@@ -328,21 +331,7 @@ impl StateDict {
     /// As [`load`](StateDict::load).
     pub fn load_with_metadata(path: impl AsRef<Path>) -> Result<(StateDict, HashMap<String, String>)> {
         let path = path.as_ref();
-        let io_err = |source| Error::Io { path: path.to_path_buf(), source };
-        let (file, len) = crate::io::open_regular(path)?;
-        if len >= MMAP_THRESHOLD {
-            // SAFETY: the map is read-only and dropped before returning; every tensor is
-            // copied out of it. Concurrent truncation of the file by another process is
-            // the one hazard of any mmap-based reader and is not defended against.
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?;
-            Self::parse(&map, path)
-        } else {
-            // At most the length the file had when opened: a file growing meanwhile is
-            // not followed.
-            let mut bytes = Vec::with_capacity(len as usize);
-            std::io::Read::read_to_end(&mut std::io::Read::take(&file, len), &mut bytes).map_err(io_err)?;
-            Self::parse(&bytes, path)
-        }
+        crate::io::with_file_bytes(path, |bytes| Self::parse(bytes, path))
     }
 
     /// Parses safetensors bytes held in memory.

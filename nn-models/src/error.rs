@@ -36,10 +36,30 @@ pub enum Error {
         supported: String,
     },
     /// The directory has no weights file.
-    #[error("`{}` has no weights: expected `model.safetensors` there (sharded and PyTorch-pickle checkpoints are not read)", dir.display())]
+    #[error("`{}` has no weights: expected `model.safetensors`, `model.safetensors.index.json`, `pytorch_model.bin` or `pytorch_model.bin.index.json` there", dir.display())]
     MissingWeights {
         /// The checkpoint directory.
         dir: PathBuf,
+    },
+    /// A sharded checkpoint's index does not agree with its shards (a shard missing, outside
+    /// the directory, holding a key the index maps elsewhere, lacking one it maps there, or
+    /// a stray shard beside them); nothing was loaded.
+    #[error("`{}`: {reason}", path.display())]
+    Shards {
+        /// The index file.
+        path: PathBuf,
+        /// What is wrong, naming the shard and the key.
+        reason: String,
+    },
+    /// A weights file is corrupt, hostile or of a format not read ([`nn_core::Error`]
+    /// names what is wrong); nothing was loaded.
+    #[error("cannot load `{}`: {source}", path.display())]
+    WeightsFile {
+        /// The weights file.
+        path: PathBuf,
+        /// The loader's error.
+        #[source]
+        source: Box<nn_core::Error>,
     },
     /// The weights do not fit the model the config describes (missing, unexpected or
     /// mis-shaped keys, all named); nothing was kept.

@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::generation::{CausalLm, TokenIds};
 use crate::kv_cache::{causal_mask, KvCache, LayerCache};
 use crate::pretrained;
+use crate::pretrained::SaveOptions;
 
 /// `GPT2Config`: the fields of a GPT-2 `config.json`, with transformers' names and
 /// defaults. The sizes have no default: a config without one is an error naming it.
@@ -441,6 +442,32 @@ impl Gpt2LMHeadModel {
     /// # Errors
     /// [`Error::Io`](crate::Error::Io) and the save's errors.
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        self.save_pretrained_with(dir, &SaveOptions::default())
+    }
+
+    /// [`save_pretrained`](Self::save_pretrained) with transformers' options: with
+    /// [`SaveOptions::max_shard_size`], the weights in shards named by
+    /// `model.safetensors.index.json`, as `save_pretrained(dir, max_shard_size=...)`
+    /// writes them (and `from_pretrained`, here and in transformers, loads them).
+    ///
+    /// ```
+    /// use nn_models::gpt2::{Gpt2Config, Gpt2LMHeadModel};
+    /// use nn_models::SaveOptions;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let config: Gpt2Config = serde_json::from_str(
+    ///     r#"{"vocab_size": 30, "n_positions": 16, "n_embd": 8, "n_layer": 2, "n_head": 2}"#).unwrap();
+    /// let model = Gpt2LMHeadModel::new(&config);
+    /// model.save_pretrained_with(dir.path(), &SaveOptions { max_shard_size: Some(2_000) })?;
+    /// assert!(dir.path().join("model.safetensors.index.json").is_file());
+    /// assert!(dir.path().join("model-00002-of-00005.safetensors").is_file());
+    /// let back = Gpt2LMHeadModel::from_pretrained(dir.path())?;
+    /// assert_eq!(back.transformer.wte.weight.to_vec(), model.transformer.wte.weight.to_vec());
+    /// # Ok::<(), nn_models::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`save_pretrained`](Self::save_pretrained).
+    pub fn save_pretrained_with(&self, dir: impl AsRef<Path>, options: &SaveOptions) -> Result<()> {
         let mut config = match serde_json::to_value(&self.config).expect("the config serialises") {
             serde_json::Value::Object(m) => m,
             _ => unreachable!("a struct serialises to a map"),
@@ -450,7 +477,7 @@ impl Gpt2LMHeadModel {
         config.retain(|k, v| !v.is_null() || k == "eos_token_id");
         config.insert("model_type".into(), "gpt2".into());
         config.insert("architectures".into(), serde_json::json!(["GPT2LMHeadModel"]));
-        pretrained::save_pretrained(dir.as_ref(), &config, self)
+        pretrained::save_pretrained(dir.as_ref(), &config, self, options)
     }
 
     /// The config the model was built from.

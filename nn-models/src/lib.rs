@@ -1,9 +1,10 @@
 //! Reference models for nn, what `torchvision.models` and transformers are to PyTorch:
 //! GPT-2, BERT, a Llama-style decoder and ResNet, written as ordinary `#[derive(Module)]`
 //! structs whose module tree, state-dict keys and printout are transformers' and
-//! torchvision's. They load a transformers checkpoint directory (`config.json` and
-//! `model.safetensors`) strictly, with the file's keys unchanged (tied heads included), and
-//! the causal models generate with a key/value cache.
+//! torchvision's. They load a transformers checkpoint directory (`config.json` and its
+//! weights: `model.safetensors`, sharded safetensors, or PyTorch's `pytorch_model.bin`,
+//! sharded or not; see [`weights`]) strictly, with the file's keys unchanged (tied heads
+//! included), and the causal models generate with a key/value cache.
 //!
 //! | module | type | loads |
 //! |---|---|---|
@@ -56,7 +57,9 @@ pub mod llama;
 mod pretrained;
 pub mod resnet;
 pub mod rotary;
+pub mod weights;
 
 pub use common::{positions_from_mask, CausalLmInput, RowAttention};
 pub use error::{Error, Result};
 pub use kv_cache::KvCache;
+pub use pretrained::SaveOptions;

@@ -1,5 +1,6 @@
 //! Reading a transformers checkpoint directory: `config.json` into a typed config, checked
-//! field by field, and `model.safetensors` into a model built on the meta device.
+//! field by field, and its weights (any layout, [`crate::weights`]) into a model built on
+//! the meta device.
 //!
 //! A config is strict where a field could change what the model computes: a field the
 //! model's config does not declare is an error naming it (a typo, or a feature this
@@ -175,18 +176,14 @@ pub(crate) fn yes() -> bool {
     true
 }
 
-/// `dir/model.safetensors`, or the error naming the directory.
+/// The weights of `dir` in any layout transformers writes ([`crate::weights`]), or the
+/// error naming the directory.
 pub(crate) fn weights_path(dir: &Path) -> Result<PathBuf> {
-    let path = dir.join("model.safetensors");
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::MissingWeights { dir: dir.to_path_buf() })
-    }
+    crate::weights::locate(dir)
 }
 
 /// Builds a model with `build` on the meta device (no memory for its random init) and loads
-/// `dir/model.safetensors` into it strictly: every key must match, with tied parameters
+/// the weights of `dir` into it strictly: every key must match, with tied parameters
 /// satisfied by one name, as transformers writes them. On any error nothing is returned.
 pub(crate) fn load_pretrained<M: Module>(dir: &Path, build: impl FnOnce() -> M) -> Result<M> {
     load_weights(&weights_path(dir)?, build, |w| w)
@@ -212,18 +209,16 @@ pub(crate) fn base_of_headed(weights: StateDict, prefix: &str, head: &str) -> St
     base
 }
 
-/// Builds a model with `build` on the meta device and strict-loads the safetensors file at
-/// `path` into it (its entries through `adapt`), in evaluation mode; on any error nothing
-/// is returned.
+/// Builds a model with `build` on the meta device and strict-loads the weights at `path`
+/// (a safetensors or PyTorch file, or a shard index: [`crate::weights::read`]) into it
+/// (its entries through `adapt`), in evaluation mode; on any error nothing is returned.
 pub(crate) fn load_weights<M: Module>(
     path: &Path,
     build: impl FnOnce() -> M,
     adapt: impl FnOnce(StateDict) -> StateDict,
 ) -> Result<M> {
     let path = path.to_path_buf();
-    let weights =
-        StateDict::load(&path).map_err(|source| Error::Weights { path: path.clone(), source: Box::new(source) })?;
-    let weights = adapt(weights);
+    let weights = adapt(crate::weights::read(&path)?);
     let mut model = nn_core::with_device(Device::Meta, build);
     model
         .load_state_dict(&weights, true)
@@ -232,25 +227,72 @@ pub(crate) fn load_weights<M: Module>(
     Ok(model)
 }
 
-/// Writes `config` as `dir/config.json` and the model's state dict as
-/// `dir/model.safetensors` (tied parameters once, under their first name, as
-/// `save_pretrained` does), creating `dir`.
+/// How [`save_pretrained_with`](crate::gpt2::Gpt2LMHeadModel::save_pretrained_with)
+/// writes the weights: transformers' `save_pretrained` arguments.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SaveOptions {
+    /// Split the weights into shards of at most this many bytes (transformers'
+    /// `max_shard_size`), named by `model.safetensors.index.json`; a tensor larger than it
+    /// gets a shard of its own. `None`: one `model.safetensors`.
+    pub max_shard_size: Option<u64>,
+}
+
+/// Writes `config` as `dir/config.json` and the model's weights as `dir/model.safetensors`
+/// or, with [`SaveOptions::max_shard_size`], as shards and their index (tied parameters
+/// once, under their first name, as `save_pretrained` does), creating `dir`.
 ///
-/// Both are written in full under temporary names first and then renamed into place
+/// Every file is written in full under a temporary name first and then renamed into place
 /// together ([`nn_core::io::AtomicFiles`]): a failed write leaves the directory as it
 /// was. (Written one after the other in place, a failure between them left new weights
 /// beside an old config that fits their shapes, and the directory loaded without error
-/// into a different model.)
-pub(crate) fn save_pretrained(dir: &Path, config: &Map<String, Value>, model: &dyn Module) -> Result<()> {
+/// into a different model.) The weights of an earlier save in the other layout, or with
+/// another shard count, are removed once the new ones are in place: left there, they
+/// would make the directory ambiguous ([`crate::weights::locate`] refuses it).
+pub(crate) fn save_pretrained(
+    dir: &Path,
+    config: &Map<String, Value>,
+    model: &dyn Module,
+    options: &SaveOptions,
+) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
-    let (weights, config_path) = (dir.join("model.safetensors"), dir.join("config.json"));
+    let config_path = dir.join("config.json");
     let mut files = nn_core::io::AtomicFiles::new();
-    let mut metadata = std::collections::HashMap::new();
-    metadata.insert("format".to_string(), "pt".to_string());
-    model
-        .state_dict()
-        .save_staged(&mut files, &weights, Some(metadata))
-        .map_err(|source| Error::Weights { path: weights.clone(), source: Box::new(source) })?;
+    let metadata = || Some(std::collections::HashMap::from([("format".to_string(), "pt".to_string())]));
+    let state = model.state_dict();
+    let weights_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Weights { path, source: Box::new(source) }
+    };
+    let written: Vec<String> = match options.max_shard_size {
+        None => {
+            let weights = dir.join("model.safetensors");
+            state.save_staged(&mut files, &weights, metadata()).map_err(weights_err(&weights))?;
+            vec!["model.safetensors".into()]
+        }
+        Some(max) => {
+            let shards = shard(&state, max);
+            let n = shards.len();
+            let mut weight_map = std::collections::BTreeMap::new();
+            let mut names = Vec::with_capacity(n + 1);
+            for (i, part) in shards.iter().enumerate() {
+                let name = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+                let path = dir.join(&name);
+                part.save_staged(&mut files, &path, metadata()).map_err(weights_err(&path))?;
+                weight_map.extend(part.keys().map(|k| (k.to_string(), name.clone())));
+                names.push(name);
+            }
+            let total: usize =
+                shards.iter().flat_map(|p| p.values()).map(|t| t.numel() * t.dtype().size_in_bytes()).sum();
+            let index = serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
+            let index_path = dir.join("model.safetensors.index.json");
+            let text = serde_json::to_string_pretty(&index).expect("a JSON value serialises");
+            files
+                .write(&index_path, |f| std::io::Write::write_all(f, text.as_bytes()))
+                .map_err(|e| Error::Config { path: index_path.clone(), reason: e.to_string() })?;
+            names.push("model.safetensors.index.json".into());
+            names
+        }
+    };
     let text = serde_json::to_string_pretty(config).expect("a JSON map serialises");
     files
         .write(&config_path, |f| std::io::Write::write_all(f, text.as_bytes()))
@@ -259,6 +301,28 @@ pub(crate) fn save_pretrained(dir: &Path, config: &Map<String, Value>, model: &d
     // that do not fit).
     files.commit().map_err(|e| match e {
         nn_core::Error::Io { path, source } => Error::Io { path, source },
-        other => Error::Weights { path: weights, source: Box::new(other) },
-    })
+        other => Error::Weights { path: dir.join(&written[0]), source: Box::new(other) },
+    })?;
+    crate::weights::remove_stale(dir, &written)
+}
+
+/// The state dict's distinct tensors (a tied one under its first name) in shards of at
+/// most `max` bytes, in state-dict order, as transformers splits them.
+fn shard(state: &StateDict, max: u64) -> Vec<StateDict> {
+    let mut seen = std::collections::HashSet::new();
+    let mut shards = vec![StateDict::new()];
+    let mut size = 0u64;
+    for (k, t) in state.iter() {
+        if !seen.insert(t.id()) {
+            continue;
+        }
+        let bytes = (t.numel() * t.dtype().size_in_bytes()) as u64;
+        if size + bytes > max && !shards.last().expect("one at least").is_empty() {
+            shards.push(StateDict::new());
+            size = 0;
+        }
+        size += bytes;
+        shards.last_mut().expect("one at least").insert(k.to_string(), t.clone());
+    }
+    shards
 }

@@ -567,6 +567,30 @@
 //! lin.load_state_dict(&compiled.strip_prefix("_orig_mod.").unwrap(), true).unwrap();
 //! ```
 //!
+//! ## `torch.load`: PyTorch's own files
+//!
+//! A `.pt`, `.pth` or `pytorch_model.bin` that `torch.save(model.state_dict())` wrote reads
+//! without Python: [`StateDict::load_pytorch`](crate::StateDict::load_pytorch) is
+//! `torch.load(path, weights_only=True, map_location="cpu")` for state dicts. Its unpickler
+//! runs no code: the tensor-rebuild globals are interpreted, and any other global (a
+//! pickled class, `os.system`, `eval`) is an error naming it. Tensors keep their dtype, and
+//! tied weights (one storage under two names) load as one tensor:
+//! ```no_run
+//! use nn::prelude::*;
+//! use nn::layers::Linear;
+//! use nn::StateDict;
+//!
+//! // Python: torch.save(torch.nn.Linear(3, 2).state_dict(), "lin.pt")
+//! let sd = StateDict::load_pytorch("lin.pt")?;
+//! let mut lin = Linear::new(3, 2);
+//! lin.load_state_dict(&sd, true)?;
+//! # Ok::<(), nn::Error>(())
+//! ```
+//! A whole training checkpoint (`torch.save({"model": ..., "epoch": 3})`) is refused,
+//! naming the entry that is not a tensor: save `model.state_dict()` alone, or as
+//! safetensors. nn-models' `from_pretrained(dir)` reads `pytorch_model.bin` and sharded
+//! checkpoints (`*.index.json`) the same way.
+//!
 //! ## The meta device
 //!
 //! `with torch.device("meta"): model = Big()` builds without allocating; loading a state

@@ -131,6 +131,11 @@ mod tests {
 
     #[test]
     fn randint_covers_its_range_and_repeats_with_the_seed() {
+        // In a fork: other tests draw from the global generator on parallel threads.
+        crate::random::fork_rng(randint_forked);
+    }
+
+    fn randint_forked() {
         crate::manual_seed(7);
         let a = Tensor::randint(-3, 3, &[2000]).to_vec_i64();
         crate::manual_seed(7);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use nn_core::amp::autocast;
 use nn_core::grad_checkpoint::checkpoint;
+use nn_core::random::fork_rng;
 use nn_core::{manual_seed, Compute, DType, Device, Forward, Hooks, Module, ModuleBase, Tensor};
 use nn_layers::{Dropout, Linear, Tanh};
 
@@ -66,8 +67,14 @@ fn grads(blocks: &[Arc<Block>], x: &Tensor, checkpointed: bool) -> Vec<Vec<f32>>
     out
 }
 
+// Both tests seed inside `fork_rng`: the generator is process-wide, and the other tests of
+// this binary draw from it in parallel threads.
 #[test]
 fn gradients_are_bit_identical_with_dropout() {
+    fork_rng(gradients_are_bit_identical_with_dropout_forked);
+}
+
+fn gradients_are_bit_identical_with_dropout_forked() {
     manual_seed(0);
     let blocks = [block(), block()];
     let x = Tensor::randn(&[4, 8]).requires_grad_(true);
@@ -87,6 +94,10 @@ fn gradients_are_bit_identical_with_dropout() {
 
 #[test]
 fn gradients_match_under_autocast() {
+    fork_rng(gradients_match_under_autocast_forked);
+}
+
+fn gradients_match_under_autocast_forked() {
     manual_seed(1);
     let blocks = [block()];
     let x = Tensor::randn(&[4, 8]).requires_grad_(true);

@@ -18,5 +18,6 @@ mod module;
 mod ops_a;
 mod ops_b;
 mod optim_state;
+mod pytorch_files;
 mod ties;
 mod training;
