@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::activation::Activation;
 use crate::common::{hf_embedding, hf_linear, hf_word_embedding, merge_heads, padding_row, split_heads, std_init};
 use crate::error::Result;
-use crate::pretrained;
+use crate::pretrained::{self, LoadOptions};
 
 /// `BertConfig`: the fields of a BERT `config.json`, with transformers' names and defaults.
 /// The sizes have no default: a config without one is an error naming it.
@@ -462,10 +462,20 @@ impl BertModel {
     /// A config error naming the field; [`Error::MissingWeights`](crate::Error::MissingWeights);
     /// [`Error::Weights`](crate::Error::Weights) naming every key that does not fit.
     pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::from_pretrained_with(dir, &LoadOptions::f32())
+    }
+
+    /// [`from_pretrained`](Self::from_pretrained) with transformers' load options: the
+    /// checkpoint's own dtype or another ([`LoadOptions::dtype`]), and the device.
+    ///
+    /// # Errors
+    /// As [`from_pretrained`](Self::from_pretrained).
+    pub fn from_pretrained_with(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Self> {
         let dir = dir.as_ref();
         let config = BertConfig::from_dir(dir)?;
         let weights = pretrained::weights_path(dir)?;
-        pretrained::load_weights(&weights, || BertModel::new(&config), |w| pretrained::base_of_headed(w, "bert", "cls"))
+        let adapt = |w| pretrained::base_of_headed(w, "bert", "cls");
+        pretrained::load_weights(&weights, || BertModel::new(&config), adapt, options)
     }
 
     /// The config the model was built from.

@@ -71,6 +71,15 @@ pub enum Error {
         #[source]
         source: Box<nn_core::Error>,
     },
+    /// A tokenizer file that cannot be read or used, or a tokenizer that does not fit the
+    /// model.
+    #[error("`{}`: {reason}", path.display())]
+    Tokenizer {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A prompt or a generation longer than the model's positions.
     #[error("{what} of {len} tokens is longer than the model's {limit} positions (`{field}` in config.json)")]
     TooLong {

@@ -114,6 +114,22 @@ impl Default for GenerationConfig {
 /// greedy decoding would pick the NaN's token, as `torch.argmax` does, and go on as if
 /// it were the most likely).
 pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig) -> Result<Vec<i64>> {
+    generate_streaming(model, prompt, config, |_| Ok(()))
+}
+
+/// [`generate`], calling `on_token` with each new token as it is chosen (transformers'
+/// `streamer=`; with [`Tokenizer::decode_stream`](crate::tokenizer::Tokenizer::decode_stream)
+/// it prints text as it decodes). An error from `on_token` stops the generation and is
+/// returned.
+///
+/// # Errors
+/// As [`generate`], and `on_token`'s.
+pub fn generate_streaming(
+    model: &impl CausalLm,
+    prompt: &[i64],
+    config: &GenerationConfig,
+    mut on_token: impl FnMut(i64) -> Result<()>,
+) -> Result<Vec<i64>> {
     let (limit, field) = model.max_positions();
     if prompt.is_empty() {
         return Err(Error::Input("generate: the prompt is empty (it needs at least one token)".into()));
@@ -163,6 +179,7 @@ pub fn generate(model: &impl CausalLm, prompt: &[i64], config: &GenerationConfig
             debug_assert_eq!(last.len(), v);
             let next = choose(&last, &config.sampling)?;
             tokens.push(next);
+            on_token(next)?;
             next_input = if cache.is_some() { vec![next] } else { tokens.clone() };
             if eos.contains(&next) {
                 break;

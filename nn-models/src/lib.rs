@@ -57,9 +57,10 @@ pub mod llama;
 mod pretrained;
 pub mod resnet;
 pub mod rotary;
+pub mod tokenizer;
 pub mod weights;
 
 pub use common::{positions_from_mask, CausalLmInput, RowAttention};
 pub use error::{Error, Result};
 pub use kv_cache::KvCache;
-pub use pretrained::SaveOptions;
+pub use pretrained::{LoadOptions, SaveOptions};

@@ -19,7 +19,7 @@ use crate::common::{check_ids, hf_linear, hf_word_embedding, merge_heads, paddin
 use crate::error::{Error, Result};
 use crate::generation::{CausalLm, TokenIds};
 use crate::kv_cache::{causal_mask, KvCache, LayerCache};
-use crate::pretrained;
+use crate::pretrained::{self, LoadOptions};
 use crate::rotary::{apply_rotary, Rotary};
 
 /// transformers' `rope_parameters` (and the older `rope_scaling`): only the default,
@@ -488,9 +488,20 @@ impl LlamaForCausalLM {
     /// A config error naming the field; [`Error::MissingWeights`]; [`Error::Weights`]
     /// naming every key that does not fit.
     pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::from_pretrained_with(dir, &LoadOptions::f32())
+    }
+
+    /// [`from_pretrained`](Self::from_pretrained) with transformers' load options: the
+    /// checkpoint's own dtype or another ([`LoadOptions::dtype`]), and the device. The
+    /// parameters are built on the meta device and take the dtype before the weights
+    /// arrive, so a bf16 checkpoint loaded in bf16 is never held in f32.
+    ///
+    /// # Errors
+    /// As [`from_pretrained`](Self::from_pretrained).
+    pub fn from_pretrained_with(dir: impl AsRef<Path>, options: &LoadOptions) -> Result<Self> {
         let dir = dir.as_ref();
         let config = LlamaConfig::from_dir(dir)?;
-        pretrained::load_pretrained(dir, || LlamaForCausalLM::new(&config))
+        pretrained::load_pretrained(dir, || LlamaForCausalLM::new(&config), options)
     }
 
     /// The config the model was built from.

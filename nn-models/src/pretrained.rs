@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use nn_core::{Device, Module, StateDict};
+use nn_core::{DType, Device, Module, StateDict};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -182,11 +182,60 @@ pub(crate) fn weights_path(dir: &Path) -> Result<PathBuf> {
     crate::weights::locate(dir)
 }
 
+/// How `from_pretrained_with` loads a checkpoint: transformers' `dtype=` and (for one
+/// device) `device_map=`.
+///
+/// ```
+/// use nn_core::{DType, Device};
+/// use nn_models::LoadOptions;
+/// // transformers: from_pretrained(dir, dtype=torch.bfloat16)
+/// let bf16 = LoadOptions { dtype: Some(DType::BF16), ..Default::default() };
+/// // transformers 5's default, dtype="auto": the checkpoint's own dtype, on the CPU.
+/// assert_eq!(LoadOptions::default(), LoadOptions { dtype: None, device: Device::Cpu });
+/// # let _ = bf16;
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadOptions {
+    /// The floating-point dtype of the parameters and buffers: `None` keeps the
+    /// checkpoint's (the dtype most of its floating-point values are stored in), `Some`
+    /// converts to it. Integer buffers keep their dtype either way.
+    pub dtype: Option<DType>,
+    /// The device the model is placed on.
+    pub device: Device,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { dtype: None, device: Device::Cpu }
+    }
+}
+
+impl LoadOptions {
+    /// What `from_pretrained(dir)` loads with: f32 on the CPU, whatever the checkpoint's
+    /// dtype (transformers 4's default).
+    pub fn f32() -> Self {
+        LoadOptions { dtype: Some(DType::F32), device: Device::Cpu }
+    }
+}
+
+/// The floating-point dtype that holds most of the state dict's values (f32 when it has
+/// none).
+fn checkpoint_dtype(weights: &StateDict) -> DType {
+    let mut counts: Vec<(DType, usize)> = Vec::new();
+    for t in weights.values().filter(|t| t.dtype().is_float()) {
+        match counts.iter_mut().find(|(d, _)| *d == t.dtype()) {
+            Some((_, n)) => *n += t.numel(),
+            None => counts.push((t.dtype(), t.numel())),
+        }
+    }
+    counts.into_iter().max_by_key(|&(_, n)| n).map_or(DType::F32, |(d, _)| d)
+}
+
 /// Builds a model with `build` on the meta device (no memory for its random init) and loads
 /// the weights of `dir` into it strictly: every key must match, with tied parameters
 /// satisfied by one name, as transformers writes them. On any error nothing is returned.
-pub(crate) fn load_pretrained<M: Module>(dir: &Path, build: impl FnOnce() -> M) -> Result<M> {
-    load_weights(&weights_path(dir)?, build, |w| w)
+pub(crate) fn load_pretrained<M: Module>(dir: &Path, build: impl FnOnce() -> M, options: &LoadOptions) -> Result<M> {
+    load_weights(&weights_path(dir)?, build, |w| w, options)
 }
 
 /// A base model's weights from a checkpoint of the model with a head, as transformers'
@@ -216,13 +265,24 @@ pub(crate) fn load_weights<M: Module>(
     path: &Path,
     build: impl FnOnce() -> M,
     adapt: impl FnOnce(StateDict) -> StateDict,
+    options: &LoadOptions,
 ) -> Result<M> {
     let path = path.to_path_buf();
     let weights = adapt(crate::weights::read(&path)?);
+    let dtype = options.dtype.unwrap_or_else(|| checkpoint_dtype(&weights));
     let mut model = nn_core::with_device(Device::Meta, build);
+    if dtype != DType::F32 {
+        // On the meta device: the parameters take the dtype before any value exists, so
+        // the load converts (or keeps) each tensor once, into its final dtype.
+        model.to_dtype(dtype);
+    }
     model
         .load_state_dict(&weights, true)
         .map_err(|source| Error::Weights { path: path.clone(), source: Box::new(source) })?;
+    drop(weights);
+    if options.device != Device::Cpu {
+        model.to_device(options.device);
+    }
     model.eval();
     Ok(model)
 }

@@ -245,7 +245,7 @@ impl ResNet {
         if !path.is_file() {
             return Err(Error::MissingWeights { dir: path.to_path_buf() });
         }
-        crate::pretrained::load_weights(path, build, |w| w)
+        crate::pretrained::load_weights(path, build, |w| w, &crate::pretrained::LoadOptions::f32())
     }
 }
 

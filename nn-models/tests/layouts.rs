@@ -211,3 +211,34 @@ fn sharded_saves_load_back_and_a_later_save_removes_the_other_layout() {
     let e = Gpt2LMHeadModel::from_pretrained(dir.path()).err().unwrap().to_string();
     assert!(e.contains("`model.safetensors` is beside it: which is the checkpoint is ambiguous"), "{e}");
 }
+
+#[test]
+fn load_options_keep_or_convert_the_checkpoints_dtype() {
+    use nn_core::DType;
+    use nn_models::LoadOptions;
+    // The Llama fixture saved in bf16, as a bf16 checkpoint is published.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture("llama/config.json"), dir.path().join("config.json")).unwrap();
+    let f32_file = StateDict::load(fixture("llama/model.safetensors")).unwrap();
+    let bf16_file: StateDict = f32_file.iter().map(|(k, t)| (k.to_string(), t.to_dtype(DType::BF16))).collect();
+    bf16_file.save(dir.path().join("model.safetensors")).unwrap();
+
+    let kept = LlamaForCausalLM::from_pretrained_with(dir.path(), &LoadOptions::default()).unwrap();
+    assert!(kept.parameters().iter().all(|p| p.dtype() == DType::BF16), "the checkpoint's dtype, never f32");
+    let widened = LlamaForCausalLM::from_pretrained(dir.path()).unwrap();
+    assert!(widened.parameters().iter().all(|p| p.dtype() == DType::F32), "from_pretrained: f32");
+    let converted = LlamaForCausalLM::from_pretrained_with(
+        fixture("llama"),
+        &LoadOptions { dtype: Some(DType::BF16), ..Default::default() },
+    )
+    .unwrap();
+    for ((name, a), (_, b)) in kept.named_parameters().iter().zip(converted.named_parameters()) {
+        assert_eq!(a.to_vec(), b.to_vec(), "{name}: f32 rounded to bf16 once, either way");
+    }
+    // The bf16 model computes what the widened one does, within bf16's precision.
+    let (ids, want) = (llama_ids(), widened.forward(&llama_ids()));
+    let got = kept.forward(&ids);
+    assert_eq!(got.dtype(), DType::BF16);
+    let worst = got.to_vec().iter().zip(want.to_vec()).map(|(g, e)| (g - e).abs()).fold(0.0, f32::max);
+    assert!(worst < 0.1, "bf16 against f32 logits: {worst}");
+}

@@ -3,9 +3,10 @@
 //! sampled with `--temperature`, `--top-k`, `--top-p` and `--seed`, with the key/value
 //! cache (or without, `--no-cache`). `--bench N` times N generations and prints tokens/s.
 //!
-//! Byte-level models (vocabulary 256, as `gpt2_finetune` writes) take the prompt as text
-//! and print text; other vocabularies take `--prompt-ids` and print ids (this example
-//! reads no tokenizer files).
+//! A directory with a `tokenizer.json` takes the prompt as text and streams the text as
+//! it decodes (transformers' tokenizer, `nn_models::tokenizer`); byte-level models
+//! (vocabulary 256, as `gpt2_finetune` writes) take text too; any model takes
+//! `--prompt-ids` and then prints ids.
 //!
 //! ```text
 //! cargo run --release -p nn-examples --bin gpt2_finetune
@@ -16,16 +17,18 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use nn_models::generation::{generate, CausalLm, GenerationConfig, Sampling};
+use nn_models::generation::{generate, generate_streaming, CausalLm, GenerationConfig, Sampling};
 use nn_models::gpt2::Gpt2LMHeadModel;
 use nn_models::llama::LlamaForCausalLM;
+use nn_models::tokenizer::Tokenizer;
 
 #[derive(Parser)]
 #[command(about = "Text generation with a GPT-2 or Llama transformers directory")]
 struct Args {
     /// The model directory (config.json, model.safetensors).
     model_dir: PathBuf,
-    /// The prompt, as text (byte-level models; give this or `--prompt-ids`, not both).
+    /// The prompt, as text (a directory with tokenizer.json, or a byte-level model; give
+    /// this or `--prompt-ids`, not both).
     #[arg(long, default_value = "It is a truth universally acknowledged", conflicts_with = "prompt_ids")]
     prompt: String,
     /// The prompt as token ids, comma-separated (any vocabulary).
@@ -56,11 +59,25 @@ struct Args {
 }
 
 fn run(model: &impl CausalLm, vocab: usize, args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let bytes = vocab == 256;
-    let prompt: Vec<i64> = match &args.prompt_ids {
-        Some(ids) => ids.clone(),
-        None if bytes => args.prompt.bytes().map(i64::from).collect(),
-        None => return Err(format!("the vocabulary has {vocab} tokens, not bytes: pass --prompt-ids").into()),
+    let tokenizer = match args.model_dir.join("tokenizer.json").is_file() {
+        true => {
+            let t = Tokenizer::from_dir(&args.model_dir)?;
+            t.check_vocab(vocab)?;
+            Some(t)
+        }
+        false => None,
+    };
+    let bytes = vocab == 256 && tokenizer.is_none();
+    let prompt: Vec<i64> = match (&args.prompt_ids, &tokenizer) {
+        (Some(ids), _) => ids.clone(),
+        (None, Some(t)) => t.try_encode(&args.prompt)?,
+        (None, None) if bytes => args.prompt.bytes().map(i64::from).collect(),
+        (None, None) => {
+            return Err(format!(
+                "the vocabulary has {vocab} tokens and the directory no tokenizer.json: pass --prompt-ids"
+            )
+            .into())
+        }
     };
     let sampling = match (args.temperature, args.top_k, args.top_p) {
         (None, None, None) => Sampling::Greedy,
@@ -69,17 +86,35 @@ fn run(model: &impl CausalLm, vocab: usize, args: &Args) -> Result<(), Box<dyn s
     let config = GenerationConfig {
         max_new_tokens: args.max_new_tokens,
         sampling,
-        eos_token_id: None,
+        eos_token_id: tokenizer.as_ref().and_then(Tokenizer::eos_token_id),
         ignore_eos: false,
         use_cache: !args.no_cache,
     };
     nn_core::manual_seed(args.seed.unwrap_or(0));
-    let tokens = generate(model, &prompt, &config)?;
-    if bytes {
-        let text: Vec<u8> = tokens.iter().map(|&t| t as u8).collect();
-        println!("{}", String::from_utf8_lossy(&text));
-    } else {
-        println!("{tokens:?}");
+    match (&tokenizer, args.prompt_ids.is_some()) {
+        (Some(t), false) => {
+            // The prompt, then each new character as it completes.
+            use std::io::Write;
+            print!("{}", args.prompt);
+            let mut stream = t.decode_stream();
+            generate_streaming(model, &prompt, &config, |id| {
+                if let Some(text) = stream.step(id)? {
+                    print!("{text}");
+                    std::io::stdout().flush().ok();
+                }
+                Ok(())
+            })?;
+            println!();
+        }
+        _ => {
+            let tokens = generate(model, &prompt, &config)?;
+            if bytes {
+                let text: Vec<u8> = tokens.iter().map(|&t| t as u8).collect();
+                println!("{}", String::from_utf8_lossy(&text));
+            } else {
+                println!("{tokens:?}");
+            }
+        }
     }
     if let Some(n) = args.bench {
         // Every run makes all `max_new_tokens` (the rate counts them), past any eos token.
