@@ -4,7 +4,7 @@
 //!
 //! The archive holds `{name}/data.pkl`, a pickle describing the dict, and one stored entry
 //! `{name}/data/{key}` per storage. The pickle is run by a restricted unpickler
-//! ([`crate::pickle`]) that knows the tensor-rebuild globals and nothing else, as
+//! (`nn_core`'s private `pickle` module) that knows the tensor-rebuild globals and nothing else, as
 //! `torch.load(weights_only=True)` does: any other global or opcode is refused by name.
 //! Every entry read must be stored uncompressed (as PyTorch writes them) and pass its
 //! CRC-32 check, each storage must have exactly the bytes its elements need, and every
