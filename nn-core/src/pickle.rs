@@ -368,24 +368,17 @@ impl<'a> Machine<'a> {
                 let items = self.pop_mark()?;
                 self.append(items)?;
             }
-            b'q' => {
-                let i = self.uint::<1>()? as u32;
+            // BINPUT / LONG_BINPUT / MEMOIZE, BINGET / LONG_BINGET.
+            b'q' | b'r' | 0x94 => {
+                let i = match op {
+                    b'q' => self.uint::<1>()? as u32,
+                    b'r' => self.uint::<4>()? as u32,
+                    _ => u32::try_from(self.memo.len()).map_err(|_| "too many memo entries")?,
+                };
                 self.put(i)?
             }
-            b'r' => {
-                let i = self.uint::<4>()? as u32;
-                self.put(i)?
-            }
-            0x94 => {
-                let i = u32::try_from(self.memo.len()).map_err(|_| "too many memo entries")?;
-                self.put(i)?
-            }
-            b'h' => {
-                let i = self.uint::<1>()? as u32;
-                self.get(i)?
-            }
-            b'j' => {
-                let i = self.uint::<4>()? as u32;
+            b'h' | b'j' => {
+                let i = if op == b'h' { self.uint::<1>()? } else { self.uint::<4>()? } as u32;
                 self.get(i)?
             }
             b'0' => {

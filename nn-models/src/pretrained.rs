@@ -98,6 +98,28 @@ fn is_neutral(v: &Value) -> bool {
 /// large `id2label` some hundreds).
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
+/// The text of the regular file at `path` (a FIFO is an error, never a wait), of at most
+/// `max` bytes (`what` names the kind of file in the message; `bad` makes the error for a
+/// file that is not regular, too large, or not UTF-8); [`Error::Io`] when it cannot be read.
+/// The one bounded read behind `config.json`, shard indexes and tokenizer files.
+pub(crate) fn read_text(path: &Path, max: u64, what: &str, bad: impl Fn(String) -> Error) -> Result<String> {
+    let (file, len) = nn_core::io::open_regular(path).map_err(|e| match e {
+        nn_core::Error::Io { source, .. } => Error::Io { path: path.to_path_buf(), source },
+        nn_core::Error::NotARegularFile { kind, .. } => bad(format!("is not a regular file ({kind})")),
+        other => bad(other.to_string()),
+    })?;
+    if len > max {
+        return Err(bad(format!("is {len} bytes; {what} is at most {max}")));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, max + 1), &mut text)
+        .map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    if text.len() as u64 > max {
+        return Err(bad(format!("grew past {max} bytes while it was read")));
+    }
+    Ok(text)
+}
+
 /// `dir/config.json` as `C`, for a model whose `model_type` is `model_type` and whose
 /// `architectures` entries, when given, are among `architectures`. `expected` names the
 /// Rust type for messages.
@@ -111,20 +133,7 @@ pub(crate) fn read_config<C: DeserializeOwned>(
     let bad = |reason: String| Error::Config { path: path.clone(), reason };
     // Read as the weights are: a regular file (a FIFO would block, `/dev/zero` never ends),
     // of a bounded size, with no key given twice (serde_json keeps the last one silently).
-    let (file, len) = nn_core::io::open_regular(&path).map_err(|e| match e {
-        nn_core::Error::Io { source, .. } => Error::Io { path: path.clone(), source },
-        nn_core::Error::NotARegularFile { kind, .. } => bad(format!("is not a regular file ({kind})")),
-        other => bad(other.to_string()),
-    })?;
-    if len > MAX_CONFIG_BYTES {
-        return Err(bad(format!("is {len} bytes; a config is at most {MAX_CONFIG_BYTES}")));
-    }
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_CONFIG_BYTES + 1), &mut text)
-        .map_err(|source| Error::Io { path: path.clone(), source })?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(bad(format!("grew past {MAX_CONFIG_BYTES} bytes while it was read")));
-    }
+    let text = read_text(&path, MAX_CONFIG_BYTES, "a config", bad)?;
     nn_core::serialization::check_unique_keys(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
     let value: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
     let Value::Object(mut fields) = value else { return Err(bad("expected a JSON object".into())) };

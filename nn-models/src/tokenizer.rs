@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use tokenizers::{DecoderWrapper, ModelWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper};
 
 use crate::error::{Error, Result};
+use crate::pretrained::read_text;
 
 /// A `tokenizer.json` larger than this is refused before it is read (Llama 3's, with a
 /// 128k vocabulary, is 9 MB).
@@ -68,7 +69,9 @@ impl Tokenizer {
         let config = dir.join("tokenizer_config.json");
         if config.is_file() {
             let bad = |reason: String| Error::Tokenizer { path: config.clone(), reason };
-            let text = read_bounded(&config).map_err(bad)?;
+            let text = read_text(&config, MAX_TOKENIZER_BYTES, "a tokenizer file", bad)?;
+            // No key twice: serde_json would keep the last `eos_token` without a word.
+            nn_core::serialization::check_unique_keys(&text).map_err(bad)?;
             let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
             // A plain string, or transformers' AddedToken object `{"content": "..."}`.
             let eos = &value["eos_token"];
@@ -89,7 +92,7 @@ impl Tokenizer {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let bad = |reason: String| Error::Tokenizer { path: path.clone(), reason };
-        let text = read_bounded(&path).map_err(bad)?;
+        let text = read_text(&path, MAX_TOKENIZER_BYTES, "a tokenizer file", bad)?;
         let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes()).map_err(|e| bad(short(&e.to_string())))?;
         Ok(Tokenizer { inner, path, eos: None })
     }
@@ -217,17 +220,6 @@ impl TextStream<'_> {
             .step(id)
             .map_err(|e| Error::Tokenizer { path: self.tokenizer.path.clone(), reason: short(&e.to_string()) })
     }
-}
-
-/// A file's text, read only when it is a regular file of at most [`MAX_TOKENIZER_BYTES`].
-fn read_bounded(path: &Path) -> std::result::Result<String, String> {
-    let (file, len) = nn_core::io::open_regular(path).map_err(|e| e.to_string())?;
-    if len > MAX_TOKENIZER_BYTES {
-        return Err(format!("{len} bytes, more than the {MAX_TOKENIZER_BYTES} a tokenizer file may have"));
-    }
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::Read::take(file, len), &mut text).map_err(|e| e.to_string())?;
-    Ok(text)
 }
 
 /// At most 1,000 characters of a message (serde's errors quote the input).

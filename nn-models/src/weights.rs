@@ -134,13 +134,7 @@ struct Index {
 
 fn read_sharded(index_path: &Path) -> Result<StateDict> {
     let bad = |reason: String| Error::Shards { path: index_path.to_path_buf(), reason };
-    let len =
-        std::fs::metadata(index_path).map_err(|source| Error::Io { path: index_path.to_path_buf(), source })?.len();
-    if len > MAX_INDEX_BYTES {
-        return Err(bad(format!("the index has {len} bytes, more than the {MAX_INDEX_BYTES} an index may have")));
-    }
-    let text =
-        std::fs::read_to_string(index_path).map_err(|source| Error::Io { path: index_path.to_path_buf(), source })?;
+    let text = crate::pretrained::read_text(index_path, MAX_INDEX_BYTES, "an index", bad)?;
     let index: Index = serde_json::from_str(&text).map_err(|e| bad(format!("not a shard index: {e}")))?;
     drop(text);
     let dir = index_path.parent().unwrap_or(Path::new("."));

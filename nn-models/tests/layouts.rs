@@ -242,3 +242,12 @@ fn load_options_keep_or_convert_the_checkpoints_dtype() {
     let worst = got.to_vec().iter().zip(want.to_vec()).map(|(g, e)| (g - e).abs()).fold(0.0, f32::max);
     assert!(worst < 0.1, "bf16 against f32 logits: {worst}");
 }
+
+#[test]
+fn an_index_that_is_a_fifo_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.safetensors.index.json");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let e = nn_models::weights::read(&fifo).unwrap_err().to_string();
+    assert!(e.contains("is not a regular file (a FIFO)"), "{e}");
+}

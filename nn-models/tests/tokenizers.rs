@@ -84,6 +84,9 @@ fn bad_tokenizers_and_ids_are_errors_naming_them() {
     std::fs::write(dir.path().join("tokenizer_config.json"), "{\"eos_token\": \"</nope>\"}").unwrap();
     let e = Tokenizer::from_dir(dir.path()).unwrap_err().to_string();
     assert!(e.contains("`eos_token` is \"</nope>\", which is not in the vocabulary"), "{e}");
+    std::fs::write(dir.path().join("tokenizer_config.json"), "{\"eos_token\": \"a\", \"eos_token\": \"b\"}").unwrap();
+    let e = Tokenizer::from_dir(dir.path()).unwrap_err().to_string();
+    assert!(e.contains("eos_token"), "a key twice is named: {e}");
     let fifo = dir.path().join("fifo");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let e = Tokenizer::from_file(&fifo).unwrap_err().to_string();
