@@ -93,8 +93,17 @@ def nn_results(threads, only=()):
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), MATMUL_NUM_THREADS=str(threads))
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "nn-bench", "--bin", "nn_bench"], cwd=ROOT, check=True)
     exe = target_dir(ROOT / "target") / "release/nn_bench"
-    out = subprocess.run([str(exe), *only], cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
-    return {r["workload"]: r for r in map(json.loads, out.splitlines())}
+    run = subprocess.run([str(exe), *only], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    # The CPU kernels the run chose by measurement (`nn_core::cpu::kernel_report`).
+    for line in run.stderr.splitlines():
+        entry = f"{threads} thread(s): {line[len('nn_bench: '):]}"
+        if line.startswith("nn_bench: kernel ") and entry not in KERNEL_LINES:
+            KERNEL_LINES.append(entry)
+    return {r["workload"]: r for r in map(json.loads, run.stdout.splitlines())}
+
+
+# The kernel choices of every nn run, printed after the table.
+KERNEL_LINES = []
 
 
 PEERS = ["candle", "burn", "gemm"]
@@ -590,6 +599,7 @@ def main():
         print_params(measured)
         print_rounds(per_round, w)
         print_scaling(scaling, args.threads, w)
+        print_machine()
         return
     cols = ["PyTorch"] + peers
     print(
@@ -606,6 +616,25 @@ def main():
     print_params(measured)
     print_rounds(per_round, w)
     print_scaling(scaling, args.threads, w)
+    print_machine()
+
+
+def print_machine():
+    """The CPU the figures are from (`/proc/cpuinfo`'s model name, family and model) and the
+    kernels nn chose by measurement on it: figures from another CPU are not this one's."""
+    info = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    print(
+        f"CPU: {info.get('model name', 'unknown')} (family {info.get('cpu family', '?')}, "
+        f"model {info.get('model', '?')}), {os.cpu_count()} logical CPUs"
+    )
+    for line in KERNEL_LINES:
+        print(f"  {line}")
 
 
 def print_params(measured):

@@ -249,6 +249,14 @@ pub enum Error {
         /// Why it cannot be used (and, when it applies, what to do instead).
         reason: String,
     },
+    /// An `NN_KERNELS` override the CPU kernels cannot follow: an op without kernel
+    /// variants, a variant it does not have, or a vector copy this CPU cannot run (the
+    /// message names the CPU's features). See [`crate::cpu`].
+    #[error("{reason}")]
+    KernelOverride {
+        /// What is wrong, naming the entry.
+        reason: String,
+    },
     /// A fill value the dtype cannot hold (PyTorch raises "value cannot be converted to
     /// type ... without overflow"): a finite value past a float type's range (it would
     /// be infinite), or a NaN, infinite or out-of-range value for i64 (it would saturate).

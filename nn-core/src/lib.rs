@@ -122,6 +122,7 @@ pub mod amp;
 pub mod autograd;
 pub mod backend;
 pub mod checkpoint;
+pub mod cpu;
 pub mod device;
 pub mod dtype;
 pub mod error;

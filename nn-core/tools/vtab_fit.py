@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Fits the piecewise polynomials of `nn-core/src/backend/cpu/vtab.rs` and writes
-`vtab_tables.rs` beside it.
+"""Fits the piecewise polynomials of `nn-core/src/backend/cpu/vtab.rs` (the exact GELU's
+normal CDF, SiLU's sigmoid, tanh's `tanh(x) / x`) and writes `vtab_tables.rs` beside it.
 
     python3 nn-core/tools/vtab_fit.py > nn-core/src/backend/cpu/vtab_tables.rs
 
@@ -120,6 +120,8 @@ def main():
          lambda x: 0.5 * math.erfc(-x / math.sqrt(2)), -4.0, 4.0, 6)
     print("")
     emit("SIGMOID", "The logistic sigmoid (SiLU)", lambda x: 1 / (1 + math.exp(-x)), -8.0, 8.0, 5)
+    print("")
+    emit("TANH_OVER_X", "tanh(x) / x (tanh)", lambda x: math.tanh(x) / x if x != 0 else 1.0, -6.0, 6.0, 6)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 
 use std::cmp::Ordering;
 
+use super::cpu::vmath::Isa;
 use super::cpu::vtab::Pieces;
 use super::{cpu, Storage};
 use crate::dtype::{DType, FloatElement};
@@ -84,17 +85,30 @@ pub(crate) trait UnaryOp: Copy + Send + Sync + 'static {
 pub(crate) trait F32Loop {
     /// What the loop makes.
     type Out;
-    /// Runs the loop with `f`.
-    fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Self::Out;
+    /// Runs the loop with `f`, in the vector copy for `isa` (every copy gives the same
+    /// bits; the kernel's tuner, `cpu::tune`, picks the fastest).
+    fn run_on(self, isa: Isa, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Self::Out;
     /// Runs the loop with `f`, which is `p`'s `x p(x)` wherever `p` covers `x`: the loop
     /// may evaluate the table itself there (the CPU's vector lookups, `cpu::vtab`). The
-    /// default is [`Self::run`].
-    fn run_pieces<const K: usize>(self, p: &'static Pieces<K>, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Self::Out
+    /// default is [`Self::run_on`].
+    fn run_pieces_on<const K: usize>(
+        self,
+        isa: Isa,
+        p: &'static Pieces<K>,
+        f: impl Fn(f32) -> f32 + Copy + Send + Sync,
+    ) -> Self::Out
     where
         Self: Sized,
     {
         let _ = p;
-        self.run(f)
+        self.run_on(isa, f)
+    }
+    /// [`Self::run_on`] in the widest copy this CPU runs.
+    fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Self::Out
+    where
+        Self: Sized,
+    {
+        self.run_on(Isa::widest(), f)
     }
 }
 

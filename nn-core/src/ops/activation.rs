@@ -1,7 +1,7 @@
 //! Activation functions, as table-driven unary ops (see `unary.rs`).
 
 use super::unary::{c, unary, unary_op, UnaryOp};
-use crate::backend::cpu::{vfun, vtab};
+use crate::backend::cpu::{tune, vfun, vtab};
 use crate::backend::{F32GradLoop, F32Loop, Wgsl};
 use crate::dtype::FloatElement;
 use crate::tensor::Tensor;
@@ -47,7 +47,8 @@ unary_op!(
     |s, x| sigmoid(x),
     |s, x, y| y * (T::one() - y),
     wgsl = Wgsl::unary(SIGMOID, "y * (1.0 - y)", true),
-    fast = vfun::sigmoid
+    fast = vfun::sigmoid,
+    tune = tune::SIGMOID
 );
 unary_op!(
     Tanh,
@@ -55,7 +56,13 @@ unary_op!(
     |s, x| x.tanh(),
     |s, x, y| T::one() - y * y,
     wgsl = Wgsl::unary("tanh_(x)", "1.0 - y * y", true),
-    fast = vfun::tanh
+    fast = vfun::tanh,
+    algos = (
+        tune::Plain(vfun::tanh),
+        tune::Plain(vfun::tanh_f32),
+        tune::Table(&vtab::TANH_OVER_X, vfun::tanh_table)
+    ),
+    tune = tune::TANH
 );
 unary_op!(Silu, crate::names::SILU, |s, x| x * sigmoid(x), |s, x, y| {
     let sg = sigmoid(x);
@@ -64,7 +71,7 @@ unary_op!(Silu, crate::names::SILU, |s, x| x * sigmoid(x), |s, x, y| {
     "x * select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)",
     "select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0) * (1.0 + x * (1.0 - select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)))",
     true
-), fast = vfun::silu, pieces = vtab::SIGMOID, fast_df = vfun::silu_grad);
+), fast = vfun::silu, pieces = vtab::SIGMOID, tune = tune::SILU, fast_df = vfun::silu_grad);
 unary_op!(
     /// Exact GELU: `x * Phi(x)` with the normal CDF through `erf`.
     Gelu,
@@ -84,6 +91,7 @@ unary_op!(
     ),
     fast = vfun::gelu,
     pieces = vtab::NORMAL_CDF,
+    tune = tune::GELU,
     fast_df = vfun::gelu_grad
 );
 
@@ -132,6 +140,7 @@ unary_op!(
         true
     ),
     fast = vfun::gelu_tanh,
+    tune = tune::GELU_TANH,
     fast_df = vfun::gelu_tanh_grad
 );
 

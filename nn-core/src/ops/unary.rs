@@ -8,6 +8,7 @@ use smallvec::smallvec;
 use super::check_float;
 use crate::autograd::entry::op_entry;
 use crate::autograd::{op_result, Grads};
+use crate::backend::cpu::tune;
 use crate::backend::cpu::vfun::{self, PowKind};
 pub(crate) use crate::backend::UnaryOp;
 use crate::backend::{F32GradLoop, F32Loop, Wgsl};
@@ -57,16 +58,32 @@ pub(crate) fn unary_with<O: UnaryOp>(
 /// `fast = f` (an `fn(f32) -> f32`) and `fast_df = df` (the derivative, an `fn(f32) -> f32`
 /// of `x`), used instead of `f`/`df` on `f32` tensors (see `UnaryOp::f32_loop`). With
 /// `pieces = table` after `fast`, `f` is the table's `x p(x)` where the table covers `x`
-/// and the loop may look the table up itself there (`cpu::vtab`).
+/// and the loop may look the table up itself there (`cpu::vtab`). With `tune = KERNEL`
+/// (a `cpu::tune::Kernel`), the loop's vector copy is chosen by measurement, and with
+/// `algos = (..)` before it (a tuple of `cpu::tune::Plain` and `Table` algorithms, in
+/// `KERNEL`'s order, `fast` first) the algorithm too.
 macro_rules! unary_op {
-    (@run $l:ident, $fast:expr) => {
+    (@run $l:ident, [], $fast:expr, [], []) => {
         $l.run(#[inline(always)] |x| ($fast)(x))
     };
-    (@run $l:ident, $fast:expr, $pieces:expr) => {
+    (@run $l:ident, [], $fast:expr, [$pieces:expr], []) => {
         $l.run_pieces(&$pieces, #[inline(always)] |x| ($fast)(x))
     };
+    (@run $l:ident, [$k:path], $fast:expr, [], []) => {
+        $crate::backend::cpu::tune::run(&$k, ($crate::backend::cpu::tune::Plain(#[inline(always)] |x| ($fast)(x)),), $l)
+    };
+    (@run $l:ident, [$k:path], $fast:expr, [$pieces:expr], []) => {
+        $crate::backend::cpu::tune::run(
+            &$k,
+            ($crate::backend::cpu::tune::Table(&$pieces, #[inline(always)] |x| ($fast)(x)),),
+            $l,
+        )
+    };
+    (@run $l:ident, [$k:path], $fast:expr, [], [$algos:expr]) => {
+        $crate::backend::cpu::tune::run(&$k, $algos, $l)
+    };
     ($(#[$doc:meta])* $name:ident, $label:expr, |$s:ident, $x:ident| $f:expr, |$s2:ident, $x2:ident, $y2:ident| $df:expr, wgsl = $w:expr
-     $(, fast = $fast:expr $(, pieces = $pieces:expr)?)? $(, fast_df = $fast_df:expr)? $(,)?) => {
+     $(, fast = $fast:expr $(, pieces = $pieces:expr)? $(, algos = $algos:expr)? $(, tune = $tune:path)?)? $(, fast_df = $fast_df:expr)? $(,)?) => {
         $(#[$doc])*
         #[derive(Clone, Copy)]
         pub(crate) struct $name;
@@ -91,7 +108,7 @@ macro_rules! unary_op {
             $(
                 #[inline(always)]
                 fn f32_loop<L: $crate::backend::F32Loop>(&self, l: L) -> L::Out {
-                    unary_op!(@run l, $fast $(, $pieces)?)
+                    unary_op!(@run l, [$($tune)?], $fast, [$($pieces)?], [$($algos)?])
                 }
             )?
             $(
@@ -112,7 +129,9 @@ unary_op!(
     |s, x| x.exp(),
     |s, x, y| y,
     wgsl = Wgsl::unary("exp(x)", "y", true),
-    fast = vfun::exp
+    fast = vfun::exp,
+    algos = (tune::Plain(vfun::exp), tune::Plain(vfun::exp_f32)),
+    tune = tune::EXP
 );
 unary_op!(
     Log,

@@ -5,6 +5,7 @@ use std::mem::MaybeUninit;
 
 use super::team::{self, GRAIN};
 use super::vtab::Pieces;
+use super::vmath::Isa;
 use super::widen::Half;
 use super::{with_cpu, with_float, CpuElement, CpuStorage};
 use crate::backend::elementwise::Operand;
@@ -35,9 +36,14 @@ pub(crate) fn split_parts(work: usize, threshold: usize) -> bool {
 const LARGE_MAP: usize = 1 << 17;
 
 /// Elements per task of a contiguous elementwise loop of `len`: [`GRAIN`] when it is worth
-/// splitting, else all of them (one task, on this thread).
-fn grain(len: usize) -> usize {
-    if split(len, PAR_THRESHOLD) {
+/// splitting, else all of them (one task, on this thread). `large` loops ([`LARGE_MAP`])
+/// split wherever the team's cores are: they used to be cut by [`split`], which says no
+/// while the cores are measured far apart, so a tanh over a GPT-2 activation ran as one
+/// task on one thread however many the team had (2 threads took 1.02x the 1-thread time
+/// on a 2-vCPU Emerald Rapids).
+fn grain(len: usize, large: bool) -> usize {
+    let threads = if large { team::threads_for_large() } else { team::threads() };
+    if len >= PAR_THRESHOLD && threads > 1 {
         GRAIN
     } else {
         len
@@ -51,16 +57,17 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
     impl F32Loop for Map<'_> {
         type Out = Vec<f32>;
         #[inline(always)]
-        fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<f32> {
-            self.map(f, |src, part| super::vmath::map_elems(src, part, f))
+        fn run_on(self, isa: Isa, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<f32> {
+            self.map(f, |src, part| super::vmath::map_elems_on(isa, src, part, f))
         }
         #[inline(always)]
-        fn run_pieces<const K: usize>(
+        fn run_pieces_on<const K: usize>(
             self,
+            isa: Isa,
             p: &'static Pieces<K>,
             f: impl Fn(f32) -> f32 + Copy + Send + Sync,
         ) -> Vec<f32> {
-            self.map(f, |src, part| super::vtab::map_pieces(p, src, part, f))
+            self.map(f, |src, part| super::vtab::map_pieces_on(isa, p, src, part, f))
         }
     }
     impl Map<'_> {
@@ -82,7 +89,7 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
     impl<H: Half> F32Loop for HalfMap<'_, H> {
         type Out = Vec<H>;
         #[inline(always)]
-        fn run(self, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<H> {
+        fn run_on(self, isa: Isa, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<H> {
             // Each closure is inlined into its vector loop whole (as `f` is): out of line,
             // `f`'s `mul_add`s were libm calls on the baseline target (`vmath::map_elems`;
             // a bf16 GELU backward ran 20x slower).
@@ -95,7 +102,8 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
                 );
             };
             in_parts(&self.0[r], |src, part| {
-                super::vmath::map_elems(
+                super::vmath::map_elems_on(
+                    isa,
                     src,
                     part,
                     #[inline(always)]
@@ -121,8 +129,8 @@ pub(crate) fn in_parts<T: Sync, U: CpuElement + Send>(
     map: impl Fn(&[T], &mut [MaybeUninit<U>]) + Sync,
 ) -> Vec<U> {
     let mut out = U::alloc_buffer(src.len());
-    let grain = grain(src.len());
     let large = src.len() >= LARGE_MAP;
+    let grain = grain(src.len(), large);
     team::for_chunks_with(large, &mut out.spare_capacity_mut()[..src.len()], grain, |q, part| {
         map(&src[q * grain..], part)
     });
@@ -348,7 +356,7 @@ pub(crate) fn map1<T: Copy + Send + Sync, U: CpuElement>(
     if let Some(r) = la.contiguous_range() {
         let src = &a[r];
         let mut out = U::alloc_buffer(src.len());
-        team::fill(&mut out, src.len(), grain(src.len()), |r| src[r].iter().map(|&x| f(x)));
+        team::fill(&mut out, src.len(), grain(src.len(), false), |r| src[r].iter().map(|&x| f(x)));
         return out;
     }
     let mut out = U::alloc_buffer(la.numel());
@@ -381,7 +389,7 @@ pub(crate) fn map2<T: Copy + Send + Sync, U: CpuElement>(
     if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
         let (sa, sb) = (&a[ra], &b[rb]);
         let mut out = U::alloc_buffer(sa.len());
-        team::fill(&mut out, sa.len(), grain(sa.len()), |r| sa[r.clone()].iter().zip(&sb[r]).map(|(&x, &y)| f(x, y)));
+        team::fill(&mut out, sa.len(), grain(sa.len(), false), |r| sa[r.clone()].iter().zip(&sb[r]).map(|(&x, &y)| f(x, y)));
         return out;
     }
     // Outer dims by odometer, the innermost as a run: contiguous (stride 1) or broadcast
@@ -428,7 +436,7 @@ pub(crate) fn map3<T: Copy + Send + Sync, U: CpuElement>(
     if let (Some(ra), Some(rb), Some(rc)) = (la.contiguous_range(), lb.contiguous_range(), lc.contiguous_range()) {
         let (sa, sb, sc) = (&a[ra], &b[rb], &c[rc]);
         let mut out = U::alloc_buffer(sa.len());
-        team::fill(&mut out, sa.len(), grain(sa.len()), |r| {
+        team::fill(&mut out, sa.len(), grain(sa.len(), false), |r| {
             sa[r.clone()].iter().zip(&sb[r.clone()]).zip(&sc[r]).map(|((&x, &y), &z)| f(x, y, z))
         });
         return out;

@@ -26,6 +26,7 @@ pub(crate) mod sample;
 pub(crate) mod scan;
 pub(crate) mod sort;
 pub(crate) mod team;
+pub(crate) mod tune;
 pub(crate) mod vfun;
 pub(crate) mod vmath;
 pub(crate) mod vtab;

@@ -294,6 +294,64 @@ pub(crate) fn tanh(x: f32) -> f32 {
     tanh64(x as f64) as f32
 }
 
+// The `f32` algorithms: the second variant of the kernels that `cpu::tune` chooses by
+// measurement, for CPUs where the `f64` route is slow. Within 2 ulp of the correctly
+// rounded value where the `f64` one is within 1 (tested over the same sweep).
+
+/// `e^x` in `f32` ([`super::vmath::exp_f32`], fused): within 2 ulp wherever the result
+/// is a normal float, `+inf` above 88.72, `0` below -103.9; NaN for NaN.
+///
+/// Why it exists: [`exp`]'s `f64` route is a degree-10 polynomial on eight lanes, 2.8x
+/// PyTorch's time on a 2-vCPU Emerald Rapids (one thread, [2, 128, 3072]), where this one,
+/// degree 6 on sixteen lanes, needs a quarter of the multiply-adds per element.
+#[inline(always)]
+pub(crate) fn exp_f32(x: f32) -> f32 {
+    super::vmath::exp_f32::<true>(x)
+}
+
+/// `(tanh(x) / x - 1) / x^2` on `x^2` in `[0, 0.625^2]`, lowest degree first: a weighted
+/// least-squares fit of the relative error of `tanh` (0.89 ulp evaluated in `f32`, checked
+/// on 2M points; refit by `nn-core/tools/tanh_fit.py`).
+const TANH_P32: [f32; 5] = [-0.333_332_8, 0.133_313_82, -0.053_735_32, 0.020_626_292, -0.005_691_985_6];
+
+/// `tanh x` in `f32`: `x + x^3 P(x^2)` below 0.625, `1 - 2 / (e^(2|x|) + 1)` above (no
+/// cancellation: the result is above one half, the quotient below 0.45), the sign put
+/// back; within 2 ulp of the correctly rounded value. `|x| >= 10` gives 1 exactly (the
+/// exponential is clamped at `e^20`), NaN stays NaN.
+///
+/// Why it exists: [`tanh`]'s `f64` route pays for an `f64` division per element, and on
+/// Intel's cores (Sapphire and Emerald Rapids) a 512-bit `vdivpd` holds the divider for
+/// about 16 cycles, two per element; with the `f64` exponential's 20 multiply-adds per
+/// eight elements, tanh took 4x PyTorch's time there (0.31x on Zen 5). Here: sixteen lanes,
+/// an `f32` division (half the divider's time per element) and a degree-6 exponential.
+#[inline(always)]
+pub(crate) fn tanh_f32(x: f32) -> f32 {
+    let a = x.abs();
+    let z = a * a;
+    let mut p = TANH_P32[4];
+    for &k in TANH_P32[..4].iter().rev() {
+        p = p.mul_add(z, k);
+    }
+    let small = (a * z).mul_add(p, a);
+    // `min` drops a NaN `a` (giving 20): the select below takes `small` then, which is NaN.
+    let e = super::vmath::exp_f32::<true>((a + a).min(20.0));
+    let large = 1.0 - 2.0 / (e + 1.0);
+    (if a >= 0.625 { large } else { small }).copysign(x)
+}
+
+/// `tanh x` through the table [`super::vtab::TANH_OVER_X`] on `[-6, 6]` (within 1 ulp
+/// there), [`tanh_f32`] elsewhere (within 2): no division where the table covers `x`, and
+/// a lookup the AVX-512 loop does with `vpermt2ps` from registers.
+#[inline(always)]
+pub(crate) fn tanh_table(x: f32) -> f32 {
+    let t = &super::vtab::TANH_OVER_X;
+    if t.covers(x) {
+        t.eval(x)
+    } else {
+        tanh_f32(x)
+    }
+}
+
 /// `e^(-|x|)` in `f32` as `(s, n)` with `e^(-|x|) = (1 + s) 2^n`: Cody-Waite reduction
 /// and Cephes' `expf` polynomial for `e^r - 1`, kept apart from the 1 so that a product
 /// with it rounds once. For sigmoid, which PyTorch computes in `f32` fast enough that the

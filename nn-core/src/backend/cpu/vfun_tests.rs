@@ -102,6 +102,43 @@ fn exp_log_tanh_are_within_one_ulp_and_sigmoid_two() {
     check("rsqrt", rsqrt, |x| 1.0 / x.sqrt(), 1, 0.0);
 }
 
+/// The `f32` algorithms that `cpu::tune` may pick instead of the `f64` ones: 2 ulp.
+#[test]
+fn the_f32_exp_and_tanh_are_within_two_ulp() {
+    check("exp_f32", exp_f32, f64::exp, 2, 0.0);
+    check("tanh_f32", tanh_f32, f64::tanh, 2, 0.0);
+    // The table within 1 ulp on [-6, 6], the f32 formula (2 ulp) beyond.
+    check("tanh_table", tanh_table, f64::tanh, 2, 0.0);
+    for i in -60_000..=60_000 {
+        let x = i as f32 * 1e-4;
+        let u = ulps(tanh_table(x), (x as f64).tanh());
+        assert!(u <= 1, "tanh_table({x:e}): {u} ulp");
+    }
+    // Both sides of the break points (0.625 and the clamp at 10), every float near them.
+    for x in [0.625f32, 10.0, 1e-30, 2e-38] {
+        for k in -2000..=2000i32 {
+            for v in [x, -x] {
+                let y = f32::from_bits((v.to_bits() as i64 + k as i64) as u32);
+                let u = ulps(tanh_f32(y), (y as f64).tanh());
+                assert!(u <= 2, "tanh_f32({y:e}) = {:e}: {u} ulp", tanh_f32(y));
+            }
+        }
+    }
+}
+
+#[test]
+fn the_f32_algorithms_keep_the_special_values() {
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    assert_eq!((exp_f32(inf), exp_f32(-inf), exp_f32(89.0), exp_f32(-104.0), exp_f32(0.0)), (inf, 0.0, inf, 0.0, 1.0));
+    assert_eq!((tanh_f32(inf), tanh_f32(-inf), tanh_f32(f32::MAX), tanh_f32(f32::MIN)), (1.0, -1.0, 1.0, -1.0));
+    assert_eq!((tanh_f32(-0.0).to_bits(), tanh_f32(0.0).to_bits()), ((-0.0f32).to_bits(), 0));
+    // Subnormal inputs: tanh x = x.
+    assert_eq!(tanh_f32(1e-45), 1e-45);
+    assert_eq!(tanh_f32(-3e-42), -3e-42);
+    assert!(exp_f32(nan).is_nan() && tanh_f32(nan).is_nan() && tanh_f32(-nan).is_nan() && tanh_table(nan).is_nan());
+    assert_eq!((tanh_table(inf), tanh_table(-inf), tanh_table(-0.0).to_bits()), (1.0, -1.0, (-0.0f32).to_bits()));
+}
+
 #[test]
 fn erf_gelus_and_silu_are_within_one_ulp_and_the_exact_gelu_two() {
     check("erf", erf, libm::erf, 1, 0.0);

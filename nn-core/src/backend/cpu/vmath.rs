@@ -259,15 +259,90 @@ pub(crate) fn write_items<U, I: Iterator<Item = U>>(slots: &mut [std::mem::Maybe
     body(slots, items)
 }
 
+/// An instruction set a vector copy of a loop is compiled for: the kernels' variants
+/// along this axis give the same bits (every multiply-add is fused in each), so which one
+/// runs is a question of speed only, measured where the CPU has more than one
+/// ([`super::tune`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AVX-512 F, VL, DQ and BW with AVX2 and FMA ([`has_avx512`]).
+    Avx512,
+    /// AVX2 and FMA ([`has_avx2`]).
+    Avx2,
+    /// The build's baseline target (SSE2 on x86-64; fused multiply-adds are libm calls).
+    Base,
+}
+
+impl Isa {
+    /// Every instruction set, widest first.
+    pub(crate) const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2, Isa::Base];
+
+    /// The name in `NN_KERNELS` and in the kernel report.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2",
+            Isa::Base => "base",
+        }
+    }
+
+    /// The CPU features a copy for this instruction set needs, as `lscpu` names them.
+    pub(crate) fn features(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512f avx512vl avx512dq avx512bw avx2 fma",
+            Isa::Avx2 => "avx2 fma",
+            Isa::Base => "",
+        }
+    }
+
+    /// Whether this CPU runs the copy (`NN_NO_AVX512=1` takes AVX-512 away).
+    pub(crate) fn available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => has_avx512(),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => has_avx2(),
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx512 | Isa::Avx2 => false,
+            Isa::Base => true,
+        }
+    }
+
+    /// The widest copy this CPU runs.
+    pub(crate) fn widest() -> Isa {
+        Isa::ALL.into_iter().find(|i| i.available()).unwrap_or(Isa::Base)
+    }
+
+    /// The instruction sets this CPU runs, widest first. The baseline counts only where
+    /// nothing wider runs: its `mul_add` is a libm call per element, tens of times
+    /// slower, so timing it would only spend the first call's time.
+    pub(crate) fn candidates() -> Vec<Isa> {
+        let wide: Vec<Isa> = [Isa::Avx512, Isa::Avx2].into_iter().filter(|i| i.available()).collect();
+        if wide.is_empty() {
+            vec![Isa::Base]
+        } else {
+            wide
+        }
+    }
+}
+
 /// `dst[i] = f(src[i])` over the shorter of the two, in the widest vector copy this CPU
-/// runs (AVX-512, AVX2 + FMA, or the baseline). An index loop, not an iterator chain:
+/// runs (AVX-512, AVX2 + FMA, or the baseline): [`map_elems_on`] with [`Isa::widest`].
+#[inline]
+pub(crate) fn map_elems<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: impl Fn(T) -> U + Copy) {
+    map_elems_on(Isa::widest(), src, dst, f)
+}
+
+/// `dst[i] = f(src[i])` over the shorter of the two, in the copy for `isa` (the baseline
+/// where the CPU lacks it, so a stale choice can never run an instruction the CPU does not
+/// have). An index loop, not an iterator chain:
 /// `vfun`'s functions inline into it whole, where a `zip` adapter around them was left
 /// out of line once they grew (its `next` then ran scalar code without FMA, calling the
 /// software `fma`: an exact GELU took 58 ms for 786k elements instead of under one).
 /// Generic over the element types, so that a half-type map widens each element as it
 /// reads it and rounds each result as it writes it, in the same vector loop.
 #[inline]
-pub(crate) fn map_elems<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: impl Fn(T) -> U + Copy) {
+pub(crate) fn map_elems_on<T: Copy, U>(isa: Isa, src: &[T], dst: &mut [MaybeUninit<U>], f: impl Fn(T) -> U + Copy) {
     #[inline(always)]
     fn body<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: impl Fn(T) -> U + Copy) {
         let n = src.len().min(dst.len());
@@ -287,15 +362,16 @@ pub(crate) fn map_elems<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: im
         body(src, dst, f)
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx512() {
+    if isa == Isa::Avx512 && has_avx512() {
         // SAFETY: the CPU has these AVX-512 subsets, AVX2 and FMA.
         return unsafe { body_avx512(src, dst, f) };
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
+    if isa == Isa::Avx2 && has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA.
         return unsafe { body_avx2(src, dst, f) };
     }
+    let _ = isa;
     body(src, dst, f)
 }
 

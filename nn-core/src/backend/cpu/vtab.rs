@@ -1,5 +1,8 @@
-//! Piecewise-polynomial `f32` functions: the exact GELU and SiLU over the range where
-//! nearly all activations lie, at the cost of a table lookup and a short polynomial.
+//! Piecewise-polynomial `f32` functions: the exact GELU, SiLU and tanh over the range
+//! where nearly all activations lie, at the cost of a table lookup and a short polynomial.
+//! (tanh's table, `tanh(x) / x` on `[-6, 6]`, is one of the algorithms `cpu::tune` chooses
+//! between by measurement: on Intel's cores it needs no division, where the `f32` formula
+//! does one per element.)
 //!
 //! `vfun`'s GELU and SiLU compute in `f64` (an `erfc` or an exponential and a division
 //! on eight lanes); on a `[2, 128, 3072]` tensor they took 1.03 ms and 0.40 ms against
@@ -28,9 +31,11 @@
 
 use std::mem::MaybeUninit;
 
+use super::vmath::Isa;
+
 #[path = "vtab_tables.rs"]
 mod tables;
-pub(crate) use tables::{NORMAL_CDF, SIGMOID};
+pub(crate) use tables::{NORMAL_CDF, SIGMOID, TANH_OVER_X};
 
 /// Pieces per table (two AVX-512 registers of `f32` per coefficient).
 const PIECES: usize = 32;
@@ -84,8 +89,11 @@ const LANES: usize = 16;
 /// `dst[i] = f(src[i])` over the shorter of the two, where `f` is `x p(x)` wherever `p`
 /// covers `x` (it may differ only elsewhere): a block of [`LANES`] that `p` covers
 /// entirely is evaluated through the table (vector lookups on AVX-512), any other block
-/// through `f`. The values are `f`'s either way.
-pub(crate) fn map_pieces<const K: usize>(
+/// through `f`. The values are `f`'s either way, in every copy (`isa`; the baseline where
+/// the CPU lacks it, as [`super::vmath::map_elems_on`]).
+#[inline]
+pub(crate) fn map_pieces_on<const K: usize>(
+    isa: Isa,
     p: &Pieces<K>,
     src: &[f32],
     dst: &mut [MaybeUninit<f32>],
@@ -118,12 +126,12 @@ pub(crate) fn map_pieces<const K: usize>(
         body(p, src, dst, f)
     }
     #[cfg(target_arch = "x86_64")]
-    if super::vmath::has_avx512() {
+    if isa == Isa::Avx512 && super::vmath::has_avx512() {
         // SAFETY: the CPU has these AVX-512 subsets, AVX2 and FMA.
         return unsafe { avx512::map(p, src, dst, f) };
     }
     #[cfg(target_arch = "x86_64")]
-    if super::vmath::has_avx2() {
+    if isa == Isa::Avx2 && super::vmath::has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA.
         return unsafe { body_avx2(p, src, dst, f) };
     }
@@ -140,7 +148,7 @@ mod avx512 {
     /// Blocks of [`LANES`] per call of [`covered_blocks`] (the bits of its mask).
     const BLOCKS: usize = 64;
 
-    /// [`super::map_pieces`] on AVX-512: runs of [`BLOCKS`] blocks through
+    /// [`super::map_pieces_on`] on AVX-512: runs of [`BLOCKS`] blocks through
     /// [`covered_blocks`], then `f` on the blocks it left, then `f` on the tail.
     #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
     pub(super) unsafe fn map<const K: usize>(
@@ -225,7 +233,8 @@ mod tests {
     use std::f64::consts::FRAC_1_SQRT_2;
     use std::mem::MaybeUninit;
 
-    use super::{map_pieces, Pieces, NORMAL_CDF, SIGMOID};
+    use super::{map_pieces_on, Pieces, NORMAL_CDF, SIGMOID, TANH_OVER_X};
+    use crate::backend::cpu::vmath::Isa;
 
     fn gelu_ref(x: f64) -> f64 {
         0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)
@@ -266,6 +275,8 @@ mod tests {
         assert!(g <= 2, "gelu table: {g} ulp at {at:e}");
         let (s, at) = worst(&SIGMOID, silu_ref, 211);
         assert!(s <= 1, "silu table: {s} ulp at {at:e}");
+        let (t, at) = worst(&TANH_OVER_X, f64::tanh, 211);
+        assert!(t <= 1, "tanh table: {t} ulp at {at:e}");
     }
 
     /// Every covered float (2.2e9 per table): `cargo test --release -p nn-core --lib vtab --
@@ -277,6 +288,8 @@ mod tests {
         assert!(g <= 2, "gelu table: {g} ulp at {at:e}");
         let (s, at) = worst(&SIGMOID, silu_ref, 1);
         assert!(s <= 1, "silu table: {s} ulp at {at:e}");
+        let (t, at) = worst(&TANH_OVER_X, f64::tanh, 1);
+        assert!(t <= 1, "tanh table: {t} ulp at {at:e}");
     }
 
     #[test]
@@ -305,12 +318,14 @@ mod tests {
         src[16 * 3 + 2] = 9.0;
         src[16 * 65] = f32::NAN;
         src[n - 1] = -100.0;
-        let mut dst = vec![MaybeUninit::uninit(); n];
-        map_pieces(&SIGMOID, &src, &mut dst, f);
-        for (x, y) in src.iter().zip(&dst) {
-            // SAFETY: `map_pieces` writes every slot.
-            let y = unsafe { y.assume_init() };
-            assert_eq!(y.to_bits(), f(*x).to_bits(), "at {x}");
+        for isa in Isa::candidates().into_iter().chain([Isa::Base]) {
+            let mut dst = vec![MaybeUninit::uninit(); n];
+            map_pieces_on(isa, &SIGMOID, &src, &mut dst, f);
+            for (x, y) in src.iter().zip(&dst) {
+                // SAFETY: `map_pieces_on` writes every slot.
+                let y = unsafe { y.assume_init() };
+                assert_eq!(y.to_bits(), f(*x).to_bits(), "{isa:?} at {x}");
+            }
         }
     }
 }
