@@ -418,7 +418,8 @@ fn main() {
     // The CPU kernels chosen by measurement in this run, for the record (`compare.py`
     // prints them beside the table).
     for c in nn_core::cpu::kernel_report() {
-        let times: Vec<String> = c.timings.iter().map(|(v, t)| format!("{v} {:.1} us", t.as_secs_f64() * 1e6)).collect();
+        let times: Vec<String> =
+            c.timings.iter().map(|(v, t)| format!("{v} {:.1} us", t.as_secs_f64() * 1e6)).collect();
         let how = if c.forced { "forced" } else { "measured" };
         eprintln!("nn_bench: kernel {} = {} ({how}; {})", c.op, c.variant, times.join(", "));
     }

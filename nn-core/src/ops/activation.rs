@@ -57,11 +57,7 @@ unary_op!(
     |s, x, y| T::one() - y * y,
     wgsl = Wgsl::unary("tanh_(x)", "1.0 - y * y", true),
     fast = vfun::tanh,
-    algos = (
-        tune::Plain(vfun::tanh),
-        tune::Plain(vfun::tanh_f32),
-        tune::Table(&vtab::TANH_OVER_X, vfun::tanh_table)
-    ),
+    algos = (tune::Plain(vfun::tanh), tune::Plain(vfun::tanh_f32), tune::Table(&vtab::TANH_OVER_X, vfun::tanh_table)),
     tune = tune::TANH
 );
 unary_op!(Silu, crate::names::SILU, |s, x| x * sigmoid(x), |s, x, y| {
@@ -335,6 +331,7 @@ impl Tensor {
 #[cfg(test)]
 mod tests {
     use super::GeluApproximate;
+    use crate::backend::cpu::tune;
     use crate::testing::support::{check_noncontig, grad, leaf, t64, unary_suite};
     use crate::{DType, Device, Tensor};
 
@@ -571,6 +568,11 @@ mod tests {
     /// The ops run these functions through the AVX-512, AVX2 or baseline copy of the loop
     /// (whichever this CPU has): bit for bit the scalar values, forward and backward, on a
     /// length with a vector tail, in parallel parts (above the split threshold).
+    /// A tuned kernel's first (`f64`) algorithm in the widest copy this CPU runs.
+    fn reference() -> tune::Pick {
+        tune::Pick { algo: 0, isa: crate::backend::cpu::vmath::Isa::widest() }
+    }
+
     #[test]
     fn the_vector_loops_are_the_scalar_functions_bit_for_bit() {
         use crate::backend::cpu::vfun::{
@@ -589,9 +591,11 @@ mod tests {
         let bits = |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
         type Op = (&'static str, fn(&Tensor) -> Tensor, fn(f32) -> f32, Option<fn(f32) -> f32>);
         let ops: [Op; 9] = [
-            ("exp", |t| t.exp(), exp, None),
+            // The tuned kernels forced to their `f64` algorithm, the scalar function here
+            // (`cpu::tune`'s tests check every variant against its own).
+            ("exp", |t| tune::force_for_test(&tune::EXP, reference(), || t.exp()), exp, None),
             ("log", |t| t.log(), log, None),
-            ("tanh", |t| t.tanh(), tanh, None),
+            ("tanh", |t| tune::force_for_test(&tune::TANH, reference(), || t.tanh()), tanh, None),
             ("sigmoid", |t| t.sigmoid(), sigmoid, None),
             ("erf", |t| t.erf(), erf, Some(erf_grad)),
             ("gelu", |t| t.gelu(), gelu, Some(gelu_grad)),

@@ -4,8 +4,8 @@ use std::cmp::Ordering;
 use std::mem::MaybeUninit;
 
 use super::team::{self, GRAIN};
-use super::vtab::Pieces;
 use super::vmath::Isa;
+use super::vtab::Pieces;
 use super::widen::Half;
 use super::{with_cpu, with_float, CpuElement, CpuStorage};
 use crate::backend::elementwise::Operand;
@@ -389,7 +389,9 @@ pub(crate) fn map2<T: Copy + Send + Sync, U: CpuElement>(
     if let (Some(ra), Some(rb)) = (la.contiguous_range(), lb.contiguous_range()) {
         let (sa, sb) = (&a[ra], &b[rb]);
         let mut out = U::alloc_buffer(sa.len());
-        team::fill(&mut out, sa.len(), grain(sa.len(), false), |r| sa[r.clone()].iter().zip(&sb[r]).map(|(&x, &y)| f(x, y)));
+        team::fill(&mut out, sa.len(), grain(sa.len(), false), |r| {
+            sa[r.clone()].iter().zip(&sb[r]).map(|(&x, &y)| f(x, y))
+        });
         return out;
     }
     // Outer dims by odometer, the innermost as a run: contiguous (stride 1) or broadcast

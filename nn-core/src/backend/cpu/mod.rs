@@ -404,15 +404,36 @@ const TILE: usize = 16;
 /// `[1, col_stride]`), row-major. Gathered in square tiles, so that the reads run along
 /// the columns and the writes along the rows of one tile at a time, instead of every
 /// element from a different cache line; split over the team by bands of rows when large.
+///
+/// A whole tile is read into a local block first (sixteen slice copies) and written out
+/// row by row from it: the loop that wrote each element to `part[i * cols + c]` straight
+/// from the column did a bounds check and a store to a different row per element, and
+/// ran at 0.26G elements/s (1 ms for the 128 x 2048 result of a linear layer, 2-vCPU
+/// Emerald Rapids).
 fn transposed_to_vec<T: CpuElement>(v: &[T], offset: usize, (rows, cols): (usize, usize), col_stride: usize) -> Vec<T> {
     let numel = rows * cols;
     let mut out = T::alloc_buffer(numel);
     let band = |q: usize, part: &mut [std::mem::MaybeUninit<T>]| {
         let (r0, nr) = (q * TILE, part.len() / cols);
         for c0 in (0..cols).step_by(TILE) {
-            for c in c0..(c0 + TILE).min(cols) {
-                for (i, &x) in v[offset + c * col_stride + r0..][..nr].iter().enumerate() {
-                    part[i * cols + c].write(x);
+            let nc = TILE.min(cols - c0);
+            if nr == TILE && nc == TILE {
+                // block[c][r] = element (r0 + r, c0 + c).
+                let first = v[offset + c0 * col_stride + r0];
+                let mut block = [[first; TILE]; TILE];
+                for (c, col) in block.iter_mut().enumerate() {
+                    col.copy_from_slice(&v[offset + (c0 + c) * col_stride + r0..][..TILE]);
+                }
+                for (r, row) in part.chunks_exact_mut(cols).enumerate() {
+                    for (slot, col) in row[c0..c0 + TILE].iter_mut().zip(&block) {
+                        slot.write(col[r]);
+                    }
+                }
+            } else {
+                for c in c0..c0 + nc {
+                    for (i, &x) in v[offset + c * col_stride + r0..][..nr].iter().enumerate() {
+                        part[i * cols + c].write(x);
+                    }
                 }
             }
         }

@@ -126,7 +126,9 @@ impl Kernel {
 
     /// Every variant this CPU runs (the candidates of the measurement).
     pub(crate) fn candidates(&self) -> Vec<Pick> {
-        (0..self.algos.len()).flat_map(|algo| Isa::candidates().into_iter().map(move |isa| Pick { algo, isa })).collect()
+        (0..self.algos.len())
+            .flat_map(|algo| Isa::candidates().into_iter().map(move |isa| Pick { algo, isa }))
+            .collect()
     }
 
     /// The process's choice, measuring with `time` on the first call.
@@ -342,7 +344,10 @@ pub(crate) fn parse(value: &str, runs: impl Fn(Isa) -> bool) -> Result<Vec<(&'st
         let (op, variant) = (op.trim(), variant.trim());
         let Some(k) = ALL.iter().copied().find(|k| k.op == op) else {
             let ops: Vec<&str> = ALL.iter().map(|k| k.op).collect();
-            return Err(bad(format!("no kernel is chosen by measurement for `{op}` (those that are: {})", ops.join(", "))));
+            return Err(bad(format!(
+                "no kernel is chosen by measurement for `{op}` (those that are: {})",
+                ops.join(", ")
+            )));
         };
         if out.iter().any(|(o, _)| std::ptr::eq(*o, k)) {
             return Err(bad(format!("`{op}` is named twice")));

@@ -32,7 +32,18 @@ fn ulps(got: f32, want: f64) -> u64 {
 fn inputs() -> Vec<f32> {
     let mut v: Vec<f32> = (0..=u32::MAX).step_by(40_009).map(f32::from_bits).collect();
     v.extend((-80_000..80_000).map(|i| i as f32 * 1e-4));
-    v.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45, 0.625]);
+    v.extend([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MAX,
+        f32::MIN,
+        f32::MIN_POSITIVE,
+        1e-45,
+        0.625,
+    ]);
     v.push(-0.625);
     v
 }
@@ -65,7 +76,13 @@ fn cases() -> Vec<Case> {
             exact: f64::tanh,
             bounds: vec![1, 2, 2],
         },
-        Case { kernel: &EXP, op: Tensor::exp, algos: vec![vfun::exp, vfun::exp_f32], exact: f64::exp, bounds: vec![1, 2] },
+        Case {
+            kernel: &EXP,
+            op: Tensor::exp,
+            algos: vec![vfun::exp, vfun::exp_f32],
+            exact: f64::exp,
+            bounds: vec![1, 2],
+        },
         Case { kernel: &SIGMOID, op: Tensor::sigmoid, algos: vec![vfun::sigmoid], exact: sigmoid, bounds: vec![2] },
         Case {
             kernel: &SILU,
@@ -130,8 +147,7 @@ fn half_inputs_take_the_forced_variant_too() {
     let xs: Vec<f32> = (-3000..3000).map(|i| i as f32 * 3e-3).collect();
     let x = Tensor::from_vec(xs.clone(), &[xs.len()]).to_dtype(crate::DType::BF16);
     for p in TANH.candidates() {
-        let y: Vec<f32> =
-            force_for_test(&TANH, p, || x.tanh()).to_dtype(crate::DType::F32).to_vec();
+        let y: Vec<f32> = force_for_test(&TANH, p, || x.tanh()).to_dtype(crate::DType::F32).to_vec();
         let algo = [vfun::tanh, vfun::tanh_f32, vfun::tanh_table][p.algo];
         for (&xi, &yi) in xs.iter().zip(&y) {
             let want = half::bf16::from_f32(algo(half::bf16::from_f32(xi).to_f32())).to_f32();
