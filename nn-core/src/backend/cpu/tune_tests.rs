@@ -4,27 +4,9 @@
 
 use super::*;
 use crate::backend::cpu::vfun;
+// `vfun`'s test helpers: ulps from the correctly rounded value.
+use crate::backend::cpu::vfun::tests::ulps;
 use crate::Tensor;
-
-/// The position of `x` among the floats in order (`-0` and `+0` both 0).
-fn ordinal(x: f32) -> i64 {
-    let b = x.to_bits();
-    if b >> 31 == 1 {
-        -((b & 0x7fff_ffff) as i64)
-    } else {
-        b as i64
-    }
-}
-
-/// Ulps between `got` and `want` rounded to `f32` (0 for two NaNs, `u64::MAX` for one).
-fn ulps(got: f32, want: f64) -> u64 {
-    let w = want as f32;
-    match (got.is_nan(), w.is_nan()) {
-        (true, true) => 0,
-        (false, false) => (ordinal(got) - ordinal(w)).unsigned_abs(),
-        _ => u64::MAX,
-    }
-}
 
 /// Inputs: a stride through every bit pattern (subnormals, infinities, NaN, the largest
 /// finite values), a dense grid where activations lie, and a length that leaves a tail

@@ -658,4 +658,4 @@ pub(crate) fn pow_grad(x: f32, p: f64, minus_one: PowKind) -> f32 {
 
 #[cfg(test)]
 #[path = "vfun_tests.rs"]
-mod tests;
+pub(crate) mod tests;

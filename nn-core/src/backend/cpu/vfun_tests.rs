@@ -5,7 +5,7 @@ use super::*;
 
 /// The position of `x` among the floats in order (adjacent floats differ by 1; `-0` and
 /// `+0` are both 0).
-fn ordinal(x: f32) -> i64 {
+pub(crate) fn ordinal(x: f32) -> i64 {
     let b = x.to_bits();
     if b >> 31 == 1 {
         -((b & 0x7fff_ffff) as i64)
@@ -16,7 +16,7 @@ fn ordinal(x: f32) -> i64 {
 
 /// The distance in ulps of `got` from `want` rounded to `f32` (0 for two NaNs, infinite
 /// for one).
-fn ulps(got: f32, want: f64) -> u64 {
+pub(crate) fn ulps(got: f32, want: f64) -> u64 {
     let w = want as f32;
     match (got.is_nan(), w.is_nan()) {
         (true, true) => 0,
