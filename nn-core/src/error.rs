@@ -142,6 +142,20 @@ pub enum Error {
         /// Its path, when registration went through one.
         path: Option<String>,
     },
+    /// State-dict hooks were registered on a module that has no [`ModuleBase`] to hold
+    /// them (a `#[derive(Module)]` struct without a `#[base]` field).
+    ///
+    /// [`ModuleBase`]: crate::ModuleBase
+    #[error(
+        "`{module}`{} has no `ModuleBase` to hold state-dict hooks: give it a `#[base] base: ModuleBase` field",
+        at_path(path)
+    )]
+    NoHookStore {
+        /// The module's type name.
+        module: &'static str,
+        /// Its path, when registration went through one.
+        path: Option<String>,
+    },
     /// A typed look-up (`get_submodule_as::<T>`) found a module of another type.
     #[error("the module at `{path}` is a `{found}`, not a `{expected}`")]
     WrongModuleType {
@@ -292,6 +306,22 @@ pub enum Error {
         first: String,
         /// The second entry's key before the rename.
         second: String,
+    },
+    /// A state-dict hook returned an error, or a module's extra state could not be saved
+    /// or was refused at load ([`state_hooks`](crate::module::state_hooks)): nothing was
+    /// changed.
+    #[error("{kind} of `{}` ({module}): {source}", if path.is_empty() { "<root>" } else { path })]
+    StateDictHook {
+        /// `"state_dict post-hook"`, `"load_state_dict pre-hook"`, `"load_state_dict
+        /// post-hook"`, `"get_extra_state"` or `"set_extra_state"`.
+        kind: &'static str,
+        /// The module's dotted path (`""` for the root).
+        path: String,
+        /// The module's type name.
+        module: &'static str,
+        /// What the hook (or the extra state's serde) reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// An I/O error, with the path it happened on.
     #[error("i/o error on `{}`: {source}", path.display())]

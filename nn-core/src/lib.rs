@@ -162,8 +162,8 @@ pub use error::{Error, Result};
 /// Hooks on every module that runs (global hooks); see [`module::global_hooks`].
 pub use module::global_hooks as hooks;
 pub use module::{
-    Compute, Conversion, ExtraRepr, Forward, HasBase, HookHandle, Hooks, IncompatibleKeys, Item, Layer, Module,
-    ModuleBase, ModuleIo, Name, Parameter, ScopedHook,
+    Compute, Conversion, ExtraRepr, ExtraState, Forward, HasBase, HookHandle, Hooks, IncompatibleKeys, Item, Layer,
+    Module, ModuleBase, ModuleIo, Name, Parameter, ScopedHook,
 };
 pub use random::manual_seed;
 pub use shape::{Dim, Layout};

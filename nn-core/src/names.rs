@@ -34,6 +34,8 @@ pub const ARGMIN: &str = "argmin";
 pub const ARGSORT: &str = "argsort";
 /// `avg_pool2d`.
 pub const AVG_POOL2D: &str = "avg_pool2d";
+/// `avg_pool3d`.
+pub const AVG_POOL3D: &str = "avg_pool3d";
 /// `batch_norm`.
 pub const BATCH_NORM: &str = "batch_norm";
 /// `bilinear`.
@@ -54,6 +56,8 @@ pub const CONTIGUOUS: &str = "contiguous";
 pub const CONV1D: &str = "conv1d";
 /// `conv2d`.
 pub const CONV2D: &str = "conv2d";
+/// `conv3d`.
+pub const CONV3D: &str = "conv3d";
 /// `conv_transpose1d`.
 pub const CONV_TRANSPOSE1D: &str = "conv_transpose1d";
 /// `conv_transpose2d`.
@@ -140,6 +144,8 @@ pub const MAX: &str = "max";
 pub const MAX_DIM: &str = "max_dim";
 /// `max_pool2d`.
 pub const MAX_POOL2D: &str = "max_pool2d";
+/// `max_pool3d`.
+pub const MAX_POOL3D: &str = "max_pool3d";
 /// `max_pool2d_with_indices`.
 pub const MAX_POOL2D_WITH_INDICES: &str = "max_pool2d_with_indices";
 /// `maximum`.

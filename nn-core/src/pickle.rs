@@ -19,6 +19,9 @@ use std::rc::Rc;
 
 use crate::dtype::DType;
 
+/// A dict's items, shared by the values that hold it (the memo, the stack).
+pub(crate) type DictItems = Rc<RefCell<Vec<(Value, Value)>>>;
+
 /// What a pickle describes: the values a state dict's pickle can hold.
 #[derive(Clone, Debug)]
 pub(crate) enum Value {
@@ -32,7 +35,7 @@ pub(crate) enum Value {
     Tuple(Rc<[Value]>),
     List(Rc<RefCell<Vec<Value>>>),
     /// Insertion-ordered, as Python's dicts are.
-    Dict(Rc<RefCell<Vec<(Value, Value)>>>),
+    Dict(DictItems),
     /// One of the allowed globals, not yet called.
     Global(Global),
     /// A persistent id resolved to a storage of the archive.
@@ -156,11 +159,17 @@ struct Machine<'a> {
     stack: Vec<Value>,
     marks: Vec<usize>,
     memo: HashMap<u32, Value>,
+    /// `(dict, state)` of each BUILD: the attributes set on an OrderedDict (a state dict's
+    /// `_metadata`).
+    built: Vec<(DictItems, Value)>,
 }
 
-/// Runs the pickle in `bytes` and returns the object it builds.
-pub(crate) fn load(bytes: &[u8]) -> Result<Value, Refusal> {
-    let mut m = Machine { bytes, pos: 0, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new() };
+/// Runs the pickle in `bytes` and returns the object it builds, with the attribute
+/// dictionaries BUILD set on it when it is a dict (an OrderedDict's `__dict__`, where a
+/// state dict keeps `_metadata`), in order.
+pub(crate) fn load(bytes: &[u8]) -> Result<(Value, Vec<Value>), Refusal> {
+    let mut m =
+        Machine { bytes, pos: 0, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), built: Vec::new() };
     loop {
         let at = m.pos;
         let op = m.take(1).map_err(|e| format!("{e} (the pickle ends without STOP)"))?[0];
@@ -174,7 +183,13 @@ pub(crate) fn load(bytes: &[u8]) -> Result<Value, Refusal> {
         return Err(format!("{} bytes follow the STOP opcode", bytes.len() - m.pos));
     }
     match (m.stack.pop(), m.stack.is_empty()) {
-        (Some(v), true) => Ok(v),
+        (Some(v), true) => {
+            let attrs = match &v {
+                Value::Dict(d) => m.built.into_iter().filter(|(t, _)| Rc::ptr_eq(t, d)).map(|(_, s)| s).collect(),
+                _ => Vec::new(),
+            };
+            Ok((v, attrs))
+        }
         _ => Err("the pickle does not leave exactly one object on its stack".into()),
     }
 }
@@ -415,11 +430,12 @@ impl<'a> Machine<'a> {
             }
             b'b' => {
                 let state = self.pop()?;
-                match (self.top()?, &state) {
-                    // An OrderedDict's attributes (a state dict's `_metadata`): not data.
-                    (Value::Dict(_), Value::Dict(_)) => {}
+                let target = match (self.top()?, &state) {
+                    // An OrderedDict's attributes (a state dict's `_metadata`): kept aside.
+                    (Value::Dict(d), Value::Dict(_)) => Rc::clone(d),
                     (top, _) => return Err(format!("BUILD of a {} on a {}", state.kind(), top.kind())),
-                }
+                };
+                self.built.push((target, state));
             }
             other => {
                 return Err(format!(

@@ -304,6 +304,40 @@ impl<T: ExtraRepr + ?Sized> ExtraReprField for T {
     }
 }
 
+pub use serde_json::{Error as JsonError, Value as JsonValue};
+
+/// The extra state, selected with `#[module(extra_state)]` on the struct: the `Module`
+/// methods the derive writes go through this trait, so that a missing `ExtraState` impl is
+/// reported at `extra_state`.
+#[diagnostic::on_unimplemented(
+    message = "`#[module(extra_state)]` needs `{Self}` to implement `ExtraState`",
+    label = "`{Self}` does not implement `ExtraState`",
+    note = "write `impl ExtraState for {Self} {{ type State = ...; fn extra_state(&self) -> Self::State {{ ... }} fn \
+            set_extra_state(&mut self, state: Self::State) {{ ... }} }}`, or remove `#[module(extra_state)]`"
+)]
+pub trait ExtraStateField {
+    /// The state as JSON.
+    fn __nn_extra_state_json(&self) -> Result<JsonValue, JsonError>;
+    /// Whether `state` deserialises as the module's state.
+    fn __nn_check_extra_state_json(&self, state: &JsonValue) -> Result<(), JsonError>;
+    /// Takes a state checked by `__nn_check_extra_state_json`.
+    fn __nn_set_extra_state_json(&mut self, state: &JsonValue);
+}
+#[diagnostic::do_not_recommend]
+impl<T: crate::module::ExtraState + ?Sized> ExtraStateField for T {
+    fn __nn_extra_state_json(&self) -> Result<JsonValue, JsonError> {
+        serde_json::to_value(crate::module::ExtraState::extra_state(self))
+    }
+    fn __nn_check_extra_state_json(&self, state: &JsonValue) -> Result<(), JsonError> {
+        <T::State as serde::Deserialize>::deserialize(state).map(drop)
+    }
+    fn __nn_set_extra_state_json(&mut self, state: &JsonValue) {
+        let state = <T::State as serde::Deserialize>::deserialize(state)
+            .unwrap_or_else(|e| panic!("set_extra_state: a state checked before the load no longer parses: {e}"));
+        crate::module::ExtraState::set_extra_state(self, state)
+    }
+}
+
 /// One f32 GEMM `c = a b` (row-major; `ta`/`tb` read `a`/`b` as stored transposed) on an
 /// explicit backend, `"gemm"` or `"matrixmultiply"`, with the usual thread policy: the
 /// hook behind `benches/benches/kernels.rs`'s `gemm_backends` group, which is how the

@@ -13,7 +13,9 @@
 //! listed under each name; other views are copied out contiguous, and their copies may
 //! total at most twice the storages' bytes (a hostile pickle cannot make one storage
 //! count a thousand times). Tensors load on the CPU, wherever they were saved, in their
-//! dtype; the narrow integer types widen to `i64`, as in [`StateDict::load`].
+//! dtype; the narrow integer types widen to `i64`, as in [`StateDict::load`]. The state
+//! dict's `_metadata` (each module's `_version`) becomes [`StateDict::version`], which load
+//! pre-hooks receive ([`state_hooks`](crate::module::state_hooks)).
 //!
 //! Refused with an error naming the file and what is wrong: the legacy (pre-1.6) format,
 //! TorchScript archives, big-endian files, compressed entries, a truncated archive, and
@@ -107,7 +109,8 @@ fn parse(bytes: &[u8], path: &Path) -> Result<StateDict> {
         }
     }
     let pkl = entry(&mut zip, bytes, path, &format!("{prefix}data.pkl"))?.expect("listed above");
-    let root = pickle::load(pkl).map_err(|e| bad(format!("`{prefix}data.pkl` {e}")))?;
+    let (root, attributes) = pickle::load(pkl).map_err(|e| bad(format!("`{prefix}data.pkl` {e}")))?;
+    let versions = read_metadata(&attributes).map_err(|e| bad(format!("`{prefix}data.pkl`: `_metadata` {e}")))?;
     let items = match &root {
         Value::Dict(d) => d.borrow().clone(),
         other => {
@@ -168,7 +171,50 @@ fn parse(bytes: &[u8], path: &Path) -> Result<StateDict> {
         views.insert(id, tensor.clone());
         sd.insert(name.to_string(), tensor);
     }
+    for (path, v) in versions {
+        sd.set_version(&path, v);
+    }
     Ok(sd)
+}
+
+/// The module versions in a state dict's `_metadata` attribute (PyTorch's
+/// `{module path: {"version": n}}`, one entry per module), from the attribute dictionaries
+/// set on the pickled OrderedDict. Entries without a version are skipped, as PyTorch's
+/// loader reads them; a malformed one is an error naming it.
+fn read_metadata(attributes: &[Value]) -> std::result::Result<Vec<(String, u32)>, String> {
+    let str_of = |v: &Value| match v {
+        Value::Str(s) => Some(s.to_string()),
+        _ => None,
+    };
+    let mut versions = Vec::new();
+    for attrs in attributes {
+        let Value::Dict(attrs) = attrs else { continue };
+        for (k, v) in attrs.borrow().iter() {
+            if str_of(k).as_deref() != Some("_metadata") {
+                continue;
+            }
+            let Value::Dict(meta) = v else { return Err(format!("is a {}, not a dict", v.kind())) };
+            for (path, entry) in meta.borrow().iter() {
+                let path = str_of(path).ok_or_else(|| format!("has a key that is a {}, not a path", path.kind()))?;
+                let Value::Dict(entry) = entry else {
+                    return Err(format!("for `{path}` is a {}, not a dict", entry.kind()));
+                };
+                for (name, value) in entry.borrow().iter() {
+                    if str_of(name).as_deref() != Some("version") {
+                        continue;
+                    }
+                    match value {
+                        Value::Int(n) if u32::try_from(*n).is_ok() => versions.push((path.clone(), *n as u32)),
+                        Value::Int(n) => return Err(format!("gives `{path}` the version {n}, outside u32's range")),
+                        other => {
+                            return Err(format!("gives `{path}` a version that is a {}, not a number", other.kind()))
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(versions)
 }
 
 /// The bytes of the archive's entry `name`, which must be stored uncompressed and lie in

@@ -219,10 +219,11 @@ impl StateDict {
         self.iter().filter(|(_, t)| seen.insert(t.id())).collect()
     }
 
-    /// `metadata` with the names [`distinct_entries`](Self::distinct_entries) leaves out
-    /// recorded under [`TIED_NAMES_KEY`], or an error when the caller's metadata uses that
-    /// key itself.
-    fn with_tied_names(&self, metadata: Option<HashMap<String, String>>) -> Result<Option<HashMap<String, String>>> {
+    /// `metadata` with nn's own entries added: the names
+    /// [`distinct_entries`](Self::distinct_entries) leaves out under [`TIED_NAMES_KEY`], the
+    /// modules' versions under [`VERSIONS_KEY`] and their extra states under
+    /// [`EXTRA_STATE_KEY`]; or an error when the caller's metadata uses one of those keys.
+    fn with_nn_metadata(&self, metadata: Option<HashMap<String, String>>) -> Result<Option<HashMap<String, String>>> {
         if self.contains_key("__metadata__") {
             return Err(Error::InvalidFile {
                 path: "<memory>".into(),
@@ -231,11 +232,28 @@ impl StateDict {
                     .into(),
             });
         }
-        if metadata.as_ref().is_some_and(|m| m.contains_key(TIED_NAMES_KEY)) {
-            return Err(Error::InvalidFile {
-                path: "<memory>".into(),
-                reason: format!("the metadata key `{TIED_NAMES_KEY}` is nn's own (the names of tied entries)"),
-            });
+        for (key, what) in [
+            (TIED_NAMES_KEY, "the names of tied entries"),
+            (VERSIONS_KEY, "the modules' layout versions"),
+            (EXTRA_STATE_KEY, "the modules' extra states"),
+        ] {
+            if metadata.as_ref().is_some_and(|m| m.contains_key(key)) {
+                return Err(Error::InvalidFile {
+                    path: "<memory>".into(),
+                    reason: format!("the metadata key `{key}` is nn's own ({what})"),
+                });
+            }
+        }
+        let mut metadata = metadata;
+        if self.versions().next().is_some() {
+            let versions: std::collections::BTreeMap<&str, u32> = self.versions().collect();
+            let json = serde_json::to_string(&versions).expect("strings and numbers serialise");
+            metadata.get_or_insert_with(HashMap::new).insert(VERSIONS_KEY.to_string(), json);
+        }
+        if self.extra_states().next().is_some() {
+            let extra: Vec<(&str, &serde_json::Value)> = self.extra_states().collect();
+            let json = serde_json::to_string(&extra).expect("JSON values serialise");
+            metadata.get_or_insert_with(HashMap::new).insert(EXTRA_STATE_KEY.to_string(), json);
         }
         let mut first: HashMap<crate::TensorId, &str> = HashMap::new();
         let mut tied = std::collections::BTreeMap::new();
@@ -263,7 +281,7 @@ impl StateDict {
         if let Some((k, t)) = self.iter().find(|(_, t)| t.device() == Device::Meta) {
             return Err(Error::MetaHasNoValues { op: "StateDict::save", shape: t.shape().to_vec() }.with_key(k));
         }
-        let metadata = self.with_tied_names(metadata)?;
+        let metadata = self.with_nn_metadata(metadata)?;
         let mut entries: Vec<(&str, &Tensor)> = self.distinct_entries();
         let st = |t: &Tensor| to_safetensors_dtype(t.dtype());
         entries.sort_by(|(ln, l), (rn, r)| st(r).cmp(&st(l)).then(ln.cmp(rn)));
@@ -299,7 +317,7 @@ impl StateDict {
         if let Some((k, t)) = self.iter().find(|(_, t)| t.device() == Device::Meta) {
             return Err(Error::MetaHasNoValues { op: "StateDict::save", shape: t.shape().to_vec() }.with_key(k));
         }
-        let metadata = self.with_tied_names(metadata)?;
+        let metadata = self.with_nn_metadata(metadata)?;
         let views = self
             .distinct_entries()
             .into_iter()
@@ -350,7 +368,21 @@ impl StateDict {
             Some(json) => read_tied_names(&json, &header.entries, origin)?,
             None => Vec::new(),
         };
+        let versions = match header.metadata.remove(VERSIONS_KEY) {
+            Some(json) => read_versions(&json, origin)?,
+            None => Vec::new(),
+        };
+        let extra = match header.metadata.remove(EXTRA_STATE_KEY) {
+            Some(json) => read_extra_states(&json, origin)?,
+            None => Vec::new(),
+        };
         let mut sd = StateDict::with_capacity(header.entries.len() + tied.len());
+        for (path, v) in versions {
+            sd.set_version(&path, v);
+        }
+        for (key, state) in extra {
+            sd.insert_extra_state(key, state);
+        }
         for e in header.entries {
             let t = tensor_from_view(&e.name, e.dtype, &e.shape, &data[e.begin..e.end], origin)?;
             sd.insert(e.name, t);
@@ -366,6 +398,43 @@ impl StateDict {
 /// The metadata key under which [`StateDict::save`] records the names of tied entries it
 /// writes once: a JSON object mapping each left-out name to the name written.
 pub const TIED_NAMES_KEY: &str = "nn.tied_names";
+
+/// The metadata key under which [`StateDict::save`] records the modules' layout versions
+/// ([`StateDict::version`]): a JSON object mapping each module path to its version.
+pub const VERSIONS_KEY: &str = "nn.versions";
+
+/// The metadata key under which [`StateDict::save`] records the modules' extra states
+/// ([`StateDict::extra_state`]): a JSON list of `[key, state]` pairs, in order.
+pub const EXTRA_STATE_KEY: &str = "nn.extra_state";
+
+/// The `(module path, version)` pairs of a file's [`VERSIONS_KEY`] entry: a map of paths
+/// to integers from 0 to `u32::MAX`, no path twice.
+fn read_versions(json: &str, origin: &Path) -> Result<Vec<(String, u32)>> {
+    let bad = |reason: String| Error::InvalidFile { path: origin.to_path_buf(), reason };
+    check_unique_keys(json).map_err(|e| bad(format!("`{VERSIONS_KEY}`: {e}")))?;
+    let map: std::collections::BTreeMap<String, u32> = serde_json::from_str(json)
+        .map_err(|e| bad(format!("`{VERSIONS_KEY}` is not a map of module paths to versions: {e}")))?;
+    Ok(map.into_iter().collect())
+}
+
+/// The `(key, state)` pairs of a file's [`EXTRA_STATE_KEY`] entry: each key
+/// `_extra_state` or ending in `._extra_state`, none twice.
+fn read_extra_states(json: &str, origin: &Path) -> Result<Vec<(String, serde_json::Value)>> {
+    use crate::module::EXTRA_STATE_KEY as SUFFIX;
+    let bad = |reason: String| Error::InvalidFile { path: origin.to_path_buf(), reason };
+    let pairs: Vec<(String, serde_json::Value)> = serde_json::from_str(json)
+        .map_err(|e| bad(format!("`{EXTRA_STATE_KEY}` is not a list of [key, state] pairs: {e}")))?;
+    let mut seen = std::collections::HashSet::new();
+    for (key, _) in &pairs {
+        if !(key == SUFFIX || key.ends_with(&format!(".{SUFFIX}"))) {
+            return Err(bad(format!("`{EXTRA_STATE_KEY}` holds `{key}`, which is not an extra state's key (`{SUFFIX}` or `<prefix>.{SUFFIX}`)")));
+        }
+        if !seen.insert(key.as_str()) {
+            return Err(bad(format!("`{EXTRA_STATE_KEY}` holds `{key}` twice")));
+        }
+    }
+    Ok(pairs)
+}
 
 /// The `(left-out name, written name)` pairs of a file's [`TIED_NAMES_KEY`] entry, checked
 /// against its entries: each written name is one, no left-out name is one, no name twice.

@@ -1,6 +1,6 @@
 //! `StateDict`: an ordered map from dotted names to tensors.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::tensor::Tensor;
 
@@ -17,10 +17,20 @@ use crate::tensor::Tensor;
 /// assert_eq!(sd.get("w").unwrap().to_vec(), vec![1.0, 1.0]);
 /// assert_eq!(sd.len(), 2);
 /// ```
+///
+/// Beside the tensors it keeps what PyTorch keeps beside them: each module's layout
+/// [`version`](StateDict::version) (PyTorch's `state_dict._metadata`) and the modules'
+/// [extra states](StateDict::extra_state) (`<prefix>._extra_state`), as JSON. Neither is
+/// among [`keys`](StateDict::keys) or counted by [`len`](StateDict::len); a file keeps both
+/// in its metadata. See [`state_hooks`](crate::module::state_hooks).
 #[derive(Clone, Default)]
 pub struct StateDict {
     entries: Vec<(String, Tensor)>,
     index: HashMap<String, usize>,
+    /// Layout versions by module path (`""` for the root).
+    versions: BTreeMap<String, u32>,
+    /// Extra states by key, in insertion order.
+    extra: Vec<(String, serde_json::Value)>,
 }
 
 impl StateDict {
@@ -31,7 +41,65 @@ impl StateDict {
 
     /// An empty state dict with room for `n` entries.
     pub fn with_capacity(n: usize) -> Self {
-        StateDict { entries: Vec::with_capacity(n), index: HashMap::with_capacity(n) }
+        StateDict { entries: Vec::with_capacity(n), index: HashMap::with_capacity(n), ..Default::default() }
+    }
+
+    /// The layout version recorded for the module at `path` (`""` for the root,
+    /// `"encoder.0"`), as `#[module(version = N)]` declares it; `None` when none is recorded
+    /// (the module declares none, or the file predates it).
+    pub fn version(&self, path: &str) -> Option<u32> {
+        self.versions.get(path).copied()
+    }
+
+    /// Records `version` for the module at `path`; returns the previous one.
+    pub fn set_version(&mut self, path: &str, version: u32) -> Option<u32> {
+        self.versions.insert(path.to_string(), version)
+    }
+
+    /// Forgets the version of the module at `path`; returns it.
+    pub fn remove_version(&mut self, path: &str) -> Option<u32> {
+        self.versions.remove(path)
+    }
+
+    /// `(module path, version)` pairs, ordered by path.
+    pub fn versions(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.versions.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+
+    /// The extra state stored under `key` (`"_extra_state"` for the root's,
+    /// `"encoder._extra_state"`).
+    ///
+    /// ```
+    /// use nn_core::StateDict;
+    /// let mut sd = StateDict::new();
+    /// sd.insert_extra_state("tok._extra_state".to_string(), serde_json::json!({"vocab": 50257}));
+    /// assert_eq!(sd.extra_state("tok._extra_state").unwrap()["vocab"], 50257);
+    /// assert!(sd.is_empty()); // no tensor
+    /// ```
+    pub fn extra_state(&self, key: &str) -> Option<&serde_json::Value> {
+        self.extra.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Inserts or replaces the extra state under `key`; returns the previous one.
+    pub fn insert_extra_state(&mut self, key: String, state: serde_json::Value) -> Option<serde_json::Value> {
+        match self.extra.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => Some(std::mem::replace(v, state)),
+            None => {
+                self.extra.push((key, state));
+                None
+            }
+        }
+    }
+
+    /// Removes the extra state under `key`.
+    pub fn remove_extra_state(&mut self, key: &str) -> Option<serde_json::Value> {
+        let i = self.extra.iter().position(|(k, _)| k == key)?;
+        Some(self.extra.remove(i).1)
+    }
+
+    /// `(key, extra state)` pairs, in insertion order.
+    pub fn extra_states(&self) -> impl Iterator<Item = (&str, &serde_json::Value)> {
+        self.extra.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// Inserts or replaces `name`; a new name goes last, a replaced one keeps its place.
@@ -121,28 +189,70 @@ impl StateDict {
     /// let sd: StateDict = [("weight".to_string(), Tensor::ones(&[1]))].into_iter().collect();
     /// assert_eq!(sd.add_prefix("encoder.").keys().collect::<Vec<_>>(), vec!["encoder.weight"]);
     /// ```
+    ///
+    /// Extra states' keys take the prefix too, and versions move to the modules' new paths
+    /// (the root's, `""`, to `encoder`).
     pub fn add_prefix(&self, prefix: &str) -> StateDict {
         // Distinct keys stay distinct with one prefix before each.
-        self.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect()
+        let mut out: StateDict = self.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect();
+        out.extra = self.extra.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect();
+        out.versions = self.versions.iter().map(|(p, v)| (prefixed_path(prefix, p), *v)).collect();
+        out
     }
 
-    /// The entries under `rename`d keys, in order; an error when two meet.
+    /// The entries under `rename`d keys, in order; an error when two meet. Extra states are
+    /// renamed as entries are, versions as their modules' paths (the path and a dot, renamed,
+    /// its dot taken off).
     fn renamed(&self, op: impl Fn() -> String, rename: impl Fn(&str) -> &str) -> crate::Result<StateDict> {
+        fn check<'k>(
+            from: &mut HashMap<String, &'k str>,
+            op: &dyn Fn() -> String,
+            key: &str,
+            k: &'k str,
+        ) -> crate::Result<()> {
+            match from.insert(key.to_string(), k) {
+                Some(first) => Err(crate::Error::KeyCollision {
+                    op: op(),
+                    key: key.to_string(),
+                    first: first.to_string(),
+                    second: k.to_string(),
+                }),
+                None => Ok(()),
+            }
+        }
         let mut out = StateDict::with_capacity(self.len());
         let mut from: HashMap<String, &str> = HashMap::with_capacity(self.len());
         for (k, v) in self.iter() {
-            let key = rename(k).to_string();
-            if let Some(first) = from.insert(key.clone(), k) {
-                return Err(crate::Error::KeyCollision {
-                    op: op(),
-                    key,
-                    first: first.to_string(),
-                    second: k.to_string(),
-                });
-            }
-            out.insert(key, v.clone());
+            let key = rename(k);
+            check(&mut from, &op, key, k)?;
+            out.insert(key.to_string(), v.clone());
+        }
+        let mut from = HashMap::new();
+        for (k, v) in &self.extra {
+            let key = rename(k);
+            check(&mut from, &op, key, k)?;
+            out.extra.push((key.to_string(), v.clone()));
+        }
+        let mut from = HashMap::new();
+        let dotted: Vec<(String, u32)> = self.versions.iter().map(|(p, v)| (format!("{p}."), *v)).collect();
+        for (p, v) in &dotted {
+            let path = rename(p);
+            let path = path.strip_suffix('.').unwrap_or(path);
+            check(&mut from, &op, path, p.strip_suffix('.').unwrap_or(p))?;
+            out.versions.insert(path.to_string(), *v);
         }
         Ok(out)
+    }
+}
+
+/// The path of the module at `path` once every key has `prefix` before it: `encoder.` and
+/// the root give `encoder`.
+fn prefixed_path(prefix: &str, path: &str) -> String {
+    let joined = format!("{prefix}{path}");
+    if path.is_empty() {
+        joined.strip_suffix('.').map(str::to_string).unwrap_or(joined)
+    } else {
+        joined
     }
 }
 

@@ -17,6 +17,10 @@ pub struct Input<'a> {
     pub extra_repr: Option<Span>,
     /// `#[module(name = "...")]`: the name the module prints instead of the struct's.
     pub name: Option<LitStr>,
+    /// `#[module(extra_state)]`, spanned at `extra_state`.
+    pub extra_state: Option<Span>,
+    /// `#[module(version = N)]`.
+    pub version: Option<syn::LitInt>,
     /// Every field, annotated or not, in declaration order.
     pub fields: Vec<Field<'a>>,
 }
@@ -137,6 +141,13 @@ impl<'a> Input<'a> {
             });
         }
         cx.check()?;
-        Ok(Input { original: input, extra_repr: container.extra_repr, name: container.name, fields })
+        Ok(Input {
+            original: input,
+            extra_repr: container.extra_repr,
+            name: container.name,
+            extra_state: container.extra_state,
+            version: container.version,
+            fields,
+        })
     }
 }

@@ -5,7 +5,9 @@ use syn::meta::ParseNestedMeta;
 use syn::{Attribute, LitBool, LitStr, Meta};
 
 use crate::ctxt::Ctxt;
-use crate::symbol::{BASE, BUFFER, BUILTIN, EXTRA_REPR, FIELD_KINDS, MODULE, NAME, PARAM, PERSISTENT, RENAME};
+use crate::symbol::{
+    BASE, BUFFER, BUILTIN, EXTRA_REPR, EXTRA_STATE, FIELD_KINDS, MODULE, NAME, PARAM, PERSISTENT, RENAME, VERSION,
+};
 
 /// How a field is registered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +76,10 @@ pub struct ContainerAttrs {
     /// The `name = "..."` literal, if given: the name the module prints instead of the
     /// struct's.
     pub name: Option<LitStr>,
+    /// Where `extra_state` was written, if it was.
+    pub extra_state: Option<Span>,
+    /// The `version = N` literal, if given.
+    pub version: Option<syn::LitInt>,
 }
 
 /// The most edits an unknown option may be from a known one to be suggested in its place.
@@ -263,13 +269,31 @@ fn name_value(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {
     Ok(lit)
 }
 
+/// `version = N`: the state-dict layout's version, a `u32` of at least 1 (PyTorch's
+/// `_version` starts at 1).
+fn version_value(meta: &ParseNestedMeta<'_>) -> syn::Result<syn::LitInt> {
+    if !meta.input.peek(syn::Token![=]) {
+        return Err(meta.error("expected `version = N`, the state-dict layout's version (1, 2, ...)"));
+    }
+    let lit: syn::LitInt =
+        meta.value()?.parse().map_err(|e| syn::Error::new(e.span(), "expected an integer: `version = 2`"))?;
+    match lit.base10_parse::<u32>() {
+        Ok(v) if v >= 1 && lit.suffix().is_empty() => Ok(lit),
+        _ => Err(syn::Error::new(
+            lit.span(),
+            "a state-dict version is an unsuffixed integer from 1 to 4294967295 (PyTorch's `_version` starts at 1)",
+        )),
+    }
+}
+
 /// The error for an option that the struct's `#[module(...)]` does not take, with the
 /// closest known one or the list of those it does take.
 fn unknown_struct_option(meta: &ParseNestedMeta<'_>, option: &str) -> syn::Error {
-    let hint = closest(option, &[NAME, EXTRA_REPR]).map_or_else(
+    let hint = closest(option, &[NAME, EXTRA_REPR, EXTRA_STATE, VERSION]).map_or_else(
         || {
-            "; the struct options are `name = \"TypeName\"` (the name the module prints) and `extra_repr` (print \
-             `ExtraRepr::extra_repr` in the module's line)"
+            "; the struct options are `name = \"TypeName\"` (the name the module prints), `extra_repr` (print \
+             `ExtraRepr::extra_repr` in the module's line), `extra_state` (save `ExtraState` with the tensors) and \
+             `version = N` (the state-dict layout's version)"
                 .to_string()
         },
         |c| format!("; did you mean `{c}`?"),
@@ -279,7 +303,7 @@ fn unknown_struct_option(meta: &ParseNestedMeta<'_>, option: &str) -> syn::Error
 
 /// Reads the struct's own attributes, reporting every mistake to `cx`.
 pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
-    let mut out = ContainerAttrs { extra_repr: None, name: None };
+    let mut out = ContainerAttrs { extra_repr: None, name: None, extra_state: None, version: None };
     for attr in attrs {
         let Some(ident) = attr.path().get_ident() else { continue };
         let name = ident.to_string();
@@ -287,8 +311,9 @@ pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
             if !matches!(attr.meta, Meta::List(_)) {
                 cx.error_spanned(
                     attr,
-                    "on the struct, `#[module]` takes options: `#[module(name = \"TypeName\")]` or \
-                     `#[module(extra_repr)]`; sub-modules are marked with `#[module]` on their fields",
+                    "on the struct, `#[module]` takes options: `#[module(name = \"TypeName\")]`, \
+                     `#[module(extra_repr)]`, `#[module(extra_state)]` or `#[module(version = N)]`; sub-modules are \
+                     marked with `#[module]` on their fields",
                 );
                 continue;
             }
@@ -303,7 +328,17 @@ pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
                         out.name = Some(name_value(&meta)?);
                         Ok(())
                     }
-                    EXTRA_REPR | NAME => Err(meta.error(format!("duplicate option `{option}`; remove one"))),
+                    EXTRA_STATE if out.extra_state.is_none() => {
+                        out.extra_state = Some(meta.path.get_ident().map_or_else(Span::call_site, |i| i.span()));
+                        Ok(())
+                    }
+                    VERSION if out.version.is_none() => {
+                        out.version = Some(version_value(&meta)?);
+                        Ok(())
+                    }
+                    EXTRA_REPR | NAME | EXTRA_STATE | VERSION => {
+                        Err(meta.error(format!("duplicate option `{option}`; remove one")))
+                    }
                     _ => Err(unknown_struct_option(&meta, &option)),
                 }
             });
@@ -410,7 +445,7 @@ mod tests {
         assert!(messages[2].contains("cannot contain whitespace; write `name = \"GPT_2\"`"));
         assert!(messages[3].contains("cannot start with a digit"));
         assert_eq!(messages[4], "duplicate option `name`; remove one");
-        assert!(messages[5].contains("takes options: `#[module(name = \"TypeName\")]` or `#[module(extra_repr)]`"));
+        assert!(messages[5].contains("takes options: `#[module(name = \"TypeName\")]`, `#[module(extra_repr)]`"));
     }
 
     #[test]
@@ -424,7 +459,10 @@ mod tests {
         container_attrs(&mut cx, &input.attrs);
         let messages: Vec<String> = cx.check().expect_err("two errors").into_iter().map(|e| e.to_string()).collect();
         assert!(messages[0].contains("the struct options are `name = \"TypeName\"`"), "{messages:?}");
-        assert!(messages[0].contains("and `extra_repr`"), "{messages:?}");
+        assert!(
+            messages[0].contains("`extra_repr` (print") && messages[0].contains("and `version = N`"),
+            "{messages:?}"
+        );
         assert!(messages[1].ends_with("did you mean `name`?"), "{messages:?}");
     }
 }

@@ -154,6 +154,38 @@ fn extra_repr_method(span: Span, private: &TokenStream) -> TokenStream {
     }
 }
 
+/// The `Module` methods of `#[module(extra_state)]` written at `span`, where a missing
+/// `ExtraState` impl is reported.
+fn extra_state_methods(span: Span, private: &TokenStream) -> TokenStream {
+    let get = stretch(quote!(#private::ExtraStateField::__nn_extra_state_json), span, span);
+    let check = stretch(quote!(#private::ExtraStateField::__nn_check_extra_state_json), span, span);
+    let set = stretch(quote!(#private::ExtraStateField::__nn_set_extra_state_json), span, span);
+    let this = quote_spanned!(span=> self);
+    quote! {
+        fn has_extra_state(&self) -> bool {
+            true
+        }
+        fn extra_state_json(&self) -> ::core::result::Result<#private::JsonValue, #private::JsonError> {
+            #get(#this)
+        }
+        fn check_extra_state_json(&self, __state: &#private::JsonValue) -> ::core::result::Result<(), #private::JsonError> {
+            #check(#this, __state)
+        }
+        fn set_extra_state_json(&mut self, __state: &#private::JsonValue) {
+            #set(#this, __state)
+        }
+    }
+}
+
+/// `Module::state_dict_version` for `#[module(version = N)]`.
+fn version_method(version: &syn::LitInt) -> TokenStream {
+    quote! {
+        fn state_dict_version(&self) -> ::core::option::Option<u32> {
+            ::core::option::Option::Some(#version)
+        }
+    }
+}
+
 /// The check that the struct is not `Clone`, spanned at its name: a clone of a module holds
 /// the original's parameter handles, so the "copy" would train the original. This impl
 /// conflicts with nn-core's blanket impl for `Clone` types exactly when the struct is one
@@ -186,6 +218,8 @@ fn expand(input: &Input<'_>) -> TokenStream {
     let base_methods = base.map(|f| base_methods(f, &private));
     let base_items = base.map(|f| base_items(f, input, &private, &self_ty));
     let extra_repr = input.extra_repr.map(|span| extra_repr_method(span, &private));
+    let extra_state = input.extra_state.map(|span| extra_state_methods(span, &private));
+    let version = input.version.as_ref().map(version_method);
     let ignore_visitor = visits.is_empty().then(|| quote!(let _ = __f;));
     let ignore_visitor_mut = visits_mut.is_empty().then(|| quote!(let _ = __f;));
     let ignore_slot = sets.is_empty().then(|| quote!(let _ = (__name, __slot);));
@@ -220,6 +254,8 @@ fn expand(input: &Input<'_>) -> TokenStream {
                     __slot.put(Self { #(#copies),* });
                 }
                 #extra_repr
+                #extra_state
+                #version
                 #base_methods
                 fn as_any(&self) -> &dyn ::core::any::Any {
                     self

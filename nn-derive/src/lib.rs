@@ -49,6 +49,12 @@ use syn::{parse_macro_input, DeriveInput};
 ///   digits and `_`, not starting with a digit.
 /// - `extra_repr`: the module's line in the printout is `ExtraRepr::extra_repr`
 ///   (PyTorch's `extra_repr` override); the struct implements `ExtraRepr`.
+/// - `extra_state`: the module's `ExtraState` is saved with its tensors under
+///   `<prefix>._extra_state` and taken back at load (PyTorch's `get_extra_state` /
+///   `set_extra_state`); the struct implements `ExtraState`.
+/// - `version = N`: the module's state-dict layout version, recorded in every state dict it
+///   writes and handed to its load pre-hooks, which migrate older layouts (PyTorch's
+///   `_version`); an unsuffixed integer from 1.
 #[proc_macro_derive(Module, attributes(module, param, buffer, base))]
 pub fn derive_module(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);

@@ -21,6 +21,10 @@ pub const PERSISTENT: &str = "persistent";
 pub const EXTRA_REPR: &str = "extra_repr";
 /// `name = "TypeName"` in the struct's `#[module(...)]`: the name the module prints.
 pub const NAME: &str = "name";
+/// `extra_state` in the struct's `#[module(...)]`: the module saves `ExtraState`.
+pub const EXTRA_STATE: &str = "extra_state";
+/// `version = N` in the struct's `#[module(...)]`: the state-dict layout's version.
+pub const VERSION: &str = "version";
 
 /// Built-in attributes, which are never a misspelling of ours however close they are.
 pub const BUILTIN: [&str; 10] =

@@ -316,6 +316,26 @@ impl<M: Module + Compute> Module for DistributedDataParallel<M> {
     fn is_uninitialized(&self) -> bool {
         self.module.is_uninitialized()
     }
+    /// The model: its entries are the wrapper's, so its state-dict hooks run as the
+    /// wrapper's, and its layout version and extra state are the wrapper's.
+    fn transparent_inner(&self) -> Option<&dyn Module> {
+        Some(&self.module)
+    }
+    fn state_dict_version(&self) -> Option<u32> {
+        self.module.state_dict_version()
+    }
+    fn has_extra_state(&self) -> bool {
+        self.module.has_extra_state()
+    }
+    fn extra_state_json(&self) -> std::result::Result<serde_json::Value, serde_json::Error> {
+        self.module.extra_state_json()
+    }
+    fn check_extra_state_json(&self, state: &serde_json::Value) -> std::result::Result<(), serde_json::Error> {
+        self.module.check_extra_state_json(state)
+    }
+    fn set_extra_state_json(&mut self, state: &serde_json::Value) {
+        self.module.set_extra_state_json(state)
+    }
     /// The wrapper's flag and the whole model's.
     fn set_training(&mut self, training: bool) {
         self.base.set_training(training);

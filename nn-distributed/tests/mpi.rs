@@ -885,6 +885,19 @@ mod checks {
         let mut bare = mlp();
         bare.load_state_dict(&ddp.state_dict(), true).unwrap();
         assert_eq!(params_of(&bare), params_of(&ddp));
+        // The model's state-dict hooks, registered before wrapping, run as the wrapper's.
+        let inner = mlp();
+        let prefixes = Arc::new(Mutex::new(Vec::new()));
+        let p = prefixes.clone();
+        inner
+            .register_state_dict_post_hook(move |_, prefix| {
+                p.lock().unwrap().push(prefix.to_string());
+                Ok(())
+            })
+            .unwrap();
+        let wrapped = DistributedDataParallel::new(inner, group).unwrap();
+        let _ = wrapped.state_dict();
+        assert_eq!(*prefixes.lock().unwrap(), [""]);
         assert!(ddp.to_string().starts_with("DistributedDataParallel(\n  (0): Linear(in_features=6"));
         let calls = Arc::new(Mutex::new(0));
         let c = calls.clone();

@@ -48,6 +48,14 @@ macro_rules! lazy_module {
             fn base(&self) -> Option<&nn_core::ModuleBase> {
                 Some(&self.base)
             }
+            /// The lazy layer's flag and, once it exists, the layer's (whose forward reads
+            /// its own: a materialised batch norm kept training after `eval()` before).
+            fn set_training(&mut self, training: bool) {
+                self.base.set_training(training);
+                if let Some(m) = self.inner.get_mut() {
+                    nn_core::Module::set_training(m, training);
+                }
+            }
             fn base_mut(&mut self) -> Option<&mut nn_core::ModuleBase> {
                 Some(&mut self.base)
             }

@@ -19,6 +19,7 @@ mod conv_transpose;
 mod dropout;
 mod embedding;
 mod lazy;
+mod lazy_layers;
 mod linear;
 mod norm;
 mod param_containers;
@@ -28,6 +29,7 @@ mod repr;
 mod transformer;
 mod transformer_decoder;
 mod upsample;
+mod volumetric;
 
 pub use activation::{LeakyReLU, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Softplus, Tanh, GELU};
 pub use attention::{AttentionInput, MultiheadAttention, NonDynamicallyQuantizableLinear};
@@ -38,10 +40,12 @@ pub use conv_transpose::{
 };
 pub use dropout::Dropout;
 pub use embedding::Embedding;
+pub use lazy_layers::{LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d, LazyConv3d};
 pub use linear::{Bilinear, Conv1D, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
 pub use norm::{
-    BatchNorm1d, BatchNorm2d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm, RMSNormConfig,
+    BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm,
+    RMSNormConfig,
 };
 pub use param_containers::{ParameterDict, ParameterList};
 pub use pool::{
@@ -57,3 +61,4 @@ pub use transformer_decoder::{
     TransformerDecoderLayerConfig, TransformerInput,
 };
 pub use upsample::{Upsample, UpsampleConfig};
+pub use volumetric::{AvgPool3d, AvgPool3dConfig, Conv3d, Conv3dConfig, MaxPool3d, MaxPool3dConfig};

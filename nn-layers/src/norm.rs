@@ -1,4 +1,4 @@
-//! `BatchNorm1d`, `BatchNorm2d`, `LayerNorm`, `GroupNorm`, `RMSNorm`.
+//! `BatchNorm1d`, `BatchNorm2d`, `BatchNorm3d`, `LayerNorm`, `GroupNorm`, `RMSNorm`.
 
 use std::sync::Arc;
 
@@ -284,7 +284,7 @@ fn synced_batch_norm(x: &Tensor, s: &BnState<'_>, momentum: f64, eps: f64, sync:
     y
 }
 
-fn bn_repr(num_features: usize, c: &BatchNormConfig) -> String {
+pub(crate) fn bn_repr(num_features: usize, c: &BatchNormConfig) -> String {
     let m = c.momentum.map(py_float).unwrap_or_else(|| "None".into());
     format!(
         "{num_features}, eps={}, momentum={m}, affine={}, bias={}, track_running_stats={}",
@@ -298,6 +298,9 @@ fn bn_repr(num_features: usize, c: &BatchNormConfig) -> String {
 batch_norm_layer!(
     /// Batch normalisation over `[N, C]` or `[N, C, L]` (PyTorch's `nn.BatchNorm1d`).
     BatchNorm1d, [2usize, 3], "[N, C] or [N, C, L]");
+batch_norm_layer!(
+    /// Batch normalisation over `[N, C, D, H, W]` (PyTorch's `nn.BatchNorm3d`).
+    BatchNorm3d, [5usize], "[N, C, D, H, W]");
 batch_norm_layer!(
     /// Batch normalisation over `[N, C, H, W]` (PyTorch's `nn.BatchNorm2d`).
     ///

@@ -567,6 +567,65 @@
 //! lin.load_state_dict(&compiled.strip_prefix("_orig_mod.").unwrap(), true).unwrap();
 //! ```
 //!
+//! ## Extra state, versions and state-dict hooks
+//!
+//! | PyTorch | nn |
+//! |---|---|
+//! | `get_extra_state` / `set_extra_state` | `#[module(extra_state)]` and `impl ExtraState` (`type State`: any serde type) |
+//! | `_version = 2` on the class | `#[module(version = 2)]` |
+//! | `register_state_dict_post_hook(hook(module, sd, prefix, meta))` | `register_state_dict_post_hook(\|sd, prefix\| ..)` |
+//! | `register_load_state_dict_pre_hook(hook(module, sd, prefix, meta, ...))` with `meta.get("version")` | `register_load_state_dict_pre_hook(\|sd, prefix, version\| ..)` |
+//! | `register_load_state_dict_post_hook(hook(module, incompatible_keys))` | `register_load_state_dict_post_hook(\|keys\| ..)` |
+//!
+//! The extra state is saved under PyTorch's key, `<prefix>._extra_state`, as JSON beside
+//! the tensors (a file keeps it in its metadata). A hook returns `Ok(())` or an error that
+//! stops the save or load naming its module. Where PyTorch half-loads a model when a post
+//! hook or a strict check fails after the assignment, nn runs the post-hooks before it
+//! assigns anything, so a refused load changes nothing. PyTorch records version 1 for every
+//! module; nn records only declared versions, so a migration reads
+//! `version.unwrap_or(1)`:
+//! ```
+//! use nn::prelude::*;
+//! use nn::{ExtraState, StateDict};
+//!
+//! #[derive(Module)]
+//! #[module(version = 2, extra_state)]
+//! struct Tok {
+//!     #[param]
+//!     embed: Parameter,
+//!     vocab_size: usize,
+//!     #[base]
+//!     base: ModuleBase,
+//! }
+//! impl Compute for Tok {
+//!     type Input = Tensor;
+//!     type Output = Tensor;
+//!     fn compute(&self, ids: &Tensor) -> Tensor { self.embed.tensor().index_select(0, ids) }
+//! }
+//! impl ExtraState for Tok {
+//!     type State = usize;
+//!     fn extra_state(&self) -> usize { self.vocab_size }
+//!     fn set_extra_state(&mut self, n: usize) { self.vocab_size = n }
+//! }
+//!
+//! let mut tok = Tok { embed: Parameter::new(Tensor::zeros(&[4, 2])), vocab_size: 4, base: ModuleBase::new() };
+//! // Version 1 called the table `table`.
+//! tok.register_load_state_dict_pre_hook(|sd, prefix, version| {
+//!     if version.unwrap_or(1) < 2 {
+//!         let t = sd.remove(&format!("{prefix}table")).ok_or("a version-1 file without `table`")?;
+//!         sd.insert(format!("{prefix}embed"), t);
+//!     }
+//!     Ok(())
+//! })?;
+//! let mut old = StateDict::new();
+//! old.insert("table".to_string(), Tensor::ones(&[4, 2]));
+//! old.insert_extra_state("_extra_state".to_string(), serde_json::json!(4));
+//! tok.load_state_dict(&old, true)?;
+//! assert_eq!(tok.embed.tensor().sum().item(), 8.0);
+//! assert_eq!(tok.state_dict().version(""), Some(2));
+//! # Ok::<(), nn::Error>(())
+//! ```
+//!
 //! ## `torch.load`: PyTorch's own files
 //!
 //! A `.pt`, `.pth` or `pytorch_model.bin` that `torch.save(model.state_dict())` wrote reads

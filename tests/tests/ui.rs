@@ -21,6 +21,7 @@ fn ui() {
     t.pass("ui/pass/12-several-inputs.rs");
     t.pass("ui/pass/13-name.rs");
     t.pass("ui/pass/14-deep-copy.rs");
+    t.pass("ui/pass/15-state-dict-customisation.rs");
     t.compile_fail("ui/fail/01-unannotated-vec.rs");
     t.compile_fail("ui/fail/02-unannotated-array.rs");
     t.compile_fail("ui/fail/03-unannotated-hashmap.rs");
@@ -69,4 +70,6 @@ fn ui() {
     t.compile_fail("ui/fail/46-clone-on-a-module-with-a-base.rs");
     t.compile_fail("ui/fail/47-clone-on-a-generic-module.rs");
     t.compile_fail("ui/fail/48-forward-with-the-wrong-input.rs");
+    t.compile_fail("ui/fail/49-extra-state-without-impl.rs");
+    t.compile_fail("ui/fail/50-bad-state-dict-version.rs");
 }

@@ -64,6 +64,7 @@ pub const POLICIES: &[(&str, CastPolicy)] = &[
     (names::LINEAR, CastPolicy::Lower),
     (names::CONV1D, CastPolicy::Lower),
     (names::CONV2D, CastPolicy::Lower),
+    (names::CONV3D, CastPolicy::Lower),
     (names::CONV_TRANSPOSE1D, CastPolicy::Lower),
     (names::CONV_TRANSPOSE2D, CastPolicy::Lower),
     (names::SCALED_DOT_PRODUCT_ATTENTION, CastPolicy::Lower),

@@ -221,10 +221,8 @@ impl Checkpoint {
                 }
             }
         }
-        let mut all = StateDict::default();
-        for (k, t) in self.model.iter() {
-            all.insert(format!("model.{k}"), t.clone());
-        }
+        // The model's versions and extra states go with its entries, under `model`.
+        let mut all = self.model.add_prefix("model.");
         if let Some(o) = &self.optimizer {
             for (k, t) in o.tensors.iter() {
                 all.insert(format!("optimizer.{k}"), t.clone());
@@ -336,6 +334,18 @@ impl Checkpoint {
             } else {
                 return Err(bad(format!("unexpected entry `{k}`")));
             }
+        }
+        for (path, v) in all.versions() {
+            let Some(path) = (if path == "model" { Some("") } else { path.strip_prefix("model.") }) else {
+                return Err(bad(format!("a layout version for `{path}`, which is not under `model`")));
+            };
+            model.set_version(path, v);
+        }
+        for (k, state) in all.extra_states() {
+            let Some(key) = k.strip_prefix("model.") else {
+                return Err(bad(format!("an extra state `{k}`, which is not under `model.`")));
+            };
+            model.insert_extra_state(key.to_string(), state.clone());
         }
         if m.optimizer_lrs.is_none() && !opt.is_empty() {
             let first = opt.keys().next().expect("non-empty");
@@ -609,7 +619,7 @@ impl Checkpoint {
         if let Some((o, state)) = &mut optimizer {
             o.load_state_dict(state)?;
         }
-        model_load.commit();
+        model_load.commit(model.as_dyn_mut());
         // The learning rates are the optimizer's state's (restored above); the scheduler
         // continues from them, as PyTorch's does. Its state was checked above against the
         // optimizer's group count, which loading the optimizer's state keeps.

@@ -116,6 +116,9 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn as_dyn_mut(&mut self) -> &mut dyn Module {
         (**self).as_dyn_mut()
     }
+    fn handle_count(&self) -> usize {
+        (**self).handle_count()
+    }
     // The methods a module may override, passed through: with the defaults, a boxed lazy
     // layer listed no parameters instead of refusing, and a boxed wrapper's own mode,
     // `apply` and conversion rules were skipped.
@@ -143,5 +146,23 @@ impl<M: Module + ?Sized> Module for Box<M> {
     #[track_caller]
     fn to_dtype(&mut self, dtype: crate::DType) {
         (**self).to_dtype(dtype)
+    }
+    fn transparent_inner(&self) -> Option<&dyn Module> {
+        (**self).transparent_inner()
+    }
+    fn state_dict_version(&self) -> Option<u32> {
+        (**self).state_dict_version()
+    }
+    fn has_extra_state(&self) -> bool {
+        (**self).has_extra_state()
+    }
+    fn extra_state_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        (**self).extra_state_json()
+    }
+    fn check_extra_state_json(&self, state: &serde_json::Value) -> Result<(), serde_json::Error> {
+        (**self).check_extra_state_json(state)
+    }
+    fn set_extra_state_json(&mut self, state: &serde_json::Value) {
+        (**self).set_extra_state_json(state)
     }
 }

@@ -20,10 +20,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::ModuleIo;
+use super::state_hooks::{HookResult, LoadStateDictPostHook, LoadStateDictPreHook, StateDictPostHook};
+use super::{IncompatibleKeys, ModuleIo};
 use crate::autograd::handle::HookOwner;
 pub use crate::autograd::handle::{HookHandle, ScopedHook};
 use crate::autograd::{custom_op, is_grad_enabled};
+use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
 
 /// A forward pre-hook: sees the input, may return a replacement.
@@ -40,6 +42,20 @@ struct Lists {
     pre: Vec<(u64, ForwardPreHook)>,
     fwd: Vec<(u64, ForwardHook)>,
     bwd: Vec<(u64, BackwardHook)>,
+    /// The state-dict hooks ([`state_hooks`](super::state_hooks)), which `any` does not
+    /// count: a forward never looks at them.
+    sd_post: Vec<(u64, StateDictPostHook)>,
+    load_pre: Vec<(u64, LoadStateDictPreHook)>,
+    load_post: Vec<(u64, LoadStateDictPostHook)>,
+}
+
+/// A module's state-dict hooks, in registration order (a snapshot: a hook may register or
+/// remove hooks while it runs).
+#[derive(Default)]
+pub(crate) struct StateHooks {
+    pub(crate) post: Vec<StateDictPostHook>,
+    pub(crate) load_pre: Vec<LoadStateDictPreHook>,
+    pub(crate) load_post: Vec<LoadStateDictPostHook>,
 }
 
 #[derive(Default)]
@@ -65,6 +81,9 @@ impl HookOwner for HookStore {
         l.pre.iter().any(|(i, _)| *i == id)
             || l.fwd.iter().any(|(i, _)| *i == id)
             || l.bwd.iter().any(|(i, _)| *i == id)
+            || l.sd_post.iter().any(|(i, _)| *i == id)
+            || l.load_pre.iter().any(|(i, _)| *i == id)
+            || l.load_post.iter().any(|(i, _)| *i == id)
     }
 
     fn remove_hook(&self, id: u64) {
@@ -72,6 +91,9 @@ impl HookOwner for HookStore {
         l.pre.retain(|(i, _)| *i != id);
         l.fwd.retain(|(i, _)| *i != id);
         l.bwd.retain(|(i, _)| *i != id);
+        l.sd_post.retain(|(i, _)| *i != id);
+        l.load_pre.retain(|(i, _)| *i != id);
+        l.load_post.retain(|(i, _)| *i != id);
         self.refresh(&l);
     }
 }
@@ -100,6 +122,9 @@ impl std::fmt::Debug for ModuleBase {
             .field("forward_pre_hooks", &l.pre.len())
             .field("forward_hooks", &l.fwd.len())
             .field("backward_hooks", &l.bwd.len())
+            .field("state_dict_post_hooks", &l.sd_post.len())
+            .field("load_state_dict_pre_hooks", &l.load_pre.len())
+            .field("load_state_dict_post_hooks", &l.load_post.len())
             .finish()
     }
 }
@@ -169,6 +194,58 @@ impl ModuleBase {
         hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
         self.register("full_backward", |l, id| l.bwd.push((id, Arc::new(hook))))
+    }
+
+    /// Registers a state-dict post-hook (PyTorch's `register_state_dict_post_hook`): it
+    /// gets the state dict [`state_dict`](super::Module::state_dict) is about to return and
+    /// this module's prefix (`""`, `"encoder.0."`), and may edit it. Hooks run children
+    /// first, each module's in registration order; see [`state_hooks`](super::state_hooks).
+    pub fn register_state_dict_post_hook(
+        &self,
+        hook: impl Fn(&mut StateDict, &str) -> HookResult + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register("state_dict_post", |l, id| l.sd_post.push((id, Arc::new(hook))))
+    }
+
+    /// Registers a load pre-hook (PyTorch's `register_load_state_dict_pre_hook`): it gets
+    /// a copy of the state dict being loaded, this module's prefix and the layout version
+    /// the state dict records for this module (`None` when it records none), and may edit
+    /// the copy: rename keys of an older layout, convert values, drop entries. Hooks run
+    /// parents first.
+    pub fn register_load_state_dict_pre_hook(
+        &self,
+        hook: impl Fn(&mut StateDict, &str, Option<u32>) -> HookResult + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register("load_state_dict_pre", |l, id| l.load_pre.push((id, Arc::new(hook))))
+    }
+
+    /// Registers a load post-hook (PyTorch's `register_load_state_dict_post_hook`): it
+    /// gets the load's missing and unexpected keys, and may take some out (keys it knows
+    /// are fine) before a strict load judges them. It runs before any value is assigned,
+    /// so that a refused load changes nothing (PyTorch's runs after).
+    pub fn register_load_state_dict_post_hook(
+        &self,
+        hook: impl Fn(&mut IncompatibleKeys) -> HookResult + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register("load_state_dict_post", |l, id| l.load_post.push((id, Arc::new(hook))))
+    }
+
+    /// Whether this base holds load pre- or post-hooks (for loaders that do not go through
+    /// [`load_state_dict`](super::Module::load_state_dict), such as FSDP's full state dict,
+    /// to refuse a model whose hooks they would skip).
+    pub fn has_load_state_dict_hooks(&self) -> bool {
+        let l = self.hooks.lock();
+        !(l.load_pre.is_empty() && l.load_post.is_empty())
+    }
+
+    /// A snapshot of the state-dict hooks.
+    pub(crate) fn state_hooks(&self) -> StateHooks {
+        let l = self.hooks.lock();
+        StateHooks {
+            post: l.sd_post.iter().map(|(_, h)| Arc::clone(h)).collect(),
+            load_pre: l.load_pre.iter().map(|(_, h)| Arc::clone(h)).collect(),
+            load_post: l.load_post.iter().map(|(_, h)| Arc::clone(h)).collect(),
+        }
     }
 
     /// Runs `module`'s computation `f` on `input` with the global hooks and this base's

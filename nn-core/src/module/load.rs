@@ -7,7 +7,7 @@ use crate::error::{Error, Mismatch, Result, StateDictError};
 use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
 
-use super::{walk, Item, Module};
+use super::{state_hooks, walk, Item, Module};
 
 /// Keys that did not line up in a non-strict `load_state_dict` (PyTorch's
 /// `_IncompatibleKeys`).
@@ -97,12 +97,12 @@ fn keyword_twin(key: &str, unexpected: &[String]) -> Option<String> {
         .cloned()
 }
 
-/// What a load would assign, and the keys it would report.
+/// What a load would assign, and the keys it would report (in `keys`, with guesses).
 struct Plan {
     /// `(target, source)` pairs, validated.
     assign: Vec<(Tensor, Tensor)>,
-    missing_keys: Vec<String>,
-    unexpected_keys: Vec<String>,
+    /// The missing and unexpected keys; nothing else in it is set.
+    keys: StateDictError,
 }
 
 /// Every check of `load_state_dict`, touching nothing.
@@ -112,7 +112,7 @@ struct Plan {
 /// names (as Hugging Face writes a tied head: once, under its first name), or several with
 /// equal values; several with different values is an error naming them. A tied entry is
 /// missing only when the state dict holds none of its names, and is assigned once.
-fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
+fn plan(m: &dyn Module, sd: &StateDict) -> Result<Plan> {
     // 0. Entries for a lazy module that has not run: it has no parameters to take them.
     for (path, lazy) in m.named_modules().into_iter().filter(|(_, l)| l.is_uninitialized()) {
         let prefix = format!("{path}.");
@@ -192,17 +192,10 @@ fn plan(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Plan> {
         assign.push((target.clone(), first.clone()));
     }
     err.unexpected_keys = unexpected;
-    let fatal = !err.mismatched.is_empty()
-        || !err.tied_conflicts.is_empty()
-        || (strict && (!err.missing_keys.is_empty() || !err.unexpected_keys.is_empty()));
-    if fatal {
+    if !err.mismatched.is_empty() || !err.tied_conflicts.is_empty() {
         return Err(Error::StateDict(Box::new(err)));
     }
-    Ok(Plan {
-        assign,
-        missing_keys: err.missing_keys.into_iter().map(|(k, _)| k).collect(),
-        unexpected_keys: err.unexpected_keys,
-    })
+    Ok(Plan { assign, keys: err })
 }
 
 /// Whether converting `src` to the module entry's `dtype` turns a finite value infinite
@@ -252,13 +245,38 @@ fn same_values(a: &Tensor, b: &Tensor, dtype: DType) -> bool {
 /// conversion of each tensor.
 pub(crate) struct Prepared {
     converted: Vec<(Tensor, Tensor)>,
+    /// `(module path, state)`: the extra states to set, each checked by its module.
+    extra: Vec<(String, serde_json::Value)>,
     keys: IncompatibleKeys,
 }
 
 /// Every check of `load_state_dict(sd, strict)` and the conversions of the values it would
-/// assign (dtype, device), touching nothing in the module.
+/// assign (dtype, device), touching nothing in the module: the load pre-hooks edit a copy
+/// of `sd`, extra states are matched and checked, the load post-hooks see the keys, and
+/// strictness is judged on the keys they leave.
 pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Prepared> {
-    let plan = plan(m, sd, strict)?;
+    let sd = state_hooks::run_load_pre_hooks(m, sd)?;
+    let sd: &StateDict = &sd;
+    let extra = state_hooks::plan_extra(m, sd)?;
+    let mut plan = plan(m, sd)?;
+    plan.keys.missing_keys.extend(extra.missing.into_iter().map(|k| (k, None)));
+    plan.keys.unexpected_keys.extend(extra.unexpected);
+    let mut keys = IncompatibleKeys {
+        missing_keys: plan.keys.missing_keys.iter().map(|(k, _)| k.clone()).collect(),
+        unexpected_keys: plan.keys.unexpected_keys.clone(),
+    };
+    if state_hooks::has_load_post_hooks(m) {
+        state_hooks::run_load_post_hooks(m, &mut keys)?;
+        // The report is what the hooks left: keys they took out are no longer offending,
+        // keys they added are (without a guess).
+        let guesses: std::collections::HashMap<String, Option<String>> = plan.keys.missing_keys.drain(..).collect();
+        plan.keys.missing_keys =
+            keys.missing_keys.iter().map(|k| (k.clone(), guesses.get(k).cloned().flatten())).collect();
+        plan.keys.unexpected_keys = keys.unexpected_keys.clone();
+    }
+    if strict && !keys.is_empty() {
+        return Err(Error::StateDict(Box::new(plan.keys)));
+    }
     // 3. Conversions happen before any assignment, so a failure cannot leave a partial load.
     let converted: Vec<(Tensor, Tensor)> = no_grad(|| {
         plan.assign
@@ -270,19 +288,22 @@ pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Pr
             })
             .collect()
     });
-    Ok(Prepared {
-        converted,
-        keys: IncompatibleKeys { missing_keys: plan.missing_keys, unexpected_keys: plan.unexpected_keys },
-    })
+    Ok(Prepared { converted, extra: extra.set, keys })
 }
 
-pub(crate) fn load_state_dict(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
-    Ok(prepare(m, sd, strict)?.commit())
+pub(crate) fn load_state_dict(m: &mut dyn Module, sd: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
+    Ok(prepare(&*m, sd, strict)?.commit(m))
 }
 
 impl Prepared {
-    /// Assigns the prepared values (nothing here can fail).
-    pub(crate) fn commit(self) -> IncompatibleKeys {
+    /// Sets the prepared extra states and assigns the prepared values into `m`, the module
+    /// they were prepared for (nothing here can fail).
+    pub(crate) fn commit(self, m: &mut dyn Module) -> IncompatibleKeys {
+        for (path, state) in &self.extra {
+            m.get_submodule_mut(path)
+                .expect("internal: the module of a prepared extra state is where the plan found it")
+                .set_extra_state_json(state);
+        }
         for (target, value) in self.converted {
             assign(&target, &value);
         }

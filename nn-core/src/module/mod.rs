@@ -18,6 +18,7 @@ pub(crate) mod load;
 mod lookup;
 mod register;
 mod shared;
+pub mod state_hooks;
 mod surgery;
 mod walk;
 
@@ -34,6 +35,7 @@ pub use load::IncompatibleKeys;
 pub use lookup::ModuleExt;
 pub use parameter::Parameter;
 pub use register::Hooks;
+pub use state_hooks::{ExtraState, EXTRA_STATE_KEY};
 #[doc(hidden)]
 pub use surgery::{short_type_name, SetChild};
 pub(crate) use walk::walk;
@@ -169,6 +171,64 @@ pub trait Module: HoldsState + Any {
     fn check_conversion(&self, to: Conversion) -> Result<()> {
         let _ = to;
         Ok(())
+    }
+
+    /// The version of this module's state-dict layout, recorded in every state dict it
+    /// writes ([`StateDict::version`]) and handed to its load pre-hooks (PyTorch's
+    /// `_version`); `#[module(version = N)]` writes it. `None`: no version is recorded.
+    fn state_dict_version(&self) -> Option<u32> {
+        None
+    }
+
+    /// For a wrapper that shows the module it wraps as itself (its entries are the wrapped
+    /// module's, unprefixed: `DistributedDataParallel`), the wrapped module, whose
+    /// state-dict hooks then run as the wrapper's. `None` for every other module.
+    fn transparent_inner(&self) -> Option<&dyn Module> {
+        None
+    }
+
+    /// How many handles share this module: 1, except for an [`Arc`](std::sync::Arc)'d module
+    /// with clones alive (a checkpointed forward whose backward has not run holds one). A
+    /// shared module's state cannot change through one handle, so a load that would set its
+    /// extra state is refused before anything changes.
+    fn handle_count(&self) -> usize {
+        1
+    }
+
+    /// Whether the module keeps non-tensor state in its state dict, under
+    /// `<prefix>._extra_state` (PyTorch's `get_extra_state` override). `#[module(extra_state)]`
+    /// writes this and the three methods below from the struct's [`ExtraState`] impl; see
+    /// [`state_hooks`].
+    fn has_extra_state(&self) -> bool {
+        false
+    }
+
+    /// The module's extra state as JSON.
+    ///
+    /// # Errors
+    /// When the state does not serialise; by default (no extra state) always.
+    fn extra_state_json(&self) -> std::result::Result<serde_json::Value, serde_json::Error> {
+        Err(serde::ser::Error::custom(format!("`{}` keeps no extra state", self.type_name())))
+    }
+
+    /// Whether `state` is an extra state this module can take (it deserialises), touching
+    /// nothing: a load checks every value before it sets any.
+    ///
+    /// # Errors
+    /// When it is not; by default (no extra state) always.
+    fn check_extra_state_json(&self, state: &serde_json::Value) -> std::result::Result<(), serde_json::Error> {
+        let _ = state;
+        Err(serde::de::Error::custom(format!("`{}` keeps no extra state", self.type_name())))
+    }
+
+    /// Takes an extra state that [`check_extra_state_json`](Module::check_extra_state_json)
+    /// accepted.
+    ///
+    /// # Panics
+    /// By default (the module keeps no extra state, so no load calls it).
+    fn set_extra_state_json(&mut self, state: &serde_json::Value) {
+        let _ = state;
+        panic!("set_extra_state_json: `{}` keeps no extra state", self.type_name());
     }
 
     /// Writes an independent copy of this module into `slot` (with
@@ -475,15 +535,20 @@ pub trait Module: HoldsState + Any {
     }
 
     /// [`state_dict`](Module::state_dict), or an error naming the first uninitialised lazy
-    /// sub-module.
+    /// sub-module or the hook that failed.
+    ///
+    /// After the tensors, the state dict records each module's layout version and extra
+    /// state, and the tree's state-dict post-hooks edit it, children first (see
+    /// [`state_hooks`]).
     ///
     /// # Panics
     /// When two different tensors are reported under one dotted name (a hand-written
     /// [`visit`](Module::visit) that names two fields alike): the state dict would hold
-    /// only the last.
+    /// only the last. When a state-dict post-hook panics, naming its module.
     ///
     /// # Errors
-    /// [`Error::Uninitialized`].
+    /// [`Error::Uninitialized`]; [`Error::StateDictHook`] when a post-hook returns an error
+    /// or an extra state does not serialise.
     fn try_state_dict(&self) -> Result<StateDict> {
         if let Some((_, m)) = self.first_uninitialized() {
             return Err(Error::Uninitialized { module: m.type_name() });
@@ -508,6 +573,7 @@ pub trait Module: HoldsState + Any {
                 }
             }
         });
+        state_hooks::finish_state_dict(self.as_dyn(), &mut sd)?;
         Ok(sd)
     }
 
@@ -531,15 +597,21 @@ pub trait Module: HoldsState + Any {
     /// storage to copy into), converted to the entry's dtype, so a model built on meta in
     /// bf16 loads an f32 file as bf16 (PyTorch's `assign=True` would keep f32).
     ///
+    /// Load pre-hooks run first, on a copy of `state_dict` (the caller's is never changed);
+    /// extra states (`<prefix>._extra_state`) are matched and checked as the tensors are,
+    /// and load post-hooks see the missing and unexpected keys before strictness is judged.
+    /// Only then is anything assigned (see [`state_hooks`]).
+    ///
     /// # Errors
-    /// [`Error::StateDict`] listing every offending key; [`Error::Uninitialized`] when the
+    /// [`Error::StateDictHook`] naming a hook that failed or an extra state its module
+    /// refused; [`Error::StateDict`] listing every offending key; [`Error::Uninitialized`] when the
     /// state dict has entries for a lazy sub-module that has not run yet: its parameters
     /// do not exist, so the entries would be dropped as unexpected and its first forward
     /// would draw new ones (PyTorch materialises them from the state dict; run one forward
     /// pass first). A lazy sub-module the state dict has nothing for is left to its first
     /// forward.
     fn load_state_dict(&mut self, state_dict: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
-        load::load_state_dict(self.as_dyn(), state_dict, strict)
+        load::load_state_dict(self.as_dyn_mut(), state_dict, strict)
     }
 
     /// Saves [`state_dict`](Module::state_dict) to a safetensors file, atomically.

@@ -1,7 +1,9 @@
 //! [`Hooks`]: registering hooks on any module, `&dyn Module` items included.
 
-use super::{hooks, HookHandle, Module, ModuleBase};
+use super::state_hooks::HookResult;
+use super::{hooks, HookHandle, IncompatibleKeys, Module, ModuleBase};
 use crate::error::{Error, Result};
+use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
 
 /// Hook registration, for every module and for the `&dyn Module` items of
@@ -17,6 +19,48 @@ pub trait Hooks: Module {
             Some(b) if self.runs_forward() => Ok(b),
             _ => Err(Error::NoHooks { module: self.type_name(), path: None }),
         }
+    }
+
+    /// The base that holds this module's state-dict hooks: any module with a base,
+    /// containers included.
+    ///
+    /// # Errors
+    /// [`Error::NoHookStore`] naming the module type when it has no base.
+    fn state_hook_base(&self) -> Result<&ModuleBase> {
+        self.base().ok_or(Error::NoHookStore { module: self.type_name(), path: None })
+    }
+
+    /// Registers a state-dict post-hook ([`ModuleBase::register_state_dict_post_hook`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHookStore`] when the module has no base.
+    fn register_state_dict_post_hook(
+        &self,
+        hook: impl Fn(&mut StateDict, &str) -> HookResult + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.state_hook_base()?.register_state_dict_post_hook(hook))
+    }
+
+    /// Registers a load pre-hook ([`ModuleBase::register_load_state_dict_pre_hook`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHookStore`] when the module has no base.
+    fn register_load_state_dict_pre_hook(
+        &self,
+        hook: impl Fn(&mut StateDict, &str, Option<u32>) -> HookResult + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.state_hook_base()?.register_load_state_dict_pre_hook(hook))
+    }
+
+    /// Registers a load post-hook ([`ModuleBase::register_load_state_dict_post_hook`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHookStore`] when the module has no base.
+    fn register_load_state_dict_post_hook(
+        &self,
+        hook: impl Fn(&mut IncompatibleKeys) -> HookResult + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.state_hook_base()?.register_load_state_dict_post_hook(hook))
     }
 
     /// Registers a forward pre-hook: it sees the primary input and may return a

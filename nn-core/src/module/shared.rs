@@ -57,8 +57,13 @@ impl<M: Module> Module for Arc<M> {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         unique(self, "as_any_mut").as_any_mut()
     }
+    // The handle itself, not the module inside: a walk over the tree then meets the `Arc`
+    // and can ask it how many handles there are before a load that needs `&mut`.
     fn as_dyn(&self) -> &dyn Module {
-        (**self).as_dyn()
+        self
+    }
+    fn handle_count(&self) -> usize {
+        Arc::strong_count(self)
     }
     fn as_dyn_mut(&mut self) -> &mut dyn Module {
         unique(self, "as_dyn_mut").as_dyn_mut()
@@ -87,6 +92,25 @@ impl<M: Module> Module for Arc<M> {
     #[track_caller]
     fn to_dtype(&mut self, dtype: crate::DType) {
         unique(self, "to_dtype").to_dtype(dtype)
+    }
+    fn transparent_inner(&self) -> Option<&dyn Module> {
+        (**self).transparent_inner()
+    }
+    fn state_dict_version(&self) -> Option<u32> {
+        (**self).state_dict_version()
+    }
+    fn has_extra_state(&self) -> bool {
+        (**self).has_extra_state()
+    }
+    fn extra_state_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        (**self).extra_state_json()
+    }
+    fn check_extra_state_json(&self, state: &serde_json::Value) -> Result<(), serde_json::Error> {
+        (**self).check_extra_state_json(state)
+    }
+    #[track_caller]
+    fn set_extra_state_json(&mut self, state: &serde_json::Value) {
+        unique(self, "load_state_dict").set_extra_state_json(state)
     }
 }
 

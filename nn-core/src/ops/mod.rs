@@ -38,6 +38,7 @@ pub(crate) mod triangular;
 pub(crate) mod unary;
 pub(crate) mod vector_norm;
 pub(crate) mod view;
+pub(crate) mod volumetric;
 
 pub use activation::GeluApproximate;
 pub use attention::AttentionConfig;
@@ -49,6 +50,7 @@ pub use interpolate::{InterpolateMode, InterpolateSize};
 pub use pad::PadMode;
 pub use pool::Pool2dConfig;
 pub use scalar_compare::Scalar;
+pub use volumetric::{Conv3dConfig, Pool3dConfig};
 
 /// Former name of [`Conv2dConfig`] (option structs are `...Config` in every crate).
 #[deprecated(since = "0.1.0", note = "renamed to `Conv2dConfig`")]

@@ -260,8 +260,8 @@ mod tests {
         }
     }
 
-    /// A row-major scan of every 2x2 window (first maximum wins, NaN propagates): the
-    /// reference for the vectorised 2x2 kernel.
+    /// A row-major scan of every 2x2 window (first maximum wins, the last NaN wins, as in
+    /// PyTorch's kernel): the reference for the vectorised 2x2 kernel.
     fn reference_2x2(v: &[f64], planes: usize, h: usize, w: usize) -> (Vec<f64>, Vec<i64>) {
         let (ho, wo) = (h / 2, w / 2);
         let (mut vals, mut idx) = (vec![], vec![]);
@@ -272,7 +272,7 @@ mod tests {
                     for (dy, dx) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
                         let flat = (2 * oh + dy) * w + 2 * ow + dx;
                         let val = v[q * h * w + flat];
-                        if best.1 < 0 || val > best.0 || val.is_nan() && !best.0.is_nan() {
+                        if best.1 < 0 || val > best.0 || val.is_nan() {
                             best = (val, flat as i64);
                         }
                     }
@@ -282,6 +282,28 @@ mod tests {
             }
         }
         (vals, idx)
+    }
+
+    /// PyTorch 2.15: `max_pool2d` of `[[0, nan], [1, nan]]` (2x2) is NaN with the gradient on
+    /// the last NaN, `[0, 0, 0, 1]`; and a 3x1 window `[nan, 2, nan]` the same, through the
+    /// general kernel.
+    #[test]
+    fn max_pool2d_sends_the_gradient_to_the_last_nan_as_pytorch() {
+        let nan = f64::NAN;
+        for (v, shape, o, want) in [
+            (vec![0.0, nan, 1.0, nan], [1, 1, 2, 2], Pool2dConfig::new(2), vec![0.0, 0.0, 0.0, 1.0]),
+            (vec![nan, 2.0, nan], [1, 1, 3, 1], opt_k((3, 1)), vec![0.0, 0.0, 1.0]),
+        ] {
+            let x = t64(&v, &shape).requires_grad_(true);
+            let y = x.max_pool2d(o);
+            assert!(y.to_vec_f64()[0].is_nan());
+            y.sum().backward();
+            assert_eq!(grad(&x), want);
+        }
+    }
+
+    fn opt_k(k: (usize, usize)) -> Pool2dConfig {
+        Pool2dConfig { kernel: k, stride: k, padding: (0, 0), dilation: (1, 1), ceil_mode: false }
     }
 
     #[test]

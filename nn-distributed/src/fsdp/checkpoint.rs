@@ -37,10 +37,18 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         if rank != 0 {
             return None;
         }
+        let full = self.module.state_dict();
         let mut out = StateDict::default();
-        for (k, t) in self.module.state_dict().iter() {
+        for (k, t) in full.iter() {
             // A snapshot: the parameters' own detached copies follow them back to meta.
             out.insert(k.to_string(), t.snapshot());
+        }
+        // The modules' layout versions and extra states go with the tensors.
+        for (path, v) in full.versions() {
+            out.set_version(path, v);
+        }
+        for (k, state) in full.extra_states() {
+            out.insert_extra_state(k.to_string(), state.clone());
         }
         for u in 0..self.shared.units.len() {
             self.shared.free(u);
@@ -117,6 +125,17 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         problems.extend(missing);
         problems
             .extend(sd.keys().filter(|k| !expected.contains(k)).map(|k| format!("`{k}` is not a key of the model")));
+        // Load hooks are not run here: refused rather than skipped.
+        problems.extend(self.module.named_modules().into_iter().filter_map(|(path, m)| {
+            m.base().filter(|b| b.has_load_state_dict_hooks()).map(|_| {
+                let at = if path.is_empty() { "<root>".to_string() } else { path };
+                format!("`{at}` has load_state_dict hooks, which load_full_state_dict does not run (run them on the state dict first)")
+            })
+        }));
+        // Extra states are not broadcast: refused rather than dropped on the other ranks.
+        problems.extend(sd.extra_states().map(|(k, _)| {
+            format!("`{k}` is an extra state, which load_full_state_dict does not set (load it into the unwrapped model)")
+        }));
         if problems.is_empty() {
             return Ok(());
         }

@@ -13,6 +13,7 @@ mod init_stats;
 mod layers;
 mod layers_b;
 mod layers_rnn;
+mod layers_volumes;
 mod masks;
 mod module;
 mod ops_a;

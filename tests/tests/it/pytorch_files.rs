@@ -49,6 +49,9 @@ fn a_modules_state_dict_loads_strictly_into_the_same_model() {
     let sd = StateDict::load_pytorch(fixture("module.pt")).unwrap();
     let want = reference();
     assert_eq!(sd.len(), 7);
+    // The OrderedDict's `_metadata`: each module's `_version` (BatchNorm's is 2), which load
+    // pre-hooks receive.
+    assert_eq!(sd.versions().collect::<Vec<_>>(), [("", 1), ("0", 1), ("1", 2)]);
     for (name, t) in sd.iter() {
         assert_same(t, want.get(&format!("module.{name}")).unwrap(), name);
     }
@@ -311,6 +314,32 @@ fn crafted_pickles_are_refused_naming_what_is_wrong() {
         (Pickle::new().op(b"0").end(), vec![], "an opcode pops an empty stack"),
         (Pickle::new().op(b"N(0").end(), vec![], "an opcode pops past a MARK"),
         (Pickle::new().op(b"N").end(), vec![], "holds a None, not a state dict"),
+        // The OrderedDict's attributes: `_metadata` must be PyTorch's `{path: {"version": n}}`.
+        (
+            Pickle::new().op(b"}").op(b"}(").str("_metadata").int(3).op(b"ub").end(),
+            vec![],
+            "`_metadata` is a int, not a dict",
+        ),
+        (
+            Pickle::new().op(b"}").op(b"}(").str("_metadata").op(b"}(").str("a").int(1).op(b"uub").end(),
+            vec![],
+            "`_metadata` for `a` is a int, not a dict",
+        ),
+        (
+            Pickle::new()
+                .op(b"}")
+                .op(b"}(")
+                .str("_metadata")
+                .op(b"}(")
+                .str("a")
+                .op(b"}(")
+                .str("version")
+                .int(-1)
+                .op(b"uuub")
+                .end(),
+            vec![],
+            "`_metadata` gives `a` the version -1, outside u32's range",
+        ),
     ];
     for (pkl, storages, want) in cases {
         let e = load(pkl, &storages).unwrap_err();

@@ -196,13 +196,15 @@ pub(crate) fn avg_pool2d_backward(g: &CpuStorage, pool: &AvgPool) -> CpuStorage 
     })
 }
 
-/// Whether `val` replaces `best` as the running maximum: it is larger, or the first NaN
-/// (NaN propagates, as in PyTorch). Ties keep the earlier position.
+/// Whether `val` replaces `best` as the running maximum: it is larger, or it is NaN, so
+/// that NaN propagates and the *last* NaN of a window wins, as PyTorch's kernels
+/// (`(val > maxval) || isnan(val)`) pick it and send it the gradient. Ties keep the
+/// earlier position.
 #[inline(always)]
 fn beats<T: Float>(val: T, best: T) -> bool {
-    // Non-short-circuit `|`/`&`: a select, not a jump; on real data the comparison is a
-    // coin toss the branch predictor loses.
-    (val > best) | (val.is_nan() & !best.is_nan())
+    // Non-short-circuit `|`: a select, not a jump; on real data the comparison is a coin
+    // toss the branch predictor loses.
+    (val > best) | val.is_nan()
 }
 
 /// Where each maximum of a max pool came from, saved for backward.

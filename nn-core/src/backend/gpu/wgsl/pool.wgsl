@@ -56,7 +56,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n
             if (iw < 0 || iw >= i32(Q.w)) { continue; }
             let f = ih * i32(Q.w) + iw;
             let v = X[q * Q.h * Q.w + u32(f)];
-            if (bi < 0 || v > best || (isnan_(v) && !isnan_(best))) { best = v; bi = f; }
+            // The last NaN wins, as in PyTorch's kernels (and the CPU's).
+            if (bi < 0 || v > best || isnan_(v)) { best = v; bi = f; }
         }
     }
     Y[i] = best;
