@@ -176,7 +176,7 @@ impl Tensor {
     /// 3-D convolution (cross-correlation, as PyTorch) of `self` (`[N, C, D, H, W]`, or
     /// `[C, D, H, W]` unbatched) with `weight` (`[O, C / groups, kD, kH, kW]`) and optional
     /// `bias` (`[O]`); output `[N, O, Do, Ho, Wo]`. Computed as `kD` batched 2-D
-    /// convolutions (see the [module docs](self)).
+    /// convolutions, each depth tap a 2-D convolution of the matching input planes.
     ///
     /// ```
     /// use nn_core::{ops::Conv3dConfig, Tensor};
