@@ -47,13 +47,25 @@ impl Embedding {
             panic!("Embedding: padding_idx {padding_idx} must be within num_embeddings {num_embeddings}");
         }
         let mut e = Self::new(num_embeddings, embedding_dim);
-        // Zero the padding row with tensor ops, so it works on whatever device the table is.
-        let mut rows = vec![false; num_embeddings];
-        rows[padding_idx] = true;
-        let padding_row = Tensor::from_vec_bool(rows, &[num_embeddings, 1]).to_device(e.weight.device());
-        nn_core::no_grad(|| e.weight.copy_(&e.weight.masked_fill(&padding_row, 0.0)));
         e.padding_idx = Some(padding_idx);
+        e.zero_padding_row();
         e
+    }
+
+    /// The row that reads as zeros and is never trained (PyTorch's `padding_idx`), if any.
+    pub fn padding_idx(&self) -> Option<usize> {
+        self.padding_idx
+    }
+
+    /// Zeros the `padding_idx` row (if any) with tensor ops, so that it works on whatever
+    /// device and dtype the table has.
+    pub(crate) fn zero_padding_row(&self) {
+        let Some(row) = self.padding_idx else { return };
+        let n = self.weight.shape()[0];
+        let mut rows = vec![false; n];
+        rows[row] = true;
+        let padding_row = Tensor::from_vec_bool(rows, &[n, 1]).to_device(self.weight.device());
+        nn_core::no_grad(|| self.weight.copy_(&self.weight.masked_fill(&padding_row, 0.0)));
     }
 }
 

@@ -26,6 +26,7 @@ mod param_containers;
 mod pool;
 mod recurrent;
 mod repr;
+mod reset;
 mod transformer;
 mod transformer_decoder;
 mod upsample;
@@ -53,6 +54,7 @@ pub use pool::{
     MaxPool1dConfig, MaxPool2d, MaxPool2dConfig,
 };
 pub use recurrent::{GRUConfig, LSTMConfig, LSTMInput, RNNConfig, RNNInput, RnnNonlinearity, GRU, LSTM, RNN};
+pub use reset::ResetParameters;
 pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };

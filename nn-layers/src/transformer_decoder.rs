@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use nn_core::module::ForwardArg;
-use nn_core::{init, Compute, Forward, Module, ModuleBase, ModuleIo, Tensor};
+use nn_core::{Compute, Forward, Module, ModuleBase, ModuleIo, Tensor};
 
 use crate::{
     Activation, AttentionInput, Dropout, EncoderInput, LayerNorm, Linear, ModuleList, MultiheadAttention,
@@ -588,11 +588,7 @@ impl Transformer {
         );
         let model =
             Transformer { encoder, decoder, base: ModuleBase::default(), d_model, nhead, batch_first: c.batch_first };
-        for p in model.parameters() {
-            if p.rank() > 1 {
-                init::xavier_uniform_(&p, 1.0);
-            }
-        }
+        crate::reset::xavier_matrices(&model);
         model
     }
 

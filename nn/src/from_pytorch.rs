@@ -667,6 +667,49 @@
 //! assert_eq!(small.weight.device(), Device::Cpu);
 //! ```
 //!
+//! `load_state_dict` gives a meta entry the module's dtype. PyTorch's
+//! `load_state_dict(sd, assign=True)`, which takes the file's tensors as they are (dtype
+//! included) for every entry, meta or not, is `load_state_dict_with` (no values are copied;
+//! the buffers are shared copy-on-write, so the model and the state dict never change each
+//! other's values, where PyTorch's would):
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::Linear;
+//! use nn::module::ModuleExt;
+//! use nn::LoadStateDictConfig;
+//!
+//! let mut sd = Linear::new(2, 2).state_dict();
+//! let bf16: Vec<(String, Tensor)> = sd.iter().map(|(k, t)| (k.to_string(), t.to_dtype(DType::BF16))).collect();
+//! for (k, t) in bf16 {
+//!     sd.insert(k, t);
+//! }
+//! let mut m = nn::with_device(Device::Meta, || Linear::new(2, 2));
+//! m.load_state_dict_with(&sd, LoadStateDictConfig { strict: true, assign: true }).unwrap();
+//! assert_eq!(m.weight.dtype(), DType::BF16);
+//! ```
+//!
+//! ## `reset_parameters()`
+//!
+//! Every layer with parameters implements [`ResetParameters`](crate::layers::ResetParameters):
+//! the same parameters drawn again in place from the layer's init (PyTorch's
+//! distributions, checked against them), running statistics reset; a whole model as
+//! PyTorch's `model.apply(lambda m: m.reset_parameters() if hasattr(...))`:
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::{Linear, ResetParameters};
+//!
+//! #[derive(Module)]
+//! struct Net { #[module] a: Linear, #[module] b: Linear }
+//! let mut net = Net { a: Linear::new(4, 4), b: Linear::new(4, 1) };
+//! let before = net.a.weight.to_vec();
+//! net.apply(&mut |m| {
+//!     if let Some(l) = m.as_any_mut().downcast_mut::<Linear>() {
+//!         l.reset_parameters();
+//!     }
+//! });
+//! assert_ne!(net.a.weight.to_vec(), before);
+//! ```
+//!
 //! ## Tensors: `clone()`, `detach()`, views and `.data`
 //!
 //! ```python

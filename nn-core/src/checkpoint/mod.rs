@@ -615,7 +615,8 @@ impl Checkpoint {
         // The model's load is planned and its values converted first, touching nothing; the
         // optimizer's load checks everything before it keeps anything; the model's load is
         // then committed, which cannot fail, nor can the scaler's (checked above).
-        let model_load = crate::module::load::prepare(&*model, &self.model, true)?;
+        let model_load =
+            crate::module::load::prepare(&*model, &self.model, crate::module::LoadStateDictConfig::default())?;
         if let Some((o, state)) = &mut optimizer {
             o.load_state_dict(state)?;
         }

@@ -26,6 +26,30 @@ impl IncompatibleKeys {
     }
 }
 
+/// How [`ModuleExt::load_state_dict_with`](super::ModuleExt::load_state_dict_with) loads:
+/// PyTorch's `load_state_dict(strict=..., assign=...)` keywords.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadStateDictConfig {
+    /// Every key must match (the default); otherwise the offending keys are returned.
+    pub strict: bool,
+    /// Take the state dict's tensors instead of copying into the module's (PyTorch's
+    /// `assign=True`, for a model built on the meta device): each entry then has the
+    /// state dict's dtype, device and values, and keeps its own `requires_grad`. Shapes
+    /// must still match, and a float entry still takes only floats. No values are copied:
+    /// the entry shares the state dict tensor's buffer copy-on-write, so the first
+    /// in-place write to either side (an optimizer step) copies it. Unlike PyTorch, where
+    /// the module then holds the state dict's tensor itself, the model and the state dict
+    /// (or another model whose `state_dict()` it was) never change each other's values.
+    /// Default `false`.
+    pub assign: bool,
+}
+
+impl Default for LoadStateDictConfig {
+    fn default() -> Self {
+        LoadStateDictConfig { strict: true, assign: false }
+    }
+}
+
 /// PyTorch's form, `missing_keys=["a"], unexpected_keys=[]`, naming at most
 /// [`MAX_LISTED_KEYS`](crate::error::MAX_LISTED_KEYS) keys of each kind.
 impl std::fmt::Display for IncompatibleKeys {
@@ -112,7 +136,7 @@ struct Plan {
 /// names (as Hugging Face writes a tied head: once, under its first name), or several with
 /// equal values; several with different values is an error naming them. A tied entry is
 /// missing only when the state dict holds none of its names, and is assigned once.
-fn plan(m: &dyn Module, sd: &StateDict) -> Result<Plan> {
+fn plan(m: &dyn Module, sd: &StateDict, take: bool) -> Result<Plan> {
     // 0. Entries for a lazy module that has not run: it has no parameters to take them.
     for (path, lazy) in m.named_modules().into_iter().filter(|(_, l)| l.is_uninitialized()) {
         let prefix = format!("{path}.");
@@ -174,8 +198,13 @@ fn plan(m: &dyn Module, sd: &StateDict) -> Result<Plan> {
                 err.mismatched.push(mismatch("dtype mismatch"));
             } else if src.device() == Device::Meta && target.device() != Device::Meta {
                 err.mismatched.push(mismatch("no values (meta tensor)"));
-            } else if overflows(src, target.dtype()) {
+            } else if !take && overflows(src, target.dtype()) {
                 err.mismatched.push(mismatch("finite values overflow the module's dtype (they would load as inf)"));
+            } else if take && target.shares_storage_with_views() {
+                err.mismatched.push(mismatch(
+                    "the entry shares its storage with its views (a sharded parameter) and cannot take another \
+                     tensor; load without `assign`",
+                ));
             } else {
                 continue;
             }
@@ -245,6 +274,8 @@ fn same_values(a: &Tensor, b: &Tensor, dtype: DType) -> bool {
 /// conversion of each tensor.
 pub(crate) struct Prepared {
     converted: Vec<(Tensor, Tensor)>,
+    /// Whether the entries take the converted tensors (`assign`) or copy them.
+    assign: bool,
     /// `(module path, state)`: the extra states to set, each checked by its module.
     extra: Vec<(String, serde_json::Value)>,
     keys: IncompatibleKeys,
@@ -254,11 +285,12 @@ pub(crate) struct Prepared {
 /// assign (dtype, device), touching nothing in the module: the load pre-hooks edit a copy
 /// of `sd`, extra states are matched and checked, the load post-hooks see the keys, and
 /// strictness is judged on the keys they leave.
-pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Prepared> {
+pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, config: LoadStateDictConfig) -> Result<Prepared> {
+    let LoadStateDictConfig { strict, assign } = config;
     let sd = state_hooks::run_load_pre_hooks(m, sd)?;
     let sd: &StateDict = &sd;
     let extra = state_hooks::plan_extra(m, sd)?;
-    let mut plan = plan(m, sd)?;
+    let mut plan = plan(m, sd, assign)?;
     plan.keys.missing_keys.extend(extra.missing.into_iter().map(|k| (k, None)));
     plan.keys.unexpected_keys.extend(extra.unexpected);
     let mut keys = IncompatibleKeys {
@@ -278,6 +310,12 @@ pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Pr
         return Err(Error::StateDict(Box::new(plan.keys)));
     }
     // 3. Conversions happen before any assignment, so a failure cannot leave a partial load.
+    if assign {
+        // The state dict's own buffers, shared copy-on-write (`set_data`): nothing is copied
+        // now, and a later in-place write to either side copies first.
+        let converted = no_grad(|| plan.assign.into_iter().map(|(target, src)| (target, src.detach())).collect());
+        return Ok(Prepared { converted, assign, extra: extra.set, keys });
+    }
     let converted: Vec<(Tensor, Tensor)> = no_grad(|| {
         plan.assign
             .into_iter()
@@ -288,11 +326,15 @@ pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, strict: bool) -> Result<Pr
             })
             .collect()
     });
-    Ok(Prepared { converted, extra: extra.set, keys })
+    Ok(Prepared { converted, assign, extra: extra.set, keys })
 }
 
-pub(crate) fn load_state_dict(m: &mut dyn Module, sd: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
-    Ok(prepare(&*m, sd, strict)?.commit(m))
+pub(crate) fn load_state_dict(
+    m: &mut dyn Module,
+    sd: &StateDict,
+    config: LoadStateDictConfig,
+) -> Result<IncompatibleKeys> {
+    Ok(prepare(&*m, sd, config)?.commit(m))
 }
 
 impl Prepared {
@@ -305,7 +347,11 @@ impl Prepared {
                 .set_extra_state_json(state);
         }
         for (target, value) in self.converted {
-            assign(&target, &value);
+            if self.assign {
+                target.set_data(&value);
+            } else {
+                assign(&target, &value);
+            }
         }
         self.keys
     }
@@ -325,3 +371,7 @@ fn assign(target: &Tensor, value: &Tensor) {
         no_grad(|| target.copy_(value));
     }
 }
+
+#[cfg(test)]
+#[path = "load_tests.rs"]
+mod tests;

@@ -5,8 +5,9 @@
 
 use std::collections::HashSet;
 
-use super::{Item, Module, Parameter};
+use super::{IncompatibleKeys, Item, LoadStateDictConfig, Module, Parameter};
 use crate::error::{Error, Result};
+use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
 
 /// Look-ups and keyword forms of [`Module`]'s traversals; implemented for every module
@@ -133,6 +134,40 @@ pub trait ModuleExt: Module {
                 crate::no_grad(|| g.fill_(0.0));
             }
         }
+    }
+
+    /// PyTorch's `load_state_dict(state_dict, strict, assign)`: as
+    /// [`Module::load_state_dict`], and with `assign` the entries take the state dict's
+    /// tensors (dtype, device, values) instead of copying into their own, the way a model
+    /// built on the meta device gets its weights without a second copy in memory (see
+    /// [`LoadStateDictConfig::assign`] for what is shared and what is copied).
+    ///
+    /// ```
+    /// use nn_core::module::{LoadStateDictConfig, ModuleExt};
+    /// use nn_core::prelude::*;
+    ///
+    /// #[derive(Module)]
+    /// struct Net { #[param] w: Parameter }
+    /// // Built without values, then given the file's tensors.
+    /// let mut net = Net { w: Parameter::new(Tensor::full_on(&[2], 0.0, DType::F32, Device::Meta)) };
+    /// let mut sd = StateDict::new();
+    /// sd.insert("w".to_string(), Tensor::from_vec(vec![1.0, 2.0], &[2]).to_dtype(DType::BF16));
+    /// let assign = LoadStateDictConfig { strict: true, assign: true };
+    /// net.load_state_dict_with(&sd, assign).unwrap();
+    /// assert_eq!((net.w.device(), net.w.dtype()), (Device::Cpu, DType::BF16)); // the file's
+    /// assert!(net.w.requires_grad()); // the module's
+    /// assert_eq!(net.w.to_vec(), [1.0, 2.0]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Module::load_state_dict`]; with `assign`, also an entry that shares its storage
+    /// with its views (a sharded parameter), which cannot take another tensor.
+    fn load_state_dict_with(
+        &mut self,
+        state_dict: &StateDict,
+        config: LoadStateDictConfig,
+    ) -> Result<IncompatibleKeys> {
+        super::load::load_state_dict(self.as_dyn_mut(), state_dict, config)
     }
 }
 

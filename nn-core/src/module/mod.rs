@@ -31,7 +31,7 @@ pub use display::fmt_module;
 pub use forward::{Compute, Forward, ForwardArg, HasBase, Layer, ModuleIo};
 pub use holds_state::HoldsState;
 pub use hooks::{HookHandle, ModuleBase, ScopedHook};
-pub use load::IncompatibleKeys;
+pub use load::{IncompatibleKeys, LoadStateDictConfig};
 pub use lookup::ModuleExt;
 pub use parameter::Parameter;
 pub use register::Hooks;
@@ -611,7 +611,7 @@ pub trait Module: HoldsState + Any {
     /// pass first). A lazy sub-module the state dict has nothing for is left to its first
     /// forward.
     fn load_state_dict(&mut self, state_dict: &StateDict, strict: bool) -> Result<IncompatibleKeys> {
-        load::load_state_dict(self.as_dyn_mut(), state_dict, strict)
+        load::load_state_dict(self.as_dyn_mut(), state_dict, load::LoadStateDictConfig { strict, assign: false })
     }
 
     /// Saves [`state_dict`](Module::state_dict) to a safetensors file, atomically.

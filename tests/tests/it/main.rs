@@ -20,5 +20,6 @@ mod ops_a;
 mod ops_b;
 mod optim_state;
 mod pytorch_files;
+mod reset;
 mod ties;
 mod training;
