@@ -145,6 +145,7 @@ pub trait ModuleExt: Module {
     /// ```
     /// use nn_core::module::{LoadStateDictConfig, ModuleExt};
     /// use nn_core::prelude::*;
+    /// use nn_core::StateDict;
     ///
     /// #[derive(Module)]
     /// struct Net { #[param] w: Parameter }
