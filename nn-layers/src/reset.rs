@@ -1,17 +1,4 @@
 //! [`ResetParameters`]: PyTorch's `reset_parameters()` on every layer with parameters.
-//!
-//! A reset draws a layer's parameters again, in place, from the distributions its
-//! constructor uses: the same [`Parameter`](nn_core::Parameter) handles (an optimizer
-//! built over them keeps working), the same dtype and device, gradients untouched. Norm
-//! layers also reset their running statistics (PyTorch's `reset_running_stats`). Each
-//! layer resets what PyTorch's resets and nothing else, so [`MultiheadAttention`] keeps
-//! `out_proj.weight` and [`Transformer`] its one-dimensional parameters, as PyTorch's
-//! `_reset_parameters` do. A lazy layer that has not run has nothing to reset (PyTorch's
-//! lazy modules skip it too); once materialised it resets as the layer it became.
-//!
-//! The layers that hold only other layers (`TransformerEncoderLayer`, the encoders and
-//! decoders, the containers) have no `reset_parameters` in PyTorch and none here: reset
-//! their layers, e.g. with [`Module::apply`] and a downcast (see [`ResetParameters`]).
 
 use nn_core::init::{self, calculate_fan_in_and_fan_out};
 use nn_core::module::ModuleExt;
@@ -23,8 +10,18 @@ use crate::{
     LazyConv3d, LazyLinear, Linear, MultiheadAttention, RMSNorm, Transformer, GRU, LSTM, RNN,
 };
 
-/// PyTorch's `reset_parameters()`: draws the layer's parameters again, in place (see the
-/// [module docs](self) for what is kept and what each layer resets).
+/// PyTorch's `reset_parameters()`: draws the layer's parameters again, in place, from the
+/// distributions its constructor uses: the same [`Parameter`](nn_core::Parameter) handles (an optimizer
+/// built over them keeps working), the same dtype and device, gradients untouched. Norm
+/// layers also reset their running statistics (PyTorch's `reset_running_stats`). Each
+/// layer resets what PyTorch's resets and nothing else, so [`MultiheadAttention`] keeps
+/// `out_proj.weight` and [`Transformer`] its one-dimensional parameters, as PyTorch's
+/// `_reset_parameters` do. A lazy layer that has not run has nothing to reset (PyTorch's
+/// lazy modules skip it too); once materialised it resets as the layer it became.
+///
+/// The layers that hold only other layers (`TransformerEncoderLayer`, the encoders and
+/// decoders, the containers) have no `reset_parameters` in PyTorch and none here: reset
+/// their layers, e.g. with [`Module::apply`] and a downcast, as below.
 ///
 /// ```
 /// use nn_core::prelude::*;
