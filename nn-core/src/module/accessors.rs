@@ -147,22 +147,31 @@ impl<M: Module + ?Sized> Module for Box<M> {
     fn to_dtype(&mut self, dtype: crate::DType) {
         (**self).to_dtype(dtype)
     }
-    fn transparent_inner(&self) -> Option<&dyn Module> {
-        (**self).transparent_inner()
-    }
-    fn state_dict_version(&self) -> Option<u32> {
-        (**self).state_dict_version()
-    }
-    fn has_extra_state(&self) -> bool {
-        (**self).has_extra_state()
-    }
-    fn extra_state_json(&self) -> Result<serde_json::Value, serde_json::Error> {
-        (**self).extra_state_json()
-    }
-    fn check_extra_state_json(&self, state: &serde_json::Value) -> Result<(), serde_json::Error> {
-        (**self).check_extra_state_json(state)
-    }
+    forward_state_dict_reads!();
     fn set_extra_state_json(&mut self, state: &serde_json::Value) {
         (**self).set_extra_state_json(state)
     }
 }
+
+/// The state-dict methods that a handle on a module (`Box`, `Arc`) passes to the module
+/// unchanged: every one that only reads.
+macro_rules! forward_state_dict_reads {
+    () => {
+        fn transparent_inner(&self) -> Option<&dyn Module> {
+            (**self).transparent_inner()
+        }
+        fn state_dict_version(&self) -> Option<u32> {
+            (**self).state_dict_version()
+        }
+        fn has_extra_state(&self) -> bool {
+            (**self).has_extra_state()
+        }
+        fn extra_state_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+            (**self).extra_state_json()
+        }
+        fn check_extra_state_json(&self, state: &serde_json::Value) -> Result<(), serde_json::Error> {
+            (**self).check_extra_state_json(state)
+        }
+    };
+}
+pub(crate) use forward_state_dict_reads;

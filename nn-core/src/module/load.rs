@@ -313,8 +313,7 @@ pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, config: LoadStateDictConfi
     if assign {
         // The state dict's own buffers, shared copy-on-write (`set_data`): nothing is copied
         // now, and a later in-place write to either side copies first.
-        let converted = no_grad(|| plan.assign.into_iter().map(|(target, src)| (target, src.detach())).collect());
-        return Ok(Prepared { converted, assign, extra: extra.set, keys });
+        return Ok(Prepared { converted: plan.assign, assign, extra: extra.set, keys });
     }
     let converted: Vec<(Tensor, Tensor)> = no_grad(|| {
         plan.assign

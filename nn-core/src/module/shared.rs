@@ -93,21 +93,7 @@ impl<M: Module> Module for Arc<M> {
     fn to_dtype(&mut self, dtype: crate::DType) {
         unique(self, "to_dtype").to_dtype(dtype)
     }
-    fn transparent_inner(&self) -> Option<&dyn Module> {
-        (**self).transparent_inner()
-    }
-    fn state_dict_version(&self) -> Option<u32> {
-        (**self).state_dict_version()
-    }
-    fn has_extra_state(&self) -> bool {
-        (**self).has_extra_state()
-    }
-    fn extra_state_json(&self) -> Result<serde_json::Value, serde_json::Error> {
-        (**self).extra_state_json()
-    }
-    fn check_extra_state_json(&self, state: &serde_json::Value) -> Result<(), serde_json::Error> {
-        (**self).check_extra_state_json(state)
-    }
+    super::accessors::forward_state_dict_reads!();
     #[track_caller]
     fn set_extra_state_json(&mut self, state: &serde_json::Value) {
         unique(self, "load_state_dict").set_extra_state_json(state)
