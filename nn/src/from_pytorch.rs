@@ -667,6 +667,9 @@
 //! assert_eq!(small.weight.device(), Device::Cpu);
 //! ```
 //!
+//! A loaded model is in training mode, as a freshly built one is (PyTorch's default too):
+//! dropout is on, so call `eval()` before comparing its outputs with another model's.
+//!
 //! `load_state_dict` gives a meta entry the module's dtype. PyTorch's
 //! `load_state_dict(sd, assign=True)`, which takes the file's tensors as they are (dtype
 //! included) for every entry, meta or not, is `load_state_dict_with` (no values are copied;
