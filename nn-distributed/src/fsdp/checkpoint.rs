@@ -134,7 +134,9 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
         }));
         // Extra states are not broadcast: refused rather than dropped on the other ranks.
         problems.extend(sd.extra_states().map(|(k, _)| {
-            format!("`{k}` is an extra state, which load_full_state_dict does not set (load it into the unwrapped model)")
+            format!(
+                "`{k}` is an extra state, which load_full_state_dict does not set (load it into the unwrapped model)"
+            )
         }));
         if problems.is_empty() {
             return Ok(());
