@@ -3,8 +3,9 @@
 //! Where an elementwise op has more than one CPU kernel (`f64` and `f32` algorithms for
 //! `tanh` and `exp`, and a table for `tanh`; an AVX-512 and an AVX2 copy of every vectorized loop on a CPU
 //! with both), the first call in a process times each on a small input and keeps the
-//! fastest, because which one wins depends on the microarchitecture: `tanh` in `f64` was
-//! a third of PyTorch's time on AMD Zen 5 and four times it on Intel Emerald Rapids.
+//! fastest, because which one wins depends on the microarchitecture: `tanh` in `f64` is
+//! faster than PyTorch's on AMD Zen 5 and slower than it on Intel Emerald Rapids (the
+//! `compare.py` row `ew_tanh`).
 //! [`kernel_report`] lists the choices with the candidates' times.
 //!
 //! Copies of one algorithm give the same bits. Algorithms may differ in the last bits,

@@ -239,9 +239,11 @@ fn resolve_links(path: &Path) -> io::Result<PathBuf> {
 
 /// The regular file a rename to `to` is about to replace, held open (Unix) so that the
 /// rename only unlinks its name: the file system frees its blocks when the last handle
-/// closes, which [`release_in_background`] does off the saving thread. Freeing 64 MB
-/// took 16-27 ms of every overwriting save here (ext4 mounted with `discard`). Elsewhere
-/// (an open file cannot be renamed over on Windows), `None`.
+/// closes, which [`release_in_background`] does off the saving thread. Freeing 64 MB is a
+/// large part of an overwriting save where the file system discards freed blocks (ext4
+/// mounted with `discard`; the `compare.py` row `state_dict_save_64MB` overwrites its
+/// file on every save). Elsewhere (an open file cannot be renamed over on Windows),
+/// `None`.
 fn open_replaced(to: &Path) -> Option<File> {
     #[cfg(unix)]
     {
@@ -269,9 +271,10 @@ const WRITEBACK_STEP: u64 = 8 << 20;
 /// A writer over a file written sequentially from offset 0 that asks the kernel (Linux)
 /// to start writing each 8 MiB to disk as soon as it is written, so that the closing
 /// `fsync` waits for the tail only instead of for the whole file: the disk works while
-/// the rest is encoded. A 64 MB save's `fsync` took about 31 ms after the last write
-/// here. Only a hint: the data are durable once `fsync` returns, and a write-back error
-/// is reported by that `fsync` (so nothing is lost silently). Elsewhere a plain writer.
+/// the rest is encoded (without it, a 64 MB save's `fsync` waits for the whole file after
+/// the last write: the `compare.py` row `state_dict_save_64MB`). Only a hint: the data are
+/// durable once `fsync` returns, and a write-back error is reported by that `fsync` (so
+/// nothing is lost silently). Elsewhere a plain writer.
 pub(crate) struct EarlyWriteback<'a> {
     file: &'a File,
     written: u64,

@@ -279,7 +279,7 @@ pub fn binary_cross_entropy_with_logits(
         [Some(input), Some(target), pos_weight], again = |c| run(c[0].expect("present"), c[1].expect("present"), c[2]));
     check_same_shape("binary_cross_entropy_with_logits", input, target);
     // softplus(-x) = log(1 + exp(-x)) = -log_sigmoid(x), through `log1p` (PyTorch's
-    // `log_sigmoid`): as `log(1 + exp(-|x|))` it rounded to 0 past |x| of about 17 in f32
+    // `log_sigmoid`): as `log(1 + exp(-|x|))` it would round to 0 past |x| of about 17 in f32
     // and 37 in f64, where PyTorch's loss is e^-|x|. No threshold: the identity is used
     // only where the f32 and f64 forms are exact.
     let softplus_neg = (-input).softplus(1.0, f64::INFINITY);
@@ -366,7 +366,8 @@ mod tests {
     }
 
     /// An ignored row contributes 0 whatever its logits hold: a pad logit masked to -inf
-    /// gave NaN (its -inf log-probability times the 0 mask), where PyTorch never reads it.
+    /// would otherwise give NaN (its -inf log-probability times the 0 mask), where PyTorch
+    /// never reads it.
     #[test]
     fn ignored_rows_with_infinite_logits_contribute_nothing() {
         let inf = f64::NEG_INFINITY;
@@ -392,7 +393,7 @@ mod tests {
     }
 
     /// A confident, right positive logit loses `e^-x`, as PyTorch's `log_sigmoid` gives:
-    /// through `log(1 + exp(-|x|))` the loss was 0 in f32 past x of about 17 (f64: 37).
+    /// through `log(1 + exp(-|x|))` the loss would be 0 in f32 past x of about 17 (f64: 37).
     /// (For a negative logit and target 0, PyTorch's `(1 - t) x - log_sigmoid(x)` rounds
     /// to 0 too: `-30 + 30.000...`.)
     #[test]

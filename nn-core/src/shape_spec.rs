@@ -59,8 +59,8 @@ pub trait ShapeSpec {
     fn dims(&self, op: &str) -> Vec<Option<usize>>;
 }
 
-// Slices, arrays and vectors are shapes by reference only (`reshape(&[2, 3])`, as the
-// `&[usize]` parameter this replaced): were `[usize; N]` one by value too, clippy would
+// Slices, arrays and vectors are shapes by reference only (`reshape(&[2, 3])`, as with a
+// `&[usize]` parameter): were `[usize; N]` one by value too, clippy would
 // ask every `reshape(&[..])` to drop its `&`.
 impl ShapeSpec for &[usize] {
     fn dims(&self, _: &str) -> Vec<Option<usize>> {

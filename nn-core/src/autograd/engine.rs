@@ -54,7 +54,7 @@ impl Tensor {
             panic!("backward: gradient has dtype {} but the tensor has dtype {}", grad.dtype(), self.dtype());
         }
         // PyTorch's "invalid gradient - expected device": a meta gradient of a tensor with
-        // values had reached the leaves as gradients with none.
+        // values would reach the leaves as gradients with none.
         if grad.device() != self.device() && self.device() != Device::Meta {
             panic!("backward: gradient is on {} but the tensor is on {}", grad.device(), self.device());
         }
@@ -321,8 +321,8 @@ impl Tensor {
     /// As [`set_grad`](Tensor::set_grad) keeps it: of the tensor's dtype and on its device
     /// (a meta tensor takes any). A gradient of another dtype or device is refused, by name:
     /// the tensor was converted or moved between forward and backward (`set_data`,
-    /// `Module::to_dtype`), or an op's backward returned the wrong type; stored, it made a
-    /// `.grad` that `set_grad` refuses and the optimizer failed on later, far from here.
+    /// `Module::to_dtype`), or an op's backward returned the wrong type; stored, it would
+    /// make a `.grad` that `set_grad` refuses and the optimizer fails on later, far from here.
     #[track_caller]
     fn accumulate_grad(&self, g: Tensor) {
         if (g.dtype(), g.device()) != (self.dtype(), self.device()) && self.device() != Device::Meta {
@@ -578,7 +578,7 @@ mod tests {
     }
 
     /// An integer output of a custom function is not differentiable (PyTorch's rule): as a
-    /// node, the float gradient cast to it truncated to 0, silently.
+    /// node, the float gradient cast to it would truncate to 0, silently.
     #[test]
     fn custom_op_with_an_integer_output_records_nothing() {
         let x = leaf(&[0.4, 1.6], &[2]);
@@ -589,7 +589,7 @@ mod tests {
         assert_eq!(y.to_vec_i64(), vec![0, 2]);
     }
 
-    /// A root gradient on another device: refused, where a meta one had reached the
+    /// A root gradient on another device: refused, where a meta one would reach the
     /// leaves as a gradient with no values.
     #[test]
     #[should_panic(expected = "backward: gradient is on meta but the tensor is on cpu")]
@@ -598,8 +598,8 @@ mod tests {
         (&x * 3.0).backward_with(&Tensor::full_on(&[2], 1.0, DType::F64, Device::Meta), false);
     }
 
-    /// A leaf converted between forward and backward: its gradient is refused by name (it
-    /// had been stored as a `.grad` of another dtype, which `set_grad` refuses).
+    /// A leaf converted between forward and backward: its gradient is refused by name
+    /// (stored, it would be a `.grad` of another dtype, which `set_grad` refuses).
     #[test]
     #[should_panic(expected = "backward: a f64 gradient on cpu reached a f32 tensor of shape [2] on cpu")]
     fn a_leaf_converted_between_forward_and_backward_is_named() {
@@ -611,9 +611,9 @@ mod tests {
 
     /// A tensor that shares its storage with its views (FSDP's parameters) written in place
     /// between forward and backward: backward refuses the values it saved, as PyTorch's
-    /// version counter does (it had computed the gradient from the new values: `[12, 13]`
-    /// for a forward that used `[2, 3]`). Replacing its buffer (`set_data`, FSDP's free and
-    /// regather) is not a write.
+    /// version counter does (unchecked, the gradient would come from the new values:
+    /// `[12, 13]` for a forward that used `[2, 3]`). Replacing its buffer (`set_data`,
+    /// FSDP's free and regather) is not a write.
     #[test]
     fn a_shared_tensor_written_between_forward_and_backward_is_refused() {
         let w = Tensor::from_vec(vec![2.0, 3.0], &[2]).requires_grad_(true);

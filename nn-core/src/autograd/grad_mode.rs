@@ -169,7 +169,7 @@ mod tests {
         assert!(msg.contains("grad mode (no_grad / enable_grad) guards dropped out of order"), "{msg}");
         drop(inner);
         // The panic was caught (a thread pool's): once the inner guard drops, the thread is
-        // as before the outer one (it had stayed in no_grad, recording nothing).
+        // as before the outer one (not left in no_grad, recording nothing).
         assert!(is_grad_enabled());
         let outer = InferenceModeGuard::new();
         let inner = InferenceModeGuard::new();

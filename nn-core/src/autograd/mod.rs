@@ -223,7 +223,7 @@ pub fn custom_op(
     let out = output.held();
     if !out.dtype().is_float() {
         // An integer or bool output is not differentiable (PyTorch marks it so): as a node,
-        // a float gradient cast to it truncated to zero, silently.
+        // a float gradient cast to it would truncate to zero, silently.
         return out;
     }
     let shapes: Vec<Dims> = inputs.iter().map(|t| Dims::from(t.shape())).collect();

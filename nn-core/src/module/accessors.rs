@@ -120,8 +120,8 @@ impl<M: Module + ?Sized> Module for Box<M> {
         (**self).handle_count()
     }
     // The methods a module may override, passed through: with the defaults, a boxed lazy
-    // layer listed no parameters instead of refusing, and a boxed wrapper's own mode,
-    // `apply` and conversion rules were skipped.
+    // layer would list no parameters instead of refusing, and a boxed wrapper's own mode,
+    // `apply` and conversion rules would be skipped.
     fn is_uninitialized(&self) -> bool {
         (**self).is_uninitialized()
     }

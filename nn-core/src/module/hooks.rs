@@ -302,7 +302,7 @@ impl ModuleBase {
                 // The input's gradient came through an output other than the first (an
                 // RNN's `h_n`, with `out` unused): the hooks still fire, as PyTorch's do,
                 // with a zero gradient for the first output (PyTorch passes `None` in
-                // its place). They had been skipped silently.
+                // its place), rather than being skipped silently.
                 let g_out = g_out.or_else(|| {
                     let like = like.lock().unwrap_or_else(|e| e.into_inner());
                     like.as_ref().map(|(shape, dtype, device)| Tensor::full_on(shape, 0.0, *dtype, *device))

@@ -117,14 +117,14 @@ unary_op!(
             sg + x * sg * (T::one() - sg) * (dinner + dinner)
         }
     },
-    // The CPU's form, `x sigmoid(2u)` with the stable sigmoid (`0.5 x (1 + tanh u)` gave
+    // The CPU's form, `x sigmoid(2u)` with the stable sigmoid (`0.5 x (1 + tanh u)` gives
     // -0 at x = -5.5 in f32, for -5.9e-9), and its derivative `s + x s (1 - s) 2u'`, with
     // 2u = 2 sqrt(2/pi) (x + 0.044715 x^3) (2 sqrt(2/pi) in f32 is twice sqrt(2/pi) in f32:
     // the CPU's `inner + inner`) and 2u' = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2).
     wgsl = Wgsl::unary(
         concat!("x * ", wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)")),
         // Multiplied in the CPU's order, `s + ((x s) (1 - s)) 2u'`: as `s (1 + x (1 - s) 2u')`
-        // the product overflowed to -inf for x below -1.2e13, where s is 0, and gave NaN.
+        // the product overflows to -inf for x below -1.2e13, where s is 0, and gives NaN.
         concat!(
             wgsl_sigmoid!("1.5957691216057308 * (x + 0.044715 * x * x * x)"),
             " + x * ",
@@ -173,8 +173,8 @@ impl UnaryOp for Softplus {
     }
     fn wgsl(&self) -> Option<(Wgsl, [f64; 2])> {
         // log(1 + e^bx) as max(bx, 0) + log1p(e^-|bx|) (no overflow), as the CPU's; log1p(u)
-        // as u (1 - u/2) below 1e-4, where log(1 + u) rounds u away (softplus(-30) was 0,
-        // and with it a confident logit's binary cross-entropy).
+        // as u (1 - u/2) below 1e-4, where log(1 + u) rounds u away (softplus(-30) would be
+        // 0, and with it a confident logit's binary cross-entropy).
         let f = concat!(
             "select((max(x * p0, 0.0) + select(log(1.0 + exp(-abs(x * p0))), ",
             "exp(-abs(x * p0)) * (1.0 - 0.5 * exp(-abs(x * p0))), exp(-abs(x * p0)) < 1e-4)) / p0, x, x * p0 > p1)"
@@ -427,7 +427,7 @@ mod tests {
     }
 
     /// Under a threshold larger than the range of `exp`, f64 softplus is still `x` where
-    /// it is large (it was `ln(1 + inf)`), as the f32 path's.
+    /// it is large (not `ln(1 + inf)`), as the f32 path's.
     #[test]
     fn softplus_does_not_overflow_under_a_large_threshold() {
         let y = t64(&[800.0, 40.0, -800.0], &[3]).softplus(1.0, f64::INFINITY).to_vec_f64();
@@ -490,7 +490,7 @@ mod tests {
     }
 
     /// NaN passes through relu and leaky_relu in every float dtype, as in PyTorch (a
-    /// `max(x, 0)` gave 0); the gradient there is PyTorch's (torch 2.15): 1 for relu
+    /// `max(x, 0)` would give 0); the gradient there is PyTorch's (torch 2.15): 1 for relu
     /// (`threshold_backward` zeroes it where `x <= 0` only), the slope for leaky_relu.
     #[test]
     fn relu_and_leaky_relu_propagate_nan() {

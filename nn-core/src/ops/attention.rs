@@ -44,7 +44,7 @@ impl Tensor {
     /// `softmax(q k^T * scale + mask) v` for `q: [..., L, E]`, `k: [..., S, E]`,
     /// `v: [..., S, Ev]`; output `[..., L, Ev]`. A query row whose every key position is
     /// masked out gives zeros, and passes no gradient, as PyTorch 2.5 and later (its "safe
-    /// softmax"; earlier versions gave NaN).
+    /// softmax"; earlier versions give NaN).
     ///
     /// ```
     /// use nn_core::{ops::AttentionConfig, Tensor};
@@ -283,8 +283,8 @@ fn grouped_matmul(a: &Tensor, b: &Tensor) -> Tensor {
 fn safe_softmax(scores: &Tensor) -> Tensor {
     // A row is dead when it counts as many `-inf` as it has keys (built from ops that
     // export to ONNX: Equal, Cast, ReduceSum).
-    // Counted in f32: in bf16, 259 masked keys of 260 rounded to 260, and the row with
-    // one kept key was zeroed.
+    // Counted in f32: in bf16, 259 masked keys of 260 would round to 260, and the row
+    // with one kept key would be zeroed.
     let full = |v: f64, dtype| Tensor::full_on(&[], v, dtype, scores.device());
     let masked = scores.held().eq(&full(f64::NEG_INFINITY, scores.dtype())).to_dtype(DType::F32);
     let keys = scores.shape()[scores.rank() - 1] as f64;

@@ -287,7 +287,7 @@ impl Tensor {
     pub fn ne(&self, other: &Tensor) -> Tensor {
         let _op = crate::autograd::entry::enter_uncast(crate::names::NE, &[self, other], &[], Vec::new);
         // Through `logical_not`, which handles meta tensors (reading `eq`'s values here
-        // panicked on the meta device).
+        // would panic on the meta device).
         self.eq(other).logical_not()
     }
 

@@ -372,8 +372,8 @@ mod tests {
 
     #[test]
     fn conv2d_backward_when_only_some_operands_require_grad() {
-        // Regression: a gradient that was not needed came back as an empty buffer wrapped
-        // in a full-shape tensor, which panicked (data inputs never require grad).
+        // A gradient that is not needed must not come back as an empty buffer wrapped in a
+        // full-shape tensor, which would panic (data inputs never require grad).
         let x = vals(&[2, 1, 3, 3], 1);
         let w = w4();
         let b = leaf(&[0.5], &[1]);

@@ -40,7 +40,7 @@ impl Tensor {
             panic!("{OP}: index must be 1-D, got shape {:?}", index.shape());
         }
         if self.rank() == 0 && index.numel() != 1 {
-            // Read as a `[1]` tensor, index [0, 0] gave two values; PyTorch refuses.
+            // Read as a `[1]` tensor, index [0, 0] would give two values; PyTorch refuses.
             panic!("{OP}: index to a 0-d tensor can have only 1 value, got {}", index.numel());
         }
         if self.rank() == 0 {
@@ -306,8 +306,8 @@ mod tests {
         assert_eq!(x.gather(-1, &idx(&[1, 0, 0], &[3, 1])).to_vec_f64(), vec![1.0, 2.0, 4.0]);
     }
 
-    /// A negative index is out of bounds, as in PyTorch (it was counted from the back:
-    /// `lengths - 1` of an empty sequence read the last, padding, position).
+    /// A negative index is out of bounds, as in PyTorch (counted from the back,
+    /// `lengths - 1` of an empty sequence would read the last, padding, position).
     #[test]
     fn negative_indices_are_out_of_bounds() {
         let x = x32();

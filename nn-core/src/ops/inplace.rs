@@ -225,7 +225,7 @@ impl Tensor {
             );
         }
         let rhs = match rhs {
-            // Exact: through f64, values past 2^53 were rounded (and i64::MAX refused).
+            // Exact: through f64, values past 2^53 would be rounded (and i64::MAX refused).
             Operand::Int(v) => Tensor::from_vec_i64(vec![v], &[]).to_device(self.device()),
             Operand::Broadcast(t) => t.clone(),
             Operand::Float(_) => unreachable!("refused above"),

@@ -47,8 +47,8 @@ impl Tensor {
             // `[..., m, k] x [k, n]` (every Linear on a sequence): one `[B m, k] x [k, n]`
             // GEMM (as PyTorch does). Against a GEMM per batch entry it is big enough to be
             // split over threads, and its weight gradient is one GEMM over `B m` instead of
-            // B products and a sum (measured: the Transformer layer step went from no
-            // 2-thread speed-up to 1.4x).
+            // B products and a sum (per batch entry, the Transformer layer step gains
+            // nothing from a second thread: the `compare.py` row `transformer_step`).
             return fold_rows(self, |x| Some(x.matmul(other))).expect("matmul always runs");
         }
         let a = if ra == 1 { self.unsqueeze(0) } else { self.clone() };
@@ -270,8 +270,9 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
 /// transposed row-major matrix (`W^T`), or a transposed view of rows spaced further apart
 /// (the keys of attention heads split from `[N, S, E]`, transposed for `q k^T`). Its
 /// gradient is then made in the rows' own layout, so it flows back through the views to
-/// a head split whose copy runs by rows (made column-major, the copy went element by
-/// element on one thread: 3% of a 2-thread Transformer step).
+/// a head split whose copy runs by rows (made column-major, the copy would go element by
+/// element on one thread, a measurable part of the `compare.py` row `transformer_step` at
+/// 2 threads).
 fn is_transposed_matrix(t: &Tensor) -> bool {
     let r = t.rank();
     let (s, st) = (t.shape(), t.strides());

@@ -359,8 +359,8 @@ mod tests {
     }
 
     /// A long f32 row (2^22 values of 0.1) normalises as it should: layer norm to 0, RMS
-    /// norm to 1. The fused kernel's sums had run in f32 alone, 8 lanes along the row, and
-    /// their rounding grew with the row's length.
+    /// norm to 1. Run in f32 alone, 8 lanes along the row, the fused kernel's sums would
+    /// round more the longer the row.
     #[test]
     fn long_rows_normalise_accurately() {
         let n = 1 << 22;
@@ -690,7 +690,8 @@ mod tests {
         Tensor::zeros(&[4, 2]).batch_norm(None, None, Some(&Tensor::ones(&[3])), None, true, 0.1, 1e-5);
     }
 
-    /// A lone running statistic in training was left as it was (only a pair was updated).
+    /// A lone running statistic in training is refused, not left as it is (only a pair is
+    /// updated).
     #[test]
     #[should_panic(expected = "batch_norm: running_mean and running_var must both be given or both be absent")]
     fn batch_norm_in_training_refuses_one_running_statistic_without_the_other() {
@@ -698,7 +699,7 @@ mod tests {
         Tensor::randn(&[4, 2]).batch_norm(Some(&rm), None, None, None, true, 0.1, 1e-5);
     }
 
-    /// A `[2, 2]` weight for 4 channels was read row-major.
+    /// A `[2, 2]` weight for 4 channels is refused, not read row-major.
     #[test]
     #[should_panic(expected = "group_norm: weight of shape [2, 2] for an input with 4 channels (shape [2, 4, 3])")]
     fn group_norm_refuses_affine_parameters_not_of_shape_c() {

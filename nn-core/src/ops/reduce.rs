@@ -106,7 +106,7 @@ impl Tensor {
         let _op = crate::autograd::entry::op_entry!(untraced crate::names::MEAN);
         if self.dtype().is_half() {
             // The sum in f32, as PyTorch's: rounded to f16 first, the sum of 100,000 ones
-            // is inf, and so was their mean.
+            // is inf, and so would be their mean.
             return self.to_dtype(DType::F32).sum_dims(dims, keepdim).div_scalar(n as f64).to_dtype(self.dtype());
         }
         self.sum_dims(dims, keepdim).div_scalar(n as f64)

@@ -451,8 +451,8 @@ impl Tensor {
     /// ```
     ///
     /// # Panics
-    /// When `min > max`, or a bound is NaN (it passed every element through forward and
-    /// sent no gradient back; PyTorch returns NaN).
+    /// When `min > max`, or a bound is NaN (accepted, it would pass every element through
+    /// forward and send no gradient back; PyTorch returns NaN).
     #[track_caller]
     pub fn clamp(&self, min: f64, max: f64) -> Tensor {
         let _op = crate::autograd::entry::enter_uncast(crate::names::CLAMP, &[self], &[], || {

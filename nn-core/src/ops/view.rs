@@ -22,7 +22,7 @@ impl Tensor {
     ) -> Tensor {
         let view = op_result_in(op, self.slot(), layout, &[self], backward);
         // A view of a value saved for backward is one too: it keeps the version check
-        // (a backward's `b.transpose(..)` of a saved weight read it unchecked).
+        // (else a backward's `b.transpose(..)` of a saved weight would read it unchecked).
         match self.0.saved_version {
             Some(v) => Tensor::in_slot_at(view.slot(), view.layout().clone(), view.0.grad_fn.clone(), Some(v)),
             None => view,
@@ -833,8 +833,8 @@ mod tests {
         assert_eq!(Tensor::cat(&[&e, &e], 0).shape(), &[0]);
     }
 
-    /// Empty operands, at any dim (`stack` of two `[0, 1, 0]` at -1 had panicked inside a
-    /// kernel).
+    /// Empty operands, at any dim (`stack` of two `[0, 1, 0]` at -1 too, which must not
+    /// panic inside a kernel).
     #[test]
     fn stack_and_cat_of_empty_tensors() {
         let a = Tensor::zeros(&[0, 1, 0]);

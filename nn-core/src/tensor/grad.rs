@@ -211,8 +211,8 @@ impl Tensor {
     /// views](Tensor::share_storage_with_views), whose saved values follow its slot (FSDP
     /// frees and regathers it between forward and backward). Those record the slot's
     /// version: read after an in-place write (an optimizer step, `copy_`, `add_`), they
-    /// panic, as PyTorch's "modified by an inplace operation", where they had given the
-    /// new values to a backward of the old ones.
+    /// panic, as PyTorch's "modified by an inplace operation", rather than give the new
+    /// values to a backward of the old ones.
     pub(crate) fn saved(&self) -> Tensor {
         if self.shares_storage_with_views() {
             let _op = crate::autograd::entry::enter_uncast(crate::names::DETACH, &[self], &[], Vec::new);

@@ -47,8 +47,8 @@ fn integer_and_bool_conversions() {
     assert_eq!(i.to_dtype(DType::F64).to_vec_f64(), vec![3.0, -2.0, 0.0, 9007199254740992.0]);
     assert_eq!(i.to_dtype(DType::Bool).to_vec_bool(), vec![true, true, false, true]);
     assert_eq!(i.to_dtype(DType::F16).to_vec(), vec![3.0, -2.0, 0.0, f32::INFINITY]);
-    // Past 2^53 an integer rounds to f32 once, as PyTorch (through f64 it rounded twice:
-    // 2^60 + 2^36 + 1 became 2^60).
+    // Past 2^53 an integer rounds to f32 once, as PyTorch (through f64 it would round
+    // twice: 2^60 + 2^36 + 1 would become 2^60).
     let big = Tensor::from_vec_i64(vec![(1 << 60) + (1 << 36) + 1], &[1]);
     assert_eq!(big.to_dtype(DType::F32).to_vec(), vec![((1u64 << 60) + (1u64 << 37)) as f32]);
     assert_eq!(big.to_dtype(DType::BF16).to_vec(), vec![(1u64 << 60) as f32]);

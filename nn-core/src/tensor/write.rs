@@ -67,7 +67,8 @@ impl Tensor {
         }
         let storage = self.storage_arc().convert(self.layout(), dtype);
         // The source is an input whatever the dtypes, so the tracer follows it (an ONNX
-        // `Cast`; to an integer type it had been a constant of the traced example's values).
+        // `Cast`; to an integer type it would otherwise be a constant of the traced example's
+        // values).
         // An integer result records no graph (`op_result`), and an integer source never
         // requires grad.
         op_result("to_dtype", Arc::new(storage), Layout::contiguous(self.shape()), &[self], || {

@@ -273,7 +273,7 @@ fn im2col_wide<T: ConvElem>(xp: &[T], g: &Geometry, l: &Cols, cols: &mut [T], ro
                 dst[..n].copy_from_slice(&src[start..start + n]);
                 dst[n..].fill(T::zero());
                 // Dropped columns hold zeros, not the input: their zero output gradient
-                // times an infinite input was a NaN in the weight gradient at a tap
+                // times an infinite input would be a NaN in the weight gradient at a tap
                 // PyTorch never pairs with that input.
                 for oh in 0..g.ho {
                     dst[oh * l.wp + g.wo..(oh + 1) * l.wp].fill(T::zero());

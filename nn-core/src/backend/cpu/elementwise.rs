@@ -91,8 +91,8 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
         #[inline(always)]
         fn run_on(self, isa: Isa, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<H> {
             // Each closure is inlined into its vector loop whole (as `f` is): out of line,
-            // `f`'s `mul_add`s were libm calls on the baseline target (`vmath::map_elems`;
-            // a bf16 GELU backward ran 20x slower).
+            // `f`'s `mul_add`s would be libm calls on the baseline target (`vmath::map_elems`;
+            // a bf16 GELU backward would run many times slower).
             let Some(r) = self.1.contiguous_range() else {
                 return map1(
                     self.0,
@@ -310,7 +310,7 @@ pub(crate) fn select(
         };
         // Outer dims by odometer, the innermost as one run (an attention mask broadcast
         // over the batch, a scalar fill value): element by element through the odometer,
-        // a masked fill took 15% of a small Transformer's step.
+        // a masked fill would take a sizeable share of a small Transformer's step.
         let (len, (sc, sa, sb)) = (shape[r], (lc.strides()[r], la.strides()[r], lb.strides()[r]));
         for_each_offset(
             &shape[..r],
@@ -557,7 +557,7 @@ mod tests {
     }
 
     /// A half buffer through a kernel directly gives the widened `f32` result rounded once
-    /// (the half kernels read and write half types in one pass; this was their old path),
+    /// (the half kernels read and write half types in one pass, and match that path),
     /// bit for bit, for maps, their gradients, binary ops and theirs, in every layout.
     #[test]
     fn half_kernels_equal_the_f32_result_rounded_once() {

@@ -3,17 +3,17 @@
 //! behind it.
 //!
 //! Two backends, chosen once per process by measurement on this project's reference
-//! machine (2-core Sapphire Rapids; `cargo bench -p nn-bench -- gemm_backends` reruns it):
+//! machine (a 2-core Sapphire Rapids; the criterion group `gemm_backends_f32`,
+//! `cargo bench -p nn-bench -- gemm_backends`, compares the two on the workloads' shapes):
 //!
 //! - the [`gemm`](https://docs.rs/gemm) crate with its AVX-512 (`x86-v4`) kernels, picked
-//!   at run time when the CPU has AVX-512F. Single-threaded it beat `matrixmultiply`
-//!   0.3.11 (which has AVX-512 kernels too) on the workloads' shapes, in GFLOP/s: square
-//!   128 214 vs 163, square 512 223 vs 172, MLP forward 64x784x256 149 vs 117, the CNN's
-//!   convolution products 172 vs 129 (16x72x4576) and 100 vs 32 (8x9x23296), its weight
-//!   gradients 101 vs 19 (8x23296x9) and 64 vs 52, Transformer projections 215 vs 178;
-//!   the one near-tie is the MLP weight gradient 256x64x784 (192 vs 197);
-//! - `matrixmultiply` everywhere else (CPUs without AVX-512, other architectures), the
-//!   project's original GEMM, which we have no measurement against there.
+//!   at run time when the CPU has AVX-512F. Single-threaded it beats `matrixmultiply`
+//!   0.3.11 (which has AVX-512 kernels too) on the workloads' shapes: square 128 and 512,
+//!   the MLP forward 64x784x256, the CNN's convolution products (16x72x4576, 8x9x23296)
+//!   and weight gradients (8x23296x9, 16x4576x72), the Transformer projections; the one
+//!   near-tie is the MLP weight gradient 256x64x784;
+//! - `matrixmultiply` everywhere else (CPUs without AVX-512, other architectures), where
+//!   no measurement compares the two.
 //!
 //! `NN_GEMM=gemm` or `NN_GEMM=matrixmultiply` overrides the choice (for benchmarking).
 //!
@@ -21,17 +21,16 @@
 //! [`PAR_MADDS`] multiply-adds is cut into one block of C per team member, the caller
 //! taking one; called from inside a team task or a rayon task (a conv block, a batch of
 //! small matmuls, user code in `par_iter`) it runs on that thread, so nested parallelism
-//! never oversubscribes the cores (as `matrixmultiply`'s own thread pool did next to
-//! rayon's: measured 2x slower CNN steps with both at 2 threads).
+//! never oversubscribes the cores (as `matrixmultiply`'s own thread pool would next to
+//! rayon's, slowing the CNN step at 2 threads: the `compare.py` row `cnn_step_b32`).
 
 use std::sync::OnceLock;
 
 /// Below this many multiply-adds a GEMM runs on one thread. With rayon (the caller asleep
-/// while the pool worked) splitting paid off only from 2^24; on the CPU team (the caller
-/// takes a block itself, the helper is awake) it does from 2^20. Measured on 2 threads of
-/// a 2-vCPU Xeon (Emerald Rapids), 2^20 against 2^24: MLP forward at batch 64 (12.8M
-/// multiply-adds) 0.13-0.17 ms against 0.29-0.35, MLP step at batch 64 0.54 against
-/// 0.64-0.87 ms.
+/// while the pool works) splitting would pay off only from 2^24; on the CPU team (the
+/// caller takes a block itself, the helper is awake) it does from 2^20: at 2 threads the
+/// MLP forward and step at batch 64 (12.8M multiply-adds in the forward) are faster with
+/// 2^20 than with 2^24 (the `compare.py` rows `mlp_forward_layers` and `mlp_step_b64`).
 pub(crate) const PAR_MADDS: usize = 1 << 20;
 
 /// Which kernel library runs a GEMM.
@@ -75,17 +74,18 @@ fn has_avx512() -> bool {
 }
 
 /// From this many multiply-adds a GEMM goes to the team even while its cores are far apart
-/// (see [`super::team`]). Measured far on the 2-vCPU Zen 4: the CNN's 4.5M-multiply-add
-/// products lost more in moving their operands between the cores than they gained; the
-/// MLP's and Transformer's of 17M to 67M still gained.
+/// (see [`super::team`]). On far cores the CNN's 4.5M-multiply-add products lose more in
+/// moving their operands between the cores than they gain; the MLP's and Transformer's of
+/// 17M to 67M still gain (the `compare.py` rows `cnn_step_b32`, `mlp_step_b256` and
+/// `transformer_step` at 2 threads).
 pub(crate) const FAR_PAR_MADDS: usize = 1 << 24;
 
 /// How many blocks of `C` a GEMM of this size is cut into here. The values depend on the
 /// cut (the gemm crate's kernels sum a block's products in an order that depends on its
 /// shape), so it follows the team's size ([`super::team::parts`]), never the measured
 /// distance between its cores, which only decides whether the blocks run on the team
-/// (see [`run_with`]). Cut by that distance, the same MNIST CNN gave different values
-/// from run to run.
+/// (see [`run_with`]). Cut by that distance, the same MNIST CNN would give different
+/// values from run to run.
 fn threads_for(m: usize, k: usize, n: usize) -> usize {
     let madds = m.saturating_mul(k).saturating_mul(n);
     if madds >= PAR_MADDS {
@@ -147,11 +147,10 @@ impl<T: Copy> Gemm<T> {
     /// unless B's rows are contiguous (`x W^T`, a linear layer's forward, gathers `W`),
     /// and A unless A's rows are (`dY^T X`, its weight gradient, packs `dY`). So C is cut
     /// along the side that leaves the gathered operand whole in each block: a linear
-    /// layer's forward by columns, its weight gradient by rows. Measured on the 2-vCPU
-    /// Zen 4, one block of the 784-256 layer at batch 256 on one thread: the forward's
-    /// half by columns 474-508 us against 509-538 by rows, the weight gradient's half by
-    /// rows 471-487 us against 478-513 by columns. Otherwise (both or neither gathered,
-    /// `matrixmultiply`, or too narrow a side) the longer side is cut.
+    /// layer's forward by columns, its weight gradient by rows: so cut, a block of the
+    /// 784-256 layer at batch 256 runs faster than cut the other way, forward and weight
+    /// gradient alike (the `compare.py` row `mlp_step_b256`). Otherwise (both or neither
+    /// gathered, `matrixmultiply`, or too narrow a side) the longer side is cut.
     ///
     /// Columns go in multiples of 16, the kernel's rows as the crate sees C (the crate
     /// computes a row-major C as its column-major transpose): cut in 392 and 392, the
@@ -293,8 +292,8 @@ pub(crate) fn gemm_on<T: Kernels>(
 }
 
 /// [`gemm`] with `beta = 0` into uninitialized memory (never read), which the product
-/// initializes: a fresh output needs no zeroing pass first (measured: zero-filling the
-/// products' outputs was 5% of a Transformer step).
+/// initializes: a fresh output needs no zeroing pass first (zero-filling the products'
+/// outputs would be a measurable part of the `compare.py` row `transformer_step`).
 #[track_caller]
 pub(crate) fn gemm_uninit<T: Kernels>(
     dims: (usize, usize, usize),
@@ -425,8 +424,8 @@ pub(crate) unsafe fn run_with<T: Kernels>(backend: Backend, g: Gemm<T>) {
     let threads = threads_for(g.m, g.k, g.n);
     if threads > 1 {
         // Split C into one block per thread, each a single-threaded call (see `split`).
-        // (The gemm crate's own rayon splitting was measured slower here: a 784-256 MLP
-        // step at batch 64 took 0.67 ms with it on 2 threads, 0.36 ms on 1.)
+        // (The gemm crate's own rayon splitting is slower here: with it, a 784-256 MLP step
+        // at batch 64 is slower on 2 threads than on 1; the `compare.py` row `mlp_step_b64`.)
         let (by_rows, chunk) = g.split(backend, threads);
         let len = if by_rows { g.m } else { g.n };
         let block = |i: usize| {

@@ -26,8 +26,9 @@ use super::team;
 const MR: usize = 6;
 /// Columns of the register tile (four registers of 16 `f32`): 24 accumulators, and 6
 /// broadcasts of `A` and 4 loads of `B` per 24 products. An 8 x 48 tile (8 broadcasts, 3
-/// loads) wasted a third of its last panel on the Transformer's 128-wide products and ran
-/// its bf16 step 3.5% slower; 12 x 32 took 12 broadcasts (2-vCPU Zen 5).
+/// loads) wastes a third of its last panel on the Transformer's 128-wide products and runs
+/// its bf16 step slower (the `compare.py` row `amp_transformer_step_bf16`); 12 x 32 takes
+/// 12 broadcasts.
 const NR: usize = 64;
 /// Registers per row of the tile.
 const V: usize = NR / 16;
@@ -134,11 +135,11 @@ pub(crate) fn run<T: Send>(
             (std::mem::take(&mut s.sums), std::mem::take(&mut s.a))
         });
         // By stripes of rows whose sums stay in the L2 cache until `finish` reads them
-        // (the sums of a whole part went out to memory and back).
+        // (the sums of a whole part would go out to memory and back).
         let stripe = (STRIPE_SUMS / n.max(1)).max(4 * MR) / MR * MR;
         // Every slot is written by the first block of `k` (or zeroed for `k = 0`): the
-        // buffer only grows (zeroed once; it was zeroed on every call that needed more
-        // than the last, 2% of a bf16 Transformer step).
+        // buffer only grows, zeroed once (zeroing it on every call that needs more than
+        // the last would slow the `compare.py` row `amp_transformer_step_bf16`).
         let most = stripe.min(mr) * n;
         if sums.len() < most {
             sums.resize(most, 0.0);
@@ -158,9 +159,9 @@ pub(crate) fn run<T: Send>(
     SCRATCH.with(|s| s.borrow_mut().b = bp);
 }
 
-/// Buffers kept per thread between products: fresh ones of these sizes came from `mmap`
-/// and were unmapped after every call (page faults and unmapping were a quarter of a
-/// 1024 x 1024 product's time, 2-vCPU Zen 5).
+/// Buffers kept per thread between products: fresh ones of these sizes would come from
+/// `mmap` and be unmapped after every call (page faults and unmapping would be a large
+/// share of a 1024 x 1024 product's time: the `compare.py` row `amp_gemm_bf16_1024`).
 #[derive(Default)]
 struct Scratch {
     /// Packed `B`.
@@ -181,7 +182,7 @@ thread_local! {
 fn pack_b<'o>(b: Strided<'_>, k: usize, n: usize, large: bool, threads: usize, lines: &'o mut Vec<Line>) -> &'o [u32] {
     let pairs = k.div_ceil(2);
     let panels = n.div_ceil(NR);
-    // Only grows (zeroing it on every call was 1.5% of a bf16 Transformer step): every
+    // Only grows (zeroing it on every call would slow `amp_transformer_step_bf16`): every
     // slot of the panels is written below, zeros where the last panel passes `n`.
     let words = (panels * pairs * NR).div_ceil(16);
     if lines.len() < words {
@@ -257,8 +258,8 @@ fn pair_word(lo: bf16, hi: bf16) -> u32 {
 }
 
 /// 64 bytes, aligned to 64: packed `B` lives in these, so that each of the kernel's
-/// 512-bit loads reads one cache line (a `Vec<u32>` could start anywhere; the same product
-/// ran 20% slower when it did).
+/// 512-bit loads reads one cache line (a `Vec<u32>` could start anywhere, and the product
+/// is slower when it does: the `compare.py` row `amp_gemm_bf16_1024`).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u32; 16]);
@@ -270,7 +271,8 @@ mod avx512 {
     use super::{Strided, KC, MR, NR, V};
 
     /// [`super::pack_panel`] compiled for AVX-512 (its loops vectorize 4 times wider than
-    /// the baseline's SSE2: packing was 5% of a bf16 Transformer step).
+    /// the baseline's SSE2, and packing is a measurable part of a bf16 Transformer step:
+    /// the `compare.py` row `amp_transformer_step_bf16`).
     ///
     /// # Safety
     /// The CPU must have the features (see [`super::available`]).
@@ -305,8 +307,8 @@ mod avx512 {
             return;
         }
         // A row-major `a` of whole pairs is read in place: each row's words are its pairs,
-        // broadcast straight from it (packing them took a third of a 1024 x 128 x 128
-        // product's time, amortized over only two panels). Every word the tiles read is
+        // broadcast straight from it (packing them would be a large share of a 1024 x 128
+        // x 128 product's time, amortized over only two panels). Every word the tiles read is
         // inside the matrix (rows past it read its last row, and are not stored).
         let direct = a.cs == 1 && k.is_multiple_of(2);
         if direct {
@@ -422,8 +424,8 @@ mod avx512 {
                     }
                 }
             }
-            // By whole pairs of rows of both (indexing `a[p * MR + r]` kept a bounds check
-            // in the loop: 7% of the kernel's time).
+            // By whole pairs of rows of both (indexing `a[p * MR + r]` would keep a bounds
+            // check in the loop, a measurable cost in the `compare.py` row `amp_gemm_bf16_1024`).
             for (p, bp) in b[..kc * NR].chunks_exact(NR).enumerate() {
                 let bv: [__m512bh; V] =
                     std::array::from_fn(|h| std::mem::transmute(_mm512_loadu_si512(bp.as_ptr().add(16 * h).cast())));

@@ -56,8 +56,8 @@ pub(crate) fn matmul_bf16(
     let (ba, bb) = (broadcast_batch(la, batch), broadcast_batch(lb, batch));
     let mut offsets = Vec::with_capacity(batch.iter().product());
     for_each_offset(batch, [&ba, &bb], [la.offset(), lb.offset()], |[oa, ob]| offsets.push((oa, ob)));
-    // From the pool, every slot written by the products (a zeroed `vec!` was fresh pages
-    // from the system on every call).
+    // From the pool, every slot written by the products (a zeroed `vec!` would be fresh
+    // pages from the system on every call).
     let len = offsets.len() * m * n;
     let mut out = <half::bf16 as CpuElement>::alloc_buffer(len);
     let slots = &mut out.spare_capacity_mut()[..len];
@@ -93,8 +93,8 @@ pub(crate) fn addmm_bf16(
     let mut y = <half::bf16 as CpuElement>::alloc_buffer(m * n);
     // The epilogue runs on each part's sums as the thread that made them finishes, in
     // the multiversioned vector loops of `vmath` with the closures inlined into them (a
-    // closure called from inside `with_avx2` was compiled out of line: 5% of a bf16
-    // Transformer step went to its scalar calls).
+    // closure called from inside `with_avx2` is compiled out of line, and its scalar calls
+    // would be a measurable part of the `compare.py` row `amp_transformer_step_bf16`).
     gemm_bf16::run(m, k, n, sa, sb, &mut y.spare_capacity_mut()[..m * n], |r0, sums, part| {
         use super::vmath::{map2_elems, map_elems};
         use super::widen::{bf16_to_f32, f32_to_bf16};
@@ -190,23 +190,19 @@ fn bmm_kernel<T: CpuFloat>(
 ///
 /// The gemm crate first copies into panels whichever operand it cannot read along its
 /// kernel's rows; in `x W^T` that is `W`, all `n x k` of it, however few rows `x` has.
-/// Computed as `W x^T`, it copies `x` instead. Measured on a 2-vCPU Xeon (Emerald Rapids),
-/// one thread, the product and its transposition against the direct product, in us:
-/// 64x784x256 (a linear layer at batch 64) 178 against 203, 32x784x256 93 against 130,
-/// 64x512x512 247 against 408, 128x512x512 496 against 619; 128x784x256 (`b` twice as wide)
-/// 355 against 358, and 8x784x256 and 64x128x512 were slower (hence the bounds on `m` and
+/// Computed as `W x^T`, it copies `x` instead. The product and its transposition beat the
+/// direct product at 64x784x256 (a linear layer at batch 64), 32x784x256, 64x512x512 and
+/// 128x512x512; at 128x784x256 (`b` twice as wide) the two are about even, and at
+/// 8x784x256 and 64x128x512 the transposed one is slower (hence the bounds on `m` and
 /// `k`).
 ///
 /// The price is the transposition of the `m x n` result, against the copy of `W` (`n x k`)
 /// it saves, and the product `W x^T` is the faster one: the gemm crate runs `x W^T` with
-/// `W` read across its rows 20-50% slower than the same product with both operands
-/// row-major. Measured on the same machine, one thread, fastest of 20-30 calls, in ms,
-/// `x W^T` direct against `W x^T` (before its transposition, a few percent more):
-/// 256x768x768 2.9 against 2.1-2.4, 256x2048x768 6.6-8.6 against 5.8-6.4 (Llama's MLP at
-/// 256 tokens), 256x768x2048 6.0-7.2 against 5.0-6.0, 128x768x2048 3.6 against 2.5;
-/// 256x768x32000 (its LM head) 94 against 83-88 and a result of 8.2M elements to
-/// transpose, about even. So from `n >= 2m` on (with a transposition at 1-2G elements/s,
-/// [`super::transposed_to_vec`]).
+/// `W` read across its rows slower than the same product with both operands row-major, at
+/// 256x768x768, 256x2048x768 (Llama's MLP at 256 tokens), 256x768x2048 and 128x768x2048;
+/// at 256x768x32000 (its LM head, a result of 8.2M elements to transpose) the two are
+/// about even. So from `n >= 2m` on (the transposition: [`super::transposed_to_vec`]). The
+/// `compare.py` rows `mlp_forward_layers`, `gpt2_fwd` and `llama_fwd` run these products.
 fn transposed_pays<T>((m, k, n): (usize, usize, usize), a: &MatRef<'_, T>, b: &MatRef<'_, T>) -> bool {
     let shape = m >= 16 && m.saturating_mul(2) <= n && k >= 256;
     let strides = a.col_stride == 1 && a.row_stride != 1 && b.row_stride == 1 && b.col_stride != 1;
@@ -321,11 +317,10 @@ fn addmm_kernel<T: CpuFloat>(
         // The product into a fresh buffer, with no zeroing pass first. With `beta = 0`
         // the input is not read (BLAS semantics: its NaN do not propagate). A bias row is
         // then added across: copying the rows out first for the GEMM to accumulate into
-        // reads and writes the output as often, but those writes missed the cache where
-        // the addition runs over a product just written. Measured on a 2-vCPU Xeon
-        // (Emerald Rapids), back to back: Transformer step 7.05 -> 6.94 ms at 2 threads,
-        // 11.4 -> 11.2 ms at 1. With `alpha = beta = 1` the values are bit for bit the
-        // same (the kernels add the input after the whole dot product either way).
+        // reads and writes the output as often, but those writes miss the cache where
+        // the addition runs over a product just written (the `compare.py` row
+        // `transformer_step` is faster so). With `alpha = beta = 1` the values are bit for
+        // bit the same (the kernels add the input after the whole dot product either way).
         let mut out = T::alloc_buffer(m * n);
         gemm_uninit((m, k, n), alpha, a, b, &mut out.spare_capacity_mut()[..m * n]);
         // SAFETY: with `k > 0` the product wrote all `m * n` elements (a panic in it

@@ -302,8 +302,8 @@ impl CpuStorage {
             }
         }
         // i64 to a 32-bit or half float rounds once, from the integer (`x as f32`, as
-        // PyTorch): through f64 an integer past 2^53 was rounded twice, and 2^60 + 2^36 + 1
-        // became 2^60 where PyTorch gives 2^60 + 2^37.
+        // PyTorch): through f64 an integer past 2^53 would be rounded twice, and 2^60 +
+        // 2^36 + 1 would become 2^60 where PyTorch gives 2^60 + 2^37.
         if let CpuStorage::I64(v) = self {
             let to_f32 = |v: &[i64]| -> Vec<f32> { strided_to_vec(v, layout).into_iter().map(|x| x as f32).collect() };
             match dtype {
@@ -406,10 +406,10 @@ const TILE: usize = 16;
 /// element from a different cache line; split over the team by bands of rows when large.
 ///
 /// A whole tile is read into a local block first (sixteen slice copies) and written out
-/// row by row from it: the loop that wrote each element to `part[i * cols + c]` straight
-/// from the column did a bounds check and a store to a different row per element, and
-/// ran at 0.26G elements/s (1 ms for the 128 x 2048 result of a linear layer, 2-vCPU
-/// Emerald Rapids).
+/// row by row from it: a loop writing each element to `part[i * cols + c]` straight from
+/// the column does a bounds check and a store to a different row per element, and is
+/// several times slower on a linear layer's result (the `compare.py` row `llama_fwd` runs
+/// such transpositions).
 fn transposed_to_vec<T: CpuElement>(v: &[T], offset: usize, (rows, cols): (usize, usize), col_stride: usize) -> Vec<T> {
     let numel = rows * cols;
     let mut out = T::alloc_buffer(numel);

@@ -4,7 +4,8 @@
 //!
 //! Training allocates and frees the same large buffers every step (activations,
 //! gradients). Fresh large allocations come from the OS as zeroed pages, one page fault
-//! per 4 KiB touched; measured on a 784-256-10 MLP step, that was over half the time. Freed
+//! per 4 KiB touched, which would be over half of a 784-256-10 MLP step's time (the
+//! `compare.py` rows `mlp_step_b64` and `mlp_step_b256` show the step). Freed
 //! storage buffers of at least [`MIN_ELEMS`] elements are kept here (up to [`MAX_BYTES`]
 //! in total) and handed back to the next op that needs a buffer of a similar size.
 
@@ -16,10 +17,10 @@ pub(crate) const MIN_ELEMS: usize = 1 << 12;
 /// The pool never holds more than this many bytes (unless [`set_limit`] says otherwise).
 /// 2 GiB: a GPT-2 step (53.6M parameters) frees and takes back buffers of 77-154 MiB (the
 /// tied embedding's gradient, its `bf16` cast, the logits), in `f32` and `bf16` at once
-/// under autocast. Under 256 MiB they went back to the OS and came back as fresh pages;
-/// at 1 GiB, six bf16 autocast steps still took 1.18M page faults and 742 ms a step, at
-/// 2 GiB 0.74M and 631-653 ms (4 GiB: the same as 2), while the f32 step stayed at
-/// 0.53-0.56M faults and 699-714 ms (`profile_step`, 1 thread, 2-vCPU Zen 5). The memory
+/// under autocast. Under 256 MiB they go back to the OS and come back as fresh pages; at
+/// 1 GiB a bf16 autocast step still faults in more pages than the f32 step and is slower
+/// than it; at 2 GiB it is faster (4 GiB: the same as 2; the `compare.py` rows
+/// `amp_gpt2_step_bf16` and `gpt2_step` show both steps). The memory
 /// is held only when a workload frees that much; `nn_core::storage::set_buffer_pool_limit`
 /// lowers (or raises) the ceiling.
 pub(crate) const MAX_BYTES: usize = 2 << 30;
@@ -172,10 +173,10 @@ const _: () = assert!(HEAP_TRIM_AT <= i32::MAX as usize, "mallopt takes a C int"
 /// this pool. glibc gives a freed block at the top of its heap back to the OS once the
 /// free top passes its trim threshold, and its default thresholds move with the sizes
 /// seen so far. Which thread's heap a block lands in depends on which thread ran the
-/// task, so in some processes every call took fresh zeroed pages again: measured on the
-/// 2-core Zen 4, 195 000 page faults in 1200 MLP steps at batch 256 on 2 threads (about
-/// 160 a step, in the gemm crate's packing) in five processes of six, 4 000 in the sixth;
-/// with these settings, 2 900-3 700 in every process (start-up included).
+/// task, so without these settings every call in some processes takes fresh zeroed pages
+/// again (an MLP step at batch 256 on 2 threads faults in about 160 pages, in the gemm
+/// crate's packing); with them, a warm step faults in none (`nn-core/tests/heap_pages.rs`
+/// checks it).
 ///
 /// Fixed thresholds (which also end glibc's moving ones): blocks up to
 /// [`HEAP_BLOCK_MAX`] come from the heaps, and up to [`HEAP_TRIM_AT`] of free memory

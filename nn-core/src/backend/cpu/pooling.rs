@@ -237,7 +237,8 @@ impl Argmax {
 /// rows. A tree of three comparisons per window (left pair, right pair, then the two
 /// winners) picks the same element as a row-major scan would; written over fixed-size
 /// arrays without branches so the compiler turns the four lanes into vector instructions
-/// (measured 6x faster than the scalar loop on a `[32, 8, 26, 26]` input).
+/// (faster than the scalar loop on a `[32, 8, 26, 26]` input, the CNN's pooling in the
+/// `compare.py` row `cnn_step_b32`).
 #[inline(always)]
 fn max_2x2_group<T: Float>(r0: &[T; 8], r1: &[T; 8], y: &mut [T; 4], code: &mut [u8; 4]) {
     for l in 0..4 {

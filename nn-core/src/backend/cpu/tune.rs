@@ -4,13 +4,13 @@
 //! # Why measure
 //!
 //! The same kernel ranks differently on different CPUs. `tanh` computed in `f64` (eight
-//! lanes per AVX-512 register, a degree-10 exponential and an `f64` division) took 0.31x
-//! PyTorch's time on a 2-vCPU AMD Zen 5 and 3.96x on a 2-vCPU Intel Emerald Rapids: there
-//! each 512-bit `vdivpd` occupies the divider for about 16 cycles (two per element) and
-//! the `f64` polynomial needs twice the multiply-adds per element of an `f32` one, where
-//! Zen splits 512-bit operations into two 256-bit halves on four pipes and its divider is
-//! faster (the instruction costs are measured by `nn_bench probe`; its figures for each
-//! machine are in `BENCHMARKS.md`). Which kernel wins is a property of the machine, so
+//! lanes per AVX-512 register, a degree-10 exponential and an `f64` division) is faster
+//! than PyTorch's on AMD Zen 5 and slower than it on Intel Emerald Rapids (the `compare.py`
+//! row `ew_tanh`; each machine's run has its record in `benches/results/`): there each
+//! 512-bit `vdivpd` occupies the divider for about 16 cycles (two per element) and the
+//! `f64` polynomial needs twice the multiply-adds per element of an `f32` one, where Zen
+//! splits 512-bit operations into two 256-bit halves on four pipes and its divider is
+//! faster. Which kernel wins is a property of the machine, so
 //! the machine decides, as cuBLAS's heuristics and CubeCL's autotune do for GPU kernels.
 //!
 //! # Variants
@@ -30,8 +30,9 @@
 //! On the first call of a kernel in a process, every candidate (algorithm x copy) maps
 //! [`SAMPLE`] values drawn like activations (about normal, spread 1.5) into a buffer,
 //! [`REPS`] times after a warm-up, and the one with the smallest best time is kept for
-//! the process (a few hundred microseconds, once). `nn_core::cpu::kernel_report` lists
-//! every choice with the candidates' times.
+//! the process (a cost paid once, on a sample that fits the caches).
+//! `nn_core::cpu::kernel_report` lists every choice with the candidates' times (`nn_bench`
+//! prints them in its `nn_bench: kernel` lines).
 //!
 //! # `NN_KERNELS`
 //!

@@ -3,8 +3,8 @@
 //! x86-64, whose SSE2 vectors are a quarter of what this project's CPUs have).
 //!
 //! The one math function here, [`exp_f32`], is branch-free so that a loop over it becomes
-//! vector code; libm's `expf` is a scalar call per element (a softmax over 262k scores
-//! spent 8% of a Transformer step in it, measured on a 2-core Zen 4).
+//! vector code; libm's `expf` is a scalar call per element (through it, a softmax over
+//! 262k scores would be a measurable part of the `compare.py` row `transformer_step`).
 
 use std::mem::MaybeUninit;
 
@@ -30,8 +30,8 @@ pub(crate) const EXP_POLY: [f32; 6] =
 /// `FMA`: the multiply-adds fused, for the copies compiled with FMA (elsewhere `mul_add`
 /// is a libm call); [`exp_pass_avx2`] is this variant on eight lanes. Rust never fuses
 /// `a * b + c` itself, and unfused the polynomial's chain of dependent steps is twice as
-/// long: measured on a 2-vCPU Xeon (Emerald Rapids), one thread, median of 200 calls back
-/// to back, softmax of 4096 rows of 64 took 301 us unfused and 225 us fused.
+/// long: a softmax of 4096 rows of 64 (the Transformer step's, the `compare.py` row
+/// `transformer_step`) is slower unfused than fused.
 #[inline(always)]
 pub(crate) fn exp_f32<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -61,8 +61,8 @@ pub(crate) fn exp_f32<const FMA: bool>(x: f32) -> f32 {
 const LANES: usize = 16;
 
 /// Lanes of the exponential pass (one AVX2 register): with sixteen, its temporaries and
-/// constants outnumber the sixteen registers and spill (measured: softmax of 4096 rows of
-/// 64, 330 -> 308 us at one thread on a 2-vCPU Xeon).
+/// constants outnumber the sixteen registers and spill, which slows a softmax of 4096
+/// rows of 64 (the `compare.py` row `transformer_step`).
 const EXP_LANES: usize = 8;
 
 /// Softmax (or log-softmax) of each contiguous row of `n` elements of `x` into `y`.
@@ -140,8 +140,8 @@ fn exp_pass<const FMA: bool>(xs: &[f32], ys: &mut [MaybeUninit<f32>], m: f32) ->
 
 /// [`exp_pass`] with fused multiply-adds in AVX2 intrinsics, [`exp_f32`]'s steps on eight
 /// lanes (bit for bit its fused variant). Written out because the compiler, left to
-/// vectorize the fused scalar code, split it into four-lane halves (softmax of 4096 rows
-/// of 64 went from 307 to 700 us).
+/// vectorize the fused scalar code, splits it into four-lane halves, which slows a
+/// softmax of 4096 rows of 64 severalfold (the `compare.py` row `transformer_step`).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
@@ -314,8 +314,8 @@ impl Isa {
     }
 
     /// The instruction sets this CPU runs, widest first. The baseline counts only where
-    /// nothing wider runs: its `mul_add` is a libm call per element, tens of times
-    /// slower, so timing it would only spend the first call's time.
+    /// nothing wider runs: its `mul_add` is a libm call per element, far slower, so
+    /// timing it would only spend the first call's time.
     pub(crate) fn candidates() -> Vec<Isa> {
         let wide: Vec<Isa> = [Isa::Avx512, Isa::Avx2].into_iter().filter(|i| i.available()).collect();
         if wide.is_empty() {
@@ -336,9 +336,10 @@ pub(crate) fn map_elems<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: im
 /// `dst[i] = f(src[i])` over the shorter of the two, in the copy for `isa` (the baseline
 /// where the CPU lacks it, so a stale choice can never run an instruction the CPU does not
 /// have). An index loop, not an iterator chain:
-/// `vfun`'s functions inline into it whole, where a `zip` adapter around them was left
-/// out of line once they grew (its `next` then ran scalar code without FMA, calling the
-/// software `fma`: an exact GELU took 58 ms for 786k elements instead of under one).
+/// `vfun`'s functions inline into it whole, where a `zip` adapter around them is left
+/// out of line once they are large (its `next` then runs scalar code without FMA, calling
+/// the software `fma`: an exact GELU over 786k elements, the `compare.py` row `ew_gelu`,
+/// runs many times slower).
 /// Generic over the element types, so that a half-type map widens each element as it
 /// reads it and rounds each result as it writes it, in the same vector loop.
 #[inline]

@@ -5,17 +5,17 @@
 //! does one per element.)
 //!
 //! `vfun`'s GELU and SiLU compute in `f64` (an `erfc` or an exponential and a division
-//! on eight lanes); on a `[2, 128, 3072]` tensor they took 1.03 ms and 0.40 ms against
-//! PyTorch's 0.17 ms for both (2-vCPU Zen 5, one thread), and `f32` formulas of the same
-//! functions spend most of their instructions keeping within 2 ulp (an `f32` SiLU that
-//! did measured 0.21 ms). Both are `x p(x)` with a smooth, bounded `p` (the normal CDF,
-//! the logistic sigmoid), so here `p` is 32 polynomials on equal pieces of `[lo, hi]`
-//! ([`Pieces`], fitted by `nn-core/tools/vtab_fit.py`): on AVX-512 each coefficient is
-//! one `vpermt2ps` from two registers holding its 32 values, the index comes from a
-//! multiply-add and a truncation, and the polynomial is degree 5 or 6 in the offset
-//! from a point of the piece where the constant term is exact in `f32`. The value is then
-//! `x c0 + x tail`, one rounding at the end: 0.14 ms for the GELU and 0.115 ms for SiLU on
-//! that tensor and machine.
+//! on eight lanes), slower than PyTorch's on a `[2, 128, 3072]` tensor, and `f32`
+//! formulas of the same functions spend most of their instructions keeping within 2 ulp
+//! (an `f32` SiLU that does is still slower than PyTorch's; the `compare.py` rows
+//! `ew_gelu` and `ew_silu` time that tensor). Both are `x p(x)` with a smooth, bounded
+//! `p` (the normal CDF, the logistic sigmoid), so here `p` is 32 polynomials on equal
+//! pieces of `[lo, hi]` ([`Pieces`], fitted by `nn-core/tools/vtab_fit.py`): on
+//! AVX-512 each coefficient is one `vpermt2ps` from two registers holding its 32 values,
+//! the index comes from a multiply-add and a truncation, and the polynomial is degree 5
+//! or 6 in the offset from a point of the piece where the constant term is exact in
+//! `f32`. The value is then `x c0 + x tail`, one rounding at the end (the same two rows
+//! time these tables).
 //!
 //! **Accuracy**: checked exhaustively over every `f32` in the tables' ranges against
 //! `f64` references (the `#[ignore]`d test `tables_are_accurate_on_every_float_they_cover`,
@@ -182,9 +182,9 @@ mod avx512 {
     /// blocks) that `p` covers, and returns a mask of the blocks it did not write.
     ///
     /// Out of line, so that the table's registers (two per coefficient, loaded once per
-    /// call) are not spilled around the slow path's code, as they were when both shared
-    /// one loop (the lookups then read the stack: 0.28 ms instead of 0.12 for a SiLU over
-    /// 786k values, 2-vCPU Zen 5).
+    /// call) are not spilled around the slow path's code, as they would be if both shared
+    /// one loop (the lookups would then read the stack, slowing a SiLU over 786k values:
+    /// the `compare.py` row `ew_silu`).
     #[target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")]
     #[inline(never)]
     unsafe fn covered_blocks<const K: usize>(p: &Pieces<K>, src: &[f32], dst: &mut [MaybeUninit<f32>]) -> u64 {
