@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn batch_reaches_the_last_window_that_fits() {
-        // Exactly one window: the only start is 0 (the range used to be empty and panic).
+        // Exactly one window: the only start is 0 (an empty range of starts would panic).
         let ids: Vec<i64> = (0..MIN_TEXT as i64).collect();
         let (x, y) = batch(&ids);
         assert_eq!(x.to_vec_i64()[..BLOCK], ids[..BLOCK]);

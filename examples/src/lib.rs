@@ -163,8 +163,8 @@ impl CommonArgs {
     /// Records in `ck` the run's settings (`--seed`, `--limit`, `--amp` and `more`, the
     /// example's own flags with their values), which
     /// [`check_settings`](CommonArgs::check_settings) compares on resume. Each value is
-    /// kept exactly, as two 32-bit halves (the layout the examples' checkpoints have always
-    /// had, so older ones still resume).
+    /// kept exactly, as two 32-bit halves (the layout of every checkpoint the examples
+    /// write, so existing ones resume).
     pub fn record_settings(&self, ck: &mut nn_core::checkpoint::Checkpoint, more: &[(&'static str, u64)]) {
         for (flag, value) in self.settings(more) {
             let key = setting_key(flag);

@@ -22,8 +22,8 @@ use nn_core::ops::{AttentionConfig, GeluApproximate};
 use nn_core::{manual_seed, no_grad, DType, Forward, Module, StateDict, Tensor};
 
 /// Median wall time of `f` in milliseconds over enough runs to fill about `budget_ms` (at
-/// most 100 000: a cap of 2000 sampled a 5 us GEMM for 10 ms, and one noisy moment moved
-/// its median by 10%).
+/// most 100 000: a cap of 2000 would sample a microseconds-long call, such as the
+/// `gemm_64` row's, for only milliseconds, where one noisy moment moves its median).
 fn median_ms(mut f: impl FnMut(), budget_ms: f64) -> f64 {
     for _ in 0..3 {
         f();
@@ -315,8 +315,8 @@ fn main() {
     let peak = want("peak_memory") | want("peak_rss_mlp_training");
     if peak && only != ["peak_memory"] {
         // The figure is a process's peak (VmHWM): measured in a fresh process, as PyTorch's
-        // is, not in this one after the GEMMs and the 64 MB state dicts above (which made
-        // it 455 MB, where the MLP's own peak is a fraction of that).
+        // is, not in this one after the GEMMs and the 64 MB state dicts above (which would
+        // make it about 455 MB, where the MLP's own peak is a fraction of that).
         let exe = std::env::current_exe().expect("nn_bench: its own path");
         let out =
             std::process::Command::new(exe).arg("peak_memory").output().expect("nn_bench: re-run for peak_memory");

@@ -3,9 +3,10 @@
 //! holding out the last 10% of the text. Prints held-out next-character accuracy and
 //! samples text at the end; writes the loss curve and a checkpoint (`--resume`).
 //!
-//! Expected after the default 600 steps (20 s on 2 cores of an AMD EPYC, Zen 4): held-out
-//! next-character accuracy around 39% (loss about 2.05) and samples with words, names and Austen's
-//! punctuation; more steps (`--steps 3000`) go further.
+//! Expected after the default 600 steps (a timed run is recorded in
+//! `benches/results/2026-11-27-zen4-examples.md`): held-out next-character accuracy
+//! around 39% (loss about 2.05) and samples with words, names and Austen's punctuation;
+//! more steps (`--steps 3000`) go further.
 //!
 //! ```text
 //! cargo run --release -p nn-examples --bin char_transformer

@@ -11,11 +11,12 @@
 //! in `GPT2LMHeadModel.from_pretrained`; `logits_check.safetensors` there holds a batch of
 //! ids and nn's logits for it (`nn-models/tests/fixtures/generate.py --check DIR` compares).
 //!
-//! Expected (2-vCPU AMD EPYC, Zen 4): full fine-tuning with the defaults, 400 steps in
-//! 4 s, takes the held-out loss from 5.54 (random init) to 2.63 nats per byte (2.58 to 2.63
-//! with `--seed` 0 to 2: 400 steps at this rate are noisy); LoRA (`--model-dir
-//! out/gpt2_finetuned --lora 8`, 4,096 adapter parameters, 3.3%) then takes it to 2.60. transformers loads either saved directory with logits within 7e-6 of nn's
-//! (`nn-models/tests/fixtures/check_saved.py`).
+//! Expected (a timed run is recorded in `benches/results/2026-11-27-zen4-examples.md`):
+//! full fine-tuning with the defaults, 400 steps, takes the held-out loss from 5.54
+//! (random init) to 2.63 nats per byte (2.58 to 2.63 with `--seed` 0 to 2: 400 steps at
+//! this rate are noisy); LoRA (`--model-dir out/gpt2_finetuned --lora 8`, 4,096 adapter
+//! parameters, 3.3%) then takes it to 2.60. transformers loads either saved directory
+//! with logits within 7e-6 of nn's (`nn-models/tests/fixtures/check_saved.py`).
 //!
 //! ```text
 //! cargo run --release -p nn-examples --bin gpt2_finetune

@@ -293,7 +293,7 @@ fn scopes_nest_disable_and_restore() {
 }
 
 /// A backward pass does not autocast (gradients keep their forward's dtypes), but a scope
-/// a hook opens during it casts the hook's own ops, as in PyTorch: it used to report
+/// a hook opens during it casts the hook's own ops, as in PyTorch, rather than report
 /// itself on (`autocast_dtype`) and cast nothing.
 #[test]
 fn an_autocast_scope_opened_in_a_backward_hook_casts_there() {
@@ -324,7 +324,7 @@ fn autocast_guards_dropped_out_of_order_panic() {
     assert!(msg.contains("CPU autocast guards dropped out of order"), "{msg}");
     drop(inner);
     // With the panic caught, the thread is as before the outer guard once the inner one
-    // drops (it had stayed in bf16 autocast).
+    // drops (not left in bf16 autocast).
     assert_eq!(autocast_dtype(Device::Cpu), None);
     // The CPU's and the GPU's scopes nest separately, as their states are separate.
     let cpu = AutocastGuard::new(Device::Cpu, DType::BF16);

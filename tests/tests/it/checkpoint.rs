@@ -208,7 +208,7 @@ fn hostile_files_are_errors() {
         StateDict::from_safetensors_bytes(&forge(r#"{"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}}"#, 4))
             .unwrap();
     assert_eq!(sd.get("a").unwrap().to_vec_i64(), vec![0]);
-    // A zero-element tensor whose strides would overflow (it panicked in
+    // A zero-element tensor whose strides would overflow (and panic in
     // `contiguous_strides` under the overflow-checked test profile).
     let e =
         load_err(&forge(r#"{"a":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}}"#, 0));

@@ -43,7 +43,7 @@ fn small() -> StateDict {
 
 #[test]
 fn saves_after_a_killed_save_remove_its_leftovers() {
-    // 5 kills per test run; the reliability report ran NN_CRASH_KILLS=100.
+    // 5 kills per test run; NN_CRASH_KILLS sets more (the reliability report uses 100).
     let kills: u64 = std::env::var("NN_CRASH_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(TARGET);

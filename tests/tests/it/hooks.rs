@@ -272,7 +272,7 @@ impl Compute for TwoOut {
 
 /// The loss uses the second output only (an RNN's `h_n`): the full backward hook still
 /// fires, with the input's gradient and a zero gradient for the first output (PyTorch
-/// passes `None` there). It had been skipped silently.
+/// passes `None` there), rather than being skipped silently.
 #[test]
 fn a_backward_hook_fires_when_only_a_later_output_gets_a_gradient() {
     manual_seed(0);

@@ -98,8 +98,8 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
         })
     };
     let cases: Vec<(&str, Edit, &str)> = vec![
-        // Four two-byte characters: 64 bytes but not 64 hex digits (the old check sliced
-        // the string by bytes and panicked).
+        // Four two-byte characters: 64 bytes but not 64 hex digits (a check slicing the
+        // string by bytes would panic).
         ("non-ASCII rng seed", set("rng_seed", json!("é".repeat(32))), "`rng_seed` must be 64 hex digits"),
         ("short rng seed", set("rng_seed", json!("ab")), "`rng_seed` must be 64 hex digits"),
         ("rng position past the stream", set("rng_word_pos", json!((1u128 << 68).to_string())), "`rng_word_pos`"),
@@ -114,8 +114,8 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
         ("negative base lr", sched("base_lrs", json!([-0.5])), "`schedulers[0].base_lrs[0]` is -0.5"),
         ("negative optimizer lr", set("optimizer_lrs", json!([-1.0])), "`optimizer_lrs[0]` is -1"),
         ("unknown format", set("format_version", json!(99)), "format version 99"),
-        // Loads (it is self-consistent), then refused against the optimizer: the old
-        // resume path panicked with an index out of bounds in `sched.apply`.
+        // Loads (it is self-consistent), then refused against the optimizer: resumed
+        // unchecked, it would panic with an index out of bounds in `sched.apply`.
         (
             "more scheduler groups than optimizer groups",
             sched("base_lrs", json!([0.01, 0.01, 0.01])),
@@ -271,7 +271,8 @@ fn hostile_checkpoint_metadata_is_refused_and_changes_nothing() {
 
 #[test]
 fn a_large_but_whole_adam_step_keeps_the_weights_finite() {
-    // 2^31 used to wrap the bias-correction exponent to a negative i32: every weight NaN.
+    // 2^31 steps must not wrap the bias-correction exponent to a negative i32, which would
+    // make every weight NaN.
     let mut run = Run::new();
     run.train(1);
     let mut state = run.opt.state_dict();
@@ -385,8 +386,8 @@ fn a_scheduler_state_loads_only_into_its_own_kind_and_brings_its_hyper_parameter
     assert_eq!(resumed.snapshot(), run.snapshot());
 
     // A checkpoint of a StepLR run restored with a cosine schedule: refused, and the
-    // model and the optimizer are untouched (the old restore loaded them, then ran the
-    // cosine from the StepLR's step count).
+    // model and the optimizer are untouched (rather than loaded, with the cosine then run
+    // from the StepLR's step count).
     let mut victim = Run::new();
     victim.train(1);
     let before = victim.snapshot();

@@ -328,8 +328,8 @@ fn unbatched_attention_is_a_batch_of_one() {
 }
 
 /// A training forward that panics (an input of another dtype than the statistics) leaves
-/// `num_batches_tracked` as it was: it had counted the batch first, and with `momentum:
-/// None` the next batch was averaged as the second.
+/// `num_batches_tracked` as it was: counting the batch first would make the next batch,
+/// with `momentum: None`, be averaged as the second.
 #[test]
 fn a_batch_norm_forward_that_fails_counts_no_batch() {
     let bn = BatchNorm1d::new(3);

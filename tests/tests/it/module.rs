@@ -364,7 +364,7 @@ fn load_state_dict_reports_everything_and_leaves_model_unchanged() {
     assert_eq!(n.heads["cls"].bias.as_ref().unwrap().to_vec(), vec![0.0, 0.0]);
 }
 
-/// A value that overflows the module's dtype on load is a mismatch naming the key (it had
+/// A value that overflows the module's dtype on load is a mismatch naming the key (not
 /// loaded as inf, as PyTorch's `copy_` does); infinities and NaN in the file load as they are.
 #[test]
 fn a_value_that_overflows_the_modules_dtype_is_refused() {
@@ -625,8 +625,8 @@ fn forward_takes_owned_tuples() {
     assert_eq!(lin.forward(x1.clone()).to_vec(), lin.forward(&x1).to_vec());
 }
 
-/// A positional name already taken by `add_named` is refused: both layers had one
-/// state-dict key, and the first one's weights were never saved.
+/// A positional name already taken by `add_named` is refused: both layers would have one
+/// state-dict key, and the first one's weights would never be saved.
 #[test]
 #[should_panic(
     expected = "the layer at position 1 would be named \"1\", which a layer added with add_named already is"
@@ -635,8 +635,8 @@ fn sequential_refuses_a_position_named_by_add_named() {
     let _ = nn_layers::Sequential::new().add_named("1", nn_layers::Linear::new(4, 4)).add(nn_layers::Linear::new(4, 4));
 }
 
-/// Freezing a lazy layer before its first forward is refused: its parameters did not
-/// exist, and they were made later with `requires_grad` true.
+/// Freezing a lazy layer before its first forward is refused: its parameters do not
+/// exist yet, and would be made later with `requires_grad` true.
 #[test]
 #[should_panic(
     expected = "requires_grad_(false): the lazy module `0` (LazyLinear) has no parameters until its first forward"
@@ -691,8 +691,8 @@ fn listing_parameters_before_a_lazy_layers_first_forward_is_refused() {
 
 /// Converting or moving a model with a lazy layer that has not run yet is refused, and
 /// nothing converts or moves: the lazy layer's parameters would be made in f32 on the CPU
-/// at its first forward, after the rest moved (a model of lazy layers alone converted
-/// nothing and ran in f32 without a word). After one forward both work.
+/// at its first forward, after the rest moved (a model of lazy layers alone would convert
+/// nothing and run in f32 without a word). After one forward both work.
 #[test]
 fn converting_or_moving_before_a_lazy_layers_first_forward_is_refused() {
     let mut model = Sequential::new().add(Linear::new(3, 4)).add(nn_layers::LazyLinear::new(2));
@@ -713,8 +713,8 @@ fn converting_or_moving_before_a_lazy_layers_first_forward_is_refused() {
 }
 
 /// A model built on the meta device that did not load every value (a non-strict load
-/// with the head missing) was moved as zeros without a word; PyTorch refuses. Nothing
-/// moves; `to_empty` makes zero-filled storage on purpose.
+/// with the head missing) is refused, as PyTorch refuses, rather than moved as zeros
+/// without a word. Nothing moves; `to_empty` makes zero-filled storage on purpose.
 #[test]
 fn moving_meta_tensors_to_a_real_device_is_refused() {
     let mut m = nn_core::with_device(Device::Meta, || Sequential::new().add(Linear::new(4, 3)).add(Linear::new(3, 2)));
@@ -746,7 +746,7 @@ fn a_boxed_lazy_layer_refuses_like_the_layer() {
 
 /// `load_state_dict` copies into each entry's storage, as PyTorch's `param.copy_`: views,
 /// detached handles and an earlier `state_dict()`'s tensors see the loaded values (a new
-/// storage left them with the old ones), and the model does not alias the source.
+/// storage would leave them with the old ones), and the model does not alias the source.
 #[test]
 fn a_load_writes_in_place_so_aliases_see_the_loaded_values() {
     let mut l = Linear::new(3, 2);
@@ -761,9 +761,9 @@ fn a_load_writes_in_place_so_aliases_see_the_loaded_values() {
     assert!(l.weight.to_vec().iter().all(|v| *v != 7.0));
 }
 
-/// Loading into a model whose lazy layer has not run: its entries were dropped as
-/// unexpected (non-strict: the trained weights silently lost, the first forward drew new
-/// ones). Refused, naming the layer.
+/// Loading into a model whose lazy layer has not run: its entries would be dropped as
+/// unexpected (non-strict: the trained weights silently lost, the first forward drawing
+/// new ones). Refused, naming the layer.
 #[test]
 fn loading_before_a_lazy_layers_first_forward_is_refused() {
     let mut m = Sequential::new().add(nn_layers::LazyLinear::new(2));

@@ -118,8 +118,8 @@ fn interpolate_matches_pytorch() {
     }
 }
 
-/// `functional::bilinear` refuses inputs whose rows do not pair (it reshaped `x2` to
-/// `x1`'s rows and paired the wrong ones), as PyTorch and the `Bilinear` layer do.
+/// `functional::bilinear` refuses inputs whose rows do not pair (rather than reshape `x2`
+/// to `x1`'s rows and pair the wrong ones), as PyTorch and the `Bilinear` layer do.
 #[test]
 fn bilinear_refuses_inputs_whose_rows_do_not_pair() {
     let w = Tensor::zeros(&[2, 3, 5]);
@@ -154,8 +154,8 @@ fn max_pool_2x2_with_ceil_mode_on_odd_sizes() {
 }
 
 /// `sort`/`topk` indices written in place after the forward (global ids made with `add_`)
-/// do not move the gradient: the backward kept its own handle (it read the caller's
-/// tensor, and scattered the gradient to the edited positions).
+/// do not move the gradient: the backward keeps its own handle (reading the caller's
+/// tensor, it would scatter the gradient to the edited positions).
 #[test]
 fn sort_and_topk_indices_edited_in_place_keep_the_gradient() {
     for topk in [false, true] {
@@ -202,7 +202,7 @@ fn panics(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
 }
 
 /// Means (and variances, and the class losses' means) of half tensors sum in f32, as
-/// PyTorch's: rounded to f16, the sum of 100,000 ones was inf, and so was their mean.
+/// PyTorch's: rounded to f16, the sum of 100,000 ones would be inf, and so their mean.
 #[test]
 fn half_means_and_class_loss_means_sum_in_f32() {
     use nn_core::DType;
@@ -264,7 +264,7 @@ fn degenerate_arguments_are_refused_or_follow_pytorch() {
 }
 
 /// The composed attention path counts masked keys in f32: in bf16, 259 masked keys of 260
-/// rounded to 260, and a row with one key left gave zeros.
+/// would round to 260, and a row with one key left would give zeros.
 #[test]
 fn half_attention_counts_masked_keys_exactly() {
     use nn_core::ops::AttentionConfig;
@@ -280,7 +280,7 @@ fn half_attention_counts_masked_keys_exactly() {
     assert_eq!(w.to_dtype(DType::F32).to_vec()[7], 1.0);
 }
 
-/// Integer in-place operands are exact: through f64, 2^53 + 1 was added as 2^53.
+/// Integer in-place operands are exact: through f64, 2^53 + 1 would be added as 2^53.
 #[test]
 fn integer_in_place_operands_are_exact() {
     let x = Tensor::from_vec_i64(vec![0, 1], &[2]);

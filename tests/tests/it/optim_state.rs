@@ -188,9 +188,9 @@ fn a_state_without_hyper_parameters_keeps_the_optimizers() {
 }
 
 /// A module cast to f64 after some Adam steps goes on with its moments (cast) and its
-/// step count: exactly as an optimizer that loaded the state for the f64 parameters. The
-/// moments were reset to zero before, under the old step count (bias correction about 1),
-/// and the next update was about 3x the learning rate.
+/// step count: exactly as an optimizer that loaded the state for the f64 parameters.
+/// Moments reset to zero under the old step count (bias correction about 1) would make the
+/// next update about 3x the learning rate.
 #[test]
 fn moments_follow_a_module_cast_after_some_steps() {
     let cases: [(&str, Make); 3] = [
@@ -225,7 +225,7 @@ fn moments_follow_a_module_cast_after_some_steps() {
 
 /// Hyper-parameters `load_state_dict` refuses are refused when the optimizer is built too:
 /// a group's negative or NaN rate or weight decay, an infinite `eps` (Adam a no-op) or rate,
-/// a NaN dampening. Each was accepted, stepped silently, and wrote a state the run could
+/// a NaN dampening. Accepted, each would step silently and write a state the run could
 /// not resume from.
 #[test]
 fn hyper_parameters_are_checked_when_the_optimizer_is_built() {
@@ -248,8 +248,8 @@ fn hyper_parameters_are_checked_when_the_optimizer_is_built() {
 }
 
 /// A step that panics on a parameter's dtype (a model converted to f16) leaves Adam's
-/// state as it was: the moments were taken out first and dropped, the step count kept, so
-/// the next step restarted from zero moments with an advanced bias correction.
+/// state as it was: taking the moments out first and dropping them, with the step count
+/// kept, would restart the next step from zero moments with an advanced bias correction.
 #[test]
 fn a_refused_adam_step_keeps_the_moments() {
     use nn_core::Forward;
@@ -289,8 +289,8 @@ fn clipping_a_nan_norm_is_not_a_no_op() {
     }
 }
 
-/// Two `Parameter`s on one storage (one tensor wrapped twice) were both stepped: a double
-/// update with two sets of state. Refused as the same parameter is.
+/// Two `Parameter`s on one storage (one tensor wrapped twice) would both be stepped: a
+/// double update with two sets of state. Refused as the same parameter is.
 #[test]
 fn two_parameters_on_one_storage_are_refused() {
     let t = Tensor::ones(&[2]);

@@ -109,7 +109,7 @@ fn save_writes_a_tied_parameter_once_under_its_first_name() {
     let (names, meta) = header(&std::fs::read(&path).unwrap());
     assert_eq!(names, ["mid.bias", "mid.weight", "wte.weight"]);
     assert_eq!(meta["nn.tied_names"], r#"{"lm_head.weight":"wte.weight"}"#);
-    // Read back, it lists every name again, the two as one tensor (they were dropped).
+    // Read back, it lists every name again, the two as one tensor (none is dropped).
     let file = StateDict::load(&path).unwrap();
     assert_eq!(file.len(), 4);
     assert_eq!(file.get("lm_head.weight").unwrap().id(), file.get("wte.weight").unwrap().id());
