@@ -35,7 +35,7 @@ TIERS = [
         ("zero fills", r"memset|zeros"),
         ("allocator", r"malloc|free|_int_|alloc::"),
     ],
-    [("other elementwise maps (residual adds, scaling, the loss)", r"backend::cpu::(elementwise|vmath|misc)|ops::binary|ops::unary")],
+    [("other elementwise maps (residual adds, scaling, the loss)", r"backend::cpu::(elementwise|isa_loops|rows)|ops::binary|ops::unary")],
     [("autograd engine", r"autograd::engine")],
 ]
 PARTS = [part for tier in TIERS for part in tier]

@@ -5,9 +5,6 @@ pub use crate::loss::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_with, l1_loss, mse_loss, nll_loss, nll_loss_with,
     ClassLossConfig, Reduction,
 };
-/// Former name of [`ClassLossConfig`] (option structs are `...Config` in every crate).
-#[deprecated(since = "0.1.0", note = "renamed to `ClassLossConfig`")]
-pub type ClassLossOptions = ClassLossConfig;
 pub use crate::ops::einsum::einsum;
 pub use crate::ops::interpolate::interpolate;
 use crate::ops::{AttentionConfig, Conv2dConfig, PadMode, Pool2dConfig};

@@ -290,22 +290,9 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    /// One opcode; `Ok(true)` at STOP.
-    fn step(&mut self, op: u8) -> Result<bool, Refusal> {
+    /// A literal opcode: an integer, a float (kept as its kind) or a string.
+    fn literal(&mut self, op: u8) -> Result<(), Refusal> {
         match op {
-            b'.' => return Ok(true),
-            0x80 => {
-                let proto = self.take(1)?[0];
-                if !(2..=5).contains(&proto) {
-                    return Err(format!("pickle protocol {proto}: torch.save writes 2 to 5"));
-                }
-            }
-            0x95 => {
-                self.take(8)?; // FRAME: a length hint only.
-            }
-            b'(' => self.marks.push(self.stack.len()),
-            b'N' => self.push(Value::None),
-            0x88 | 0x89 => self.push(Value::Bool),
             b'J' => {
                 let v = self.uint::<4>()? as u32 as i32;
                 self.push(Value::Int(v.into()))
@@ -347,6 +334,28 @@ impl<'a> Machine<'a> {
                 let s = self.string(n)?;
                 self.push(s)
             }
+            other => unreachable!("0x{other:02x} is not a literal opcode"),
+        }
+        Ok(())
+    }
+
+    /// One opcode; `Ok(true)` at STOP.
+    fn step(&mut self, op: u8) -> Result<bool, Refusal> {
+        match op {
+            b'.' => return Ok(true),
+            0x80 => {
+                let proto = self.take(1)?[0];
+                if !(2..=5).contains(&proto) {
+                    return Err(format!("pickle protocol {proto}: torch.save writes 2 to 5"));
+                }
+            }
+            0x95 => {
+                self.take(8)?; // FRAME: a length hint only.
+            }
+            b'(' => self.marks.push(self.stack.len()),
+            b'N' => self.push(Value::None),
+            0x88 | 0x89 => self.push(Value::Bool),
+            b'J' | b'K' | b'M' | 0x8a | b'G' | b'X' | 0x8c | 0x8d => self.literal(op)?,
             b'}' => self.push(Value::Dict(Rc::default())),
             b']' => self.push(Value::List(Rc::default())),
             b')' => self.push(Value::Tuple(Rc::new([]))),

@@ -16,7 +16,7 @@ pub use crate::backend::{CpuStorage, Storage};
 /// assert_eq!(buffer_pool_bytes(), 0);
 /// ```
 pub fn buffer_pool_bytes() -> usize {
-    crate::backend::cpu::pool::bytes()
+    crate::backend::cpu::buffer_pool::bytes()
 }
 
 /// Sets the most bytes the CPU buffer pool keeps ([`buffer_pool_bytes`]; 2 GiB by
@@ -24,5 +24,5 @@ pub fn buffer_pool_bytes() -> usize {
 /// measurements, which then see every freed buffer go back to the allocator; steps that
 /// allocate large buffers may be slower without the pool.
 pub fn set_buffer_pool_limit(bytes: usize) {
-    crate::backend::cpu::pool::set_limit(bytes)
+    crate::backend::cpu::buffer_pool::set_limit(bytes)
 }

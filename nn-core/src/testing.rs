@@ -5,10 +5,6 @@ use crate::autograd::no_grad;
 use crate::dtype::DType;
 use crate::tensor::Tensor;
 
-/// Former name of [`GradcheckConfig`] (option structs are `...Config` in every crate).
-#[deprecated(since = "0.1.0", note = "renamed to `GradcheckConfig`")]
-pub type GradcheckOptions = GradcheckConfig;
-
 /// Tolerances of [`gradcheck_with`]. The defaults are PyTorch's `gradcheck` defaults
 /// (`eps = 1e-6`, `atol = 1e-5`, `rtol = 1e-3`).
 #[derive(Clone, Copy, Debug)]
@@ -57,8 +53,10 @@ pub fn gradcheck_with(f: impl Fn(&[Tensor]) -> Tensor, inputs: &[Tensor], opt: G
             }
         })
         .collect();
-    let leaves: Vec<Tensor> =
-        base.iter().map(|t| if is_float(t) { t.held().requires_grad_(true) } else { t.clone() }).collect();
+    let leaves: Vec<Tensor> = base
+        .iter()
+        .map(|t| if is_float(t) { t.detached_for_keeping().requires_grad_(true) } else { t.clone() })
+        .collect();
     let out = f(&leaves);
     if out.dtype() != DType::F64 {
         return Err(format!("gradcheck: f returned dtype {} for f64 inputs", out.dtype()));

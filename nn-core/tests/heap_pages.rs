@@ -1,6 +1,6 @@
 //! Training steps take no fresh pages from the OS once warm: the pool recycles tensor
 //! buffers, and the C heap keeps the pages of the GEMM library's per-call packing buffers
-//! (`keep_heap_pages` in `nn-core/src/backend/cpu/pool.rs`). Without either, a step of
+//! (`keep_heap_pages` in `nn-core/src/backend/cpu/buffer_pool.rs`). Without either, a step of
 //! the 784-256-10 MLP at batch 256 faulted in about 160 pages (measured on 2 threads).
 //!
 //! Its own test binary: page faults are counted for the whole process, so no other test

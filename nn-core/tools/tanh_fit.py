@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fits the small-argument polynomial of the `f32` tanh (`TANH_P32` in
-`nn-core/src/backend/cpu/vfun.rs`) and prints its error.
+`nn-core/src/backend/cpu/vector_fns.rs`) and prints its error.
 
     python3 nn-core/tools/tanh_fit.py
 
@@ -10,7 +10,7 @@ that the residual is the relative error of tanh (x^3 / tanh x), then rounded to 
 error printed is that polynomial evaluated in f32 (Horner, unfused: the kernel fuses,
 which only rounds less) on 2M points of [0, B], in ulps of the f32 result, against
 numpy's double-precision tanh. Above B the kernel uses 1 - 2 / (e^(2x) + 1), whose error
-the Rust tests measure (`vfun_tests.rs`).
+the Rust tests measure (`vector_fns_tests.rs`).
 """
 import numpy as np
 

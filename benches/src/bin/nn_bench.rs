@@ -221,6 +221,17 @@ fn main() {
         }
     }
     manual_seed(0);
+    cpu_workloads(&want);
+    peak_memory(&want, &only);
+    model_workloads(&want);
+    elementwise_workloads(&want);
+    print_kernel_choices();
+    unmatched();
+}
+
+/// The GEMMs, mixed-precision products and steps, the small models' training steps, the
+/// per-op bookkeeping, the hook overhead and state-dict throughput.
+fn cpu_workloads(want: &dyn Fn(&str) -> bool) {
     for n in [64usize, 128, 256, 512, 1024] {
         let name = format!("gemm_{n}");
         if want(&name) {
@@ -312,6 +323,10 @@ fn main() {
         emit("state_dict_save_64MB", save, "MB/s", mb / (save / 1e3));
         emit("state_dict_load_64MB", load, "MB/s", mb / (load / 1e3));
     }
+}
+
+/// Peak resident memory of MLP training, measured in a fresh process of this binary.
+fn peak_memory(want: &dyn Fn(&str) -> bool, only: &[String]) {
     let peak = want("peak_memory") | want("peak_rss_mlp_training");
     if peak && only != ["peak_memory"] {
         // The figure is a process's peak (VmHWM): measured in a fresh process, as PyTorch's
@@ -339,6 +354,10 @@ fn main() {
             .unwrap_or(0.0);
         emit("peak_rss_mlp_training", kb / 1024.0, "MB", kb / 1024.0);
     }
+}
+
+/// The real models (GPT-2, BERT, Llama) forward and training steps, and causal attention.
+fn model_workloads(want: &dyn Fn(&str) -> bool) {
     // The real models and their parts (`peak_memory` runs in its own process, so their
     // gigabytes do not reach its figure).
     if want("gpt2_fwd") {
@@ -398,6 +417,10 @@ fn main() {
         );
         emit("attn_causal", ms, "ms", ms);
     }
+}
+
+/// The models' activations and two more transcendental functions, forward only.
+fn elementwise_workloads(want: &dyn Fn(&str) -> bool) {
     // The activations of the models' MLPs (GPT-2's tanh GELU, BERT's exact one, Llama's
     // SiLU) and two more transcendentals, forward only, at GPT-2's MLP width.
     type Op = fn(&Tensor) -> Tensor;
@@ -415,6 +438,10 @@ fn main() {
             emit(name, ms, "ms", ms);
         }
     }
+}
+
+/// The CPU kernels chosen by measurement in this run, on stderr.
+fn print_kernel_choices() {
     // The CPU kernels chosen by measurement in this run, for the record (`compare.py`
     // prints them beside the table).
     for c in nn_core::cpu::kernel_report() {
@@ -423,5 +450,4 @@ fn main() {
         let how = if c.forced { "forced" } else { "measured" };
         eprintln!("nn_bench: kernel {} = {} ({how}; {})", c.op, c.variant, times.join(", "));
     }
-    unmatched();
 }

@@ -64,14 +64,14 @@ impl Tensor {
         let callbacks = CallbackFrame::open();
         match &self.0.grad_fn {
             None if self.requires_grad() => {
-                self.accumulate_grad(self.run_grad_hooks(grad.held()));
+                self.accumulate_grad(self.run_grad_hooks(grad.detached_for_keeping()));
                 self.run_post_accumulate_grad_hooks();
             }
             None => panic!(
                 "backward: element 0 of tensors does not require grad and does not have a grad_fn \
                  (call `requires_grad_(true)` on the leaves, and do not compute the loss inside `no_grad`)"
             ),
-            Some(root) => run(root, grad.held(), retain_graph, None),
+            Some(root) => run(root, grad.detached_for_keeping(), retain_graph, None),
         }
         callbacks.finish();
     }
@@ -339,7 +339,7 @@ impl Tensor {
         let mut slot = self.0.grad.lock().unwrap_or_else(|e| e.into_inner());
         let new = match slot.take() {
             Some(prev) => &prev + &g,
-            None => g.contiguous().held(),
+            None => g.contiguous().detached_for_keeping(),
         };
         *slot = Some(new);
     }

@@ -101,7 +101,7 @@ pub(crate) fn record_with_edges(
     edges: SmallVec<[Option<Edge>; 3]>,
     backward: impl Backward,
 ) -> Tensor {
-    let values = out.held();
+    let values = out.detached_for_keeping();
     let node = Arc::new(Node::new(name, values.shape(), Box::new(backward), edges));
     Tensor::in_slot(values.slot(), values.layout().clone(), Some(node))
 }
@@ -220,7 +220,7 @@ pub fn custom_op(
     output: &Tensor,
     backward: impl Fn(&Tensor) -> Vec<Option<Tensor>> + Send + Sync + 'static,
 ) -> Tensor {
-    let out = output.held();
+    let out = output.detached_for_keeping();
     if !out.dtype().is_float() {
         // An integer or bool output is not differentiable (PyTorch marks it so): as a node,
         // a float gradient cast to it would truncate to zero, silently.

@@ -4,8 +4,8 @@
 
 use std::cmp::Ordering;
 
-use super::cpu::vmath::Isa;
-use super::cpu::vtab::Pieces;
+use super::cpu::isa_loops::Isa;
+use super::cpu::poly_tables::Pieces;
 use super::{cpu, Storage};
 use crate::dtype::{DType, FloatElement};
 use crate::shape::Layout;
@@ -58,7 +58,7 @@ pub(crate) trait UnaryOp: Copy + Send + Sync + 'static {
     }
     /// Runs the CPU's `f32` loop `l` with this op's `f32` function. The default is `f`;
     /// ops with a transcendental function override it with the branch-free one of
-    /// `cpu::vfun` (libm's are scalar calls, which no loop vectorizes), and ops with a
+    /// `cpu::vector_fns` (libm's are scalar calls, which no loop vectorizes), and ops with a
     /// constant (`pow`) pick a function per constant here, once, so that the loop body
     /// has no branch on it.
     #[inline(always)]
@@ -89,7 +89,7 @@ pub(crate) trait F32Loop {
     /// bits; the kernel's tuner, `cpu::tune`, picks the fastest).
     fn run_on(self, isa: Isa, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Self::Out;
     /// Runs the loop with `f`, which is `p`'s `x p(x)` wherever `p` covers `x`: the loop
-    /// may evaluate the table itself there (the CPU's vector lookups, `cpu::vtab`). The
+    /// may evaluate the table itself there (the CPU's vector lookups, `cpu::poly_tables`). The
     /// default is [`Self::run_on`].
     fn run_pieces_on<const K: usize>(
         self,

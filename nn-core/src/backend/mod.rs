@@ -7,10 +7,11 @@
 //! through the methods of [`Storage`] defined in this module and its children, passing
 //! only [`Storage`]s, [`Layout`]s and plain kernel descriptions (the `UnaryOp` and
 //! `BinaryOp` tables, `ConvGeometry`, ...). Those methods are the whole interface: no
-//! op, module or autograd code names a backend's buffer type. (Two places outside
-//! `backend` still do: the optimizers, whose update kernels (host closures on the CPU,
-//! WGSL statements on the GPU) live in `optim`, and `__private`, which exposes the CPU
-//! GEMM to the benchmark that chose its kernel library.)
+//! op, module, optimizer or autograd code names a backend's buffer type. The optimizers'
+//! steps are backend operations too ([`update`]: each optimizer's rule written once in
+//! its CPU and GPU forms, its state buffers kept where the parameter is). One place
+//! outside `backend` names a buffer type: `__private`, which exposes the CPU GEMM to the
+//! benchmark that chose its kernel library.
 //!
 //! Every interface method:
 //! - receives operands already checked by the op: one device, matching dtypes, layouts
@@ -59,13 +60,14 @@ pub(crate) mod gpu;
 mod host;
 mod index;
 mod linalg;
-mod misc;
 mod norm;
 mod pooling;
 mod reduce;
+mod rows;
 mod sample;
 mod scan;
 mod sort;
+pub(crate) mod update;
 
 pub use conv::Conv2dConfig;
 pub(crate) use conv::ConvGeometry;

@@ -20,13 +20,31 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::state_hooks::{HookResult, LoadStateDictPostHook, LoadStateDictPreHook, StateDictPostHook};
 use super::{IncompatibleKeys, ModuleIo};
 use crate::autograd::handle::HookOwner;
 pub use crate::autograd::handle::{HookHandle, ScopedHook};
 use crate::autograd::{custom_op, is_grad_enabled};
 use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
+
+// The state-dict hooks' types live here, beside the store that keeps them;
+// [`state_hooks`](super::state_hooks) runs them (it depends on this file, not the reverse).
+
+/// What a state-dict hook returns: `Err` stops the save or load, and
+/// [`Error::StateDictHook`](crate::Error::StateDictHook) names the hook's module around it. Any error type converts
+/// with `?`, and so does a message: `Err("no such layout".into())`.
+pub type HookResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// A state-dict post-hook (PyTorch's `register_state_dict_post_hook`): sees the state dict
+/// being returned and the module's prefix (`""`, `"encoder.0."`), may edit it.
+pub type StateDictPostHook = Arc<dyn Fn(&mut StateDict, &str) -> HookResult + Send + Sync>;
+/// A load pre-hook (PyTorch's `register_load_state_dict_pre_hook`): sees the state dict
+/// being loaded, the module's prefix and the version the file recorded for the module,
+/// may edit it (rename, convert, drop entries).
+pub type LoadStateDictPreHook = Arc<dyn Fn(&mut StateDict, &str, Option<u32>) -> HookResult + Send + Sync>;
+/// A load post-hook (PyTorch's `register_load_state_dict_post_hook`): sees the load's
+/// missing and unexpected keys, may remove (or add) some before strictness is judged.
+pub type LoadStateDictPostHook = Arc<dyn Fn(&mut IncompatibleKeys) -> HookResult + Send + Sync>;
 
 /// A forward pre-hook: sees the input, may return a replacement.
 pub type ForwardPreHook = Arc<dyn Fn(&Tensor) -> Option<Tensor> + Send + Sync>;

@@ -241,7 +241,7 @@ fn overflows(src: &Tensor, dtype: DType) -> bool {
         return false;
     }
     no_grad(|| {
-        let src = src.held();
+        let src = src.detached_for_keeping();
         // An infinite value converts to the same infinity and NaN to NaN, so a conversion
         // that is infinite where the value is not overflowed.
         src.to_dtype(dtype).isinf().ne(&src.isinf()).any().item_bool()
@@ -255,7 +255,7 @@ fn same_values(a: &Tensor, b: &Tensor, dtype: DType) -> bool {
         return a.device() == b.device();
     }
     no_grad(|| {
-        let on_cpu = |t: &Tensor| t.held().to_dtype(dtype).to_device(Device::Cpu);
+        let on_cpu = |t: &Tensor| t.detached_for_keeping().to_dtype(dtype).to_device(Device::Cpu);
         let (a, b) = (on_cpu(a), on_cpu(b));
         let equal = a.eq(&b);
         let equal = if dtype.is_float() {
@@ -320,7 +320,7 @@ pub(crate) fn prepare(m: &dyn Module, sd: &StateDict, config: LoadStateDictConfi
             .into_iter()
             .map(|(target, src)| {
                 let device = if target.device() == Device::Meta { src.device() } else { target.device() };
-                let value = src.held().to_dtype(target.dtype()).to_device(device);
+                let value = src.detached_for_keeping().to_dtype(target.dtype()).to_device(device);
                 (target, value)
             })
             .collect()

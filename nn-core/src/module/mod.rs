@@ -8,6 +8,7 @@
 //! `visit` (and the rest of the required methods) from field annotations.
 
 mod accessors;
+mod convert;
 mod deep_copy;
 mod display;
 pub mod forward;
@@ -43,7 +44,6 @@ use walk::{collect_modules, for_each_tensor, not_found, path_parts, walk_unnamed
 
 pub(crate) mod parameter;
 
-use crate::autograd::no_grad;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -717,44 +717,7 @@ pub trait Module: HoldsState + Any {
     /// the CPU when it runs (PyTorch records the device for them; nn asks for the dry run
     /// first). Nothing moves then.
     fn try_to_device(&mut self, device: Device) -> crate::Result<()> {
-        check_move(self.as_dyn(), device)?;
-        // A meta tensor has no values: moved to a real device it would be zeros, a model
-        // that never loaded its weights (PyTorch: "Cannot copy out of meta tensor").
-        if device != Device::Meta {
-            let mut on_meta = None;
-            walk(self.as_dyn(), &mut String::new(), &mut |path, item| {
-                let t = match item {
-                    Item::Param(p) => p.tensor(),
-                    Item::Buffer { tensor, .. } => tensor,
-                    Item::Module(_) => return,
-                };
-                if on_meta.is_none() && t.device() == Device::Meta {
-                    on_meta = Some(path.to_string());
-                }
-            });
-            if let Some(path) = on_meta {
-                return Err(Error::ConversionRefused {
-                    conversion: format!("to_device({device})"),
-                    reason: format!(
-                        "`{path}` is on the meta device and has no values to move (a model built on meta that \
-                         did not load them); load a state dict with every key first, or use `to_empty` to make \
-                         zero-filled storage to initialise yourself (a non-persistent buffer, which no state \
-                         dict holds, needs `to_empty` or its module built on the device)"
-                    ),
-                });
-            }
-        }
-        for_each_tensor(self.as_dyn(), &mut |t| {
-            if t.device() != device {
-                no_grad(|| t.set_data(&t.to_device(device)));
-                // The gradient moves too, as with PyTorch's `Module.to` (left behind, it
-                // could not be accumulated into, nor set again in another dtype).
-                if let Some(g) = t.grad_unchecked() {
-                    t.set_grad(Some(g.to_device(device)));
-                }
-            }
-        });
-        Ok(())
+        convert::try_to_device(self.as_dyn_mut(), device)
     }
 
     /// Converts every floating-point parameter and buffer to `dtype` (integer and bool
@@ -771,28 +734,7 @@ pub trait Module: HoldsState + Any {
     /// converted then.
     #[track_caller]
     fn to_dtype(&mut self, dtype: DType) {
-        assert!(dtype.is_float(), "to_dtype: modules can only be converted to floating-point dtypes, got {dtype}");
-        if self.first_uninitialized().is_some() {
-            refuse_uninitialized(
-                self.as_dyn(),
-                &format!("to_dtype({dtype})"),
-                &format!("so they would be made in f32 when it runs, not in {dtype}"),
-            );
-        }
-        for (path, m) in self.named_modules() {
-            if let Err(e) = m.check_conversion(Conversion::DType(dtype)) {
-                let at = if path.is_empty() { String::new() } else { format!(" at `{path}`") };
-                panic!("{e} ({}{at})", m.type_name());
-            }
-        }
-        for_each_tensor(self.as_dyn(), &mut |t| {
-            if t.dtype().is_float() && t.dtype() != dtype {
-                no_grad(|| t.set_data(&t.to_dtype(dtype)));
-                if let Some(g) = t.grad_unchecked() {
-                    t.set_grad(Some(g.to_dtype(dtype)));
-                }
-            }
-        });
+        convert::to_dtype(self.as_dyn_mut(), dtype)
     }
 
     /// Gives every parameter and buffer new storage on `device`, filled with zeros, without
@@ -820,12 +762,7 @@ pub trait Module: HoldsState + Any {
     /// As [`try_to_device`](Module::try_to_device), but for meta tensors; nothing changes
     /// then.
     fn to_empty(&mut self, device: Device) -> crate::Result<()> {
-        check_move(self.as_dyn(), device)?;
-        for_each_tensor(self.as_dyn(), &mut |t| {
-            no_grad(|| t.set_data(&Tensor::full_on(t.shape(), 0.0, t.dtype(), device)));
-            t.set_grad(None);
-        });
-        Ok(())
+        convert::to_empty(self.as_dyn_mut(), device)
     }
 
     /// Clears the gradient of every parameter (a lazy sub-module that has not run yet has
@@ -893,21 +830,6 @@ impl fmt::Display for dyn Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt_module(self, f)
     }
-}
-
-/// What moving `m` to `device` checks before anything moves (both
-/// [`Module::try_to_device`] and [`Module::to_empty`]): the device exists, no lazy
-/// sub-module is unrun (its parameters would be made on the CPU later, after the rest
-/// moved; PyTorch records the move for them), and no sub-module refuses.
-fn check_move(m: &dyn Module, device: Device) -> Result<()> {
-    device.check()?;
-    if let Some((_, lazy)) = m.first_uninitialized() {
-        return Err(Error::Uninitialized { module: lazy.type_name() });
-    }
-    for (_, sub) in m.named_modules() {
-        sub.check_conversion(Conversion::Device(device))?;
-    }
-    Ok(())
 }
 
 /// A conversion of a whole module, as [`Module::check_conversion`] is asked about.

@@ -92,27 +92,12 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 
 use super::{walk, IncompatibleKeys, Item, Module};
 use crate::error::{Error, Result};
 use crate::state_dict::StateDict;
 
-/// What a state-dict hook returns: `Err` stops the save or load, and
-/// [`Error::StateDictHook`] names the hook's module around it. Any error type converts
-/// with `?`, and so does a message: `Err("no such layout".into())`.
-pub type HookResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// A state-dict post-hook (PyTorch's `register_state_dict_post_hook`): sees the state dict
-/// being returned and the module's prefix (`""`, `"encoder.0."`), may edit it.
-pub type StateDictPostHook = Arc<dyn Fn(&mut StateDict, &str) -> HookResult + Send + Sync>;
-/// A load pre-hook (PyTorch's `register_load_state_dict_pre_hook`): sees the state dict
-/// being loaded, the module's prefix and the version the file recorded for the module,
-/// may edit it (rename, convert, drop entries).
-pub type LoadStateDictPreHook = Arc<dyn Fn(&mut StateDict, &str, Option<u32>) -> HookResult + Send + Sync>;
-/// A load post-hook (PyTorch's `register_load_state_dict_post_hook`): sees the load's
-/// missing and unexpected keys, may remove (or add) some before strictness is judged.
-pub type LoadStateDictPostHook = Arc<dyn Fn(&mut IncompatibleKeys) -> HookResult + Send + Sync>;
+pub use super::hooks::{HookResult, LoadStateDictPostHook, LoadStateDictPreHook, StateDictPostHook};
 
 /// A module's non-tensor state, saved with its tensors (PyTorch's `get_extra_state` and
 /// `set_extra_state`). Select it with `#[module(extra_state)]` on the struct; the state is

@@ -1,7 +1,7 @@
 //! Activation functions, as table-driven unary ops (see `unary.rs`).
 
 use super::unary::{c, unary, unary_op, UnaryOp};
-use crate::backend::cpu::{tune, vfun, vtab};
+use crate::backend::cpu::{poly_tables, tune, vector_fns};
 use crate::backend::{F32GradLoop, F32Loop, Wgsl};
 use crate::dtype::FloatElement;
 use crate::tensor::Tensor;
@@ -47,7 +47,7 @@ unary_op!(
     |s, x| sigmoid(x),
     |s, x, y| y * (T::one() - y),
     wgsl = Wgsl::unary(SIGMOID, "y * (1.0 - y)", true),
-    fast = vfun::sigmoid,
+    fast = vector_fns::sigmoid,
     tune = tune::SIGMOID
 );
 unary_op!(
@@ -56,8 +56,12 @@ unary_op!(
     |s, x| x.tanh(),
     |s, x, y| T::one() - y * y,
     wgsl = Wgsl::unary("tanh_(x)", "1.0 - y * y", true),
-    fast = vfun::tanh,
-    algos = (tune::Plain(vfun::tanh), tune::Plain(vfun::tanh_f32), tune::Table(&vtab::TANH_OVER_X, vfun::tanh_table)),
+    fast = vector_fns::tanh,
+    algos = (
+        tune::Plain(vector_fns::tanh),
+        tune::Plain(vector_fns::tanh_f32),
+        tune::Table(&poly_tables::TANH_OVER_X, vector_fns::tanh_table)
+    ),
     tune = tune::TANH
 );
 unary_op!(Silu, crate::names::SILU, |s, x| x * sigmoid(x), |s, x, y| {
@@ -67,7 +71,7 @@ unary_op!(Silu, crate::names::SILU, |s, x| x * sigmoid(x), |s, x, y| {
     "x * select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)",
     "select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0) * (1.0 + x * (1.0 - select(exp(x) / (1.0 + exp(x)), 1.0 / (1.0 + exp(-x)), x >= 0.0)))",
     true
-), fast = vfun::silu, pieces = vtab::SIGMOID, tune = tune::SILU, fast_df = vfun::silu_grad);
+), fast = vector_fns::silu, pieces = poly_tables::SIGMOID, tune = tune::SILU, fast_df = vector_fns::silu_grad);
 unary_op!(
     /// Exact GELU: `x * Phi(x)` with the normal CDF through `erf`.
     Gelu,
@@ -85,10 +89,10 @@ unary_op!(
         "0.5 * erfc_(-x * 0.7071067811865476) + x * exp(-0.5 * x * x) * 0.3989422804014327",
         true
     ),
-    fast = vfun::gelu,
-    pieces = vtab::NORMAL_CDF,
+    fast = vector_fns::gelu,
+    pieces = poly_tables::NORMAL_CDF,
     tune = tune::GELU,
-    fast_df = vfun::gelu_grad
+    fast_df = vector_fns::gelu_grad
 );
 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
@@ -135,9 +139,9 @@ unary_op!(
         ),
         true
     ),
-    fast = vfun::gelu_tanh,
+    fast = vector_fns::gelu_tanh,
     tune = tune::GELU_TANH,
-    fast_df = vfun::gelu_tanh_grad
+    fast_df = vector_fns::gelu_tanh_grad
 );
 
 /// PyTorch's softplus, `ln(1 + e^(beta x)) / beta`, linear (`x`) where `beta x >
@@ -187,7 +191,7 @@ impl UnaryOp for Softplus {
         let Softplus { beta, threshold } = *self;
         l.run(
             #[inline(always)]
-            move |x| vfun::softplus(x, beta, threshold),
+            move |x| vector_fns::softplus(x, beta, threshold),
         )
     }
     #[inline(always)]
@@ -195,7 +199,7 @@ impl UnaryOp for Softplus {
         let Softplus { beta, threshold } = *self;
         l.run(
             #[inline(always)]
-            move |x, _| vfun::softplus_grad(x, beta, threshold),
+            move |x, _| vector_fns::softplus_grad(x, beta, threshold),
         )
     }
 }
@@ -570,21 +574,22 @@ mod tests {
     /// length with a vector tail, in parallel parts (above the split threshold).
     /// A tuned kernel's first (`f64`) algorithm in the widest copy this CPU runs.
     fn reference() -> tune::Pick {
-        tune::Pick { algo: 0, isa: crate::backend::cpu::vmath::Isa::widest() }
+        tune::Pick { algo: 0, isa: crate::backend::cpu::isa_loops::Isa::widest() }
     }
 
     #[test]
     fn the_vector_loops_are_the_scalar_functions_bit_for_bit() {
-        use crate::backend::cpu::vfun::{
-            erf, erf_grad, exp, gelu, gelu_grad, gelu_tanh, gelu_tanh_grad, log, pow, rsqrt, sigmoid, silu, silu_grad,
-            softplus, tanh, PowKind,
+        use crate::backend::cpu::powers::{pow, PowKind};
+        use crate::backend::cpu::vector_fns::{
+            erf, erf_grad, exp, gelu, gelu_grad, gelu_tanh, gelu_tanh_grad, log, rsqrt, sigmoid, silu, silu_grad,
+            softplus, tanh,
         };
         let n = (1 << 16) + 13;
         let mut xs: Vec<f32> = (0..n).map(|i| f32::from_bits((i as u32).wrapping_mul(2_654_435_761))).collect();
         xs[..9].copy_from_slice(&[0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-45, -1e-45, 88.7, -103.9]);
         let xs: Vec<f32> = xs.into_iter().map(|v| if v.is_nan() { v } else { v.clamp(-1e5, 1e5) }).collect();
         // And activations' values (within [-4.5, 4.5], one in 500 at 50): the GELU and
-        // SiLU blocks mostly in their tables' ranges, some not (`cpu::vtab`).
+        // SiLU blocks mostly in their tables' ranges, some not (`cpu::poly_tables`).
         let mut acts: Vec<f32> = (0..n).map(|i| ((i as f32 * 0.618_034).fract() - 0.5) * 9.0).collect();
         acts.iter_mut().step_by(500).for_each(|v| *v = 50.0);
         let g: Vec<f32> = (0..n).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();

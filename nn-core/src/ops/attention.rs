@@ -286,7 +286,7 @@ fn safe_softmax(scores: &Tensor) -> Tensor {
     // Counted in f32: in bf16, 259 masked keys of 260 would round to 260, and the row
     // with one kept key would be zeroed.
     let full = |v: f64, dtype| Tensor::full_on(&[], v, dtype, scores.device());
-    let masked = scores.held().eq(&full(f64::NEG_INFINITY, scores.dtype())).to_dtype(DType::F32);
+    let masked = scores.detached_for_keeping().eq(&full(f64::NEG_INFINITY, scores.dtype())).to_dtype(DType::F32);
     let keys = scores.shape()[scores.rank() - 1] as f64;
     let dead = masked.sum_dim(-1, true).eq(&full(keys, DType::F32));
     // Finite scores in dead rows, so the softmax and its backward stay finite there; the

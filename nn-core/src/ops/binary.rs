@@ -173,7 +173,7 @@ pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
     let (la, lb, lo) = broadcast_pair(O::NAME, a, b);
     let storage = a.storage_arc().binary::<O>(&la, &b.storage_arc(), &lb);
     op_result(O::NAME, Arc::new(storage), lo, &[a, b], || {
-        let (a, b) = (a.saved(), b.saved());
+        let (a, b) = (a.saved_for_backward(), b.saved_for_backward());
         move |g: &Tensor, needs: &[bool]| -> Grads {
             let grad_for = |which: usize| -> Tensor {
                 let target = if which == 0 { a.shape() } else { b.shape() };
@@ -358,7 +358,7 @@ impl Tensor {
         let lb = b.layout().broadcast_to(&shape).expect("broadcastable");
         let storage = cond.storage_arc().select(&lc, (&a.storage_arc(), &la), (&b.storage_arc(), &lb));
         op_result(OP, Arc::new(storage), lo, &[a, b], || {
-            let cond = cond.saved();
+            let cond = cond.saved_for_backward();
             let (sa, sb): (crate::shape::Dims, crate::shape::Dims) = (a.shape().into(), b.shape().into());
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 let zero = g.scalar_like(0.0);

@@ -68,8 +68,8 @@ impl Tensor {
         });
         debug_assert_eq!(y.shape(), shape.as_slice());
         op_result(OP, y.storage_arc(), y.layout().clone(), &all, || {
-            let x = self.saved();
-            let (lo, hi) = (min.map(Tensor::saved), max.map(Tensor::saved));
+            let x = self.saved_for_backward();
+            let (lo, hi) = (min.map(Tensor::saved_for_backward), max.map(Tensor::saved_for_backward));
             let shapes: Vec<Dims> = all.iter().map(|t| t.shape().into()).collect();
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 let w = ClampWeights::new(&x, lo.as_ref(), hi.as_ref());

@@ -116,7 +116,7 @@ impl Tensor {
         let sb = bias.map(|b| b.contiguous().storage_arc());
         let storage = x.storage_arc().conv2d(&w.storage_arc(), sb.as_deref(), &geo);
         op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &operands, || {
-            let (x, w) = (x.saved(), w.saved());
+            let (x, w) = (x.saved_for_backward(), w.saved_for_backward());
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 let g = g.contiguous();
                 let need_dx = needs[0];

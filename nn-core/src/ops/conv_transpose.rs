@@ -181,7 +181,7 @@ impl Tensor {
         let w = weight.contiguous();
         let storage = x.storage_arc().conv_transpose2d(&w.storage_arc(), &geo);
         let y = op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[self, weight], || {
-            let (x, w) = (x.saved(), w.saved());
+            let (x, w) = (x.saved_for_backward(), w.saved_for_backward());
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 let g = g.contiguous().storage_arc();
                 // The input gradient is the convolution of the output gradient; the weight

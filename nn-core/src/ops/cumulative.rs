@@ -110,7 +110,7 @@ fn cumprod_along(x: &Tensor, d: usize) -> Tensor {
     let layout = Layout::contiguous(x.shape());
     let y = Tensor::from_parts(storage.clone(), layout.clone(), None);
     op_result("cumprod", storage, layout, &[x], || {
-        let x = x.saved();
+        let x = x.saved_for_backward();
         move |g: &Tensor, _: &[bool]| -> Grads { smallvec![Some(cumprod_backward(g, &x, &y, d))] }
     })
 }

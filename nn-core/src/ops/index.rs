@@ -60,7 +60,7 @@ impl Tensor {
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
         let storage = x.storage_arc().index_select(x.layout(), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[&x], || {
-            let index = index.saved();
+            let index = index.saved_for_backward();
             let in_shape: Dims = x.shape().into();
             move |g: &Tensor, _: &[bool]| -> Grads {
                 let z = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
@@ -92,7 +92,7 @@ impl Tensor {
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
         let storage = self.storage_arc().index_add(self.layout(), (&source.storage_arc(), source.layout()), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(self.shape()), &[self, source], || {
-            let index = index.saved();
+            let index = index.saved_for_backward();
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 smallvec![needs[0].then(|| g.clone()), needs[1].then(|| g.index_select(d, &index))]
             }
@@ -124,7 +124,7 @@ impl Tensor {
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
         let storage = self.storage_arc().gather(self.layout(), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(index.shape()), &[self], || {
-            let index = index.saved();
+            let index = index.saved_for_backward();
             let in_shape: Dims = self.shape().into();
             move |g: &Tensor, _: &[bool]| -> Grads {
                 let z = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
@@ -158,7 +158,7 @@ impl Tensor {
         let indices = IndexArg { op: OP, dim: d, index: &index.storage_arc(), layout: index.layout() };
         let storage = self.storage_arc().scatter_add(self.layout(), (&src.storage_arc(), src.layout()), indices);
         op_result(OP, Arc::new(storage), Layout::contiguous(self.shape()), &[self, src], || {
-            let index = index.saved();
+            let index = index.saved_for_backward();
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 smallvec![needs[0].then(|| g.clone()), needs[1].then(|| g.gather(d, &index))]
             }

@@ -116,7 +116,7 @@ impl Tensor {
             (&weight.storage_arc(), &lw),
             (1.0, 1.0),
         );
-        let (x, w) = (self.saved(), weight.saved());
+        let (x, w) = (self.saved_for_backward(), weight.saved_for_backward());
         Some(op_result(OP, Arc::new(out), Layout::contiguous(&[m, n]), &[self, weight, bias], || {
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 smallvec![
@@ -214,7 +214,8 @@ impl Tensor {
             (beta, alpha),
         );
         op_result(OP, Arc::new(storage), Layout::contiguous(&[m, n]), &[self, mat1, mat2], || {
-            let (a, b, in_shape): (Tensor, Tensor, Dims) = (mat1.saved(), mat2.saved(), self.shape().into());
+            let (a, b, in_shape): (Tensor, Tensor, Dims) =
+                (mat1.saved_for_backward(), mat2.saved_for_backward(), self.shape().into());
             let scale = |t: Tensor, s: f64| if s == 1.0 { t } else { t * s };
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 smallvec![
@@ -245,7 +246,7 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     crate::shape::numel_of(OP, &shape);
     let storage = a.storage_arc().matmul(a.layout(), &b.storage_arc(), b.layout(), &batch, (m, k, n));
     op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[a, b], || {
-        let (a, b) = (a.saved(), b.saved());
+        let (a, b) = (a.saved_for_backward(), b.saved_for_backward());
         move |g: &Tensor, needs: &[bool]| -> Grads {
             smallvec![
                 needs[0].then(|| bmm(g, &b.transpose(-1, -2)).sum_to_shape(a.shape())),

@@ -52,15 +52,6 @@ pub use pool::Pool2dConfig;
 pub use scalar_compare::Scalar;
 pub use volumetric::{Conv3dConfig, Pool3dConfig};
 
-/// Former name of [`Conv2dConfig`] (option structs are `...Config` in every crate).
-#[deprecated(since = "0.1.0", note = "renamed to `Conv2dConfig`")]
-pub type Conv2dOptions = Conv2dConfig;
-/// Former name of [`Pool2dConfig`].
-#[deprecated(since = "0.1.0", note = "renamed to `Pool2dConfig`")]
-pub type Pool2dOptions = Pool2dConfig;
-/// Former name of [`AttentionConfig`].
-#[deprecated(since = "0.1.0", note = "renamed to `AttentionConfig`")]
-pub type AttentionOptions<'a> = AttentionConfig<'a>;
 pub use vector_norm::NormOrd;
 
 use crate::device::Device;
@@ -70,7 +61,7 @@ use crate::tensor::Tensor;
 /// The CPU backend's threading threshold: tests size inputs on both sides of it, so the
 /// parallel kernels are checked too.
 #[cfg(test)]
-pub(crate) use crate::backend::cpu::elementwise::PAR_THRESHOLD;
+pub(crate) use crate::backend::cpu::parts::PAR_THRESHOLD;
 
 /// Checks that all operands share one device and one dtype; returns them.
 #[track_caller]

@@ -257,7 +257,7 @@ impl Tensor {
         let op = if largest { "max" } else { "min" };
         let v = no_grad(|| self.reshape(&[self.numel()]).extreme_dim(0usize, false, largest).0);
         op_result(op, v.storage_arc(), v.layout().clone(), &[self], || {
-            let (x, v) = (self.saved(), v.clone());
+            let (x, v) = (self.saved_for_backward(), v.clone());
             move |g: &Tensor, _: &[bool]| -> Grads {
                 let hit = Tensor::where_cond(&v.ne(&v), &x.ne(&x), &x.eq(&v)).to_dtype(g.dtype());
                 let share = g / &hit.sum();

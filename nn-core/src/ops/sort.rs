@@ -59,7 +59,7 @@ impl Tensor {
             vec![("dim", trace::int(d)), ("descending", Attr::Bool(descending))]
         });
         let n = self.shape().get(d).copied().unwrap_or(1);
-        sort_lines("argsort", &self.held(), d, SortSpec { k: n, descending, sorted: true }).1
+        sort_lines("argsort", &self.detached_for_keeping(), d, SortSpec { k: n, descending, sorted: true }).1
     }
 
     /// The `k` largest (or smallest, `largest = false`) elements along `dim`,
@@ -119,7 +119,7 @@ fn sort_lines(op: &'static str, x: &Tensor, d: usize, spec: SortSpec) -> (Tensor
     let values = op_result(op, Arc::new(values), Layout::contiguous(&shape), &[x], || {
         // Its own handle (as every saved value): the caller's `indices` may be written in
         // place (`add_` to make them global ids), which must not move the gradient.
-        let (index, in_shape): (Tensor, Dims) = (indices.saved(), x.shape().into());
+        let (index, in_shape): (Tensor, Dims) = (indices.saved_for_backward(), x.shape().into());
         move |g: &Tensor, _: &[bool]| -> Grads {
             let zero = Tensor::full_on(&in_shape, 0.0, g.dtype(), g.device());
             if in_shape.is_empty() {

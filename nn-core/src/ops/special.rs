@@ -2,7 +2,7 @@
 //! (table-driven like [`super::unary`]).
 
 use super::unary::{c, unary, unary_op};
-use crate::backend::cpu::vfun;
+use crate::backend::cpu::vector_fns;
 use crate::backend::{UnaryOp, Wgsl};
 use crate::dtype::FloatElement;
 use crate::tensor::Tensor;
@@ -19,8 +19,8 @@ unary_op!(
     |s, x| x.erf(),
     |s, x, y| c::<T>(TWO_OVER_SQRT_PI) * (-(x * x)).exp(),
     wgsl = Wgsl::unary("erf_(x)", "1.1283791670955126 * exp(-x * x)", true),
-    fast = vfun::erf,
-    fast_df = vfun::erf_grad
+    fast = vector_fns::erf,
+    fast_df = vector_fns::erf_grad
 );
 unary_op!(
     /// `erfinv(y)`; `d/dy = sqrt(pi) / 2 exp(erfinv(y)^2)`.

@@ -8,8 +8,9 @@ use smallvec::smallvec;
 use super::check_float;
 use crate::autograd::entry::op_entry;
 use crate::autograd::{op_result, Grads};
+use crate::backend::cpu::powers::{self, PowKind};
 use crate::backend::cpu::tune;
-use crate::backend::cpu::vfun::{self, PowKind};
+use crate::backend::cpu::vector_fns;
 pub(crate) use crate::backend::UnaryOp;
 use crate::backend::{F32GradLoop, F32Loop, Wgsl};
 use crate::dtype::FloatElement;
@@ -44,7 +45,7 @@ pub(crate) fn unary_with<O: UnaryOp>(
     let storage = Arc::new(x.storage_arc().unary(x.layout(), op));
     let y = storage.clone();
     op_result(O::NAME, storage, Layout::contiguous(x.shape()), &[x], || {
-        let x = x.saved();
+        let x = x.saved_for_backward();
         move |g: &Tensor, _: &[bool]| -> Grads {
             let ly = Layout::contiguous(x.shape());
             let dx = g.storage_arc().unary_grad(g.layout(), (&x.storage_arc(), x.layout()), (&y, &ly), op);
@@ -54,11 +55,11 @@ pub(crate) fn unary_with<O: UnaryOp>(
 }
 
 /// Declares a unary op from its value `f` and derivative `df` (generic over the float
-/// type), its WGSL, and optionally the CPU's vectorizable `f32` functions of `cpu::vfun`:
+/// type), its WGSL, and optionally the CPU's vectorizable `f32` functions of `cpu::vector_fns`:
 /// `fast = f` (an `fn(f32) -> f32`) and `fast_df = df` (the derivative, an `fn(f32) -> f32`
 /// of `x`), used instead of `f`/`df` on `f32` tensors (see `UnaryOp::f32_loop`). With
 /// `pieces = table` after `fast`, `f` is the table's `x p(x)` where the table covers `x`
-/// and the loop may look the table up itself there (`cpu::vtab`). With `tune = KERNEL`
+/// and the loop may look the table up itself there (`cpu::poly_tables`). With `tune = KERNEL`
 /// (a `cpu::tune::Kernel`), the loop's vector copy is chosen by measurement, and with
 /// `algos = (..)` before it (a tuple of `cpu::tune::Plain` and `Table` algorithms, in
 /// `KERNEL`'s order, `fast` first) the algorithm too.
@@ -129,8 +130,8 @@ unary_op!(
     |s, x| x.exp(),
     |s, x, y| y,
     wgsl = Wgsl::unary("exp(x)", "y", true),
-    fast = vfun::exp,
-    algos = (tune::Plain(vfun::exp), tune::Plain(vfun::exp_f32)),
+    fast = vector_fns::exp,
+    algos = (tune::Plain(vector_fns::exp), tune::Plain(vector_fns::exp_f32)),
     tune = tune::EXP
 );
 unary_op!(
@@ -139,7 +140,7 @@ unary_op!(
     |s, x| x.ln(),
     |s, x, y| x.recip(),
     wgsl = Wgsl::unary("log(x)", "1.0 / x", true),
-    fast = vfun::log
+    fast = vector_fns::log
 );
 unary_op!(
     Sqrt,
@@ -224,7 +225,7 @@ impl UnaryOp for PowScalar {
                 )
             };
         }
-        vfun::with_pow!(kind, run)
+        powers::with_pow!(kind, run)
     }
     /// `p x^(p-1)` by the kind of `p - 1`, as [`Self::f32_loop`].
     #[inline(always)]
@@ -250,7 +251,7 @@ impl UnaryOp for PowScalar {
                 )
             };
         }
-        vfun::with_pow!(kind, run)
+        powers::with_pow!(kind, run)
     }
 }
 
@@ -270,12 +271,12 @@ impl UnaryOp for Rsqrt {
     }
     #[inline(always)]
     // A closure marked for inlining, not the fn item: an fn item goes through a call shim
-    // that is not inlined into the vector loop (see `vmath::map_elems`).
+    // that is not inlined into the vector loop (see `isa_loops::map_elems`).
     #[allow(clippy::redundant_closure)]
     fn f32_loop<L: F32Loop>(&self, l: L) -> L::Out {
         l.run(
             #[inline(always)]
-            |x| vfun::rsqrt(x),
+            |x| vector_fns::rsqrt(x),
         )
     }
 }

@@ -94,7 +94,7 @@ impl Tensor {
             NormOrd::L2 => {
                 let n = no_grad(|| self.square().sum_dims(&dims, keepdim).sqrt());
                 op_result(OP, n.storage_arc(), n.layout().clone(), &[self], || {
-                    let (x, n) = (self.saved(), n.reshape(&kept));
+                    let (x, n) = (self.saved_for_backward(), n.reshape(&kept));
                     move |g: &Tensor, _: &[bool]| -> Grads {
                         let zero = n.scalar_like(0.0);
                         let scale = Tensor::where_cond(&n.eq(&zero), &zero, &(g.reshape(n.shape()) / &n));
@@ -119,7 +119,7 @@ impl Tensor {
                     _ => a.max(),
                 });
                 op_result(OP, m.storage_arc(), m.layout().clone(), &[&a], || {
-                    let (a, m) = (a.saved(), m.reshape(&kept));
+                    let (a, m) = (a.saved_for_backward(), m.reshape(&kept));
                     move |g: &Tensor, _: &[bool]| -> Grads {
                         // The maxima, NaN matching NaN (a NaN norm comes from the NaNs).
                         let hit = Tensor::where_cond(&m.ne(&m), &a.ne(&a), &a.eq(&m)).to_dtype(g.dtype());

@@ -2,9 +2,9 @@
 
 use super::{
     bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, hyper_entry, non_negative, read_hyper,
-    step_from_tensor, update_param, Bufs, DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
+    step_from_tensor, update_param, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
-use crate::backend::cpu::vmath::with_avx2;
+use crate::backend::update::{UpdateRule, UpdateState};
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
 use crate::module::Parameter;
@@ -60,7 +60,7 @@ struct AdamCore {
     eps: f64,
     amsgrad: bool,
     decoupled: bool,
-    state: Vec<Vec<(Option<Bufs>, u64)>>,
+    state: Vec<Vec<(Option<UpdateState>, u64)>>,
 }
 
 const BUFS: [&str; 3] = ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
@@ -88,16 +88,42 @@ fn check_config(lr: f64, (b1, b2): (f64, f64), eps: f64, weight_decay: f64) -> s
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-/// [`kernel`] for parameters on a GPU (see [`DeviceKernel`]), with the scalars the CPU
+/// One step of Adam or AdamW for one group, for the backend's update ([`UpdateRule`]).
+#[derive(Clone, Copy)]
+struct AdamRule {
+    /// The step count, this step included.
+    step: u64,
+    lr: f64,
+    wd: f64,
+    betas: (f64, f64),
+    eps: f64,
+    amsgrad: bool,
+    decoupled: bool,
+}
+
+impl UpdateRule for AdamRule {
+    const NAME: &'static str = "Adam";
+
+    #[inline(always)]
+    fn cpu<T: FloatElement>(&self, p: &mut [T], g: &[T], state: &mut [&mut [T]], _fresh: bool) {
+        kernel(p, g, state, self)
+    }
+
+    fn wgsl(&self) -> (&'static str, Vec<f64>) {
+        device_kernel(self)
+    }
+}
+
+/// [`kernel`] for parameters on a GPU (see [`UpdateRule::wgsl`]), with the scalars the CPU
 /// kernel derives: `k = [fresh, step size, sqrt(1 - b2^t), 1 - b1, 1 - b2, eps, b2,
 /// 1 - lr wd, wd, decoupled, amsgrad]`.
-fn device_kernel(step: u64, lr: f64, wd: f64, c: &AdamCore) -> DeviceKernel<'static> {
+fn device_kernel(c: &AdamRule) -> (&'static str, Vec<f64>) {
+    let (step, lr, wd) = (c.step, c.lr, c.wd);
     let (b1, b2) = c.betas;
     let pow = |b: f64| i32::try_from(step).map_or_else(|_| b.powf(step as f64), |t| b.powi(t));
     let flag = |b: bool| f64::from(u8::from(b));
-    DeviceKernel {
-        body: "
+    (
+        "
     var gi = g;
     if (k[9] != 0.0) { if (k[8] != 0.0) { p = p * k[7]; } } else if (k[8] != 0.0) { gi = gi + k[8] * p; }
     b0 = b0 + k[3] * (gi - b0);
@@ -107,7 +133,7 @@ fn device_kernel(step: u64, lr: f64, wd: f64, c: &AdamCore) -> DeviceKernel<'sta
     let denom = sqrt(vv) / k[2] + k[5];
     p = p - k[1] * (b0 / denom);
 ",
-        scalars: vec![
+        vec![
             lr / (1.0 - pow(b1)),
             (1.0 - pow(b2)).sqrt(),
             1.0 - b1,
@@ -119,16 +145,16 @@ fn device_kernel(step: u64, lr: f64, wd: f64, c: &AdamCore) -> DeviceKernel<'sta
             flag(c.decoupled),
             flag(c.amsgrad),
         ],
-    }
+    )
 }
 
-// Inlined whole into `with_avx2`'s AVX2 copy, with every slice cut to one length and the
-// options tested outside the loop, so that the loop vectorizes (sqrt and divide included).
-// Out of line, or indexing slices of unknown lengths, it ran scalar: a step of AdamW over a
-// GPT-2's 53.6M parameters took about 15% of the training step (2-vCPU Zen 5). Each
-// element's arithmetic is the same as before, in the same order: the results are too.
+// Inlined whole into the CPU backend's AVX2 copy (`backend::cpu::update`), with every
+// slice cut to one length and the options tested outside the loop, so that the loop
+// vectorizes (sqrt and divide included): out of line, or indexing slices of unknown
+// lengths, it runs scalar. `compare.py`'s GPT-2 training-step rows include this step.
 #[inline(always)]
-fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [&mut [T]], step: u64, lr: f64, wd: f64, c: &AdamCore) {
+fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [&mut [T]], c: &AdamRule) {
+    let (step, lr, wd) = (c.step, c.lr, c.wd);
     let (b1, b2) = c.betas;
     // `powi` (as PyTorch's results were matched with) while the exponent fits an i32;
     // beyond, `powf`, never a wrapped exponent.
@@ -206,25 +232,16 @@ impl AdamCore {
                 super::check_steppable(&p);
                 let mut slot = self.state[gi][pi].0.take();
                 let step = self.state[gi][pi].1.saturating_add(1);
-                let this = &*self;
-                update_param(
-                    &p,
-                    &mut slot,
-                    3,
-                    &|pv, gv, b, _| {
-                        with_avx2(
-                            #[inline(always)]
-                            || kernel(pv, gv, b, step, lr, wd, this),
-                        )
-                    },
-                    &|pv, gv, b, _| {
-                        with_avx2(
-                            #[inline(always)]
-                            || kernel(pv, gv, b, step, lr, wd, this),
-                        )
-                    },
-                    &device_kernel(step, lr, wd, this),
-                );
+                let rule = AdamRule {
+                    step,
+                    lr,
+                    wd,
+                    betas: self.betas,
+                    eps: self.eps,
+                    amsgrad: self.amsgrad,
+                    decoupled: self.decoupled,
+                };
+                update_param(&p, &mut slot, 3, &rule);
                 self.state[gi][pi] = (slot, step);
             }
         }
@@ -325,19 +342,9 @@ impl AdamCore {
 }
 
 /// Adds the unused `max_exp_avg_sq` slot when loading a non-amsgrad state.
-fn pad_bufs(b: Bufs, n: usize) -> Bufs {
-    match b {
-        Bufs::F32(mut v) => {
-            v.resize(3, vec![0.0; n]);
-            Bufs::F32(v)
-        }
-        Bufs::F64(mut v) => {
-            v.resize(3, vec![0.0; n]);
-            Bufs::F64(v)
-        }
-        #[cfg(feature = "gpu")]
-        Bufs::Gpu(v) => Bufs::Gpu(v),
-    }
+fn pad_bufs(mut b: UpdateState, n: usize) -> UpdateState {
+    b.pad_to(3, n);
+    b
 }
 
 macro_rules! adam_optimizer {

@@ -2,9 +2,9 @@
 
 use super::{
     bufs_from_tensors, bufs_to_tensors, build_groups, check_state_paths, hyper_entry, non_negative, read_hyper,
-    update_param, Bufs, DeviceKernel, Group, IntoParamGroups, Optimizer, OptimizerState,
+    update_param, Group, IntoParamGroups, Optimizer, OptimizerState,
 };
-use crate::backend::cpu::vmath::with_avx2;
+use crate::backend::update::{UpdateRule, UpdateState};
 use crate::dtype::FloatElement;
 use crate::error::{Error, Result};
 use crate::module::Parameter;
@@ -53,7 +53,7 @@ impl Default for SgdConfig {
 pub struct Sgd {
     groups: Vec<Group>,
     config: SgdConfig,
-    state: Vec<Vec<Option<Bufs>>>,
+    state: Vec<Vec<Option<UpdateState>>>,
 }
 
 impl Sgd {
@@ -107,7 +107,7 @@ fn check_config(c: &SgdConfig) -> std::result::Result<(), String> {
 const WIDE: [&str; 3] = ["momentum", "dampening", "nesterov"];
 const PER_GROUP: [&str; 1] = ["weight_decay"];
 
-/// [`kernel`] for parameters on a GPU (see [`DeviceKernel`]): `k = [fresh, lr, weight decay,
+/// [`kernel`] for parameters on a GPU (see [`UpdateRule::wgsl`]): `k = [fresh, lr, weight decay,
 /// momentum, 1 - dampening, nesterov]`.
 const DEVICE_KERNEL: &str = "
     var d = g;
@@ -143,6 +143,28 @@ fn kernel<T: FloatElement>(p: &mut [T], g: &[T], bufs: &mut [&mut [T]], fresh: b
     }
 }
 
+/// SGD's step with one group's rate and weight decay, for the backend's update
+/// ([`UpdateRule`]).
+struct SgdRule {
+    lr: f64,
+    wd: f64,
+    config: SgdConfig,
+}
+
+impl UpdateRule for SgdRule {
+    const NAME: &'static str = "SGD";
+
+    #[inline(always)]
+    fn cpu<T: FloatElement>(&self, p: &mut [T], g: &[T], state: &mut [&mut [T]], fresh: bool) {
+        kernel(p, g, state, fresh, self.lr, self.wd, &self.config)
+    }
+
+    fn wgsl(&self) -> (&'static str, Vec<f64>) {
+        let c = &self.config;
+        (DEVICE_KERNEL, vec![self.lr, self.wd, c.momentum, 1.0 - c.dampening, f64::from(u8::from(c.nesterov))])
+    }
+}
+
 impl Optimizer for Sgd {
     fn step(&mut self) {
         let c = self.config;
@@ -150,27 +172,7 @@ impl Optimizer for Sgd {
         for (g, st) in self.groups.iter().zip(&mut self.state) {
             let (lr, wd) = (g.lr, g.weight_decay);
             for ((_, p), s) in g.params.iter().zip(st.iter_mut()) {
-                update_param(
-                    p,
-                    s,
-                    n_bufs,
-                    &|pv, gv, b, fresh| {
-                        with_avx2(
-                            #[inline(always)]
-                            || kernel(pv, gv, b, fresh, lr, wd, &c),
-                        )
-                    },
-                    &|pv, gv, b, fresh| {
-                        with_avx2(
-                            #[inline(always)]
-                            || kernel(pv, gv, b, fresh, lr, wd, &c),
-                        )
-                    },
-                    &DeviceKernel {
-                        body: DEVICE_KERNEL,
-                        scalars: vec![lr, wd, c.momentum, 1.0 - c.dampening, f64::from(u8::from(c.nesterov))],
-                    },
-                );
+                update_param(p, s, n_bufs, &SgdRule { lr, wd, config: c });
             }
         }
     }

@@ -151,7 +151,7 @@ impl Tensor {
                 );
             }
         }
-        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad.map(|g| g.held());
+        *self.0.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad.map(|g| g.detached_for_keeping());
     }
 
     /// Clears the accumulated gradient.
@@ -168,6 +168,18 @@ impl Tensor {
     /// require grad): an alias, as in PyTorch, so an in-place update of either is seen by
     /// both. For values that stay as they are now, use [`snapshot`](Tensor::snapshot) (no
     /// copy until one of them is written) or [`copy`](Tensor::copy).
+    ///
+    /// The detached handles, by what a later in-place write to the tensor does to them:
+    ///
+    /// | handle | a later write | for |
+    /// |---|---|---|
+    /// | `detach` | is seen (an alias) | PyTorch's `detach` |
+    /// | [`snapshot`](Tensor::snapshot) | is not seen (copy on write) | values kept as they are |
+    /// | `saved_for_backward` (inside nn) | not seen; under shared storage, seen and refused when backward reads it | what an op keeps for its backward |
+    /// | `detached_for_keeping` (inside nn) | not seen; under shared storage, seen | gradients and outputs an op holds |
+    ///
+    /// ("Shared storage": a tensor that [shares its storage with its
+    /// views](Tensor::share_storage_with_views), as FSDP's parameters do.)
     ///
     /// ```
     /// use nn_core::Tensor;
@@ -213,7 +225,7 @@ impl Tensor {
     /// version: read after an in-place write (an optimizer step, `copy_`, `add_`), they
     /// panic, as PyTorch's "modified by an inplace operation", rather than give the new
     /// values to a backward of the old ones.
-    pub(crate) fn saved(&self) -> Tensor {
+    pub(crate) fn saved_for_backward(&self) -> Tensor {
         if self.shares_storage_with_views() {
             let _op = crate::autograd::entry::enter_uncast(crate::names::DETACH, &[self], &[], Vec::new);
             let slot = self.slot();
@@ -241,8 +253,8 @@ impl Tensor {
     }
 
     /// A detached handle on values kept as they are (a gradient, an op's output): as
-    /// [`saved`](Tensor::saved), without the version check.
-    pub(crate) fn held(&self) -> Tensor {
+    /// [`saved_for_backward`](Tensor::saved_for_backward), without the version check.
+    pub(crate) fn detached_for_keeping(&self) -> Tensor {
         if self.shares_storage_with_views() {
             self.detach()
         } else {

@@ -107,7 +107,7 @@ pub(crate) struct StorageSlot {
     /// buffer (a view's layout says nothing about the rest of it). 0: none yet.
     pub(crate) owner: AtomicU64,
     /// In-place writes so far (PyTorch's version counter): a value saved for backward that
-    /// reads this slot ([`Tensor::saved`] of a tensor sharing its storage with its views)
+    /// reads this slot ([`Tensor::saved_for_backward`] of a tensor sharing its storage with its views)
     /// records it, and refuses to be read after another write.
     pub(crate) version: AtomicU64,
 }

@@ -25,176 +25,23 @@
 
 use std::mem::MaybeUninit;
 
-use super::gemm::{gemm_add_rows, gemm_rows, gemm_uninit_rows, MatRef};
-use super::vmath::RowSoftmax;
+use super::gemm::{gemm_add_rows, gemm_rows, gemm_uninit_rows};
+use super::isa_loops::RowSoftmax;
 use super::{team, CpuFloat, CpuStorage};
 use crate::backend::AttentionPlan;
 use crate::shape::Layout;
 
+mod operands;
+
+use operands::{block, from};
+pub(crate) use operands::{Heads, Mask, Sizes};
+
 /// Query rows per block of a causal attention: each block is scored against the keys up
 /// to its last row, so of the masked half of the scores a part of `BLOCK / L` is still
-/// computed; smaller blocks make more, smaller products. Measured on the 2-vCPU AMD EPYC
-/// (Zen 5), causal `[2, 12, 128, 64]` in f32, forward and backward, median of 50, two runs
-/// at 1 / 2 threads: blocks of 8 rows took 2.04-2.28 / 0.96-1.04 ms, 16 rows 1.52 /
-/// 0.73-0.75, 32 rows 1.34-1.43 / 0.67-0.68, 64 rows 1.44-1.46 / 0.71-0.72, and one block
-/// of all 128 (no product skipped) 1.75-1.76 / 0.81-0.85.
+/// computed; smaller blocks make more, smaller products. 32 is the fastest of 8, 16, 32,
+/// 64 and one block of all rows on causal `[2, 12, 128, 64]` forward and backward (the
+/// `compare.py` row `attn_causal`).
 const BLOCK: usize = 32;
-
-/// The sizes of a fused attention: `n` batch entries of `heads` query heads and
-/// `kv_heads` key and value heads each, queries `[l, e]`, keys `[s, e]` and values
-/// `[s, ev]` per head.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Sizes {
-    /// Batch entries.
-    pub n: usize,
-    /// Query heads per batch entry.
-    pub heads: usize,
-    /// Key and value heads per batch entry (dividing `heads`).
-    pub kv_heads: usize,
-    /// Query positions.
-    pub l: usize,
-    /// Key and value positions.
-    pub s: usize,
-    /// Query and key width.
-    pub e: usize,
-    /// Value width.
-    pub ev: usize,
-}
-
-impl Sizes {
-    /// Query heads per key and value head.
-    fn group(&self) -> usize {
-        self.heads / self.kv_heads
-    }
-}
-
-/// One operand's heads: element `(n, h, row, col)` is
-/// `data[offset + n * strides[0] + h * strides[1] + row * strides[2] + col * strides[3]]`.
-#[derive(Clone, Copy)]
-pub(crate) struct Heads<'a, T> {
-    /// The buffer.
-    pub data: &'a [T],
-    /// Index of element `(0, 0, 0, 0)`.
-    pub offset: usize,
-    /// Steps of the batch entry, head, row and column.
-    pub strides: [usize; 4],
-}
-
-impl<'a, T: Copy> Heads<'a, T> {
-    /// Head `h` of batch entry `n` as a matrix, or its transpose.
-    fn mat(&self, n: usize, h: usize, transposed: bool) -> MatRef<'a, T> {
-        let [sn, sh, sr, sc] = self.strides;
-        let (row_stride, col_stride) = if transposed { (sc, sr) } else { (sr, sc) };
-        MatRef { data: self.data, offset: self.offset + n * sn + h * sh, row_stride, col_stride }
-    }
-
-    /// Element `(n, h, row, col)`.
-    fn at(&self, n: usize, h: usize, row: usize, col: usize) -> T {
-        let [sn, sh, sr, sc] = self.strides;
-        self.data[self.offset + n * sn + h * sh + row * sr + col * sc]
-    }
-}
-
-/// The matrix `m` from row `r` and column `c` on.
-fn from<T>(m: MatRef<'_, T>, r: usize, c: usize) -> MatRef<'_, T> {
-    MatRef { offset: m.offset + r * m.row_stride + c * m.col_stride, ..m }
-}
-
-/// The `rows x cols` block at `(r, c)` of a row-major matrix of `width` columns, or its
-/// transpose.
-fn block<T>(data: &[T], width: usize, (r, c): (usize, usize), transposed: bool) -> MatRef<'_, T> {
-    let (row_stride, col_stride) = if transposed { (1, width) } else { (width, 1) };
-    MatRef { data, offset: r * width + c, row_stride, col_stride }
-}
-
-/// The mask of a fused attention, of PyTorch's kinds.
-#[derive(Clone, Copy)]
-pub(crate) enum Mask<'a, T> {
-    /// Every key attended.
-    None,
-    /// Query `i` attends keys `j <= i` (top-left aligned).
-    Causal,
-    /// `true` = may attend, broadcast to `[n, heads, l, s]`.
-    Keep(Heads<'a, bool>),
-    /// Added to the scores (`-inf` = masked out), broadcast to `[n, heads, l, s]`.
-    Add(Heads<'a, T>),
-}
-
-impl<T: CpuFloat> Mask<'_, T> {
-    /// Whether a query row whose every score is `-inf` gives zero weights (PyTorch's safe
-    /// softmax, which the composition applies under an explicit mask) rather than NaN.
-    fn safe(&self) -> bool {
-        matches!(self, Mask::Keep(_) | Mask::Add(_))
-    }
-
-    /// The keys `[lo, hi)` outside of which every query of head `(n, h)` is masked out:
-    /// for a mask the same for every query (a key padding mask), from its first to past its
-    /// last attended key (`lo == hi` when none is); else all `s`.
-    fn keys(&self, n: usize, h: usize, z: &Sizes) -> (usize, usize) {
-        let same_rows = |strides: [usize; 4]| strides[2] == 0 || z.l == 1;
-        match self {
-            Mask::Keep(m) if same_rows(m.strides) => span(z.s, |j| m.at(n, h, 0, j)),
-            Mask::Add(m) if same_rows(m.strides) => span(z.s, |j| m.at(n, h, 0, j) != T::neg_infinity()),
-            _ => (0, z.s),
-        }
-    }
-
-    /// The keys query rows `..i1` may attend, within the head's `keys`.
-    fn keys_before(&self, keys: (usize, usize), i1: usize) -> (usize, usize) {
-        match self {
-            Mask::Causal => (keys.0, keys.1.min(i1)),
-            _ => keys,
-        }
-    }
-
-    /// Masks the scores `row` of query `i` of head `(n, h)`, those of keys `lo..`, and
-    /// says whether the row is dead (every score `-inf` under a safe mask).
-    fn apply(&self, at: (usize, usize, usize), lo: usize, row: &mut [T]) -> bool {
-        let ninf = T::neg_infinity();
-        match self {
-            Mask::None | Mask::Causal => return false,
-            Mask::Keep(m) => for_row(m, at, lo, row, |x, keep| {
-                if !keep {
-                    *x = ninf;
-                }
-            }),
-            Mask::Add(m) => for_row(m, at, lo, row, |x, add| *x = *x + add),
-        }
-        row.iter().all(|&x| x == ninf)
-    }
-}
-
-/// `f(score, mask value)` along `row`, the scores of query `i` of head `(n, h)` from key
-/// `lo` on, with the mask's values for them (read as a slice when they are contiguous, so
-/// that the loop vectorizes).
-fn for_row<U: Copy, T>(
-    m: &Heads<'_, U>,
-    (n, h, i): (usize, usize, usize),
-    lo: usize,
-    row: &mut [T],
-    f: impl Fn(&mut T, U),
-) {
-    let [sn, sh, sr, sc] = m.strides;
-    let (at, len) = (m.offset + n * sn + h * sh + i * sr + lo * sc, row.len());
-    if sc == 1 {
-        for (x, &u) in row.iter_mut().zip(&m.data[at..at + len]) {
-            f(x, u);
-        }
-    } else {
-        for (j, x) in row.iter_mut().enumerate() {
-            f(x, m.data[at + j * sc]);
-        }
-    }
-}
-
-/// The keys `[lo, hi)` from the first of `s` that is `attended` to past the last one
-/// (`(0, 0)` when none is).
-fn span(s: usize, attended: impl Fn(usize) -> bool) -> (usize, usize) {
-    match (0..s).find(|&j| attended(j)) {
-        Some(lo) => (lo, (lo..s).rfind(|&j| attended(j)).expect("`lo` is attended") + 1),
-        None => (0, 0),
-    }
-}
 
 /// A fused attention's operands, mask and options (sizes and operands checked by the op:
 /// `q: [n, heads, l, e]`, `k: [n, kv_heads, s, e]`, `v: [n, kv_heads, s, ev]`).
@@ -481,7 +328,7 @@ impl<T: CpuFloat + RowSoftmax> Attention<'_, T> {
             let (gm, vm) = (from(g.mat(n, h, false), i0, 0), from(self.v.mat(n, hk, true), 0, lo));
             gemm_rows((i1 - i0, ev, hi - lo), T::one(), gm, vm, T::zero(), (&mut ds[i0 * s + lo..], s));
             let dropout = self.dropout.is_some();
-            super::vmath::with_avx2(
+            super::isa_loops::with_avx2(
                 #[inline(always)]
                 || {
                     for i in i0..i1 {
@@ -618,7 +465,7 @@ pub(crate) fn attention(
         // composition would draw them again).
         let z = typed::<T>(qkv, mask, plan, None)?.z;
         let kept = (plan.dropout > 0.0)
-            .then(|| super::misc::dropout_draws(z.n * z.heads * z.l * z.s, 1.0 - plan.dropout, |kept| kept));
+            .then(|| super::rows::dropout_draws(z.n * z.heads * z.l * z.s, 1.0 - plan.dropout, |kept| kept));
         let a = typed::<T>(qkv, mask, plan, kept.as_deref()).expect("the operands were checked above");
         let (out, p) = a.forward();
         Some([T::into_storage(out), T::into_storage(p), CpuStorage::Bool(kept.unwrap_or_default())])

@@ -8,7 +8,7 @@
 use half::bf16;
 
 use super::gemm::{gemm, MatRef};
-use super::{gemm_bf16, pool, team, with_float, CpuElement, CpuFloat, CpuStorage};
+use super::{buffer_pool, gemm_bf16, team, with_float, CpuElement, CpuFloat, CpuStorage};
 use crate::backend::ConvGeometry as Geometry;
 
 /// An element type the convolutions run on: its column matrices hold it, and its GEMMs
@@ -83,7 +83,7 @@ impl ConvElem for bf16 {
     }
     fn narrow_vec(v: Vec<f32>) -> Vec<bf16> {
         let out = super::widen::convert(&v, super::widen::f32_to_bf16);
-        pool::recycle(v);
+        buffer_pool::recycle(v);
         out
     }
     /// Through [`gemm_bf16`] (the caller checks that the CPU has it).
@@ -412,8 +412,8 @@ fn conv_forward<T: ConvElem>(x: &[T], w: &[T], bias: Option<&[T]>, g: &Geometry)
                 }
             }
         }
-        pool::recycle(cols);
-        pool::recycle(yg);
+        buffer_pool::recycle(cols);
+        buffer_pool::recycle(yg);
     };
     if g.n <= block {
         // One task: run it here (its GEMM may then use the pool) instead of handing it to
@@ -514,9 +514,9 @@ fn conv_backward<T: ConvElem>(
                 }
             }
         }
-        pool::recycle(cols);
-        pool::recycle(dcols);
-        pool::recycle(gyg);
+        buffer_pool::recycle(cols);
+        buffer_pool::recycle(dcols);
+        buffer_pool::recycle(gyg);
     };
     let zeros = || vec![zero; if need_dw { wlen } else { 0 }];
     let dw = if geo.n <= block {

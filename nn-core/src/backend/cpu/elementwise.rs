@@ -3,52 +3,15 @@
 use std::cmp::Ordering;
 use std::mem::MaybeUninit;
 
-use super::team::{self, GRAIN};
-use super::vmath::Isa;
-use super::vtab::Pieces;
+use super::isa_loops::Isa;
+use super::parts::{grain, in_parts};
+use super::poly_tables::Pieces;
+use super::team;
 use super::widen::Half;
 use super::{with_cpu, with_float, CpuElement, CpuStorage};
 use crate::backend::elementwise::Operand;
 use crate::backend::{BinaryOp, F32GradLoop, F32Loop, UnaryOp};
 use crate::shape::{for_each_offset, Layout};
-
-/// Below this many elements, elementwise kernels stay on one thread.
-pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
-
-/// Whether a kernel with `work` elements should split across the CPU team's threads
-/// ([`team`]): at least `threshold` of them, and more than one thread to run on.
-#[inline]
-pub(crate) fn split(work: usize, threshold: usize) -> bool {
-    work >= threshold && team::threads() > 1
-}
-
-/// [`split`] for kernels whose values depend on the split (partial sums per part): by the
-/// team's size ([`team::parts`]), not by whether the team runs the loop this time.
-pub(crate) fn split_parts(work: usize, threshold: usize) -> bool {
-    work >= threshold && team::parts() > 1
-}
-
-/// From this many elements on, the `f32` loops of the ops with a vectorized function
-/// (`vfun`: `exp`, `tanh`, the GELUs, ...) split over the team wherever its cores are
-/// (`team::threads_for_large`): a GELU over a GPT-2 MLP activation ([2, 128, 3072]) is
-/// hundreds of microseconds of arithmetic per thread, against a few hundred nanoseconds
-/// for a loop's opening to cross between far cores.
-const LARGE_MAP: usize = 1 << 17;
-
-/// Elements per task of a contiguous elementwise loop of `len`: [`GRAIN`] when it is worth
-/// splitting, else all of them (one task, on this thread). `large` loops ([`LARGE_MAP`])
-/// split wherever the team's cores are: they used to be cut by [`split`], which says no
-/// while the cores are measured far apart, so a tanh over a GPT-2 activation ran as one
-/// task on one thread however many the team had (2 threads took 1.02x the 1-thread time
-/// on a 2-vCPU Emerald Rapids).
-fn grain(len: usize, large: bool) -> usize {
-    let threads = if large { team::threads_for_large() } else { team::threads() };
-    if len >= PAR_THRESHOLD && threads > 1 {
-        GRAIN
-    } else {
-        len
-    }
-}
 
 /// `op.f(x)` elementwise; `f32` through the op's [`UnaryOp::f32_loop`] (vectorized).
 pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage {
@@ -58,7 +21,7 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
         type Out = Vec<f32>;
         #[inline(always)]
         fn run_on(self, isa: Isa, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<f32> {
-            self.map(f, |src, part| super::vmath::map_elems_on(isa, src, part, f))
+            self.map(f, |src, part| super::isa_loops::map_elems_on(isa, src, part, f))
         }
         #[inline(always)]
         fn run_pieces_on<const K: usize>(
@@ -67,7 +30,7 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
             p: &'static Pieces<K>,
             f: impl Fn(f32) -> f32 + Copy + Send + Sync,
         ) -> Vec<f32> {
-            self.map(f, |src, part| super::vtab::map_pieces_on(isa, p, src, part, f))
+            self.map(f, |src, part| super::poly_tables::map_pieces_on(isa, p, src, part, f))
         }
     }
     impl Map<'_> {
@@ -91,7 +54,7 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
         #[inline(always)]
         fn run_on(self, isa: Isa, f: impl Fn(f32) -> f32 + Copy + Send + Sync) -> Vec<H> {
             // Each closure is inlined into its vector loop whole (as `f` is): out of line,
-            // `f`'s `mul_add`s would be libm calls on the baseline target (`vmath::map_elems`;
+            // `f`'s `mul_add`s would be libm calls on the baseline target (`isa_loops::map_elems`;
             // a bf16 GELU backward would run many times slower).
             let Some(r) = self.1.contiguous_range() else {
                 return map1(
@@ -102,7 +65,7 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
                 );
             };
             in_parts(&self.0[r], |src, part| {
-                super::vmath::map_elems_on(
+                super::isa_loops::map_elems_on(
                     isa,
                     src,
                     part,
@@ -118,25 +81,6 @@ pub(crate) fn unary<O: UnaryOp>(x: &CpuStorage, l: &Layout, op: O) -> CpuStorage
         CpuStorage::F16(v) => CpuStorage::F16(op.f32_loop(HalfMap(v, l))),
         _ => with_float!(x, O::NAME, T, v => T::into_storage(map1(v, l, |a: T| op.f(a)))),
     }
-}
-
-/// A contiguous elementwise map of `src` into a new buffer: `map(src from the part's
-/// start, part)` fills each part (in parallel above the split threshold; the loops of
-/// long maps over the whole team, see [`LARGE_MAP`]) and must write all of its slots.
-#[inline(always)]
-pub(crate) fn in_parts<T: Sync, U: CpuElement + Send>(
-    src: &[T],
-    map: impl Fn(&[T], &mut [MaybeUninit<U>]) + Sync,
-) -> Vec<U> {
-    let mut out = U::alloc_buffer(src.len());
-    let large = src.len() >= LARGE_MAP;
-    let grain = grain(src.len(), large);
-    team::for_chunks_with(large, &mut out.spare_capacity_mut()[..src.len()], grain, |q, part| {
-        map(&src[q * grain..], part)
-    });
-    // SAFETY: the parts cover every slot, and `map` writes all of a part's.
-    unsafe { out.set_len(src.len()) };
-    out
 }
 
 /// `g * op.df(x, y)` elementwise; `f32` through the op's [`UnaryOp::df32_loop`].
@@ -222,7 +166,7 @@ fn contiguous3<T: Copy + Sync, U: CpuElement + Send>(
 ) -> Vec<U> {
     in_parts(a, |part_a, part| {
         let s = a.len() - part_a.len();
-        super::vmath::map3_elems([part_a, &b[s..], &c[s..]], part, f)
+        super::isa_loops::map3_elems([part_a, &b[s..], &c[s..]], part, f)
     })
 }
 

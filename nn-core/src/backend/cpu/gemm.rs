@@ -48,7 +48,7 @@ pub(crate) fn backend() -> Backend {
     *CHOICE.get_or_init(|| {
         // The kernel libraries allocate their packing buffers on every call: keep the
         // heap's pages from going back to the OS between calls (see the function).
-        super::pool::keep_heap_pages();
+        super::buffer_pool::keep_heap_pages();
         match std::env::var("NN_GEMM").as_deref() {
             Ok("gemm") => Backend::Gemm,
             Ok("matrixmultiply") => Backend::MatrixMultiply,
@@ -59,7 +59,7 @@ pub(crate) fn backend() -> Backend {
 }
 
 /// Whether the `gemm` crate's AVX-512 kernels run here. `NN_NO_AVX512=1` turns them off
-/// with the other AVX-512 copies ([`super::vmath`]), so that an AVX-512 machine also tests
+/// with the other AVX-512 copies ([`super::isa_loops`]), so that an AVX-512 machine also tests
 /// the `matrixmultiply` path every other CPU takes.
 fn has_avx512() -> bool {
     #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]

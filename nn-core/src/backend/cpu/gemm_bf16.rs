@@ -45,7 +45,7 @@ pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| super::vmath::has_avx512() && std::arch::is_x86_feature_detected!("avx512bf16"))
+        *HAS.get_or_init(|| super::isa_loops::has_avx512() && std::arch::is_x86_feature_detected!("avx512bf16"))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -92,7 +92,7 @@ pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>,
 /// each part of rows by the thread that computed it, in a vector loop.
 pub(crate) fn gemm_to_bf16(m: usize, k: usize, n: usize, a: Strided<'_>, b: Strided<'_>, c: &mut [MaybeUninit<bf16>]) {
     run(m, k, n, a, b, &mut c[..m * n], |_, sums, out: &mut [MaybeUninit<bf16>]| {
-        super::vmath::map_elems(sums, out, super::widen::f32_to_bf16)
+        super::isa_loops::map_elems(sums, out, super::widen::f32_to_bf16)
     });
 }
 

@@ -92,11 +92,11 @@ pub(crate) fn addmm_bf16(
     let (ri, ci) = (li.strides()[0], li.strides()[1]);
     let mut y = <half::bf16 as CpuElement>::alloc_buffer(m * n);
     // The epilogue runs on each part's sums as the thread that made them finishes, in
-    // the multiversioned vector loops of `vmath` with the closures inlined into them (a
+    // the multiversioned vector loops of `isa_loops` with the closures inlined into them (a
     // closure called from inside `with_avx2` is compiled out of line, and its scalar calls
     // would be a measurable part of the `compare.py` row `amp_transformer_step_bf16`).
     gemm_bf16::run(m, k, n, sa, sb, &mut y.spare_capacity_mut()[..m * n], |r0, sums, part| {
-        use super::vmath::{map2_elems, map_elems};
+        use super::isa_loops::{map2_elems, map_elems};
         use super::widen::{bf16_to_f32, f32_to_bf16};
         for (i, (row, dst)) in sums.chunks(n.max(1)).zip(part.chunks_mut(n.max(1))).enumerate() {
             let at = li.offset() + (r0 + i) * ri;
@@ -255,7 +255,7 @@ fn add_transposed<T: CpuFloat>(c: &mut [T], t: &[T], (m, n): (usize, usize), bet
 fn add_row_to_rows<T: CpuFloat>(c: &mut [T], row: &[T], beta: T) {
     let n = row.len();
     let add = |_: usize, part: &mut [T]| {
-        super::vmath::with_avx2(
+        super::isa_loops::with_avx2(
             #[inline(always)]
             || {
                 for r in part.chunks_exact_mut(n) {
@@ -268,7 +268,7 @@ fn add_row_to_rows<T: CpuFloat>(c: &mut [T], row: &[T], beta: T) {
             },
         )
     };
-    if super::elementwise::split(c.len(), super::elementwise::PAR_THRESHOLD) {
+    if super::parts::split(c.len(), super::parts::PAR_THRESHOLD) {
         team::for_chunks(c, team::GRAIN.div_ceil(n) * n, add);
     } else {
         add(0, c);

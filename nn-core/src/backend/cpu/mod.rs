@@ -10,26 +10,29 @@ use crate::dtype::{DType, Element};
 use crate::shape::{for_each_offset, Layout};
 
 pub(crate) mod attention;
+pub(crate) mod buffer_pool;
 pub(crate) mod bytes;
 pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod gemm;
 pub(crate) mod gemm_bf16;
 pub(crate) mod index;
+pub(crate) mod isa_loops;
 pub(crate) mod linalg;
-pub(crate) mod misc;
 pub(crate) mod norm;
-pub(crate) mod pool;
+pub(crate) mod parts;
+pub(crate) mod poly_tables;
 pub(crate) mod pooling;
+pub(crate) mod powers;
 pub(crate) mod reduce;
+pub(crate) mod rows;
 pub(crate) mod sample;
 pub(crate) mod scan;
 pub(crate) mod sort;
 pub(crate) mod team;
 pub(crate) mod tune;
-pub(crate) mod vfun;
-pub(crate) mod vmath;
-pub(crate) mod vtab;
+pub(crate) mod update;
+pub(crate) mod vector_fns;
 pub(crate) mod widen;
 
 /// The CPU side of an [`Element`]: how a typed vector sits in a [`CpuStorage`] and where
@@ -71,14 +74,14 @@ impl_cpu_element!(
     f32,
     F32,
     fn alloc_buffer(len: usize) -> Vec<Self> {
-        pool::take(len)
+        buffer_pool::take(len)
     }
 );
 impl_cpu_element!(
     f64,
     F64,
     fn alloc_buffer(len: usize) -> Vec<Self> {
-        pool::take(len)
+        buffer_pool::take(len)
     }
 );
 impl_cpu_element!(i64, I64);
@@ -86,14 +89,14 @@ impl_cpu_element!(
     f16,
     F16,
     fn alloc_buffer(len: usize) -> Vec<Self> {
-        pool::take(len)
+        buffer_pool::take(len)
     }
 );
 impl_cpu_element!(
     bf16,
     BF16,
     fn alloc_buffer(len: usize) -> Vec<Self> {
-        pool::take(len)
+        buffer_pool::take(len)
     }
 );
 impl_cpu_element!(bool, Bool);
@@ -181,12 +184,12 @@ impl Clone for CpuStorage {
     fn clone(&self) -> Self {
         match self {
             CpuStorage::F32(v) => {
-                let mut out = pool::take(v.len());
+                let mut out = buffer_pool::take(v.len());
                 out.extend_from_slice(v);
                 CpuStorage::F32(out)
             }
             CpuStorage::F64(v) => {
-                let mut out = pool::take(v.len());
+                let mut out = buffer_pool::take(v.len());
                 out.extend_from_slice(v);
                 CpuStorage::F64(out)
             }
@@ -201,10 +204,10 @@ impl Clone for CpuStorage {
 impl Drop for CpuStorage {
     fn drop(&mut self) {
         match self {
-            CpuStorage::F32(v) => pool::give(std::mem::take(v)),
-            CpuStorage::F64(v) => pool::give(std::mem::take(v)),
-            CpuStorage::F16(v) => pool::give(std::mem::take(v)),
-            CpuStorage::BF16(v) => pool::give(std::mem::take(v)),
+            CpuStorage::F32(v) => buffer_pool::give(std::mem::take(v)),
+            CpuStorage::F64(v) => buffer_pool::give(std::mem::take(v)),
+            CpuStorage::F16(v) => buffer_pool::give(std::mem::take(v)),
+            CpuStorage::BF16(v) => buffer_pool::give(std::mem::take(v)),
             _ => {}
         }
     }
@@ -253,13 +256,13 @@ impl CpuStorage {
     /// [`full`](CpuStorage::full), or `None` when the allocator cannot provide the buffer.
     pub fn try_full(dtype: DType, len: usize, value: f64) -> Option<CpuStorage> {
         fn fill<T: Clone>(len: usize, value: T) -> Option<Vec<T>> {
-            let mut v = pool::try_with_capacity(len)?;
+            let mut v = buffer_pool::try_with_capacity(len)?;
             v.resize(len, value);
             Some(v)
         }
         Some(match dtype {
-            DType::F32 => CpuStorage::F32(pool::try_filled(len, value as f32)?),
-            DType::F64 => CpuStorage::F64(pool::try_filled(len, value)?),
+            DType::F32 => CpuStorage::F32(buffer_pool::try_filled(len, value as f32)?),
+            DType::F64 => CpuStorage::F64(buffer_pool::try_filled(len, value)?),
             DType::I64 => CpuStorage::I64(fill(len, value as i64)?),
             DType::F16 => CpuStorage::F16(fill(len, <f16 as Element>::from_f64(value))?),
             DType::BF16 => CpuStorage::BF16(fill(len, <bf16 as Element>::from_f64(value))?),
@@ -348,7 +351,7 @@ pub(crate) fn strided_to_vec<T: CpuElement>(v: &[T], layout: &Layout) -> Vec<T> 
         // element, the runs split over the team when the copy is large.
         let run = shape[rank - 1];
         let numel = layout.numel();
-        if !elementwise::split(numel, elementwise::PAR_THRESHOLD) {
+        if !parts::split(numel, parts::PAR_THRESHOLD) {
             for_each_offset(&shape[..rank - 1], [&strides[..rank - 1]], [layout.offset()], |[o]| {
                 out.extend_from_slice(&v[o..o + run])
             });
@@ -439,7 +442,7 @@ fn transposed_to_vec<T: CpuElement>(v: &[T], offset: usize, (rows, cols): (usize
         }
     };
     let slots = &mut out.spare_capacity_mut()[..numel];
-    if elementwise::split(numel, elementwise::PAR_THRESHOLD) {
+    if parts::split(numel, parts::PAR_THRESHOLD) {
         team::for_chunks(slots, TILE * cols, band);
     } else {
         slots.chunks_mut(TILE * cols).enumerate().for_each(|(q, part)| band(q, part));
@@ -527,13 +530,13 @@ impl CpuStorage {
 /// the allocator cannot provide it.
 pub(crate) fn try_alloc<T: Element>(len: usize) -> Option<Vec<T>> {
     let pooled: Option<Box<dyn std::any::Any>> = match T::DTYPE {
-        DType::F32 => Some(Box::new(Some(pool::try_take::<f32>(len)?))),
-        DType::F64 => Some(Box::new(Some(pool::try_take::<f64>(len)?))),
+        DType::F32 => Some(Box::new(Some(buffer_pool::try_take::<f32>(len)?))),
+        DType::F64 => Some(Box::new(Some(buffer_pool::try_take::<f64>(len)?))),
         _ => None,
     };
     match pooled {
         Some(mut b) => take_as::<T>(b.as_mut()),
-        None => pool::try_with_capacity(len),
+        None => buffer_pool::try_with_capacity(len),
     }
 }
 

@@ -5,8 +5,8 @@
 //! twenty backward, each writing a fresh tensor; here each is one pass per row, the row
 //! in L1. (The composite remains the reference: these kernels are tested against it.)
 
-use super::elementwise::{split_parts, PAR_THRESHOLD};
-use super::{team, values_of, vmath, CpuFloat, CpuStorage};
+use super::parts::{split_parts, PAR_THRESHOLD};
+use super::{isa_loops, team, values_of, CpuFloat, CpuStorage};
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
@@ -66,7 +66,7 @@ fn param<'a, T: CpuFloat>(p: Option<(&'a CpuStorage, &Layout)>) -> Option<Cow<'a
 }
 
 /// The rows of [`layer_norm`] in `xs` into `ys`, with `[mean, rstd]` per row into `st`
-/// (inlined into an AVX2 copy by [`vmath::with_avx2`]).
+/// (inlined into an AVX2 copy by [`isa_loops::with_avx2`]).
 #[inline(always)]
 fn ln_rows<T: CpuFloat>(
     (xs, ys, st): (&[T], &mut [MaybeUninit<T>], &mut [MaybeUninit<T>]),
@@ -135,7 +135,7 @@ pub(crate) fn layer_norm(
         let (ys, st) = (&mut y.spare_capacity_mut()[..x.len()], &mut stats.spare_capacity_mut()[..2 * rows]);
         team::for_chunks2((ys, per * n), (st, 2 * per), |q, ys, st| {
             let xs = &x[q * per * n..][..ys.len()];
-            vmath::with_avx2(
+            isa_loops::with_avx2(
                 #[inline(always)]
                 || ln_rows((xs, ys, st), (w, b), n, (nt, eps, centered)),
             )
@@ -158,7 +158,7 @@ pub(crate) fn layer_norm(
 
 /// Rows `first..` of [`layer_norm_backward`] (`gxs` holds their `gx` when `need[0]`),
 /// adding their `gw` and `gb` terms into `part` (inlined into an AVX2 copy by
-/// [`vmath::with_avx2`]).
+/// [`isa_loops::with_avx2`]).
 #[inline(always)]
 fn ln_backward_rows<T: CpuFloat>(
     (part, gxs): (&mut [T], &mut [MaybeUninit<T>]),
@@ -241,7 +241,7 @@ pub(crate) fn layer_norm_backward(
         let mut partial = vec![T::zero(); tasks * 2 * n];
         let work = |q: usize, part: &mut [T], gxs: &mut [MaybeUninit<T>]| {
             let range = (q * per, (q * per + per).min(rows));
-            vmath::with_avx2(
+            isa_loops::with_avx2(
                 #[inline(always)]
                 || ln_backward_rows((part, gxs), range, (x, g, mean, rstd), w, (n, centered), [need_x, need_w, need_b]),
             )
@@ -276,7 +276,7 @@ pub(crate) fn layer_norm_backward(
 }
 
 /// The rows of [`softmax_backward`] starting at row `base / n` into `out` (inlined into
-/// an AVX2 copy by [`vmath::with_avx2`]).
+/// an AVX2 copy by [`isa_loops::with_avx2`]).
 #[inline(always)]
 fn softmax_backward_rows<T: CpuFloat>(
     out: &mut [MaybeUninit<T>],
@@ -311,7 +311,7 @@ pub(crate) fn softmax_backward(g: (&CpuStorage, &Layout), y: &CpuStorage, n: usi
         let mut gx = T::alloc_buffer(g.len());
         let per = rows_per_task(g.len() / n, n);
         team::for_chunks(&mut gx.spare_capacity_mut()[..g.len()], per * n, |q, out| {
-            vmath::with_avx2(
+            isa_loops::with_avx2(
                 #[inline(always)]
                 || softmax_backward_rows(out, (g, y), q * per * n, n, log),
             )

@@ -1,7 +1,7 @@
 //! Pooling kernels on the CPU: max pooling (with a vectorised 2x2 kernel) and average
 //! pooling, planes spread over threads.
 
-use super::elementwise::PAR_THRESHOLD;
+use super::parts::PAR_THRESHOLD;
 use super::team;
 use super::{with_float, CpuElement, CpuStorage};
 use crate::backend::{AvgPool, MaxPool, PoolPlanes};
@@ -15,7 +15,7 @@ pub(crate) fn max_pool2d(x: &CpuStorage, pool: &MaxPool) -> (CpuStorage, Argmax)
     let (k, st, p, d) = (pool.options.kernel, pool.options.stride, pool.options.padding, pool.options.dilation);
     let plane_out = (pl.ho * pl.wo).max(1);
     // Spread planes over threads only when there is enough work per task.
-    let parallel = super::elementwise::split(numel * k.0 * k.1, PAR_THRESHOLD * 8);
+    let parallel = super::parts::split(numel * k.0 * k.1, PAR_THRESHOLD * 8);
     // Only where every window lies inside the plane: with `ceil_mode` the last window of an
     // odd size hangs over the edge (the rows read past it, into the next row or plane).
     let window2x2 = k == (2, 2)
@@ -140,7 +140,7 @@ pub(crate) fn max_pool2d_backward(g: &CpuStorage, saved: &Argmax, pool: &MaxPool
                 _ => unreachable!(),
             }
         };
-        if super::elementwise::split(n, PAR_THRESHOLD * 4) {
+        if super::parts::split(n, PAR_THRESHOLD * 4) {
             team::for_chunks(&mut dx, pl.h * pl.w, scatter);
         } else {
             dx.chunks_mut((pl.h * pl.w).max(1)).enumerate().for_each(|(q, dxp)| scatter(q, dxp));

@@ -1,9 +1,9 @@
 //! Reductions on the CPU.
 
-use super::elementwise::PAR_THRESHOLD;
+use super::parts::PAR_THRESHOLD;
 use super::team;
 use super::widen::Half;
-use super::{pool, strided_to_vec, with_cpu, with_float, CpuElement, CpuStorage};
+use super::{buffer_pool, strided_to_vec, with_cpu, with_float, CpuElement, CpuStorage};
 use crate::shape::{contiguous_strides, for_each_offset, kept_shape, Layout};
 
 /// The sum over the masked dims (see [`crate::backend::Storage::sum`]), of every float
@@ -91,7 +91,7 @@ pub(crate) fn arg_extreme(x: &CpuStorage, rows: &Layout, n: usize, largest: bool
 /// `acc += row` elementwise in `f64` (a reduction over leading dims, as a bias gradient
 /// is), vectorized with AVX2 where the CPU has it.
 fn add_run<T: Summand>(acc: &mut [f64], row: &[T]) {
-    super::vmath::with_avx2(
+    super::isa_loops::with_avx2(
         #[inline(always)]
         || {
             for (a, x) in acc.iter_mut().zip(row) {
@@ -104,7 +104,7 @@ fn add_run<T: Summand>(acc: &mut [f64], row: &[T]) {
 /// Sum of a contiguous run in `f64`, over 8 independent lanes (vectorisable, and more
 /// accurate than a sequential sum), with AVX2 where the CPU has it.
 fn sum_run<T: Summand>(c: &[T]) -> f64 {
-    super::vmath::with_avx2(
+    super::isa_loops::with_avx2(
         #[inline(always)]
         || sum_lanes(c),
     )
@@ -141,7 +141,7 @@ fn sum_kernel<T: Summand>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
         let row: usize = shape[first_reduced..].iter().product();
         let sum_row = |c: &[T]| T::from_sum(sum_run(c));
         let mut out = T::alloc_buffer(n_out);
-        if super::elementwise::split(src.len(), PAR_THRESHOLD) && n_out > 1 {
+        if super::parts::split(src.len(), PAR_THRESHOLD) && n_out > 1 {
             let rows = (team::GRAIN / row.max(1)).max(1);
             team::fill(&mut out, n_out, rows, |r| src[r.start * row..r.end * row].chunks(row).map(sum_row));
         } else {
@@ -157,7 +157,7 @@ fn sum_kernel<T: Summand>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
     if let (Some(r), true) = (layout.contiguous_range(), prefix) {
         let (src, cols) = (&v[r], n_out);
         let rows = src.len() / cols;
-        if super::elementwise::split_parts(src.len(), PAR_THRESHOLD) && rows > 1 {
+        if super::parts::split_parts(src.len(), PAR_THRESHOLD) && rows > 1 {
             // Blocks by the team's size (`team::parts`), run on the team or not.
             let per = rows.div_ceil(team::parts().min(rows));
             let mut partial = vec![0f64; rows.div_ceil(per) * cols];
@@ -176,7 +176,7 @@ fn sum_kernel<T: Summand>(v: &[T], layout: &Layout, mask: &[bool]) -> Vec<T> {
             return acc.into_iter().map(T::from_sum).collect();
         }
     }
-    let mut acc = pool::filled(n_out, 0f64);
+    let mut acc = buffer_pool::filled(n_out, 0f64);
     let mut ostrides = contiguous_strides(&kept);
     for (s, &m) in ostrides.iter_mut().zip(mask) {
         if m {

@@ -21,7 +21,7 @@
 //! ([`Isa`]: AVX-512 or AVX2; the baseline only where neither runs). Copies of one
 //! algorithm give the same bits (every multiply-add is fused in each), so the copy is a
 //! question of speed only. Algorithms of one op may differ in the last bits: each one's
-//! bound against the exact value is written beside it (in `vfun`) and tested on the CI
+//! bound against the exact value is written beside it (in `vector_fns`) and tested on the CI
 //! machine's CPU by forcing it (`tune_tests.rs`). A process that needs the same bits on
 //! every machine names the algorithm in `NN_KERNELS`.
 //!
@@ -48,8 +48,8 @@ use std::mem::MaybeUninit;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::vmath::{map_elems_on, Isa};
-use super::vtab::{map_pieces_on, Pieces};
+use super::isa_loops::{map_elems_on, Isa};
+use super::poly_tables::{map_pieces_on, Pieces};
 use crate::backend::F32Loop;
 
 /// Values per timed run: enough that a run is tens of microseconds (timer resolution and

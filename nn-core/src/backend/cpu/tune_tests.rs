@@ -3,9 +3,9 @@
 //! `NN_KERNELS`' parsing and its errors.
 
 use super::*;
-use crate::backend::cpu::vfun;
-// `vfun`'s test helpers: ulps from the correctly rounded value.
-use crate::backend::cpu::vfun::tests::ulps;
+use crate::backend::cpu::vector_fns;
+// `vector_fns`'s test helpers: ulps from the correctly rounded value.
+use crate::backend::cpu::vector_fns::tests::ulps;
 use crate::Tensor;
 
 /// Inputs: a stride through every bit pattern (subnormals, infinities, NaN, the largest
@@ -54,36 +54,42 @@ fn cases() -> Vec<Case> {
         Case {
             kernel: &TANH,
             op: Tensor::tanh,
-            algos: vec![vfun::tanh, vfun::tanh_f32, vfun::tanh_table],
+            algos: vec![vector_fns::tanh, vector_fns::tanh_f32, vector_fns::tanh_table],
             exact: f64::tanh,
             bounds: vec![1, 2, 2],
         },
         Case {
             kernel: &EXP,
             op: Tensor::exp,
-            algos: vec![vfun::exp, vfun::exp_f32],
+            algos: vec![vector_fns::exp, vector_fns::exp_f32],
             exact: f64::exp,
             bounds: vec![1, 2],
         },
-        Case { kernel: &SIGMOID, op: Tensor::sigmoid, algos: vec![vfun::sigmoid], exact: sigmoid, bounds: vec![2] },
+        Case {
+            kernel: &SIGMOID,
+            op: Tensor::sigmoid,
+            algos: vec![vector_fns::sigmoid],
+            exact: sigmoid,
+            bounds: vec![2],
+        },
         Case {
             kernel: &SILU,
             op: Tensor::silu,
-            algos: vec![vfun::silu],
+            algos: vec![vector_fns::silu],
             exact: |x| nan_at_neg_inf(x, x / (1.0 + (-x).exp())),
             bounds: vec![1],
         },
         Case {
             kernel: &GELU,
             op: Tensor::gelu,
-            algos: vec![vfun::gelu],
+            algos: vec![vector_fns::gelu],
             exact: |x| nan_at_neg_inf(x, 0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)),
             bounds: vec![2],
         },
         Case {
             kernel: &GELU_TANH,
             op: |t| t.gelu_with(crate::ops::GeluApproximate::Tanh),
-            algos: vec![vfun::gelu_tanh],
+            algos: vec![vector_fns::gelu_tanh],
             exact: |x| {
                 let u = 0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x);
                 nan_at_neg_inf(x, x / (1.0 + (-2.0 * u).exp()))
@@ -130,7 +136,7 @@ fn half_inputs_take_the_forced_variant_too() {
     let x = Tensor::from_vec(xs.clone(), &[xs.len()]).to_dtype(crate::DType::BF16);
     for p in TANH.candidates() {
         let y: Vec<f32> = force_for_test(&TANH, p, || x.tanh()).to_dtype(crate::DType::F32).to_vec();
-        let algo = [vfun::tanh, vfun::tanh_f32, vfun::tanh_table][p.algo];
+        let algo = [vector_fns::tanh, vector_fns::tanh_f32, vector_fns::tanh_table][p.algo];
         for (&xi, &yi) in xs.iter().zip(&y) {
             let want = half::bf16::from_f32(algo(half::bf16::from_f32(xi).to_f32())).to_f32();
             assert_eq!(yi.to_bits(), want.to_bits(), "{}({xi})", TANH.variant_name(p));

@@ -150,7 +150,7 @@ pub(crate) fn narrow(s: CpuStorage, dtype: DType) -> CpuStorage {
 /// `f` over `v` into a new buffer, in the widest vector loop the CPU runs, in parallel
 /// when it is long (as the elementwise maps split).
 pub(crate) fn convert<T: Copy + Sync, U: CpuElement + Send>(v: &[T], f: impl Fn(T) -> U + Copy + Sync) -> Vec<U> {
-    super::elementwise::in_parts(v, |src, part| super::vmath::map_elems(src, part, f))
+    super::parts::in_parts(v, |src, part| super::isa_loops::map_elems(src, part, f))
 }
 
 #[cfg(test)]

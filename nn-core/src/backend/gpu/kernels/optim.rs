@@ -8,7 +8,7 @@ use crate::backend::gpu::GpuStorage;
 pub(super) static FAMILY: Family = Family::new("optim.wgsl", include_str!("../wgsl/optim.wgsl"));
 
 /// One optimizer step over the `n` elements of a contiguous parameter starting at
-/// `offset` in `p`: the optimizer's WGSL `body` (see `optim::DeviceKernel`) with its
+/// `offset` in `p`: the optimizer's WGSL `body` (see `backend::update::UpdateRule::wgsl`) with its
 /// gradient `g` and state buffers.
 pub(crate) fn optimizer_step(
     p: &GpuStorage,

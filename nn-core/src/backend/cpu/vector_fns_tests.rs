@@ -1,7 +1,8 @@
-//! Accuracy of `vfun`'s functions over the `f32` range against `f64` references, their
+//! Accuracy of `vector_fns`'s functions over the `f32` range against `f64` references, their
 //! special values, and the vector copies against the scalar code bit for bit.
 
 use super::*;
+use crate::backend::cpu::powers::{pow, pow_grad, PowKind};
 
 /// The position of `x` among the floats in order (adjacent floats differ by 1; `-0` and
 /// `+0` are both 0).
@@ -142,7 +143,7 @@ fn the_f32_algorithms_keep_the_special_values() {
 #[test]
 fn erf_gelus_and_silu_are_within_one_ulp_and_the_exact_gelu_two() {
     check("erf", erf, libm::erf, 1, 0.0);
-    // The exact GELU's table (`vtab`, on [-4, 4]) is within 2 ulp; its f64 path within 1.
+    // The exact GELU's table (`poly_tables`, on [-4, 4]) is within 2 ulp; its f64 path within 1.
     check("gelu", gelu, |x| nan_neg_inf(x, 0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)), 2, 0.0);
     let gelu_tanh_ref = |x: f64| {
         // 0.5 x (1 + tanh u), as x e^(2u) / (1 + e^(2u)) where u < 0 (no cancellation).

@@ -15,9 +15,9 @@ impl Storage {
         // everywhere), then uploaded: the operand's values are not read.
         #[cfg(feature = "gpu")]
         if let Storage::Gpu(g) = self {
-            return Storage::Gpu(super::gpu::kernels::upload(g.ctx(), &cpu::misc::dropout_mask(len, keep, dtype)));
+            return Storage::Gpu(super::gpu::kernels::upload(g.ctx(), &cpu::rows::dropout_mask(len, keep, dtype)));
         }
-        Storage::run_exact([self], (dtype, len), |_| cpu::misc::dropout_mask(len, keep, dtype))
+        Storage::run_exact([self], (dtype, len), |_| cpu::rows::dropout_mask(len, keep, dtype))
     }
 
     /// Softmax (or log-softmax, `log`) of the elements `l` selects, viewed as
@@ -28,7 +28,7 @@ impl Storage {
         if let Some(out) = super::gpu::interface::softmax(self, l, dims, log) {
             return Storage::Gpu(out);
         }
-        Storage::run([self], (self.dtype(), l.numel()), |[x]| cpu::misc::softmax(x, l, dims, log))
+        Storage::run([self], (self.dtype(), l.numel()), |[x]| cpu::rows::softmax(x, l, dims, log))
     }
 
     /// The `q`-quantile (linear interpolation) of each row of `n` elements of `rows`:
@@ -41,7 +41,7 @@ impl Storage {
             Storage::Cpu(x) => {
                 let [y, below, above, w] =
                     cpu::widen::through_f32([x], [x.dtype(), DType::I64, DType::I64, x.dtype()], |[x]| {
-                        cpu::misc::quantile(x, rows, n, q)
+                        cpu::rows::quantile(x, rows, n, q)
                     });
                 [y, below, above, w].map(Storage::Cpu)
             }
@@ -49,7 +49,7 @@ impl Storage {
             Storage::Gpu(g) => {
                 let x = g.host("quantile");
                 cpu::widen::through_f32([&x], [x.dtype(), DType::I64, DType::I64, x.dtype()], |[x]| {
-                    cpu::misc::quantile(x, rows, n, q)
+                    cpu::rows::quantile(x, rows, n, q)
                 })
                 .map(|c| super::gpu::upload_result(g.ctx(), c))
             }
@@ -61,12 +61,12 @@ impl Storage {
 
     /// `f(x as f64)` for every element `l` selects, as a `Bool` buffer.
     pub(crate) fn predicate(&self, l: &Layout, f: fn(f64) -> bool) -> Storage {
-        Storage::run([self], (DType::Bool, l.numel()), |[x]| cpu::misc::predicate(x, l, f))
+        Storage::run([self], (DType::Bool, l.numel()), |[x]| cpu::rows::predicate(x, l, f))
     }
 
     /// `all` (or any) of each row of `n` elements of the `Bool` buffer through `rows`;
     /// `out_len` results (an empty row gives `all`).
     pub(crate) fn bool_reduce(&self, rows: &Layout, n: usize, out_len: usize, all: bool) -> Storage {
-        Storage::run([self], (DType::Bool, out_len), |[x]| cpu::misc::bool_reduce(x, rows, n, out_len, all))
+        Storage::run([self], (DType::Bool, out_len), |[x]| cpu::rows::bool_reduce(x, rows, n, out_len, all))
     }
 }

@@ -1,6 +1,6 @@
 //! Parity with PyTorch for the transposed convolutions, the 1-D pools, per-axis 2-D
 //! convolution and pooling, the transformer decoder, the whole transformer and softplus, against
-//! `tests/fixtures/pytorch/layers_b.py`'s committed outputs (the helpers and tolerances of
+//! `tests/fixtures/pytorch/layers_transposed_transformer.py`'s committed outputs (the helpers and tolerances of
 //! `layers.rs`; with the `gpu` feature every case runs on `gpu:0` too); their printouts
 //! against PyTorch's `repr`, their init, and the messages for bad arguments.
 
@@ -145,7 +145,7 @@ fn whole_transformer() {
 
 #[test]
 fn printouts_match_pytorch() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/reprs_b.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/reprs_transposed_transformer.json");
     let expected: HashMap<String, String> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let t1 = ConvTranspose1dConfig { stride: 2, padding: 1, output_padding: 1, groups: 2, dilation: 2, bias: true };
     let t2 = ConvTranspose2dConfig { stride: 2, padding: 1, output_padding: 1, groups: 2, ..Default::default() };

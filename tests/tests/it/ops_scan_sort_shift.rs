@@ -1,6 +1,6 @@
 //! Tensor ops against PyTorch: cumsum/cumprod, sort/argsort/topk, erf/erfinv, flip/roll,
 //! outer, clamp with tensor bounds and arange with a dtype, forward values and the
-//! gradients of `sum(y * w)`, from `tests/fixtures/pytorch/ops_a.py`'s committed output.
+//! gradients of `sum(y * w)`, from `tests/fixtures/pytorch/ops_scan_sort_shift.py`'s committed output.
 //! f64 cases agree to 1e-12 relative (1e-15 for erf), indices exactly; f32 cases within
 //! a few ulp of PyTorch's f32 results. With the `gpu` feature the differentiable cases run
 //! again on `gpu:0` (inputs moved there), against the same PyTorch values (1e-14 where
@@ -14,7 +14,7 @@ use nn_core::{DType, Device, StateDict, Tensor};
 fn fixtures() -> &'static StateDict {
     static F: OnceLock<StateDict> = OnceLock::new();
     F.get_or_init(|| {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/ops_a.safetensors");
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/ops_scan_sort_shift.safetensors");
         StateDict::load(&p).unwrap_or_else(|e| panic!("{e}"))
     })
 }

@@ -1,8 +1,9 @@
 //! Row kernels on the CPU: softmax, quantiles, elementwise predicates and boolean
 //! reductions.
 
-use super::elementwise::{map1, PAR_THRESHOLD};
-use super::{strided_to_vec, team, vmath, with_cpu, with_float, CpuElement, CpuFloat, CpuStorage};
+use super::elementwise::map1;
+use super::parts::PAR_THRESHOLD;
+use super::{isa_loops, strided_to_vec, team, with_cpu, with_float, CpuElement, CpuFloat, CpuStorage};
 use crate::dtype::Element;
 use crate::shape::Layout;
 
@@ -49,7 +50,7 @@ fn softmax_f32_rows(v: &[f32], l: &Layout, n: usize, log: bool) -> Vec<f32> {
     let mut out = f32::alloc_buffer(x.len());
     let slots = &mut out.spare_capacity_mut()[..x.len()];
     let block = super::norm::rows_per_task(x.len() / n, n) * n;
-    team::for_chunks(slots, block, |q, b| vmath::softmax_rows(&x[q * block..][..b.len()], b, n, log));
+    team::for_chunks(slots, block, |q, b| isa_loops::softmax_rows(&x[q * block..][..b.len()], b, n, log));
     // SAFETY: the blocks are whole rows covering `x`, and `softmax_rows` writes every
     // output of its rows (a panicking block re-raises before this).
     unsafe { out.set_len(x.len()) };
@@ -121,7 +122,7 @@ fn softmax_kernel<T: CpuFloat>(x: &[T], outer: usize, n: usize, inner: usize, lo
             }
         }
     };
-    if super::elementwise::split(x.len(), PAR_THRESHOLD) && outer > 1 {
+    if super::parts::split(x.len(), PAR_THRESHOLD) && outer > 1 {
         team::for_chunks(&mut out, block, |q, ys| run((&x[q * block..][..ys.len()], ys)));
     } else {
         x.chunks(block).zip(out.chunks_mut(block)).for_each(run);

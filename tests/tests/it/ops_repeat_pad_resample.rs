@@ -1,6 +1,6 @@
 //! Op parity with PyTorch for `repeat`, `repeat_interleave`, `pad`, `einsum` and
 //! `interpolate`: output and input gradients of `sum(y * w)` against
-//! `tests/fixtures/pytorch/ops_b.py`'s committed values, in f32 (tolerance 1e-5 relative,
+//! `tests/fixtures/pytorch/ops_repeat_pad_resample.py`'s committed values, in f32 (tolerance 1e-5 relative,
 //! 1e-5 absolute). With the `gpu` feature every case runs again on `gpu:0`.
 
 use std::path::Path;
@@ -10,7 +10,9 @@ use nn_core::ops::{InterpolateMode, InterpolateSize, PadMode};
 use nn_core::{Device, StateDict, Tensor};
 
 fn load(name: &str) -> StateDict {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/ops_b").join(format!("{name}.safetensors"));
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/pytorch/ops_repeat_pad_resample")
+        .join(format!("{name}.safetensors"));
     StateDict::load(&p).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 

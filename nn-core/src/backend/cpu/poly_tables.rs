@@ -4,13 +4,13 @@
 //! between by measurement: on Intel's cores it needs no division, where the `f32` formula
 //! does one per element.)
 //!
-//! `vfun`'s GELU and SiLU compute in `f64` (an `erfc` or an exponential and a division
+//! `vector_fns`'s GELU and SiLU compute in `f64` (an `erfc` or an exponential and a division
 //! on eight lanes), slower than PyTorch's on a `[2, 128, 3072]` tensor, and `f32`
 //! formulas of the same functions spend most of their instructions keeping within 2 ulp
 //! (an `f32` SiLU that does is still slower than PyTorch's; the `compare.py` rows
 //! `ew_gelu` and `ew_silu` time that tensor). Both are `x p(x)` with a smooth, bounded
 //! `p` (the normal CDF, the logistic sigmoid), so here `p` is 32 polynomials on equal
-//! pieces of `[lo, hi]` ([`Pieces`], fitted by `nn-core/tools/vtab_fit.py`): on
+//! pieces of `[lo, hi]` ([`Pieces`], fitted by `nn-core/tools/poly_tables_fit.py`): on
 //! AVX-512 each coefficient is one `vpermt2ps` from two registers holding its 32 values,
 //! the index comes from a multiply-add and a truncation, and the polynomial is degree 5
 //! or 6 in the offset from a point of the piece where the constant term is exact in
@@ -21,7 +21,7 @@
 //! `f64` references (the `#[ignore]`d test `tables_are_accurate_on_every_float_they_cover`,
 //! run in release): SiLU within 1 ulp, GELU within 2.
 //!
-//! **Outside the range** (and for NaN) the functions are `vfun`'s `f64` ones. A
+//! **Outside the range** (and for NaN) the functions are `vector_fns`'s `f64` ones. A
 //! function's value depends on its argument only: on AVX-512 a block of 16 lanes takes the
 //! table path when all 16 lie in the range and otherwise evaluates the whole function
 //! per lane (table where covered, `f64` elsewhere), so the results do not depend on the
@@ -31,9 +31,9 @@
 
 use std::mem::MaybeUninit;
 
-use super::vmath::Isa;
+use super::isa_loops::Isa;
 
-#[path = "vtab_tables.rs"]
+#[path = "poly_tables_data.rs"]
 mod tables;
 pub(crate) use tables::{NORMAL_CDF, SIGMOID, TANH_OVER_X};
 
@@ -90,7 +90,7 @@ const LANES: usize = 16;
 /// covers `x` (it may differ only elsewhere): a block of [`LANES`] that `p` covers
 /// entirely is evaluated through the table (vector lookups on AVX-512), any other block
 /// through `f`. The values are `f`'s either way, in every copy (`isa`; the baseline where
-/// the CPU lacks it, as [`super::vmath::map_elems_on`]).
+/// the CPU lacks it, as [`super::isa_loops::map_elems_on`]).
 #[inline]
 pub(crate) fn map_pieces_on<const K: usize>(
     isa: Isa,
@@ -126,12 +126,12 @@ pub(crate) fn map_pieces_on<const K: usize>(
         body(p, src, dst, f)
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && super::vmath::has_avx512() {
+    if isa == Isa::Avx512 && super::isa_loops::has_avx512() {
         // SAFETY: the CPU has these AVX-512 subsets, AVX2 and FMA.
         return unsafe { avx512::map(p, src, dst, f) };
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && super::vmath::has_avx2() {
+    if isa == Isa::Avx2 && super::isa_loops::has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA.
         return unsafe { body_avx2(p, src, dst, f) };
     }
@@ -234,7 +234,7 @@ mod tests {
     use std::mem::MaybeUninit;
 
     use super::{map_pieces_on, Pieces, NORMAL_CDF, SIGMOID, TANH_OVER_X};
-    use crate::backend::cpu::vmath::Isa;
+    use crate::backend::cpu::isa_loops::Isa;
 
     fn gelu_ref(x: f64) -> f64 {
         0.5 * x * libm::erfc(-x * FRAC_1_SQRT_2)
@@ -279,7 +279,7 @@ mod tests {
         assert!(t <= 1, "tanh table: {t} ulp at {at:e}");
     }
 
-    /// Every covered float (2.2e9 per table): `cargo test --release -p nn-core --lib vtab --
+    /// Every covered float (2.2e9 per table): `cargo test --release -p nn-core --lib poly_tables --
     /// --ignored`.
     #[test]
     #[ignore = "every f32 in both ranges: a minute in release"]

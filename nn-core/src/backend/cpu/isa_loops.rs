@@ -224,7 +224,7 @@ unsafe fn softmax_rows_avx2(x: &[f32], y: &mut [MaybeUninit<f32>], n: usize, log
 /// Writes the items of `items` into `slots` in order until either ends; how many it
 /// wrote. The elementwise kernels' inner loop: the iterator (a map over slices) is inlined
 /// here, so on the AVX-512 and AVX2 copies its arithmetic is vector code of that width
-/// (the `f64` math of `vfun` gains most: eight lanes instead of four).
+/// (the `f64` math of `vector_fns` gains most: eight lanes instead of four).
 #[inline]
 pub(crate) fn write_items<U, I: Iterator<Item = U>>(slots: &mut [std::mem::MaybeUninit<U>], items: I) -> usize {
     #[inline(always)]
@@ -336,7 +336,7 @@ pub(crate) fn map_elems<T: Copy, U>(src: &[T], dst: &mut [MaybeUninit<U>], f: im
 /// `dst[i] = f(src[i])` over the shorter of the two, in the copy for `isa` (the baseline
 /// where the CPU lacks it, so a stale choice can never run an instruction the CPU does not
 /// have). An index loop, not an iterator chain:
-/// `vfun`'s functions inline into it whole, where a `zip` adapter around them is left
+/// `vector_fns`'s functions inline into it whole, where a `zip` adapter around them is left
 /// out of line once they are large (its `next` then runs scalar code without FMA, calling
 /// the software `fma`: an exact GELU over 786k elements, the `compare.py` row `ew_gelu`,
 /// runs many times slower).

@@ -6,7 +6,7 @@
 //! `[2, 128, 3072]` tensor took 14.9 ms where PyTorch's vectorised one takes 0.26 (2-vCPU
 //! Emerald Rapids). Here every function is branch-free straight-line arithmetic (special
 //! values through selects, never a call), `#[inline(always)]`, so the elementwise loops
-//! ([`super::vmath::write_items`]) that inline it are compiled to AVX-512 or AVX2 code,
+//! ([`super::isa_loops::write_items`]) that inline it are compiled to AVX-512 or AVX2 code,
 //! picked at run time.
 //!
 //! **Each is computed in `f64` and rounded to `f32` once.** The `f64` cores ([`exp64`],
@@ -20,7 +20,7 @@
 //! hardly see. The tests sweep the `f32` range against `f64` references. The exceptions:
 //! `sigmoid` computes in `f32` (16 lanes; within 2 ulp), where the `f64` route was twice
 //! PyTorch's time; the exact GELU and SiLU look their factor up in the piecewise
-//! polynomials of [`super::vtab`] over the range where activations lie (GELU within 2
+//! polynomials of [`super::poly_tables`] over the range where activations lie (GELU within 2
 //! ulp there, SiLU within 1), the `f64` route elsewhere.
 //!
 //! Multiply-adds are written as `mul_add`, always fused (an instruction in the AVX2 and
@@ -298,7 +298,7 @@ pub(crate) fn tanh(x: f32) -> f32 {
 // measurement, for CPUs where the `f64` route is slow. Within 2 ulp of the correctly
 // rounded value where the `f64` one is within 1 (tested over the same sweep).
 
-/// `e^x` in `f32` ([`super::vmath::exp_f32`], fused): within 2 ulp wherever the result
+/// `e^x` in `f32` ([`super::isa_loops::exp_f32`], fused): within 2 ulp wherever the result
 /// is a normal float, `+inf` above 88.72, `0` below -103.9; NaN for NaN.
 ///
 /// Why it exists: [`exp`]'s `f64` route is a degree-10 polynomial on eight lanes, 2.8x
@@ -306,7 +306,7 @@ pub(crate) fn tanh(x: f32) -> f32 {
 /// degree 6 on sixteen lanes, needs a quarter of the multiply-adds per element.
 #[inline(always)]
 pub(crate) fn exp_f32(x: f32) -> f32 {
-    super::vmath::exp_f32::<true>(x)
+    super::isa_loops::exp_f32::<true>(x)
 }
 
 /// `(tanh(x) / x - 1) / x^2` on `x^2` in `[0, 0.625^2]`, lowest degree first: a weighted
@@ -334,17 +334,17 @@ pub(crate) fn tanh_f32(x: f32) -> f32 {
     }
     let small = (a * z).mul_add(p, a);
     // `min` drops a NaN `a` (giving 20): the select below takes `small` then, which is NaN.
-    let e = super::vmath::exp_f32::<true>((a + a).min(20.0));
+    let e = super::isa_loops::exp_f32::<true>((a + a).min(20.0));
     let large = 1.0 - 2.0 / (e + 1.0);
     (if a >= 0.625 { large } else { small }).copysign(x)
 }
 
-/// `tanh x` through the table [`super::vtab::TANH_OVER_X`] on `[-6, 6]` (within 1 ulp
+/// `tanh x` through the table [`super::poly_tables::TANH_OVER_X`] on `[-6, 6]` (within 1 ulp
 /// there), [`tanh_f32`] elsewhere (within 2): no division where the table covers `x`, and
 /// a lookup the AVX-512 loop does with `vpermt2ps` from registers.
 #[inline(always)]
 pub(crate) fn tanh_table(x: f32) -> f32 {
-    let t = &super::vtab::TANH_OVER_X;
+    let t = &super::poly_tables::TANH_OVER_X;
     if t.covers(x) {
         t.eval(x)
     } else {
@@ -359,7 +359,7 @@ pub(crate) fn tanh_table(x: f32) -> f32 {
 /// PyTorch's 171).
 #[inline(always)]
 fn exp_neg_abs_f32(x: f32) -> (f32, i32) {
-    use super::vmath::{EXP_POLY, LN2_HI, LN2_LO, ROUND};
+    use super::isa_loops::{EXP_POLY, LN2_HI, LN2_LO, ROUND};
     // Clamped where the result is 0 in f32 whatever follows, NaN kept.
     let xc = if x.is_nan() { x } else { (-x.abs()).max(-112.0) };
     let t = xc.mul_add(std::f32::consts::LOG2_E, ROUND);
@@ -394,10 +394,10 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
     (if x >= 0.0 { 1.0 } else { t }) / (1.0 + t)
 }
 
-/// `x sigmoid(x)`: the table of [`super::vtab::SIGMOID`] on `[-8, 8]`, `f64` elsewhere.
+/// `x sigmoid(x)`: the table of [`super::poly_tables::SIGMOID`] on `[-8, 8]`, `f64` elsewhere.
 #[inline(always)]
 pub(crate) fn silu(x: f32) -> f32 {
-    let t = &super::vtab::SIGMOID;
+    let t = &super::poly_tables::SIGMOID;
     if t.covers(x) {
         t.eval(x)
     } else {
@@ -428,11 +428,11 @@ pub(crate) fn erf_grad(x: f32) -> f32 {
     (std::f64::consts::FRAC_2_SQRT_PI * exp64(-x * x)) as f32
 }
 
-/// Exact GELU, `x Phi(x)`: the table of [`super::vtab::NORMAL_CDF`] on `[-4, 4]` (within
+/// Exact GELU, `x Phi(x)`: the table of [`super::poly_tables::NORMAL_CDF`] on `[-4, 4]` (within
 /// 2 ulp), `f64` elsewhere.
 #[inline(always)]
 pub(crate) fn gelu(x: f32) -> f32 {
-    let t = &super::vtab::NORMAL_CDF;
+    let t = &super::poly_tables::NORMAL_CDF;
     if t.covers(x) {
         t.eval(x)
     } else {
@@ -512,150 +512,6 @@ pub(crate) fn rsqrt(x: f32) -> f32 {
     (1.0 / (x as f64).sqrt()) as f32
 }
 
-/// How `x^p` is computed for a constant `p`, decided once per kernel.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum PowKind {
-    /// `p = 0`: 1, NaN included (libm's `pow(NaN, 0) = 1`).
-    One,
-    /// A small integer exponent (`|p| <= 4`): repeated products in `f64` (exact before
-    /// the one rounding for `|p| <= 2`), the reciprocal for negative `p`.
-    SmallInt(i32),
-    /// `p = 1/2`: `sqrt`, with `pow`'s values at `-0` (+0) and `-inf` (+inf).
-    Sqrt,
-    /// Any other `p`: `e^(p ln |x|)` in `f64`, the sign of an odd integer power restored,
-    /// NaN for a negative base and a non-integer `p`.
-    General {
-        /// The exponent.
-        p: f64,
-        /// Whether `p` is an odd integer (the result keeps the sign of `x`).
-        odd: bool,
-        /// Whether `p` is an integer (a negative base is then allowed).
-        int: bool,
-    },
-}
-
-impl PowKind {
-    /// The kernel for exponent `p` (finite; NaN or infinite exponents take the scalar
-    /// `powf`).
-    pub(crate) fn of(p: f64) -> Option<PowKind> {
-        if !p.is_finite() {
-            return None;
-        }
-        let int = p.fract() == 0.0;
-        Some(if p == 0.0 {
-            PowKind::One
-        } else if int && p.abs() <= 4.0 {
-            PowKind::SmallInt(p as i32)
-        } else if p == 0.5 {
-            PowKind::Sqrt
-        } else {
-            PowKind::General { p, odd: int && (p % 2.0).abs() == 1.0, int }
-        })
-    }
-}
-
-/// `x^N` for a small integer `N` (`|N| <= 4`) in `f64`: products (exact up to `N = 2`),
-/// the reciprocal for a negative `N`. A constant, so that the loop has no inner loop.
-#[inline(always)]
-pub(crate) fn pow_int64<const N: i32>(x: f32) -> f64 {
-    let xd = x as f64;
-    let mut y = xd;
-    for _ in 1..N.unsigned_abs() {
-        y *= xd;
-    }
-    if N < 0 {
-        1.0 / y
-    } else {
-        y
-    }
-}
-
-/// `x^(1/2)`: `sqrt`, with `pow`'s `+0` at `-0` and `+inf` at `-inf` (where `sqrt` gives
-/// `-0` and NaN).
-#[inline(always)]
-pub(crate) fn pow_sqrt64(x: f32) -> f64 {
-    let xd = x as f64;
-    if xd == 0.0 {
-        0.0
-    } else if xd == f64::NEG_INFINITY {
-        f64::INFINITY
-    } else {
-        xd.sqrt()
-    }
-}
-
-/// `x^p` for any finite `p` by `e^(p ln |x|)` (see [`PowKind::General`]).
-#[inline(always)]
-pub(crate) fn pow_general64(x: f32, p: f64, odd: bool, int: bool) -> f64 {
-    let xd = x as f64;
-    // ln 0 = -inf and ln inf = inf give e^(-+inf) through exp64's clamp: e^-700 and
-    // e^700, which round to 0 and inf in f32, as libm's values.
-    let mag = exp64(p * log64(xd.abs()));
-    if xd < 0.0 && xd > f64::NEG_INFINITY && !int {
-        f64::NAN
-    } else if odd && x.is_sign_negative() {
-        -mag
-    } else {
-        mag
-    }
-}
-
-/// Calls `$run!(|x| e)` with `e` the `f64` power of the `f32` `x` for the [`PowKind`]
-/// `$kind` (`$run` builds its closure from it): one closure per kind and per small
-/// integer, so that every loop the caller builds around it is straight-line code.
-macro_rules! with_pow {
-    ($kind:expr, $run:ident) => {
-        match $kind {
-            $crate::backend::cpu::vfun::PowKind::One => $run!(|_x| 1.0f64),
-            $crate::backend::cpu::vfun::PowKind::SmallInt(n) => match n {
-                1 => $run!(|x| $crate::backend::cpu::vfun::pow_int64::<1>(x)),
-                2 => $run!(|x| $crate::backend::cpu::vfun::pow_int64::<2>(x)),
-                3 => $run!(|x| $crate::backend::cpu::vfun::pow_int64::<3>(x)),
-                4 => $run!(|x| $crate::backend::cpu::vfun::pow_int64::<4>(x)),
-                -1 => $run!(|x| $crate::backend::cpu::vfun::pow_int64::<-1>(x)),
-                -2 => $run!(|x| $crate::backend::cpu::vfun::pow_int64::<-2>(x)),
-                -3 => $run!(|x| $crate::backend::cpu::vfun::pow_int64::<-3>(x)),
-                _ => $run!(|x| $crate::backend::cpu::vfun::pow_int64::<-4>(x)),
-            },
-            $crate::backend::cpu::vfun::PowKind::Sqrt => $run!(|x| $crate::backend::cpu::vfun::pow_sqrt64(x)),
-            $crate::backend::cpu::vfun::PowKind::General { p, odd, int } => {
-                $run!(|x| $crate::backend::cpu::vfun::pow_general64(x, p, odd, int))
-            }
-        }
-    };
-}
-pub(crate) use with_pow;
-
-/// `x^p` by `kind` (see [`PowKind`]), in `f64`; libm's special values (`pow(0, -1) =
-/// inf`, `pow(-0, -1) = -inf`, `pow(-8, 1/3) = NaN`, `pow(-inf, 1/3) = inf`, `pow(1, p) =
-/// 1`, ...).
 #[cfg(test)]
-fn pow64(x: f32, kind: PowKind) -> f64 {
-    macro_rules! at {
-        (|$x:ident| $e:expr) => {{
-            let $x = x;
-            $e
-        }};
-    }
-    with_pow!(kind, at)
-}
-
-/// `x^p` by `kind`, rounded to `f32`.
-#[cfg(test)]
-pub(crate) fn pow(x: f32, kind: PowKind) -> f32 {
-    pow64(x, kind) as f32
-}
-
-/// `x^p`'s derivative `p x^(p-1)` (`minus_one` is the kind of `p - 1`), 0 for `p = 0`.
-#[cfg(test)]
-pub(crate) fn pow_grad(x: f32, p: f64, minus_one: PowKind) -> f32 {
-    if p == 0.0 {
-        0.0
-    } else {
-        (p * pow64(x, minus_one)) as f32
-    }
-}
-
-#[cfg(test)]
-#[path = "vfun_tests.rs"]
+#[path = "vector_fns_tests.rs"]
 pub(crate) mod tests;
