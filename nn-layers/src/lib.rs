@@ -18,6 +18,7 @@ mod conv;
 mod conv_transpose;
 mod dropout;
 mod embedding;
+mod encoder_decoder;
 mod lazy;
 mod lazy_layers;
 mod linear;
@@ -41,6 +42,7 @@ pub use conv_transpose::{
 };
 pub use dropout::Dropout;
 pub use embedding::Embedding;
+pub use encoder_decoder::{Transformer, TransformerConfig, TransformerInput};
 pub use lazy_layers::{LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d, LazyConv3d};
 pub use linear::{Bilinear, Conv1D, Flatten, Identity, LazyLinear, Linear};
 pub use nn_core::ops::GeluApproximate;
@@ -59,8 +61,7 @@ pub use transformer::{
     Activation, EncoderInput, TransformerEncoder, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };
 pub use transformer_decoder::{
-    DecoderInput, Transformer, TransformerConfig, TransformerDecoder, TransformerDecoderLayer,
-    TransformerDecoderLayerConfig, TransformerInput,
+    DecoderInput, TransformerDecoder, TransformerDecoderLayer, TransformerDecoderLayerConfig,
 };
 pub use upsample::{Upsample, UpsampleConfig};
 pub use volumetric::{AvgPool3d, AvgPool3dConfig, Conv3d, Conv3dConfig, MaxPool3d, MaxPool3dConfig};
