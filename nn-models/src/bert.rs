@@ -13,8 +13,9 @@ use nn_layers::{Dropout, Embedding, LayerNorm, Linear, ModuleList};
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
-use crate::common::{hf_embedding, hf_linear, hf_word_embedding, merge_heads, padding_row, split_heads, std_init};
 use crate::error::Result;
+use crate::heads::{merge_heads, split_heads};
+use crate::hf_init::{hf_embedding, hf_linear, hf_word_embedding, padding_row, std_init};
 use crate::pretrained::{self, LoadOptions};
 
 /// `BertConfig`: the fields of a BERT `config.json`, with transformers' names and defaults.
@@ -507,7 +508,7 @@ impl Compute for BertModel {
             );
         }
         // Hugging Face's mask is 1 = attend, 0 = padding; any other value is refused.
-        let keep = crate::common::hf_mask_tokens("BertModel", mask);
+        let keep = crate::causal_lm_input::hf_mask_tokens("BertModel", mask);
         let keep = keep.reshape(&[n, 1, 1, l]);
         let types = Tensor::full_on(&[n, l], 0.0, DType::I64, ids.device());
         let mut h = self.embeddings.forward((ids, &types));

@@ -13,11 +13,12 @@ use nn_layers::{Conv1D, Dropout, Embedding, LayerNorm, Linear, ModuleList};
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
-pub use crate::common::CausalLmInput;
-use crate::common::RowAttention;
-use crate::common::{check_ids, hf_embedding, merge_heads, split_heads, std_init};
+pub use crate::causal_lm_input::CausalLmInput;
+use crate::causal_lm_input::{check_ids, RowAttention};
 use crate::error::Result;
 use crate::generation::{CausalLm, TokenIds};
+use crate::heads::{merge_heads, split_heads};
+use crate::hf_init::{hf_embedding, std_init};
 use crate::kv_cache::{causal_mask, KvCache, LayerCache};
 use crate::pretrained::SaveOptions;
 use crate::pretrained::{self, LoadOptions};

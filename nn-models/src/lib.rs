@@ -48,10 +48,12 @@
 
 pub mod activation;
 pub mod bert;
-mod common;
+mod causal_lm_input;
 mod error;
 pub mod generation;
 pub mod gpt2;
+mod heads;
+mod hf_init;
 pub mod kv_cache;
 pub mod llama;
 mod pretrained;
@@ -60,7 +62,7 @@ pub mod rotary;
 pub mod tokenizer;
 pub mod weights;
 
-pub use common::{positions_from_mask, CausalLmInput, RowAttention};
+pub use causal_lm_input::{positions_from_mask, CausalLmInput, RowAttention};
 pub use error::{Error, Result};
 pub use kv_cache::KvCache;
 pub use pretrained::{LoadOptions, SaveOptions};

@@ -13,11 +13,12 @@ use nn_layers::{Linear, ModuleList, RMSNorm, RMSNormConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Activation;
-pub use crate::common::CausalLmInput;
-use crate::common::RowAttention;
-use crate::common::{check_ids, hf_linear, hf_word_embedding, merge_heads, padding_row, split_heads, std_init};
+pub use crate::causal_lm_input::CausalLmInput;
+use crate::causal_lm_input::{check_ids, RowAttention};
 use crate::error::{Error, Result};
 use crate::generation::{CausalLm, TokenIds};
+use crate::heads::{merge_heads, split_heads};
+use crate::hf_init::{hf_linear, hf_word_embedding, padding_row, std_init};
 use crate::kv_cache::{causal_mask, KvCache, LayerCache};
 use crate::pretrained::{self, LoadOptions};
 use crate::rotary::{apply_rotary, Rotary};
