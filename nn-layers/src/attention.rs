@@ -437,7 +437,7 @@ impl HasBase for NonDynamicallyQuantizableLinear {
 impl Compute for NonDynamicallyQuantizableLinear {
     type Input = Tensor;
     type Output = Tensor;
-    #[allow(deprecated)] // the wrapper's `forward` ran the hooks (its base is the inner layer's)
+    #[allow(deprecated)] // the wrapper's `forward` runs the hooks (its base is the inner layer's)
     fn compute(&self, input: &Tensor) -> Tensor {
         self.0.compute(input)
     }

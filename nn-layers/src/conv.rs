@@ -2,7 +2,7 @@
 //!
 //! Per-axis options. `Conv2dConfig`'s fields are plain `usize` (the same value on both
 //! axes), and stay so: `Conv2dConfig { stride: 2, ..Default::default() }` is public API,
-//! and a field of a wrapper type (`impl From<usize>`) would no longer accept a literal `2`.
+//! and a field of a wrapper type (`impl From<usize>`) would not accept a literal `2`.
 //! Rectangular settings take a second config with `(height, width)` fields,
 //! [`Conv2dAxesConfig`], through [`Conv2d::with_kernel`], which also accepts a square
 //! `Conv2dConfig` (`From`), so the two forms meet in one constructor.

@@ -48,8 +48,9 @@ macro_rules! lazy_module {
             fn base(&self) -> Option<&nn_core::ModuleBase> {
                 Some(&self.base)
             }
-            /// The lazy layer's flag and, once it exists, the layer's (whose forward reads
-            /// its own: a materialised batch norm kept training after `eval()` before).
+            /// The lazy layer's flag and, once it exists, the layer's: the layer's forward
+            /// reads its own flag, so without this a materialised batch norm would keep
+            /// training after `eval()`.
             fn set_training(&mut self, training: bool) {
                 self.base.set_training(training);
                 if let Some(m) = self.inner.get_mut() {

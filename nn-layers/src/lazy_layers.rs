@@ -194,8 +194,8 @@ macro_rules! lazy_batch_norm {
                 let c = x.shape()[1];
                 let bn = self.inner.get_or_init(|| {
                     let mut bn = $layer::with_config(c, self.config);
-                    // The training flag the lazy layer had (eval before the first forward
-                    // is kept).
+                    // The layer takes the lazy layer's training flag, so an `eval()` called
+                    // before the first forward holds.
                     nn_core::Module::set_training(&mut bn, self.base.is_training());
                     bn
                 });

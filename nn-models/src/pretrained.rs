@@ -312,9 +312,9 @@ pub struct SaveOptions {
 ///
 /// Every file is written in full under a temporary name first and then renamed into place
 /// together ([`nn_core::io::AtomicFiles`]): a failed write leaves the directory as it
-/// was. (Written one after the other in place, a failure between them left new weights
-/// beside an old config that fits their shapes, and the directory loaded without error
-/// into a different model.) The weights of an earlier save in the other layout, or with
+/// was. (Written one after the other in place, a failure between them would leave new
+/// weights beside an old config that fits their shapes, and the directory would load
+/// without error into a different model.) The weights of an earlier save in the other layout, or with
 /// another shard count, are removed once the new ones are in place: left there, they
 /// would make the directory ambiguous ([`crate::weights::locate`] refuses it).
 pub(crate) fn save_pretrained(
