@@ -314,9 +314,9 @@ pub struct SaveOptions {
 /// together ([`nn_core::io::AtomicFiles`]): a failed write leaves the directory as it
 /// was. (Written one after the other in place, a failure between them would leave new
 /// weights beside an old config that fits their shapes, and the directory would load
-/// without error into a different model.) The weights of an earlier save in the other layout, or with
-/// another shard count, are removed once the new ones are in place: left there, they
-/// would make the directory ambiguous ([`crate::weights::locate`] refuses it).
+/// without error into a different model.) The weights of an earlier save in the other
+/// layout, or with another shard count, are removed once the new ones are in place: left
+/// there, they would make the directory ambiguous ([`crate::weights::locate`] refuses it).
 pub(crate) fn save_pretrained(
     dir: &Path,
     config: &Map<String, Value>,

@@ -1,7 +1,17 @@
 //! The options of [`RNN`](super::RNN), [`LSTM`](super::LSTM) and [`GRU`](super::GRU), with
-//! PyTorch's defaults, and [`RecurrentConfig`], the options the engine takes from each.
+//! PyTorch's defaults (the RNN's [`RnnNonlinearity`] among them), and [`RecurrentConfig`],
+//! the options the engine takes from each.
 
-use super::RnnNonlinearity;
+/// The nonlinearity of an [`RNN`](super::RNN)'s cell (PyTorch's `nonlinearity='tanh' |
+/// 'relu'`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RnnNonlinearity {
+    /// `h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)`, PyTorch's default.
+    #[default]
+    Tanh,
+    /// `h' = relu(x W_ih^T + b_ih + h W_hh^T + b_hh)`.
+    Relu,
+}
 
 /// Options of [`RNN`](super::RNN), with PyTorch's defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -5,8 +5,7 @@
 use nn_core::module::DeepCopier;
 use nn_core::{functional, Item, ModuleBase, Name, Parameter, Tensor};
 
-use super::config::RecurrentConfig;
-use super::RnnNonlinearity;
+use super::config::{RecurrentConfig, RnnNonlinearity};
 use crate::repr::{py_bool, py_float};
 
 /// Which cell a [`Recurrent`] runs.

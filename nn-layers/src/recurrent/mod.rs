@@ -7,9 +7,9 @@
 //! ops (`addmm`, `narrow`, `sigmoid`, `tanh`, `stack`, `cat`), so backward is autograd's
 //! and the layers run on every device those ops run on.
 //!
-//! The module's parts: `config` (the options, with PyTorch's defaults), `input` (the
-//! layers' inputs), `engine` (the weights and the time loop), `layer_macro` (the trait
-//! impls and accessors the three layers share).
+//! The module's parts: `config` (the options, with PyTorch's defaults, and the RNN's
+//! nonlinearity), `input` (the layers' inputs), `engine` (the weights and the time loop),
+//! `layer_macro` (the trait impls and accessors the three layers share).
 
 mod config;
 mod engine;
@@ -18,20 +18,10 @@ mod layer_macro;
 
 use nn_core::{Compute, Parameter, Tensor};
 
-pub use config::{GRUConfig, LSTMConfig, RNNConfig};
+pub use config::{GRUConfig, LSTMConfig, RNNConfig, RnnNonlinearity};
 use engine::{Cell, Recurrent};
 pub use input::{LSTMInput, RNNInput};
 use layer_macro::recurrent_layer;
-
-/// The nonlinearity of an [`RNN`]'s cell (PyTorch's `nonlinearity='tanh' | 'relu'`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum RnnNonlinearity {
-    /// `h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)`, PyTorch's default.
-    #[default]
-    Tanh,
-    /// `h' = relu(x W_ih^T + b_ih + h W_hh^T + b_hh)`.
-    Relu,
-}
 
 /// An Elman recurrent network (PyTorch's `nn.RNN`):
 /// `h_t = tanh(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)` (or `relu`), stacked
