@@ -12,6 +12,9 @@
 //! Each collective carries its sequence number and timeout; it runs as a non-blocking MPI
 //! collective under the [`watchdog`](crate::watchdog), which ends the job with an error
 //! instead of waiting forever for a rank that does not come.
+//!
+//! **Dependencies.** This module uses `watchdog` (which runs each collective), `reduce_op`,
+//! `abort` and `error`; none of them uses this one. `group` and the wrappers use it.
 
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
@@ -25,24 +28,8 @@ use nn_core::storage::{CpuStorage, Storage};
 use nn_core::{DType, Device, Tensor};
 
 use crate::error::{DistError, Result};
+use crate::reduce_op::ReduceOp;
 use crate::watchdog::{Call, Fingerprint, Kind, Watchdog};
-
-/// A reduction of [`ProcessGroup::all_reduce`](crate::ProcessGroup::all_reduce) (PyTorch's
-/// `dist.ReduceOp`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    /// Element-wise sum.
-    Sum,
-    /// Element-wise product.
-    Product,
-    /// Element-wise minimum.
-    Min,
-    /// Element-wise maximum.
-    Max,
-    /// Element-wise mean over the ranks (the sum divided by the world size; floating-point
-    /// tensors only).
-    Avg,
-}
 
 /// Values on the wire: what a tensor of each dtype travels as. `f16`/`bf16` travel as
 /// `f32` and `bool` as `i64`, converted exactly both ways.

@@ -8,8 +8,9 @@ use std::time::Duration;
 use mpi::Threading;
 use nn_core::{DType, Tensor};
 
-use crate::comm::{self, to_wire, Buf, Job, Op, ReduceOp};
+use crate::comm::{self, to_wire, Buf, Job, Op};
 use crate::error::{DistError, Result};
+use crate::reduce_op::ReduceOp;
 
 /// The timeout of every collective unless told otherwise: 30 minutes, PyTorch's default
 /// (`datetime.timedelta(minutes=30)` in `init_process_group`).
@@ -60,8 +61,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// messages; a rank that called another collective, or the same one with another length,
 /// dtype, reduction or root, is reported at once, naming both calls. The failing rank
 /// prints a [`DistError::Timeout`] or [`DistError::Mismatch`] and calls `MPI_Abort`. The
-/// cost is one small-message exchange per collective, about 3 us within a machine (see the
-/// `watchdog` module's notes in the source).
+/// cost is one small-message exchange per collective, which `examples/ddp_bench.rs`
+/// measures (see the `watchdog` module's notes in the source).
 #[derive(Clone)]
 pub struct ProcessGroup {
     inner: Arc<Inner>,

@@ -67,12 +67,19 @@
 //! of its own so that the rest of `nn` builds without them. The crate's README (`nn-distributed/README.md`) says how
 //! to run it on one machine and on several (`mpirun --hostfile`).
 
+// The modules depend on each other one way only (no import circles), from the bottom up:
+// `abort`, `error` and `reduce_op` use none of the others; `watchdog` uses those three;
+// `comm` (the communication thread) uses `watchdog`; `group` uses `comm`; `structure`,
+// `reducer`, `sync_bn` and `scaler` use `group` (and `comm`); `ddp` uses `reducer` and
+// `structure`; `zero` uses `ddp`, `reducer` and `structure`; `fsdp` uses `comm`, `group` and
+// `structure` (its own files are layered too: see its module docs).
 mod abort;
 mod comm;
 mod ddp;
 mod error;
 mod fsdp;
 mod group;
+mod reduce_op;
 mod reducer;
 mod scaler;
 mod structure;
@@ -81,11 +88,11 @@ mod watchdog;
 mod zero;
 
 pub use abort::{MISMATCH_EXIT_CODE, PANIC_EXIT_CODE, TIMEOUT_EXIT_CODE};
-pub use comm::ReduceOp;
 pub use ddp::{DdpConfig, DistributedDataParallel};
 pub use error::{DistError, Result};
 pub use fsdp::{FsdpConfig, FsdpPolicy, FsdpStats, FullyShardedDataParallel};
 pub use group::{ProcessGroup, Work, DEFAULT_TIMEOUT};
+pub use reduce_op::ReduceOp;
 pub use reducer::ReductionStats;
 pub use scaler::ShardedGradScaler;
 pub use sync_bn::SyncBatchNorm;

@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use nn_core::autograd::queue_callback;
 use nn_core::{DType, HookHandle, Parameter};
 
-use crate::comm::{wire_dtype, Buf, Op, ReduceOp};
+use crate::comm::{wire_dtype, Buf, Op};
 use crate::group::{recv, ProcessGroup};
+use crate::reduce_op::ReduceOp;
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -6,8 +6,8 @@ use nn_core::amp::{GradScaler, GradScalerState, StepOutcome};
 use nn_core::optim::Optimizer;
 use nn_core::{Tensor, TensorId};
 
-use crate::comm::ReduceOp;
 use crate::group::ProcessGroup;
+use crate::reduce_op::ReduceOp;
 
 /// A [`GradScaler`] for optimizers whose gradients are split over the ranks (PyTorch's
 /// `ShardedGradScaler`): a [`FullyShardedDataParallel`](crate::FullyShardedDataParallel)'s

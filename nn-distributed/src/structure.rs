@@ -5,6 +5,7 @@ use nn_core::{no_grad, DType, Tensor};
 
 use crate::comm::{wire_dtype, Buf, Op};
 use crate::group::{recv, ProcessGroup};
+use crate::reduce_op::ReduceOp;
 
 /// A named tensor to compare across ranks, with its `requires_grad`.
 pub(crate) type Entry = (String, Tensor, bool);
@@ -147,7 +148,7 @@ pub(crate) fn clip_grad_norm_across(
     nn_core::optim::clip_coefficient(0.0, max_norm);
     let local: f64 =
         held.iter().filter_map(|p| p.grad()).map(|g| g.to_vec_of::<f64>().iter().map(|v| v * v).sum::<f64>()).sum();
-    let total = group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), crate::ReduceOp::Sum);
+    let total = group.all_reduce(&Tensor::from_vec_f64(vec![local], &[1]), ReduceOp::Sum);
     let norm = total.to_vec_of::<f64>()[0].sqrt();
     if let Some(scale) = nn_core::optim::clip_coefficient(norm, max_norm) {
         for p in scaled {

@@ -6,8 +6,8 @@ use nn_core::autograd::custom_op;
 use nn_core::{Module, Tensor};
 use nn_layers::{BatchNorm1d, BatchNorm2d, BatchStatsSync};
 
-use crate::comm::ReduceOp;
 use crate::group::ProcessGroup;
+use crate::reduce_op::ReduceOp;
 
 /// Synchronised batch norm (PyTorch's `nn.SyncBatchNorm`): in training mode, nn-layers'
 /// [`BatchNorm1d`] and [`BatchNorm2d`] normalise with the mean and variance of the batches

@@ -20,17 +20,18 @@
 //! **Cost.** Per collective, each rank sends and receives `world_size - 1` messages of 40
 //! bytes, and starts the collective once every rank has arrived: one small-message latency
 //! more than the collective alone, and traffic that grows with the world size, which suits
-//! the worlds this crate targets (up to tens of ranks). Measured with `examples/ddp_bench.rs`
-//! on 2 ranks of one machine (OpenMPI 4.1, shared memory): an all-reduce of one value took
-//! 19.5 us before and 22.9 us after (medians of 5 runs, a quiet 16-core host), 5.5 and 7.5-9.6
-//! us on a busy 2-core one. All-reduces of 207k and 2.9M values and DDP training steps
-//! (MNIST CNN, 2.9M-parameter MLP) did not change beyond the runs' noise (about 10%), except
-//! perhaps the MLP reduced in one 11 MiB bucket (167-170 ms a step before, 184-194 after, in
-//! two runs each; its default buckets: 197-200 before, 187-194 after). A barrier is the arrival exchange itself (every rank has heard from every
-//! other), so it costs no more than before. The waiting thread tests its requests with a
-//! `yield` between tests, as MPI's blocking calls spin; after a second of waiting (a slower
-//! rank, not a transfer) it sleeps 1 ms between tests instead, so a long wait does not hold
-//! a core.
+//! the worlds this crate targets (up to tens of ranks). `examples/ddp_bench.rs` measures
+//! it: its last line times an all-reduce of one value, where the exchange's fixed cost
+//! shows most, and its DDP step times show what the exchange adds to training (one run is
+//! recorded in `benches/results/undated-16core-host-collective-timeouts.md`). A barrier is
+//! the arrival exchange itself (every rank has heard from every other), so a barrier costs
+//! nothing more. The waiting thread tests its requests with a `yield` between tests, as
+//! MPI's blocking calls spin; after a second of waiting (a slower rank, not a transfer) it
+//! sleeps 1 ms between tests instead, so a long wait does not hold a core.
+//!
+//! **Dependencies.** This module uses `abort` (the exit codes), `error` and `reduce_op`,
+//! and nothing of `comm`: the communication thread (`comm`) runs each collective under a
+//! [`Watchdog`], so `comm` depends on this module and not the other way round.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -41,8 +42,8 @@ use mpi::traits::*;
 use nn_core::DType;
 
 use crate::abort::{MISMATCH_EXIT_CODE, TIMEOUT_EXIT_CODE};
-use crate::comm::ReduceOp;
 use crate::error::DistError;
+use crate::reduce_op::ReduceOp;
 
 /// Waiting this long means waiting for a rank, not for data: the poll loop starts sleeping.
 const SPIN: Duration = Duration::from_secs(1);

@@ -106,8 +106,8 @@ impl<O: Optimizer> ZeroRedundancyOptimizer<O> {
             .collect();
         verify_same(group, &entries, "parameters").map_err(DistError::ShardMismatch)?;
         // Checked whole: the parameters are split over the ranks before each builds its
-        // optimizer, and one parameter twice (or on one storage) split across two ranks
-        // was seen by neither rank's check, and stepped twice.
+        // optimizer, so one parameter given twice (or two on one storage) and split across
+        // two ranks would pass each rank's own check and be stepped twice.
         nn_core::optim::check_param_groups("ZeroRedundancyOptimizer", &groups).map_err(DistError::ParamGroups)?;
         let sizes: Vec<Vec<usize>> = groups.iter().map(|g| g.params.iter().map(|(_, p)| p.numel()).collect()).collect();
         let shards = partition(&sizes, group.world_size());

@@ -794,8 +794,9 @@ mod checks {
         assert!(identical_across_ranks(group, &stats(&ddp)));
 
         // One sample per process, and none on rank 0 with three or more: the batch that
-        // counts is every process's together, as PyTorch's SyncBatchNorm (each process had
-        // refused its own, and an empty one left the others waiting in the exchange).
+        // counts is every process's together, as PyTorch's SyncBatchNorm (a process must
+        // not refuse its own one-sample batch, and an empty one must still join the
+        // exchange the others wait in).
         let world = group.world_size();
         if world >= 2 {
             manual_seed(5);
@@ -1057,7 +1058,7 @@ mod checks {
             Err(e) => panic!("unexpected error {e}"),
         }
         // One parameter under a second name: with two ranks the two copies of the largest
-        // land on different ranks, where neither rank's optimizer saw both (it was
+        // land on different ranks, where neither rank's optimizer sees both (it would be
         // stepped twice). Refused whole, on every rank.
         let mut tied = model.named_parameters();
         tied.push(("tied.weight".into(), tied[2].1.clone()));
@@ -1791,7 +1792,7 @@ mod checks {
         let ddp = DistributedDataParallel::with_config(mlp(), group, small_buckets()).unwrap();
         let loss = cross_entropy(&ddp.forward(&share(group, &x)), &share(group, &y));
         // A target or metric computed with the same network, without grad: the pending
-        // backward is still averaged (it was left local, unaveraged, before).
+        // backward is still averaged (not left local, unaveraged).
         no_grad(|| ddp.forward(&share(group, &x)));
         loss.backward();
         assert_close(&grads_of(&ddp), &grads_of(&reference), 1e-6, "gradients vs one process");
@@ -1834,8 +1835,8 @@ mod checks {
             ZeroRedundancyOptimizer::new(ddp.named_parameters(), group, |g| Sgd::new(g, SgdConfig::default())).unwrap();
         zero.shard_gradients(&ddp).unwrap();
         drop(zero);
-        // Trained on with a plain optimizer: every rank keeps every averaged gradient (the
-        // mask kept dropping the other ranks' parameters' gradients before).
+        // Trained on with a plain optimizer: every rank keeps every averaged gradient
+        // (dropping the optimizer lifts its mask, which drops the other ranks' gradients).
         manual_seed(8);
         let (x, y) = (Tensor::randn(&[12, 6]), labels(12, 3, 2));
         cross_entropy(&ddp.forward(&share(group, &x)), &share(group, &y)).backward();
@@ -1846,7 +1847,7 @@ mod checks {
     fn sync_batch_norm_inside_fsdp(group: &ProcessGroup) {
         let model = Sequential::new().add(Linear::new(4, 4)).add(BatchNorm1d::new(4));
         let mut fsdp = FullyShardedDataParallel::new(model, group, FsdpPolicy::new()).unwrap();
-        // The wrapper's layers were out of reach: nothing was converted, and 0 returned.
+        // The wrapper's `apply` reaches the model's layers: its one batch norm is converted.
         assert_eq!(SyncBatchNorm::convert_sync_batchnorm(&mut fsdp, group), 1);
         assert!(fsdp.module().get::<BatchNorm1d>(1).unwrap().is_synced());
     }

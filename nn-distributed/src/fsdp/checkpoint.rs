@@ -303,7 +303,7 @@ impl<M: Module + Compute> FullyShardedDataParallel<M> {
             .filter(|s| !s.is_empty())
             .map(|s| s.parse::<f64>().map_err(|_| format!("{shown}: unreadable learning rate `{s}`")))
             .collect::<std::result::Result<Vec<f64>, String>>()?;
-        // Absent from files written before hyper-parameters were saved: none recorded.
+        // A file without the key (one written without hyper-parameters) records none.
         let hyper_params: Vec<nn_core::optim::HyperParams> = match meta.get("nn.fsdp.hyper_params") {
             Some(text) => serde_json::from_str(text)
                 .map_err(|e| format!("{shown}: unreadable optimizer hyper-parameters ({e})"))?,

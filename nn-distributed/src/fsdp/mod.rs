@@ -2,14 +2,26 @@
 //! ranks (ZeRO stage 3), gathered one wrapped unit at a time.
 //!
 //! See [`FullyShardedDataParallel`] for how it works.
+//!
+//! The files, each using only those listed before it (no circle):
+//! - `config.rs`: [`FsdpConfig`] and [`FsdpStats`], plain data;
+//! - `policy.rs`: [`FsdpPolicy`], which sub-modules become units;
+//! - `runtime.rs`: the units and their shards, gathering, freeing and reduce-scattering
+//!   them during a step (uses `config`);
+//! - this file: the wrapper, its accessors and its [`Module`] implementation (uses
+//!   `config`, `policy`, `runtime`);
+//! - `wrap.rs`: the constructors and their checks, the flat shards and the hooks;
+//! - `checkpoint.rs`: full state dicts and sharded checkpoints.
 
 mod checkpoint;
+mod config;
 mod policy;
 mod runtime;
+mod wrap;
 
 use std::any::Any;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nn_core::module::{HoldsState, SetChild};
@@ -18,71 +30,17 @@ use nn_core::{
     Tensor, TensorId,
 };
 
-use crate::comm::Buf;
-use crate::error::{DistError, Result};
-use crate::group::{check_timeout, ProcessGroup};
-use crate::structure::{broadcast_tensors, verify_same, Entry};
+use crate::error::DistError;
+use crate::group::ProcessGroup;
 
+pub use config::{FsdpConfig, FsdpStats};
 pub use policy::FsdpPolicy;
-use runtime::{Shared, State, Unit};
+use runtime::Shared;
 
 /// Between printing an error every rank detects and panicking (which ends the job): the
 /// other ranks print it too.
 const GRACE: Duration = Duration::from_millis(500);
 
-/// Options of [`FullyShardedDataParallel`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FsdpConfig {
-    /// Start the all-gather of the next unit when a unit's forward starts (PyTorch's
-    /// `forward_prefetch`; default `true`). Off, each unit gathers when it is reached.
-    pub forward_prefetch: bool,
-    /// Free each unit's gathered parameters when its forward returns, and gather them
-    /// again when backward reaches the unit's output (PyTorch's `reshard_after_forward`,
-    /// its `FULL_SHARD`; default `true`). The values autograd saved from the parameters
-    /// are freed with them: the parameters share their storage with their views
-    /// ([`Tensor::share_storage_with_views`]). Off (PyTorch's `SHARD_GRAD_OP`), what
-    /// autograd saved keeps each unit's full parameters alive from its forward until its
-    /// backward has used them: no gather in backward, more memory.
-    ///
-    /// The gather before a unit's backward is triggered by the gradient of the unit's
-    /// output (for a tuple, its first element). A unit whose other outputs carry gradients
-    /// into its own ops before the first one's arrives would reach freed parameters; its
-    /// backward then panics on a meta tensor. Turn this off for such models.
-    pub reshard_after_forward: bool,
-    /// With [`reshard_after_forward`](FsdpConfig::reshard_after_forward), start the
-    /// all-gather of the unit whose backward comes next when a unit's backward starts
-    /// (PyTorch's `BackwardPrefetch.BACKWARD_PRE`; default `true`).
-    pub backward_prefetch: bool,
-    /// The timeout of the wrapper's collectives; `None` (the default) keeps the group's.
-    pub timeout: Option<Duration>,
-}
-
-impl Default for FsdpConfig {
-    fn default() -> Self {
-        FsdpConfig { forward_prefetch: true, reshard_after_forward: true, backward_prefetch: true, timeout: None }
-    }
-}
-
-/// What a [`FullyShardedDataParallel`] has communicated so far (cumulative).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FsdpStats {
-    /// Units gathered for a forward.
-    pub gathers: usize,
-    /// Of those, the ones whose all-gather had been started before the unit was reached
-    /// (prefetched: it overlapped the previous unit's computation).
-    pub prefetched: usize,
-    /// Units gathered again for their backward
-    /// ([`FsdpConfig::reshard_after_forward`]).
-    pub backward_gathers: usize,
-    /// Of those, the ones whose all-gather had been started before the unit's backward was
-    /// reached ([`FsdpConfig::backward_prefetch`]).
-    pub backward_prefetched: usize,
-    /// Units whose gradients were reduce-scattered.
-    pub reduce_scatters: usize,
-    /// Of those, the ones whose reduce-scatter started while backward was still producing
-    /// other units' gradients (it overlapped computation).
-    pub overlapped_reduce_scatters: usize,
-}
 /// Fully sharded data parallelism (PyTorch's `FullyShardedDataParallel`, ZeRO stage 3):
 /// each rank keeps `1 / world_size` of every parameter, of its gradient and of the
 /// optimizer state, and gathers a unit's parameters only while the unit runs.
@@ -210,236 +168,6 @@ fn fsdp_err(at: &'static str, message: impl Into<String>) -> DistError {
 }
 
 impl<M: Module + Compute> FullyShardedDataParallel<M> {
-    /// Wraps `module` with the default [`FsdpConfig`]; every rank calls it with the same
-    /// model structure and policy.
-    ///
-    /// # Errors
-    /// [`DistError::Fsdp`] (on every rank) when the model differs across ranks, when a unit
-    /// has no hooks (no [`ModuleBase`]), mixes dtypes or holds a non-floating-point
-    /// parameter, or when a parameter does not require grad (freeze nothing in a model to
-    /// shard).
-    pub fn new(module: M, group: &ProcessGroup, policy: FsdpPolicy) -> Result<Self> {
-        Self::with_config(module, group, policy, FsdpConfig::default())
-    }
-
-    /// Wraps `module` with explicit options.
-    ///
-    /// # Errors
-    /// As [`new`](FullyShardedDataParallel::new), and [`DistError::ZeroTimeout`] for a zero
-    /// timeout.
-    pub fn with_config(module: M, group: &ProcessGroup, policy: FsdpPolicy, config: FsdpConfig) -> Result<Self> {
-        const AT: &str = "FullyShardedDataParallel::new";
-        let group = &match config.timeout {
-            Some(t) => {
-                check_timeout(t, "FullyShardedDataParallel::with_config (FsdpConfig::timeout)")?;
-                group.with_timeout(t)?
-            }
-            None => group.clone(),
-        };
-        if let Some((path, _)) = module.first_uninitialized() {
-            let at = if path.is_empty() { "the model itself".to_string() } else { format!("`{path}`") };
-            return Err(fsdp_err(
-                AT,
-                format!(
-                    "the model has lazy layers whose parameters are not initialised yet ({at}): run one forward \
-                     pass (on every rank) before wrapping it"
-                ),
-            ));
-        }
-        let named = module.named_parameters();
-        let mut entries: Vec<Entry> =
-            named.iter().map(|(n, p)| (n.clone(), p.tensor().clone(), p.requires_grad())).collect();
-        entries.extend(module.named_buffers().into_iter().map(|(n, t)| (n, t, false)));
-        verify_same(group, &entries, "parameters and buffers")
-            .map_err(|e| fsdp_err(AT, format!("the model differs across ranks: {e}")))?;
-        if let Some((name, p)) = named.iter().find(|(_, p)| !p.requires_grad()) {
-            return Err(fsdp_err(
-                AT,
-                format!(
-                    "parameter `{name}` of shape {:?} does not require grad; FullyShardedDataParallel shards \
-                     trainable parameters only",
-                    p.shape()
-                ),
-            ));
-        }
-        if let Some((name, p)) = named.iter().find(|(_, p)| p.device() != Device::Cpu) {
-            return Err(fsdp_err(
-                AT,
-                format!("parameter `{name}` is on {:?}; FullyShardedDataParallel shards CPU parameters", p.device()),
-            ));
-        }
-        // Rank 0's values everywhere, then each rank keeps its blocks.
-        let buffers_now: Vec<Tensor> = module.named_buffers().into_iter().map(|(_, t)| t).collect();
-        let params_now: Vec<Tensor> = named.iter().map(|(_, p)| p.tensor().clone()).collect();
-        broadcast_tensors(group, &[params_now, buffers_now].concat(), 0);
-
-        if let Some(name) = policy.unmatched_types(&module).first() {
-            return Err(fsdp_err(
-                AT,
-                format!(
-                    "the policy wraps modules of type `{name}`, and the model has none: every parameter would go \
-                     into the root unit (a lazy layer is the layer it became after its first forward)"
-                ),
-            ));
-        }
-        let paths = policy.units(&module);
-        let modules: HashMap<String, &dyn Module> = module.named_modules().into_iter().collect();
-        let mut unit_paths = vec![String::new()];
-        unit_paths.extend(paths);
-        for path in &unit_paths[1..] {
-            if modules[path].base().is_none() {
-                return Err(fsdp_err(
-                    AT,
-                    format!("the unit `{path}` has no hooks (no ModuleBase): it cannot be wrapped"),
-                ));
-            }
-        }
-        let owner = |name: &str| -> usize {
-            (1..unit_paths.len())
-                .filter(|&u| name.starts_with(&format!("{}.", unit_paths[u])))
-                .max_by_key(|&u| unit_paths[u].len())
-                .unwrap_or(0)
-        };
-        // A parameter registered under several names (tied weights) lives in the unit of its
-        // first name. Every other user must run while that unit is gathered: inside it, or
-        // inside a unit nested in it. Otherwise its forward would meet a freed (meta) tensor;
-        // refused here, on every rank alike, naming both places.
-        let within = |outer: usize, inner: usize| {
-            outer == 0 || inner == outer || unit_paths[inner].starts_with(&format!("{}.", unit_paths[outer]))
-        };
-        let first: HashMap<_, &str> = named.iter().map(|(n, p)| (p.id(), n.as_str())).collect();
-        for (path, m) in module.named_modules() {
-            for (rel, p) in m.named_parameters() {
-                let name = if path.is_empty() { rel } else { format!("{path}.{rel}") };
-                let home = first[&p.id()];
-                if !within(owner(home), owner(&name)) {
-                    return Err(fsdp_err(
-                        AT,
-                        format!(
-                            "parameter `{home}` (unit `{}`) is also `{name}` (unit `{}`): a tied parameter must \
-                             belong to a unit that is gathered wherever it is used; wrap both users in one unit \
-                             (or leave them to an enclosing one)",
-                            unit_paths[owner(home)],
-                            unit_paths[owner(&name)]
-                        ),
-                    ));
-                }
-            }
-        }
-        let (rank, world) = (group.rank(), group.world_size());
-        let mut units = Vec::with_capacity(unit_paths.len());
-        let mut own: Vec<Vec<(String, Parameter)>> = vec![Vec::new(); unit_paths.len()];
-        for (name, p) in &named {
-            own[owner(name)].push((name.clone(), p.clone()));
-        }
-        for (u, members) in own.into_iter().enumerate() {
-            let path = unit_paths[u].clone();
-            let dtype = members.first().map_or(DType::F32, |(_, p)| p.dtype());
-            if let Some((name, p)) = members.iter().find(|(_, p)| p.dtype() != dtype || !p.dtype().is_float()) {
-                return Err(fsdp_err(
-                    AT,
-                    format!(
-                        "unit `{path}` holds `{name}` of dtype {} beside {dtype}: a unit's parameters share one \
-                         floating-point dtype",
-                        p.dtype()
-                    ),
-                ));
-            }
-            let mut offsets = Vec::with_capacity(members.len());
-            let mut numel = 0;
-            for (_, p) in &members {
-                offsets.push(numel);
-                numel += p.numel();
-            }
-            let shard_len = numel.div_ceil(world);
-            let mut flat = Buf::for_dtype(dtype, shard_len * world);
-            members.iter().for_each(|(_, p)| flat.extend_from(p));
-            flat.extend_zeros(shard_len * world - numel);
-            let shard = Parameter::new(flat.tensor(rank * shard_len, &[shard_len], dtype));
-            let shard_name = if path.is_empty() { "flat_param".to_string() } else { format!("{path}.flat_param") };
-            let (names, params): (Vec<String>, Vec<Parameter>) = members.into_iter().unzip();
-            units.push(Unit { path, names, params, offsets, dtype, numel, shard_len, shard, shard_name });
-        }
-        let n = units.len();
-        let state = State {
-            gathered: vec![true; n],
-            forward_versions: vec![None; n],
-            inflight: (0..n).map(|_| None).collect(),
-            armed: false,
-            disarmed_pending: false,
-            ready: units.iter().map(|u| vec![false; u.params.len()]).collect(),
-            pending: units.iter().map(|u| u.params.len()).collect(),
-            next_rs: 0,
-            rs: (0..n).map(|_| None).collect(),
-            finalize_queued: false,
-            post_order: Vec::new(),
-            stats: FsdpStats::default(),
-        };
-        let shared = Arc::new(Shared {
-            group: group.clone(),
-            units,
-            prefetch: config.forward_prefetch,
-            reshard: config.reshard_after_forward,
-            backward_prefetch: config.backward_prefetch,
-            state: Mutex::new(state),
-        });
-        for u in 0..n {
-            if shared.reshard {
-                // Views and saved values read the parameter's slot: freeing it frees them.
-                shared.units[u].params.iter().for_each(|p| p.share_storage_with_views());
-            }
-            shared.free(u);
-        }
-
-        let mut hooks = Vec::new();
-        for (u, unit) in shared.units.iter().enumerate() {
-            for j in 0..unit.params.len() {
-                let weak: Weak<Shared> = Arc::downgrade(&shared);
-                hooks.push(unit.params[j].register_post_accumulate_grad_hook(move |_| {
-                    if let Some(s) = weak.upgrade() {
-                        s.mark_ready(u, j);
-                    }
-                }));
-            }
-            if u == 0 {
-                continue; // the root gathers in `compute`
-            }
-            let base = modules[&unit.path].base().expect("checked above");
-            let weak = Arc::downgrade(&shared);
-            hooks.push(base.register_forward_pre_hook(move |_| {
-                if let Some(s) = weak.upgrade() {
-                    s.pre_forward(u);
-                }
-                None
-            }));
-            let weak = Arc::downgrade(&shared);
-            hooks.push(base.register_forward_hook(move |_, y| weak.upgrade().and_then(|s| s.post_forward(u, y))));
-        }
-        drop(modules);
-
-        let state_keys = module.state_dict();
-        let expected_state = state_keys.iter().map(|(k, t)| (k.to_string(), t.shape().to_vec(), t.dtype())).collect();
-        let persistent: HashSet<String> = state_keys.keys().map(str::to_string).collect();
-        let buffers = module
-            .named_buffers()
-            .into_iter()
-            .map(|(n, t)| {
-                let keep = persistent.contains(&n);
-                (n, t, keep)
-            })
-            .collect();
-        let expected_params = named.iter().map(|(n, p)| (n.clone(), p.id(), p.shape().to_vec())).collect();
-        Ok(FullyShardedDataParallel {
-            module,
-            shared,
-            expected_params,
-            expected_state,
-            buffers,
-            base: ModuleBase::new(),
-            _hooks: RemoveOnDrop(hooks),
-        })
-    }
-
     /// The wrapped model. Outside a forward its parameters are meta tensors (no values):
     /// read them with [`full_state_dict`](FullyShardedDataParallel::full_state_dict).
     pub fn module(&self) -> &M {

@@ -1,6 +1,10 @@
 //! The machinery of a `FullyShardedDataParallel` during a step: each unit's shard and
 //! parameters, gathering and freeing them around a unit's forward (with the next unit's
 //! all-gather prefetched), and reduce-scattering each unit's gradients during backward.
+//!
+//! Uses `config` (the options and counts) and the crate's `comm` and `group`; the wrapper
+//! (`mod.rs`), its construction (`wrap.rs`) and its checkpoints use this module, never the
+//! other way round.
 
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use nn_core::autograd::{custom_op, queue_callback};
 use nn_core::{is_grad_enabled, DType, Device, Parameter, Tensor};
 
-use super::FsdpStats;
+use super::config::{FsdpConfig, FsdpStats};
 use crate::comm::{to_wire, Buf, Op};
 use crate::group::{recv, ProcessGroup};
 
@@ -60,13 +64,49 @@ pub(super) struct Shared {
     pub(super) group: ProcessGroup,
     pub(super) units: Vec<Unit>,
     pub(super) prefetch: bool,
-    /// [`FsdpConfig::reshard_after_forward`](super::FsdpConfig::reshard_after_forward).
+    /// [`FsdpConfig::reshard_after_forward`].
     pub(super) reshard: bool,
     pub(super) backward_prefetch: bool,
     pub(super) state: Mutex<State>,
 }
 
 impl Shared {
+    /// The runtime of a wrapper over `units`, with `config`'s prefetching and resharding;
+    /// every unit is freed (its parameters hold no values until a forward gathers it).
+    pub(super) fn new(group: ProcessGroup, units: Vec<Unit>, config: &FsdpConfig) -> Shared {
+        let n = units.len();
+        let state = State {
+            gathered: vec![true; n],
+            forward_versions: vec![None; n],
+            inflight: (0..n).map(|_| None).collect(),
+            armed: false,
+            disarmed_pending: false,
+            ready: units.iter().map(|u| vec![false; u.params.len()]).collect(),
+            pending: units.iter().map(|u| u.params.len()).collect(),
+            next_rs: 0,
+            rs: (0..n).map(|_| None).collect(),
+            finalize_queued: false,
+            post_order: Vec::new(),
+            stats: FsdpStats::default(),
+        };
+        let shared = Shared {
+            group,
+            units,
+            prefetch: config.forward_prefetch,
+            reshard: config.reshard_after_forward,
+            backward_prefetch: config.backward_prefetch,
+            state: Mutex::new(state),
+        };
+        for u in 0..n {
+            if shared.reshard {
+                // Views and saved values read the parameter's slot: freeing it frees them.
+                shared.units[u].params.iter().for_each(|p| p.share_storage_with_views());
+            }
+            shared.free(u);
+        }
+        shared
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
