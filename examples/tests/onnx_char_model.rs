@@ -18,7 +18,7 @@ fn the_char_transformer_exports_and_tract_reproduces_it() {
     let vocab = 40;
     let mut model = CharTransformer::new(vocab);
     model.eval();
-    let bytes = nn_onnx::to_bytes(&model, &ids(2, vocab), &nn_onnx::ExportOptions::default()).expect("exports");
+    let bytes = nn_onnx::to_bytes(&model, &ids(2, vocab), &nn_onnx::ExportConfig::default()).expect("exports");
     let plan = tract_onnx::onnx()
         .model_for_read(&mut &bytes[..])
         .expect("tract reads the file")

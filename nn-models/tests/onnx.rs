@@ -44,7 +44,7 @@ fn bert_with_a_mask_exports_and_runs_in_tract() {
     let ids = nn_core::Tensor::from_vec_i64((0..14).map(|i| (i * 7) % 60).collect(), &[2, 7]);
     let mask = nn_core::Tensor::from_vec_i64(vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0], &[2, 7]);
     let expected = model.forward((&ids, &mask)).0.to_vec();
-    let opts = nn_onnx::ExportOptions { dynamic_axes: nn_onnx::DynamicAxes::Static, ..Default::default() };
+    let opts = nn_onnx::ExportConfig { dynamic_axes: nn_onnx::DynamicAxes::Static, ..Default::default() };
     let bytes = nn_onnx::to_bytes(&model, &(ids.clone(), mask.clone()), &opts).unwrap();
     let plan = tract_onnx::onnx()
         .model_for_read(&mut &bytes[..])

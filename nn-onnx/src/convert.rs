@@ -1,12 +1,25 @@
 //! One rule per traced op: the ONNX nodes that compute it (opset 17 forms; the few ops
 //! whose form changed in opset 18 follow the requested opset).
+//!
+//! The rules are grouped by op family, one function each ([`convert`] tries them in turn).
+//! This module depends on [`op`](crate::op) (the op to convert) and [`nodes`](crate::nodes)
+//! (where its nodes go), never on [`graph`](crate::graph): the graph builder calls in.
 
 use nn_core::names;
 use nn_core::trace::{Attr, OpKind, TracedOp};
 use nn_core::DType;
 
-use crate::graph::{Builder, Converted, OpPair};
+use crate::nodes::NodeWriter;
+use crate::op::AlignedOp;
 use crate::proto::attr;
+
+/// What converting an op gives.
+pub(crate) enum Converted {
+    /// The op's result is this ONNX value.
+    Value(String),
+    /// The op returns its first input unchanged (`contiguous`, `detach`, dropout in eval).
+    Alias,
+}
 
 /// Ops with a conversion rule (untraced ops by their autograd node name).
 pub(crate) fn is_supported(op: &TracedOp) -> bool {
@@ -20,120 +33,154 @@ pub(crate) fn is_supported(op: &TracedOp) -> bool {
     }
 }
 
+/// A conversion failure: the reason the op cannot be exported.
 type Result<T> = std::result::Result<T, String>;
 
-/// Converts `op`, whose inputs are the ONNX values `x`.
-pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Result<Converted> {
-    let a = op.a;
-    let s = |i: usize| x[i].as_str();
-    let dtype = a.inputs.first().map(|t| t.dtype()).unwrap_or(DType::F32);
-    let e = |err: crate::Error| err.to_string();
-    if a.kind == OpKind::Untraced {
-        return match a.name {
-            names::CONTIGUOUS | names::TO_DEVICE => Ok(Converted::Alias),
-            // A copy is a value of its own: a later write into it must not reach its source.
-            names::CLONE => Ok(v(g.node("Identity", &[s(0)], vec![]))),
-            names::TO_DTYPE => {
-                let to = crate::proto::elem_type(op.output().dtype()).map_err(e)?;
-                Ok(v(g.node("Cast", &[s(0)], vec![attr::int("to", to as i64)])))
-            }
-            name => Err(format!(
-                "`{name}` computes its result without a tracing rule (a custom autograd op, or an op the tracer \
-                 does not describe); only ops on constants can be folded into the graph"
-            )),
-        };
+/// The rules of one op family: `Ok(None)` for an op outside the family. `inputs` are the
+/// ONNX values of the op's inputs.
+type Family = fn(&mut NodeWriter, &AlignedOp<'_>, &[String]) -> Result<Option<Converted>>;
+
+/// The traced op families, in the order [`convert`] tries them (each op name belongs to
+/// one).
+const FAMILIES: [Family; 8] = [
+    elementwise_unary,
+    elementwise_binary,
+    matrix_products,
+    reductions,
+    shape_ops,
+    indexing,
+    convolutions_and_pools,
+    normalizations,
+];
+
+/// The reason for a failure that is an [`Error`](crate::Error) (a dtype without an ONNX
+/// type).
+fn to_reason(err: crate::Error) -> String {
+    err.to_string()
+}
+
+/// Converts `op`, whose inputs are the ONNX values `inputs`.
+pub(crate) fn convert(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Converted> {
+    if op.example.kind == OpKind::Untraced {
+        return untraced(g, op, inputs);
     }
-    let unary = |g: &mut Builder<'_>, ty: &str| v(g.node(ty, &[s(0)], vec![]));
-    let binary = |g: &mut Builder<'_>, ty: &str| v(g.node(ty, &[s(0), s(1)], vec![]));
-    Ok(match a.name {
+    for family in FAMILIES {
+        if let Some(converted) = family(g, op, inputs)? {
+            return Ok(converted);
+        }
+    }
+    Err(format!(
+        "`{}` has no ONNX conversion (supported: elementwise math, activations, matmul/linear, \
+         reshape/permute/narrow/expand/cat, reductions, softmax, conv, pools, norms, embedding, gather)",
+        op.example.name
+    ))
+}
+
+/// Ops recorded by autograd's node name, outside any traced op: layout changes, copies and
+/// casts.
+fn untraced(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Converted> {
+    let input_name = |i: usize| inputs[i].as_str();
+    match op.example.name {
+        names::CONTIGUOUS | names::TO_DEVICE => Ok(Converted::Alias),
+        // A copy is a value of its own: a later write into it must not reach its source.
+        names::CLONE => Ok(Converted::Value(g.node("Identity", &[input_name(0)], vec![]))),
+        names::TO_DTYPE => {
+            let to = crate::proto::elem_type(op.output().dtype()).map_err(to_reason)?;
+            Ok(Converted::Value(g.node("Cast", &[input_name(0)], vec![attr::int("to", to as i64)])))
+        }
+        name => Err(format!(
+            "`{name}` computes its result without a tracing rule (a custom autograd op, or an op the tracer \
+             does not describe); only ops on constants can be folded into the graph"
+        )),
+    }
+}
+
+/// A node of `op_type` on the one value `input`.
+fn unary_node(g: &mut NodeWriter, op_type: &str, input: &str) -> Converted {
+    Converted::Value(g.node(op_type, &[input], vec![]))
+}
+
+/// Activations, elementwise math, ops with a scalar operand, and dropout (in eval mode).
+fn elementwise_unary(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Option<Converted>> {
+    let input_name = |i: usize| inputs[i].as_str();
+    let dtype = op.input_dtype();
+    Ok(Some(match op.example.name {
         names::DETACH => Converted::Alias,
-        names::SNAPSHOT => v(g.node("Identity", &[s(0)], vec![])),
-        names::RELU => unary(g, "Relu"),
-        names::SIGMOID => unary(g, "Sigmoid"),
-        names::TANH => unary(g, "Tanh"),
-        names::NEG => unary(g, "Neg"),
-        names::EXP => unary(g, "Exp"),
-        names::LOG => unary(g, "Log"),
-        names::SQRT => unary(g, "Sqrt"),
-        names::ABS => unary(g, "Abs"),
-        names::SIN => unary(g, "Sin"),
-        names::COS => unary(g, "Cos"),
-        names::RECIPROCAL => unary(g, "Reciprocal"),
+        names::SNAPSHOT => unary_node(g, "Identity", input_name(0)),
+        names::RELU => unary_node(g, "Relu", input_name(0)),
+        names::SIGMOID => unary_node(g, "Sigmoid", input_name(0)),
+        names::TANH => unary_node(g, "Tanh", input_name(0)),
+        names::NEG => unary_node(g, "Neg", input_name(0)),
+        names::EXP => unary_node(g, "Exp", input_name(0)),
+        names::LOG => unary_node(g, "Log", input_name(0)),
+        names::SQRT => unary_node(g, "Sqrt", input_name(0)),
+        names::ABS => unary_node(g, "Abs", input_name(0)),
+        names::SIN => unary_node(g, "Sin", input_name(0)),
+        names::COS => unary_node(g, "Cos", input_name(0)),
+        names::RECIPROCAL => unary_node(g, "Reciprocal", input_name(0)),
         names::RSQRT => {
-            let r = g.node("Sqrt", &[s(0)], vec![]);
-            v(g.node("Reciprocal", &[&r], vec![]))
+            let r = g.node("Sqrt", &[input_name(0)], vec![]);
+            Converted::Value(g.node("Reciprocal", &[&r], vec![]))
         }
-        names::SOFTPLUS => softplus(g, s(0), dtype, op.float("beta"), op.float("threshold")).map_err(e)?,
-        names::LOGICAL_NOT => unary(g, "Not"),
-        names::ISNAN => unary(g, "IsNaN"),
-        names::ISINF => unary(g, "IsInf"),
+        names::SOFTPLUS => {
+            softplus(g, input_name(0), dtype, op.float("beta"), op.float("threshold")).map_err(to_reason)?
+        }
+        names::LOGICAL_NOT => unary_node(g, "Not", input_name(0)),
+        names::ISNAN => unary_node(g, "IsNaN", input_name(0)),
+        names::ISINF => unary_node(g, "IsInf", input_name(0)),
         names::ISFINITE => {
-            let nan = g.node("IsNaN", &[s(0)], vec![]);
-            let inf = g.node("IsInf", &[s(0)], vec![]);
+            let nan = g.node("IsNaN", &[input_name(0)], vec![]);
+            let inf = g.node("IsInf", &[input_name(0)], vec![]);
             let bad = g.node("Or", &[&nan, &inf], vec![]);
-            v(g.node("Not", &[&bad], vec![]))
+            Converted::Value(g.node("Not", &[&bad], vec![]))
         }
-        names::SQUARE => v(g.node("Mul", &[s(0), s(0)], vec![])),
-        names::LEAKY_RELU => v(g.node("LeakyRelu", &[s(0)], vec![attr::float("alpha", op.float("negative_slope"))])),
+        names::SQUARE => Converted::Value(g.node("Mul", &[input_name(0), input_name(0)], vec![])),
+        names::LEAKY_RELU => Converted::Value(g.node(
+            "LeakyRelu",
+            &[input_name(0)],
+            vec![attr::float("alpha", op.float("negative_slope"))],
+        )),
         names::SILU => {
-            let sig = g.node("Sigmoid", &[s(0)], vec![]);
-            v(g.node("Mul", &[s(0), &sig], vec![]))
+            let sig = g.node("Sigmoid", &[input_name(0)], vec![]);
+            Converted::Value(g.node("Mul", &[input_name(0), &sig], vec![]))
         }
-        names::GELU => gelu(g, s(0), dtype, op.attr("approximate") == Some(&Attr::Str("tanh"))).map_err(e)?,
+        names::GELU => {
+            gelu(g, input_name(0), dtype, op.attr("approximate") == Some(&Attr::Str("tanh"))).map_err(to_reason)?
+        }
         names::POWF => {
-            let c = g.const_scalar(op.float("exponent"), dtype).map_err(e)?;
-            v(g.node("Pow", &[s(0), &c], vec![]))
+            let c = g.const_scalar(op.float("exponent"), dtype).map_err(to_reason)?;
+            Converted::Value(g.node("Pow", &[input_name(0), &c], vec![]))
         }
         names::CLAMP => {
-            let lo = g.const_scalar(op.float("min"), dtype).map_err(e)?;
-            let hi = g.const_scalar(op.float("max"), dtype).map_err(e)?;
-            v(g.node("Clip", &[s(0), &lo, &hi], vec![]))
+            let lo = g.const_scalar(op.float("min"), dtype).map_err(to_reason)?;
+            let hi = g.const_scalar(op.float("max"), dtype).map_err(to_reason)?;
+            Converted::Value(g.node("Clip", &[input_name(0), &lo, &hi], vec![]))
         }
         names::AFFINE => {
             let (m, b) = (op.float("a"), op.float("b"));
-            let mut y = x[0].clone();
+            let mut y = inputs[0].clone();
             if m != 1.0 {
-                let c = g.const_scalar(m, dtype).map_err(e)?;
+                let c = g.const_scalar(m, dtype).map_err(to_reason)?;
                 y = g.node("Mul", &[&y, &c], vec![]);
             }
             if b != 0.0 {
-                let c = g.const_scalar(b, dtype).map_err(e)?;
+                let c = g.const_scalar(b, dtype).map_err(to_reason)?;
                 y = g.node("Add", &[&y, &c], vec![]);
             }
-            if y == x[0] {
+            if y == inputs[0] {
                 Converted::Alias
             } else {
-                v(y)
+                Converted::Value(y)
             }
         }
         names::DIV_SCALAR => {
-            let c = g.const_scalar(op.float("s"), dtype).map_err(e)?;
-            v(g.node("Div", &[s(0), &c], vec![]))
+            let c = g.const_scalar(op.float("s"), dtype).map_err(to_reason)?;
+            Converted::Value(g.node("Div", &[input_name(0), &c], vec![]))
         }
         names::SCALAR_DIV => {
-            let c = g.const_scalar(op.float("s"), dtype).map_err(e)?;
-            v(g.node("Div", &[&c, s(0)], vec![]))
+            let c = g.const_scalar(op.float("s"), dtype).map_err(to_reason)?;
+            Converted::Value(g.node("Div", &[&c, input_name(0)], vec![]))
         }
-        names::ADD => binary(g, "Add"),
-        names::SUB => binary(g, "Sub"),
-        names::MUL => binary(g, "Mul"),
-        names::DIV => binary(g, "Div"),
-        names::POW => binary(g, "Pow"),
-        names::MAXIMUM => binary(g, "Max"),
-        names::MINIMUM => binary(g, "Min"),
-        names::EQ => binary(g, "Equal"),
-        names::NE => {
-            let eq = g.node("Equal", &[s(0), s(1)], vec![]);
-            v(g.node("Not", &[&eq], vec![]))
-        }
-        names::LT => binary(g, "Less"),
-        names::LE => binary(g, "LessOrEqual"),
-        names::GT => binary(g, "Greater"),
-        names::GE => binary(g, "GreaterOrEqual"),
-        names::WHERE => v(g.node("Where", &[s(0), s(1), s(2)], vec![])),
-        names::MATMUL => binary(g, "MatMul"),
-        names::SOFTMAX => v(g.node("Softmax", &[s(0)], vec![attr::int("axis", op.int("dim"))])),
-        names::LOG_SOFTMAX => v(g.node("LogSoftmax", &[s(0)], vec![attr::int("axis", op.int("dim"))])),
         names::DROPOUT => {
             if op.flag("training") && op.float("p") > 0.0 {
                 return Err(format!(
@@ -143,86 +190,165 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
             }
             Converted::Alias
         }
+        _ => return Ok(None),
+    }))
+}
+
+/// Broadcasting arithmetic, comparisons and `where`.
+fn elementwise_binary(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Option<Converted>> {
+    let input_name = |i: usize| inputs[i].as_str();
+    let mut binary = |op_type: &str| Converted::Value(g.node(op_type, &[input_name(0), input_name(1)], vec![]));
+    Ok(Some(match op.example.name {
+        names::ADD => binary("Add"),
+        names::SUB => binary("Sub"),
+        names::MUL => binary("Mul"),
+        names::DIV => binary("Div"),
+        names::POW => binary("Pow"),
+        names::MAXIMUM => binary("Max"),
+        names::MINIMUM => binary("Min"),
+        names::EQ => binary("Equal"),
+        names::NE => {
+            let eq = g.node("Equal", &[input_name(0), input_name(1)], vec![]);
+            Converted::Value(g.node("Not", &[&eq], vec![]))
+        }
+        names::LT => binary("Less"),
+        names::LE => binary("LessOrEqual"),
+        names::GT => binary("Greater"),
+        names::GE => binary("GreaterOrEqual"),
+        names::WHERE => Converted::Value(g.node("Where", &[input_name(0), input_name(1), input_name(2)], vec![])),
+        _ => return Ok(None),
+    }))
+}
+
+/// Matrix products: `matmul`, `linear` (`Gemm`, or `MatMul` past 2-D) and `addmm`.
+fn matrix_products(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Option<Converted>> {
+    let input_name = |i: usize| inputs[i].as_str();
+    Ok(Some(match op.example.name {
+        names::MATMUL => Converted::Value(g.node("MatMul", &[input_name(0), input_name(1)], vec![])),
         names::LINEAR => {
             let rank = op.input(0).rank();
-            let bias = x.get(2).map(String::as_str);
+            let bias = inputs.get(2).map(String::as_str);
             if rank == 2 {
-                let mut ins = vec![s(0), s(1)];
+                let mut ins = vec![input_name(0), input_name(1)];
                 ins.extend(bias);
-                v(g.node("Gemm", &ins, vec![attr::int("transB", 1)]))
+                Converted::Value(g.node("Gemm", &ins, vec![attr::int("transB", 1)]))
             } else {
-                let wt = g.node("Transpose", &[s(1)], vec![attr::ints("perm", &[1, 0])]);
-                let y = g.node("MatMul", &[s(0), &wt], vec![]);
+                let wt = g.node("Transpose", &[input_name(1)], vec![attr::ints("perm", &[1, 0])]);
+                let y = g.node("MatMul", &[input_name(0), &wt], vec![]);
                 match bias {
-                    Some(b) => v(g.node("Add", &[&y, b], vec![])),
-                    None => v(y),
+                    Some(b) => Converted::Value(g.node("Add", &[&y, b], vec![])),
+                    None => Converted::Value(y),
                 }
             }
         }
-        names::ADDMM => v(g.node(
+        names::ADDMM => Converted::Value(g.node(
             "Gemm",
-            &[s(1), s(2), s(0)],
+            &[input_name(1), input_name(2), input_name(0)],
             vec![attr::float("alpha", op.float("alpha")), attr::float("beta", op.float("beta"))],
         )),
+        _ => return Ok(None),
+    }))
+}
+
+/// Reductions: `sum`, `max`/`min` over everything, `logsumexp`, `argmax`/`argmin`.
+fn reductions(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Option<Converted>> {
+    let input_name = |i: usize| inputs[i].as_str();
+    let name = op.example.name;
+    Ok(Some(match name {
         names::SUM => {
             let dims = op.ints("dims");
             if dims.is_empty() {
-                return Ok(Converted::Alias);
+                return Ok(Some(Converted::Alias));
             }
             let axes = g.const_i64(&dims);
-            v(g.node("ReduceSum", &[s(0), &axes], vec![attr::int("keepdims", op.flag("keepdim") as i64)]))
+            Converted::Value(g.node(
+                "ReduceSum",
+                &[input_name(0), &axes],
+                vec![attr::int("keepdims", op.flag("keepdim") as i64)],
+            ))
         }
         names::MAX | names::MIN => {
-            let ty = if a.name == names::MAX { "ReduceMax" } else { "ReduceMin" };
-            v(g.node(ty, &[s(0)], vec![attr::int("keepdims", 0)]))
+            let ty = if name == names::MAX { "ReduceMax" } else { "ReduceMin" };
+            Converted::Value(g.node(ty, &[input_name(0)], vec![attr::int("keepdims", 0)]))
         }
         names::LOGSUMEXP => {
             let keep = attr::int("keepdims", op.flag("keepdim") as i64);
             let dim = op.int("dim");
             if g.opset >= 18 {
                 let axes = g.const_i64(&[dim]);
-                v(g.node("ReduceLogSumExp", &[s(0), &axes], vec![keep]))
+                Converted::Value(g.node("ReduceLogSumExp", &[input_name(0), &axes], vec![keep]))
             } else {
-                v(g.node("ReduceLogSumExp", &[s(0)], vec![attr::ints("axes", &[dim]), keep]))
+                Converted::Value(g.node("ReduceLogSumExp", &[input_name(0)], vec![attr::ints("axes", &[dim]), keep]))
             }
         }
         names::ARGMAX | names::ARGMIN => {
-            let ty = if a.name == names::ARGMAX { "ArgMax" } else { "ArgMin" };
+            let ty = if name == names::ARGMAX { "ArgMax" } else { "ArgMin" };
             let attrs = vec![attr::int("axis", op.int("dim")), attr::int("keepdims", op.flag("keepdim") as i64)];
             if op.input(0).rank() == 0 {
                 return Err("arg-reductions of a 0-d tensor are not exported".into());
             }
-            v(g.node(ty, &[s(0)], attrs))
+            Converted::Value(g.node(ty, &[input_name(0)], attrs))
         }
+        _ => return Ok(None),
+    }))
+}
+
+/// Shape ops: `reshape`, `expand`, `permute`, `narrow`, `cat`.
+fn shape_ops(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Option<Converted>> {
+    let input_name = |i: usize| inputs[i].as_str();
+    Ok(Some(match op.example.name {
         names::RESHAPE => {
             let shape = reshape_target(op)?;
             let c = g.const_i64(&shape);
-            v(g.node("Reshape", &[s(0), &c], vec![]))
+            Converted::Value(g.node("Reshape", &[input_name(0), &c], vec![]))
         }
         names::EXPAND => {
             let shape = expand_target(op)?;
             let c = g.const_i64(&shape);
-            v(g.node("Expand", &[s(0), &c], vec![]))
+            Converted::Value(g.node("Expand", &[input_name(0), &c], vec![]))
         }
-        names::PERMUTE => v(g.node("Transpose", &[s(0)], vec![attr::ints("perm", &op.ints("perm"))])),
+        names::PERMUTE => {
+            Converted::Value(g.node("Transpose", &[input_name(0)], vec![attr::ints("perm", &op.ints("perm"))]))
+        }
         names::NARROW => {
             let (dim, start, len) = (op.int("dim"), op.int("start"), op.int("len"));
             let starts = g.const_i64(&[start]);
             let ends = g.const_i64(&[start + len]);
             let axes = g.const_i64(&[dim]);
-            v(g.node("Slice", &[s(0), &starts, &ends, &axes], vec![]))
+            Converted::Value(g.node("Slice", &[input_name(0), &starts, &ends, &axes], vec![]))
         }
         names::CAT => {
-            let ins: Vec<&str> = x.iter().map(String::as_str).collect();
-            v(g.node("Concat", &ins, vec![attr::int("axis", op.int("dim"))]))
+            let ins: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            Converted::Value(g.node("Concat", &ins, vec![attr::int("axis", op.int("dim"))]))
         }
-        names::EMBEDDING => v(g.node("Gather", &[s(1), s(0)], vec![attr::int("axis", 0)])),
-        names::INDEX_SELECT => v(g.node("Gather", &[s(0), s(1)], vec![attr::int("axis", op.int("dim"))])),
-        names::GATHER => v(g.node("GatherElements", &[s(0), s(1)], vec![attr::int("axis", op.int("dim"))])),
+        _ => return Ok(None),
+    }))
+}
+
+/// Indexing and masking: `embedding`, `index_select`, `gather`, `tril`/`triu`.
+fn indexing(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Option<Converted>> {
+    let input_name = |i: usize| inputs[i].as_str();
+    let axis = |name: &str| attr::int("axis", op.int(name));
+    Ok(Some(match op.example.name {
+        names::EMBEDDING => {
+            Converted::Value(g.node("Gather", &[input_name(1), input_name(0)], vec![attr::int("axis", 0)]))
+        }
+        names::INDEX_SELECT => Converted::Value(g.node("Gather", &[input_name(0), input_name(1)], vec![axis("dim")])),
+        names::GATHER => Converted::Value(g.node("GatherElements", &[input_name(0), input_name(1)], vec![axis("dim")])),
         names::TRIL | names::TRIU => {
             let k = g.constant(crate::proto::i64_scalar(op.int("diagonal")));
-            v(g.node("Trilu", &[s(0), &k], vec![attr::int("upper", (a.name == names::TRIU) as i64)]))
+            let upper = attr::int("upper", (op.example.name == names::TRIU) as i64);
+            Converted::Value(g.node("Trilu", &[input_name(0), &k], vec![upper]))
         }
+        _ => return Ok(None),
+    }))
+}
+
+/// 2-D convolutions and pools (batched or a single `[C, H, W]` image).
+fn convolutions_and_pools(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Option<Converted>> {
+    let input_name = |i: usize| inputs[i].as_str();
+    let name = op.example.name;
+    Ok(Some(match name {
         names::CONV2D => {
             let w = op.input(1).shape().to_vec();
             let (pad, stride, dil) = (op.ints("padding"), op.ints("stride"), op.ints("dilation"));
@@ -233,7 +359,7 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
                 attr::ints("dilations", &dil),
                 attr::int("group", op.int("groups")),
             ];
-            let ins: Vec<&str> = x.iter().map(String::as_str).collect();
+            let ins: Vec<&str> = inputs.iter().map(String::as_str).collect();
             batched(g, op.input(0).rank(), &ins, |g, ins| g.node("Conv", ins, attrs))
         }
         names::MAX_POOL2D | names::AVG_POOL2D => {
@@ -244,29 +370,29 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
                 attr::ints("pads", &[pad[0], pad[1], pad[0], pad[1]]),
                 attr::int("ceil_mode", op.flag("ceil_mode") as i64),
             ];
-            let ty = if a.name == names::MAX_POOL2D {
+            let ty = if name == names::MAX_POOL2D {
                 attrs.push(attr::ints("dilations", &op.ints("dilation")));
                 "MaxPool"
             } else {
                 attrs.push(attr::int("count_include_pad", op.flag("count_include_pad") as i64));
                 "AveragePool"
             };
-            batched(g, op.input(0).rank(), &[s(0)], |g, ins| g.node(ty, ins, attrs))
+            batched(g, op.input(0).rank(), &[input_name(0)], |g, ins| g.node(ty, ins, attrs))
         }
         names::ADAPTIVE_AVG_POOL2D => {
             let out = op.ints("output_size");
-            let (shape, shape_b) = (op.input(0).shape(), op.input_b(0).shape());
+            let (shape, shape_grown) = (op.input(0).shape(), op.input_grown(0).shape());
             let r = shape.len();
             let (h, w) = (shape[r - 2] as i64, shape[r - 1] as i64);
-            if shape_b[r - 2..] != shape[r - 2..] {
+            if shape_grown[r - 2..] != shape[r - 2..] {
                 return Err("adaptive_avg_pool2d over spatial dims that are dynamic axes cannot be exported".into());
             }
             if out == [1, 1] {
-                batched(g, r, &[s(0)], |g, ins| g.node("GlobalAveragePool", ins, vec![]))
+                batched(g, r, &[input_name(0)], |g, ins| g.node("GlobalAveragePool", ins, vec![]))
             } else if h % out[0] == 0 && w % out[1] == 0 {
                 let k = [h / out[0], w / out[1]];
                 let attrs = vec![attr::ints("kernel_shape", &k), attr::ints("strides", &k)];
-                batched(g, r, &[s(0)], |g, ins| g.node("AveragePool", ins, attrs))
+                batched(g, r, &[input_name(0)], |g, ins| g.node("AveragePool", ins, attrs))
             } else {
                 return Err(format!(
                     "adaptive_avg_pool2d from {h}x{w} to {}x{} uses windows of unequal sizes, which ONNX's pools \
@@ -274,6 +400,20 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
                     out[0], out[1]
                 ));
             }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// Normalisations along axes: `softmax`, `log_softmax`, `batch_norm` (eval mode),
+/// `layer_norm`.
+fn normalizations(g: &mut NodeWriter, op: &AlignedOp<'_>, inputs: &[String]) -> Result<Option<Converted>> {
+    let input_name = |i: usize| inputs[i].as_str();
+    let dtype = op.input_dtype();
+    Ok(Some(match op.example.name {
+        names::SOFTMAX => Converted::Value(g.node("Softmax", &[input_name(0)], vec![attr::int("axis", op.int("dim"))])),
+        names::LOG_SOFTMAX => {
+            Converted::Value(g.node("LogSoftmax", &[input_name(0)], vec![attr::int("axis", op.int("dim"))]))
         }
         names::BATCH_NORM => {
             if op.flag("training") {
@@ -288,59 +428,51 @@ pub(crate) fn convert(g: &mut Builder<'_>, op: &OpPair<'_>, x: &[String]) -> Res
             }
             let c = op.input(0).shape()[1];
             let mut next = 3;
-            let mut optional = |g: &mut Builder<'_>, present: bool, fill: f64| -> Result<String> {
+            let mut optional = |g: &mut NodeWriter, present: bool, fill: f64| -> Result<String> {
                 if present {
                     next += 1;
-                    Ok(x[next - 1].clone())
+                    Ok(inputs[next - 1].clone())
                 } else {
                     let t = nn_core::Tensor::full_on(&[c], fill, dtype, nn_core::Device::Cpu);
-                    g.const_tensor(&t).map_err(e)
+                    g.const_tensor(&t).map_err(to_reason)
                 }
             };
             let scale = optional(g, op.flag("has_weight"), 1.0)?;
             let bias = optional(g, op.flag("has_bias"), 0.0)?;
             let attrs = vec![attr::float("epsilon", op.float("eps"))];
-            v(g.node("BatchNormalization", &[s(0), &scale, &bias, s(1), s(2)], attrs))
+            let ins = [input_name(0), &scale, &bias, input_name(1), input_name(2)];
+            Converted::Value(g.node("BatchNormalization", &ins, attrs))
         }
         names::LAYER_NORM => {
             let shape = op.ints("normalized_shape");
             let axis = op.input(0).rank() as i64 - shape.len() as i64;
             let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
             let scale = if op.flag("has_weight") {
-                x[1].clone()
+                inputs[1].clone()
             } else {
                 let t = nn_core::Tensor::full_on(&dims, 1.0, dtype, nn_core::Device::Cpu);
-                g.const_tensor(&t).map_err(e)?
+                g.const_tensor(&t).map_err(to_reason)?
             };
-            let mut ins = vec![s(0), scale.as_str()];
+            let mut ins = vec![input_name(0), scale.as_str()];
             if op.flag("has_bias") {
-                ins.push(x.last().expect("bias").as_str());
+                ins.push(inputs.last().expect("bias").as_str());
             }
             let attrs = vec![attr::int("axis", axis), attr::float("epsilon", op.float("eps"))];
-            v(g.node("LayerNormalization", &ins, attrs))
+            Converted::Value(g.node("LayerNormalization", &ins, attrs))
         }
-        name => {
-            return Err(format!(
-                "`{name}` has no ONNX conversion (supported: elementwise math, activations, matmul/linear, \
-                 reshape/permute/narrow/expand/cat, reductions, softmax, conv, pools, norms, embedding, gather)"
-            ))
-        }
-    })
-}
-
-fn v(name: String) -> Converted {
-    Converted::Value(name)
+        _ => return Ok(None),
+    }))
 }
 
 /// Runs a 2-D spatial op on a 3-D `[C, H, W]` input by adding and removing the batch dim.
 fn batched(
-    g: &mut Builder<'_>,
+    g: &mut NodeWriter,
     rank: usize,
     ins: &[&str],
-    f: impl FnOnce(&mut Builder<'_>, &[&str]) -> String,
+    f: impl FnOnce(&mut NodeWriter, &[&str]) -> String,
 ) -> Converted {
     if rank != 3 {
-        return v(f(g, ins));
+        return Converted::Value(f(g, ins));
     }
     let zero = g.const_i64(&[0]);
     let x = g.node("Unsqueeze", &[ins[0], &zero], vec![]);
@@ -348,11 +480,11 @@ fn batched(
     all.extend_from_slice(&ins[1..]);
     let y = f(g, &all);
     let zero = g.const_i64(&[0]);
-    v(g.node("Squeeze", &[&y, &zero], vec![]))
+    Converted::Value(g.node("Squeeze", &[&y, &zero], vec![]))
 }
 
 /// GELU from elementary ops: `0.5 x (1 + erf(x / sqrt 2))`, or the tanh form.
-fn gelu(g: &mut Builder<'_>, x: &str, dtype: DType, tanh: bool) -> std::result::Result<Converted, crate::Error> {
+fn gelu(g: &mut NodeWriter, x: &str, dtype: DType, tanh: bool) -> std::result::Result<Converted, crate::Error> {
     let inner = if tanh {
         // tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
         let x3 = g.node("Mul", &[x, x], vec![]);
@@ -372,13 +504,13 @@ fn gelu(g: &mut Builder<'_>, x: &str, dtype: DType, tanh: bool) -> std::result::
     let t = g.node("Add", &[&inner, &one], vec![]);
     let t = g.node("Mul", &[x, &t], vec![]);
     let half = g.const_scalar(0.5, dtype)?;
-    Ok(v(g.node("Mul", &[&t, &half], vec![])))
+    Ok(Converted::Value(g.node("Mul", &[&t, &half], vec![])))
 }
 
 /// PyTorch's softplus: ONNX's `Softplus` (`ln(1 + e^x)`) of `beta x` over `beta`, and `x`
 /// itself where `beta x > threshold` (ONNX's operator has neither parameter).
 fn softplus(
-    g: &mut Builder<'_>,
+    g: &mut NodeWriter,
     x: &str,
     dtype: DType,
     beta: f64,
@@ -390,29 +522,29 @@ fn softplus(
     let sp = g.node("Div", &[&sp, &b], vec![]);
     let t = g.const_scalar(threshold, dtype)?;
     let above = g.node("Greater", &[&bx, &t], vec![]);
-    Ok(v(g.node("Where", &[&above, x, &sp], vec![])))
+    Ok(Converted::Value(g.node("Where", &[&above, x, &sp], vec![])))
 }
 
 /// A reshape target for ONNX: dims that follow the dynamic axes become `0` (the input's
 /// dim at the same position) or `-1` (inferred; at most one).
-fn reshape_target(op: &OpPair<'_>) -> Result<Vec<i64>> {
-    let (ta, tb) = (op.ints("shape"), op.ints_b("shape"));
-    let (ia, ib) = (op.input(0).shape(), op.input_b(0).shape());
-    let mut out = ta.clone();
+fn reshape_target(op: &AlignedOp<'_>) -> Result<Vec<i64>> {
+    let (target, target_grown) = (op.ints("shape"), op.ints_grown("shape"));
+    let (input, input_grown) = (op.input(0).shape(), op.input_grown(0).shape());
+    let mut out = target.clone();
     let mut inferred = false;
-    for i in 0..ta.len() {
-        if ta[i] == tb[i] {
+    for i in 0..target.len() {
+        if target[i] == target_grown[i] {
             continue;
         }
-        if ia.get(i) == Some(&(ta[i] as usize)) && ib.get(i) == Some(&(tb[i] as usize)) {
+        if input.get(i) == Some(&(target[i] as usize)) && input_grown.get(i) == Some(&(target_grown[i] as usize)) {
             out[i] = 0;
         } else if !inferred {
             out[i] = -1;
             inferred = true;
         } else {
             return Err(format!(
-                "reshape to {ta:?} has several dims that change with the dynamic axes ({ta:?} vs {tb:?}); ONNX can \
-                 infer only one: reshape in two steps, or export with fewer dynamic axes"
+                "reshape to {target:?} has several dims that change with the dynamic axes ({target:?} vs \
+                 {target_grown:?}); ONNX can infer only one: reshape in two steps, or export with fewer dynamic axes"
             ));
         }
     }
@@ -421,19 +553,19 @@ fn reshape_target(op: &OpPair<'_>) -> Result<Vec<i64>> {
 
 /// An expand target for ONNX: dims that follow the dynamic axes become `1` where the input
 /// already has them (ONNX's Expand broadcasts both ways).
-fn expand_target(op: &OpPair<'_>) -> Result<Vec<i64>> {
-    let (ta, tb) = (op.ints("shape"), op.ints_b("shape"));
-    let (ia, ib) = (op.input(0).shape(), op.input_b(0).shape());
-    let mut out = ta.clone();
-    for i in 0..ta.len() {
-        if ta[i] == tb[i] {
+fn expand_target(op: &AlignedOp<'_>) -> Result<Vec<i64>> {
+    let (target, target_grown) = (op.ints("shape"), op.ints_grown("shape"));
+    let (input, input_grown) = (op.input(0).shape(), op.input_grown(0).shape());
+    let mut out = target.clone();
+    for i in 0..target.len() {
+        if target[i] == target_grown[i] {
             continue;
         }
-        let j = i as isize - (ta.len() as isize - ia.len() as isize);
-        let same = j >= 0 && ia[j as usize] as i64 == ta[i] && ib[j as usize] as i64 == tb[i];
+        let j = i as isize - (target.len() as isize - input.len() as isize);
+        let same = j >= 0 && input[j as usize] as i64 == target[i] && input_grown[j as usize] as i64 == target_grown[i];
         if !same {
             return Err(format!(
-                "expand to {ta:?} creates a dim that follows the dynamic axes from a dim of size 1, which a \
+                "expand to {target:?} creates a dim that follows the dynamic axes from a dim of size 1, which a \
                  constant shape cannot say; rely on broadcasting in the op that consumes it, or export with fixed \
                  axes"
             ));

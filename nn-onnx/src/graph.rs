@@ -6,13 +6,21 @@
 //! or `-1` (infer) in the graph. Tensors the forward builds itself (an attention mask) are
 //! compared value by value between the two traces: one that changes with the dynamic axes
 //! cannot be a constant of the graph, and is an error.
+//!
+//! Dependencies run one way: this module decides, op by op, whether a value is folded into
+//! a constant, refused, or converted, and calls [`convert`] for the nodes of a converted
+//! op. `convert` sees only the op ([`AlignedOp`]) and the node list ([`NodeWriter`]), never
+//! this module's [`Builder`].
 
 use std::collections::{HashMap, HashSet};
 
 use nn_core::trace::{Attr, ModuleKey, OpKind, Trace, TracedOp};
 use nn_core::{Tensor, TensorId};
 
+use crate::convert::{self, Converted};
+use crate::nodes::NodeWriter;
 use crate::onnx_pb as pb;
+use crate::op::AlignedOp;
 use crate::proto;
 use crate::Error;
 
@@ -57,8 +65,9 @@ enum Origin {
 /// The graph under construction.
 pub(crate) struct Builder<'a> {
     info: &'a ModelInfo,
-    pub(crate) opset: i64,
-    pub(crate) nodes: Vec<pb::NodeProto>,
+    /// The nodes written so far.
+    pub(crate) writer: NodeWriter,
+    /// The parameters and buffers the graph uses, under their state-dict keys.
     pub(crate) initializers: Vec<pb::TensorProto>,
     /// ONNX value name of each trace tensor that has one.
     names: HashMap<TensorId, String>,
@@ -74,84 +83,14 @@ pub(crate) struct Builder<'a> {
     read: HashSet<TensorId>,
     /// Results of layout-only ops (`contiguous`, `detach`): the tensor they alias.
     aliases: HashMap<TensorId, Tensor>,
-    counter: usize,
-    /// Path prefix for the nodes of the op being converted.
-    scope: String,
-}
-
-/// The pair of ops being converted: the first trace's, and its twin in the second.
-pub(crate) struct OpPair<'t> {
-    pub(crate) a: &'t TracedOp,
-    pub(crate) b: &'t TracedOp,
-}
-
-impl OpPair<'_> {
-    pub(crate) fn attr(&self, name: &str) -> Option<&Attr> {
-        self.a.attr(name)
-    }
-
-    pub(crate) fn int(&self, name: &str) -> i64 {
-        match self.a.attr(name) {
-            Some(Attr::Int(v)) => *v,
-            other => unreachable!("op `{}`: attribute `{name}` is {other:?}, not an int", self.a.name),
-        }
-    }
-
-    pub(crate) fn ints(&self, name: &str) -> Vec<i64> {
-        match self.a.attr(name) {
-            Some(Attr::Ints(v)) => v.clone(),
-            other => unreachable!("op `{}`: attribute `{name}` is {other:?}, not ints", self.a.name),
-        }
-    }
-
-    pub(crate) fn ints_b(&self, name: &str) -> Vec<i64> {
-        match self.b.attr(name) {
-            Some(Attr::Ints(v)) => v.clone(),
-            other => unreachable!("op `{}`: attribute `{name}` is {other:?}, not ints", self.b.name),
-        }
-    }
-
-    pub(crate) fn float(&self, name: &str) -> f64 {
-        match self.a.attr(name) {
-            Some(Attr::Float(v)) => *v,
-            other => unreachable!("op `{}`: attribute `{name}` is {other:?}, not a float", self.a.name),
-        }
-    }
-
-    pub(crate) fn flag(&self, name: &str) -> bool {
-        match self.a.attr(name) {
-            Some(Attr::Bool(v)) => *v,
-            other => unreachable!("op `{}`: attribute `{name}` is {other:?}, not a flag", self.a.name),
-        }
-    }
-
-    pub(crate) fn input(&self, i: usize) -> &Tensor {
-        &self.a.inputs[i]
-    }
-
-    pub(crate) fn input_b(&self, i: usize) -> &Tensor {
-        &self.b.inputs[i]
-    }
-
-    pub(crate) fn output(&self) -> &Tensor {
-        self.a.output.as_ref().expect("traced ops have a result")
-    }
-}
-
-/// What converting an op gives.
-pub(crate) enum Converted {
-    /// The op's result is this ONNX value.
-    Value(String),
-    /// The op returns its first input unchanged (`contiguous`, `detach`, dropout in eval).
-    Alias,
 }
 
 impl<'a> Builder<'a> {
+    /// An empty graph of `info`'s model, written for `opset`.
     pub(crate) fn new(info: &'a ModelInfo, opset: i64) -> Self {
         Builder {
             info,
-            opset,
-            nodes: Vec::new(),
+            writer: NodeWriter::new(opset),
             initializers: Vec::new(),
             names: HashMap::new(),
             origin: HashMap::new(),
@@ -161,8 +100,6 @@ impl<'a> Builder<'a> {
             used: Vec::new(),
             read: HashSet::new(),
             aliases: HashMap::new(),
-            counter: 0,
-            scope: String::new(),
         }
     }
 
@@ -172,50 +109,12 @@ impl<'a> Builder<'a> {
         self.origin.insert(t.id(), Origin::Dynamic);
     }
 
-    /// Adds a node `op_type(inputs) -> output` in the current scope; returns the output.
-    pub(crate) fn node(&mut self, op_type: &str, inputs: &[&str], attrs: Vec<pb::AttributeProto>) -> String {
-        let name = format!("{}/{op_type}_{}", self.scope, self.counter);
-        self.counter += 1;
-        let out = format!("{name}_output_0");
-        self.nodes.push(pb::NodeProto {
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: vec![out.clone()],
-            name: Some(name),
-            op_type: Some(op_type.to_string()),
-            attribute: attrs,
-            ..Default::default()
-        });
-        out
-    }
-
-    /// A `Constant` node holding `value`.
-    pub(crate) fn constant(&mut self, value: pb::TensorProto) -> String {
-        self.node("Constant", &[], vec![proto::attr::tensor("value", value)])
-    }
-
-    /// A 1-D `int64` constant (shapes, axes, slice bounds).
-    pub(crate) fn const_i64(&mut self, v: &[i64]) -> String {
-        self.constant(proto::i64s(v))
-    }
-
-    /// A 0-d constant of `dtype`.
-    pub(crate) fn const_scalar(&mut self, v: f64, dtype: nn_core::DType) -> Result<String, Error> {
-        Ok(self.constant(proto::scalar(v, dtype)?))
-    }
-
-    /// A constant with `t`'s values.
-    pub(crate) fn const_tensor(&mut self, t: &Tensor) -> Result<String, Error> {
-        let mut p = proto::tensor("", t)?;
-        p.name = None;
-        Ok(self.constant(p))
-    }
-
-    /// The ONNX value of trace tensor `t` (`b` is its twin in the second trace), writing
-    /// the initializer or constant it needs on first use.
-    fn value_of(&mut self, t: &Tensor, b: &Tensor, op: &TracedOp) -> Result<String, Error> {
+    /// The ONNX value of trace tensor `t` (`grown` is its twin in the trace with the
+    /// dynamic axes grown), writing the initializer or constant it needs on first use.
+    fn value_of(&mut self, t: &Tensor, grown: &Tensor, op: &TracedOp) -> Result<String, Error> {
         let id = t.id();
         if let Some(c) = self.pending_const.remove(&id) {
-            let name = self.const_tensor(&c)?;
+            let name = self.writer.const_tensor(&c)?;
             self.names.insert(id, name);
         }
         if let Some(n) = self.names.get(&id) {
@@ -242,7 +141,7 @@ impl<'a> Builder<'a> {
         }
         // A tensor the forward built from nothing traced: it must not change with the
         // dynamic axes.
-        if !same_values(t, b) {
+        if !same_values(t, grown) {
             return Err(Error::Unsupported {
                 op: op.name.to_string(),
                 module: self.info.describe(op.module),
@@ -252,11 +151,11 @@ impl<'a> Builder<'a> {
                      derive it from the input with tensor ops (e.g. `zeros_like`, `narrow`, `expand`) or export \
                      with fixed axes",
                     t.shape(),
-                    b.shape()
+                    grown.shape()
                 ),
             });
         }
-        let name = self.const_tensor(t)?;
+        let name = self.writer.const_tensor(t)?;
         self.names.insert(id, name.clone());
         self.origin.insert(id, Origin::Const);
         Ok(name)
@@ -274,15 +173,16 @@ impl<'a> Builder<'a> {
         Error::Unsupported { op: op.name.to_string(), module: self.info.describe(op.module), reason: reason.into() }
     }
 
-    /// Converts the ops of two aligned traces.
-    pub(crate) fn add_trace(&mut self, a: &Trace, b: &Trace) -> Result<(), Error> {
-        for t in [a, b] {
+    /// Converts the ops of two aligned traces: of the example input, and with the dynamic
+    /// axes grown.
+    pub(crate) fn add_trace(&mut self, example: &Trace, grown: &Trace) -> Result<(), Error> {
+        for t in [example, grown] {
             self.refuse_foreign(t)?;
         }
-        let (a, b) = (&self.strip_aliases(a), &self.strip_aliases(b));
-        if let Some(i) = (0..a.ops.len().max(b.ops.len()))
-            .find(|&i| a.ops.get(i).map(|o| (o.name, o.kind)) != b.ops.get(i).map(|o| (o.name, o.kind)))
-        {
+        let (example, grown) = (&self.strip_aliases(example), &self.strip_aliases(grown));
+        let differs =
+            |i: usize| example.ops.get(i).map(|o| (o.name, o.kind)) != grown.ops.get(i).map(|o| (o.name, o.kind));
+        if let Some(i) = (0..example.ops.len().max(grown.ops.len())).find(|&i| differs(i)) {
             let at = |t: &Trace| match t.ops.get(i) {
                 Some(o) => format!("`{}` in {}", o.name, self.info.describe(o.module)),
                 None => "the end of the forward".to_string(),
@@ -291,18 +191,18 @@ impl<'a> Builder<'a> {
                 "the forward runs different ops for the example input and for the input with the dynamic axes \
                  grown by one (op #{i}: {} vs {}): control flow that depends on those sizes cannot be exported; \
                  export with fixed axes (`DynamicAxes::Static`) or make the forward independent of them",
-                at(a),
-                at(b)
+                at(example),
+                at(grown)
             )));
         }
-        for (i, (oa, ob)) in a.ops.iter().zip(&b.ops).enumerate() {
-            self.add_op(OpPair { a: oa, b: ob })?;
-            if let Some(out) = &oa.output {
+        for (i, (op, op_grown)) in example.ops.iter().zip(&grown.ops).enumerate() {
+            self.add_op(AlignedOp { example: op, grown: op_grown })?;
+            if let Some(out) = &op.output {
                 // A second result or an intermediate has its op's origin (the indices of a
                 // `max_dim` over the input depend on the input), for what Rust code does
                 // with it (an in-place write from it, below).
                 let origin = self.origin_of(out);
-                for id in &oa.created {
+                for id in &op.created {
                     if *id != out.id() {
                         self.internal.insert(*id, i);
                         self.origin.entry(*id).or_insert(origin);
@@ -314,8 +214,9 @@ impl<'a> Builder<'a> {
     }
 
     /// Drops the ops that return their input's values unchanged and depend on the layout,
-    /// not the values (`contiguous`, `detach`) (`contiguous` copies only non-contiguous inputs, so it may run for one
-    /// batch size and not the other): their results become aliases of their inputs.
+    /// not the values (`contiguous`, `detach`): their results become aliases of their
+    /// inputs. (`contiguous` copies only non-contiguous inputs, so it may run for one batch
+    /// size and not the other.)
     fn strip_aliases(&mut self, t: &Trace) -> Trace {
         let mut ops = Vec::with_capacity(t.ops.len());
         for op in &t.ops {
@@ -326,10 +227,10 @@ impl<'a> Builder<'a> {
                 }
             }
             // Not `to_device`: it is recorded only where it copies (to another device), and
-            // a copy of a constant must keep its own values. As an alias, a write into its
-            // source after the copy reached the exported constant; kept, it folds into a
-            // constant of its own values (or, from the input or a parameter, converts to an
-            // alias: neither can be written).
+            // a copy of a constant must keep its own values. Were it an alias, a write into
+            // its source after the copy would reach the exported constant; kept as an op, it
+            // folds into a constant of its own values (or, from the input or a parameter,
+            // converts to an alias: neither can be written).
             let alias = matches!((op.kind, op.name), (OpKind::Untraced, "contiguous") | (OpKind::Traced, "detach"));
             match (&op.output, alias) {
                 (Some(out), true) if op.inputs.len() == 1 => {
@@ -372,13 +273,14 @@ impl<'a> Builder<'a> {
         t
     }
 
-    fn add_op(&mut self, op: OpPair<'_>) -> Result<(), Error> {
-        let a = op.a;
-        match a.kind {
+    /// Folds, refuses or converts one op (`op.example` is its record for the example input).
+    fn add_op(&mut self, op: AlignedOp<'_>) -> Result<(), Error> {
+        let recorded = op.example;
+        match recorded.kind {
             OpKind::HostRead => {
-                if self.origin_of(&a.inputs[0]) == Origin::Dynamic {
+                if self.origin_of(&recorded.inputs[0]) == Origin::Dynamic {
                     return Err(self.unsupported(
-                        a,
+                        recorded,
                         "the forward reads values of a tensor that depends on the input into Rust (`to_vec`, \
                          `item`); what Rust code computes from them is invisible to an ONNX graph",
                     ));
@@ -386,7 +288,7 @@ impl<'a> Builder<'a> {
                 return Ok(());
             }
             OpKind::InPlace => {
-                let t = &a.inputs[0];
+                let t = &recorded.inputs[0];
                 // Through an alias too: a view of a used tensor writes into it.
                 let seen = self.names.contains_key(&t.id())
                     || self.consumed.contains(&t.id())
@@ -394,7 +296,7 @@ impl<'a> Builder<'a> {
                     || self.used.iter().any(|u| u.is_alias_of(t));
                 if seen || self.origin.get(&t.id()) == Some(&Origin::Dynamic) {
                     return Err(self.unsupported(
-                        a,
+                        recorded,
                         "in-place updates of parameters, buffers or values the graph uses cannot be exported \
                          (a graph has no mutable state); use the out-of-place op (`add` for `add_`), and call \
                          `model.eval()` so that layers stop updating running statistics",
@@ -404,9 +306,9 @@ impl<'a> Builder<'a> {
                 // the graph would hold the traced example's values as a constant in its place.
                 // (From parameters and constants only, the values written are the ones the
                 // graph must hold: a constant.)
-                if a.inputs[1..].iter().any(|src| self.origin_of(&self.resolve(src)) == Origin::Dynamic) {
+                if recorded.inputs[1..].iter().any(|src| self.origin_of(&self.resolve(src)) == Origin::Dynamic) {
                     return Err(self.unsupported(
-                        a,
+                        recorded,
                         "the forward writes a value computed from the input into a tensor it created; a graph has \
                          no mutable state, so the tensor would be exported as the example's constant values: build \
                          the value out of place (`cat`, `stack`, `where_`, or the op itself)",
@@ -418,46 +320,46 @@ impl<'a> Builder<'a> {
         }
         let out = op.output().clone();
         // Attributes must agree between the traces, except shapes following the dynamic axes.
-        for ((name, va), (_, vb)) in a.attrs.iter().zip(&op.b.attrs) {
-            let shape_like = matches!((a.name, *name), ("reshape" | "expand", "shape"));
-            let same_rank = matches!((va, vb), (Attr::Ints(x), Attr::Ints(y)) if x.len() == y.len());
-            if va != vb && !(shape_like && same_rank) {
+        for ((name, value), (_, value_grown)) in recorded.attrs.iter().zip(&op.grown.attrs) {
+            let shape_like = matches!((recorded.name, *name), ("reshape" | "expand", "shape"));
+            let same_rank = matches!((value, value_grown), (Attr::Ints(x), Attr::Ints(y)) if x.len() == y.len());
+            if value != value_grown && !(shape_like && same_rank) {
                 return Err(self.unsupported(
-                    a,
+                    recorded,
                     format!(
-                        "its attribute `{name}` depends on the dynamic axes ({va:?} for the example input, {vb:?} \
+                        "its attribute `{name}` depends on the dynamic axes ({value:?} for the example input, {value_grown:?} \
                          with the dynamic axes grown by one); export with fixed axes or compute it from the input"
                     ),
                 ));
             }
         }
-        let origins: Vec<Origin> = a.inputs.iter().map(|t| self.origin_of(t)).collect();
+        let origins: Vec<Origin> = recorded.inputs.iter().map(|t| self.origin_of(t)).collect();
         let dynamic = origins.contains(&Origin::Dynamic);
         let from_params = origins.contains(&Origin::Param);
         // A view reads no values: a write through it before any op reads them is
         // exported with the written values, as eager execution computes.
-        let view = matches!(a.name, "reshape" | "permute" | "narrow" | "expand");
-        for t in &a.inputs {
+        let view = matches!(recorded.name, "reshape" | "permute" | "narrow" | "expand");
+        for t in &recorded.inputs {
             self.consumed.insert(t.id());
             if !view && self.read.insert(t.id()) {
                 self.used.push(t.clone());
             }
         }
-        if !dynamic && (!from_params || !crate::convert::is_supported(a)) {
+        if !dynamic && (!from_params || !convert::is_supported(recorded)) {
             // Constant folding: the value is known (the forward computed it). Values
             // computed from parameters stay nodes, so the weights keep their names.
-            for (ta, tb) in a.inputs.iter().zip(&op.b.inputs) {
-                if !self.names.contains_key(&ta.id())
-                    && !self.pending_const.contains_key(&ta.id())
-                    && !self.info.params.contains_key(&ta.id())
-                    && !same_values(ta, tb)
+            for (t, t_grown) in recorded.inputs.iter().zip(&op.grown.inputs) {
+                if !self.names.contains_key(&t.id())
+                    && !self.pending_const.contains_key(&t.id())
+                    && !self.info.params.contains_key(&t.id())
+                    && !same_values(t, t_grown)
                 {
                     return Err(self.unsupported(
-                        a,
+                        recorded,
                         format!(
                             "an input built inside the forward (shape {:?}) changes with the dynamic axes or between \
                              runs, so it cannot be a constant of the graph",
-                            ta.shape()
+                            t.shape()
                         ),
                     ));
                 }
@@ -466,14 +368,15 @@ impl<'a> Builder<'a> {
             self.origin.insert(out.id(), Origin::Const);
             return Ok(());
         }
-        let mut inputs = Vec::with_capacity(a.inputs.len());
-        for (ta, tb) in a.inputs.iter().zip(&op.b.inputs) {
-            inputs.push(self.value_of(ta, tb, a)?);
+        let mut inputs = Vec::with_capacity(recorded.inputs.len());
+        for (t, t_grown) in recorded.inputs.iter().zip(&op.grown.inputs) {
+            inputs.push(self.value_of(t, t_grown, recorded)?);
         }
-        self.scope = self.info.path(a.module);
-        let converted = crate::convert::convert(self, &op, &inputs).map_err(|reason| self.unsupported(a, reason))?;
+        self.writer.set_scope(&self.info.path(recorded.module));
+        let converted =
+            convert::convert(&mut self.writer, &op, &inputs).map_err(|reason| self.unsupported(recorded, reason))?;
         let name = match converted {
-            Converted::Value(v) => v,
+            Converted::Value(value) => value,
             Converted::Alias => inputs[0].clone(),
         };
         self.names.insert(out.id(), name);
@@ -481,9 +384,10 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    /// The ONNX value of a forward's result, writing what it needs.
-    pub(crate) fn output_value(&mut self, t: &Tensor, b: &Tensor) -> Result<String, Error> {
-        let (t, b) = (&self.resolve(t), &self.resolve(b));
+    /// The ONNX value of a forward's result (`grown`: the same result with the dynamic axes
+    /// grown), writing what it needs.
+    pub(crate) fn output_value(&mut self, t: &Tensor, grown: &Tensor) -> Result<String, Error> {
+        let (t, grown) = (&self.resolve(t), &self.resolve(grown));
         let fake = TracedOp {
             name: "output",
             kind: OpKind::Traced,
@@ -493,28 +397,7 @@ impl<'a> Builder<'a> {
             created: Vec::new(),
             module: None,
         };
-        self.value_of(t, b, &fake)
-    }
-
-    /// Whether value `name` is the output of a node (not an input or initializer).
-    pub(crate) fn is_node_output(&self, name: &str) -> bool {
-        self.nodes.iter().any(|n| n.output.iter().any(|o| o == name))
-    }
-
-    /// Sets the path prefix of the nodes added next.
-    pub(crate) fn set_scope(&mut self, scope: &str) {
-        self.scope = scope.to_string();
-    }
-
-    /// Renames value `from` to `to` everywhere.
-    pub(crate) fn rename(&mut self, from: &str, to: &str) {
-        for n in &mut self.nodes {
-            for s in n.input.iter_mut().chain(n.output.iter_mut()) {
-                if s == from {
-                    *s = to.to_string();
-                }
-            }
-        }
+        self.value_of(t, grown, &fake)
     }
 }
 

@@ -70,24 +70,30 @@
 //!
 //! ## Several inputs, names, opset, dynamic axes
 //!
-//! [`export_with`] takes [`ExportOptions`]; models with several inputs take a tuple
+//! [`export_with`] takes [`ExportConfig`]; models with several inputs take a tuple
 //! (`(Tensor, Tensor)` for `Bilinear`), or `AttentionInput` / `EncoderInput` for the
 //! attention layers: see [`ExportInput`].
 
+// Modules, each depending only on those listed after it: `model` (checks the config, runs
+// the two traced forwards, declares the graph's inputs and outputs) -> `graph` (pairs the
+// traces' ops, folds constants, refuses what cannot be exported) -> `convert` (the ONNX
+// nodes of one op) -> `op` (one op in both traces) and `nodes` (the node list) -> `proto`
+// (protobuf messages) -> `onnx_pb` (generated).
 mod convert;
 mod graph;
+mod model;
+mod nodes;
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
 mod onnx_pb;
+mod op;
 mod proto;
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use nn_core::{Forward, Module, Tensor};
 use prost::Message;
 
 use crate::onnx_pb as pb;
-use crate::proto::DimSpec;
 
 /// Errors of [`export`].
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +109,7 @@ pub enum Error {
         /// Why, and what to do instead.
         reason: String,
     },
-    /// Options that do not fit the model or the example input.
+    /// An [`ExportConfig`] that does not fit the model or the example input.
     #[error("invalid export options: {0}")]
     Options(String),
     /// A model or input that cannot be exported as a whole.
@@ -146,9 +152,9 @@ pub enum DynamicAxes {
     Custom(Vec<DynamicAxis>),
 }
 
-/// Options of [`export_with`].
+/// The configuration of [`export_with`]: opset, names, dynamic axes.
 #[derive(Clone, Debug)]
-pub struct ExportOptions {
+pub struct ExportConfig {
     /// ONNX opset version, [`MIN_OPSET`]`..=`[`MAX_OPSET`] (default 17).
     pub opset: i64,
     /// Graph input names, one per input tensor (default `input`, or `input_0`, `input_1`,
@@ -160,9 +166,9 @@ pub struct ExportOptions {
     pub dynamic_axes: DynamicAxes,
 }
 
-impl Default for ExportOptions {
+impl Default for ExportConfig {
     fn default() -> Self {
-        ExportOptions {
+        ExportConfig {
             opset: MIN_OPSET,
             input_names: Vec::new(),
             output_names: Vec::new(),
@@ -280,7 +286,7 @@ impl ExportOutput for (Tensor, Option<Tensor>) {
     }
 }
 
-/// Exports `model` with default [`ExportOptions`] (opset 17, dynamic batch axis 0) to an
+/// Exports `model` with default [`ExportConfig`] (opset 17, dynamic batch axis 0) to an
 /// ONNX file at `path`, written atomically. On any error no file is written.
 ///
 /// # Panics
@@ -291,25 +297,20 @@ where
     M::Input: ExportInput,
     M::Output: ExportOutput,
 {
-    export_with(model, example, path, &ExportOptions::default())
+    export_with(model, example, path, &ExportConfig::default())
 }
 
-/// [`export`] with options.
+/// [`export`] with a configuration.
 ///
 /// # Panics
 /// When the model's forward panics on `example` (a shape the model rejects).
-pub fn export_with<M>(
-    model: &M,
-    example: &M::Input,
-    path: impl AsRef<Path>,
-    options: &ExportOptions,
-) -> Result<(), Error>
+pub fn export_with<M>(model: &M, example: &M::Input, path: impl AsRef<Path>, config: &ExportConfig) -> Result<(), Error>
 where
     M: Forward + Module,
     M::Input: ExportInput,
     M::Output: ExportOutput,
 {
-    let bytes = to_bytes(model, example, options)?;
+    let bytes = to_bytes(model, example, config)?;
     nn_core::io::atomic_write(path, |f| std::io::Write::write_all(f, &bytes))?;
     Ok(())
 }
@@ -318,236 +319,13 @@ where
 ///
 /// # Panics
 /// When the model's forward panics on `example` (a shape the model rejects).
-pub fn to_bytes<M>(model: &M, example: &M::Input, options: &ExportOptions) -> Result<Vec<u8>, Error>
+pub fn to_bytes<M>(model: &M, example: &M::Input, config: &ExportConfig) -> Result<Vec<u8>, Error>
 where
     M: Forward + Module,
     M::Input: ExportInput,
     M::Output: ExportOutput,
 {
-    Ok(build(model, example, options)?.encode_to_vec())
-}
-
-fn build<M>(model: &M, example: &M::Input, options: &ExportOptions) -> Result<pb::ModelProto, Error>
-where
-    M: Forward + Module,
-    M::Input: ExportInput,
-    M::Output: ExportOutput,
-{
-    if !(MIN_OPSET..=MAX_OPSET).contains(&options.opset) {
-        return Err(Error::Options(format!(
-            "opset {} is not supported (nn-onnx writes opsets {MIN_OPSET} to {MAX_OPSET})",
-            options.opset
-        )));
-    }
-    let inputs = example.tensors();
-    let input_names = names(&options.input_names, inputs.len(), "input")?;
-    let axes: Vec<DynamicAxis> = match &options.dynamic_axes {
-        DynamicAxes::Batch => (0..inputs.len())
-            .filter(|&i| inputs[i].rank() > 0)
-            .map(|i| DynamicAxis { input: i, axis: 0, name: "batch".into() })
-            .collect(),
-        DynamicAxes::Static => Vec::new(),
-        DynamicAxes::Custom(v) => v.clone(),
-    };
-    for d in &axes {
-        let Some(t) = inputs.get(d.input) else {
-            return Err(Error::Options(format!(
-                "dynamic axis `{}` names input {}, but the model takes {} input tensor(s)",
-                d.name,
-                d.input,
-                inputs.len()
-            )));
-        };
-        if d.axis >= t.rank() || t.shape()[d.axis] == 0 {
-            return Err(Error::Options(format!(
-                "dynamic axis `{}` is axis {} of input {} (`{}`), whose example has shape {:?}: the axis must \
-                 exist and be non-empty",
-                d.name,
-                d.axis,
-                d.input,
-                input_names[d.input],
-                t.shape()
-            )));
-        }
-        if axes.iter().filter(|o| o.input == d.input && o.axis == d.axis).count() > 1 {
-            return Err(Error::Options(format!("axis {} of input {} is listed twice", d.axis, d.input)));
-        }
-    }
-    let info = model_info(model)?;
-    // Whatever the two forwards write into the model (a batch norm in training mode moving
-    // its running statistics before the export refuses it) is put back when this drops:
-    // export, failed or not, leaves the model as it found it.
-    let _restore = Restore::new(model);
-    for t in &inputs {
-        if t.device() != nn_core::Device::Cpu {
-            return Err(Error::Model(format!(
-                "the example input of shape {:?} is on {}; exporting traces on the CPU",
-                t.shape(),
-                t.device()
-            )));
-        }
-    }
-
-    // The second trace: every dynamic axis grown by one (repeating its first slice).
-    let mut grown = inputs.clone();
-    for d in &axes {
-        let t = &grown[d.input];
-        grown[d.input] = Tensor::cat(&[t, &t.narrow(d.axis, 0, 1)], d.axis);
-    }
-    let example_b = example.with_tensors(grown.clone());
-    let (out_a, trace_a) = nn_core::trace::trace(|| model.forward(example));
-    let (out_b, trace_b) = nn_core::trace::trace(|| model.forward(&example_b));
-    let (out_a, out_b) = (out_a.tensors(), out_b.tensors());
-    if out_a.iter().any(|t| trace_a.made_elsewhere(t)) || out_b.iter().any(|t| trace_b.made_elsewhere(t)) {
-        return Err(Error::Model(
-            "the forward returns a tensor computed on another thread, where the tracer cannot see the ops; run \
-             that computation on the forward's own thread"
-                .to_string(),
-        ));
-    }
-    let output_names = names(&options.output_names, out_a.len(), "output")?;
-
-    let mut g = graph::Builder::new(&info, options.opset);
-    for (t, n) in inputs.iter().zip(&input_names) {
-        g.add_input(t, n);
-    }
-    g.add_trace(&trace_a, &trace_b)?;
-
-    let mut outputs = Vec::new();
-    for (k, ((ta, tb), name)) in out_a.iter().zip(&out_b).zip(&output_names).enumerate() {
-        let value = g.output_value(ta, tb)?;
-        let taken = out_a[..k].iter().any(|p| g.resolve(p).id() == g.resolve(ta).id());
-        if g.is_node_output(&value) && !taken && !input_names.contains(&value) {
-            g.rename(&value, name);
-        } else {
-            g.set_scope("");
-            let id = g.node("Identity", &[&value], vec![]);
-            g.rename(&id, name);
-        }
-        let dims = ta
-            .shape()
-            .iter()
-            .zip(tb.shape())
-            .enumerate()
-            .map(|(i, (&da, &db))| {
-                if da == db {
-                    return DimSpec::Fixed(da);
-                }
-                // Name it after the input axis that moves the same way, if there is one.
-                let same =
-                    axes.iter().find(|d| inputs[d.input].shape()[d.axis] == da && grown[d.input].shape()[d.axis] == db);
-                DimSpec::Named(same.map_or_else(|| format!("{name}_dim{i}"), |d| d.name.clone()))
-            })
-            .collect::<Vec<_>>();
-        outputs.push(proto::value_info(name, ta.dtype(), &dims)?);
-    }
-    let graph_inputs = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let dims: Vec<DimSpec> = (0..t.rank())
-                .map(|ax| match axes.iter().find(|d| d.input == i && d.axis == ax) {
-                    Some(d) => DimSpec::Named(d.name.clone()),
-                    None => DimSpec::Fixed(t.shape()[ax]),
-                })
-                .collect();
-            proto::value_info(&input_names[i], t.dtype(), &dims)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-
-    let graph = pb::GraphProto {
-        name: Some(model.type_name().to_string()),
-        node: std::mem::take(&mut g.nodes),
-        initializer: std::mem::take(&mut g.initializers),
-        input: graph_inputs,
-        output: outputs,
-        ..Default::default()
-    };
-    Ok(pb::ModelProto {
-        ir_version: Some(ir_version(options.opset)),
-        opset_import: vec![pb::OperatorSetIdProto { domain: Some(String::new()), version: Some(options.opset) }],
-        producer_name: Some("nn-onnx".into()),
-        producer_version: Some(env!("CARGO_PKG_VERSION").into()),
-        graph: Some(graph),
-        ..Default::default()
-    })
-}
-
-/// The IR version that goes with an opset (ONNX's versioning table).
-fn ir_version(opset: i64) -> i64 {
-    match opset {
-        ..=18 => 8,
-        19 | 20 => 9,
-        _ => 10,
-    }
-}
-
-fn names(given: &[String], n: usize, stem: &str) -> Result<Vec<String>, Error> {
-    if given.is_empty() {
-        return Ok(if n == 1 { vec![stem.to_string()] } else { (0..n).map(|i| format!("{stem}_{i}")).collect() });
-    }
-    if given.len() != n {
-        return Err(Error::Options(format!("{} {stem} names given for {n} {stem} tensor(s): {given:?}", given.len())));
-    }
-    for (i, a) in given.iter().enumerate() {
-        if a.is_empty() || given[..i].contains(a) {
-            return Err(Error::Options(format!("{stem} name `{a}` is empty or repeated")));
-        }
-    }
-    Ok(given.to_vec())
-}
-
-fn model_info<M: Module>(model: &M) -> Result<graph::ModelInfo, Error> {
-    if let Some((path, m)) = model.first_uninitialized() {
-        let at = if path.is_empty() { String::new() } else { format!(" `{path}`") };
-        return Err(Error::Model(format!(
-            "the lazy module{at} ({}) has no parameters until its first forward: run one forward pass first, so \
-             that its weights are exported as named initializers",
-            m.type_name()
-        )));
-    }
-    let mut params = HashMap::new();
-    let named = model.named_parameters().into_iter().map(|(n, p)| (n, (*p).clone()));
-    for (name, t) in named.chain(model.named_buffers()) {
-        if t.device() == nn_core::Device::Meta {
-            return Err(Error::Model(format!(
-                "`{name}` is on the meta device: it has no values to write; materialise or load the weights first"
-            )));
-        }
-        params.entry(t.id()).or_insert(name);
-    }
-    let modules = model
-        .named_modules()
-        .into_iter()
-        .filter_map(|(path, m)| m.base().map(|b| (b.trace_key(), (path, m.type_name()))))
-        .collect();
-    Ok(graph::ModelInfo { params, modules })
-}
-
-/// The parameters and buffers of a model as they were before the export's forwards: each
-/// handle, its version and a snapshot of its values (copy-on-write: it costs a copy only
-/// of what a forward writes).
-struct Restore(Vec<(Tensor, u64, Tensor)>);
-
-impl Restore {
-    fn new<M: Module>(model: &M) -> Self {
-        let params = model.parameters().into_iter().map(|p| (*p).clone());
-        let buffers = model.named_buffers().into_iter().map(|(_, b)| b);
-        Restore(params.chain(buffers).map(|t| (t.version(), t.snapshot(), t)).map(|(v, s, t)| (t, v, s)).collect())
-    }
-}
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        for (t, version, was) in &self.0 {
-            // A tensor whose buffer was replaced (another shape, dtype or device) is left
-            // alone: copying into it could panic while a forward's panic unwinds.
-            let same = t.shape() == was.shape() && t.dtype() == was.dtype() && t.device() == was.device();
-            if t.version() != *version && same {
-                nn_core::no_grad(|| t.copy_(was));
-            }
-        }
-    }
+    Ok(crate::model::build(model, example, config)?.encode_to_vec())
 }
 
 /// A summary of an ONNX file, for checks: what [`export`] wrote.

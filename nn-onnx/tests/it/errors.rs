@@ -3,7 +3,7 @@
 
 use nn_core::prelude::*;
 use nn_layers::{BatchNorm1d, Dropout, Linear, MaxPool2d, ReLU, Sequential};
-use nn_onnx::{DynamicAxes, DynamicAxis, Error, ExportOptions};
+use nn_onnx::{DynamicAxes, DynamicAxis, Error, ExportConfig};
 
 use crate::support::vals;
 
@@ -15,10 +15,10 @@ where
     M::Input: nn_onnx::ExportInput,
     M::Output: nn_onnx::ExportOutput,
 {
-    export_err_with(model, x, &ExportOptions::default())
+    export_err_with(model, x, &ExportConfig::default())
 }
 
-fn export_err_with<M>(model: &M, x: &M::Input, opts: &ExportOptions) -> Error
+fn export_err_with<M>(model: &M, x: &M::Input, opts: &ExportConfig) -> Error
 where
     M: Forward + Module,
     M::Input: nn_onnx::ExportInput,
@@ -48,8 +48,8 @@ fn batch_norm_in_training_mode_is_refused() {
     // The batch norm op itself, in training mode (batch statistics, running-stat updates).
     assert!(err.starts_with("cannot export `batch_norm` in module `1` (BatchNorm1d):"), "{err}");
     assert!(err.contains("model.eval()"), "{err}");
-    // The refused export leaves the model as it was: its forwards had moved the running
-    // statistics and counted two batches.
+    // The refused export leaves the model as it was, though its forwards move the running
+    // statistics and count two batches.
     let sd = net.state_dict();
     assert_eq!(sd.get("1.running_mean").unwrap().to_vec(), [0.0; 4]);
     assert_eq!(sd.get("1.running_var").unwrap().to_vec(), [1.0; 4]);
@@ -96,8 +96,8 @@ impl Compute for Custom {
                     h.sigmoid()
                 }
             }
-            // A value computed from the input written into a tensor the forward made (it
-            // was exported as the example's constant values).
+            // A value computed from the input written into a tensor the forward made (taken
+            // for a constant, it would export as the example's values).
             7 => {
                 let out = Tensor::zeros(&[x.shape()[0], 4]);
                 out.copy_(&h);
@@ -180,7 +180,7 @@ fn user_code_that_cannot_be_a_graph_is_named() {
         assert!(err.starts_with(want), "mode {mode}: {err}");
     }
     // With fixed axes the batch-shaped constant and the branch are fine.
-    let fixed = ExportOptions { dynamic_axes: DynamicAxes::Static, ..Default::default() };
+    let fixed = ExportConfig { dynamic_axes: DynamicAxes::Static, ..Default::default() };
     for mode in [2, 5] {
         nn_onnx::to_bytes(&custom(mode), &x, &fixed).unwrap();
     }
@@ -191,20 +191,20 @@ fn user_code_that_cannot_be_a_graph_is_named() {
     // op be exported one day).
     let err = export_err_with(&custom(9), &x, &fixed).to_string();
     assert!(err.starts_with("cannot export `max_dim`") || err.starts_with("cannot export `copy_`"), "{err}");
-    for opts in [ExportOptions::default(), fixed.clone()] {
+    for opts in [ExportConfig::default(), fixed.clone()] {
         let err = export_err_with(&custom(7), &x, &opts).to_string();
         assert!(err.starts_with("cannot export `copy_` in the top-level module (Custom)"), "{err}");
         assert!(err.contains("computed from the input into a tensor it created"), "{err}");
     }
-    let bytes = nn_onnx::to_bytes(&custom(8), &x, &ExportOptions::default()).unwrap();
+    let bytes = nn_onnx::to_bytes(&custom(8), &x, &ExportConfig::default()).unwrap();
     assert!(!bytes.is_empty());
     for mode in [10, 13] {
         let err = export_err(&custom(mode), &x).to_string();
         assert!(err.starts_with("cannot export `copy_` in the top-level module (Custom)"), "mode {mode}: {err}");
     }
-    // A cast to an integer type follows the input (it had been a constant of the traced
-    // example's values, silently so with fixed axes): checked on another input.
-    for opts in [ExportOptions::default(), fixed.clone()] {
+    // A cast to an integer type follows the input (folded into a constant, it would hold
+    // the traced example's values, silently so with fixed axes): checked on another input.
+    for opts in [ExportConfig::default(), fixed.clone()] {
         let model = custom(14);
         let bytes = nn_onnx::to_bytes(&model, &x, &opts).unwrap();
         let other = vals(&[1, 3], 7);
@@ -215,7 +215,7 @@ fn user_code_that_cannot_be_a_graph_is_named() {
     // A copy written in place exports with its own values: 3h, as eager.
     for (mode, what) in [(11, "a written copy"), (12, "a constant written through a view before use")] {
         let model = custom(mode);
-        let bytes = nn_onnx::to_bytes(&model, &x, &ExportOptions::default()).unwrap();
+        let bytes = nn_onnx::to_bytes(&model, &x, &ExportConfig::default()).unwrap();
         let want: Vec<f64> = model.forward(&x).to_vec().iter().map(|&v| f64::from(v)).collect();
         let got = crate::support::run_tract(&bytes, std::slice::from_ref(&x));
         crate::support::assert_matches(what, &got[0].1, &want);
@@ -267,18 +267,18 @@ fn bad_options_are_clear() {
     net.eval();
     let x = Tensor::ones(&[2, 3]);
     let cases = [
-        (ExportOptions { opset: 13, ..Default::default() }, "opset 13 is not supported"),
-        (ExportOptions { input_names: vec!["a".into(), "b".into()], ..Default::default() }, "2 input names given"),
-        (ExportOptions { output_names: vec![String::new()], ..Default::default() }, "output name `` is empty"),
+        (ExportConfig { opset: 13, ..Default::default() }, "opset 13 is not supported"),
+        (ExportConfig { input_names: vec!["a".into(), "b".into()], ..Default::default() }, "2 input names given"),
+        (ExportConfig { output_names: vec![String::new()], ..Default::default() }, "output name `` is empty"),
         (
-            ExportOptions {
+            ExportConfig {
                 dynamic_axes: DynamicAxes::Custom(vec![DynamicAxis { input: 0, axis: 2, name: "n".into() }]),
                 ..Default::default()
             },
             "dynamic axis `n` is axis 2 of input 0 (`input`)",
         ),
         (
-            ExportOptions {
+            ExportConfig {
                 dynamic_axes: DynamicAxes::Custom(vec![DynamicAxis { input: 1, axis: 0, name: "n".into() }]),
                 ..Default::default()
             },
@@ -309,7 +309,7 @@ fn export_writes_a_file_that_reads_back() {
     std::fs::write(&path, b"old").unwrap();
     nn_onnx::export(&net, &Tensor::ones(&[1, 3]), &path).unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(bytes, nn_onnx::to_bytes(&net, &Tensor::ones(&[1, 3]), &ExportOptions::default()).unwrap());
+    assert_eq!(bytes, nn_onnx::to_bytes(&net, &Tensor::ones(&[1, 3]), &ExportConfig::default()).unwrap());
     assert_eq!(nn_onnx::inspect(&bytes).unwrap().op_types, ["Gemm", "Relu"]);
     assert!(nn_onnx::inspect(b"not a model \xff").is_err());
 }
@@ -351,13 +351,13 @@ fn values_computed_on_another_thread_are_refused() {
     }
     // The same computation on the forward's thread exports.
     let same = Sequential::new().add(Linear::new(3, 4));
-    nn_onnx::to_bytes(&same, &x, &ExportOptions::default()).unwrap();
+    nn_onnx::to_bytes(&same, &x, &ExportConfig::default()).unwrap();
 }
 
 /// A constant sent to another device and back (`to_device`, a copy) exports with the
 /// values the copy was made with, as eager execution computes; writing its source after
-/// the copy is refused. (The copy had been an alias of its source: the write reached the
-/// exported constant, and the graph computed with values the forward never used.)
+/// the copy is refused. (Were the copy an alias of its source, the write would reach the
+/// exported constant, and the graph would compute with values the forward never used.)
 #[cfg(feature = "gpu")]
 #[test]
 fn a_to_device_copy_is_its_own_value() {
@@ -389,7 +389,7 @@ fn a_to_device_copy_is_its_own_value() {
         m
     };
     let kept = model(false);
-    let bytes = nn_onnx::to_bytes(&kept, &x, &ExportOptions::default()).unwrap();
+    let bytes = nn_onnx::to_bytes(&kept, &x, &ExportConfig::default()).unwrap();
     let want: Vec<f64> = kept.forward(&x).to_vec().iter().map(|&v| f64::from(v)).collect();
     let got = crate::support::run_tract(&bytes, std::slice::from_ref(&x));
     crate::support::assert_matches("a constant moved and back", &got[0].1, &want);

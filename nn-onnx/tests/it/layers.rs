@@ -3,7 +3,7 @@
 use nn_core::prelude::*;
 use nn_core::{manual_seed, no_grad};
 use nn_layers::*;
-use nn_onnx::{DynamicAxes, DynamicAxis, ExportOptions};
+use nn_onnx::{DynamicAxes, DynamicAxis, ExportConfig};
 
 use crate::support::{check, check_with, vals};
 
@@ -114,7 +114,7 @@ fn multihead_attention_both_layouts() {
     mha.eval();
     // Sequence-first: the batch is axis 1 of query, key and value.
     let axes = (0..3).map(|i| DynamicAxis { input: i, axis: 1, name: "batch".into() }).collect();
-    let opts = ExportOptions { dynamic_axes: DynamicAxes::Custom(axes), ..Default::default() };
+    let opts = ExportConfig { dynamic_axes: DynamicAxes::Custom(axes), ..Default::default() };
     check_with(
         "mha seq-first",
         &mha,
@@ -152,7 +152,7 @@ fn transformer_encoder_layers_and_stack() {
     let causal = Tensor::ones(&[6, 6]).triu(1).gt(&Tensor::zeros(&[]));
     // The mask is a second graph input, with no batch axis.
     let axes = vec![DynamicAxis { input: 0, axis: 0, name: "batch".into() }];
-    let opts = ExportOptions { dynamic_axes: DynamicAxes::Custom(axes), ..Default::default() };
+    let opts = ExportConfig { dynamic_axes: DynamicAxes::Custom(axes), ..Default::default() };
     let make = |b| EncoderInput::new(&vals(&[b, 6, 8], 14)).src_mask(&causal);
     let bytes = check_with("encoder stack, causal mask", &enc, make, &[2, 1, 3], &opts);
     let s = nn_onnx::inspect(&bytes).unwrap();

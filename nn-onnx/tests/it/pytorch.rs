@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use nn_core::prelude::*;
 use nn_core::StateDict;
 use nn_layers::*;
-use nn_onnx::{DynamicAxes, DynamicAxis, ExportInput, ExportOptions, ExportOutput};
+use nn_onnx::{DynamicAxes, DynamicAxis, ExportConfig, ExportInput, ExportOutput};
 
 use crate::support::{assert_matches, run_tract};
 
@@ -20,7 +20,7 @@ fn fixture(name: &str) -> StateDict {
 
 /// Loads the `state.` entries (less `strip`) into `model`, exports it, and compares tract's
 /// outputs with PyTorch's at both batch sizes. `input(tensors)` builds the model input.
-fn reproduce<M>(name: &str, model: &mut M, strip: &str, input: impl Fn(Vec<Tensor>) -> M::Input, opts: &ExportOptions)
+fn reproduce<M>(name: &str, model: &mut M, strip: &str, input: impl Fn(Vec<Tensor>) -> M::Input, opts: &ExportConfig)
 where
     M: Forward + Module,
     M::Input: ExportInput,
@@ -49,7 +49,7 @@ where
     }
 }
 
-fn batch_axis(opts: &ExportOptions) -> usize {
+fn batch_axis(opts: &ExportConfig) -> usize {
     match &opts.dynamic_axes {
         DynamicAxes::Custom(v) => v[0].axis,
         _ => 0,
@@ -62,7 +62,7 @@ fn one(mut v: Vec<Tensor>) -> Tensor {
 
 #[test]
 fn example_models_reproduce_pytorch() {
-    let d = ExportOptions::default();
+    let d = ExportConfig::default();
     let mut digits =
         Sequential::new().add(Linear::new(64, 128)).add(ReLU::new()).add(Dropout::new(0.1)).add(Linear::new(128, 10));
     reproduce("digits_mlp", &mut digits, "", one, &d);
@@ -93,7 +93,7 @@ fn example_models_reproduce_pytorch() {
 
 #[test]
 fn layer_mixes_reproduce_pytorch() {
-    let d = ExportOptions::default();
+    let d = ExportConfig::default();
     let mut conv = Sequential::new()
         .add(Conv2d::with_config(2, 4, 3, Conv2dConfig { stride: 2, padding: 2, dilation: 2, groups: 2, bias: true }))
         .add(GroupNorm::new(2, 4))
@@ -128,7 +128,7 @@ fn layer_mixes_reproduce_pytorch() {
 fn attention_models_reproduce_pytorch() {
     let mut mha = MultiheadAttention::new(8, 2);
     let axes = (0..3).map(|i| DynamicAxis { input: i, axis: 1, name: "batch".into() }).collect();
-    let seq_first = ExportOptions { dynamic_axes: DynamicAxes::Custom(axes), ..Default::default() };
+    let seq_first = ExportConfig { dynamic_axes: DynamicAxes::Custom(axes), ..Default::default() };
     reproduce(
         "mha_seq_first",
         &mut mha,
@@ -146,5 +146,5 @@ fn attention_models_reproduce_pytorch() {
     };
     let mut enc =
         TransformerEncoder::new(2, || TransformerEncoderLayer::with_config(8, 2, cfg), Some(LayerNorm::new(8)));
-    reproduce("transformer", &mut enc, "", |v| EncoderInput::new(&v[0]), &ExportOptions::default());
+    reproduce("transformer", &mut enc, "", |v| EncoderInput::new(&v[0]), &ExportConfig::default());
 }

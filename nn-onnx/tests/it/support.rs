@@ -1,7 +1,7 @@
 //! Running exported files in tract and comparing with nn.
 
 use nn_core::{DType, Forward, Module, Tensor};
-use nn_onnx::{ExportInput, ExportOptions, ExportOutput};
+use nn_onnx::{ExportConfig, ExportInput, ExportOutput};
 use tract_onnx::prelude::*;
 
 /// Absolute tolerance, plus the same relative to the magnitude of nn's value.
@@ -52,21 +52,21 @@ pub fn assert_matches(what: &str, got: &[f64], want: &[f64]) {
     eprintln!("{what}: worst abs error {worst_abs:.2e}, worst rel error {worst_rel:.2e}");
 }
 
-/// Exports `model` (with `options`) on `make(batches[0])`, then runs the file in tract on
+/// Exports `model` (with `config`) on `make(batches[0])`, then runs the file in tract on
 /// `make(b)` for every other batch size and compares with nn's forward.
 pub fn check_with<M>(
     what: &str,
     model: &M,
     make: impl Fn(usize) -> M::Input,
     batches: &[usize],
-    options: &ExportOptions,
+    config: &ExportConfig,
 ) -> Vec<u8>
 where
     M: Forward + Module,
     M::Input: ExportInput,
     M::Output: ExportOutput,
 {
-    let bytes = nn_onnx::to_bytes(model, &make(batches[0]), options).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let bytes = nn_onnx::to_bytes(model, &make(batches[0]), config).unwrap_or_else(|e| panic!("{what}: {e}"));
     for &b in &batches[1..] {
         let input = make(b);
         let want = nn_core::no_grad(|| model.forward(&input)).tensors();
@@ -81,14 +81,14 @@ where
     bytes
 }
 
-/// [`check_with`] with default options, exporting at batch 1 and running at batches 2 and 5.
+/// [`check_with`] with the default config, exporting at batch 1 and running at batches 2 and 5.
 pub fn check<M>(what: &str, model: &M, make: impl Fn(usize) -> M::Input) -> Vec<u8>
 where
     M: Forward + Module,
     M::Input: ExportInput,
     M::Output: ExportOutput,
 {
-    check_with(what, model, make, &[1, 2, 5], &ExportOptions::default())
+    check_with(what, model, make, &[1, 2, 5], &ExportConfig::default())
 }
 
 /// Deterministic varied values of `shape` (seeded by `seed`).

@@ -76,7 +76,7 @@ fn hand_written_attention_block() {
     check("hand-written block", &m, |b| vals(&[b, 5, 8], 15));
     // Opset 18 moved the axes of ReduceLogSumExp to an input; 21 needs IR version 10.
     for opset in [18, 21] {
-        let opts = nn_onnx::ExportOptions { opset, ..Default::default() };
+        let opts = nn_onnx::ExportConfig { opset, ..Default::default() };
         let bytes =
             check_with(&format!("hand-written block, opset {opset}"), &m, |b| vals(&[b, 5, 8], 16), &[2, 3], &opts);
         assert_eq!(nn_onnx::inspect(&bytes).unwrap().opset, opset);
