@@ -35,14 +35,14 @@ pub(crate) fn apply<R: UpdateRule>(
     }
 }
 
-fn f32s<'a>(b: &'a mut CpuStorage) -> &'a mut [f32] {
+fn f32s(b: &mut CpuStorage) -> &mut [f32] {
     match b {
         CpuStorage::F32(v) => v,
         other => unreachable!("optimizer state conformed to f32 is {}", other.dtype()),
     }
 }
 
-fn f64s<'a>(b: &'a mut CpuStorage) -> &'a mut [f64] {
+fn f64s(b: &mut CpuStorage) -> &mut [f64] {
     match b {
         CpuStorage::F64(v) => v,
         other => unreachable!("optimizer state conformed to f64 is {}", other.dtype()),
