@@ -116,7 +116,7 @@ pub trait Optimizer {
     /// A state holding NaN or infinite buffers (a diverged run) is refused.
     ///
     /// # Errors
-    /// [`Error::OptimizerState`] naming the offending key when the state names parameters
+    /// [`Error::OptimizerState`](crate::Error::OptimizerState) naming the offending key when the state names parameters
     /// this optimizer does not hold or fails one of the checks above; the optimizer is
     /// unchanged then.
     fn load_state_dict(&mut self, state: &OptimizerState) -> Result<()>;

@@ -20,11 +20,11 @@ pub struct OptimizerState {
     pub lrs: Vec<f64>,
     /// Each group's other hyper-parameters, under PyTorch's `param_groups` names (its
     /// `betas` pair as `beta1` and `beta2`):
-    /// [`Sgd`] keeps `momentum`, `dampening`, `nesterov` (0 or 1) and `weight_decay`;
-    /// [`Adam`] and [`AdamW`] keep `beta1`, `beta2`, `eps`, `weight_decay`, `amsgrad` and
+    /// [`Sgd`](super::Sgd) keeps `momentum`, `dampening`, `nesterov` (0 or 1) and `weight_decay`;
+    /// [`Adam`](super::Adam) and [`AdamW`](super::AdamW) keep `beta1`, `beta2`, `eps`, `weight_decay`, `amsgrad` and
     /// `decoupled_weight_decay` (flags, 0 or 1; the last tells an AdamW state from an Adam
     /// one); each group may also hold `initial_lr` (see
-    /// [`Optimizer::group_initial_lr`]).
+    /// [`Optimizer::group_initial_lr`](super::Optimizer::group_initial_lr)).
     ///
     /// Empty in a state that records none (one saved before nn recorded them, or built by
     /// hand): loading it keeps the optimizer's own hyper-parameters, and refuses buffers the
@@ -35,7 +35,7 @@ pub struct OptimizerState {
 /// One parameter group's hyper-parameters by name (see [`OptimizerState::hyper_params`]).
 pub type HyperParams = BTreeMap<String, f64>;
 
-/// The name of the per-group entry that holds [`Optimizer::group_initial_lr`].
+/// The name of the per-group entry that holds [`Optimizer::group_initial_lr`](super::Optimizer::group_initial_lr).
 pub(crate) const INITIAL_LR: &str = "initial_lr";
 
 /// A state's hyper-parameters, checked for an optimizer that keeps the names `wide` (one
