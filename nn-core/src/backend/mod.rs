@@ -8,7 +8,7 @@
 //! only [`Storage`]s, [`Layout`]s and plain kernel descriptions (the `UnaryOp` and
 //! `BinaryOp` tables, `ConvGeometry`, ...). Those methods are the whole interface: no
 //! op, module, optimizer or autograd code names a backend's buffer type. The optimizers'
-//! steps are backend operations too ([`update`]: each optimizer's rule written once in
+//! steps are backend operations too (`update`: each optimizer's rule written once in
 //! its CPU and GPU forms, its state buffers kept where the parameter is). One place
 //! outside `backend` names a buffer type: `__private`, which exposes the CPU GEMM to the
 //! benchmark that chose its kernel library.
