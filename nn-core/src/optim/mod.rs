@@ -128,6 +128,18 @@ mod tests {
     use crate::tensor::Tensor;
     use crate::DType;
 
+    /// A gradient set to a contiguous view into a larger buffer (an offset slice) steps
+    /// the parameter by that slice's values, not by the buffer's first elements.
+    #[test]
+    fn a_gradient_viewing_part_of_a_buffer_steps_by_its_own_values() {
+        let p = Parameter::new(Tensor::zeros(&[2]));
+        let whole = Tensor::from_vec(vec![1.0, 2.0, 3.0, 4.0], &[4]);
+        p.set_grad(Some(whole.narrow(0, 2, 2)));
+        let mut opt = Sgd::new(vec![p.clone()], SgdConfig { lr: 1.0, ..Default::default() });
+        opt.step();
+        assert_eq!(p.to_vec(), [-3.0, -4.0]);
+    }
+
     /// A parameter large enough that its update runs in parts on the team gets, element
     /// for element, the bits a small parameter holding the same values gets in one call
     /// (SGD with momentum, Nesterov and weight decay; Adam with AMSGrad; AdamW), f32 and

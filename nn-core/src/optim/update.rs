@@ -52,6 +52,10 @@ pub(crate) fn update_param<R: UpdateRule>(p: &Parameter, state: &mut Option<Upda
         Some(s) => s.conform(n, dtype, device),
         None => UpdateState::zeros(n_bufs, n, dtype, device),
     };
+    // The backend reads the gradient's buffer from its start: a contiguous view into a
+    // larger buffer (a gradient set to a slice of another tensor) is copied first, so it is
+    // never read shifted.
+    let g = if g.layout().offset() == 0 && g.storage_arc().len() == n { g } else { g.copy() };
     let gs = g.storage_arc();
     p.modify_storage("optimizer step", |ps, layout| {
         let start = layout.offset();
