@@ -110,8 +110,8 @@ pub enum Error {
         reason: String,
     },
     /// An [`ExportConfig`] that does not fit the model or the example input.
-    #[error("invalid export options: {0}")]
-    Options(String),
+    #[error("invalid export config: {0}")]
+    Config(String),
     /// A model or input that cannot be exported as a whole.
     #[error("cannot export: {0}")]
     Model(String),

@@ -21,7 +21,7 @@ where
     M::Output: ExportOutput,
 {
     if !(MIN_OPSET..=MAX_OPSET).contains(&config.opset) {
-        return Err(Error::Options(format!(
+        return Err(Error::Config(format!(
             "opset {} is not supported (nn-onnx writes opsets {MIN_OPSET} to {MAX_OPSET})",
             config.opset
         )));
@@ -147,7 +147,7 @@ fn checked_axes(
     };
     for d in &axes {
         let Some(t) = inputs.get(d.input) else {
-            return Err(Error::Options(format!(
+            return Err(Error::Config(format!(
                 "dynamic axis `{}` names input {}, but the model takes {} input tensor(s)",
                 d.name,
                 d.input,
@@ -155,7 +155,7 @@ fn checked_axes(
             )));
         };
         if d.axis >= t.rank() || t.shape()[d.axis] == 0 {
-            return Err(Error::Options(format!(
+            return Err(Error::Config(format!(
                 "dynamic axis `{}` is axis {} of input {} (`{}`), whose example has shape {:?}: the axis must \
                  exist and be non-empty",
                 d.name,
@@ -166,7 +166,7 @@ fn checked_axes(
             )));
         }
         if axes.iter().filter(|o| o.input == d.input && o.axis == d.axis).count() > 1 {
-            return Err(Error::Options(format!("axis {} of input {} is listed twice", d.axis, d.input)));
+            return Err(Error::Config(format!("axis {} of input {} is listed twice", d.axis, d.input)));
         }
     }
     Ok(axes)
@@ -188,11 +188,11 @@ fn io_names(given: &[String], n: usize, stem: &str) -> Result<Vec<String>, Error
         return Ok(if n == 1 { vec![stem.to_string()] } else { (0..n).map(|i| format!("{stem}_{i}")).collect() });
     }
     if given.len() != n {
-        return Err(Error::Options(format!("{} {stem} names given for {n} {stem} tensor(s): {given:?}", given.len())));
+        return Err(Error::Config(format!("{} {stem} names given for {n} {stem} tensor(s): {given:?}", given.len())));
     }
     for (i, a) in given.iter().enumerate() {
         if a.is_empty() || given[..i].contains(a) {
-            return Err(Error::Options(format!("{stem} name `{a}` is empty or repeated")));
+            return Err(Error::Config(format!("{stem} name `{a}` is empty or repeated")));
         }
     }
     Ok(given.to_vec())

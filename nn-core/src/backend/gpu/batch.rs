@@ -1,12 +1,8 @@
 //! The work recorded on a context and not yet submitted: one command encoder with one open
 //! compute pass, the parameter arena's contents, and the index checks waiting for the next
-//! host read (see [`super::context`]); it is recorded and submitted under a [`Recording`].
+//! host read (see [`super::context`]); it is recorded under a
+//! [`Recording`](super::record::Recording) and submitted by the context.
 
-use std::num::NonZeroU64;
-use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
-
-use super::context::{bytes_of_u32, lock, Buffer, Ctx, Kernel, ARENA_BYTES};
 use super::GpuStorage;
 use crate::backend::host::CpuStorage;
 use crate::shape::Layout;
@@ -42,199 +38,26 @@ impl Check {
     }
 }
 
-/// The batch's lock, held to record into it and submit it. wgpu's error handler panics
-/// with it held when an error loses the batch's work (at a launch, the encoder's end or the
-/// submission; the device is then unusable, see [`super::health`]): the batch is discarded
-/// as that panic unwinds, so that nothing of it lingers (launches that never ran, checks
-/// whose error slots would not be cleared again, the arena's parameters).
-pub(crate) struct Recording<'a> {
-    ctx: &'a Ctx,
-    batch: MutexGuard<'a, Batch>,
-}
-
-impl Ctx {
-    /// The batch, locked for recording (see [`Recording`]).
-    pub(crate) fn recording(&self) -> Recording<'_> {
-        Recording { ctx: self, batch: lock(&self.batch) }
-    }
-}
-
-impl std::ops::Deref for Recording<'_> {
-    type Target = Batch;
-
-    fn deref(&self) -> &Batch {
-        &self.batch
-    }
-}
-
-impl std::ops::DerefMut for Recording<'_> {
-    fn deref_mut(&mut self) -> &mut Batch {
-        &mut self.batch
-    }
-}
-
-impl Drop for Recording<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() && self.ctx.alive().is_err() {
-            self.batch.discard();
-        }
-    }
-}
-
 /// See the module docs.
 #[derive(Default)]
 pub(crate) struct Batch {
-    encoder: Option<wgpu::CommandEncoder>,
-    pass: Option<wgpu::ComputePass<'static>>,
+    pub(super) encoder: Option<wgpu::CommandEncoder>,
+    pub(super) pass: Option<wgpu::ComputePass<'static>>,
     /// The arena's contents for this submission.
-    params: Vec<u8>,
-    launches: u32,
+    pub(super) params: Vec<u8>,
+    pub(super) launches: u32,
     /// Launches recorded on this context so far.
-    seq: u64,
-    checks: Vec<Check>,
+    pub(super) seq: u64,
+    pub(super) checks: Vec<Check>,
     /// Since the first unread check: each launch's bound buffers (reads, `u64::MAX`,
     /// writes).
-    log: Vec<(u64, Vec<u64>)>,
+    pub(super) log: Vec<(u64, Vec<u64>)>,
     /// Host reads waiting for the checks they took: launches stay logged until those
     /// checks' failures are marked.
     pub(crate) resolving: u32,
 }
 
 impl Batch {
-    fn encoder(&mut self, ctx: &Ctx) -> &mut wgpu::CommandEncoder {
-        ctx.check_alive();
-        self.pass = None; // ends the open pass, if any
-        self.encoder
-            .get_or_insert_with(|| ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default()))
-    }
-
-    fn pass(&mut self, ctx: &Ctx) -> &mut wgpu::ComputePass<'static> {
-        if self.pass.is_none() {
-            let pass = self.encoder(ctx).begin_compute_pass(&wgpu::ComputePassDescriptor::default()).forget_lifetime();
-            self.pass = Some(pass);
-        }
-        self.pass.as_mut().expect("opened above")
-    }
-
-    /// Appends `bytes` (a multiple of four) to the arena at an offset aligned for a
-    /// binding, submitting first when the arena is full; returns the offset.
-    ///
-    /// # Panics
-    /// When `bytes` exceeds the whole arena (submitting would never make room for it).
-    pub(crate) fn stage(&mut self, ctx: &Ctx, bytes: &[u8]) -> u64 {
-        assert!(
-            bytes.len() as u64 <= ARENA_BYTES,
-            "gpu:{}: a kernel's parameters of {} bytes exceed the parameter arena ({ARENA_BYTES} bytes)",
-            ctx.ordinal,
-            bytes.len()
-        );
-        let at = (self.params.len() as u64).div_ceil(ctx.align) * ctx.align;
-        if at + bytes.len() as u64 > ARENA_BYTES {
-            // Submitting empties the arena (`finish`), so this recurses once.
-            ctx.submit_locked(self);
-            return self.stage(ctx, bytes);
-        }
-        self.params.resize(at as usize, 0);
-        self.params.extend_from_slice(bytes);
-        at
-    }
-
-    /// Records a copy (sizes and offsets multiples of four).
-    pub(crate) fn copy(&mut self, ctx: &Ctx, src: &wgpu::Buffer, so: u64, dst: &wgpu::Buffer, d_o: u64, bytes: u64) {
-        self.encoder(ctx).copy_buffer_to_buffer(src, so, dst, d_o, bytes);
-    }
-
-    /// Records a launch of `k`: its parameters into the arena, a bind group, a dispatch.
-    ///
-    /// With `errors`, the context's error slots are bound after `buffers`.
-    pub(crate) fn launch(
-        &mut self,
-        ctx: &'static Ctx,
-        k: &Kernel,
-        params: &[u32],
-        buffers: &[&Buffer],
-        errors: bool,
-        grid: [u32; 3],
-    ) {
-        ctx.check_alive();
-        if self.launches >= MAX_LAUNCHES {
-            ctx.submit_locked(self);
-        }
-        let mut words = bytes_of_u32(params);
-        if words.is_empty() {
-            words.resize(4, 0); // a binding holds at least one word
-        }
-        let at = self.stage(ctx, &words);
-        let mut entries = Vec::with_capacity(buffers.len() + 1);
-        entries.push(wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &ctx.arena,
-                offset: at,
-                size: NonZeroU64::new(words.len() as u64),
-            }),
-        });
-        for (i, b) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.raw().as_entire_binding() });
-        }
-        if errors {
-            entries.push(wgpu::BindGroupEntry {
-                binding: buffers.len() as u32 + 1,
-                resource: ctx.errors.as_entire_binding(),
-            });
-        }
-        let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &k.layout,
-            entries: &entries,
-        });
-        ctx.counters.bind_groups.fetch_add(1, Ordering::Relaxed);
-        let pass = self.pass(ctx);
-        pass.set_pipeline(&k.pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-        self.launches += 1;
-        ctx.counters.dispatches.fetch_add(1, Ordering::Relaxed);
-        let split =
-            |w: bool| buffers.iter().enumerate().filter(move |(i, _)| (k.writes >> (i + 1)) & 1 == u64::from(w));
-        let reads: Vec<u64> = split(false).map(|(_, b)| b.id).collect();
-        let writes: Vec<u64> = split(true).map(|(_, b)| b.id).collect();
-        self.note(ctx, reads, writes);
-    }
-
-    /// Records a copy between two pool buffers (logged like a launch).
-    pub(crate) fn copy_buffers(&mut self, ctx: &Ctx, src: &Buffer, dst: &Buffer, bytes: u64) {
-        self.copy(ctx, src.raw(), 0, dst.raw(), 0, bytes);
-        self.note(ctx, vec![src.id], vec![dst.id]);
-    }
-
-    /// Which buffers a recorded step read and wrote: logged while a check is unread (a
-    /// failure marks what was computed from the failed op), and compared at once with the
-    /// marks of an earlier failure.
-    fn note(&mut self, ctx: &Ctx, reads: Vec<u64>, writes: Vec<u64>) {
-        let seq = self.seq;
-        self.seq += 1;
-        ctx.propagate_marks(&reads, &writes);
-        if !self.checks.is_empty() || self.resolving > 0 {
-            let mut ids = reads;
-            ids.push(u64::MAX);
-            ids.extend(writes);
-            self.log.push((seq, ids));
-        }
-    }
-
-    /// Adds a check whose kernel is the next launch; returns its error slot. The slots
-    /// are zeroed in order before the first check after a host read.
-    pub(crate) fn add_check(&mut self, ctx: &Ctx, mut check: Check) -> u32 {
-        if self.checks.is_empty() {
-            self.encoder(ctx).clear_buffer(&ctx.errors, 0, None);
-        }
-        check.launch = self.seq;
-        check.thread = std::thread::current().id();
-        self.checks.push(check);
-        (self.checks.len() - 1) as u32
-    }
-
     pub(crate) fn checks_len(&self) -> usize {
         self.checks.len()
     }
@@ -276,7 +99,7 @@ impl Batch {
     /// the submission (after every earlier submission, so reusing the arena is ordered),
     /// and the commands come back for submitting. `None` when nothing was recorded. The
     /// arena is empty afterwards either way.
-    pub(crate) fn finish(&mut self, ctx: &Ctx) -> Option<wgpu::CommandBuffer> {
+    pub(crate) fn finish(&mut self, queue: &wgpu::Queue, arena: &wgpu::Buffer) -> Option<wgpu::CommandBuffer> {
         self.pass = None;
         self.launches = 0;
         let Some(encoder) = self.encoder.take() else {
@@ -285,7 +108,7 @@ impl Batch {
             return None;
         };
         if !self.params.is_empty() {
-            ctx.queue.write_buffer(&ctx.arena, 0, &self.params);
+            queue.write_buffer(arena, 0, &self.params);
         }
         self.params.clear();
         Some(encoder.finish())

@@ -4,8 +4,8 @@
 //!
 //! # Recording, not submitting
 //! Kernels are recorded into one command encoder (one compute pass) per context and
-//! submitted together ([`batch`]): when the host needs a value (a download), before a large
-//! host write, or when the batch fills ([`batch::MAX_LAUNCHES`] launches, or its parameter
+//! submitted together ([`super::batch`], [`super::record`]): when the host needs a value (a download), before a large
+//! host write, or when the batch fills ([`super::batch::MAX_LAUNCHES`] launches, or its parameter
 //! arena). Kernel parameters and small uploads (a kernel's scalars) go into that arena, one
 //! device buffer per context written once per submission, so a launch allocates nothing
 //! and a warm training step makes no device allocation and waits for nothing until the
@@ -25,10 +25,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError};
 
-use super::batch::{Batch, Check};
+use super::batch::Batch;
+use super::gemm_caps::Caps;
 use super::health::Sticky;
+use super::lock;
 
 /// Threads per workgroup of every one-dimensional kernel.
 pub(crate) const WORKGROUP: u32 = 256;
@@ -94,12 +96,13 @@ pub(crate) struct Ctx {
     /// The first error wgpu reported outside an error scope, or that lost a read's work.
     pub(super) failed: Sticky,
     /// The most workgroups a grid may have along one dimension.
-    max_groups: u32,
+    pub(crate) max_groups: u32,
     next_id: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) fallbacks: Mutex<BTreeMap<String, u64>>,
-    /// The GEMM's adapter features, compiled kernels and tuning table.
-    pub(crate) gemm: super::gemm_tune::GemmState,
+    /// What the adapter offers the GEMM (its compiled kernels and tuning table are the
+    /// GEMM's own: [`super::gemm_tune::state`]).
+    pub(crate) gemm_caps: Caps,
 }
 
 /// The adapters wgpu found, best first (discrete GPUs, then integrated, virtual, software),
@@ -182,7 +185,7 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
         wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
     );
     let errors = buffer("nn index checks", 4 * ERROR_SLOTS, USAGE);
-    let gemm = super::gemm::Caps::new(ordinal, &info, device.features(), &adapter.cooperative_matrix_properties());
+    let gemm_caps = Caps::new(ordinal, &info, device.features(), &adapter.cooperative_matrix_properties());
     Ok(Ctx {
         ordinal,
         device,
@@ -206,7 +209,7 @@ fn open(ordinal: usize, adapter: &wgpu::Adapter) -> Result<Ctx, String> {
         next_id: AtomicU64::new(0),
         counters: Counters::default(),
         fallbacks: Mutex::default(),
-        gemm: super::gemm_tune::GemmState::new(gemm),
+        gemm_caps,
     })
 }
 
@@ -255,12 +258,6 @@ impl std::fmt::Debug for Buffer {
 
 const USAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
-
-/// A mutex's guard, whether or not another thread panicked holding it (the data behind
-/// every lock here stays consistent between statements).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl Ctx {
     /// A buffer of at least `bytes` bytes (contents unspecified), reused from the pool
@@ -316,45 +313,9 @@ impl Ctx {
         error.is_none().then_some(raw)
     }
 
-    /// A buffer holding `bytes` (padded to a multiple of four), written in order with the
-    /// recorded kernels.
-    pub(crate) fn upload(&'static self, bytes: &[u8]) -> Buffer {
-        let buf = self.alloc(bytes.len() as u64);
-        self.write(&buf, bytes);
-        buf
-    }
-
-    /// Writes `bytes` (padded to a multiple of four) at the start of `buf`, after every
-    /// kernel recorded so far: small writes go through the parameter arena and a recorded
-    /// copy; large ones submit the batch and use the queue's write.
-    pub(crate) fn write(&'static self, buf: &Buffer, bytes: &[u8]) {
-        if bytes.is_empty() {
-            return;
-        }
-        self.check_alive();
-        let padded = pad4(bytes);
-        let mut b = self.recording();
-        if (padded.len() as u64) <= ARENA_BYTES / 16 {
-            let at = b.stage(self, &padded);
-            b.copy(self, &self.arena, at, buf.raw(), 0, padded.len() as u64);
-            return;
-        }
-        self.submit_locked(&mut b);
-        drop(b);
-        self.queue.write_buffer(buf.raw(), 0, &padded);
-    }
-
-    /// Copies `bytes` bytes from the start of `src` to the start of `dst`, in order with
-    /// the recorded kernels.
-    pub(crate) fn copy(&'static self, src: &Buffer, dst: &Buffer, bytes: u64) {
-        if bytes > 0 {
-            self.recording().copy_buffers(self, src, dst, bytes);
-        }
-    }
-
     /// Submits the recorded batch (nothing when it is empty).
     pub(crate) fn submit_locked(&self, b: &mut Batch) {
-        if let Some(cmd) = b.finish(self) {
+        if let Some(cmd) = b.finish(&self.queue, &self.arena) {
             self.queue.submit([cmd]);
             self.counters.submissions.fetch_add(1, Ordering::Relaxed);
         }
@@ -440,88 +401,6 @@ impl Ctx {
         }
     }
 
-    /// Runs `src` over `groups` workgroups (spread over x and y when there are more than
-    /// 65535), with binding 0 a read-only `array<u32>` holding `params` and bindings 1.. the
-    /// `buffers` in order. Returns at once: the launch is recorded, and runs when the batch
-    /// is submitted.
-    pub(crate) fn dispatch(&'static self, src: &str, params: &[u32], buffers: &[&Buffer], groups: u64) {
-        if groups == 0 {
-            return;
-        }
-        self.dispatch3(src, params, buffers, self.grid(groups));
-    }
-
-    /// The grid of `groups` workgroups of a one-dimensional kernel: up to 65535 along x,
-    /// then rows of them along y. Its kernels number their threads with the prelude's
-    /// `flat()`, `id.x + id.y * nw.x * 256` in 32 bits.
-    ///
-    /// # Panics
-    /// When the grid has more than 2^32 threads (`flat()` would wrap, and the last threads
-    /// redo the first ones' elements) or more rows than the adapter allows; the message
-    /// names the device and the size.
-    fn grid(&self, groups: u64) -> [u32; 3] {
-        let (x, y) = (groups.min(65535), groups.div_ceil(65535));
-        let threads = x * y * u64::from(WORKGROUP);
-        assert!(
-            threads <= 1 << 32 && y <= u64::from(self.max_groups),
-            "gpu:{} (`{}`): an op over {groups} workgroups of {WORKGROUP} threads needs a grid of {x} x {y} \
-             ({threads} threads); kernels number their threads in 32 bits (2^32 at most) and the adapter allows {} \
-             workgroups per dimension",
-            self.ordinal,
-            self.info.name,
-            self.max_groups
-        );
-        [x as u32, y as u32, 1]
-    }
-
-    /// [`dispatch`](Ctx::dispatch) over an explicit grid of workgroups.
-    pub(crate) fn dispatch3(&'static self, src: &str, params: &[u32], buffers: &[&Buffer], grid: [u32; 3]) {
-        if grid.contains(&0) {
-            return;
-        }
-        let kernel = self.kernel(src);
-        self.launch3(&kernel, params, buffers, grid);
-    }
-
-    /// [`dispatch3`](Ctx::dispatch3) of a kernel compiled before.
-    pub(crate) fn launch3(&'static self, kernel: &Kernel, params: &[u32], buffers: &[&Buffer], grid: [u32; 3]) {
-        if grid.contains(&0) {
-            return;
-        }
-        self.recording().launch(self, kernel, params, buffers, false, grid);
-    }
-
-    /// [`dispatch`](Ctx::dispatch) of an index check: the check takes an error slot (the
-    /// kernel `atomicMax`es `u32::MAX - position` of the first bad index into it), whose
-    /// number is appended to `params`, and the error slots are bound after `buffers`. The
-    /// slot and the launch are recorded under one lock, so a host read on another thread
-    /// cannot take the check before its kernel is recorded (it would read the slot before
-    /// the kernel ran, and the failure would go unreported).
-    pub(crate) fn dispatch_checked(
-        &'static self,
-        src: &str,
-        check: Check,
-        mut params: Vec<u32>,
-        buffers: &[&Buffer],
-        groups: u64,
-    ) {
-        if groups == 0 {
-            return;
-        }
-        let grid = self.grid(groups);
-        let kernel = self.kernel(src);
-        let mut b = self.recording();
-        while b.checks_len() as u64 >= ERROR_SLOTS {
-            // Out of slots: read them now (a host wait, only after 1024 unread checks).
-            drop(b);
-            let probe = self.alloc(4);
-            drop(self.download(&probe, 4));
-            b = self.recording();
-        }
-        params.push(b.add_check(self, check));
-        b.launch(self, &kernel, &params, buffers, true, grid);
-    }
-
     /// After a failed check was reported: a step that reads a marked buffer marks what it
     /// writes.
     pub(crate) fn propagate_marks(&self, reads: &[u64], writes: &[u64]) {
@@ -543,6 +422,64 @@ impl Ctx {
     }
 }
 
+/// Whether the device can be used (see [`super::health`]).
+impl Ctx {
+    /// Panics naming the device when it cannot be used (see [`super::health`]). What the
+    /// batch holds can never be submitted then: it is dropped first, unless a thread is
+    /// recording into it (this one included), whose [`super::record::Recording`] drops it
+    /// as that thread's panic unwinds.
+    pub(crate) fn check_alive(&self) {
+        if let Err(e) = self.alive() {
+            let batch = match self.batch.try_lock() {
+                Ok(b) => Some(b),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut b) = batch {
+                b.discard();
+            }
+            panic!("{e}");
+        }
+    }
+
+    /// `Err` naming the device, the adapter and why, once the device was lost or an error
+    /// lost work recorded on it.
+    pub(crate) fn alive(&self) -> Result<(), String> {
+        if let Some(why) = lock(&self.lost).as_ref() {
+            return Err(format!("gpu:{} (`{}`) was lost: {why}", self.ordinal, self.info.name));
+        }
+        match lock(&self.failed).as_ref() {
+            Some(e) => Err(format!(
+                "gpu:{} (`{}`): {e} (an earlier error lost recorded work; the device's results cannot be trusted)",
+                self.ordinal, self.info.name
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the device unusable after a failure that lost work the host was waiting for
+    /// (a read's values and the index checks it took), and panics naming it.
+    pub(crate) fn fail(&self, why: String) -> ! {
+        self.check_alive(); // a loss, when that is the cause, is named as one
+        lock(&self.failed).get_or_insert_with(|| why.clone());
+        let (gpu, name) = (self.ordinal, &self.info.name);
+        panic!("gpu:{gpu} (`{name}`): {why} (the work it waited for is lost: every later use of gpu:{gpu} fails)")
+    }
+
+    /// Destroys the device (fault injection, [`crate::gpu::lose_device`]): the recorded
+    /// batch is dropped unsubmitted and every later use panics through
+    /// [`check_alive`](Ctx::check_alive).
+    pub(crate) fn lose(&self) {
+        let mut b = lock(&self.batch);
+        b.discard();
+        // The reason first, so that whatever fails from here on names the loss (wgpu's
+        // lost callback keeps the first reason).
+        lock(&self.lost).get_or_insert_with(|| "destroyed by nn_core::gpu::lose_device".to_string());
+        self.device.destroy();
+        drop(b);
+    }
+}
+
 /// The bindings a WGSL source declares `var<storage, read_write>`, as a bit mask.
 pub(crate) fn written_bindings(src: &str) -> u64 {
     let mut mask = 0;
@@ -556,13 +493,6 @@ pub(crate) fn written_bindings(src: &str) -> u64 {
         }
     }
     mask
-}
-
-/// `bytes` padded with zeros to a multiple of four.
-fn pad4(bytes: &[u8]) -> Vec<u8> {
-    let mut v = bytes.to_vec();
-    v.resize(bytes.len().div_ceil(4) * 4, 0);
-    v
 }
 
 /// `v` as little-endian bytes.

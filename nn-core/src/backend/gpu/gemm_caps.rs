@@ -1,7 +1,7 @@
 //! What an adapter offers the GEMM ([`super::gemm`]) and how each element type is encoded
 //! in its kernels; why an adapter refuses a variant.
 
-use super::gemm::{Algo, Variant};
+use super::gemm_variants::{Algo, Variant};
 use crate::dtype::DType;
 
 /// How a kernel reads and writes its operands.

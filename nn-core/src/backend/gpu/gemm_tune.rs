@@ -37,9 +37,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::context::Kernel as Pipeline;
-use super::context::{Buffer, Ctx};
-use super::gemm::{compile, Algo, Call, Caps, Enc, Kernel, GENERAL, SMALL, VARIANTS};
+use super::context::{count, Buffer, Ctx, Kernel as Pipeline};
+use super::gemm_caps::{Caps, Enc};
+use super::gemm_kernel::{compile, Call, Kernel};
+use super::gemm_variants::{Algo, GENERAL, SMALL, VARIANTS};
+use super::lock;
 
 /// Multiply-adds under which a product runs `t32x32_4x4` untuned.
 pub(crate) const SMALL_FLOPS: usize = 1 << 21;
@@ -136,7 +138,7 @@ impl Tuned {
 
 /// An adapter's GEMM state: what it offers, compiled kernels and refusals, the tuning table.
 pub(crate) struct GemmState {
-    pub(crate) caps: Caps,
+    pub(crate) caps: &'static Caps,
     /// Each kernel's pipeline once compiled, or the compiler's refusal.
     kernels: Mutex<HashMap<Kernel, Result<Arc<Pipeline>, String>>>,
     /// The tuning table: the variant chosen per class, with the times measured.
@@ -149,7 +151,7 @@ pub(crate) struct GemmState {
 }
 
 impl GemmState {
-    pub(crate) fn new(caps: Caps) -> GemmState {
+    fn new(caps: &'static Caps) -> GemmState {
         GemmState {
             caps,
             kernels: Mutex::default(),
@@ -165,7 +167,7 @@ impl GemmState {
         if let Some(r) = lock(&self.kernels).get(&kernel) {
             return r.clone();
         }
-        let src = kernel.source(&self.caps);
+        let src = kernel.source(self.caps);
         #[cfg(test)]
         let src = if tests::BROKEN.lock().unwrap_or_else(|e| e.into_inner()).contains(&kernel) {
             src + "\nfn broken( {\n"
@@ -232,8 +234,11 @@ impl GemmState {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// The GEMM state of `ctx`'s adapter, made when its first product runs.
+pub(crate) fn state(ctx: &'static Ctx) -> &'static GemmState {
+    static STATES: OnceLock<Vec<OnceLock<GemmState>>> = OnceLock::new();
+    let states = STATES.get_or_init(|| (0..count()).map(|_| OnceLock::new()).collect());
+    states[ctx.ordinal].get_or_init(|| GemmState::new(&ctx.gemm_caps))
 }
 
 /// A forced choice (see the module docs).
@@ -303,7 +308,7 @@ pub(crate) fn force(spec: Option<&str>) {
 /// (`variant (why) [encoding]`).
 /// Tuning (the first product of a size class) runs the candidates into `out`.
 pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, Arc<Pipeline>) {
-    let state = &call.ctx.gemm;
+    let state = state(call.ctx);
     let mut why = Vec::new();
     let [m, k, n] = call.mkn;
     let (mut variant, mut reason) = match forced.variant {
@@ -358,7 +363,7 @@ pub(crate) fn choose(call: &Call<'_>, forced: Forced, out: &Buffer) -> (Kernel, 
 /// [`NON_FINITE_TRIES`] such products in a class it keeps the general variant (said in the
 /// tuning table), rather than repeat the extra run and wait on every call.
 fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<(usize, Option<String>)> {
-    let state = &call.ctx.gemm;
+    let state = state(call.ctx);
     let class = Class::of(call, checked);
     if let Some(entry) = lock(&state.tuned).get(&class) {
         return Some(entry.for_depth(call.mkn[1]));
@@ -446,7 +451,7 @@ fn tuned(call: &Call<'_>, checked: bool, out: &Buffer) -> Option<(usize, Option<
 /// The variants the second round times, from the first round's `times` (fastest first): the
 /// [`FINALISTS`] fastest, and the fastest of each block shape of 128 rows (too few
 /// workgroups to fill a large GPU at 1024, they may still win at the real size).
-fn finalists(times: &[(Duration, usize)], enc: super::gemm::Enc, input: bool) -> Vec<usize> {
+fn finalists(times: &[(Duration, usize)], enc: Enc, input: bool) -> Vec<usize> {
     let block = |variant| Kernel { variant, enc, input, checked: false }.block();
     let mut out: Vec<usize> = Vec::new();
     for (i, &(_, v)) in times.iter().enumerate() {
@@ -484,7 +489,7 @@ fn ms(t: Duration) -> String {
 
 /// The first `count` elements of `out` (a tuning wait).
 fn read(call: &Call<'_>, out: &Buffer, count: usize) -> Vec<f64> {
-    call.ctx.gemm.tuning_waits.fetch_add(1, Ordering::Relaxed);
+    state(call.ctx).tuning_waits.fetch_add(1, Ordering::Relaxed);
     let size = if call.enc == Enc::F64 {
         8
     } else if call.enc == Enc::F32 {
@@ -548,7 +553,7 @@ fn poison(call: &Call<'_>, out: &Buffer, cells: usize) {
 
 /// Waits for the kernels queued before, by reading one word of `out` back.
 fn wait(ctx: &'static Ctx, out: &Buffer) {
-    ctx.gemm.tuning_waits.fetch_add(1, Ordering::Relaxed);
+    state(ctx).tuning_waits.fetch_add(1, Ordering::Relaxed);
     ctx.download(out, 4);
 }
 
@@ -558,8 +563,8 @@ fn wait(ctx: &'static Ctx, out: &Buffer) {
 pub(crate) type Report = (Vec<(String, Option<String>)>, Vec<(String, String)>, Option<String>, u64);
 
 /// See [`Report`].
-pub(crate) fn report(ctx: &Ctx) -> Report {
-    let state = &ctx.gemm;
+pub(crate) fn report(ctx: &'static Ctx) -> Report {
+    let state = self::state(ctx);
     let compile: Vec<(usize, String)> =
         lock(&state.kernels).iter().filter_map(|(k, r)| r.clone().err().map(|e| (k.variant, e))).collect();
     let variants = VARIANTS

@@ -28,9 +28,9 @@ pub(crate) static SILENT: Mutex<Vec<Kernel>> = Mutex::new(Vec::new());
 
 /// Puts `kernel` on the list of kernels made faulty (`BROKEN`, `WRONG`, `SILENT`) and
 /// drops its compiled pipeline, which a test that ran before may have built whole.
-fn sabotage(ctx: &Ctx, list: &Mutex<Vec<Kernel>>, kernel: Kernel) {
+fn sabotage(ctx: &'static Ctx, list: &Mutex<Vec<Kernel>>, kernel: Kernel) {
     lock(list).push(kernel);
-    lock(&ctx.gemm.kernels).remove(&kernel);
+    lock(&super::state(ctx).kernels).remove(&kernel);
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn a_compile_failure_falls_back_and_is_remembered() {
     let last = last.expect("a product ran");
     assert!(last.starts_with("t64x64_4x4 ("), "{last}");
     assert!(last.contains("failed to compile GEMM variant `t128x64_8x4` for f32"), "{last}");
-    assert!(last.contains(&format!("adapter `{}`", ctx.gemm.caps.adapter)), "{last}");
+    assert!(last.contains(&format!("adapter `{}`", ctx.gemm_caps.adapter)), "{last}");
     let (_, refused) = &variants[3];
     assert!(refused.as_deref().is_some_and(|e| e.contains("failed to compile")), "{refused:?}");
 }
@@ -210,14 +210,14 @@ fn an_f16_sum_variant_runs_no_deeper_product_than_it_was_checked_at() {
         coop_f16,
         coop_f16_sums: true,
     };
-    let f16_only = GemmState::new(caps(false));
+    let f16_only = GemmState::new(Box::leak(Box::new(caps(false))));
     // Such an adapter refuses the variant (`Caps::refusal`): the limit below is a guard.
     assert!(f16_only.caps.refusal(&VARIANTS[coop]).is_some_and(|why| why.contains("f16 sums only")));
     assert!(f16_only.f16_sums(coop) && !f16_only.f16_sums(t64));
     assert_eq!(f16_only.deeper(coop, &times, &[]), Some(t64));
     assert_eq!(f16_only.deeper(coop, &times, &[(ms(1), coop), (ms(2), GENERAL)]), Some(GENERAL), "finals decide");
     assert_eq!(f16_only.deeper(t64, &times, &[]), None);
-    assert_eq!(GemmState::new(caps(true)).deeper(coop, &times, &[]), None, "f32 sums: no limit");
+    assert_eq!(GemmState::new(Box::leak(Box::new(caps(true)))).deeper(coop, &times, &[]), None, "f32 sums: no limit");
     let entry = Tuned { variant: coop, times: String::new(), shallow: Some((300, t64)) };
     assert_eq!(entry.for_depth(300), (coop, None));
     assert_eq!(entry.for_depth(17), (coop, None));

@@ -4,10 +4,13 @@
 //! run, their outputs left holding stale pool data, their index checks never read). Either
 //! is sticky, as a CUDA error is in PyTorch: every later record, allocation and read on the
 //! device panics naming it and why, and what its batch held is dropped.
+//!
+//! This file installs wgpu's callbacks and keeps what they report; the context reads it
+//! ([`Ctx::check_alive`](super::context::Ctx::check_alive) and its neighbours).
 
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex};
 
-use super::context::{lock, Ctx};
+use super::lock;
 
 /// Why a device cannot be used, once it cannot; shared with wgpu's callbacks.
 pub(crate) type Sticky = Arc<Mutex<Option<String>>>;
@@ -38,61 +41,4 @@ pub(crate) fn watch(device: &wgpu::Device, ordinal: usize, name: &str) -> (Stick
         }
     }));
     (lost, failed)
-}
-
-impl Ctx {
-    /// Panics naming the device when it cannot be used (see the module docs). What the
-    /// batch holds can never be submitted then: it is dropped first, unless a thread is
-    /// recording into it (this one included), whose [`super::batch::Recording`] drops it
-    /// as that thread's panic unwinds.
-    pub(crate) fn check_alive(&self) {
-        if let Err(e) = self.alive() {
-            let batch = match self.batch.try_lock() {
-                Ok(b) => Some(b),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            };
-            if let Some(mut b) = batch {
-                b.discard();
-            }
-            panic!("{e}");
-        }
-    }
-
-    /// `Err` naming the device, the adapter and why, once the device was lost or an error
-    /// lost work recorded on it.
-    pub(crate) fn alive(&self) -> Result<(), String> {
-        if let Some(why) = lock(&self.lost).as_ref() {
-            return Err(format!("gpu:{} (`{}`) was lost: {why}", self.ordinal, self.info.name));
-        }
-        match lock(&self.failed).as_ref() {
-            Some(e) => Err(format!(
-                "gpu:{} (`{}`): {e} (an earlier error lost recorded work; the device's results cannot be trusted)",
-                self.ordinal, self.info.name
-            )),
-            None => Ok(()),
-        }
-    }
-
-    /// Makes the device unusable after a failure that lost work the host was waiting for
-    /// (a read's values and the index checks it took), and panics naming it.
-    pub(crate) fn fail(&self, why: String) -> ! {
-        self.check_alive(); // a loss, when that is the cause, is named as one
-        lock(&self.failed).get_or_insert_with(|| why.clone());
-        let (gpu, name) = (self.ordinal, &self.info.name);
-        panic!("gpu:{gpu} (`{name}`): {why} (the work it waited for is lost: every later use of gpu:{gpu} fails)")
-    }
-
-    /// Destroys the device (fault injection, [`crate::gpu::lose_device`]): the recorded
-    /// batch is dropped unsubmitted and every later use panics through
-    /// [`check_alive`](Ctx::check_alive).
-    pub(crate) fn lose(&self) {
-        let mut b = lock(&self.batch);
-        b.discard();
-        // The reason first, so that whatever fails from here on names the loss (wgpu's
-        // lost callback keeps the first reason).
-        lock(&self.lost).get_or_insert_with(|| "destroyed by nn_core::gpu::lose_device".to_string());
-        self.device.destroy();
-        drop(b);
-    }
 }

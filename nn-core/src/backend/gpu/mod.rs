@@ -19,16 +19,30 @@
 //!
 //! The kernels' WGSL is in `gpu/wgsl/`, a file per kernel family, rendered into sources by
 //! [`template`] and dispatched by the family's module in [`kernels`].
+//!
+//! # Layers
+//! Each file imports only files below it (CI checks the file graph, `.ci/import_cycles.py`):
+//! - data, importing no context: [`batch`] (the recorded work), [`health`] (what wgpu's
+//!   callbacks report), [`gemm_variants`] (the GEMM's kernel designs), [`gemm_caps`] (what an
+//!   adapter offers the GEMM);
+//! - [`context`]: the opened adapter, its buffers, compiled kernels and whether it can be
+//!   used;
+//! - [`record`] (launches and copies into the batch), then [`readback`] (host reads, index
+//!   checks), then the GEMM ([`gemm_kernel`], [`gemm_tune`] with the GEMM's own state per
+//!   adapter, [`gemm`]) and the kernel families in [`kernels`], then [`interface`].
 
 pub(crate) mod batch;
 pub(crate) mod context;
 pub(crate) mod gemm;
 pub(crate) mod gemm_caps;
+mod gemm_kernel;
 pub(crate) mod gemm_tune;
+mod gemm_variants;
 mod health;
 pub(crate) mod interface;
 pub(crate) mod kernels;
 mod readback;
+mod record;
 mod template;
 
 use std::sync::Arc;
@@ -269,6 +283,12 @@ pub(crate) fn write_from(dst: &mut GpuStorage, layout: &Layout, src: &GpuStorage
             dst.overwrite(&on_host);
         }
     }
+}
+
+/// A mutex's guard, whether or not another thread panicked holding it (the data behind
+/// every lock of the GPU backend stays consistent between statements).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

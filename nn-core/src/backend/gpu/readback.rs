@@ -1,15 +1,48 @@
 //! Reading device buffers back: the one place the host waits for the device, and where
-//! the index checks recorded since the last wait are read (see [`super::context`]).
+//! the index checks recorded since the last wait are read (see [`super::context`]); and
+//! recording a check ([`Ctx::dispatch_checked`]), which waits when the error slots run out.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::batch::Check;
-use super::context::{lock, size_class, Buffer, Ctx};
+use super::context::{size_class, Buffer, Ctx, ERROR_SLOTS};
+use super::lock;
 use crate::backend::host::CpuStorage;
 
 impl Ctx {
+    /// [`dispatch`](Ctx::dispatch) of an index check: the check takes an error slot (the
+    /// kernel `atomicMax`es `u32::MAX - position` of the first bad index into it), whose
+    /// number is appended to `params`, and the error slots are bound after `buffers`. The
+    /// slot and the launch are recorded under one lock, so a host read on another thread
+    /// cannot take the check before its kernel is recorded (it would read the slot before
+    /// the kernel ran, and the failure would go unreported).
+    pub(crate) fn dispatch_checked(
+        &'static self,
+        src: &str,
+        check: Check,
+        mut params: Vec<u32>,
+        buffers: &[&Buffer],
+        groups: u64,
+    ) {
+        if groups == 0 {
+            return;
+        }
+        let grid = self.grid(groups);
+        let kernel = self.kernel(src);
+        let mut b = self.recording();
+        while b.checks_len() as u64 >= ERROR_SLOTS {
+            // Out of slots: read them now (a host wait, only after 1024 unread checks).
+            drop(b);
+            let probe = self.alloc(4);
+            drop(self.download(&probe, 4));
+            b = self.recording();
+        }
+        params.push(b.add_check(self, check));
+        b.launch(self, &kernel, &params, buffers, true, grid);
+    }
+
     /// The first `len` bytes of `buf`, copied to the host: submits the batch and waits for
     /// it (a host wait). Index checks recorded since the last wait are read here too, and
     /// a failed one panics (see the module docs); so does reading a buffer marked by one.
