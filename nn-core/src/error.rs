@@ -254,6 +254,18 @@ pub enum Error {
         /// What it is instead.
         kind: &'static str,
     },
+    /// A parametrization that cannot be registered, assigned through or removed
+    /// ([`crate::module::parametrize`]): no such parameter, an output of another shape or
+    /// dtype than the original, a `right_inverse` that returns the wrong tensors.
+    #[error("parametrization of `{tensor}` on `{module}`: {reason}")]
+    Parametrization {
+        /// The type of the module that holds the tensor.
+        module: String,
+        /// The parametrized tensor's name on it (`weight`).
+        tensor: String,
+        /// What is wrong, and what to do instead.
+        reason: String,
+    },
     /// A device that tensors cannot be placed on: a GPU without the `gpu` feature, or an
     /// adapter that does not exist or failed to open.
     #[error("device {device} is not available: {reason}")]

@@ -79,7 +79,7 @@ pub trait ParamField {
 #[diagnostic::do_not_recommend]
 impl ParamField for Parameter {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
-        f(name, Item::Param(self))
+        crate::module::parametrize::report(self, name, f)
     }
     fn __nn_copy(&self, c: &mut DeepCopier) -> Self {
         c.parameter(self)
@@ -89,7 +89,7 @@ impl ParamField for Parameter {
 impl ParamField for Option<Parameter> {
     fn __nn_visit<'a>(&'a self, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         if let Some(p) = self {
-            f(name, Item::Param(p))
+            crate::module::parametrize::report(p, name, f)
         }
     }
     fn __nn_copy(&self, c: &mut DeepCopier) -> Self {

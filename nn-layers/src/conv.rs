@@ -7,6 +7,7 @@
 //! [`Conv2dAxesConfig`], through [`Conv2d::with_kernel`], which also accepts a square
 //! `Conv2dConfig` (`From`), so the two forms meet in one constructor.
 
+use nn_core::module::parametrize::optional_value;
 use std::sync::OnceLock;
 
 use nn_core::ops;
@@ -273,7 +274,7 @@ impl Compute for Conv2d {
             panic!("{} expects input [N, {}, H, W], got {:?}", self, self.in_channels, x.shape());
         }
         let x4 = if unbatched { x.unsqueeze(0) } else { x.clone() };
-        let y = x4.conv2d(&self.weight, self.bias.as_deref(), self.options());
+        let y = x4.conv2d(&self.weight.value(), optional_value(&self.bias).as_deref(), self.options());
         if unbatched {
             y.squeeze_dim(0)
         } else {
@@ -353,7 +354,7 @@ impl Compute for Conv1d {
             );
         }
         let c = &self.config;
-        x.conv1d(&self.weight, self.bias.as_deref(), c.stride, c.padding, c.dilation, c.groups)
+        x.conv1d(&self.weight.value(), optional_value(&self.bias).as_deref(), c.stride, c.padding, c.dilation, c.groups)
     }
 }
 

@@ -4,6 +4,7 @@
 //! the per-axis one, [`ConvTranspose2dAxesConfig`], `(height, width)` pairs; both reach
 //! [`ConvTranspose2d::with_kernel`].
 
+use nn_core::module::parametrize::optional_value;
 use nn_core::ops;
 use nn_core::{Compute, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
 
@@ -218,7 +219,7 @@ impl Compute for ConvTranspose2d {
             );
         }
         let x4 = if unbatched { x.unsqueeze(0) } else { x.clone() };
-        let y = x4.conv_transpose2d(&self.weight, self.bias.as_deref(), self.options());
+        let y = x4.conv_transpose2d(&self.weight.value(), optional_value(&self.bias).as_deref(), self.options());
         if unbatched {
             y.squeeze_dim(0)
         } else {
@@ -330,7 +331,7 @@ impl Compute for ConvTranspose1d {
             dilation: c.dilation,
             groups: c.groups,
         };
-        let y = x3.conv_transpose1d(&self.weight, self.bias.as_deref(), o);
+        let y = x3.conv_transpose1d(&self.weight.value(), optional_value(&self.bias).as_deref(), o);
         if unbatched {
             y.squeeze_dim(0)
         } else {

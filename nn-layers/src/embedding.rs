@@ -71,7 +71,8 @@ impl Embedding {
 
 impl ExtraRepr for Embedding {
     fn extra_repr(&self) -> String {
-        let s = self.weight.shape();
+        let w = self.weight.value();
+        let s = w.shape();
         match self.padding_idx {
             Some(p) => format!("{}, {}, padding_idx={p}", s[0], s[1]),
             None => format!("{}, {}", s[0], s[1]),
@@ -86,7 +87,7 @@ impl Compute for Embedding {
         if idx.dtype() != DType::I64 {
             panic!("{} expects i64 indices, got {} of shape {:?}", self, idx.dtype(), idx.shape());
         }
-        let y = Tensor::embedding(idx, &self.weight);
+        let y = Tensor::embedding(idx, &self.weight.value());
         match self.padding_idx {
             // Rows looked up at the padding index pass no gradient to the table.
             Some(p) => {

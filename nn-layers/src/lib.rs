@@ -24,6 +24,7 @@ mod lazy_layers;
 mod linear;
 mod norm;
 mod param_containers;
+pub mod parametrizations;
 mod pool;
 mod recurrent;
 mod repr;
@@ -45,6 +46,7 @@ pub use embedding::Embedding;
 pub use encoder_decoder::{Transformer, TransformerConfig, TransformerInput};
 pub use lazy_layers::{LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d, LazyConv3d};
 pub use linear::{Bilinear, Conv1D, Flatten, Identity, LazyLinear, Linear};
+pub use nn_core::module::parametrize;
 pub use nn_core::ops::GeluApproximate;
 pub use norm::{
     BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormConfig, BatchStatsSync, GroupNorm, LayerNorm, RMSNorm,

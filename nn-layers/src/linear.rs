@@ -1,5 +1,6 @@
 //! `Linear`, `Bilinear`, `LazyLinear`, `Identity`, `Flatten`, and Hugging Face's `Conv1D`.
 
+use nn_core::module::parametrize::optional_value;
 use std::sync::OnceLock;
 
 use nn_core::{functional, init, Compute, ExtraRepr, Forward, Module, ModuleBase, Parameter, Tensor};
@@ -82,7 +83,7 @@ impl Compute for Linear {
         if x.shape().last() != Some(&self.in_features) {
             panic!("{} expects input [..., {}], got {:?}", self, self.in_features, x.shape());
         }
-        functional::linear(x, &self.weight, self.bias.as_deref())
+        functional::linear(x, &self.weight.value(), optional_value(&self.bias).as_deref())
     }
 }
 
@@ -141,7 +142,7 @@ impl Compute for Bilinear {
                 x2.shape()
             );
         }
-        functional::bilinear(x1, x2, &self.weight, self.bias.as_deref())
+        functional::bilinear(x1, x2, &self.weight.value(), optional_value(&self.bias).as_deref())
     }
 }
 
@@ -354,7 +355,7 @@ impl Compute for Conv1D {
         }
         let lead = &x.shape()[..x.rank() - 1];
         let rows: usize = lead.iter().product();
-        let y = self.bias.addmm(&x.reshape(&[rows, self.nx]), &self.weight);
+        let y = self.bias.value().addmm(&x.reshape(&[rows, self.nx]), &self.weight.value());
         let mut out = lead.to_vec();
         out.push(self.nf);
         y.reshape(&out)

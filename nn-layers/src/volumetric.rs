@@ -3,6 +3,7 @@
 //! The ops are nn-core's [`conv3d`](nn_core::Tensor::conv3d),
 //! [`max_pool3d`](nn_core::Tensor::max_pool3d) and [`avg_pool3d`](nn_core::Tensor::avg_pool3d).
 
+use nn_core::module::parametrize::optional_value;
 use nn_core::ops::{self, Pool3dConfig};
 use nn_core::{Compute, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
 
@@ -143,7 +144,7 @@ impl Compute for Conv3d {
                 x.shape()
             );
         }
-        x.conv3d(&self.weight, self.bias.as_deref(), self.options())
+        x.conv3d(&self.weight.value(), optional_value(&self.bias).as_deref(), self.options())
     }
 }
 

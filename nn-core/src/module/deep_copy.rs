@@ -61,6 +61,8 @@ pub struct DeepCopier {
     /// tensor registered as both stays one tensor.
     tensors: HashMap<TensorId, Tensor>,
     parameters: HashMap<TensorId, Parameter>,
+    /// The copies of parametrized parameters, keyed by the tensor they hold.
+    parametrized: HashMap<TensorId, Parameter>,
 }
 
 impl DeepCopier {
@@ -71,13 +73,31 @@ impl DeepCopier {
     }
 
     /// The copy of `p`: made on first sight, the same [`Parameter`] on every later one.
+    ///
+    /// A parametrized parameter is copied with its parametrizations (their originals
+    /// through this copier too, so a single original stays the parameter's own tensor).
     pub fn parameter(&mut self, p: &Parameter) -> Parameter {
-        if let Some(copy) = self.parameters.get(&p.id()) {
+        let id = p.raw().id();
+        if !p.is_parametrized() {
+            return self.plain(p.raw());
+        }
+        if let Some(copy) = self.parametrized.get(&id) {
             return copy.clone();
         }
-        let values = self.tensors.entry(p.id()).or_insert_with(|| fresh(p)).clone();
-        let copy = Parameter::with_requires_grad(values, p.requires_grad());
-        self.parameters.insert(p.id(), copy.clone());
+        let copy = Parameter::sharing(self.plain(p.raw()).raw().clone());
+        super::parameter::parametrize::copy_parametrized(p, &copy, self);
+        self.parametrized.insert(id, copy.clone());
+        copy
+    }
+
+    /// The copy of the parameter tensor `t`, without parametrizations.
+    fn plain(&mut self, t: &Tensor) -> Parameter {
+        if let Some(copy) = self.parameters.get(&t.id()) {
+            return copy.clone();
+        }
+        let values = self.tensors.entry(t.id()).or_insert_with(|| fresh(t)).clone();
+        let copy = Parameter::with_requires_grad(values, t.requires_grad());
+        self.parameters.insert(t.id(), copy.clone());
         copy
     }
 

@@ -34,7 +34,7 @@ pub use holds_state::HoldsState;
 pub use hooks::{HookHandle, ModuleBase, ScopedHook};
 pub use load::{IncompatibleKeys, LoadStateDictConfig};
 pub use lookup::ModuleExt;
-pub use parameter::Parameter;
+pub use parameter::{parametrize, Parameter};
 pub use register::Hooks;
 pub use state_hooks::{ExtraState, EXTRA_STATE_KEY};
 #[doc(hidden)]
@@ -657,6 +657,7 @@ pub trait Module: HoldsState + Any {
         if let Some(b) = self.base_mut() {
             b.set_training(training);
         }
+        parameter::parametrize::set_training(self.as_dyn(), training);
         self.visit_modules_mut(&mut |_, m| m.set_training(training));
     }
 

@@ -19,6 +19,7 @@ mod module;
 mod ops_repeat_pad_resample;
 mod ops_scan_sort_shift;
 mod optim_state;
+mod parametrize;
 mod pytorch_files;
 mod reset;
 mod ties;

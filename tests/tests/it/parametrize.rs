@@ -1,0 +1,261 @@
+//! Parametrizations against PyTorch (`tests/fixtures/pytorch/parametrize.py`'s committed
+//! outputs, float64): a module built here, parametrized, loads PyTorch's state dict under
+//! PyTorch's keys; its training-mode output, every parameter's gradient, the state dict after
+//! that forward (spectral norm's power iteration updates `_u`/`_v`), the eval-mode output and
+//! the parametrized weight match. Then the machinery: saving and loading both ways, deep
+//! copies, assignment through `right_inverse`, removal, the `cached` scope, and the errors.
+
+use std::path::Path;
+
+use nn_core::module::parametrize::{
+    assign, cached, register_parametrization, remove_parametrizations, value_of, Parametrization,
+};
+use nn_core::optim::Optimizer;
+use nn_core::prelude::*;
+use nn_core::{manual_seed, no_grad, DType, Error, StateDict};
+use nn_layers::parametrizations::{spectral_norm, weight_norm, SpectralNormConfig};
+use nn_layers::{Conv1d, Conv2d, Linear};
+
+fn fixture(name: &str) -> StateDict {
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/parametrize").join(format!("{name}.safetensors"));
+    StateDict::load(&p).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The entries of `f` under `prefix`, the prefix removed.
+fn section(f: &StateDict, prefix: &str) -> StateDict {
+    let mut sd = StateDict::new();
+    for k in f.keys() {
+        if let Some(rest) = k.strip_prefix(prefix) {
+            sd.insert(rest.to_string(), f.get(k).unwrap().clone());
+        }
+    }
+    sd
+}
+
+fn close(what: &str, got: &Tensor, want: &Tensor, tol: f64) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let err = got.to_dtype(DType::F64).sub(&want.to_dtype(DType::F64)).abs().max().item();
+    assert!(err <= tol, "{what}: max error {err:e} > {tol:e}");
+}
+
+/// A user's parametrization, as the fixture's `Double`.
+#[derive(Module)]
+struct Double;
+impl Parametrization for Double {
+    fn forward(&self, x: &[Tensor], _training: bool) -> Tensor {
+        &x[0] * 2.0
+    }
+    fn right_inverse(&self, w: &Tensor) -> Option<Vec<Tensor>> {
+        Some(vec![w / 2.0])
+    }
+}
+
+/// Runs the fixture `name` against `m` (parametrized, f64): load, train forward, grads,
+/// state after, eval forward, weight.
+fn parity<M: Module + Forward<Input = Tensor, Output = Tensor>>(name: &str, mut m: M) {
+    let f = fixture(name);
+    let sd = section(&f, "sd.");
+    let mut ours: Vec<String> = m.state_dict().keys().map(str::to_string).collect();
+    let mut theirs: Vec<String> = sd.keys().map(str::to_string).collect();
+    ours.sort();
+    theirs.sort();
+    assert_eq!(ours, theirs, "{name}: state-dict keys");
+    m.load_state_dict(&sd, true).unwrap_or_else(|e| panic!("{name}: {e}"));
+    m.train();
+    let y = m.forward(f.get("x").unwrap());
+    close(&format!("{name}: y_train"), &y, f.get("y_train").unwrap(), 1e-12);
+    (&y * f.get("cot").unwrap()).sum().backward();
+    let grads = section(&f, "grad.");
+    let params = m.named_parameters();
+    assert_eq!(params.len(), grads.keys().count(), "{name}: parameters");
+    for (k, p) in &params {
+        let want = grads.get(k).unwrap_or_else(|| panic!("{name}: PyTorch has no gradient for `{k}`"));
+        close(&format!("{name}: grad {k}"), &p.grad().unwrap(), want, 1e-11);
+    }
+    let after = section(&f, "sd_after.");
+    for (k, t) in m.state_dict().iter() {
+        close(&format!("{name}: state after, {k}"), t, after.get(k).unwrap(), 1e-12);
+    }
+    m.eval();
+    let y = no_grad(|| m.forward(f.get("x").unwrap()));
+    close(&format!("{name}: y_eval"), &y, f.get("y_eval").unwrap(), 1e-12);
+    let w = no_grad(|| value_of(&m, "weight").unwrap());
+    close(&format!("{name}: weight"), &w, f.get("weight").unwrap(), 1e-12);
+}
+
+fn f64<M: Module>(mut m: M) -> M {
+    m.to_dtype(DType::F64);
+    m
+}
+
+#[test]
+fn weight_norm_matches_pytorch() {
+    parity("weight_norm_linear", weight_norm(f64(Linear::new(4, 3)), "weight", Some(0)).unwrap());
+    let conv = f64(Conv1d::new(2, 3, 3));
+    parity("weight_norm_conv1d_dim1", weight_norm(conv, "weight", Some(1)).unwrap());
+}
+
+#[test]
+fn spectral_norm_matches_pytorch() {
+    let cfg = SpectralNormConfig::default();
+    parity("spectral_norm_linear", spectral_norm(f64(Linear::new(4, 3)), "weight", cfg).unwrap());
+    parity("spectral_norm_conv2d", spectral_norm(f64(Conv2d::new(2, 3, 3)), "weight", cfg).unwrap());
+}
+
+#[test]
+fn chained_parametrizations_match_pytorch() {
+    let mut m = weight_norm(f64(Linear::new(4, 3)), "weight", Some(0)).unwrap();
+    register_parametrization(&mut m, "weight", Double).unwrap();
+    parity("chained", m);
+}
+
+#[test]
+fn registration_keeps_the_weight_and_moves_it_into_the_originals() {
+    manual_seed(0);
+    let mut lin = Linear::new(4, 3);
+    let before = lin.weight.detach().copy();
+    register_parametrization(&mut lin, "weight", Double).unwrap();
+    assert!(lin.weight.is_parametrized());
+    close("value", &lin.weight.value(), &before, 1e-7);
+    let sd = lin.state_dict();
+    let keys: Vec<&str> = sd.keys().collect();
+    assert!(keys.contains(&"parametrizations.weight.original") && keys.contains(&"bias"), "{keys:?}");
+    close("original", sd.get("parametrizations.weight.original").unwrap(), &(&before / 2.0), 1e-7);
+    // The optimizer's parameters are the original and the bias.
+    let names: Vec<String> = lin.named_parameters().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(names, ["bias", "parametrizations.weight.original"]); // PyTorch's order: own parameters first
+                                                                     // The printout shows the parametrization where PyTorch does.
+    let shown = format!("{lin}");
+    assert!(shown.contains("(parametrizations): ModuleDict") && shown.contains("(0): Double"), "{shown}");
+}
+
+#[test]
+fn a_direct_read_of_a_parametrized_weight_panics_naming_it() {
+    let mut lin = Linear::new(4, 3);
+    register_parametrization(&mut lin, "weight", Double).unwrap();
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lin.weight.shape().to_vec())).unwrap_err();
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("`weight` of `Linear` is parametrized (Double)") && msg.contains("Parameter::value()"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn training_reaches_the_originals_and_the_state_dict_round_trips() {
+    manual_seed(1);
+    let m = weight_norm(f64(Linear::new(4, 3)), "weight", Some(0)).unwrap();
+    let x = Tensor::randn(&[5, 4]).to_dtype(DType::F64);
+    let cfg = nn_core::optim::SgdConfig { lr: 0.1, ..Default::default() };
+    let mut opt = nn_core::optim::Sgd::new(m.parameters(), cfg);
+    let before = m.forward(&x).detach().copy();
+    m.forward(&x).square().sum().backward();
+    opt.step();
+    let after = m.forward(&x).detach();
+    assert!(after.sub(&before).abs().max().item() > 1e-6, "the step changed nothing");
+    // Saved and loaded into a fresh parametrized layer, the output is the same.
+    let mut fresh = weight_norm(f64(Linear::new(4, 3)), "weight", Some(0)).unwrap();
+    fresh.load_state_dict(&m.state_dict(), true).unwrap();
+    close("reloaded", &fresh.forward(&x), &after, 0.0);
+    // A plain layer does not take the parametrized keys (strict), naming them.
+    let err = f64(Linear::new(4, 3)).load_state_dict(&m.state_dict(), true).unwrap_err().to_string();
+    assert!(err.contains("parametrizations.weight.original0"), "{err}");
+}
+
+#[test]
+fn a_deep_copy_is_independent_and_keeps_the_parametrization() {
+    manual_seed(2);
+    let m = spectral_norm(f64(Linear::new(4, 3)), "weight", SpectralNormConfig::default()).unwrap();
+    let copy = m.deep_copy();
+    let x = Tensor::randn(&[2, 4]).to_dtype(DType::F64);
+    let (mut a, mut b) = (m, copy);
+    a.eval();
+    b.eval();
+    close("copy", &b.forward(&x), &a.forward(&x), 0.0);
+    let (pa, pb) = (a.named_parameters(), b.named_parameters());
+    assert!(pa.iter().zip(&pb).all(|((_, p), (_, q))| p.id() != q.id()), "the copy shares a parameter");
+    let weight = |ps: &[(String, Parameter)]| {
+        ps.iter().find(|(k, _)| k == "parametrizations.weight.original").unwrap().1.clone()
+    };
+    no_grad(|| {
+        weight(&pb).mul_(2.0);
+    });
+    assert!(b.forward(&x).sub(&a.forward(&x)).abs().max().item() < 1e-9, "spectral norm is scale-free");
+    b.train();
+    b.forward(&x); // a power iteration on the copy's `_u`/`_v` ...
+    let (ua, ub) = (a.state_dict(), b.state_dict());
+    assert!(
+        ua.get("parametrizations.weight.0._u").unwrap().id() != ub.get("parametrizations.weight.0._u").unwrap().id()
+    );
+}
+
+#[test]
+fn assign_goes_through_right_inverse_and_remove_leaves_a_plain_parameter() {
+    manual_seed(3);
+    let mut m = weight_norm(f64(Linear::new(4, 3)), "weight", Some(0)).unwrap();
+    register_parametrization(&mut m, "weight", Double).unwrap();
+    let target = Tensor::randn(&[3, 4]).to_dtype(DType::F64);
+    assign(&mut m, "weight", &target).unwrap();
+    close("assigned", &m.weight.value(), &target, 1e-12);
+    // Several originals cannot be left unparametrized; nothing changes.
+    let err = remove_parametrizations(&mut m, "weight", false).unwrap_err().to_string();
+    assert!(err.contains("2 originals"), "{err}");
+    assert!(m.weight.is_parametrized());
+    remove_parametrizations(&mut m, "weight", true).unwrap();
+    assert!(!m.weight.is_parametrized());
+    close("left", &m.weight, &target, 1e-12);
+    let names: Vec<String> = m.named_parameters().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(names, ["weight", "bias"]);
+    // Registered again after the removal.
+    register_parametrization(&mut m, "weight", Double).unwrap();
+    close("again", &m.weight.value(), &target, 1e-12);
+    // A single original keeps its handle: removal without leaving it parametrized.
+    let mut lin = Linear::new(2, 2);
+    let id = lin.weight.id();
+    register_parametrization(&mut lin, "weight", Double).unwrap();
+    let original = lin.named_parameters().into_iter().find(|(k, _)| k == "parametrizations.weight.original").unwrap().1;
+    assert_eq!(original.id(), id, "the original is the weight's tensor");
+    remove_parametrizations(&mut lin, "weight", false).unwrap();
+    assert_eq!(lin.weight.id(), id);
+}
+
+#[test]
+fn cached_computes_once_per_scope() {
+    let mut lin = Linear::new(3, 3);
+    register_parametrization(&mut lin, "weight", Double).unwrap();
+    let (a, b) = cached(|| (lin.weight.value().into_owned(), lin.weight.value().into_owned()));
+    assert_eq!(a.id(), b.id(), "one value inside the scope");
+    assert_ne!(lin.weight.value().id(), lin.weight.value().id(), "recomputed outside it");
+}
+
+/// A parametrization whose output has another shape.
+#[derive(Module)]
+struct Flatten;
+impl Parametrization for Flatten {
+    fn forward(&self, x: &[Tensor], _training: bool) -> Tensor {
+        x[0].reshape(&[x[0].numel()])
+    }
+}
+
+#[test]
+fn bad_registrations_are_refused_naming_the_module_and_tensor() {
+    let mut lin = Linear::new(4, 3);
+    let before = lin.state_dict();
+    let err = register_parametrization(&mut lin, "weight", Flatten).unwrap_err();
+    assert!(matches!(err, Error::Parametrization { .. }));
+    let msg = err.to_string();
+    assert!(msg.starts_with("parametrization of `weight` on `Linear`: the parametrization's output is [12]"), "{msg}");
+    let err = register_parametrization(&mut lin, "wieght", Double).unwrap_err().to_string();
+    assert!(err.contains("there is no parameter `wieght`; its parameters are: [weight, bias]"), "{err}");
+    assert!(!lin.weight.is_parametrized());
+    assert_eq!(lin.state_dict().keys().collect::<Vec<_>>(), before.keys().collect::<Vec<_>>());
+    let err = assign(&mut lin, "weight", &Tensor::zeros(&[3, 4])).unwrap_err().to_string();
+    assert!(err.contains("it is not parametrized"), "{err}");
+    let err = weight_norm(Linear::new(4, 3), "weight", Some(2)).err().unwrap().to_string();
+    assert!(err.contains("dim 2 of a tensor of rank 2"), "{err}");
+    // A chained step whose output shape differs is refused too, the chain unchanged.
+    let mut m = weight_norm(Linear::new(4, 3), "weight", Some(0)).unwrap();
+    assert!(register_parametrization(&mut m, "weight", Flatten).is_err());
+    assert_eq!(m.weight.value().shape(), &[3, 4]);
+}
