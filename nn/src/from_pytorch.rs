@@ -713,6 +713,45 @@
 //! assert_ne!(net.a.weight.to_vec(), before);
 //! ```
 //!
+//! ## Parametrizations: `weight_norm`, `spectral_norm`, `orthogonal`
+//!
+//! PyTorch's `torch.nn.utils.parametrize` and `torch.nn.utils.parametrizations` are
+//! [`crate::layers::parametrize`] and [`crate::layers::parametrizations`], with PyTorch's
+//! state-dict keys, so checkpoints of parametrized models move both ways:
+//!
+//! | PyTorch | nn |
+//! |---|---|
+//! | `m = weight_norm(nn.Linear(4, 3))` | `let m = weight_norm(Linear::new(4, 3), "weight", Some(0))?` |
+//! | `spectral_norm(conv)` | `spectral_norm(conv, "weight", SpectralNormConfig::default())?` |
+//! | `orthogonal(lin, orthogonal_map="householder")` | `orthogonal(lin, "weight", OrthogonalMap::Householder)?` |
+//! | `register_parametrization(m, "weight", P())` | `register_parametrization(&mut m, "weight", P)?` |
+//! | `m.weight` (computed) | `m.weight.value()` |
+//! | `m.weight = X` | `parametrize::assign(&mut m, "weight", &x)?` |
+//! | `with parametrize.cached():` | `parametrize::cached(\|\| ...)` |
+//! | `remove_parametrizations(m, "weight")` | `remove_parametrizations(&mut m, "weight", true)?` |
+//!
+//! One difference is loud by design: a parametrized parameter has no tensor to lend, so
+//! reading it directly (`&*m.weight`, `m.weight.shape()`) panics naming it and saying to read
+//! `value()`. PyTorch's property makes every read compute; in Rust a layer that read its
+//! weight directly would skip the parametrization silently. nn's linear, convolution and
+//! embedding layers read through `value()`; a layer of your own that should accept
+//! parametrizations does the same (`parametrize::optional_value(&self.bias)` for an optional
+//! one).
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::parametrizations::weight_norm;
+//! use nn::layers::Linear;
+//!
+//! let m = weight_norm(Linear::new(4, 3), "weight", Some(0))?;
+//! let sd = m.state_dict();
+//! let keys: Vec<&str> = sd.keys().collect();
+//! assert!(keys.contains(&"parametrizations.weight.original0") && keys.contains(&"parametrizations.weight.original1"));
+//! let y = m.forward(&Tensor::ones(&[2, 4]));
+//! y.sum().backward(); // the gradient reaches g and v
+//! assert!(m.parameters().iter().all(|p| p.grad().is_some()));
+//! # Ok::<(), nn::Error>(())
+//! ```
+//!
 //! ## Tensors: `clone()`, `detach()`, views and `.data`
 //!
 //! ```python

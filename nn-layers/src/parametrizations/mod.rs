@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | [`weight_norm`] | `parametrizations.weight.original0` (the magnitude `g`), `original1` (the direction `v`) | none |
 //! | [`spectral_norm`] | `parametrizations.weight.original` | `parametrizations.weight.0._u`, `_v` |
+//! | [`orthogonal`] | `parametrizations.weight.original` | `parametrizations.weight.0.base` |
 //!
 //! A PyTorch checkpoint saved from such a module loads into the same module built here, and
 //! the reverse.
@@ -28,8 +29,12 @@
 //! assert!(rows.sub(g).abs().max().item() < 1e-6);
 //! ```
 //!
-//! Not here yet: PyTorch's `orthogonal` (it needs a matrix exponential, a Householder
-//! product and a QR decomposition, which nn's tensors do not have).
+//! [`orthogonal`] keeps `parametrizations.weight.original` and the buffer
+//! `parametrizations.weight.0.base`.
+
+mod orthogonal;
+
+pub use orthogonal::{Orthogonal, OrthogonalMap};
 
 use nn_core::module::parametrize::{register_parametrization, Parametrization};
 use nn_core::prelude::*;
@@ -203,6 +208,29 @@ pub fn spectral_norm<M: Module>(mut module: M, name: &str, config: SpectralNormC
         });
     }
     let p = SpectralNorm::new(&weight.detach(), config, dim);
+    register_parametrization(&mut module, name, p)?;
+    Ok(module)
+}
+
+/// Registers an orthogonal parametrization on `module`'s parameter `name` (PyTorch's
+/// `parametrizations.orthogonal` with `use_trivialization=True`): the weight (a matrix) is
+/// kept with orthonormal columns (rows, when it is wider than tall) as `base @ map(original)`.
+/// At registration `base` becomes the weight made orthogonal (its QR decomposition's `Q`
+/// with a positive diagonal in `R`; a non-square weight is first completed with random
+/// columns) and `original` is `-I`, so the weight is `base`'s leading columns.
+///
+/// # Errors
+/// As [`register_parametrization`]: no parameter `name`, or a weight that is not a matrix.
+pub fn orthogonal<M: Module>(mut module: M, name: &str, map: OrthogonalMap) -> Result<M> {
+    let weight = nn_core::module::parametrize::value_of(&module, name)?;
+    if weight.rank() != 2 {
+        return Err(Error::Parametrization {
+            module: module.type_name().to_string(),
+            tensor: name.to_string(),
+            reason: format!("orthogonal needs a matrix, got shape {:?}", weight.shape()),
+        });
+    }
+    let p = Orthogonal::new(weight.shape(), map, &weight);
     register_parametrization(&mut module, name, p)?;
     Ok(module)
 }
