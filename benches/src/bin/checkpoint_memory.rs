@@ -8,6 +8,7 @@
 //! ```text
 //! cargo run --release -p nn-bench --bin checkpoint_memory -- plain
 //! cargo run --release -p nn-bench --bin checkpoint_memory -- every   # every layer checkpointed
+//! cargo run --release -p nn-bench --bin checkpoint_memory -- selective   # every layer, products and attention kept
 //! ```
 //!
 //! The peak counts the parameters (85M, 340 MB in f32), their gradients, the momentum and
@@ -16,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use nn_core::grad_checkpoint::checkpoint;
+use nn_core::grad_checkpoint::{checkpoint_with, CheckpointPolicy};
 use nn_core::optim::{Optimizer, Sgd, SgdConfig};
 use nn_core::{manual_seed, Forward, Module, Tensor};
 use nn_layers::{Activation, EncoderInput, TransformerEncoderLayer, TransformerEncoderLayerConfig};
@@ -34,10 +35,11 @@ fn peak_mib() -> f64 {
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "plain".to_string());
-    let every = match mode.as_str() {
-        "plain" => false,
-        "every" => true,
-        other => panic!("checkpoint_memory: unknown mode `{other}` (expected `plain` or `every`)"),
+    let policy = match mode.as_str() {
+        "plain" => None,
+        "every" => Some(CheckpointPolicy::recompute_all()),
+        "selective" => Some(CheckpointPolicy::save_matmuls_and_attention()),
+        other => panic!("checkpoint_memory: unknown mode `{other}` (expected `plain`, `every` or `selective`)"),
     };
     manual_seed(0);
     let config = TransformerEncoderLayerConfig {
@@ -63,11 +65,12 @@ fn main() {
         let t = Instant::now();
         let mut h = x.clone();
         for l in &layers {
-            h = if every {
-                let (l, input) = (l.clone(), h.clone());
-                checkpoint(move || l.forward(EncoderInput::new(&input)))
-            } else {
-                l.forward(EncoderInput::new(&h))
+            h = match &policy {
+                Some(p) => {
+                    let (l, input) = (l.clone(), h.clone());
+                    checkpoint_with(p.clone(), move || l.forward(EncoderInput::new(&input)))
+                }
+                None => l.forward(EncoderInput::new(&h)),
             };
         }
         h.square().mean().backward();

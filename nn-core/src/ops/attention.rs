@@ -342,15 +342,17 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> O
     };
     let (qs, ks, vs) = (q4.storage_arc(), k4.storage_arc(), v4.storage_arc());
     let mask_operand = ms.as_deref().zip(mask_layout.as_ref());
-    let [out, weights, kept] =
-        qs.attention_fused(q4.layout(), (&ks, k4.layout()), (&vs, v4.layout()), mask_operand, &plan)?;
+    let [out, weights, kept] = crate::grad_checkpoint::computed(OP, n * h * l * ev, || {
+        qs.attention_fused(q4.layout(), (&ks, k4.layout()), (&vs, v4.layout()), mask_operand, &plan)
+            .map(|p| p.map(Arc::new))
+    })?;
     let out_shape = [n, h, l, ev];
     let layout = Layout::new(out_shape[..].into(), stored(&out_shape, plan.token_major), 0);
     // A float mask that requires grad gets the scores' gradient, summed over its broadcast.
     let float_mask = mask.as_ref().filter(|m| m.dtype() != DType::Bool);
     let mut inputs = vec![&q4, &k4, &v4];
     inputs.extend(float_mask);
-    let y = op_result(OP, Arc::new(out), layout, &inputs, || {
+    let y = op_result(OP, out, layout, &inputs, || {
         let lay = [q4.layout().clone(), k4.layout().clone(), v4.layout().clone()];
         let mask_shape: Option<(Dims, DType)> = float_mask.map(|m| (m.shape().into(), m.dtype()));
         let (ms, mask_layout) = (ms.clone(), mask_layout.clone());
@@ -360,7 +362,7 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> O
             let qkv = [(&*qs, &lay[0]), (&*ks, &lay[1]), (&*vs, &lay[2])];
             let (grads, dscores) = g
                 .storage_arc()
-                .attention_fused_backward(g.layout(), (&weights, &kept), qkv, mask, &plan, scores_grad)
+                .attention_fused_backward(g.layout(), (&*weights, &*kept), qkv, mask, &plan, scores_grad)
                 .expect("scaled_dot_product_attention: the backend that ran the fused forward runs its backward");
             let mut out: Grads = grads
                 .into_iter()

@@ -110,14 +110,16 @@ impl Tensor {
         crate::shape::numel_of(OP, &[m, n]);
         let lw = weight.layout().permute(&[1, 0]);
         let lb = bias.layout().broadcast_to(&[m, n]).expect("bias [n] broadcasts to [m, n]");
-        let out = bias.storage_arc().addmm(
-            &lb,
-            (&self.storage_arc(), self.layout()),
-            (&weight.storage_arc(), &lw),
-            (1.0, 1.0),
-        );
+        let out = crate::grad_checkpoint::computed(OP, m * n, || {
+            Arc::new(bias.storage_arc().addmm(
+                &lb,
+                (&self.storage_arc(), self.layout()),
+                (&weight.storage_arc(), &lw),
+                (1.0, 1.0),
+            ))
+        });
         let (x, w) = (self.saved_for_backward(), weight.saved_for_backward());
-        Some(op_result(OP, Arc::new(out), Layout::contiguous(&[m, n]), &[self, weight, bias], || {
+        Some(op_result(OP, out, Layout::contiguous(&[m, n]), &[self, weight, bias], || {
             move |g: &Tensor, needs: &[bool]| -> Grads {
                 smallvec![
                     needs[0].then(|| g.matmul(&w)),
@@ -207,13 +209,15 @@ impl Tensor {
                 mat2.shape()
             );
         };
-        let storage = self.storage_arc().addmm(
-            &li,
-            (&mat1.storage_arc(), mat1.layout()),
-            (&mat2.storage_arc(), mat2.layout()),
-            (beta, alpha),
-        );
-        op_result(OP, Arc::new(storage), Layout::contiguous(&[m, n]), &[self, mat1, mat2], || {
+        let storage = crate::grad_checkpoint::computed(OP, m * n, || {
+            Arc::new(self.storage_arc().addmm(
+                &li,
+                (&mat1.storage_arc(), mat1.layout()),
+                (&mat2.storage_arc(), mat2.layout()),
+                (beta, alpha),
+            ))
+        });
+        op_result(OP, storage, Layout::contiguous(&[m, n]), &[self, mat1, mat2], || {
             let (a, b, in_shape): (Tensor, Tensor, Dims) =
                 (mat1.saved_for_backward(), mat2.saved_for_backward(), self.shape().into());
             let scale = |t: Tensor, s: f64| if s == 1.0 { t } else { t * s };
@@ -244,8 +248,11 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     // Operands with k = 0 (or broadcast batch dims) can each be valid while the product
     // is not: check before anything is allocated or handed to the GEMM.
     crate::shape::numel_of(OP, &shape);
-    let storage = a.storage_arc().matmul(a.layout(), &b.storage_arc(), b.layout(), &batch, (m, k, n));
-    op_result(OP, Arc::new(storage), Layout::contiguous(&shape), &[a, b], || {
+    let len = shape.iter().product();
+    let storage = crate::grad_checkpoint::computed(OP, len, || {
+        Arc::new(a.storage_arc().matmul(a.layout(), &b.storage_arc(), b.layout(), &batch, (m, k, n)))
+    });
+    op_result(OP, storage, Layout::contiguous(&shape), &[a, b], || {
         let (a, b) = (a.saved_for_backward(), b.saved_for_backward());
         move |g: &Tensor, needs: &[bool]| -> Grads {
             smallvec![

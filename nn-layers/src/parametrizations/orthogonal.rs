@@ -84,14 +84,16 @@ fn make_orthogonal(q: &Tensor) -> Tensor {
     let m = q.to_dtype(DType::F64).to_vec_f64();
     let mut cols: Vec<Vec<f64>> = (0..n).map(|j| (0..n).map(|i| m[i * n + j]).collect()).collect();
     for j in 0..n {
-        for p in 0..j {
-            let dot: f64 = (0..n).map(|i| cols[p][i] * cols[j][i]).sum();
-            for i in 0..n {
-                cols[j][i] -= dot * cols[p][i];
+        let (done, rest) = cols.split_at_mut(j);
+        let c = &mut rest[0];
+        for p in done.iter() {
+            let dot: f64 = p.iter().zip(c.iter()).map(|(a, b)| a * b).sum();
+            for (x, y) in c.iter_mut().zip(p) {
+                *x -= dot * y;
             }
         }
-        let norm = cols[j].iter().map(|x| x * x).sum::<f64>().sqrt();
-        for x in &mut cols[j] {
+        let norm = c.iter().map(|x| x * x).sum::<f64>().sqrt();
+        for x in c.iter_mut() {
             *x /= norm;
         }
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nn_core::amp::autocast;
-use nn_core::grad_checkpoint::checkpoint;
+use nn_core::grad_checkpoint::{checkpoint, checkpoint_with, CheckpointPolicy};
 use nn_core::random::fork_rng;
 use nn_core::{manual_seed, Compute, DType, Device, Forward, Hooks, Module, ModuleBase, Tensor};
 use nn_layers::{Dropout, Linear, Tanh};
@@ -44,8 +44,8 @@ fn block() -> Arc<Block> {
     })
 }
 
-/// Every gradient of two stacked blocks on `x`: checkpointed or not.
-fn grads(blocks: &[Arc<Block>], x: &Tensor, checkpointed: bool) -> Vec<Vec<f32>> {
+/// Every gradient of two stacked blocks on `x`: checkpointed under `policy`, or not (`None`).
+fn grads(blocks: &[Arc<Block>], x: &Tensor, policy: Option<CheckpointPolicy>) -> Vec<Vec<f32>> {
     for b in blocks {
         b.zero_grad();
     }
@@ -53,11 +53,12 @@ fn grads(blocks: &[Arc<Block>], x: &Tensor, checkpointed: bool) -> Vec<Vec<f32>>
     manual_seed(11);
     let mut h = x.clone();
     for b in blocks {
-        h = if checkpointed {
-            let (b, input) = (b.clone(), h.clone());
-            checkpoint(move || b.forward(&input))
-        } else {
-            b.forward(&h)
+        h = match &policy {
+            Some(p) => {
+                let (b, input) = (b.clone(), h.clone());
+                checkpoint_with(p.clone(), move || b.forward(&input))
+            }
+            None => b.forward(&h),
         };
     }
     (&h * &h).sum().backward();
@@ -78,14 +79,17 @@ fn gradients_are_bit_identical_with_dropout_forked() {
     manual_seed(0);
     let blocks = [block(), block()];
     let x = Tensor::randn(&[4, 8]).requires_grad_(true);
-    let plain = grads(&blocks, &x, false);
-    let cp = grads(&blocks, &x, true);
+    let plain = grads(&blocks, &x, None);
+    let cp = grads(&blocks, &x, Some(CheckpointPolicy::recompute_all()));
     assert_eq!(cp, plain, "the recomputation draws the same dropout masks");
+    // Selective: the products' outputs kept, dropout and tanh recomputed with the same masks.
+    let selective = grads(&blocks, &x, Some(CheckpointPolicy::save_matmuls_and_attention()));
+    assert_eq!(selective, plain, "selective checkpointing gives the same gradients");
     // The generator continues as after the plain run: the recomputation left it alone.
     manual_seed(11);
-    let _ = grads(&blocks, &x, true);
+    let _ = grads(&blocks, &x, Some(CheckpointPolicy::recompute_all()));
     let after_cp = Tensor::rand(&[3]).to_vec();
-    let _ = grads(&blocks, &x, false);
+    let _ = grads(&blocks, &x, None);
     assert_eq!(Tensor::rand(&[3]).to_vec(), after_cp);
     for b in &blocks {
         assert_eq!(Arc::strong_count(b), 1, "backward released the graph's handle on the block");
@@ -101,9 +105,12 @@ fn gradients_match_under_autocast_forked() {
     manual_seed(1);
     let blocks = [block()];
     let x = Tensor::randn(&[4, 8]).requires_grad_(true);
-    let plain = autocast(Device::Cpu, DType::BF16, || grads(&blocks, &x, false));
-    let cp = autocast(Device::Cpu, DType::BF16, || grads(&blocks, &x, true));
+    let plain = autocast(Device::Cpu, DType::BF16, || grads(&blocks, &x, None));
+    let cp = autocast(Device::Cpu, DType::BF16, || grads(&blocks, &x, Some(CheckpointPolicy::recompute_all())));
     assert_eq!(cp, plain, "the recomputation runs under the forward's autocast state");
+    let policy = CheckpointPolicy::save_matmuls_and_attention();
+    let selective = autocast(Device::Cpu, DType::BF16, || grads(&blocks, &x, Some(policy.clone())));
+    assert_eq!(selective, plain, "the kept bf16 products are the plain run's");
 }
 
 #[test]

@@ -47,8 +47,13 @@
 //! assert_eq!((block.w.grad().unwrap().to_vec(), x.grad().unwrap().to_vec()), (gw, gx));
 //! ```
 
+mod selective;
+
 use std::collections::HashSet;
 use std::sync::Arc;
+
+pub(crate) use selective::computed;
+pub use selective::CheckpointPolicy;
 
 use smallvec::SmallVec;
 
@@ -65,13 +70,41 @@ use crate::tensor::Tensor;
 /// first run.
 #[track_caller]
 pub fn checkpoint(f: impl Fn() -> Tensor + Send + Sync + 'static) -> Tensor {
+    checkpoint_with(CheckpointPolicy::recompute_all(), f)
+}
+
+/// [`checkpoint`] under a [`CheckpointPolicy`]: the outputs of the ops it names are kept
+/// from the first run and taken by the recomputation instead of being computed again
+/// (selective activation checkpointing). Gradients are the plain run's, bit for bit.
+///
+/// ```
+/// use nn_core::grad_checkpoint::{checkpoint_with, CheckpointPolicy};
+/// use nn_core::Tensor;
+///
+/// let w = Tensor::randn(&[4, 4]).requires_grad_(true);
+/// let x = Tensor::randn(&[2, 4]);
+/// let (wc, xc) = (w.clone(), x.clone());
+/// // The product is kept; only the tanh runs again in backward.
+/// let y = checkpoint_with(CheckpointPolicy::save_matmuls_and_attention(), move || xc.matmul(&wc).tanh());
+/// y.sum().backward();
+/// let selective = w.grad().unwrap().to_vec();
+/// w.set_grad(None);
+/// x.matmul(&w).tanh().sum().backward();
+/// assert_eq!(w.grad().unwrap().to_vec(), selective);
+/// ```
+///
+/// # Panics
+/// In backward, when the recomputation returns another shape, dtype or device than the
+/// first run, or runs the policy's ops in another order, number or size.
+#[track_caller]
+pub fn checkpoint_with(policy: CheckpointPolicy, f: impl Fn() -> Tensor + Send + Sync + 'static) -> Tensor {
     if !is_grad_enabled() {
         return f();
     }
     let rng = crate::random::rng_state();
     let amp = [Device::Cpu, Device::Gpu(0)].map(|d| (d, autocast_dtype(d)));
     let first_node = crate::autograd::next_node_id();
-    let y = f();
+    let (y, kept) = selective::record(&policy, &f);
     let Some(root) = y.0.grad_fn.clone() else {
         // Nothing it computed needs a gradient: nothing to keep or recompute.
         return y;
@@ -86,7 +119,7 @@ pub fn checkpoint(f: impl Fn() -> Tensor + Send + Sync + 'static) -> Tensor {
         let again = crate::random::fork_rng_at(&rng, || {
             let _amp: Vec<AutocastGuard> =
                 amp.iter().filter_map(|&(d, dt)| dt.map(|dt| AutocastGuard::new(d, dt))).collect();
-            crate::autograd::enable_grad(&f)
+            crate::autograd::enable_grad(|| selective::replay(&policy, &kept, &f))
         });
         if (again.shape(), again.dtype(), again.device()) != (shape.as_slice(), dtype, device) {
             panic!(
@@ -115,6 +148,20 @@ pub fn checkpoint_sequential<S: Segments + Send + Sync + 'static>(
     segments: usize,
     x: &Tensor,
 ) -> Tensor {
+    checkpoint_sequential_with(layers, segments, x, CheckpointPolicy::recompute_all())
+}
+
+/// [`checkpoint_sequential`] with each segment under `policy` (see [`checkpoint_with`]).
+///
+/// # Panics
+/// When `segments` is 0 or more than the layers.
+#[track_caller]
+pub fn checkpoint_sequential_with<S: Segments + Send + Sync + 'static>(
+    layers: &Arc<S>,
+    segments: usize,
+    x: &Tensor,
+    policy: CheckpointPolicy,
+) -> Tensor {
     let n = layers.len();
     if segments == 0 || segments > n.max(1) {
         panic!("checkpoint_sequential: {segments} segments for {n} layers (expected 1..={})", n.max(1));
@@ -125,7 +172,7 @@ pub fn checkpoint_sequential<S: Segments + Send + Sync + 'static>(
     while start < n {
         let end = (start + per).min(n);
         let (layers, input) = (layers.clone(), h.clone());
-        h = checkpoint(move || layers.run_layers(start..end, &input));
+        h = checkpoint_with(policy.clone(), move || layers.run_layers(start..end, &input));
         start = end;
     }
     h
