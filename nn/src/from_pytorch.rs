@@ -209,6 +209,11 @@
 //! assert!(seen.contains(&("Linear", vec![1, 8])) && seen.contains(&("Sequential", vec![1, 8])));
 //! ```
 //!
+//! `register_full_backward_pre_hook(hook)` (the gradient arriving at the module's output,
+//! replaceable before its backward runs) is [`Hooks::register_full_backward_pre_hook`](crate::Hooks::register_full_backward_pre_hook),
+//! and `prepend=True` is a [`HookConfig`](crate::module::HookConfig) given to the `_with`
+//! forms on the module's base (`m.hook_base()?.register_forward_hook_with(HookConfig { prepend: true }, ..)`).
+//!
 //! ## Activation checkpointing: `torch.utils.checkpoint`
 //!
 //! ```python
@@ -248,6 +253,24 @@
 //! assert_eq!(net.state_dict().keys().next(), Some("blocks.0.weight")); // names as without `Arc`
 //! net.forward(&Tensor::randn(&[2, 4])).sum().backward();
 //! assert!(net.blocks[0].weight.grad().is_some());
+//! ```
+//!
+//! Selective activation checkpointing (PyTorch's `context_fn=partial(
+//! create_selective_checkpoint_contexts, [aten.mm, ...])`) is
+//! [`checkpoint_with`](crate::grad_checkpoint::checkpoint_with) and a
+//! [`CheckpointPolicy`](crate::grad_checkpoint::CheckpointPolicy): the outputs of the ops it
+//! names are kept from the first run, and the recomputation takes them instead of running
+//! those ops again (the elementwise ops around them are recomputed). A policy naming an op
+//! whose output cannot be kept is refused, rather than quietly recomputed.
+//! ```
+//! use nn::grad_checkpoint::{checkpoint_with, CheckpointPolicy};
+//! use nn::Tensor;
+//!
+//! let w = Tensor::randn(&[4, 4]).requires_grad_(true);
+//! let (wc, x) = (w.clone(), Tensor::randn(&[2, 4]));
+//! let y = checkpoint_with(CheckpointPolicy::save_matmuls_and_attention(), move || x.matmul(&wc).gelu());
+//! y.sum().backward();
+//! assert!(w.grad().is_some());
 //! ```
 //!
 //! ## Freezing, parameter groups, layer-wise learning rates

@@ -1,5 +1,7 @@
-//! Module hooks: forward pre-hooks, forward hooks and full backward hooks, as PyTorch's
-//! `register_forward_pre_hook` / `register_forward_hook` / `register_full_backward_hook`.
+//! Module hooks: forward pre-hooks, forward hooks, full backward hooks and full backward
+//! pre-hooks, as PyTorch's `register_forward_pre_hook` / `register_forward_hook` /
+//! `register_full_backward_hook` / `register_full_backward_pre_hook`; each kind in
+//! registration order, or first with [`HookConfig::prepend`].
 //!
 //! Hooks live in the module's [`ModuleBase`] and fire inside [`Forward::forward`], which
 //! nn implements for every module (see [`forward`](super::forward)): no module's code runs
@@ -53,6 +55,17 @@ pub type ForwardHook = Arc<dyn Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + S
 /// A full backward hook: sees `grad_input` (`None` when the input does not require grad)
 /// and `grad_output`, may return a replacement `grad_input`.
 pub type BackwardHook = Arc<dyn Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync>;
+/// A full backward pre-hook: sees `grad_output` before the module's backward runs, may
+/// return a replacement (PyTorch's `register_full_backward_pre_hook`).
+pub type BackwardPreHook = Arc<dyn Fn(&Tensor) -> Option<Tensor> + Send + Sync>;
+
+/// How a hook is registered (PyTorch's keyword arguments).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HookConfig {
+    /// Fire before the hooks of its kind registered earlier, instead of after them
+    /// (PyTorch's `prepend=True`). Global hooks still fire before a module's own.
+    pub prepend: bool,
+}
 
 #[derive(Default, Clone)]
 struct Lists {
@@ -60,11 +73,21 @@ struct Lists {
     pre: Vec<(u64, ForwardPreHook)>,
     fwd: Vec<(u64, ForwardHook)>,
     bwd: Vec<(u64, BackwardHook)>,
+    bwd_pre: Vec<(u64, BackwardPreHook)>,
     /// The state-dict hooks ([`state_hooks`](super::state_hooks)), which `any` does not
     /// count: a forward never looks at them.
     sd_post: Vec<(u64, StateDictPostHook)>,
     load_pre: Vec<(u64, LoadStateDictPreHook)>,
     load_post: Vec<(u64, LoadStateDictPostHook)>,
+}
+
+/// Adds `entry` to `list`: at the end, or first with `config.prepend`.
+fn place<T>(list: &mut Vec<T>, config: HookConfig, entry: T) {
+    if config.prepend {
+        list.insert(0, entry);
+    } else {
+        list.push(entry);
+    }
 }
 
 /// A module's state-dict hooks, in registration order (a snapshot: a hook may register or
@@ -88,7 +111,8 @@ impl HookStore {
     }
 
     fn refresh(&self, l: &Lists) {
-        self.any.store(!(l.pre.is_empty() && l.fwd.is_empty() && l.bwd.is_empty()), Ordering::Release);
+        let none = l.pre.is_empty() && l.fwd.is_empty() && l.bwd.is_empty() && l.bwd_pre.is_empty();
+        self.any.store(!none, Ordering::Release);
     }
 }
 
@@ -99,6 +123,7 @@ impl HookOwner for HookStore {
         l.pre.iter().any(|(i, _)| *i == id)
             || l.fwd.iter().any(|(i, _)| *i == id)
             || l.bwd.iter().any(|(i, _)| *i == id)
+            || l.bwd_pre.iter().any(|(i, _)| *i == id)
             || l.sd_post.iter().any(|(i, _)| *i == id)
             || l.load_pre.iter().any(|(i, _)| *i == id)
             || l.load_post.iter().any(|(i, _)| *i == id)
@@ -109,6 +134,7 @@ impl HookOwner for HookStore {
         l.pre.retain(|(i, _)| *i != id);
         l.fwd.retain(|(i, _)| *i != id);
         l.bwd.retain(|(i, _)| *i != id);
+        l.bwd_pre.retain(|(i, _)| *i != id);
         l.sd_post.retain(|(i, _)| *i != id);
         l.load_pre.retain(|(i, _)| *i != id);
         l.load_post.retain(|(i, _)| *i != id);
@@ -140,6 +166,7 @@ impl std::fmt::Debug for ModuleBase {
             .field("forward_pre_hooks", &l.pre.len())
             .field("forward_hooks", &l.fwd.len())
             .field("backward_hooks", &l.bwd.len())
+            .field("backward_pre_hooks", &l.bwd_pre.len())
             .field("state_dict_post_hooks", &l.sd_post.len())
             .field("load_state_dict_pre_hooks", &l.load_pre.len())
             .field("load_state_dict_post_hooks", &l.load_post.len())
@@ -191,7 +218,17 @@ impl ModuleBase {
         &self,
         hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("forward_pre", |l, id| l.pre.push((id, Arc::new(hook))))
+        self.register_forward_pre_hook_with(HookConfig::default(), hook)
+    }
+
+    /// [`register_forward_pre_hook`](Self::register_forward_pre_hook) with `config`
+    /// (`prepend`: before the pre-hooks registered earlier).
+    pub fn register_forward_pre_hook_with(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register("forward_pre", |l, id| place(&mut l.pre, config, (id, Arc::new(hook))))
     }
 
     /// Registers a forward hook (fired in registration order after `forward`).
@@ -199,7 +236,38 @@ impl ModuleBase {
         &self,
         hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("forward", |l, id| l.fwd.push((id, Arc::new(hook))))
+        self.register_forward_hook_with(HookConfig::default(), hook)
+    }
+
+    /// [`register_forward_hook`](Self::register_forward_hook) with `config` (`prepend`:
+    /// before the forward hooks registered earlier).
+    pub fn register_forward_hook_with(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register("forward", |l, id| place(&mut l.fwd, config, (id, Arc::new(hook))))
+    }
+
+    /// Registers a full backward pre-hook (PyTorch's `register_full_backward_pre_hook`): it
+    /// gets the gradient with respect to the module's first output when it arrives, before
+    /// the module's backward runs, and may return a replacement, which the module's backward
+    /// (and its full backward hooks, as `grad_output`) then see. Fired in registration order.
+    pub fn register_full_backward_pre_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register_full_backward_pre_hook_with(HookConfig::default(), hook)
+    }
+
+    /// [`register_full_backward_pre_hook`](Self::register_full_backward_pre_hook) with
+    /// `config` (`prepend`: before the pre-hooks registered earlier).
+    pub fn register_full_backward_pre_hook_with(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register("full_backward_pre", |l, id| place(&mut l.bwd_pre, config, (id, Arc::new(hook))))
     }
 
     /// Registers a full backward hook (fired in registration order when the gradient with
@@ -211,7 +279,17 @@ impl ModuleBase {
         &self,
         hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("full_backward", |l, id| l.bwd.push((id, Arc::new(hook))))
+        self.register_full_backward_hook_with(HookConfig::default(), hook)
+    }
+
+    /// [`register_full_backward_hook`](Self::register_full_backward_hook) with `config`
+    /// (`prepend`: before the full backward hooks registered earlier).
+    pub fn register_full_backward_hook_with(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register("full_backward", |l, id| place(&mut l.bwd, config, (id, Arc::new(hook))))
     }
 
     /// Registers a state-dict post-hook (PyTorch's `register_state_dict_post_hook`): it
@@ -280,7 +358,7 @@ impl ModuleBase {
             return f(input);
         }
         let global = global.unwrap_or_default();
-        let (pre, fwd, bwd) = {
+        let (pre, fwd, bwd, bwd_pre) = {
             let l = self.hooks.lock();
             let type_name = module.type_name();
             // Global backward hooks first, as PyTorch chains them.
@@ -292,6 +370,7 @@ impl ModuleBase {
                 l.pre.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
                 l.fwd.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
                 bwd.chain(l.bwd.iter().map(|(_, h)| Arc::clone(h))).collect::<Vec<_>>(),
+                l.bwd_pre.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
             )
         };
         let mut x = input.clone();
@@ -306,6 +385,7 @@ impl ModuleBase {
             }
         }
         let with_bwd = !bwd.is_empty() && is_grad_enabled();
+        let with_bwd_pre = !bwd_pre.is_empty() && is_grad_enabled();
         let grad_output: Arc<Mutex<Option<Tensor>>> = Arc::default();
         // The first output's shape, dtype and device: its gradient is zeros when none
         // reaches it (the loss used another output of a tuple).
@@ -351,9 +431,27 @@ impl ModuleBase {
             let p = y.primary();
             *output_like.lock().unwrap_or_else(|e| e.into_inner()) = Some((p.shape().to_vec(), p.dtype(), p.device()));
         }
-        if with_bwd && y.primary().requires_grad() {
+        if (with_bwd || with_bwd_pre) && y.primary().requires_grad() {
             let p = y.primary().clone();
             y = y.with_primary(custom_op("BackwardHookFunctionBackward", &[&p], &p, move |g_out| {
+                // The pre-hooks first: what they return is the gradient the module's
+                // backward and its full backward hooks see.
+                let mut replaced = None;
+                for h in &bwd_pre {
+                    let current = replaced.as_ref().unwrap_or(g_out);
+                    if let Some(new) = h(current) {
+                        assert_eq!(
+                            new.shape(),
+                            current.shape(),
+                            "full backward pre-hook returned grad_output of the wrong shape"
+                        );
+                        replaced = Some(new);
+                    }
+                }
+                let g_out = replaced.as_ref().unwrap_or(g_out);
+                if !with_bwd {
+                    return vec![Some(g_out.clone())];
+                }
                 if input_needs_grad {
                     *grad_output.lock().unwrap_or_else(|e| e.into_inner()) = Some(g_out.clone());
                 } else {

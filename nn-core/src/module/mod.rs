@@ -31,7 +31,7 @@ pub use deep_copy::{CopySlot, DeepCopier};
 pub use display::fmt_module;
 pub use forward::{Compute, Forward, ForwardArg, HasBase, Layer, ModuleIo};
 pub use holds_state::HoldsState;
-pub use hooks::{HookHandle, ModuleBase, ScopedHook};
+pub use hooks::{HookConfig, HookHandle, ModuleBase, ScopedHook};
 pub use load::{IncompatibleKeys, LoadStateDictConfig};
 pub use lookup::ModuleExt;
 pub use parameter::{parametrize, Parameter};

@@ -122,6 +122,36 @@ pub trait Hooks: Module {
         Ok(self.hook_base()?.register_full_backward_hook(hook))
     }
 
+    /// Registers a full backward pre-hook (PyTorch's `register_full_backward_pre_hook`): it
+    /// sees `grad_output` before the module's backward runs and may return a replacement.
+    ///
+    /// ```
+    /// use nn_core::prelude::*;
+    /// use nn_core::Hooks;
+    ///
+    /// #[derive(Module)]
+    /// struct Scale { #[param] w: Parameter, #[base] base: ModuleBase }
+    /// impl Compute for Scale {
+    ///     type Input = Tensor;
+    ///     type Output = Tensor;
+    ///     fn compute(&self, x: &Tensor) -> Tensor { x * &*self.w }
+    /// }
+    /// let m = Scale { w: Parameter::new(Tensor::full(&[2], 3.0)), base: ModuleBase::new() };
+    /// // Halve the gradient arriving at the module's output.
+    /// m.register_full_backward_pre_hook(|g| Some(g * 0.5)).unwrap();
+    /// m.forward(&Tensor::ones(&[2])).sum().backward();
+    /// assert_eq!(m.w.grad().unwrap().to_vec(), [0.5, 0.5]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_full_backward_pre_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_full_backward_pre_hook(hook))
+    }
+
     /// Registers a forward hook on every module of the tree (the root included) for which
     /// `make(path, module)` returns one, e.g. to capture every named activation. Modules
     /// that do not run (containers) are not offered to `make`.

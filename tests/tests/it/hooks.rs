@@ -391,3 +391,112 @@ fn global_hooks_fire_on_every_module_before_its_own() {
     assert_eq!(y.to_vec(), y_plain, "removed: no longer replaced");
     assert!(log.lock().unwrap().is_empty());
 }
+
+/// Records `tag` in `log` and returns nothing (the hooks of the ordering tests).
+fn tagger(log: &Arc<Mutex<Vec<&'static str>>>, tag: &'static str) -> impl Fn() + Send + Sync + 'static {
+    let log = log.clone();
+    move || log.lock().unwrap().push(tag)
+}
+
+#[test]
+fn prepended_hooks_fire_first_as_in_pytorch() {
+    use nn_core::module::HookConfig;
+    let lin = Linear::new(2, 2);
+    let m = lin.hook_base().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let first = HookConfig { prepend: true };
+    let (a, b, c) = (tagger(&log, "pre a"), tagger(&log, "pre b"), tagger(&log, "pre c (prepended)"));
+    m.register_forward_pre_hook(move |_| {
+        a();
+        None
+    });
+    m.register_forward_pre_hook(move |_| {
+        b();
+        None
+    });
+    m.register_forward_pre_hook_with(first, move |_| {
+        c();
+        None
+    });
+    let (d, e) = (tagger(&log, "fwd d"), tagger(&log, "fwd e (prepended)"));
+    m.register_forward_hook(move |_, _| {
+        d();
+        None
+    });
+    m.register_forward_hook_with(first, move |_, _| {
+        e();
+        None
+    });
+    let (f, g) = (tagger(&log, "bwd f"), tagger(&log, "bwd g (prepended)"));
+    m.register_full_backward_hook(move |_, _| {
+        f();
+        None
+    });
+    m.register_full_backward_hook_with(first, move |_, _| {
+        g();
+        None
+    });
+    let (h, i) = (tagger(&log, "bwd pre h"), tagger(&log, "bwd pre i (prepended)"));
+    m.register_full_backward_pre_hook(move |_| {
+        h();
+        None
+    });
+    m.register_full_backward_pre_hook_with(first, move |_| {
+        i();
+        None
+    });
+    lin.forward(&Tensor::ones(&[1, 2]).requires_grad_(true)).sum().backward();
+    // PyTorch's order: prepended first within each kind; backward pre-hooks when
+    // grad_output arrives, full backward hooks when grad_input is ready.
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "pre c (prepended)",
+            "pre a",
+            "pre b",
+            "fwd e (prepended)",
+            "fwd d",
+            "bwd pre i (prepended)",
+            "bwd pre h",
+            "bwd g (prepended)",
+            "bwd f"
+        ]
+    );
+}
+
+#[test]
+fn a_backward_pre_hook_replaces_grad_output_for_the_module_and_its_backward_hooks() {
+    manual_seed(5);
+    let m = Linear::new(3, 2);
+    let x = Tensor::randn(&[4, 3]).requires_grad_(true);
+    m.forward(&x).sum().backward();
+    let (gw, gx) = (m.weight.grad().unwrap().to_vec(), x.grad().unwrap().to_vec());
+    m.zero_grad();
+    x.set_grad(None);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let pre = m.register_full_backward_pre_hook(|g| Some(g * 2.0)).unwrap();
+    m.register_full_backward_hook(move |_, go| {
+        s.lock().unwrap().push(go.to_vec());
+        None
+    })
+    .unwrap();
+    m.forward(&x).sum().backward();
+    let twice = |v: &[f32]| v.iter().map(|g| g * 2.0).collect::<Vec<_>>();
+    assert_eq!(m.weight.grad().unwrap().to_vec(), twice(&gw));
+    assert_eq!(x.grad().unwrap().to_vec(), twice(&gx));
+    assert_eq!(*seen.lock().unwrap(), [vec![2.0; 8]], "the full backward hook sees the replaced grad_output");
+    // Removed, it is gone; the module's input needing no gradient still runs pre-hooks.
+    pre.remove();
+    m.zero_grad();
+    let fired = Arc::new(Mutex::new(0));
+    let f = fired.clone();
+    m.register_full_backward_pre_hook(move |_| {
+        *f.lock().unwrap() += 1;
+        None
+    })
+    .unwrap();
+    m.forward(&Tensor::ones(&[1, 3])).sum().backward();
+    assert_eq!(*fired.lock().unwrap(), 1);
+    assert!(m.weight.grad().unwrap().to_vec().iter().all(|g| *g == 1.0), "no doubling once removed");
+}
