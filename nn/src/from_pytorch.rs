@@ -213,6 +213,9 @@
 //! replaceable before its backward runs) is [`Hooks::register_full_backward_pre_hook`](crate::Hooks::register_full_backward_pre_hook),
 //! and `prepend=True` is a [`HookConfig`](crate::module::HookConfig) given to the `_with`
 //! forms on the module's base (`m.hook_base()?.register_forward_hook_with(HookConfig { prepend: true }, ..)`).
+//! `always_call=True` is [`Hooks::register_forward_hook_always_call`](crate::Hooks::register_forward_hook_always_call),
+//! whose hook gets the output as an `Option`: `None` when the forward panicked (the panic
+//! then goes on to the caller, as PyTorch re-raises).
 //!
 //! ## Activation checkpointing: `torch.utils.checkpoint`
 //!

@@ -22,6 +22,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::global_hooks::GlobalForwardHook;
 use super::{IncompatibleKeys, ModuleIo};
 use crate::autograd::handle::HookOwner;
 pub use crate::autograd::handle::{HookHandle, ScopedHook};
@@ -55,6 +56,18 @@ pub type ForwardHook = Arc<dyn Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + S
 /// A full backward hook: sees `grad_input` (`None` when the input does not require grad)
 /// and `grad_output`, may return a replacement `grad_input`.
 pub type BackwardHook = Arc<dyn Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync>;
+/// A forward hook that also runs when the forward panics (PyTorch's `always_call=True`):
+/// sees the input and the output (`None` when the forward, or a forward hook before it,
+/// panicked), may return a replacement output.
+pub type AlwaysForwardHook = Arc<dyn Fn(&Tensor, Option<&Tensor>) -> Option<Tensor> + Send + Sync>;
+
+/// A forward hook as its module keeps it.
+#[derive(Clone)]
+enum FwdHook {
+    Plain(ForwardHook),
+    Always(AlwaysForwardHook),
+}
+
 /// A full backward pre-hook: sees `grad_output` before the module's backward runs, may
 /// return a replacement (PyTorch's `register_full_backward_pre_hook`).
 pub type BackwardPreHook = Arc<dyn Fn(&Tensor) -> Option<Tensor> + Send + Sync>;
@@ -71,7 +84,7 @@ pub struct HookConfig {
 struct Lists {
     next: u64,
     pre: Vec<(u64, ForwardPreHook)>,
-    fwd: Vec<(u64, ForwardHook)>,
+    fwd: Vec<(u64, FwdHook)>,
     bwd: Vec<(u64, BackwardHook)>,
     bwd_pre: Vec<(u64, BackwardPreHook)>,
     /// The state-dict hooks ([`state_hooks`](super::state_hooks)), which `any` does not
@@ -246,7 +259,22 @@ impl ModuleBase {
         config: HookConfig,
         hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("forward", |l, id| place(&mut l.fwd, config, (id, Arc::new(hook))))
+        self.register("forward", |l, id| place(&mut l.fwd, config, (id, FwdHook::Plain(Arc::new(hook)))))
+    }
+
+    /// Registers a forward hook that fires after every forward *and* when the forward
+    /// panics (PyTorch's `register_forward_hook(hook, always_call=True)`): it gets the
+    /// input and `Some(output)`, or `None` when the forward (or a forward hook that ran
+    /// before it) panicked; then the panic goes on to the caller, unchanged. A hook that
+    /// panics itself on that path is reported on stderr and skipped, so the first panic is
+    /// the one the caller sees (PyTorch warns the same way). Its replacement output, when
+    /// there is an output, is used as a plain forward hook's.
+    pub fn register_forward_hook_always_call(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(&Tensor, Option<&Tensor>) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register("forward", |l, id| place(&mut l.fwd, config, (id, FwdHook::Always(Arc::new(hook)))))
     }
 
     /// Registers a full backward pre-hook (PyTorch's `register_full_backward_pre_hook`): it
@@ -368,7 +396,7 @@ impl ModuleBase {
             });
             (
                 l.pre.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
-                l.fwd.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
+                l.fwd.iter().map(|(_, h)| h.clone()).collect::<Vec<FwdHook>>(),
                 bwd.chain(l.bwd.iter().map(|(_, h)| Arc::clone(h))).collect::<Vec<_>>(),
                 l.bwd_pre.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
             )
@@ -416,17 +444,8 @@ impl ModuleBase {
                 vec![Some(g)]
             }));
         }
-        let mut y = f(&x);
-        for (_, h) in &global.fwd {
-            if let Some(new) = h(module, x.primary(), y.primary()) {
-                y = y.with_primary(new);
-            }
-        }
-        for h in &fwd {
-            if let Some(new) = h(x.primary(), y.primary()) {
-                y = y.with_primary(new);
-            }
-        }
+        let y = run_forward(module, &x, f, &global.fwd, &fwd);
+        let mut y = y;
         if with_bwd && input_needs_grad {
             let p = y.primary();
             *output_like.lock().unwrap_or_else(|e| e.into_inner()) = Some((p.shape().to_vec(), p.dtype(), p.device()));
@@ -472,5 +491,59 @@ impl ModuleBase {
             }));
         }
         y
+    }
+}
+
+/// `f` on `x`, then the global and the module's forward hooks on its output. With hooks
+/// that are always called, a panic of `f` or of a hook before them still runs them (with
+/// no output), then goes on.
+fn run_forward<I: ModuleIo, O: ModuleIo>(
+    module: &dyn super::Module,
+    x: &I,
+    f: impl FnOnce(&I) -> O,
+    global: &[(u64, GlobalForwardHook)],
+    own: &[FwdHook],
+) -> O {
+    use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+    let always = own.iter().any(|h| matches!(h, FwdHook::Always(_)));
+    let mut ran = vec![false; own.len()];
+    let hooks = |ran: &mut [bool]| -> O {
+        let mut y = f(x);
+        for (_, h) in global {
+            if let Some(new) = h(module, x.primary(), y.primary()) {
+                y = y.with_primary(new);
+            }
+        }
+        for (i, h) in own.iter().enumerate() {
+            ran[i] = true;
+            let new = match h {
+                FwdHook::Plain(h) => h(x.primary(), y.primary()),
+                FwdHook::Always(h) => h(x.primary(), Some(y.primary())),
+            };
+            if let Some(new) = new {
+                y = y.with_primary(new);
+            }
+        }
+        y
+    };
+    if !always {
+        return hooks(&mut ran);
+    }
+    match catch_unwind(AssertUnwindSafe(|| hooks(&mut ran))) {
+        Ok(y) => y,
+        Err(panic) => {
+            for (h, ran) in own.iter().zip(&ran) {
+                if let (FwdHook::Always(h), false) = (h, ran) {
+                    if catch_unwind(AssertUnwindSafe(|| h(x.primary(), None))).is_err() {
+                        eprintln!(
+                            "warning: a forward hook with always_call of `{}` panicked while the forward's own panic \
+                             was being handled; that first panic goes on",
+                            module.type_name()
+                        );
+                    }
+                }
+            }
+            resume_unwind(panic)
+        }
     }
 }

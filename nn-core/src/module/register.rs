@@ -152,6 +152,18 @@ pub trait Hooks: Module {
         Ok(self.hook_base()?.register_full_backward_pre_hook(hook))
     }
 
+    /// Registers a forward hook that also fires when the forward panics (PyTorch's
+    /// `always_call=True`; see [`ModuleBase::register_forward_hook_always_call`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_forward_hook_always_call(
+        &self,
+        hook: impl Fn(&Tensor, Option<&Tensor>) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_forward_hook_always_call(super::HookConfig::default(), hook))
+    }
+
     /// Registers a forward hook on every module of the tree (the root included) for which
     /// `make(path, module)` returns one, e.g. to capture every named activation. Modules
     /// that do not run (containers) are not offered to `make`.

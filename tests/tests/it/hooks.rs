@@ -500,3 +500,57 @@ fn a_backward_pre_hook_replaces_grad_output_for_the_module_and_its_backward_hook
     assert_eq!(*fired.lock().unwrap(), 1);
     assert!(m.weight.grad().unwrap().to_vec().iter().all(|g| *g == 1.0), "no doubling once removed");
 }
+
+/// Panics on an input with a negative first value.
+#[derive(Module)]
+struct Fragile {
+    #[base]
+    base: ModuleBase,
+}
+
+impl Compute for Fragile {
+    type Input = Tensor;
+    type Output = Tensor;
+    fn compute(&self, x: &Tensor) -> Tensor {
+        assert!(x.to_vec()[0] >= 0.0, "Fragile: a negative input");
+        x * 2.0
+    }
+}
+
+#[test]
+fn an_always_call_hook_fires_when_the_forward_panics_and_the_panic_goes_on() {
+    let m = Fragile { base: ModuleBase::new() };
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (l1, l2) = (log.clone(), log.clone());
+    m.register_forward_hook(move |_, _| {
+        l1.lock().unwrap().push("plain".to_string());
+        None
+    })
+    .unwrap();
+    m.register_forward_hook_always_call(move |_, y| {
+        l2.lock().unwrap().push(format!("always {:?}", y.map(Tensor::to_vec)));
+        y.map(|y| y + 1.0) // may replace an output that exists
+    })
+    .unwrap();
+    assert_eq!(m.forward(&Tensor::ones(&[1])).to_vec(), [3.0]);
+    let err =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.forward(&Tensor::full(&[1], -1.0)))).unwrap_err();
+    let msg = err.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| err.downcast_ref::<String>().cloned());
+    assert_eq!(msg.as_deref(), Some("Fragile: a negative input"), "the forward's own panic reaches the caller");
+    assert_eq!(*log.lock().unwrap(), ["plain", "always Some([2.0])", "always None"]);
+}
+
+#[test]
+fn an_always_call_hook_fires_when_an_earlier_hook_panics() {
+    let m = Fragile { base: ModuleBase::new() };
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    m.register_forward_hook(|_, _| panic!("a hook fails")).unwrap();
+    m.register_forward_hook_always_call(move |_, y| {
+        l.lock().unwrap().push(y.is_some());
+        None
+    })
+    .unwrap();
+    assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.forward(&Tensor::ones(&[1])))).is_err());
+    assert_eq!(*log.lock().unwrap(), [false], "run once, without an output");
+}
