@@ -163,7 +163,7 @@ pub use error::{Error, Result};
 pub use module::global_hooks as hooks;
 pub use module::{
     Compute, Conversion, ExtraRepr, ExtraState, Forward, HasBase, HookHandle, Hooks, IncompatibleKeys, Item, Layer,
-    LoadStateDictConfig, Module, ModuleBase, ModuleIo, Name, Parameter, ScopedHook,
+    LoadStateDictConfig, MigrateState, Module, ModuleBase, ModuleIo, Name, Parameter, ScopedHook,
 };
 pub use random::manual_seed;
 pub use shape::{Dim, Layout};

@@ -285,7 +285,7 @@ pub trait ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy {}
 impl<T: Clone> ModuleIsNotClone_ItsCloneWouldShareParameters_CallDeepCopy for T {}
 
 use crate::module::ExtraRepr;
-pub use crate::module::{fmt_module, Compute, HasBase, SetChild};
+pub use crate::module::{fmt_module, Compute, HasBase, MigrateState, SetChild};
 
 /// The printout's extra text, selected with `#[module(extra_repr)]` on the struct.
 #[diagnostic::on_unimplemented(

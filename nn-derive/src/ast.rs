@@ -21,6 +21,8 @@ pub struct Input<'a> {
     pub extra_state: Option<Span>,
     /// `#[module(version = N)]`.
     pub version: Option<syn::LitInt>,
+    /// `#[module(migrate)]`, spanned at `migrate`.
+    pub migrate: Option<Span>,
     /// Every field, annotated or not, in declaration order.
     pub fields: Vec<Field<'a>>,
 }
@@ -147,6 +149,7 @@ impl<'a> Input<'a> {
             name: container.name,
             extra_state: container.extra_state,
             version: container.version,
+            migrate: container.migrate,
             fields,
         })
     }

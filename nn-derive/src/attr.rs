@@ -6,7 +6,8 @@ use syn::{Attribute, LitBool, LitStr, Meta};
 
 use crate::ctxt::Ctxt;
 use crate::symbol::{
-    BASE, BUFFER, BUILTIN, EXTRA_REPR, EXTRA_STATE, FIELD_KINDS, MODULE, NAME, PARAM, PERSISTENT, RENAME, VERSION,
+    BASE, BUFFER, BUILTIN, EXTRA_REPR, EXTRA_STATE, FIELD_KINDS, MIGRATE, MODULE, NAME, PARAM, PERSISTENT, RENAME,
+    VERSION,
 };
 
 /// How a field is registered.
@@ -80,6 +81,8 @@ pub struct ContainerAttrs {
     pub extra_state: Option<Span>,
     /// The `version = N` literal, if given.
     pub version: Option<syn::LitInt>,
+    /// Where `migrate` was written, if it was.
+    pub migrate: Option<Span>,
 }
 
 /// The most edits an unknown option may be from a known one to be suggested in its place.
@@ -289,11 +292,11 @@ fn version_value(meta: &ParseNestedMeta<'_>) -> syn::Result<syn::LitInt> {
 /// The error for an option that the struct's `#[module(...)]` does not take, with the
 /// closest known one or the list of those it does take.
 fn unknown_struct_option(meta: &ParseNestedMeta<'_>, option: &str) -> syn::Error {
-    let hint = closest(option, &[NAME, EXTRA_REPR, EXTRA_STATE, VERSION]).map_or_else(
+    let hint = closest(option, &[NAME, EXTRA_REPR, EXTRA_STATE, VERSION, MIGRATE]).map_or_else(
         || {
             "; the struct options are `name = \"TypeName\"` (the name the module prints), `extra_repr` (print \
-             `ExtraRepr::extra_repr` in the module's line), `extra_state` (save `ExtraState` with the tensors) and \
-             `version = N` (the state-dict layout's version)"
+             `ExtraRepr::extra_repr` in the module's line), `extra_state` (save `ExtraState` with the tensors), \
+             `version = N` (the state-dict layout's version) and `migrate` (run `MigrateState` at every load)"
                 .to_string()
         },
         |c| format!("; did you mean `{c}`?"),
@@ -303,7 +306,7 @@ fn unknown_struct_option(meta: &ParseNestedMeta<'_>, option: &str) -> syn::Error
 
 /// Reads the struct's own attributes, reporting every mistake to `cx`.
 pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
-    let mut out = ContainerAttrs { extra_repr: None, name: None, extra_state: None, version: None };
+    let mut out = ContainerAttrs { extra_repr: None, name: None, extra_state: None, version: None, migrate: None };
     for attr in attrs {
         let Some(ident) = attr.path().get_ident() else { continue };
         let name = ident.to_string();
@@ -312,7 +315,8 @@ pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
                 cx.error_spanned(
                     attr,
                     "on the struct, `#[module]` takes options: `#[module(name = \"TypeName\")]`, \
-                     `#[module(extra_repr)]`, `#[module(extra_state)]` or `#[module(version = N)]`; sub-modules are \
+                     `#[module(extra_repr)]`, `#[module(extra_state)]`, `#[module(version = N)]` or `#[module(migrate)]`; \
+                     sub-modules are \
                      marked with `#[module]` on their fields",
                 );
                 continue;
@@ -336,7 +340,11 @@ pub fn container_attrs(cx: &mut Ctxt, attrs: &[Attribute]) -> ContainerAttrs {
                         out.version = Some(version_value(&meta)?);
                         Ok(())
                     }
-                    EXTRA_REPR | NAME | EXTRA_STATE | VERSION => {
+                    MIGRATE if out.migrate.is_none() => {
+                        out.migrate = Some(meta.path.get_ident().map_or_else(Span::call_site, |i| i.span()));
+                        Ok(())
+                    }
+                    EXTRA_REPR | NAME | EXTRA_STATE | VERSION | MIGRATE => {
                         Err(meta.error(format!("duplicate option `{option}`; remove one")))
                     }
                     _ => Err(unknown_struct_option(&meta, &option)),
@@ -460,7 +468,9 @@ mod tests {
         let messages: Vec<String> = cx.check().expect_err("two errors").into_iter().map(|e| e.to_string()).collect();
         assert!(messages[0].contains("the struct options are `name = \"TypeName\"`"), "{messages:?}");
         assert!(
-            messages[0].contains("`extra_repr` (print") && messages[0].contains("and `version = N`"),
+            messages[0].contains("`extra_repr` (print")
+                && messages[0].contains(", `version = N`")
+                && messages[0].contains("and `migrate`"),
             "{messages:?}"
         );
         assert!(messages[1].ends_with("did you mean `name`?"), "{messages:?}");

@@ -186,6 +186,18 @@ fn version_method(version: &syn::LitInt) -> TokenStream {
     }
 }
 
+/// `Module::state_dict_migration` for `#[module(migrate)]`, spanned at `migrate` (where a
+/// missing `MigrateState` impl is reported).
+fn migrate_method(span: Span, private: &TokenStream) -> TokenStream {
+    let tr = stretch(quote!(#private::MigrateState), span, span);
+    let this = quote_spanned!(span=> self);
+    quote! {
+        fn state_dict_migration(&self) -> ::core::option::Option<&dyn #private::MigrateState> {
+            ::core::option::Option::Some(#this as &dyn #tr)
+        }
+    }
+}
+
 /// The check that the struct is not `Clone`, spanned at its name: a clone of a module holds
 /// the original's parameter handles, so the "copy" would train the original. This impl
 /// conflicts with nn-core's blanket impl for `Clone` types exactly when the struct is one
@@ -220,6 +232,7 @@ fn expand(input: &Input<'_>) -> TokenStream {
     let extra_repr = input.extra_repr.map(|span| extra_repr_method(span, &private));
     let extra_state = input.extra_state.map(|span| extra_state_methods(span, &private));
     let version = input.version.as_ref().map(version_method);
+    let migrate = input.migrate.map(|span| migrate_method(span, &private));
     let ignore_visitor = visits.is_empty().then(|| quote!(let _ = __f;));
     let ignore_visitor_mut = visits_mut.is_empty().then(|| quote!(let _ = __f;));
     let ignore_slot = sets.is_empty().then(|| quote!(let _ = (__name, __slot);));
@@ -256,6 +269,7 @@ fn expand(input: &Input<'_>) -> TokenStream {
                 #extra_repr
                 #extra_state
                 #version
+                #migrate
                 #base_methods
                 fn as_any(&self) -> &dyn ::core::any::Any {
                     self

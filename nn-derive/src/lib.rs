@@ -52,6 +52,9 @@ use syn::{parse_macro_input, DeriveInput};
 /// - `extra_state`: the module's `ExtraState` is saved with its tensors under
 ///   `<prefix>._extra_state` and taken back at load (PyTorch's `get_extra_state` /
 ///   `set_extra_state`); the struct implements `ExtraState`.
+/// - `migrate`: every load runs the type's `MigrateState::migrate` on the state dict before
+///   the module's load pre-hooks (PyTorch's `_load_from_state_dict` override, for older
+///   layouts); the struct implements `MigrateState`.
 /// - `version = N`: the module's state-dict layout version, recorded in every state dict it
 ///   writes and handed to its load pre-hooks, which migrate older layouts (PyTorch's
 ///   `_version`); an unsuffixed integer from 1.

@@ -25,6 +25,8 @@ pub const NAME: &str = "name";
 pub const EXTRA_STATE: &str = "extra_state";
 /// `version = N` in the struct's `#[module(...)]`: the state-dict layout's version.
 pub const VERSION: &str = "version";
+/// `migrate` in the struct's `#[module(...)]`: the type migrates older layouts (`MigrateState`).
+pub const MIGRATE: &str = "migrate";
 
 /// Built-in attributes, which are never a misspelling of ours however close they are.
 pub const BUILTIN: [&str; 10] =

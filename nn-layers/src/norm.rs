@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use nn_core::{functional, no_grad, Compute, ExtraRepr, Module, ModuleBase, Parameter, Tensor};
+use nn_core::module::state_hooks::HookResult;
+use nn_core::module::MigrateState;
+use nn_core::{functional, no_grad, Compute, Device, ExtraRepr, Module, ModuleBase, Parameter, StateDict, Tensor};
 
 use crate::repr::{py_bool, py_float, py_tuple};
 
@@ -53,8 +55,12 @@ macro_rules! batch_norm_layer {
         /// mode uses the statistics of the batches of every process together (PyTorch's
         /// `SyncBatchNorm`): the per-channel sums, counts and squared deviations are summed
         /// over the processes (two reductions per forward, two per backward).
+        ///
+        /// Its state-dict layout is version 2, as PyTorch's: a state dict of an older layout
+        /// (or with no version recorded) that lacks `num_batches_tracked` loads with the
+        /// layer's own count (0 for a fresh layer), as PyTorch's `_load_from_state_dict` does.
         #[derive(Module)]
-        #[module(extra_repr)]
+        #[module(extra_repr, version = 2, migrate)]
         pub struct $name {
             /// `[C]`, ones at init.
             #[param]
@@ -116,6 +122,20 @@ macro_rules! batch_norm_layer {
             /// The options.
             pub fn config(&self) -> &BatchNormConfig {
                 &self.config
+            }
+        }
+
+        impl MigrateState for $name {
+            /// Version 2 added `num_batches_tracked` (PyTorch's `_NormBase`): an older
+            /// state dict without it gets the layer's own count, or 0.
+            fn migrate(&self, sd: &mut StateDict, prefix: &str, version: Option<u32>) -> HookResult {
+                let key = format!("{prefix}num_batches_tracked");
+                if version.unwrap_or(1) < 2 && self.config.track_running_stats && sd.get(&key).is_none() {
+                    let own = self.num_batches_tracked.as_ref().filter(|t| t.device() != Device::Meta);
+                    let count = own.map_or_else(|| Tensor::from_vec_i64(vec![0], &[]), |t| t.detach().copy());
+                    sd.insert(key, count);
+                }
+                Ok(())
             }
         }
 

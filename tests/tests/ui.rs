@@ -72,4 +72,5 @@ fn ui() {
     t.compile_fail("ui/fail/48-forward-with-the-wrong-input.rs");
     t.compile_fail("ui/fail/49-extra-state-without-impl.rs");
     t.compile_fail("ui/fail/50-bad-state-dict-version.rs");
+    t.compile_fail("ui/fail/51-migrate-without-impl.rs");
 }

@@ -163,6 +163,9 @@ macro_rules! forward_state_dict_reads {
         fn state_dict_version(&self) -> Option<u32> {
             (**self).state_dict_version()
         }
+        fn state_dict_migration(&self) -> Option<&dyn crate::module::MigrateState> {
+            (**self).state_dict_migration()
+        }
         fn has_extra_state(&self) -> bool {
             (**self).has_extra_state()
         }

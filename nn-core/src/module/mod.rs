@@ -36,7 +36,7 @@ pub use load::{IncompatibleKeys, LoadStateDictConfig};
 pub use lookup::ModuleExt;
 pub use parameter::{parametrize, Parameter};
 pub use register::Hooks;
-pub use state_hooks::{ExtraState, EXTRA_STATE_KEY};
+pub use state_hooks::{ExtraState, MigrateState, EXTRA_STATE_KEY};
 #[doc(hidden)]
 pub use surgery::{short_type_name, SetChild};
 pub(crate) use walk::walk;
@@ -177,6 +177,15 @@ pub trait Module: HoldsState + Any {
     /// writes ([`StateDict::version`]) and handed to its load pre-hooks (PyTorch's
     /// `_version`); `#[module(version = N)]` writes it. `None`: no version is recorded.
     fn state_dict_version(&self) -> Option<u32> {
+        None
+    }
+
+    /// The type's own migration of older state-dict layouts (PyTorch's
+    /// `_load_from_state_dict` override, such as `BatchNorm`'s for files without
+    /// `num_batches_tracked`): `#[module(migrate)]` writes it for a type that implements
+    /// [`MigrateState`]. It runs at every load before the module's load pre-hooks, and every
+    /// copy of the type has it (instance hooks are not copied). `None`: no migration.
+    fn state_dict_migration(&self) -> Option<&dyn MigrateState> {
         None
     }
 

@@ -13,7 +13,10 @@
 //! - **Versions.** `#[module(version = 2)]` records the module's layout version in every
 //!   state dict it writes ([`StateDict::version`]), as PyTorch records `_version` in the
 //!   state dict's `_metadata`; a load pre-hook reads the version the file was written with
-//!   (`None` for a file written before the module had one) and migrates old keys.
+//!   (`None` for a file written before the module had one) and migrates old keys. A
+//!   migration every instance of a type needs (PyTorch's `_load_from_state_dict` override)
+//!   is the type's [`MigrateState`], with `#[module(migrate)]`: it runs before the
+//!   instance's load pre-hooks, and copies keep it (instance hooks are not copied).
 //! - **Hooks** (on a module's [`ModuleBase`](super::ModuleBase), through
 //!   [`Hooks`](super::Hooks)): a state-dict post-hook edits what `state_dict` returns; a
 //!   load pre-hook edits (a copy of) what `load_state_dict` was given, before anything is
@@ -157,6 +160,36 @@ fn post_order(root: &dyn Module) -> Vec<(String, &dyn Module)> {
 /// The state-dict hooks of `m`: its base's, then those of the module it shows as itself
 /// ([`transparent_inner`](super::Module::transparent_inner)), which is not otherwise
 /// reached.
+/// The type-level migration of `m`, or of the module it shows as itself.
+fn migration_of(m: &dyn Module) -> Option<&dyn MigrateState> {
+    let mut cur = Some(m);
+    while let Some(m) = cur {
+        if let Some(mg) = m.state_dict_migration() {
+            return Some(mg);
+        }
+        cur = m.transparent_inner();
+    }
+    None
+}
+
+/// A module type's migration of older state-dict layouts, written once for the type
+/// (PyTorch overrides `_load_from_state_dict` for this): `#[module(migrate)]` on the struct
+/// makes every load run [`migrate`](Self::migrate) before the module's load pre-hooks, with
+/// the version the state dict records for the module (`None` for a file written before
+/// the type had one, or by a PyTorch without `_metadata`).
+#[diagnostic::on_unimplemented(
+    message = "`#[module(migrate)]` needs `{Self}` to implement `MigrateState`",
+    label = "`{Self}` does not implement `MigrateState`",
+    note = "write `impl MigrateState for {Self} {{ fn migrate(&self, sd: &mut StateDict, prefix: &str, version: \
+            Option<u32>) -> HookResult {{ ... }} }}`, or remove `migrate`"
+)]
+pub trait MigrateState {
+    /// Rewrites the entries under `prefix` (`""`, `"encoder.0."`) of an older layout
+    /// (`version` below the type's) into the current one. `Err` stops the load, naming the
+    /// module.
+    fn migrate(&self, state_dict: &mut StateDict, prefix: &str, version: Option<u32>) -> HookResult;
+}
+
 fn hooks_of(m: &dyn Module) -> super::hooks::StateHooks {
     let mut all = super::hooks::StateHooks::default();
     let mut cur = Some(m);
@@ -262,7 +295,8 @@ pub(crate) fn run_load_pre_hooks<'s>(root: &dyn Module, sd: &'s StateDict) -> Re
         .into_iter()
         .filter_map(|(path, m)| {
             let hooks = hooks_of(m).load_pre;
-            (!hooks.is_empty()).then_some((path, m, hooks))
+            let migration = migration_of(m);
+            (!hooks.is_empty() || migration.is_some()).then_some((path, m, migration, hooks))
         })
         .collect();
     if hooked.is_empty() {
@@ -270,11 +304,30 @@ pub(crate) fn run_load_pre_hooks<'s>(root: &dyn Module, sd: &'s StateDict) -> Re
     }
     let expected = expected_keys(root);
     let mut work = sd.clone();
-    for (path, m, hooks) in hooked {
+    for (path, m, migration, hooks) in hooked {
         let version = work.version(&path);
-        for hook in hooks {
+        // The type's migration first, then the instance's hooks (PyTorch: the class's
+        // `_load_from_state_dict` sees the state dict after the pre-hooks; here a hook
+        // sees it migrated, so that hooks are written against the current layout).
+        let steps = migration
+            .map(|mg| {
+                (
+                    "state-dict migration",
+                    Box::new(move |sd: &mut StateDict, p: &str, v: Option<u32>| mg.migrate(sd, p, v))
+                        as Box<dyn Fn(&mut StateDict, &str, Option<u32>) -> HookResult + '_>,
+                )
+            })
+            .into_iter()
+            .chain(hooks.into_iter().map(|h| {
+                (
+                    "load_state_dict pre-hook",
+                    Box::new(move |sd: &mut StateDict, p: &str, v: Option<u32>| h(sd, p, v))
+                        as Box<dyn Fn(&mut StateDict, &str, Option<u32>) -> HookResult + '_>,
+                )
+            }));
+        for (kind, hook) in steps {
             let before = all_keys(&work);
-            run("load_state_dict pre-hook", &path, m, || hook(&mut work, &prefix(&path), version))?;
+            run(kind, &path, m, || hook(&mut work, &prefix(&path), version))?;
             let mut made: Vec<String> =
                 all_keys(&work).into_iter().filter(|k| !before.contains(k) && !expected.contains(k)).collect();
             if !made.is_empty() {
@@ -284,7 +337,7 @@ pub(crate) fn run_load_pre_hooks<'s>(root: &dyn Module, sd: &'s StateDict) -> Re
                 let more = made.len().saturating_sub(listed.len());
                 let more = if more > 0 { format!(" and {more} more") } else { String::new() };
                 return Err(Error::StateDictHook {
-                    kind: "load_state_dict pre-hook",
+                    kind,
                     path: path.clone(),
                     module: m.type_name(),
                     source: format!(

@@ -905,3 +905,34 @@ fn zero_filling_zero_grad_and_prefixed_module_names() {
     let e = seq.get_buffer("0.weight").unwrap_err().to_string();
     assert!(e.contains("Linear at `0` has no buffer `weight`"), "{e}");
 }
+
+/// BatchNorm's layout is version 2, as PyTorch's: an older state dict without
+/// `num_batches_tracked` loads (PyTorch's `_NormBase._load_from_state_dict`), and one that
+/// records version 2 and lacks it is refused as any missing key.
+#[test]
+fn batch_norm_migrates_a_state_dict_from_before_num_batches_tracked() {
+    use nn_core::StateDict;
+    let mut bn = nn_layers::BatchNorm1d::new(3);
+    let sd = bn.state_dict();
+    assert_eq!(sd.version(""), Some(2), "the layout version is recorded");
+    // A version-1 file: no num_batches_tracked, no version recorded.
+    let mut old = StateDict::new();
+    for (k, t) in sd.iter() {
+        if k != "num_batches_tracked" {
+            old.insert(k.to_string(), (t * 1.0).detach());
+        }
+    }
+    old.get("running_mean").unwrap().fill_(0.5);
+    bn.load_state_dict(&old, true).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(bn.running_mean.as_ref().unwrap().to_vec(), [0.5; 3]);
+    assert_eq!(bn.num_batches_tracked.as_ref().unwrap().to_vec_i64(), [0], "the layer's own count");
+    // Nested, under its prefix, in a deep copy too (the migration is the type's).
+    let mut seq = nn_layers::Sequential::new().add(nn_layers::BatchNorm1d::new(3)).deep_copy();
+    let nested: StateDict = old.iter().map(|(k, t)| (format!("0.{k}"), t.clone())).collect();
+    seq.load_state_dict(&nested, true).unwrap_or_else(|e| panic!("{e}"));
+    // Recorded as version 2 and still missing it: a missing key.
+    let mut v2 = old.clone();
+    v2.set_version("", 2);
+    let err = bn.load_state_dict(&v2, true).unwrap_err().to_string();
+    assert!(err.contains("num_batches_tracked"), "{err}");
+}
