@@ -68,8 +68,9 @@ def source_files():
     return files
 
 
-def file_edges(files):
-    """File -> files it imports (tensor/ and autograd/ folded into one node)."""
+def resolver(files):
+    """A function from a module path (`["backend", "gpu", "Ctx"]`) to the file of its
+    longest prefix that is a module, or None."""
     mods = {tuple(modpath(p)): p for p in files}
 
     def resolve(parts):
@@ -77,6 +78,13 @@ def file_edges(files):
             if tuple(parts[:n]) in mods:
                 return mods[tuple(parts[:n])]
         return None
+
+    return resolve
+
+
+def file_edges(files):
+    """File -> files it imports (tensor/ and autograd/ folded into one node)."""
+    resolve = resolver(files)
 
     def node(p):
         return "tensor+autograd" if p.split("/")[0].removesuffix(".rs") in ("tensor", "autograd") else p
@@ -142,13 +150,7 @@ def circles(edges):
 
 def main():
     files = source_files()
-    mods = {tuple(modpath(p)): p for p in files}
-
-    def resolve(parts):
-        for n in range(len(parts), 0, -1):
-            if tuple(parts[:n]) in mods:
-                return mods[tuple(parts[:n])]
-        return None
+    resolve = resolver(files)
 
     edges = {}
     for p, s in files.items():

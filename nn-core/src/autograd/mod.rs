@@ -19,6 +19,7 @@ pub(crate) mod entry;
 mod grad_mode;
 pub(crate) mod handle;
 pub mod hooks;
+pub(crate) mod kept_outputs;
 mod nesting;
 pub mod trace;
 

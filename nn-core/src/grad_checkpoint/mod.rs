@@ -52,7 +52,6 @@ mod selective;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-pub(crate) use selective::computed;
 pub use selective::CheckpointPolicy;
 
 use smallvec::SmallVec;
@@ -104,7 +103,7 @@ pub fn checkpoint_with(policy: CheckpointPolicy, f: impl Fn() -> Tensor + Send +
     let rng = crate::random::rng_state();
     let amp = [Device::Cpu, Device::Gpu(0)].map(|d| (d, autocast_dtype(d)));
     let first_node = crate::autograd::next_node_id();
-    let (y, kept) = selective::record(&policy, &f);
+    let (y, kept) = crate::autograd::kept_outputs::record(policy.saved_ops(), &f);
     let Some(root) = y.0.grad_fn.clone() else {
         // Nothing it computed needs a gradient: nothing to keep or recompute.
         return y;
@@ -119,7 +118,7 @@ pub fn checkpoint_with(policy: CheckpointPolicy, f: impl Fn() -> Tensor + Send +
         let again = crate::random::fork_rng_at(&rng, || {
             let _amp: Vec<AutocastGuard> =
                 amp.iter().filter_map(|&(d, dt)| dt.map(|dt| AutocastGuard::new(d, dt))).collect();
-            crate::autograd::enable_grad(|| selective::replay(&policy, &kept, &f))
+            crate::autograd::enable_grad(|| crate::autograd::kept_outputs::replay(policy.saved_ops(), &kept, &f))
         });
         if (again.shape(), again.dtype(), again.device()) != (shape.as_slice(), dtype, device) {
             panic!(

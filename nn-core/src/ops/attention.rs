@@ -342,7 +342,7 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, options: &AttentionConfig<'_>) -> O
     };
     let (qs, ks, vs) = (q4.storage_arc(), k4.storage_arc(), v4.storage_arc());
     let mask_operand = ms.as_deref().zip(mask_layout.as_ref());
-    let [out, weights, kept] = crate::grad_checkpoint::computed(OP, n * h * l * ev, || {
+    let [out, weights, kept] = crate::autograd::kept_outputs::computed(OP, n * h * l * ev, || {
         qs.attention_fused(q4.layout(), (&ks, k4.layout()), (&vs, v4.layout()), mask_operand, &plan)
             .map(|p| p.map(Arc::new))
     })?;

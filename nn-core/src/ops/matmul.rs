@@ -110,7 +110,7 @@ impl Tensor {
         crate::shape::numel_of(OP, &[m, n]);
         let lw = weight.layout().permute(&[1, 0]);
         let lb = bias.layout().broadcast_to(&[m, n]).expect("bias [n] broadcasts to [m, n]");
-        let out = crate::grad_checkpoint::computed(OP, m * n, || {
+        let out = crate::autograd::kept_outputs::computed(OP, m * n, || {
             Arc::new(bias.storage_arc().addmm(
                 &lb,
                 (&self.storage_arc(), self.layout()),
@@ -209,7 +209,7 @@ impl Tensor {
                 mat2.shape()
             );
         };
-        let storage = crate::grad_checkpoint::computed(OP, m * n, || {
+        let storage = crate::autograd::kept_outputs::computed(OP, m * n, || {
             Arc::new(self.storage_arc().addmm(
                 &li,
                 (&mat1.storage_arc(), mat1.layout()),
@@ -249,7 +249,7 @@ fn bmm(a: &Tensor, b: &Tensor) -> Tensor {
     // is not: check before anything is allocated or handed to the GEMM.
     crate::shape::numel_of(OP, &shape);
     let len = shape.iter().product();
-    let storage = crate::grad_checkpoint::computed(OP, len, || {
+    let storage = crate::autograd::kept_outputs::computed(OP, len, || {
         Arc::new(a.storage_arc().matmul(a.layout(), &b.storage_arc(), b.layout(), &batch, (m, k, n)))
     });
     op_result(OP, storage, Layout::contiguous(&shape), &[a, b], || {
