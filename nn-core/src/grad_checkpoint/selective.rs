@@ -12,7 +12,13 @@
 
 use crate::names;
 
-/// Which ops' outputs a checkpointed block keeps (see the [module docs](self)).
+/// Which ops' outputs a checkpointed block keeps ([`checkpoint_with`](super::checkpoint_with)):
+/// the first run keeps the outputs of the ops it names (their buffers, shared: a later
+/// in-place write to the first run's tensor copies it first), and the recomputation in
+/// backward takes them instead of running those ops again. Saving the matrix products and
+/// attention, and recomputing the elementwise ops around them, keeps part of checkpointing's
+/// memory saving for a fraction of its extra time. The recomputation must run the kept ops
+/// in the first run's order and sizes; otherwise it panics naming them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointPolicy {
     save: Vec<&'static str>,

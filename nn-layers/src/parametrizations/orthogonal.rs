@@ -17,7 +17,9 @@ pub enum OrthogonalMap {
     Householder,
 }
 
-/// See the [module docs](self).
+/// PyTorch's `_Orthogonal` (what [`orthogonal`](super::orthogonal) registers): the weight
+/// as `base @ map(original)`, with orthonormal columns (rows for a wide weight); `map` is an
+/// [`OrthogonalMap`], `base` a buffer (PyTorch's `use_trivialization=True`).
 #[derive(Module)]
 #[module(name = "_Orthogonal")]
 pub struct Orthogonal {
