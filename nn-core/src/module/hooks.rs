@@ -94,6 +94,24 @@ struct Lists {
     load_post: Vec<(u64, LoadStateDictPostHook)>,
 }
 
+/// The text of a panic's payload.
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("<a non-string panic payload>")
+}
+
+/// Runs the hook call `f`; a panic in it goes on as a panic naming the hook's kind and its
+/// module's type, with the hook's message.
+fn named<R>(kind: &str, module: &str, f: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => panic!("{kind} of `{module}` panicked: {}", panic_text(&*payload)),
+    }
+}
+
 /// Adds `entry` to `list`: at the end, or first with `config.prepend`.
 fn place<T>(list: &mut Vec<T>, config: HookConfig, entry: T) {
     if config.prepend {
@@ -402,13 +420,14 @@ impl ModuleBase {
             )
         };
         let mut x = input.clone();
+        let type_name = module.type_name();
         for (_, h) in &global.pre {
-            if let Some(new) = h(module, x.primary()) {
+            if let Some(new) = named("global forward pre-hook", type_name, || h(module, x.primary())) {
                 x = x.with_primary(new);
             }
         }
         for h in &pre {
-            if let Some(new) = h(x.primary()) {
+            if let Some(new) = named("forward pre-hook", type_name, || h(x.primary())) {
                 x = x.with_primary(new);
             }
         }
@@ -436,7 +455,7 @@ impl ModuleBase {
                 let mut g = g_in.clone();
                 let g_out = g_out.expect("internal: the module's output is recorded before its backward runs");
                 for h in &bwd {
-                    if let Some(new) = h(Some(&g), &g_out) {
+                    if let Some(new) = named("full backward hook", type_name, || h(Some(&g), &g_out)) {
                         assert_eq!(new.shape(), g.shape(), "backward hook returned grad_input of the wrong shape");
                         g = new;
                     }
@@ -458,7 +477,7 @@ impl ModuleBase {
                 let mut replaced = None;
                 for h in &bwd_pre {
                     let current = replaced.as_ref().unwrap_or(g_out);
-                    if let Some(new) = h(current) {
+                    if let Some(new) = named("full backward pre-hook", type_name, || h(current)) {
                         assert_eq!(
                             new.shape(),
                             current.shape(),
@@ -477,7 +496,7 @@ impl ModuleBase {
                     // No gradient flows to the input: fire now with grad_input = None. A
                     // replacement would have nowhere to go: refused, as PyTorch does.
                     for h in &bwd {
-                        if h(None, g_out).is_some() {
+                        if named("full backward hook", type_name, || h(None, g_out)).is_some() {
                             panic!(
                                 "full backward hook: a hook of a module whose inputs do not require grad returned a \
                                  replacement gradient, which would be dropped; return None there (PyTorch: \
@@ -509,16 +528,17 @@ fn run_forward<I: ModuleIo, O: ModuleIo>(
     let mut ran = vec![false; own.len()];
     let hooks = |ran: &mut [bool]| -> O {
         let mut y = f(x);
+        let type_name = module.type_name();
         for (_, h) in global {
-            if let Some(new) = h(module, x.primary(), y.primary()) {
+            if let Some(new) = named("global forward hook", type_name, || h(module, x.primary(), y.primary())) {
                 y = y.with_primary(new);
             }
         }
         for (i, h) in own.iter().enumerate() {
             ran[i] = true;
             let new = match h {
-                FwdHook::Plain(h) => h(x.primary(), y.primary()),
-                FwdHook::Always(h) => h(x.primary(), Some(y.primary())),
+                FwdHook::Plain(h) => named("forward hook", type_name, || h(x.primary(), y.primary())),
+                FwdHook::Always(h) => named("forward hook", type_name, || h(x.primary(), Some(y.primary()))),
             };
             if let Some(new) = new {
                 y = y.with_primary(new);

@@ -96,6 +96,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use super::hooks::panic_text;
 use super::{walk, IncompatibleKeys, Item, Module};
 use crate::error::{Error, Result};
 use crate::state_dict::StateDict;
@@ -206,14 +207,6 @@ fn hooks_of(m: &dyn Module) -> super::hooks::StateHooks {
 }
 
 /// The text of a panic's payload.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("<a non-string panic payload>")
-}
-
 /// Runs one hook (or extra-state call) of the module at `path`: its error becomes
 /// [`Error::StateDictHook`], its panic a panic naming the module and the hook's kind.
 fn run<T>(

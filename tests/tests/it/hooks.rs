@@ -554,3 +554,26 @@ fn an_always_call_hook_fires_when_an_earlier_hook_panics() {
     assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.forward(&Tensor::ones(&[1])))).is_err());
     assert_eq!(*log.lock().unwrap(), [false], "run once, without an output");
 }
+
+#[test]
+fn a_panicking_hook_is_named_with_its_kind_and_module_and_the_module_is_unchanged() {
+    let message = |f: &mut dyn FnMut()| {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let m = Linear::new(2, 2);
+    let pre = m.register_forward_pre_hook(|_| panic!("no inputs today")).unwrap();
+    let msg = message(&mut || drop(m.forward(&Tensor::ones(&[1, 2]))));
+    assert_eq!(msg, "forward pre-hook of `Linear` panicked: no inputs today");
+    // The hook is still registered (a hook stays until removed) and the mode is unchanged.
+    assert!(pre.is_registered() && m.is_training());
+    pre.remove();
+    let h = m.register_forward_hook(|_, _| panic!("bad output")).unwrap();
+    let msg = message(&mut || drop(m.forward(&Tensor::ones(&[1, 2]))));
+    assert_eq!(msg, "forward hook of `Linear` panicked: bad output");
+    h.remove();
+    m.register_full_backward_hook(|_, _| panic!("bad gradient")).unwrap();
+    let y = m.forward(&Tensor::ones(&[1, 2]).requires_grad_(true));
+    let msg = message(&mut || y.sum().backward());
+    assert!(msg.contains("full backward hook of `Linear` panicked: bad gradient"), "{msg}");
+}
