@@ -114,7 +114,7 @@ impl HoldsState for ParameterList {}
 impl Module for ParameterList {
     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         for (i, p) in self.items.iter().enumerate() {
-            f(Name::Index(i), Item::Param(p));
+            nn_core::module::parametrize::report(p, Name::Index(i), f);
         }
     }
     fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}
@@ -267,7 +267,7 @@ impl HoldsState for ParameterDict {}
 impl Module for ParameterDict {
     fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         for (k, p) in &self.items {
-            f(Name::Key(k), Item::Param(p));
+            nn_core::module::parametrize::report(p, Name::Key(k), f);
         }
     }
     fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(Name<'_>, &'a mut dyn Module)) {}

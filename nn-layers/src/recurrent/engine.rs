@@ -2,6 +2,7 @@
 //! (PyTorch's `nn.RNNBase`): the weights of every layer and direction, the checks of an
 //! input against them, and the time loop of each cell.
 
+use nn_core::module::parametrize::optional_value;
 use nn_core::module::DeepCopier;
 use nn_core::{functional, Item, ModuleBase, Name, Parameter, Tensor};
 
@@ -176,7 +177,8 @@ impl Recurrent {
 
     pub(super) fn visit<'a>(&'a self, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
         for (name, p) in self.weights.iter().flat_map(CellWeights::named) {
-            f(Name::Key(name), Item::Param(p));
+            // Through `report`, so that a weight can be parametrized (`weight_norm` on an LSTM).
+            nn_core::module::parametrize::report(p, Name::Key(name), f);
         }
     }
 
@@ -333,7 +335,9 @@ impl Recurrent {
         seq_len: usize,
     ) -> (Tensor, Tensor, Option<Tensor>) {
         let hs = self.hidden_size;
-        let (b_ih, b_hh) = (w.b_ih.as_deref(), w.b_hh.as_deref());
+        // Every weight read through `value()`, so that parametrized ones are computed.
+        let (b_ih, b_hh) = (optional_value(&w.b_ih), optional_value(&w.b_hh));
+        let (b_ih, b_hh) = (b_ih.as_deref(), b_hh.as_deref());
         // The input projections of every step in one product. RNN and LSTM add both
         // biases outside the nonlinearity, so they fold into it; the GRU keeps `b_hn`
         // inside `r * (W_hn h + b_hn)`.
@@ -342,9 +346,9 @@ impl Recurrent {
             (_, Some(bi), Some(bh)) => Some(bi + bh),
             (_, Some(bi), None) => Some(bi.clone()),
         };
-        let xi = functional::linear(x, &w.w_ih, folded.as_ref()); // [L, N, G * H]
-        let w_hh_t = w.w_hh.t();
-        let w_hr_t = w.w_hr.as_ref().map(|w| w.t());
+        let xi = functional::linear(x, &w.w_ih.value(), folded.as_ref()); // [L, N, G * H]
+        let w_hh_t = w.w_hh.value().t();
+        let w_hr_t = w.w_hr.as_ref().map(|w| w.value().t());
         let mut outs = Vec::with_capacity(seq_len);
         for s in 0..seq_len {
             let t = if reverse { seq_len - 1 - s } else { s };

@@ -315,3 +315,32 @@ fn bad_registrations_are_refused_naming_the_module_and_tensor() {
     assert!(register_parametrization(&mut m, "weight", Flatten).is_err());
     assert_eq!(m.weight.value().shape(), &[3, 4]);
 }
+
+#[test]
+fn a_recurrent_weight_can_be_parametrized() {
+    fork_rng_seeded(7, || {
+        let lstm = f64(nn_layers::LSTM::new(3, 4));
+        let x = Tensor::randn(&[5, 2, 3]).to_dtype(DType::F64);
+        let (before, _) = no_grad(|| lstm.forward(&x));
+        let m = weight_norm(lstm, "weight_hh_l0", Some(0)).unwrap();
+        let sd = m.state_dict();
+        let keys: Vec<&str> = sd.keys().collect();
+        assert!(keys.contains(&"parametrizations.weight_hh_l0.original0"), "{keys:?}");
+        assert!(!keys.contains(&"weight_hh_l0") && keys.contains(&"weight_ih_l0"), "{keys:?}");
+        let (after, _) = m.forward(&x);
+        close("the weight is unchanged by registration", &after, &before, 1e-12);
+        after.sum().backward();
+        for (k, p) in m.named_parameters() {
+            assert!(p.grad().is_some(), "{k} has no gradient");
+        }
+    });
+}
+
+/// Runs `f` with a private generator seeded `seed` (the binary's other tests draw from the
+/// process's in parallel).
+fn fork_rng_seeded(seed: u64, f: impl FnOnce()) {
+    nn_core::random::fork_rng(|| {
+        manual_seed(seed);
+        f()
+    })
+}
