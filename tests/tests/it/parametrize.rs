@@ -344,3 +344,31 @@ fn fork_rng_seeded(seed: u64, f: impl FnOnce()) {
         f()
     })
 }
+
+/// A hand-written module that reports its parameter as a plain `Item::Param`.
+struct Raw {
+    w: Parameter,
+}
+impl nn_core::module::HoldsState for Raw {}
+impl Module for Raw {
+    fn visit<'a>(&'a self, f: &mut dyn FnMut(nn_core::Name<'a>, nn_core::Item<'a>)) {
+        f(nn_core::Name::Field("w"), nn_core::Item::Param(&self.w));
+    }
+    fn visit_modules_mut<'a>(&'a mut self, _: &mut dyn FnMut(nn_core::Name<'_>, &'a mut dyn Module)) {}
+    fn type_name(&self) -> &'static str {
+        "Raw"
+    }
+    nn_core::module_accessors!();
+}
+
+#[test]
+fn a_module_whose_visit_bypasses_report_refuses_a_parametrization() {
+    let mut m = Raw { w: Parameter::new(Tensor::ones(&[2])) };
+    let err = register_parametrization(&mut m, "w", Double).unwrap_err().to_string();
+    assert!(
+        err.contains("`Raw` reports `w` to its visit as a plain `Item::Param`") && err.contains("parametrize::report"),
+        "{err}"
+    );
+    assert!(!m.w.is_parametrized());
+    assert_eq!(m.w.to_vec(), [1.0, 1.0], "nothing changed");
+}

@@ -465,6 +465,14 @@ pub fn register_parametrization<M: Module + ?Sized>(
             Ok(())
         }
         Entry::Plain(param) => {
+            if !reported_through_report(module, param) {
+                return Err(fail(format!(
+                    "`{}` reports `{name}` to its visit as a plain `Item::Param`, so a parametrization would not show \
+                     in its parameters or state dict; a hand-written `Module::visit` reports parameters with \
+                     `nn_core::module::parametrize::report(p, name, f)`",
+                    module.type_name()
+                )));
+            }
             let original = param.raw();
             let new = no_grad(|| p.right_inverse(original)).unwrap_or_else(|| vec![original.clone()]);
             if new.is_empty() {
@@ -631,6 +639,27 @@ fn visit_raw(module: &dyn Module, f: &mut dyn FnMut(&Parameter)) {
 }
 
 thread_local! {
+    /// The parameter a registration probes for (see [`reported_through_report`]), and whether
+    /// [`report`] was called with it.
+    static PROBE: Cell<(usize, bool)> = const { Cell::new((0, false)) };
+}
+
+/// Whether `module`'s visit reports `param` through [`report`] (the derive's fields and
+/// nn's containers do): only then does a parametrization show in its traversals.
+fn reported_through_report(module: &dyn Module, param: &Parameter) -> bool {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            PROBE.with(|c| c.set((0, false)));
+        }
+    }
+    let _reset = Reset;
+    PROBE.with(|c| c.set((param as *const Parameter as usize, false)));
+    module.visit(&mut |_, _| {});
+    PROBE.with(|c| c.get().1)
+}
+
+thread_local! {
     /// While set, [`report`] gives parametrized parameters as themselves (to find the
     /// handle a removal restores).
     static RAW_VISIT: Cell<bool> = const { Cell::new(false) };
@@ -641,6 +670,12 @@ thread_local! {
 /// [`ParametrizationList`]). `#[derive(Module)]` reports `#[param]` fields through it;
 /// hand-written [`Module`] impls use it so that their parameters can be parametrized.
 pub fn report<'a>(p: &'a Parameter, name: Name<'a>, f: &mut dyn FnMut(Name<'a>, Item<'a>)) {
+    PROBE.with(|c| {
+        let (probed, _) = c.get();
+        if probed != 0 && probed == p as *const Parameter as usize {
+            c.set((probed, true));
+        }
+    });
     match p.link().current() {
         Some(g) if !RAW_VISIT.with(Cell::get) => f(Name::Field("parametrizations"), Item::Module(g)),
         _ => f(name, Item::Param(p)),
