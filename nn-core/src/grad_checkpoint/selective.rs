@@ -19,6 +19,13 @@ use crate::names;
 /// attention, and recomputing the elementwise ops around them, keeps part of checkpointing's
 /// memory saving for a fraction of its extra time. The recomputation must run the kept ops
 /// in the first run's order and sizes; otherwise it panics naming them.
+///
+/// A policy keeps what actually runs: attention is kept when it runs as the fused kernel;
+/// where that kernel declines (while tracing, or for operands it does not take) attention
+/// runs as its composition, whose matrix products are kept under
+/// [`save_matmuls_and_attention`](Self::save_matmuls_and_attention) and recomputed under a
+/// policy naming attention alone. Either way the gradients are the plain run's; only the
+/// time saved differs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointPolicy {
     save: Vec<&'static str>,
