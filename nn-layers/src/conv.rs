@@ -394,7 +394,11 @@ impl Compute for LazyConv2d {
             panic!("LazyConv2d expects input [N, C, H, W], got {:?}", x.shape());
         }
         let c = x.shape()[x.rank() - 3];
-        let conv = self.inner.get_or_init(|| Conv2d::with_config(c, self.out_channels, self.kernel_size, self.config));
+        let conv = self.inner.get_or_init(|| {
+            nn_core::module::forward_checks::allow_new_parameters(|| {
+                Conv2d::with_config(c, self.out_channels, self.kernel_size, self.config)
+            })
+        });
         conv.forward(x)
     }
 }

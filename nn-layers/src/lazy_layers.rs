@@ -58,7 +58,11 @@ impl Compute for LazyConv1d {
             panic!("LazyConv1d expects input [N, C, L] (or [C, L]), got {:?}", x.shape());
         }
         let c = x.shape()[x.rank() - 2];
-        let conv = self.inner.get_or_init(|| Conv1d::with_config(c, self.out_channels, self.kernel_size, self.config));
+        let conv = self.inner.get_or_init(|| {
+            nn_core::module::forward_checks::allow_new_parameters(|| {
+                Conv1d::with_config(c, self.out_channels, self.kernel_size, self.config)
+            })
+        });
         conv.forward(x)
     }
 }
@@ -130,7 +134,11 @@ impl Compute for LazyConv3d {
             panic!("LazyConv3d expects input [N, C, D, H, W] (or [C, D, H, W]), got {:?}", x.shape());
         }
         let c = x.shape()[x.rank() - 4];
-        let conv = self.inner.get_or_init(|| Conv3d::with_kernel(c, self.out_channels, self.kernel_size, self.config));
+        let conv = self.inner.get_or_init(|| {
+            nn_core::module::forward_checks::allow_new_parameters(|| {
+                Conv3d::with_kernel(c, self.out_channels, self.kernel_size, self.config)
+            })
+        });
         conv.forward(x)
     }
 }
@@ -192,13 +200,13 @@ macro_rules! lazy_batch_norm {
                     panic!("{} expects input {}, got {:?}", stringify!($name), $dims, x.shape());
                 }
                 let c = x.shape()[1];
-                let bn = self.inner.get_or_init(|| {
+                let bn = self.inner.get_or_init(|| nn_core::module::forward_checks::allow_new_parameters(|| {
                     let mut bn = $layer::with_config(c, self.config);
                     // The layer takes the lazy layer's training flag, so an `eval()` called
                     // before the first forward holds.
                     nn_core::Module::set_training(&mut bn, self.base.is_training());
                     bn
-                });
+                }));
                 bn.forward(x)
             }
         }

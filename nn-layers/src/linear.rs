@@ -201,7 +201,11 @@ impl Compute for LazyLinear {
     fn compute(&self, x: &Tensor) -> Tensor {
         let in_features =
             *x.shape().last().unwrap_or_else(|| panic!("LazyLinear expects input [..., in_features], got a scalar"));
-        let lin = self.inner.get_or_init(|| Linear::with_bias(in_features, self.out_features, self.bias));
+        let lin = self.inner.get_or_init(|| {
+            nn_core::module::forward_checks::allow_new_parameters(|| {
+                Linear::with_bias(in_features, self.out_features, self.bias)
+            })
+        });
         lin.forward(x)
     }
 }

@@ -882,6 +882,39 @@
 //! assert_eq!(m.parameters()[0].dtype(), DType::F64);
 //! ```
 //!
+//! ## Mistakes PyTorch lets pass: a layer built in `forward`, `.item()` in the graph
+//!
+//! Two bugs PyTorch runs without a word are reported here, naming the module and the call
+//! site ([`crate::module::forward_checks`]):
+//!
+//! - a `Parameter` created while a forward runs (`nn.Linear(3, 2)(x)` inside `forward`:
+//!   fresh random weights each call, held by no optimizer) panics in debug builds and
+//!   warns in release builds. Build layers in the constructor, as fields marked
+//!   `#[module]`; lazy layers are the one deliberate exception.
+//! - a host read (`to_vec`, `item`) of a tensor that requires grad inside a training
+//!   forward warns: a tensor rebuilt from those values carries no gradient. Call
+//!   `.detach()` first where the value is only logged.
+//!
+//! ```
+//! use nn::prelude::*;
+//! use nn::layers::Linear;
+//! use nn::module::forward_checks::{with_forward_checks, ForwardChecks, Report};
+//!
+//! #[derive(Module)]
+//! struct Wrong { #[base] base: ModuleBase }
+//! impl Compute for Wrong {
+//!     type Input = Tensor;
+//!     type Output = Tensor;
+//!     fn compute(&self, x: &Tensor) -> Tensor { Linear::new(3, 2).forward(x) }
+//! }
+//! let m = Wrong { base: ModuleBase::new() };
+//! let strict = ForwardChecks { new_parameter: Report::Panic, host_read: Report::Panic };
+//! let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+//!     with_forward_checks(strict, || m.forward(&Tensor::ones(&[1, 3])))
+//! }));
+//! assert!(caught.is_err());
+//! ```
+//!
 //! ## Mixed precision: `torch.autocast`
 //!
 //! PyTorch:

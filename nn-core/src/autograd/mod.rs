@@ -16,6 +16,7 @@
 pub(crate) mod autocast;
 pub(crate) mod engine;
 pub(crate) mod entry;
+pub mod forward_checks;
 mod grad_mode;
 pub(crate) mod handle;
 pub mod hooks;

@@ -216,6 +216,7 @@ impl<M: Compute + ?Sized> Forward for M {
     {
         let input = input.into_input();
         let _scope = crate::autograd::trace::module(self.module_base().trace_key());
+        let _running = crate::autograd::forward_checks::enter(self.type_name(), self.module_base().is_training());
         #[allow(deprecated)] // the one call: with the hooks around it
         self.module_base().call(self.as_dyn(), &*input, |x| self.compute(x))
     }

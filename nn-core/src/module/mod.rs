@@ -27,6 +27,7 @@ use std::any::Any;
 use std::collections::HashSet;
 use std::fmt;
 
+pub use crate::autograd::forward_checks;
 pub use deep_copy::{CopySlot, DeepCopier};
 pub use display::fmt_module;
 pub use forward::{Compute, Forward, ForwardArg, HasBase, Layer, ModuleIo};

@@ -87,6 +87,7 @@ impl Tensor {
     #[track_caller]
     pub fn to_vec_of<T: Element>(&self) -> Vec<T> {
         crate::autograd::trace::on_access(crate::autograd::trace::OpKind::HostRead, "to_vec", self);
+        crate::autograd::forward_checks::check_host_read(self, "to_vec", std::panic::Location::caller());
         self.cpu_storage("to_vec").to_vec_of(self.layout()).expect("checked: not on the meta device")
     }
 

@@ -5,6 +5,7 @@ mod checkpoint;
 mod checkpointing;
 mod crash;
 mod deep_copy;
+mod forward_checks;
 mod fuzz;
 mod grad_scaler;
 mod hooks;

@@ -52,6 +52,7 @@ impl Parameter {
     /// `Parameter(data, requires_grad=False)`: registered and saved, but frozen).
     #[track_caller]
     pub fn with_requires_grad(data: Tensor, requires_grad: bool) -> Self {
+        crate::autograd::forward_checks::check_new_parameter(std::panic::Location::caller());
         let t = data.detach();
         t.requires_grad_(requires_grad);
         Parameter { tensor: t, link: Arc::default() }
