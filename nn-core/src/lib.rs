@@ -162,8 +162,9 @@ pub use error::{Error, Result};
 /// Hooks on every module that runs (global hooks); see [`module::global_hooks`].
 pub use module::global_hooks as hooks;
 pub use module::{
-    Compute, Conversion, ExtraRepr, ExtraState, Forward, HasBase, HookHandle, Hooks, IncompatibleKeys, Item, Layer,
-    LoadStateDictConfig, MigrateState, Module, ModuleBase, ModuleIo, Name, Parameter, ScopedHook,
+    Compute, Conversion, ExtraRepr, ExtraState, Forward, HasBase, HookCall, HookConfig, HookHandle, Hooks,
+    IncompatibleKeys, Item, Layer, LoadStateDictConfig, MigrateState, Module, ModuleBase, ModuleIo, Name, Parameter,
+    ScopedHook,
 };
 pub use random::manual_seed;
 pub use shape::{Dim, Layout};
@@ -179,3 +180,5 @@ pub mod prelude {
 
 /// `#[derive(Module)]`: the trait and its derive share the name, as serde's do.
 pub use nn_derive::Module;
+/// `#[derive(ModuleIo)]`: an input or output struct whose fields are all hook slots.
+pub use nn_derive::ModuleIo;

@@ -25,6 +25,7 @@ mod bounds;
 mod ctxt;
 mod expand;
 mod fallback;
+mod module_io;
 mod paths;
 mod spans;
 mod symbol;
@@ -62,4 +63,16 @@ use syn::{parse_macro_input, DeriveInput};
 pub fn derive_module(input: TokenStream) -> TokenStream {
     let input = parse_macro_input!(input as DeriveInput);
     expand::derive(&input).into()
+}
+
+/// Derives `nn_core::module::ModuleIo` for a module's input or output struct: one field
+/// marked `#[io(primary)]` (a `Tensor`: slot 0, what the one-tensor hooks see), then every
+/// other field in declaration order as hook slots through `nn_core::module::IoTensors`
+/// (a `Tensor` one slot, an `Option<Tensor>` one slot that may be `None`, a `bool` or
+/// `usize` none). A field whose type does not implement `IoTensors` is a compile error at
+/// that field, so no tensor of an input is hidden from hooks.
+#[proc_macro_derive(ModuleIo, attributes(io))]
+pub fn derive_module_io(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    module_io::derive(&input).into()
 }

@@ -51,10 +51,11 @@ pub struct MultiheadAttention {
 /// // Unbatched `[L, E]` input, as in PyTorch.
 /// assert_eq!(mha.forward(&Tensor::randn(&[5, 8])).0.shape(), &[5, 8]);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, ModuleIo)]
 pub struct AttentionInput {
     /// `[L, N, E]` (`[N, L, E]` batch-first, `[L, E]` unbatched): the primary input, which
     /// hooks see.
+    #[io(primary)]
     pub query: Tensor,
     /// `[S, N, E]` (`[N, S, E]`, `[S, E]`).
     pub key: Tensor,
@@ -123,15 +124,6 @@ impl AttentionInput {
     pub fn average_attn_weights(mut self, average: bool) -> Self {
         self.average_attn_weights = average;
         self
-    }
-}
-
-impl ModuleIo for AttentionInput {
-    fn primary(&self) -> &Tensor {
-        &self.query
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        AttentionInput { query: primary, ..self.clone() }
     }
 }
 

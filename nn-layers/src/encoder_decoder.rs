@@ -69,10 +69,11 @@ impl TransformerConfig {
 /// tgt_mask=None, memory_mask=None, src_key_padding_mask=None, tgt_key_padding_mask=None,
 /// memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None)`. A pair
 /// `(&src, &tgt)` converts (no masks). Mask conventions as [`DecoderInput`]'s.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, ModuleIo)]
 pub struct TransformerInput {
     /// `[S, N, E]` (`[N, S, E]` batch-first, `[S, E]` unbatched): the encoder's input, the
     /// primary input (what hooks see).
+    #[io(primary)]
     pub src: Tensor,
     /// `[T, N, E]` (`[N, T, E]`, `[T, E]`): the decoder's input.
     pub tgt: Tensor,
@@ -157,15 +158,6 @@ impl TransformerInput {
     pub fn tgt_is_causal(mut self, causal: bool) -> Self {
         self.tgt_is_causal = causal;
         self
-    }
-}
-
-impl ModuleIo for TransformerInput {
-    fn primary(&self) -> &Tensor {
-        &self.src
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        TransformerInput { src: primary, ..self.clone() }
     }
 }
 

@@ -104,9 +104,10 @@ pub struct TransformerEncoderLayer {
 /// assert_eq!(y.shape(), &[2, 4, 8]);
 /// assert_eq!(layer.forward(&x).shape(), &[2, 4, 8]);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, ModuleIo)]
 pub struct EncoderInput {
     /// `[L, N, E]` (`[N, L, E]` batch-first, `[L, E]` unbatched): the primary input.
+    #[io(primary)]
     pub src: Tensor,
     /// `[L, L]` or `[N * heads, L, L]`: bool with **`true` = may not attend**, or a float
     /// mask of `src`'s dtype added to the scores (`-inf` = may not attend); any other dtype
@@ -134,15 +135,6 @@ impl EncoderInput {
     pub fn src_key_padding_mask(mut self, mask: &Tensor) -> Self {
         self.src_key_padding_mask = Some(mask.clone());
         self
-    }
-}
-
-impl ModuleIo for EncoderInput {
-    fn primary(&self) -> &Tensor {
-        &self.src
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        EncoderInput { src: primary, ..self.clone() }
     }
 }
 

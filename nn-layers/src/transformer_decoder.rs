@@ -54,10 +54,11 @@ pub(crate) fn seq_len(x: &Tensor, batch_first: bool) -> usize {
 /// let causal = layer.forward(&DecoderInput::new(&tgt, &memory).tgt_is_causal(true).memory_key_padding_mask(&pad));
 /// assert_eq!(causal.to_vec(), layer.forward(&input).to_vec());
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, ModuleIo)]
 pub struct DecoderInput {
     /// `[T, N, E]` (`[N, T, E]` batch-first, `[T, E]` unbatched): the target sequence, the
     /// primary input (what hooks see).
+    #[io(primary)]
     pub tgt: Tensor,
     /// `[S, N, E]` (`[N, S, E]`, `[S, E]`): the encoder's output.
     pub memory: Tensor,
@@ -126,15 +127,6 @@ impl DecoderInput {
             None if self.tgt_is_causal => Some(causal_bool_mask(seq_len(&self.tgt, batch_first), &self.tgt)),
             None => None,
         }
-    }
-}
-
-impl ModuleIo for DecoderInput {
-    fn primary(&self) -> &Tensor {
-        &self.tgt
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        DecoderInput { tgt: primary, ..self.clone() }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use nn_core::module::{ForwardArg, ModuleIo};
+use nn_core::module::ForwardArg;
 use nn_core::{DType, Tensor};
 
 use crate::kv_cache::KvCache;
@@ -28,9 +28,10 @@ use crate::kv_cache::KvCache;
 ///
 /// The outputs at padding positions are not meaningful (their queries attend to nothing
 /// but padding); compare and read the others.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, nn_core::ModuleIo)]
 pub struct CausalLmInput {
     /// `[N, L]`, i64: the primary input, which hooks see.
+    #[io(primary)]
     pub input_ids: Tensor,
     /// The earlier positions' keys and values, extended by the call.
     pub cache: Option<KvCache>,
@@ -59,15 +60,6 @@ impl CausalLmInput {
     /// The same input with position ids `[N, L]` or `[1, L]` (i64).
     pub fn position_ids(self, positions: &Tensor) -> Self {
         CausalLmInput { position_ids: Some(positions.clone()), ..self }
-    }
-}
-
-impl ModuleIo for CausalLmInput {
-    fn primary(&self) -> &Tensor {
-        &self.input_ids
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        CausalLmInput { input_ids: primary, ..self.clone() }
     }
 }
 
@@ -156,6 +148,25 @@ pub struct RowAttention {
     /// whose layers all use one rotary embedding (Llama), in the dtype of the layers'
     /// input. `None`: each layer makes its own.
     pub rotary: Option<(Tensor, Tensor)>,
+}
+
+/// The mask and the rotary tables are slots (three: `keep`, `cos`, `sin`); the positions
+/// are not tensors.
+impl nn_core::module::IoTensors for RowAttention {
+    fn absent_slots() -> usize {
+        3
+    }
+    fn push_tensors(&self, out: &mut Vec<Option<Tensor>>) {
+        self.keep.push_tensors(out);
+        self.rotary.push_tensors(out);
+    }
+    fn take_tensors(&self, slots: &mut nn_core::module::IoSlots) -> Self {
+        RowAttention {
+            keep: slots.take(&self.keep),
+            positions: self.positions.clone(),
+            rotary: slots.take(&self.rotary),
+        }
+    }
 }
 
 impl RowAttention {

@@ -153,3 +153,26 @@ pub(crate) fn causal_mask(l: usize, past: usize, device: nn_core::Device) -> Opt
 pub(crate) fn causal_band(l: usize, past: usize) -> Vec<bool> {
     (0..l).flat_map(|i| (0..past + l).map(move |j| j <= past + i)).collect()
 }
+
+/// A cache is state a model carries between calls, not a tensor of its input: hooks see
+/// no slot for it (as PyTorch's hooks see a `Cache` object, not its tensors).
+impl nn_core::module::IoTensors for KvCache {
+    fn absent_slots() -> usize {
+        0
+    }
+    fn push_tensors(&self, _out: &mut Vec<Option<Tensor>>) {}
+    fn take_tensors(&self, _slots: &mut nn_core::module::IoSlots) -> Self {
+        self.clone()
+    }
+}
+
+/// As [`KvCache`]'s: no slot.
+impl nn_core::module::IoTensors for LayerCache {
+    fn absent_slots() -> usize {
+        0
+    }
+    fn push_tensors(&self, _out: &mut Vec<Option<Tensor>>) {}
+    fn take_tensors(&self, _slots: &mut nn_core::module::IoSlots) -> Self {
+        self.clone()
+    }
+}

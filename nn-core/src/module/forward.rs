@@ -15,11 +15,12 @@
 //!   field, and asserts in turn that such a struct implements `Compute`). So every
 //!   module that runs accepts hooks, and a module that accepts hooks runs.
 //!
-//! Inputs and outputs can be anything that names one *primary* tensor ([`ModuleIo`]):
-//! a `Tensor`, a tuple whose first element is a `Tensor` (`(Tensor, Option<Tensor>)`,
-//! `(Tensor, String)`), or a struct of one's own such as the attention layers' inputs with
-//! their masks. Hooks see and may replace the primary tensors, with the closure
-//! signatures of PyTorch's single-tensor hooks.
+//! Inputs and outputs can be anything that names one *primary* tensor and lists its tensor
+//! slots ([`ModuleIo`]): a `Tensor`, a tuple whose first element is a `Tensor`
+//! (`(Tensor, Option<Tensor>)`, `(Tensor, String)`), or a struct of one's own such as the
+//! attention layers' inputs with their masks. The one-tensor hooks see and may replace the
+//! primary tensors; the `_tensors` hooks see the module and every slot, as PyTorch's hooks
+//! see `args` and `output` (see [`hooks`](super::hooks)).
 //!
 //! ```
 //! use nn_core::prelude::*;
@@ -51,49 +52,52 @@ use std::borrow::Cow;
 use super::{Module, ModuleBase};
 use crate::tensor::Tensor;
 
-/// A module's input or output as its hooks see it: one primary tensor, which forward
-/// pre-hooks and forward hooks may replace and backward hooks see the gradient of.
+/// A module's input or output as its hooks see it: one primary tensor (what the
+/// one-tensor hooks see and replace), and every tensor it holds as *slots* (what the
+/// `_tensors` hooks see and replace; see [`io`](super::io)).
+///
+/// nn implements it for `Tensor`, for tuples of up to four parts whose first is a
+/// `Tensor` and whose others implement [`IoTensors`](super::IoTensors), and the layers'
+/// input structs implement it by hand. A struct of one's own lists its tensor fields:
+///
+/// ```
+/// use nn_core::module::{slots_of, IoSlots, ModuleIo};
+/// use nn_core::Tensor;
+///
+/// #[derive(Clone)]
+/// struct Pair { x: Tensor, mask: Option<Tensor>, scale: f64 }
+///
+/// impl ModuleIo for Pair {
+///     fn primary(&self) -> &Tensor { &self.x }
+///     fn with_primary(&self, x: Tensor) -> Self { Pair { x, ..self.clone() } }
+///     fn tensors(&self) -> Vec<Option<Tensor>> { slots_of(&(self.x.clone(), self.mask.clone())) }
+///     fn with_tensors(&self, slots: Vec<Option<Tensor>>) -> Self {
+///         let mut s = IoSlots::new("Pair", slots, 2);
+///         Pair { x: s.take(&self.x), mask: s.take(&self.mask), scale: self.scale }
+///     }
+/// }
+/// let p = Pair { x: Tensor::ones(&[2]), mask: None, scale: 0.5 };
+/// assert_eq!(p.tensors().len(), 2);
+/// let q = p.with_tensors(vec![Some(Tensor::zeros(&[2])), Some(Tensor::ones(&[2]))]);
+/// assert!(q.mask.is_some());
+/// ```
 pub trait ModuleIo: Clone {
-    /// The tensor hooks see (for tuples, the first element).
+    /// The tensor the one-tensor hooks see (for tuples, the first element); slot 0.
     fn primary(&self) -> &Tensor;
-    /// A copy with the primary tensor replaced (what a hook's returned tensor becomes).
+    /// A copy with the primary tensor replaced (what a one-tensor hook's returned tensor
+    /// becomes).
     fn with_primary(&self, primary: Tensor) -> Self;
-}
-
-impl ModuleIo for Tensor {
-    fn primary(&self) -> &Tensor {
-        self
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        primary
-    }
-}
-
-impl<B: Clone> ModuleIo for (Tensor, B) {
-    fn primary(&self) -> &Tensor {
-        &self.0
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        (primary, self.1.clone())
-    }
-}
-
-impl<B: Clone, C: Clone> ModuleIo for (Tensor, B, C) {
-    fn primary(&self) -> &Tensor {
-        &self.0
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        (primary, self.1.clone(), self.2.clone())
-    }
-}
-
-impl<B: Clone, C: Clone, D: Clone> ModuleIo for (Tensor, B, C, D) {
-    fn primary(&self) -> &Tensor {
-        &self.0
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        (primary, self.1.clone(), self.2.clone(), self.3.clone())
-    }
+    /// Every tensor slot, the primary first: the other elements of a tuple, the tensor
+    /// fields of a struct in declaration order, `None` where an optional tensor is
+    /// absent. The number of slots is fixed by the value's layout, not by which optional
+    /// tensors are given.
+    fn tensors(&self) -> Vec<Option<Tensor>>;
+    /// A copy with every slot replaced, in the order of [`tensors`](Self::tensors).
+    ///
+    /// # Panics
+    /// When `slots` has another length than `tensors()`, or `None` where a tensor is
+    /// required (the primary, a field that is not optional).
+    fn with_tensors(&self, slots: Vec<Option<Tensor>>) -> Self;
 }
 
 /// A module that owns a [`ModuleBase`]: the hook lists and training flag of a module that
@@ -216,9 +220,10 @@ impl<M: Compute + ?Sized> Forward for M {
     {
         let input = input.into_input();
         let _scope = crate::autograd::trace::module(self.module_base().trace_key());
-        let _running = crate::autograd::forward_checks::enter(self.type_name(), self.module_base().is_training());
+        let _checks = crate::autograd::forward_checks::enter(self.type_name(), self.module_base().is_training());
+        let _running = super::running::enter(self.as_dyn());
         #[allow(deprecated)] // the one call: with the hooks around it
-        self.module_base().call(self.as_dyn(), &*input, |x| self.compute(x))
+        super::hook_run::call(self.module_base(), self.as_dyn(), &*input, |x| self.compute(x))
     }
 }
 

@@ -22,11 +22,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::global_hooks::GlobalForwardHook;
-use super::{IncompatibleKeys, ModuleIo};
+pub use super::running::HookCall;
+use super::IncompatibleKeys;
+#[cfg(doc)]
+use super::ModuleIo;
 use crate::autograd::handle::HookOwner;
 pub use crate::autograd::handle::{HookHandle, ScopedHook};
-use crate::autograd::{custom_op, is_grad_enabled};
 use crate::state_dict::StateDict;
 use crate::tensor::Tensor;
 
@@ -60,17 +61,38 @@ pub type BackwardHook = Arc<dyn Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> +
 /// sees the input and the output (`None` when the forward, or a forward hook before it,
 /// panicked), may return a replacement output.
 pub type AlwaysForwardHook = Arc<dyn Fn(&Tensor, Option<&Tensor>) -> Option<Tensor> + Send + Sync>;
-
-/// A forward hook as its module keeps it.
-#[derive(Clone)]
-enum FwdHook {
-    Plain(ForwardHook),
-    Always(AlwaysForwardHook),
-}
-
 /// A full backward pre-hook: sees `grad_output` before the module's backward runs, may
 /// return a replacement (PyTorch's `register_full_backward_pre_hook`).
 pub type BackwardPreHook = Arc<dyn Fn(&Tensor) -> Option<Tensor> + Send + Sync>;
+
+/// What a hook that sees every tensor returns: `None` to keep the slots it was given,
+/// or replacements for all of them (the same number, each kept or replaced; see
+/// [`ModuleIo::tensors`]).
+pub type Slots = Option<Vec<Option<Tensor>>>;
+
+/// A forward pre-hook that sees the call and every input slot (PyTorch's
+/// `hook(module, args)`), and may return replacement slots.
+pub type ForwardPreHookTensors = Arc<dyn Fn(&HookCall<'_>, &[Option<Tensor>]) -> Slots + Send + Sync>;
+/// A forward hook that sees the call, every input slot and every output slot (PyTorch's
+/// `hook(module, args, output)`), and may return replacement output slots. With
+/// [`HookConfig::always_call`] it also runs when the forward panicked, with
+/// [`HookCall::panicked`] set and no output slots (what it returns then is ignored).
+pub type ForwardHookTensors = Arc<dyn Fn(&HookCall<'_>, &[Option<Tensor>], &[Option<Tensor>]) -> Slots + Send + Sync>;
+/// A full backward hook that sees the call, every `grad_input` slot and every
+/// `grad_output` slot (PyTorch's `hook(module, grad_input, grad_output)`), and may return
+/// replacement `grad_input` slots. PyTorch's `None`s: see
+/// [`ModuleBase::register_full_backward_hook_tensors`].
+pub type BackwardHookTensors = Arc<dyn Fn(&HookCall<'_>, &[Option<Tensor>], &[Option<Tensor>]) -> Slots + Send + Sync>;
+/// A full backward pre-hook that sees the call and every `grad_output` slot (`None`
+/// where no gradient arrived), and may return replacement slots.
+pub type BackwardPreHookTensors = Arc<dyn Fn(&HookCall<'_>, &[Option<Tensor>]) -> Slots + Send + Sync>;
+
+/// A forward hook as it is kept: the every-tensor form, and whether it is always called.
+#[derive(Clone)]
+pub(crate) struct FwdEntry {
+    pub(crate) hook: ForwardHookTensors,
+    pub(crate) always: bool,
+}
 
 /// How a hook is registered (PyTorch's keyword arguments).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -78,15 +100,84 @@ pub struct HookConfig {
     /// Fire before the hooks of its kind registered earlier, instead of after them
     /// (PyTorch's `prepend=True`). Global hooks still fire before a module's own.
     pub prepend: bool,
+    /// For forward hooks: also fire when the forward (or a forward hook before this one)
+    /// panics, with no output (PyTorch's `always_call=True`); the panic then goes on. A
+    /// hook that panics itself on that path is reported on stderr and skipped. Other
+    /// kinds of hook ignore it.
+    pub always_call: bool,
+}
+
+impl HookConfig {
+    /// `prepend: true`.
+    pub fn prepend() -> Self {
+        HookConfig { prepend: true, ..Self::default() }
+    }
+
+    /// `always_call: true`.
+    pub fn always_call() -> Self {
+        HookConfig { always_call: true, ..Self::default() }
+    }
+}
+
+/// The input slots with slot 0 replaced by `primary`: what a one-tensor hook's
+/// replacement becomes.
+pub(crate) fn with_slot0(slots: &[Option<Tensor>], primary: Tensor) -> Vec<Option<Tensor>> {
+    let mut v = slots.to_vec();
+    v[0] = Some(primary);
+    v
+}
+
+/// The one-tensor forms, as every-tensor hooks over slot 0.
+pub(crate) mod adapt {
+    use super::*;
+
+    pub(crate) fn pre(h: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static) -> ForwardPreHookTensors {
+        Arc::new(move |_, xs| h(xs[0].as_ref()?).map(|t| with_slot0(xs, t)))
+    }
+
+    pub(crate) fn fwd(h: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static) -> ForwardHookTensors {
+        Arc::new(move |_, xs, ys| h(xs[0].as_ref()?, ys[0].as_ref()?).map(|t| with_slot0(ys, t)))
+    }
+
+    pub(crate) fn always(
+        h: impl Fn(&Tensor, Option<&Tensor>) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> ForwardHookTensors {
+        Arc::new(move |call, xs, ys| {
+            let y = if call.panicked() { None } else { ys[0].as_ref() };
+            let new = h(xs[0].as_ref()?, y);
+            new.filter(|_| !call.panicked()).map(|t| with_slot0(ys, t))
+        })
+    }
+
+    /// `grad_output` slot 0, or zeros like output 0 when no gradient reached it (the
+    /// one-tensor form's contract; PyTorch passes `None`). `None` when output 0 is not
+    /// differentiable: the one-tensor hook is not called.
+    pub(crate) fn grad_output0(call: &HookCall<'_>, go: &[Option<Tensor>]) -> Option<Tensor> {
+        go.first()?.clone().or_else(|| call.outputs_like.first()?.as_ref().map(super::super::running::zeros))
+    }
+
+    pub(crate) fn bwd(
+        h: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
+    ) -> BackwardHookTensors {
+        Arc::new(move |call, gi, go| {
+            let go0 = grad_output0(call, go)?;
+            h(gi.first()?.as_ref(), &go0).map(|t| with_slot0(gi, t))
+        })
+    }
+
+    /// The one-tensor pre-hook sees the first output's gradient when one arrives.
+    pub(crate) fn bwd_pre(h: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static) -> BackwardPreHookTensors {
+        Arc::new(move |_, go| h(go.first()?.as_ref()?).map(|t| with_slot0(go, t)))
+    }
 }
 
 #[derive(Default, Clone)]
 struct Lists {
     next: u64,
-    pre: Vec<(u64, ForwardPreHook)>,
-    fwd: Vec<(u64, FwdHook)>,
-    bwd: Vec<(u64, BackwardHook)>,
-    bwd_pre: Vec<(u64, BackwardPreHook)>,
+    pre: Vec<(u64, ForwardPreHookTensors)>,
+    fwd: Vec<(u64, FwdEntry)>,
+    bwd: Vec<(u64, BackwardHookTensors)>,
+    bwd_pre: Vec<(u64, BackwardPreHookTensors)>,
     /// The state-dict hooks ([`state_hooks`](super::state_hooks)), which `any` does not
     /// count: a forward never looks at them.
     sd_post: Vec<(u64, StateDictPostHook)>,
@@ -105,7 +196,7 @@ pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
 
 /// Runs the hook call `f`; a panic in it goes on as a panic naming the hook's kind and its
 /// module's type, with the hook's message.
-fn named<R>(kind: &str, module: &str, f: impl FnOnce() -> R) -> R {
+pub(crate) fn named<R>(kind: &str, module: &str, f: impl FnOnce() -> R) -> R {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(payload) => panic!("{kind} of `{module}` panicked: {}", panic_text(&*payload)),
@@ -113,7 +204,7 @@ fn named<R>(kind: &str, module: &str, f: impl FnOnce() -> R) -> R {
 }
 
 /// Adds `entry` to `list`: at the end, or first with `config.prepend`.
-fn place<T>(list: &mut Vec<T>, config: HookConfig, entry: T) {
+pub(crate) fn place<T>(list: &mut Vec<T>, config: HookConfig, entry: T) {
     if config.prepend {
         list.insert(0, entry);
     } else {
@@ -244,7 +335,10 @@ impl ModuleBase {
         HookHandle::new(Arc::downgrade(&owner), kind, id)
     }
 
-    /// Registers a forward pre-hook (fired in registration order before `forward`).
+    /// Registers a forward pre-hook (fired in registration order before `forward`): it
+    /// sees the primary input ([`ModuleIo::primary`]) and may return a replacement. See
+    /// [`register_forward_pre_hook_tensors`](Self::register_forward_pre_hook_tensors) for
+    /// the module and every input tensor.
     pub fn register_forward_pre_hook(
         &self,
         hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
@@ -259,10 +353,32 @@ impl ModuleBase {
         config: HookConfig,
         hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("forward_pre", |l, id| place(&mut l.pre, config, (id, Arc::new(hook))))
+        self.register_pre(config, adapt::pre(hook))
     }
 
-    /// Registers a forward hook (fired in registration order after `forward`).
+    /// Registers a forward pre-hook that sees the call ([`HookCall`]: the module, its
+    /// type name and path) and every input slot ([`ModuleIo::tensors`]: the elements of
+    /// a tuple input, the tensor fields of an input struct, `None` for an absent optional
+    /// tensor), PyTorch's `hook(module, args)`. It may return replacement slots, as many
+    /// as it was given.
+    ///
+    /// # Panics
+    /// At the module's call, naming the hook and the module, when the hook returns another
+    /// number of slots, or `None` where a tensor is required.
+    pub fn register_forward_pre_hook_tensors(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(&HookCall<'_>, &[Option<Tensor>]) -> Slots + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register_pre(config, Arc::new(hook))
+    }
+
+    fn register_pre(&self, config: HookConfig, hook: ForwardPreHookTensors) -> HookHandle {
+        self.register("forward_pre", |l, id| place(&mut l.pre, config, (id, hook)))
+    }
+
+    /// Registers a forward hook (fired in registration order after `forward`): it sees
+    /// the primary input and output and may return a replacement output.
     pub fn register_forward_hook(
         &self,
         hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
@@ -271,13 +387,25 @@ impl ModuleBase {
     }
 
     /// [`register_forward_hook`](Self::register_forward_hook) with `config` (`prepend`:
-    /// before the forward hooks registered earlier).
+    /// before the forward hooks registered earlier; `always_call` is for
+    /// [`register_forward_hook_always_call`](Self::register_forward_hook_always_call),
+    /// whose hook is told whether there is an output, and is refused here).
+    ///
+    /// # Panics
+    /// When `config.always_call` is set: this hook's signature has no way to be called
+    /// without an output.
     pub fn register_forward_hook_with(
         &self,
         config: HookConfig,
         hook: impl Fn(&Tensor, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("forward", |l, id| place(&mut l.fwd, config, (id, FwdHook::Plain(Arc::new(hook)))))
+        assert!(
+            !config.always_call,
+            "register_forward_hook_with: a hook `Fn(&Tensor, &Tensor)` cannot be called when the forward panicked (there \
+             is no output): use register_forward_hook_always_call, whose hook gets `Option<&Tensor>`, or \
+             register_forward_hook_tensors"
+        );
+        self.register_fwd(config, adapt::fwd(hook))
     }
 
     /// Registers a forward hook that fires after every forward *and* when the forward
@@ -292,13 +420,56 @@ impl ModuleBase {
         config: HookConfig,
         hook: impl Fn(&Tensor, Option<&Tensor>) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("forward", |l, id| place(&mut l.fwd, config, (id, FwdHook::Always(Arc::new(hook)))))
+        self.register_fwd(HookConfig { always_call: true, ..config }, adapt::always(hook))
+    }
+
+    /// Registers a forward hook that sees the call ([`HookCall`]), every input slot and
+    /// every output slot ([`ModuleIo::tensors`]), PyTorch's `hook(module, args, output)`,
+    /// and may return replacement output slots. With `config.always_call` it also fires
+    /// when the forward panics, with [`HookCall::panicked`] set and no output slots.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use nn_core::prelude::*;
+    /// use nn_core::HookConfig;
+    ///
+    /// #[derive(Module)]
+    /// struct Split { #[base] base: ModuleBase }
+    /// impl Compute for Split {
+    ///     type Input = Tensor;
+    ///     type Output = (Tensor, Tensor);
+    ///     fn compute(&self, x: &Tensor) -> (Tensor, Tensor) { (x * 2.0, x * 3.0) }
+    /// }
+    /// let m = Split { base: ModuleBase::new() };
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// m.hook_base().unwrap().register_forward_hook_tensors(HookConfig::default(), move |call, _inputs, outputs| {
+    ///     log.lock().unwrap().push((call.type_name(), call.path().map(str::to_string), outputs.len()));
+    ///     // Replace the second output, keep the first.
+    ///     Some(vec![outputs[0].clone(), Some(Tensor::zeros(&[2]))])
+    /// });
+    /// let (a, b) = m.forward(&Tensor::ones(&[2]));
+    /// assert_eq!((a.to_vec(), b.to_vec()), (vec![2.0, 2.0], vec![0.0, 0.0]));
+    /// assert_eq!(*seen.lock().unwrap(), [("Split", Some(String::new()), 2)]);
+    /// ```
+    pub fn register_forward_hook_tensors(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(&HookCall<'_>, &[Option<Tensor>], &[Option<Tensor>]) -> Slots + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register_fwd(config, Arc::new(hook))
+    }
+
+    fn register_fwd(&self, config: HookConfig, hook: ForwardHookTensors) -> HookHandle {
+        let entry = FwdEntry { hook, always: config.always_call };
+        self.register("forward", |l, id| place(&mut l.fwd, config, (id, entry)))
     }
 
     /// Registers a full backward pre-hook (PyTorch's `register_full_backward_pre_hook`): it
-    /// gets the gradient with respect to the module's first output when it arrives, before
-    /// the module's backward runs, and may return a replacement, which the module's backward
-    /// (and its full backward hooks, as `grad_output`) then see. Fired in registration order.
+    /// gets the gradient with respect to the module's first output when one arrives,
+    /// before the module's backward runs, and may return a replacement, which the module's
+    /// backward (and its full backward hooks, as `grad_output`) then see. Fired in
+    /// registration order.
     pub fn register_full_backward_pre_hook(
         &self,
         hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
@@ -313,14 +484,31 @@ impl ModuleBase {
         config: HookConfig,
         hook: impl Fn(&Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("full_backward_pre", |l, id| place(&mut l.bwd_pre, config, (id, Arc::new(hook))))
+        self.register_bwd_pre(config, adapt::bwd_pre(hook))
+    }
+
+    /// Registers a full backward pre-hook that sees the call and every `grad_output` slot,
+    /// `None` where no gradient reached that output (PyTorch's `hook(module,
+    /// grad_output)`), and may return replacement slots (a tensor of the output's shape
+    /// where one arrived, or where the output is differentiable).
+    pub fn register_full_backward_pre_hook_tensors(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(&HookCall<'_>, &[Option<Tensor>]) -> Slots + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register_bwd_pre(config, Arc::new(hook))
+    }
+
+    fn register_bwd_pre(&self, config: HookConfig, hook: BackwardPreHookTensors) -> HookHandle {
+        self.register("full_backward_pre", |l, id| place(&mut l.bwd_pre, config, (id, hook)))
     }
 
     /// Registers a full backward hook (fired in registration order when the gradient with
     /// respect to the module's input is computed). It gets `(grad_input, grad_output)` of the
     /// first input and the first output; when no gradient reaches the first output (the
     /// loss used another output of a tuple), `grad_output` is zeros, where PyTorch passes
-    /// `None`.
+    /// `None`. See [`register_full_backward_hook_tensors`](Self::register_full_backward_hook_tensors)
+    /// for every slot.
     pub fn register_full_backward_hook(
         &self,
         hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
@@ -335,7 +523,33 @@ impl ModuleBase {
         config: HookConfig,
         hook: impl Fn(Option<&Tensor>, &Tensor) -> Option<Tensor> + Send + Sync + 'static,
     ) -> HookHandle {
-        self.register("full_backward", |l, id| place(&mut l.bwd, config, (id, Arc::new(hook))))
+        self.register_bwd(config, adapt::bwd(hook))
+    }
+
+    /// Registers a full backward hook that sees the call, every `grad_input` slot and
+    /// every `grad_output` slot (PyTorch's `hook(module, grad_input, grad_output)`), and
+    /// may return replacement `grad_input` slots. As in PyTorch:
+    ///
+    /// - it fires when the gradients with respect to the module's inputs are computed;
+    ///   a `grad_input` slot is `None` where the input slot is `None` (an absent optional
+    ///   tensor), and zeros where the input is a tensor no gradient reached (one that does
+    ///   not require grad, or that the module did not use), as PyTorch materializes them;
+    /// - when no input requires grad, it fires when the gradients with respect to the
+    ///   outputs arrive, with every `grad_input` slot `None`, and may not replace them;
+    /// - a `grad_output` slot is `None` where no gradient reached that output.
+    ///
+    /// A replacement has the input's shape; for an input that does not require grad, only
+    /// the tensor the hook was given may be returned (there is nowhere for another to go).
+    pub fn register_full_backward_hook_tensors(
+        &self,
+        config: HookConfig,
+        hook: impl Fn(&HookCall<'_>, &[Option<Tensor>], &[Option<Tensor>]) -> Slots + Send + Sync + 'static,
+    ) -> HookHandle {
+        self.register_bwd(config, Arc::new(hook))
+    }
+
+    fn register_bwd(&self, config: HookConfig, hook: BackwardHookTensors) -> HookHandle {
+        self.register("full_backward", |l, id| place(&mut l.bwd, config, (id, hook)))
     }
 
     /// Registers a state-dict post-hook (PyTorch's `register_state_dict_post_hook`): it
@@ -390,180 +604,27 @@ impl ModuleBase {
         }
     }
 
-    /// Runs `module`'s computation `f` on `input` with the global hooks and this base's
-    /// hooks around it: what [`Forward::forward`](super::Forward::forward) does for every
-    /// module.
-    pub(crate) fn call<I: ModuleIo, O: ModuleIo>(
-        &self,
-        module: &dyn super::Module,
-        input: &I,
-        f: impl FnOnce(&I) -> O,
-    ) -> O {
-        let global = super::global_hooks::snapshot();
-        if global.is_none() && !self.hooks.any.load(Ordering::Acquire) {
-            return f(input);
+    /// A snapshot of the forward and backward hooks, or `None` (one atomic load) when
+    /// there are none.
+    pub(crate) fn hook_snapshot(&self) -> Option<ModuleHooks> {
+        if !self.hooks.any.load(Ordering::Acquire) {
+            return None;
         }
-        let global = global.unwrap_or_default();
-        let (pre, fwd, bwd, bwd_pre) = {
-            let l = self.hooks.lock();
-            let type_name = module.type_name();
-            // Global backward hooks first, as PyTorch chains them.
-            let bwd = global.bwd.iter().map(|(_, h)| {
-                let h = Arc::clone(h);
-                Arc::new(move |gi: Option<&Tensor>, go: &Tensor| h(type_name, gi, go)) as BackwardHook
-            });
-            (
-                l.pre.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
-                l.fwd.iter().map(|(_, h)| h.clone()).collect::<Vec<FwdHook>>(),
-                bwd.chain(l.bwd.iter().map(|(_, h)| Arc::clone(h))).collect::<Vec<_>>(),
-                l.bwd_pre.iter().map(|(_, h)| Arc::clone(h)).collect::<Vec<_>>(),
-            )
-        };
-        let mut x = input.clone();
-        let type_name = module.type_name();
-        for (_, h) in &global.pre {
-            if let Some(new) = named("global forward pre-hook", type_name, || h(module, x.primary())) {
-                x = x.with_primary(new);
-            }
-        }
-        for h in &pre {
-            if let Some(new) = named("forward pre-hook", type_name, || h(x.primary())) {
-                x = x.with_primary(new);
-            }
-        }
-        let with_bwd = !bwd.is_empty() && is_grad_enabled();
-        let with_bwd_pre = !bwd_pre.is_empty() && is_grad_enabled();
-        let grad_output: Arc<Mutex<Option<Tensor>>> = Arc::default();
-        // The first output's shape, dtype and device: its gradient is zeros when none
-        // reaches it (the loss used another output of a tuple).
-        type Like = (Vec<usize>, crate::DType, crate::Device);
-        let output_like: Arc<Mutex<Option<Like>>> = Arc::default();
-        let input_needs_grad = x.primary().requires_grad();
-        if with_bwd && input_needs_grad {
-            let (bwd, go, like) = (bwd.clone(), grad_output.clone(), output_like.clone());
-            let p = x.primary().clone();
-            x = x.with_primary(custom_op("BackwardHookFunctionBackward", &[&p], &p, move |g_in| {
-                let g_out = go.lock().unwrap_or_else(|e| e.into_inner()).take();
-                // The input's gradient came through an output other than the first (an
-                // RNN's `h_n`, with `out` unused): the hooks still fire, as PyTorch's do,
-                // with a zero gradient for the first output (PyTorch passes `None` in
-                // its place), rather than being skipped silently.
-                let g_out = g_out.or_else(|| {
-                    let like = like.lock().unwrap_or_else(|e| e.into_inner());
-                    like.as_ref().map(|(shape, dtype, device)| Tensor::full_on(shape, 0.0, *dtype, *device))
-                });
-                let mut g = g_in.clone();
-                let g_out = g_out.expect("internal: the module's output is recorded before its backward runs");
-                for h in &bwd {
-                    if let Some(new) = named("full backward hook", type_name, || h(Some(&g), &g_out)) {
-                        assert_eq!(new.shape(), g.shape(), "backward hook returned grad_input of the wrong shape");
-                        g = new;
-                    }
-                }
-                vec![Some(g)]
-            }));
-        }
-        let y = run_forward(module, &x, f, &global.fwd, &fwd);
-        let mut y = y;
-        if with_bwd && input_needs_grad {
-            let p = y.primary();
-            *output_like.lock().unwrap_or_else(|e| e.into_inner()) = Some((p.shape().to_vec(), p.dtype(), p.device()));
-        }
-        if (with_bwd || with_bwd_pre) && y.primary().requires_grad() {
-            let p = y.primary().clone();
-            y = y.with_primary(custom_op("BackwardHookFunctionBackward", &[&p], &p, move |g_out| {
-                // The pre-hooks first: what they return is the gradient the module's
-                // backward and its full backward hooks see.
-                let mut replaced = None;
-                for h in &bwd_pre {
-                    let current = replaced.as_ref().unwrap_or(g_out);
-                    if let Some(new) = named("full backward pre-hook", type_name, || h(current)) {
-                        assert_eq!(
-                            new.shape(),
-                            current.shape(),
-                            "full backward pre-hook returned grad_output of the wrong shape"
-                        );
-                        replaced = Some(new);
-                    }
-                }
-                let g_out = replaced.as_ref().unwrap_or(g_out);
-                if !with_bwd {
-                    return vec![Some(g_out.clone())];
-                }
-                if input_needs_grad {
-                    *grad_output.lock().unwrap_or_else(|e| e.into_inner()) = Some(g_out.clone());
-                } else {
-                    // No gradient flows to the input: fire now with grad_input = None. A
-                    // replacement would have nowhere to go: refused, as PyTorch does.
-                    for h in &bwd {
-                        if named("full backward hook", type_name, || h(None, g_out)).is_some() {
-                            panic!(
-                                "full backward hook: a hook of a module whose inputs do not require grad returned a \
-                                 replacement gradient, which would be dropped; return None there (PyTorch: \
-                                 \"Backward hook for Modules where no input requires gradient should always return None \
-                                 or None for all gradients.\")"
-                            );
-                        }
-                    }
-                }
-                vec![Some(g_out.clone())]
-            }));
-        }
-        y
+        let l = self.hooks.lock();
+        Some(ModuleHooks {
+            pre: l.pre.iter().map(|(_, h)| Arc::clone(h)).collect(),
+            fwd: l.fwd.iter().map(|(_, h)| h.clone()).collect(),
+            bwd: l.bwd.iter().map(|(_, h)| Arc::clone(h)).collect(),
+            bwd_pre: l.bwd_pre.iter().map(|(_, h)| Arc::clone(h)).collect(),
+        })
     }
 }
 
-/// `f` on `x`, then the global and the module's forward hooks on its output. With hooks
-/// that are always called, a panic of `f` or of a hook before them still runs them (with
-/// no output), then goes on.
-fn run_forward<I: ModuleIo, O: ModuleIo>(
-    module: &dyn super::Module,
-    x: &I,
-    f: impl FnOnce(&I) -> O,
-    global: &[(u64, GlobalForwardHook)],
-    own: &[FwdHook],
-) -> O {
-    use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-    let always = own.iter().any(|h| matches!(h, FwdHook::Always(_)));
-    let mut ran = vec![false; own.len()];
-    let hooks = |ran: &mut [bool]| -> O {
-        let mut y = f(x);
-        let type_name = module.type_name();
-        for (_, h) in global {
-            if let Some(new) = named("global forward hook", type_name, || h(module, x.primary(), y.primary())) {
-                y = y.with_primary(new);
-            }
-        }
-        for (i, h) in own.iter().enumerate() {
-            ran[i] = true;
-            let new = match h {
-                FwdHook::Plain(h) => named("forward hook", type_name, || h(x.primary(), y.primary())),
-                FwdHook::Always(h) => named("forward hook", type_name, || h(x.primary(), Some(y.primary()))),
-            };
-            if let Some(new) = new {
-                y = y.with_primary(new);
-            }
-        }
-        y
-    };
-    if !always {
-        return hooks(&mut ran);
-    }
-    match catch_unwind(AssertUnwindSafe(|| hooks(&mut ran))) {
-        Ok(y) => y,
-        Err(panic) => {
-            for (h, ran) in own.iter().zip(&ran) {
-                if let (FwdHook::Always(h), false) = (h, ran) {
-                    if catch_unwind(AssertUnwindSafe(|| h(x.primary(), None))).is_err() {
-                        eprintln!(
-                            "warning: a forward hook with always_call of `{}` panicked while the forward's own panic \
-                             was being handled; that first panic goes on",
-                            module.type_name()
-                        );
-                    }
-                }
-            }
-            resume_unwind(panic)
-        }
-    }
+/// A module's forward and backward hooks at the start of a call, in firing order.
+#[derive(Default)]
+pub(crate) struct ModuleHooks {
+    pub(crate) pre: Vec<ForwardPreHookTensors>,
+    pub(crate) fwd: Vec<FwdEntry>,
+    pub(crate) bwd: Vec<BackwardHookTensors>,
+    pub(crate) bwd_pre: Vec<BackwardPreHookTensors>,
 }

@@ -164,6 +164,58 @@ pub trait Hooks: Module {
         Ok(self.hook_base()?.register_forward_hook_always_call(super::HookConfig::default(), hook))
     }
 
+    /// Registers a forward pre-hook that sees the call and every input slot
+    /// ([`ModuleBase::register_forward_pre_hook_tensors`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_forward_pre_hook_tensors(
+        &self,
+        config: super::HookConfig,
+        hook: impl Fn(&hooks::HookCall<'_>, &[Option<Tensor>]) -> hooks::Slots + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_forward_pre_hook_tensors(config, hook))
+    }
+
+    /// Registers a forward hook that sees the call, every input slot and every output slot
+    /// ([`ModuleBase::register_forward_hook_tensors`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_forward_hook_tensors(
+        &self,
+        config: super::HookConfig,
+        hook: impl Fn(&hooks::HookCall<'_>, &[Option<Tensor>], &[Option<Tensor>]) -> hooks::Slots + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_forward_hook_tensors(config, hook))
+    }
+
+    /// Registers a full backward hook that sees every `grad_input` and `grad_output` slot
+    /// ([`ModuleBase::register_full_backward_hook_tensors`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_full_backward_hook_tensors(
+        &self,
+        config: super::HookConfig,
+        hook: impl Fn(&hooks::HookCall<'_>, &[Option<Tensor>], &[Option<Tensor>]) -> hooks::Slots + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_full_backward_hook_tensors(config, hook))
+    }
+
+    /// Registers a full backward pre-hook that sees every `grad_output` slot
+    /// ([`ModuleBase::register_full_backward_pre_hook_tensors`]).
+    ///
+    /// # Errors
+    /// [`Error::NoHooks`] when the module does not run.
+    fn register_full_backward_pre_hook_tensors(
+        &self,
+        config: super::HookConfig,
+        hook: impl Fn(&hooks::HookCall<'_>, &[Option<Tensor>]) -> hooks::Slots + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        Ok(self.hook_base()?.register_full_backward_pre_hook_tensors(config, hook))
+    }
+
     /// Registers a forward hook on every module of the tree (the root included) for which
     /// `make(path, module)` returns one, e.g. to capture every named activation. Modules
     /// that do not run (containers) are not offered to `make`.

@@ -22,10 +22,11 @@ use nn_core::{ModuleIo, Tensor};
 /// assert_eq!(gru.forward((&x, &h0)).0.to_vec(), y.to_vec());
 /// assert_ne!(gru.forward(&x).0.to_vec(), y.to_vec()); // zero states instead of h0
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, ModuleIo)]
 pub struct RNNInput {
     /// `[L, N, H_in]` (`[N, L, H_in]` batch-first, `[L, H_in]` unbatched): the primary
     /// input, which hooks see.
+    #[io(primary)]
     pub input: Tensor,
     /// The initial hidden state `h_0`, `[layers * directions, N, H]` (`[layers *
     /// directions, H]` unbatched); zeros when `None`.
@@ -42,15 +43,6 @@ impl RNNInput {
     pub fn hx(mut self, h0: &Tensor) -> Self {
         self.hx = Some(h0.clone());
         self
-    }
-}
-
-impl ModuleIo for RNNInput {
-    fn primary(&self) -> &Tensor {
-        &self.input
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        RNNInput { input: primary, ..self.clone() }
     }
 }
 
@@ -80,10 +72,11 @@ impl<'a> ForwardArg<'a, RNNInput> for (&'a Tensor, &'a Tensor) {
 /// assert_eq!((y.shape(), h_n.shape(), c_n.shape()), (&[6, 4][..], &[1, 4][..], &[1, 4][..]));
 /// assert_eq!(lstm.forward((&x, (&h0, &c0))).0.to_vec(), y.to_vec());
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, ModuleIo)]
 pub struct LSTMInput {
     /// `[L, N, H_in]` (`[N, L, H_in]` batch-first, `[L, H_in]` unbatched): the primary
     /// input, which hooks see.
+    #[io(primary)]
     pub input: Tensor,
     /// The initial hidden and cell states `(h_0, c_0)`, each `[layers * directions, N, H]`
     /// (`[layers * directions, H]` unbatched); zeros when `None`.
@@ -100,15 +93,6 @@ impl LSTMInput {
     pub fn hx(mut self, h0: &Tensor, c0: &Tensor) -> Self {
         self.hx = Some((h0.clone(), c0.clone()));
         self
-    }
-}
-
-impl ModuleIo for LSTMInput {
-    fn primary(&self) -> &Tensor {
-        &self.input
-    }
-    fn with_primary(&self, primary: Tensor) -> Self {
-        LSTMInput { input: primary, ..self.clone() }
     }
 }
 

@@ -404,7 +404,7 @@ fn prepended_hooks_fire_first_as_in_pytorch() {
     let lin = Linear::new(2, 2);
     let m = lin.hook_base().unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
-    let first = HookConfig { prepend: true };
+    let first = HookConfig::prepend();
     let (a, b, c) = (tagger(&log, "pre a"), tagger(&log, "pre b"), tagger(&log, "pre c (prepended)"));
     m.register_forward_pre_hook(move |_| {
         a();

@@ -8,6 +8,7 @@ mod deep_copy;
 mod forward_checks;
 mod fuzz;
 mod grad_scaler;
+mod hook_order;
 mod hooks;
 mod hostile_checkpoints;
 mod init_stats;
