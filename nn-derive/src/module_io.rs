@@ -65,14 +65,15 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     let p = primary.ident.as_ref().expect("named");
     let pty = &primary.ty;
     let others: Vec<_> = fields.named.iter().filter(|f| f.ident.as_ref() != Some(p)).collect();
-    // Spanned at each field's type, so a type without `IoTensors` is reported there.
+    // Spanned at each field's type, so a type without `IoTensors` is reported there (once:
+    // both calls name the trait the same way, and rustc merges the two errors).
     let pushes = others.iter().map(|f| {
         let (id, ty) = (&f.ident, &f.ty);
         quote_spanned!(ty.span()=> <#ty as #krate::module::IoTensors>::push_tensors(&self.#id, &mut out);)
     });
     let takes = others.iter().map(|f| {
         let (id, ty) = (&f.ident, &f.ty);
-        quote_spanned!(ty.span()=> copy.#id = slots.take::<#ty>(&self.#id);)
+        quote_spanned!(ty.span()=> copy.#id = <#ty as #krate::module::IoTensors>::take_tensors(&self.#id, &mut slots);)
     });
     let primary_is_tensor = quote_spanned!(pty.span()=> let primary: &#krate::Tensor = &self.#p;);
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();

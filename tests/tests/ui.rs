@@ -22,6 +22,7 @@ fn ui() {
     t.pass("ui/pass/13-name.rs");
     t.pass("ui/pass/14-deep-copy.rs");
     t.pass("ui/pass/15-state-dict-customisation.rs");
+    t.pass("ui/pass/16-module-io-derive.rs");
     t.compile_fail("ui/fail/01-unannotated-vec.rs");
     t.compile_fail("ui/fail/02-unannotated-array.rs");
     t.compile_fail("ui/fail/03-unannotated-hashmap.rs");
@@ -73,4 +74,7 @@ fn ui() {
     t.compile_fail("ui/fail/49-extra-state-without-impl.rs");
     t.compile_fail("ui/fail/50-bad-state-dict-version.rs");
     t.compile_fail("ui/fail/51-migrate-without-impl.rs");
+    t.compile_fail("ui/fail/52-module-io-without-primary.rs");
+    t.compile_fail("ui/fail/53-module-io-field-without-slots.rs");
+    t.compile_fail("ui/fail/54-tuple-input-part-without-slots.rs");
 }
