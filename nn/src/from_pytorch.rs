@@ -212,10 +212,69 @@
 //! `register_full_backward_pre_hook(hook)` (the gradient arriving at the module's output,
 //! replaceable before its backward runs) is [`Hooks::register_full_backward_pre_hook`](crate::Hooks::register_full_backward_pre_hook),
 //! and `prepend=True` is a [`HookConfig`](crate::module::HookConfig) given to the `_with`
-//! forms on the module's base (`m.hook_base()?.register_forward_hook_with(HookConfig { prepend: true }, ..)`).
+//! forms on the module's base (`m.hook_base()?.register_forward_hook_with(HookConfig::prepend(), ..)`).
 //! `always_call=True` is [`Hooks::register_forward_hook_always_call`](crate::Hooks::register_forward_hook_always_call),
 //! whose hook gets the output as an `Option`: `None` when the forward panicked (the panic
 //! then goes on to the caller, as PyTorch re-raises).
+//!
+//! ## Hooks that see every tensor: `hook(module, args, output)`
+//!
+//! PyTorch's hooks get the module and the whole `args` tuple and output; nn's one-tensor
+//! forms above get the primary tensor only. The `_tensors` forms get a
+//! [`HookCall`](crate::HookCall) (the module, its type name, and its path from the
+//! outermost running module, PyTorch's `named_modules` name) and every tensor *slot*
+//! ([`ModuleIo::tensors`](crate::ModuleIo::tensors)): the elements of a tuple, the fields
+//! of an input struct (`AttentionInput`: query, key, value, key_padding_mask, attn_mask),
+//! `None` for an absent optional tensor. A hook returns `None` (keep) or every slot, each
+//! kept or replaced:
+//!
+//! ```python
+//! def pre(module, args):           # args = (p, y)
+//!     return (args[0], 2 * args[1])
+//! mix.register_forward_pre_hook(pre)
+//! def bwd(module, grad_input, grad_output):
+//!     return (grad_input[0] / 2,) + grad_input[1:]
+//! mix.register_full_backward_hook(bwd)
+//! ```
+//! ```
+//! use nn::prelude::*;
+//! use nn::HookConfig;
+//!
+//! #[derive(Module)]
+//! struct Mix { #[base] base: ModuleBase }
+//! impl Compute for Mix {
+//!     type Input = (Tensor, Tensor);
+//!     type Output = Tensor;
+//!     fn compute(&self, (p, y): &(Tensor, Tensor)) -> Tensor { p * y }
+//! }
+//! let mix = Mix { base: ModuleBase::new() };
+//! mix.register_forward_pre_hook_tensors(HookConfig::default(), |_call, args| {
+//!     Some(vec![args[0].clone(), args[1].as_ref().map(|y| y * 2.0)])
+//! }).unwrap();
+//! mix.register_full_backward_hook_tensors(HookConfig::default(), |_call, grad_input, _grad_output| {
+//!     // grad_input[1] is zeros: `y` does not require grad (PyTorch materializes them too).
+//!     Some(vec![grad_input[0].as_ref().map(|g| g * 0.5), grad_input[1].clone()])
+//! }).unwrap();
+//! let p = Tensor::ones(&[2]).requires_grad_(true);
+//! let out = mix.forward((&p, &Tensor::full(&[2], 3.0)));
+//! assert_eq!(out.to_vec(), [6.0, 6.0]);
+//! out.sum().backward();
+//! assert_eq!(p.grad().unwrap().to_vec(), [3.0, 3.0]); // 6 halved
+//! ```
+//!
+//! In backward, as PyTorch: a `grad_output` slot is `None` where no gradient reached that
+//! output; a `grad_input` slot is zeros for a tensor input no gradient reached and `None`
+//! for an absent one; with no input that requires grad the hook fires as the output
+//! gradients arrive, with every `grad_input` `None`. The global forms are
+//! `nn::hooks::register_module_forward_pre_hook_tensors`, `register_module_forward_hook_tensors`,
+//! `register_module_full_backward_hook_tensors` and `register_module_full_backward_pre_hook_tensors`;
+//! `always_call=True` is `HookConfig::always_call()` (the hook sees `call.panicked()` and no
+//! output slots). An input struct of one's own lists its slots with `#[derive(ModuleIo)]`
+//! and `#[io(primary)]` on its first tensor; a type of one's own inside a tuple input
+//! implements [`IoTensors`](crate::module::IoTensors), or the module does not compile.
+//! The call order (pre-hooks, global before a module's own; `prepend`; backward pre-hooks
+//! and hooks per module) is PyTorch's, pinned by a fixture PyTorch recorded
+//! (`tests/fixtures/pytorch/hook_order.py`).
 //!
 //! ## Activation checkpointing: `torch.utils.checkpoint`
 //!
