@@ -166,6 +166,7 @@ pub use module::{
     IncompatibleKeys, Item, Layer, LoadStateDictConfig, MigrateState, Module, ModuleBase, ModuleIo, Name, Parameter,
     ScopedHook,
 };
+pub use ops::promotion::{promote_types, result_type};
 pub use random::manual_seed;
 pub use shape::{Dim, Layout};
 pub use shape_spec::{ShapeDim, ShapeSpec, Start};

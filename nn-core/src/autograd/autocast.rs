@@ -444,10 +444,10 @@ pub(crate) fn cast_call<R>(op: &str, args: &[Option<&Tensor>], run: impl FnOnce(
 
 /// [`cast_call`] for two operands of ops without a policy whose arguments must share a dtype (the
 /// elementwise binary ops): under an active scope, floating arguments of different dtypes
-/// are promoted as PyTorch's type promotion does (which nn applies only inside autocast,
-/// where mixed dtypes are the norm; outside it they are an error): a tensor with
-/// dimensions outranks a 0-dim one, so `bf16[3] * f32[]` stays bf16; two of one rank
-/// class promote to the widest.
+/// are promoted as PyTorch's type promotion does: a tensor with dimensions outranks a
+/// 0-dim one, so `bf16[3] * f32[]` stays bf16; two of one rank class promote to the
+/// widest. (Outside autocast the elementwise ops promote the same way, through
+/// `ops::promotion`, which also covers integer and bool operands.)
 pub(crate) fn promote_call<R>(a: &Tensor, b: &Tensor, run: impl FnOnce(&Tensor, &Tensor) -> R) -> Option<R> {
     if a.dtype() == b.dtype() || !a.dtype().is_float() || !b.dtype().is_float() || a.device() != b.device() {
         return None;

@@ -168,6 +168,29 @@ pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
     if let Some(y) = crate::autograd::autocast::promote_call(a, b, binary::<O>) {
         return y;
     }
+    // Outside autocast too: operands of two dtypes compute in PyTorch's result type when
+    // it is a floating one (`f32 * bool`, `i64 + f64`, `bf16[3] * f32[]`).
+    if let Some((a, b)) = super::promotion::promoted(a, b) {
+        return binary::<O>(&a, &b);
+    }
+    if a.device() == b.device() {
+        let to = super::promotion::result_type(a, b);
+        if !to.is_compute_float() && O::NAME == <DivOp as BinaryOp>::NAME {
+            // True division of integers gives the default float dtype, as PyTorch's `/`.
+            return binary::<O>(&a.to_dtype(DType::F32), &b.to_dtype(DType::F32));
+        }
+        if !to.is_compute_float() && a.dtype() != b.dtype() {
+            panic!(
+                "{}: {} (shape {:?}) with {} (shape {:?}) computes in {to} (PyTorch's type promotion), and nn's \
+                 arithmetic runs in floating dtypes only: convert an operand with `to_dtype(DType::F32)`",
+                O::NAME,
+                a.dtype(),
+                a.shape(),
+                b.dtype(),
+                b.shape()
+            );
+        }
+    }
     check_same(O::NAME, &[a, b]);
     super::check_float(O::NAME, a);
     let (la, lb, lo) = broadcast_pair(O::NAME, a, b);
@@ -213,6 +236,11 @@ fn compare(op: &'static str, a: &Tensor, b: &Tensor, f: fn(std::cmp::Ordering) -
         attrs = Vec::new,
         again = |c: &[Option<&Tensor>]| { compare(op, c[0].expect("present"), c[1].expect("present"), f) }
     );
+    if a.dtype() != b.dtype() && a.device() == b.device() {
+        // Compared in PyTorch's result type (`ids == 2.5`: as floats).
+        let to = super::promotion::result_type(a, b);
+        return compare(op, &a.to_dtype(to), &b.to_dtype(to), f);
+    }
     check_same(op, &[a, b]);
     let (la, lb, lo) = broadcast_pair(op, a, b);
     Tensor::from_storage(a.storage_arc().compare(&la, &b.storage_arc(), &lb, f), lo.shape())
@@ -336,6 +364,11 @@ impl Tensor {
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
         if let Some(y) = crate::autograd::autocast::promote_call(a, b, |a, b| Tensor::where_cond(cond, a, b)) {
             return y;
+        }
+        if a.dtype() != b.dtype() && a.device() == b.device() {
+            // The values in PyTorch's result type (`where(mask, x, 0-dim f64)` stays x's).
+            let to = super::promotion::result_type(a, b);
+            return Tensor::where_cond(cond, &a.to_dtype(to), &b.to_dtype(to));
         }
         let _op = crate::autograd::entry::enter_uncast(crate::names::WHERE, &[cond, a, b], &[], Vec::new);
         const OP: &str = crate::names::WHERE;
@@ -924,11 +957,26 @@ mod tests {
     }
 
     #[test]
+    fn dtype_mix_promotes_as_pytorch() {
+        let y = Tensor::zeros(&[2]) * Tensor::from_vec_f64(vec![1.0, 2.0], &[2]);
+        assert_eq!(y.dtype(), DType::F64);
+        let ids = Tensor::from_vec_i64(vec![1, 2], &[2]);
+        assert_eq!((&ids + &Tensor::full(&[], 0.5)).to_vec(), [1.5, 2.5]);
+        let mask = Tensor::from_vec_bool(vec![true, false], &[2]);
+        assert_eq!(ids.eq(&Tensor::full(&[], 2.0)).to_vec_of::<bool>(), [false, true]);
+        assert_eq!(
+            Tensor::where_cond(&mask, &Tensor::ones(&[2]), &Tensor::zeros(&[2]).to_dtype(DType::F64)).dtype(),
+            DType::F64
+        );
+    }
+
+    #[test]
     #[should_panic(
-        expected = "mul: expected all tensors of one dtype, got f32 (shape [2]) and f64 (shape [2]); convert with `to_dtype`"
+        expected = "mul: i64 (shape [2]) with bool (shape [2]) computes in i64 (PyTorch's type promotion), and nn's"
     )]
-    fn dtype_mix_names_the_op_and_both_shapes() {
-        let _ = Tensor::zeros(&[2]) * Tensor::from_vec_f64(vec![1.0, 2.0], &[2]);
+    fn integer_arithmetic_is_refused_by_name() {
+        let ids = Tensor::from_vec_i64(vec![1, 2], &[2]);
+        let _ = &ids * &Tensor::from_vec_bool(vec![true, false], &[2]);
     }
 
     #[test]
@@ -938,9 +986,16 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "div: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
+    #[should_panic(expected = "mul: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
     fn arithmetic_on_integers_names_the_op() {
         let i = Tensor::from_vec_i64(vec![1, 2], &[2]);
-        let _ = &i / &i;
+        let _ = &i * &i;
+    }
+
+    #[test]
+    fn integer_true_division_gives_the_default_float_dtype() {
+        let i = Tensor::from_vec_i64(vec![1, 3], &[2]);
+        let y = &i / &Tensor::from_vec_i64(vec![2, 2], &[2]);
+        assert_eq!((y.dtype(), y.to_vec()), (DType::F32, vec![0.5, 1.5]));
     }
 }

@@ -26,6 +26,7 @@ pub(crate) mod outer;
 pub(crate) mod pad;
 pub(crate) mod pool;
 pub(crate) mod predicates;
+pub mod promotion;
 pub(crate) mod quantile;
 pub(crate) mod reduce;
 pub(crate) mod repeat;

@@ -263,8 +263,10 @@ fn the_parts_of_an_op_are_not_cast() {
 fn outside_autocast_nothing_is_cast() {
     let y = F::linear(&Tensor::randn(&[2, 3]), &Tensor::randn(&[4, 3]), None);
     assert_eq!(y.dtype(), DType::F32);
-    // And mixed dtypes stay an error outside autocast.
-    let r = std::panic::catch_unwind(|| Tensor::randn(&[2]).to_dtype(DType::BF16) + Tensor::randn(&[2]));
+    // Mixed dtypes promote as PyTorch's type promotion does (the widest float), and a
+    // matrix product of two dtypes stays an error, as PyTorch's.
+    assert_eq!((Tensor::randn(&[2]).to_dtype(DType::BF16) + Tensor::randn(&[2])).dtype(), DType::F32);
+    let r = std::panic::catch_unwind(|| Tensor::randn(&[2, 2]).to_dtype(DType::BF16).matmul(&Tensor::randn(&[2, 2])));
     assert!(r.is_err());
 }
 
