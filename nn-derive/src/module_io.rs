@@ -16,6 +16,7 @@ pub fn derive(input: &DeriveInput) -> TokenStream {
     }
 }
 
+/// The impl, or the collected errors (a missing or doubled `#[io(primary)]`, an unknown option).
 fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     let name = &input.ident;
     let Data::Struct(DataStruct { fields: Fields::Named(fields), .. }) = &input.data else {

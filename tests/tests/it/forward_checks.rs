@@ -61,7 +61,7 @@ impl Compute for LogsDetached {
 }
 
 fn panic_text(r: std::thread::Result<Tensor>) -> String {
-    let p = r.err().expect("the check should have panicked");
+    let Err(p) = r else { panic!("the check should have panicked") };
     p.downcast_ref::<String>().cloned().unwrap_or_default()
 }
 

@@ -234,7 +234,7 @@ fn call_order_matches_pytorch() {
 }
 
 fn panic_text(r: std::thread::Result<impl Sized>) -> String {
-    let p = r.err().expect("a panic");
+    let Err(p) = r else { panic!("expected a panic") };
     p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
 }
 
