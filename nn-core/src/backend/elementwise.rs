@@ -134,6 +134,9 @@ pub(crate) trait BinaryOp: Copy + Send + Sync + 'static {
     /// Constant partial derivatives, when they are constants (add, sub): the backward then
     /// skips the elementwise product.
     const CONST_GRADS: Option<(f64, f64)> = None;
+    /// The op on `i64` operands, where PyTorch defines it for integers (add, sub and mul
+    /// wrapping on overflow as PyTorch's, maximum, minimum); `None`: floating only.
+    const INT: Option<fn(i64, i64) -> i64> = None;
     /// The op in WGSL, for GPU kernels; `None` runs the CPU kernel on host copies instead.
     #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     const WGSL: Option<Wgsl> = None;

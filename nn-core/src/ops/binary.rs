@@ -17,12 +17,13 @@ use crate::shape::{broadcast_shapes, Layout};
 use crate::tensor::Tensor;
 
 macro_rules! binary_op {
-    ($name:ident, $label:expr, $consts:expr, |$a:ident, $b:ident| $f:expr, $da:expr, $db:expr, wgsl = $w:expr) => {
+    ($name:ident, $label:expr, $consts:expr, |$a:ident, $b:ident| $f:expr, $da:expr, $db:expr, wgsl = $w:expr $(, int = $int:expr)?) => {
         #[derive(Clone, Copy)]
         pub(crate) struct $name;
         impl BinaryOp for $name {
             const NAME: &'static str = $label;
             const CONST_GRADS: Option<(f64, f64)> = $consts;
+            $(const INT: Option<fn(i64, i64) -> i64> = Some($int);)?
             const WGSL: Option<Wgsl> = Some($w);
             #[inline(always)]
             fn f<T: FloatElement>($a: T, $b: T) -> T {
@@ -49,7 +50,8 @@ binary_op!(
     |a, b| a + b,
     T::one(),
     T::one(),
-    wgsl = Wgsl::binary("a + b", "1.0", "1.0", false)
+    wgsl = Wgsl::binary("a + b", "1.0", "1.0", false),
+    int = i64::wrapping_add
 );
 binary_op!(
     SubOp,
@@ -58,9 +60,19 @@ binary_op!(
     |a, b| a - b,
     T::one(),
     -T::one(),
-    wgsl = Wgsl::binary("a - b", "1.0", "-1.0", false)
+    wgsl = Wgsl::binary("a - b", "1.0", "-1.0", false),
+    int = i64::wrapping_sub
 );
-binary_op!(MulOp, crate::names::MUL, None, |a, b| a * b, b, a, wgsl = Wgsl::binary("a * b", "b", "a", false));
+binary_op!(
+    MulOp,
+    crate::names::MUL,
+    None,
+    |a, b| a * b,
+    b,
+    a,
+    wgsl = Wgsl::binary("a * b", "b", "a", false),
+    int = i64::wrapping_mul
+);
 binary_op!(
     DivOp,
     crate::names::DIV,
@@ -112,7 +124,8 @@ binary_op!(
         "select(select(1.0, 0.0, a < b), 0.5, a == b)",
         "select(select(1.0, 0.0, a > b), 0.5, a == b)",
         false
-    )
+    ),
+    int = |a: i64, b: i64| a.max(b)
 );
 binary_op!(
     MinOp,
@@ -132,7 +145,8 @@ binary_op!(
         "select(select(1.0, 0.0, a > b), 0.5, a == b)",
         "select(select(1.0, 0.0, a < b), 0.5, a == b)",
         false
-    )
+    ),
+    int = |a: i64, b: i64| a.min(b)
 );
 
 /// The local gradient of one side of `maximum`/`minimum`: 0.5 at a tie, 0 where that side
@@ -175,6 +189,9 @@ pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
     }
     if a.device() == b.device() {
         let to = super::promotion::result_type(a, b);
+        if let (DType::I64, Some(_)) = (to, O::INT) {
+            return integer::<O>(&a.to_dtype(DType::I64), &b.to_dtype(DType::I64));
+        }
         if !to.is_compute_float() && O::NAME == <DivOp as BinaryOp>::NAME {
             // True division of integers gives the default float dtype, as PyTorch's `/`.
             return binary::<O>(&a.to_dtype(DType::F32), &b.to_dtype(DType::F32));
@@ -216,6 +233,13 @@ pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
             smallvec![needs[0].then(|| grad_for(0)), needs[1].then(|| grad_for(1))]
         }
     })
+}
+
+/// `O` on two `i64` tensors, with PyTorch's integer results (wrapping on overflow); no
+/// gradient (integers have none).
+fn integer<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
+    let (la, lb, lo) = broadcast_pair(O::NAME, a, b);
+    Tensor::from_storage(a.storage_arc().binary::<O>(&la, &b.storage_arc(), &lb), lo.shape())
 }
 
 /// `g * d op / d input` at the broadcast shape.
@@ -486,32 +510,86 @@ macro_rules! impl_binary_operator {
         impl $trait<f64> for &Tensor {
             type Output = Tensor;
             fn $method(self, $s: f64) -> Tensor {
-                let $t = self;
+                let t = float_for_scalar(self);
+                let $t: &Tensor = &t;
                 $scalar
             }
         }
         impl $trait<f64> for Tensor {
             type Output = Tensor;
             fn $method(self, $s: f64) -> Tensor {
-                let $t = &self;
-                $scalar
+                $trait::$method(&self, $s)
             }
         }
         impl $trait<&Tensor> for f64 {
             type Output = Tensor;
             fn $method(self, rhs: &Tensor) -> Tensor {
-                let ($s2, $t2) = (self, rhs);
+                let t = float_for_scalar(rhs);
+                let ($s2, $t2): (f64, &Tensor) = (self, &t);
                 $rscalar
             }
         }
         impl $trait<Tensor> for f64 {
             type Output = Tensor;
             fn $method(self, rhs: Tensor) -> Tensor {
-                let ($s2, $t2) = (self, &rhs);
-                $rscalar
+                $trait::$method(self, &rhs)
+            }
+        }
+        /// An integer scalar: the tensor's own dtype for a floating tensor (a wrapped
+        /// number), integer arithmetic on an `i64` or bool tensor (PyTorch's `ids + 1`).
+        impl $trait<i64> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, s: i64) -> Tensor {
+                if self.dtype().is_float() {
+                    $trait::$method(self, s as f64)
+                } else {
+                    Tensor::$fn(self, &int_scalar(s, self))
+                }
+            }
+        }
+        impl $trait<i64> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, s: i64) -> Tensor {
+                $trait::$method(&self, s)
+            }
+        }
+        impl $trait<&Tensor> for i64 {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor) -> Tensor {
+                if rhs.dtype().is_float() {
+                    $trait::$method(self as f64, rhs)
+                } else {
+                    Tensor::$fn(&int_scalar(self, rhs), rhs)
+                }
+            }
+        }
+        impl $trait<Tensor> for i64 {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, rhs: Tensor) -> Tensor {
+                $trait::$method(self, &rhs)
             }
         }
     };
+}
+
+/// The tensor a Rust `f64` scalar combines with: itself, or for an integer or bool
+/// tensor its `f32` copy (a Python float with an integer tensor computes in the default
+/// float dtype: `ids * 0.5` is f32).
+fn float_for_scalar(t: &Tensor) -> std::borrow::Cow<'_, Tensor> {
+    if t.dtype().is_float() {
+        std::borrow::Cow::Borrowed(t)
+    } else {
+        std::borrow::Cow::Owned(t.to_dtype(DType::F32))
+    }
+}
+
+/// `s` as a 0-dim `i64` tensor on `like`'s device.
+fn int_scalar(s: i64, like: &Tensor) -> Tensor {
+    Tensor::from_vec_i64(vec![s], &[]).to_device(like.device())
 }
 
 impl_binary_operator!(Add, add, add, |t, s| t.affine(1.0, s), |s, t| t.affine(1.0, s));
@@ -972,11 +1050,11 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "mul: i64 (shape [2]) with bool (shape [2]) computes in i64 (PyTorch's type promotion), and nn's"
+        expected = "pow: i64 (shape [2]) with bool (shape [2]) computes in i64 (PyTorch's type promotion), and nn's"
     )]
-    fn integer_arithmetic_is_refused_by_name() {
+    fn integer_arithmetic_without_an_integer_form_is_refused_by_name() {
         let ids = Tensor::from_vec_i64(vec![1, 2], &[2]);
-        let _ = &ids * &Tensor::from_vec_bool(vec![true, false], &[2]);
+        let _ = ids.pow(&Tensor::from_vec_bool(vec![true, false], &[2]));
     }
 
     #[test]
@@ -986,10 +1064,28 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "mul: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
-    fn arithmetic_on_integers_names_the_op() {
+    #[should_panic(expected = "pow: expected a floating-point tensor (f32, f64, bf16 or f16), got i64")]
+    fn arithmetic_on_integers_without_an_integer_form_names_the_op() {
         let i = Tensor::from_vec_i64(vec![1, 2], &[2]);
-        let _ = &i * &i;
+        let _ = i.pow(&i);
+    }
+
+    #[test]
+    fn integer_arithmetic_has_pytorchs_results() {
+        let ids = Tensor::from_vec_i64(vec![1, 2, i64::MAX], &[3]);
+        assert_eq!((&ids + 1).to_vec_of::<i64>(), [2, 3, i64::MIN]); // wraps, as PyTorch
+        assert_eq!((3 * &ids).to_vec_of::<i64>()[..2], [3, 6]);
+        assert_eq!(
+            (&ids - &Tensor::from_vec_bool(vec![true, false, true], &[3])).to_vec_of::<i64>(),
+            [0, 2, i64::MAX - 1]
+        );
+        assert_eq!(ids.maximum(&Tensor::from_vec_i64(vec![5], &[1])).to_vec_of::<i64>(), [5, 5, i64::MAX]);
+        // A float scalar with an integer tensor: the default float dtype.
+        let half = &ids.narrow(0, 0, 2) * 0.5;
+        assert_eq!((half.dtype(), half.to_vec()), (DType::F32, vec![0.5, 1.0]));
+        // An integer scalar with a float tensor keeps the tensor's dtype.
+        assert_eq!((Tensor::full(&[1], 1.5).to_dtype(DType::BF16) + 1).dtype(), DType::BF16);
+        assert_eq!((&ids / 2).to_vec()[..2], [0.5, 1.0]);
     }
 
     #[test]

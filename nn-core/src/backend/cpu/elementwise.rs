@@ -179,6 +179,10 @@ pub(crate) fn binary<O: BinaryOp>(a: &CpuStorage, la: &Layout, b: &CpuStorage, l
     match (a, b) {
         (CpuStorage::BF16(va), CpuStorage::BF16(vb)) => return CpuStorage::BF16(half::<_, O>(va, la, vb, lb)),
         (CpuStorage::F16(va), CpuStorage::F16(vb)) => return CpuStorage::F16(half::<_, O>(va, la, vb, lb)),
+        (CpuStorage::I64(va), CpuStorage::I64(vb)) => {
+            let f = O::INT.unwrap_or_else(|| panic!("{}: not defined on integers (checked by the op)", O::NAME));
+            return CpuStorage::I64(map2(va, la, vb, lb, f));
+        }
         _ => {}
     }
     with_float!(a, O::NAME, T, va => {
