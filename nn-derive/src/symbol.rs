@@ -36,17 +36,23 @@ pub const BUILTIN: [&str; 10] =
 mod tests {
     use super::*;
 
-    /// The idents listed in `attributes(...)` of `#[proc_macro_derive]` in `lib.rs`.
+    /// The idents listed in `attributes(...)` of `#[proc_macro_derive(Module, ...)]` in
+    /// `lib.rs` (the `ModuleIo` derive's `io` is its own).
     fn declared_helper_attributes() -> Vec<String> {
         let lib: syn::File = syn::parse_str(include_str!("lib.rs")).expect("lib.rs parses");
         let mut declared = Vec::new();
         for item in &lib.items {
             let syn::Item::Fn(function) = item else { continue };
             for attr in function.attrs.iter().filter(|a| a.path().is_ident("proc_macro_derive")) {
+                let mut module = false;
                 attr.parse_nested_meta(|meta| {
-                    if meta.path.is_ident("attributes") {
+                    if meta.path.is_ident("Module") {
+                        module = true;
+                    } else if meta.path.is_ident("attributes") {
                         meta.parse_nested_meta(|helper| {
-                            declared.push(helper.path.get_ident().expect("a plain name").to_string());
+                            if module {
+                                declared.push(helper.path.get_ident().expect("a plain name").to_string());
+                            }
                             Ok(())
                         })?;
                     }

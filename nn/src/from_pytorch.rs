@@ -925,6 +925,37 @@
 //! assert_eq!(nn::get_num_threads(), 1);
 //! ```
 //!
+//! ## Type promotion: `x * mask`, `ids + 1`, `ids / 2`
+//!
+//! Elementwise ops on tensors of two dtypes compute in PyTorch's result type
+//! ([`result_type`](crate::result_type)): bool < integer < floating, the widest float of
+//! the operands, and a 0-dim tensor counts as a wrapped number that can raise the category
+//! but not the width (`bf16[3] * f32[]` stays bf16). Integer tensors add, subtract,
+//! multiply (wrapping on overflow) and take maxima as PyTorch's; `/` of integers is true
+//! division in f32; a Rust `f64` scalar with an integer tensor gives f32, an `i64` scalar
+//! keeps an integer tensor integer and a float tensor its dtype.
+//!
+//! ```python
+//! y = x * mask            # float * bool -> float
+//! pos = ids + 1           # int64
+//! frac = ids / 2          # float32
+//! ```
+//! ```
+//! use nn::{DType, Tensor};
+//! let x = Tensor::full(&[3], 2.0);
+//! let mask = Tensor::from_vec_bool(vec![true, false, true], &[3]);
+//! assert_eq!((&x * &mask).to_vec(), [2.0, 0.0, 2.0]);
+//! let ids = Tensor::from_vec_i64(vec![0, 1, 2], &[3]);
+//! assert_eq!((&ids + 1).to_vec_of::<i64>(), [1, 2, 3]);
+//! let frac = &ids / 2;
+//! assert_eq!((frac.dtype(), frac.to_vec()), (DType::F32, vec![0.0, 0.5, 1.0]));
+//! assert_eq!((&x * &Tensor::full(&[], 3.0).to_dtype(DType::F64)).dtype(), DType::F32); // 0-dim: no widening
+//! ```
+//!
+//! Not yet: integer floor division and remainder, bitwise ops, and bool arithmetic
+//! (`bool + bool`), which are refused naming the dtypes; the matrix products, as
+//! PyTorch's, take one dtype.
+//!
 //! ## Training mode, `no_grad`, dtype
 //!
 //! `model.train()`, `model.eval()`, `with torch.no_grad():`, `model.double()`:
@@ -988,8 +1019,8 @@
 //! lists in one table, [`amp::POLICIES`](crate::amp::POLICIES) (with
 //! [`amp::CPU_POLICIES`](crate::amp::CPU_POLICIES): reflect and replicate padding in `f32`
 //! on the CPU only); `autocast_enabled(..,
-//! false, ..)` is `enabled=False`. Outside autocast, mixing dtypes in one op stays an
-//! error; inside it, floating dtypes promote as PyTorch's do. `torch.autocast("cuda")` is
+//! false, ..)` is `enabled=False`. Elementwise ops promote mixed dtypes inside and
+//! outside autocast, as PyTorch's do (see type promotion above). `torch.autocast("cuda")` is
 //! `autocast(Device::Gpu(0), ..)`, with PyTorch's CUDA lists
 //! ([`amp::GPU_POLICIES`](crate::amp::GPU_POLICIES): softmax, the norms, `exp`, `log`,
 //! `pow`, sums, scans and resampling in `f32` there, unlike on the CPU); one GPU scope

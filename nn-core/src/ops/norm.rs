@@ -284,6 +284,16 @@ impl Tensor {
                 .batch_norm(running_mean, running_var, weight, bias, training, momentum, eps)
                 .to_dtype(self.dtype());
         }
+        // Otherwise one dtype, as PyTorch's kernel: the elementwise steps below would
+        // promote, and the running statistics would be updated from another dtype's values.
+        if let Some(t) = stats.iter().flatten().find(|t| t.dtype() != self.dtype()) {
+            panic!(
+                "{OP}: expected statistics and parameters of the input's dtype {}, got a {} one (only a half input \
+                 takes f32 ones); convert the module with `to_dtype`",
+                self.dtype(),
+                t.dtype()
+            );
+        }
         let mut bshape = vec![1; self.rank()];
         bshape[1] = c;
         let dims: Vec<usize> = (0..self.rank()).filter(|&d| d != 1).collect();

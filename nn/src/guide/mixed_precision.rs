@@ -17,7 +17,7 @@
 //! [`amp::policy(device, op)`](crate::amp::policy) reads it ([`POLICIES`](crate::amp::POLICIES),
 //! with [`CPU_POLICIES`](crate::amp::CPU_POLICIES) and [`GPU_POLICIES`](crate::amp::GPU_POLICIES)
 //! for the entries one device's list alone has). Ops not listed run in the dtype they get,
-//! and floating dtypes promote inside the scope (outside it, mixing them is an error):
+//! and mixed dtypes promote as outside the scope (PyTorch's type promotion):
 //! ```
 //! use nn::prelude::*;
 //! use nn::amp::{autocast, policy, AutocastGuard, CastPolicy};

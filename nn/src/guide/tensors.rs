@@ -33,8 +33,10 @@
 //!
 //! `f32`, `f64`, `f16`, `bf16`, `i64` and `bool`. [`to_dtype`](crate::Tensor::to_dtype)
 //! converts (a recorded op: gradients flow back through it); the `_dtype` constructors
-//! take one. Outside [autocast](super::mixed_precision), an op on two floating dtypes is
-//! an error rather than a silent promotion. Devices are `Cpu`, `Meta` (shapes and dtypes,
+//! take one. An elementwise op on two dtypes computes in PyTorch's result type
+//! ([`result_type`](crate::result_type): `f32 * bool` is f32, `f32 * f64` is f64, a 0-dim
+//! operand does not widen); the matrix products and fused norms take one dtype, as
+//! PyTorch's. Devices are `Cpu`, `Meta` (shapes and dtypes,
 //! no values) and, with the `gpu` feature, `Gpu(n)` (see [the GPU chapter](super::gpu));
 //! [`with_device`](crate::with_device) sets where the factories create tensors, as
 //! `with torch.device(...)`:
@@ -45,7 +47,8 @@
 //! assert_eq!(x.to_dtype(DType::F64).to_vec_f64(), [1.5, -2.0]);
 //! assert_eq!(x.to_dtype(DType::I64).to_vec_i64(), [1, -2]); // truncates, as PyTorch
 //! assert_eq!(Tensor::zeros_dtype(&[2], DType::BF16).dtype(), DType::BF16);
-//! let mixed = std::panic::catch_unwind(|| &x + &x.to_dtype(DType::F64));
+//! assert_eq!((&x + &x.to_dtype(DType::F64)).dtype(), DType::F64); // PyTorch's promotion
+//! let mixed = std::panic::catch_unwind(|| x.reshape(&[1, 2]).matmul(&x.reshape(&[2, 1]).to_dtype(DType::F64)));
 //! assert!(mixed.is_err());
 //!
 //! assert_eq!(x.device(), Device::Cpu);
