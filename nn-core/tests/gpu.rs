@@ -177,6 +177,33 @@ fn f64_arithmetic_matches_the_cpu() {
     check("f64 matmul", &[a.clone(), randn(&[4, 3]).to_dtype(DType::F64)], 1e-12, |t| t[0].matmul(&t[1]));
 }
 
+/// Type promotion and integer arithmetic (the integer ops run on host copies): the same
+/// dtypes and values on both devices.
+#[test]
+fn promotion_and_integer_arithmetic_match_the_cpu() {
+    let _serial = serial();
+    let ids = Tensor::from_vec_i64(vec![1, -2, i64::MAX], &[3]);
+    let mask = Tensor::from_vec_bool(vec![true, false, true], &[3]);
+    let x = Tensor::from_vec(vec![0.5, 1.5, -2.0], &[3]);
+    let cases: Vec<(&str, Box<dyn Fn(&Tensor, &Tensor, &Tensor) -> Tensor>)> = vec![
+        ("ids + 1", Box::new(|i, _, _| i + 1)),
+        ("ids * ids", Box::new(|i, _, _| i * i)),
+        ("ids - mask", Box::new(|i, m, _| i - m)),
+        ("maximum", Box::new(|i, _, _| i.maximum(&(i * -1)))),
+        ("ids / 2", Box::new(|i, _, _| i / 2)),
+        ("x * mask", Box::new(|_, m, x| x * m)),
+        ("x + ids", Box::new(|i, _, x| x + &i.to_dtype(DType::F64))),
+        ("ids == x", Box::new(|i, _, x| i.eq(x))),
+    ];
+    for (name, f) in cases {
+        let cpu = f(&ids, &mask, &x);
+        let gpu = f(&ids.to_device(GPU), &mask.to_device(GPU), &x.to_device(GPU));
+        assert_eq!((gpu.device(), gpu.dtype()), (GPU, cpu.dtype()), "{name}");
+        let gpu = gpu.to_device(Device::Cpu);
+        assert_eq!(format!("{:?}", gpu.to_vec_f64()), format!("{:?}", cpu.to_vec_f64()), "{name}");
+    }
+}
+
 #[test]
 fn reductions_and_softmax_match_the_cpu() {
     let _serial = serial();
