@@ -139,6 +139,7 @@ pub fn register_module_forward_pre_hook_tensors(
     config: HookConfig,
     hook: impl Fn(&HookCall<'_>, &[Option<Tensor>]) -> Slots + Send + Sync + 'static,
 ) -> HookHandle {
+    config.refuse_always_call("global forward pre-hook");
     let hook: ForwardPreHookTensors = Arc::new(hook);
     register("global_forward_pre", |l, id| place(&mut l.pre, config, (id, hook)))
 }
@@ -221,6 +222,7 @@ pub fn register_module_full_backward_hook_tensors(
     config: HookConfig,
     hook: impl Fn(&HookCall<'_>, &[Option<Tensor>], &[Option<Tensor>]) -> Slots + Send + Sync + 'static,
 ) -> HookHandle {
+    config.refuse_always_call("global full backward hook");
     let hook: BackwardHookTensors = Arc::new(hook);
     register("global_full_backward", |l, id| place(&mut l.bwd, config, (id, hook)))
 }
@@ -232,6 +234,7 @@ pub fn register_module_full_backward_pre_hook_tensors(
     config: HookConfig,
     hook: impl Fn(&HookCall<'_>, &[Option<Tensor>]) -> Slots + Send + Sync + 'static,
 ) -> HookHandle {
+    config.refuse_always_call("global full backward pre-hook");
     let hook: BackwardPreHookTensors = Arc::new(hook);
     register("global_full_backward_pre", |l, id| place(&mut l.bwd_pre, config, (id, hook)))
 }

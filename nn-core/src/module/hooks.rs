@@ -103,7 +103,7 @@ pub struct HookConfig {
     /// For forward hooks: also fire when the forward (or a forward hook before this one)
     /// panics, with no output (PyTorch's `always_call=True`); the panic then goes on. A
     /// hook that panics itself on that path is reported on stderr and skipped. Other
-    /// kinds of hook ignore it.
+    /// kinds of hook refuse it (a panic at registration).
     pub always_call: bool,
 }
 
@@ -116,6 +116,16 @@ impl HookConfig {
     /// `always_call: true`.
     pub fn always_call() -> Self {
         HookConfig { always_call: true, ..Self::default() }
+    }
+
+    /// Panics when `always_call` is set for a kind of hook that has no such option (it
+    /// would be ignored, silently).
+    pub(crate) fn refuse_always_call(self, kind: &str) {
+        assert!(
+            !self.always_call,
+            "HookConfig::always_call is for forward hooks; a {kind} has no such option (PyTorch's \
+             always_call is an argument of register_forward_hook only)"
+        );
     }
 }
 
@@ -374,6 +384,7 @@ impl ModuleBase {
     }
 
     fn register_pre(&self, config: HookConfig, hook: ForwardPreHookTensors) -> HookHandle {
+        config.refuse_always_call("forward pre-hook");
         self.register("forward_pre", |l, id| place(&mut l.pre, config, (id, hook)))
     }
 
@@ -500,6 +511,7 @@ impl ModuleBase {
     }
 
     fn register_bwd_pre(&self, config: HookConfig, hook: BackwardPreHookTensors) -> HookHandle {
+        config.refuse_always_call("full backward pre-hook");
         self.register("full_backward_pre", |l, id| place(&mut l.bwd_pre, config, (id, hook)))
     }
 
@@ -549,6 +561,7 @@ impl ModuleBase {
     }
 
     fn register_bwd(&self, config: HookConfig, hook: BackwardHookTensors) -> HookHandle {
+        config.refuse_always_call("full backward hook");
         self.register("full_backward", |l, id| place(&mut l.bwd, config, (id, hook)))
     }
 

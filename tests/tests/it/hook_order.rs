@@ -381,3 +381,17 @@ fn a_module_outside_the_running_tree_has_no_path() {
     m.forward(&Tensor::ones(&[1]));
     assert_eq!(*PATHS.with(Clone::clone).lock().unwrap(), [None]);
 }
+
+#[test]
+fn always_call_on_a_kind_without_it_is_refused_at_registration() {
+    let split = Split { base: ModuleBase::new() };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        split.register_full_backward_hook_tensors(HookConfig::always_call(), |_, _, _| None)
+    }));
+    let msg = panic_text(r);
+    assert!(msg.contains("always_call is for forward hooks; a full backward hook has no such option"), "{msg}");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        split.hook_base().unwrap().register_forward_hook_with(HookConfig::always_call(), |_, _| None)
+    }));
+    assert!(panic_text(r).contains("register_forward_hook_always_call"));
+}
