@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod char_model;
+pub mod nanogpt;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use nn_core::checkpoint::Extra;

@@ -272,3 +272,15 @@ fn ignored_or_meaningless_flags_are_refused() {
     let e = run_err(env!("CARGO_BIN_EXE_gpt2_finetune"), &["--lora", "0"]);
     assert!(e.contains("--lora") && e.contains("1 or more"), "{e}");
 }
+
+#[test]
+fn nanogpt_trains_evaluates_samples_and_refuses_what_it_ignores() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let bin = env!("CARGO_BIN_EXE_nanogpt");
+    let out = run(bin, &["--steps", "2", "--eval-every", "1", "--sample-len", "5", "--out-dir", d]);
+    assert!(out.contains("step 2: train loss") && out.contains("--- sample ---"), "{out}");
+    assert_outputs(dir.path(), "nanogpt");
+    assert!(run_err(bin, &["--steps", "2", "--resume", "--out-dir", d]).contains("does not support --resume"));
+    assert!(run_err(bin, &["--steps", "0", "--out-dir", d]).contains("--steps and --eval-every must be at least 1"));
+}
