@@ -179,6 +179,30 @@ fn token_like(slots: &[Option<Tensor>]) -> Like {
     (Vec::new(), crate::DType::F32, t.device())
 }
 
+/// `slots` with each of `needed` passed through a recording node (its gradient goes to
+/// `record(slot, gradient)`), all of them feeding one gather node, whose backward is
+/// `fire(needed)`: the gradients of the `needed` slots' tensors.
+fn wire_slots(
+    mut slots: Vec<Option<Tensor>>,
+    needed: Vec<usize>,
+    record: impl Fn(usize, &Tensor) + Clone + Send + Sync + 'static,
+    fire: impl Fn(&[usize]) -> Vec<Option<Tensor>> + Send + Sync + 'static,
+) -> Vec<Option<Tensor>> {
+    let token = token_like(&slots);
+    let tensors: Vec<Tensor> = needed.iter().map(|&i| slots[i].clone().expect("needs grad")).collect();
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    let order = needed.clone();
+    let gather = custom_op(NODE, &refs, &zeros(&token), move |_| fire(&order));
+    for (&i, t) in needed.iter().zip(&tensors) {
+        let (record, token) = (record.clone(), token.clone());
+        slots[i] = Some(custom_op(NODE, &[t, &gather], t, move |g| {
+            record(i, g);
+            token_grad(&token)
+        }));
+    }
+    slots
+}
+
 /// The input side of one call's backward hooks.
 struct InputSide {
     type_name: &'static str,
@@ -192,23 +216,12 @@ struct InputSide {
 
 impl InputSide {
     /// The input slots, those that require grad passed through recording nodes.
-    fn wire(self, mut slots: Vec<Option<Tensor>>) -> Vec<Option<Tensor>> {
+    fn wire(self, slots: Vec<Option<Tensor>>) -> Vec<Option<Tensor>> {
         let needed: Vec<usize> = (0..slots.len()).filter(|&i| self.input_needs[i]).collect();
-        let token = token_like(&slots);
         let shared = Arc::clone(&self.shared);
         lock(&shared).grad_in = vec![None; slots.len()];
-        let tensors: Vec<Tensor> = needed.iter().map(|&i| slots[i].clone().expect("needs grad")).collect();
-        let refs: Vec<&Tensor> = tensors.iter().collect();
-        let order = needed.clone();
-        let gather = custom_op(NODE, &refs, &zeros(&token), move |_| self.fire(&order));
-        for (&i, t) in needed.iter().zip(&tensors) {
-            let (shared, token) = (Arc::clone(&shared), token.clone());
-            slots[i] = Some(custom_op(NODE, &[t, &gather], t, move |g| {
-                lock(&shared).grad_in[i] = Some(g.clone());
-                token_grad(&token)
-            }));
-        }
-        slots
+        let record = move |i: usize, g: &Tensor| lock(&shared).grad_in[i] = Some(g.clone());
+        wire_slots(slots, needed, record, move |order| self.fire(order))
     }
 
     /// The full backward hooks on every `grad_input` and the recorded `grad_output`; the
@@ -262,24 +275,13 @@ struct OutputSide {
 
 impl OutputSide {
     /// The output slots, those that require grad passed through recording nodes.
-    fn wire(self, mut slots: Vec<Option<Tensor>>) -> Vec<Option<Tensor>> {
+    fn wire(self, slots: Vec<Option<Tensor>>) -> Vec<Option<Tensor>> {
         let needs: Vec<bool> = slots.iter().map(|t| t.as_ref().is_some_and(Tensor::requires_grad)).collect();
         let needed: Vec<usize> = (0..slots.len()).filter(|&i| needs[i]).collect();
-        let token = token_like(&slots);
         let shared = Arc::clone(&self.shared);
         lock(&shared).grad_out_seen = vec![None; slots.len()];
-        let tensors: Vec<Tensor> = needed.iter().map(|&i| slots[i].clone().expect("needs grad")).collect();
-        let refs: Vec<&Tensor> = tensors.iter().collect();
-        let order = needed.clone();
-        let gather = custom_op(NODE, &refs, &zeros(&token), move |_| self.fire(&order, &needs));
-        for (&i, t) in needed.iter().zip(&tensors) {
-            let (shared, token) = (Arc::clone(&shared), token.clone());
-            slots[i] = Some(custom_op(NODE, &[t, &gather], t, move |g| {
-                lock(&shared).grad_out_seen[i] = Some(g.clone());
-                token_grad(&token)
-            }));
-        }
-        slots
+        let record = move |i: usize, g: &Tensor| lock(&shared).grad_out_seen[i] = Some(g.clone());
+        wire_slots(slots, needed, record, move |order| self.fire(order, &needs))
     }
 
     /// The full backward pre-hooks on every `grad_output`, then the full backward hooks
