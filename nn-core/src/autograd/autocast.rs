@@ -442,25 +442,6 @@ pub(crate) fn cast_call<R>(op: &str, args: &[Option<&Tensor>], run: impl FnOnce(
     Some(excluded(|| run(&refs)))
 }
 
-/// [`cast_call`] for two operands of ops without a policy whose arguments must share a dtype (the
-/// elementwise binary ops): under an active scope, floating arguments of different dtypes
-/// are promoted as PyTorch's type promotion does: a tensor with dimensions outranks a
-/// 0-dim one, so `bf16[3] * f32[]` stays bf16; two of one rank class promote to the
-/// widest. (Outside autocast the elementwise ops promote the same way, through
-/// `ops::promotion`, which also covers integer and bool operands.)
-pub(crate) fn promote_call<R>(a: &Tensor, b: &Tensor, run: impl FnOnce(&Tensor, &Tensor) -> R) -> Option<R> {
-    if a.dtype() == b.dtype() || !a.dtype().is_float() || !b.dtype().is_float() || a.device() != b.device() {
-        return None;
-    }
-    active(a.device())?;
-    let to = match (a.rank(), b.rank()) {
-        (0, r) if r > 0 => b.dtype(),
-        (r, 0) if r > 0 => a.dtype(),
-        _ => widest([a.dtype(), b.dtype()].into_iter())?,
-    };
-    Some(run(&a.to_dtype(to), &b.to_dtype(to)))
-}
-
 /// Excludes autocast on this thread until dropped (restoring the previous state, also on
 /// a panic). Backward passes run under one: a gradient keeps its forward's dtype.
 pub(crate) struct Excluded(bool);

@@ -16,8 +16,8 @@
 //! the same order (autocast, tracer, autograd, backend).
 //!
 //! The generic runners (`binary`, `unary`, `compare`) enter here for every op they run, so an
-//! elementwise op writes no prologue of its own; the elementwise binary ops add PyTorch's type
-//! promotion under autocast (`autocast::promote_call`) before they enter.
+//! elementwise op writes no prologue of its own; the elementwise binary ops apply PyTorch's
+//! type promotion (`ops::promotion`) after they enter, inside autocast and outside it.
 
 use crate::autograd::autocast;
 use crate::autograd::trace::{self, Attr, OpScope};

@@ -178,12 +178,8 @@ pub(crate) fn broadcast_pair(op: &str, a: &Tensor, b: &Tensor) -> (Layout, Layou
 pub(crate) fn binary<O: BinaryOp>(a: &Tensor, b: &Tensor) -> Tensor {
     let again = |c: &[Option<&Tensor>]| binary::<O>(c[0].expect("present"), c[1].expect("present"));
     let _op = op_entry!(O::NAME, [a, b], attrs = Vec::new, again = again);
-    // Under autocast, operands of two floating dtypes promote (PyTorch's type promotion).
-    if let Some(y) = crate::autograd::autocast::promote_call(a, b, binary::<O>) {
-        return y;
-    }
-    // Outside autocast too: operands of two dtypes compute in PyTorch's result type when
-    // it is a floating one (`f32 * bool`, `i64 + f64`, `bf16[3] * f32[]`).
+    // Operands of two dtypes compute in PyTorch's result type when it is a floating one
+    // (`f32 * bool`, `i64 + f64`, `bf16[3] * f32[]`), inside autocast and outside it.
     if let Some((a, b)) = super::promotion::promoted(a, b) {
         return binary::<O>(&a, &b);
     }
@@ -386,9 +382,6 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
-        if let Some(y) = crate::autograd::autocast::promote_call(a, b, |a, b| Tensor::where_cond(cond, a, b)) {
-            return y;
-        }
         if a.dtype() != b.dtype() && a.device() == b.device() {
             // The values in PyTorch's result type (`where(mask, x, 0-dim f64)` stays x's).
             let to = super::promotion::result_type(a, b);
