@@ -67,8 +67,11 @@ pub fn adapter_info(n: usize) -> Option<String> {
 /// (`max_pool2d` and its backward), `index_add` and `scatter_add` with repeated indices,
 /// `sort`, `multinomial`, the cumulative `scan` of integers, `predicate` (`isnan` and its
 /// kin) for some dtypes, `softmax` where no fused row kernel applies, and `exp` in `f64`
-/// (WGSL has no `f64` transcendental functions).
+/// (WGSL has no `f64` transcendental functions), and `i64`: every method called with an
+/// `i64` operand or result that has no integer kernel (integer arithmetic, conversions to
+/// and from `i64`; WGSL has no 64-bit integers), counted under that one name.
 pub const HOST_PATH: &[&str] = &[
+    "i64",
     "index_add",
     "max_pool2d",
     "max_pool2d_backward",

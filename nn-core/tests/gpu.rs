@@ -177,8 +177,8 @@ fn f64_arithmetic_matches_the_cpu() {
     check("f64 matmul", &[a.clone(), randn(&[4, 3]).to_dtype(DType::F64)], 1e-12, |t| t[0].matmul(&t[1]));
 }
 
-/// Type promotion and integer arithmetic (the integer ops run on host copies): the same
-/// dtypes and values on both devices.
+/// Type promotion and integer arithmetic (the integer ops run on host copies, counted
+/// under the listed `i64`): the same dtypes and values on both devices.
 #[test]
 fn promotion_and_integer_arithmetic_match_the_cpu() {
     let _serial = serial();
@@ -202,6 +202,10 @@ fn promotion_and_integer_arithmetic_match_the_cpu() {
         let gpu = gpu.to_device(Device::Cpu);
         assert_eq!(format!("{:?}", gpu.to_vec_f64()), format!("{:?}", cpu.to_vec_f64()), "{name}");
     }
+    let host = gpu::stats(0).host_path;
+    let unnamed: Vec<&str> = host.iter().map(|(k, _)| k.as_str()).filter(|k| !gpu::HOST_PATH.contains(k)).collect();
+    assert!(unnamed.is_empty(), "host-path methods missing from nn_core::gpu::HOST_PATH: {unnamed:?}");
+    assert!(host.iter().any(|(k, n)| k == "i64" && *n > 0), "integer arithmetic not counted under i64: {host:?}");
 }
 
 #[test]

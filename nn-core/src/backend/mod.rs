@@ -328,7 +328,7 @@ impl Storage {
             }
             #[cfg(feature = "gpu")]
             Placement::Gpu(ctx) => {
-                let host = gpu::host_path::<F, N>(ctx, operands);
+                let host = gpu::host_path::<F, N>(ctx, operands, &[dtype]);
                 let [y] = on_host(widen, std::array::from_fn(|i| &host[i]), [dtype], |o| [cpu(o)]);
                 gpu::upload_result(ctx, y)
             }
@@ -362,7 +362,7 @@ impl Storage {
             }
             #[cfg(feature = "gpu")]
             Placement::Gpu(ctx) => {
-                let host = gpu::host_path::<F, N>(ctx, operands);
+                let host = gpu::host_path::<F, N>(ctx, operands, &meta.map(|m| m.0));
                 let [a, b] = on_host(widen, std::array::from_fn(|i| &host[i]), meta.map(|m| m.0), |o| cpu(o).into());
                 (gpu::upload_result(ctx, a), gpu::upload_result(ctx, b))
             }

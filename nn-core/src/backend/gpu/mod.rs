@@ -224,10 +224,18 @@ impl GpuStorage {
     }
 }
 
-/// Host copies of GPU operands for a kernel without a native GPU version (`F` names it
-/// in the statistics).
-pub(crate) fn host_path<F, const N: usize>(ctx: &'static Ctx, operands: [&super::Storage; N]) -> [CpuStorage; N] {
-    ctx.note_fallback(&kernel_name::<F>());
+/// Host copies of GPU operands for a kernel without a native GPU version for them, whose
+/// results have the dtypes `outputs`. `F` names it in the statistics, except that every
+/// call with an `i64` operand or result counts as `i64`: WGSL has no 64-bit integers, so
+/// integer arithmetic and conversions to and from `i64` always take the host path, and one
+/// listed entry covers them (a float call of the same method still counts by name).
+pub(crate) fn host_path<F, const N: usize>(
+    ctx: &'static Ctx,
+    operands: [&super::Storage; N],
+    outputs: &[DType],
+) -> [CpuStorage; N] {
+    let int = outputs.contains(&DType::I64) || operands.iter().any(|s| s.dtype() == DType::I64);
+    ctx.note_fallback(&if int { "i64".to_string() } else { kernel_name::<F>() });
     operands.map(|s| match s {
         super::Storage::Gpu(g) => g.to_cpu(),
         other => unreachable!("placement found a {} operand among GPU ones", other.device()),
