@@ -457,13 +457,20 @@ impl Tensor {
         Tensor::where_cond(mask, &fill, self)
     }
 
-    /// Elementwise logical not of a `Bool` tensor.
+    /// Elementwise logical not, as a `Bool` tensor: of a `Bool` tensor its negation, of a
+    /// number tensor `x == 0` (as PyTorch: every nonzero value, NaN included, is true).
+    ///
+    /// ```
+    /// use nn_core::Tensor;
+    /// let x = Tensor::from_vec(vec![0.0, -2.0, f32::NAN], &[3]);
+    /// assert_eq!(x.logical_not().to_vec_bool(), [true, false, false]);
+    /// ```
     #[track_caller]
     pub fn logical_not(&self) -> Tensor {
-        let _op = crate::autograd::entry::enter_uncast(crate::names::LOGICAL_NOT, &[self], &[], Vec::new);
         if self.dtype() != DType::Bool {
-            panic!("logical_not: expected a bool tensor, got {}", self.dtype());
+            return self.eq_scalar(0);
         }
+        let _op = crate::autograd::entry::enter_uncast(crate::names::LOGICAL_NOT, &[self], &[], Vec::new);
         Tensor::from_storage(self.storage_arc().logical_not(self.layout()), self.shape())
     }
 }

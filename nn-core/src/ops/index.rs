@@ -73,6 +73,12 @@ impl Tensor {
     /// `index_add_`): `out[.., index[j], ..] += source[.., j, ..]`.
     #[track_caller]
     pub fn index_add<D: Dim>(&self, dim: D, index: &Tensor, source: &Tensor) -> Tensor {
+        if self.rank() == 0 {
+            // PyTorch reads a 0-d input (and a 0-d source) as `[1]`; the result is 0-d.
+            let _ = dim.resolve(1, crate::names::INDEX_ADD);
+            let source = if source.rank() == 0 { source.reshape(&[1usize]) } else { source.clone() };
+            return self.reshape(&[1usize]).index_add(0usize, index, &source).reshape(&[] as &[usize]);
+        }
         let _op = crate::autograd::entry::enter_uncast(crate::names::INDEX_ADD, &[self, index, source], &[], Vec::new);
         const OP: &str = crate::names::INDEX_ADD;
         check_same(OP, &[self, source]);
@@ -220,6 +226,29 @@ mod tests {
     use crate::testing::gradcheck;
     use crate::testing::support::{check_noncontig, grad, leaf, t64};
     use crate::{DType, Device, Tensor};
+
+    /// A 0-d input reads as `[1]` (PyTorch: `torch.tensor(1.).index_add(0, torch.tensor([0]),
+    /// torch.tensor(2.), alpha=1)` is `tensor(3.)`), and its gradient reaches both tensors.
+    #[test]
+    fn index_add_of_a_0d_input_is_0d() {
+        let x = leaf(&[1.0], &[]);
+        let s = leaf(&[2.0], &[]);
+        let y = x.index_add(0, &Tensor::from_vec_i64(vec![0], &[1]), &s);
+        assert_eq!((y.shape().to_vec(), y.to_vec_f64()), (vec![], vec![3.0]));
+        (&y * 5.0).sum().backward();
+        assert_eq!((grad(&x), grad(&s)), (vec![5.0], vec![5.0]));
+    }
+
+    /// The gradient of a stack of empty tensors reads views past the end of an empty buffer.
+    #[test]
+    fn stack_of_empty_tensors_has_a_backward() {
+        let a = Tensor::zeros(&[0, 1, 0]).to_dtype(DType::F64).requires_grad_(true);
+        let b = Tensor::zeros(&[0, 1, 0]).to_dtype(DType::F64).requires_grad_(true);
+        let y = Tensor::stack(&[&a, &b], -1);
+        assert_eq!(y.shape(), [0, 1, 0, 2]);
+        y.sum().backward();
+        assert_eq!(a.grad().unwrap().shape(), [0, 1, 0]);
+    }
 
     fn ramp(shape: &[usize]) -> Vec<f64> {
         (0..shape.iter().product::<usize>()).map(|i| i as f64).collect()

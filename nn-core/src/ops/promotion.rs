@@ -81,6 +81,22 @@ pub fn result_type(a: &Tensor, b: &Tensor) -> DType {
     }
 }
 
+/// [`result_type`] of any number of operands (PyTorch's `at::native::result_type` over a
+/// list): the operands with dimensions promote among themselves, the 0-dim ones among
+/// themselves, and a 0-dim result raises the other's category only.
+pub(crate) fn result_type_of(operands: &[&Tensor]) -> DType {
+    let fold =
+        |zero: bool| operands.iter().filter(|t| (t.rank() == 0) == zero).map(|t| t.dtype()).reduce(promote_types);
+    match (fold(false), fold(true)) {
+        (Some(dim), Some(zero)) if category(dim) != 2 && (dim == DType::Bool || category(zero) == 2) => {
+            promote_types(dim, zero)
+        }
+        (Some(dim), _) => dim,
+        (None, Some(zero)) => zero,
+        (None, None) => DType::F32,
+    }
+}
+
 /// `a` and `b` converted to their [`result_type`] when they differ and it is a floating
 /// dtype (what the elementwise float kernels compute in); `None` when nothing converts:
 /// equal dtypes, or an integer or bool result, which the float-only kernels refuse by name.

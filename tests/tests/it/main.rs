@@ -18,6 +18,7 @@ mod layers_transposed_transformer;
 mod layers_volumes;
 mod masks;
 mod module;
+mod opinfo;
 mod ops_repeat_pad_resample;
 mod ops_scan_sort_shift;
 mod optim_state;

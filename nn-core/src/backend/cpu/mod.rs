@@ -339,6 +339,11 @@ fn convert<S: CpuElement, D: CpuElement>(x: S) -> D {
 /// Copies the elements selected by `layout` out of `v`, row-major.
 pub(crate) fn strided_to_vec<T: CpuElement>(v: &[T], layout: &Layout) -> Vec<T> {
     let mut out = T::alloc_buffer(layout.numel());
+    if layout.numel() == 0 {
+        // No element to read: the offset of an empty view (a slice of an empty stack's
+        // gradient) may lie past the end of its buffer.
+        return out;
+    }
     if let Some(r) = layout.contiguous_range() {
         out.extend_from_slice(&v[r]);
         return out;

@@ -1,0 +1,304 @@
+//! PyTorch's own sample matrix through nn: every committed OpInfo case of
+//! `tests/fixtures/pytorch/opinfo.py` (PyTorch 2.15's `op_db`, sample and reference inputs
+//! in float64 and float32, error inputs) run on the ops nn has.
+//!
+//! A sample passes when nn's outputs have PyTorch's shapes, dtypes and values, the
+//! gradients of `sum(out * cot)` with respect to every floating leaf agree, and the
+//! tensors the call updates in place (batch norm's running statistics) hold PyTorch's
+//! values after it. An error input passes when nn refuses it with its own message (a
+//! panic raised by nn's checks; a Rust index, slice or arithmetic panic, or an `unwrap`,
+//! counts as a crash). A case whose call uses an argument, a keyword or a value nn cannot
+//! express is *unsupported*: the test prints those by reason and fails on everything
+//! else that is not a pass, and when an entry of the fixture has no passing case.
+
+mod call;
+mod ops;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use nn_core::{DType, StateDict, Tensor};
+use serde_json::Value;
+
+use call::{Call, Unsupported};
+
+/// What one case gave.
+#[derive(Debug)]
+enum Outcome {
+    Pass,
+    Unsupported(String),
+    Fail(String),
+}
+
+struct Fixture {
+    cases: Vec<Value>,
+    tensors: StateDict,
+}
+
+fn fixture() -> Fixture {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/opinfo");
+    let text = std::fs::read_to_string(dir.join("cases.json")).expect("opinfo/cases.json");
+    let cases: Vec<Value> = serde_json::from_str(&text).expect("opinfo/cases.json parses");
+    let tensors = StateDict::load(dir.join("tensors.safetensors")).unwrap_or_else(|e| panic!("{e}"));
+    Fixture { cases, tensors }
+}
+
+/// A panic caught from one case: its message and where it was raised.
+#[derive(Debug)]
+pub(crate) struct Caught {
+    message: String,
+    file: String,
+}
+
+thread_local! {
+    static QUIET: std::cell::RefCell<Option<Caught>> = const { std::cell::RefCell::new(None) };
+    static CATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, catching a panic without printing it (on this thread only: the other tests'
+/// panics still print through the previous hook).
+fn catching<T>(f: impl FnOnce() -> T) -> Result<T, Caught> {
+    if std::env::var_os("OPINFO_CASE").is_some() {
+        return Ok(f());
+    }
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if CATCHING.with(|c| c.get()) {
+                let message = info
+                    .payload()
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                let file = info.location().map(|l| l.file().to_string()).unwrap_or_default();
+                QUIET.with(|q| *q.borrow_mut() = Some(Caught { message, file }));
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    CATCHING.with(|c| c.set(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CATCHING.with(|c| c.set(false));
+    r.map_err(|_| {
+        QUIET.with(|q| q.borrow_mut().take()).unwrap_or(Caught { message: String::new(), file: String::new() })
+    })
+}
+
+impl Caught {
+    /// A panic that is not one of nn's own refusals: raised by an index or slice out of
+    /// range, an arithmetic overflow or an `unwrap` (whose location `track_caller` may have
+    /// moved to the caller), or with no message.
+    fn is_crash(&self) -> bool {
+        let inner = [
+            "index out of bounds",
+            "range end index",
+            "range start index",
+            "slice index",
+            "attempt to",
+            "called `Option::unwrap()`",
+            "called `Result::unwrap()`",
+        ];
+        self.message.is_empty() || inner.iter().any(|p| self.message.contains(p))
+    }
+}
+
+fn torch_dtype(d: DType) -> &'static str {
+    match d {
+        DType::F64 => "float64",
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::I64 => "int64",
+        DType::Bool => "bool",
+    }
+}
+
+/// Whether `actual` is `expected` within the tolerance of `dtype` (`scale` times it for
+/// gradients): shape, dtype and every element (NaN where PyTorch has NaN, infinities
+/// equal).
+fn compare(what: &str, actual: &Tensor, expected: &Tensor, scale: f64) -> Result<(), String> {
+    if actual.shape() != expected.shape() {
+        return Err(format!("{what}: shape {:?}, PyTorch {:?}", actual.shape(), expected.shape()));
+    }
+    if actual.dtype() != expected.dtype() {
+        return Err(format!(
+            "{what}: dtype {}, PyTorch {}",
+            torch_dtype(actual.dtype()),
+            torch_dtype(expected.dtype())
+        ));
+    }
+    let (rtol, atol) = match expected.dtype() {
+        DType::F64 => (1e-7, 1e-9),
+        DType::F32 => (2e-5, 2e-5),
+        _ => (0.0, 0.0),
+    };
+    let (a, e) = (actual.to_vec_f64(), expected.to_vec_f64());
+    for (i, (x, y)) in a.iter().zip(&e).enumerate() {
+        let ok = x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= scale * (atol + rtol * y.abs());
+        if !ok {
+            return Err(format!("{what}: element {i} of {}: {x} where PyTorch has {y}", e.len()));
+        }
+    }
+    Ok(())
+}
+
+/// Runs one sample case: the call, then its outputs, gradients and in-place updates.
+fn run_sample(f: &Fixture, index: usize, case: &Value) -> Outcome {
+    let grads: BTreeMap<String, String> = case["grads"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).collect())
+        .unwrap_or_default();
+    let call = match Call::new(case, index, &f.tensors, &|name| grads.contains_key(name)) {
+        Ok(c) => c,
+        Err(Unsupported(why)) => return Outcome::Unsupported(why),
+    };
+    let op = case["op"].as_str().unwrap();
+    let outs = match catching(|| ops::run(op, &call)) {
+        Ok(Ok(outs)) => outs,
+        Ok(Err(Unsupported(why))) => return Outcome::Unsupported(why),
+        Err(p) if p.is_crash() => return Outcome::Fail(format!("crashed: {} ({})", p.message, p.file)),
+        Err(p) => return Outcome::Fail(format!("refused: {} ({})", p.message, p.file)),
+    };
+    if let Some(why) = call.unused() {
+        return Outcome::Unsupported(why);
+    }
+    let expected: Vec<Option<&str>> = case["out"].as_array().unwrap().iter().map(|v| v.as_str()).collect();
+    if outs.len() != expected.len() {
+        return Outcome::Fail(format!("{} outputs, PyTorch {}", outs.len(), expected.len()));
+    }
+    for (i, (y, e)) in outs.iter().zip(&expected).enumerate() {
+        if let Some(e) = e {
+            if let Err(why) = compare(&format!("output {i}"), y, f.tensors.get(e).unwrap(), 1.0) {
+                return Outcome::Fail(why);
+            }
+        }
+    }
+    if let Some(after) = case["after"].as_object() {
+        for (name, e) in after {
+            let t = call.tensor(name);
+            if let Err(why) =
+                compare(&format!("{name} after the call"), &t, f.tensors.get(e.as_str().unwrap()).unwrap(), 1.0)
+            {
+                return Outcome::Fail(why);
+            }
+        }
+    }
+    if let Some(cots) = case["cot"].as_array() {
+        let float: Vec<&Tensor> = outs.iter().filter(|t| t.requires_grad()).collect();
+        if float.len() != cots.len() {
+            return Outcome::Fail(format!("{} outputs require grad, PyTorch {}", float.len(), cots.len()));
+        }
+        let r = catching(|| {
+            let mut loss: Option<Tensor> = None;
+            for (y, c) in float.iter().zip(cots) {
+                let term = (*y * f.tensors.get(c.as_str().unwrap()).unwrap()).sum();
+                loss = Some(match loss {
+                    Some(l) => l + term,
+                    None => term,
+                });
+            }
+            loss.expect("one output").backward();
+        });
+        if let Err(p) = r {
+            return Outcome::Fail(format!("backward panicked: {} ({})", p.message, p.file));
+        }
+        for (leaf, g) in &grads {
+            let expected = f.tensors.get(g).unwrap();
+            let actual = call.tensor(leaf).grad().unwrap_or_else(|| Tensor::zeros_like(expected));
+            if let Err(why) = compare(&format!("gradient of {leaf}"), &actual, expected, 10.0) {
+                return Outcome::Fail(why);
+            }
+        }
+    }
+    Outcome::Pass
+}
+
+/// Runs one error case: nn must refuse it with its own message.
+fn run_error(f: &Fixture, index: usize, case: &Value) -> Outcome {
+    let call = match Call::new(case, index, &f.tensors, &|_| false) {
+        Ok(c) => c,
+        Err(Unsupported(why)) => return Outcome::Unsupported(why),
+    };
+    let op = case["op"].as_str().unwrap();
+    match catching(|| ops::run(op, &call)) {
+        Ok(Ok(_)) if call.unused().is_some() => Outcome::Unsupported(call.unused().unwrap()),
+        Ok(Ok(_)) => {
+            Outcome::Fail(format!("accepted an input PyTorch refuses ({})", case["error"].as_str().unwrap_or("")))
+        }
+        Ok(Err(Unsupported(why))) if why.starts_with(call::UNREPRESENTABLE) => Outcome::Pass,
+        Ok(Err(Unsupported(why))) => Outcome::Unsupported(why),
+        Err(p) if p.is_crash() => {
+            Outcome::Fail(format!("refused by a crash, not a message: {} ({})", p.message, p.file))
+        }
+        Err(_) => Outcome::Pass,
+    }
+}
+
+/// The entries of the fixture nn has no form of yet, each with why: their cases are
+/// unsupported. The test fails when one of them passes a case (take it off this list) and
+/// when any other entry passes none.
+const MISSING: &[(&str, &str)] = &[
+    ("amax", "nn has no amax (max_dim's gradient goes to one index at ties; amax splits it)"),
+    ("amin", "nn has no amin (as amax)"),
+    ("std", "nn has no std (var_dims(..).sqrt() differs from PyTorch's gradient where std is 0)"),
+    ("nn.functional.interpolate|area", "interpolate has no area mode"),
+    ("nn.functional.interpolate|bicubic", "interpolate has no bicubic mode"),
+    ("nn.functional.interpolate|nearest-exact", "interpolate has no nearest-exact mode"),
+];
+
+#[test]
+fn pytorch_opinfo_samples_pass_or_are_unsupported_for_a_listed_reason() {
+    let f = fixture();
+    let mut passes: HashMap<&str, usize> = HashMap::new();
+    let mut failures = Vec::new();
+    let mut unsupported: BTreeMap<String, usize> = BTreeMap::new();
+    let mut total = 0;
+    // `OPINFO_CASE=<n>` runs case n alone, its panics printed (with `RUST_BACKTRACE`).
+    let only: Option<usize> = std::env::var("OPINFO_CASE").ok().map(|v| v.parse().expect("OPINFO_CASE is a number"));
+    for (i, case) in f.cases.iter().enumerate() {
+        if only.is_some_and(|n| n != i) {
+            continue;
+        }
+        let op = case["op"].as_str().unwrap();
+        let kind = case["kind"].as_str().unwrap();
+        passes.entry(op).or_default();
+        nn_core::manual_seed(0);
+        let outcome = if kind == "error" { run_error(&f, i, case) } else { run_sample(&f, i, case) };
+        total += 1;
+        match outcome {
+            Outcome::Pass => *passes.get_mut(op).unwrap() += 1,
+            Outcome::Unsupported(why) => *unsupported.entry(format!("{op}: {why}")).or_default() += 1,
+            Outcome::Fail(why) => {
+                failures.push(format!("case {i} ({op}, {kind}, {}): {why}", case["dtype"].as_str().unwrap_or("-")))
+            }
+        }
+    }
+    let passed: usize = passes.values().sum();
+    eprintln!(
+        "OpInfo: {passed} of {total} cases pass ({:.1}%), {} unsupported, {} fail",
+        100.0 * passed as f64 / total as f64,
+        unsupported.values().sum::<usize>(),
+        failures.len()
+    );
+    for (why, n) in &unsupported {
+        eprintln!("  unsupported x{n:<4} {why}");
+    }
+    let missing = |op: &str| MISSING.iter().any(|(m, _)| *m == op);
+    for (op, why) in MISSING {
+        eprintln!("  missing {op}: {why}");
+    }
+    let mut none: Vec<&&str> = passes.iter().filter(|(op, n)| **n == 0 && !missing(op)).map(|(op, _)| op).collect();
+    none.sort();
+    let gained: Vec<&&str> = passes.iter().filter(|(op, n)| **n > 0 && missing(op)).map(|(op, _)| op).collect();
+    for f in &failures {
+        eprintln!("  FAIL {f}");
+    }
+    assert!(failures.is_empty(), "{} OpInfo cases fail (listed above)", failures.len());
+    if only.is_none() {
+        assert!(none.is_empty(), "OpInfo entries with no passing case: {none:?}");
+        assert!(gained.is_empty(), "entries of MISSING that pass cases now (take them off the list): {gained:?}");
+    }
+}

@@ -1,0 +1,612 @@
+//! Each OpInfo entry as nn writes it: the call's arguments read in PyTorch's order and
+//! names, passed to nn's form of the op. An argument nn's form has no place for is left
+//! unread (the case is then unsupported, naming it) or refused here with the reason.
+
+use nn_core::functional::{self as F, ClassLossConfig, Reduction};
+use nn_core::ops::{Conv2dConfig, ConvTranspose1dConfig, ConvTranspose2dConfig, GeluApproximate};
+use nn_core::ops::{InterpolateMode, InterpolateSize, PadMode, Pool2dConfig};
+use nn_core::Tensor;
+
+use super::call::{float, int, ints, sizes, unsupported, Call, A, R, UNREPRESENTABLE};
+
+/// Runs the entry `op` (PyTorch's `name|variant`) on `c`; its outputs flattened as the
+/// fixture lists them.
+pub(crate) fn run(op: &str, c: &Call) -> R<Vec<Tensor>> {
+    if let Some(y) = unary(op, c)? {
+        return Ok(vec![y]);
+    }
+    if let Some(y) = binary(op, c)? {
+        return Ok(vec![y]);
+    }
+    if let Some(ys) = reduction(op, c)? {
+        return Ok(ys);
+    }
+    if let Some(ys) = shape(op, c)? {
+        return Ok(ys);
+    }
+    if let Some(y) = nn_functional(op, c)? {
+        return Ok(vec![y]);
+    }
+    unsupported!("no nn form of `{op}` in the runner")
+}
+
+fn unary(op: &str, c: &Call) -> R<Option<Tensor>> {
+    let f: fn(&Tensor) -> Tensor = match op {
+        "abs" => Tensor::abs,
+        "neg" => Tensor::neg,
+        "exp" => Tensor::exp,
+        "log" => Tensor::log,
+        "sqrt" => Tensor::sqrt,
+        "sin" => Tensor::sin,
+        "cos" => Tensor::cos,
+        "rsqrt" => Tensor::rsqrt,
+        "reciprocal" => Tensor::recip,
+        "square" => Tensor::square,
+        "sigmoid" => Tensor::sigmoid,
+        "tanh" => Tensor::tanh,
+        "erf" => Tensor::erf,
+        "erfinv" => Tensor::erfinv,
+        "logical_not" => Tensor::logical_not,
+        "isnan" => Tensor::isnan,
+        "isinf" => Tensor::isinf,
+        "isfinite" => Tensor::isfinite,
+        "nn.functional.relu" => Tensor::relu,
+        "nn.functional.silu" => Tensor::silu,
+        "contiguous" => Tensor::contiguous,
+        "clone" => Tensor::copy,
+        "t" => Tensor::t,
+        "nn.functional.gelu" => {
+            let approximate = match c.str_or(99, "approximate", "none")?.as_str() {
+                "none" => GeluApproximate::None,
+                "tanh" => GeluApproximate::Tanh,
+                other => unsupported!("{UNREPRESENTABLE}gelu approximate={other:?}"),
+            };
+            return Ok(Some(c.x()?.gelu_with(approximate)));
+        }
+        "nn.functional.leaky_relu" => {
+            let slope = c.float_or(0, "negative_slope", 0.01)?;
+            return Ok(Some(c.x()?.leaky_relu(slope)));
+        }
+        "nn.functional.softplus" => {
+            let (beta, threshold) = (c.float_or(0, "beta", 1.0)?, c.float_or(1, "threshold", 20.0)?);
+            return Ok(Some(c.x()?.softplus(beta, threshold)));
+        }
+        _ => return Ok(None),
+    };
+    if c.bool_or(99, "inplace", false)? {
+        unsupported!("inplace=True");
+    }
+    Ok(Some(f(&c.x()?)))
+}
+
+/// `x op other`, `other` a tensor or a Python number (a wrapped number).
+fn with_other(
+    c: &Call,
+    other: &A,
+    t: fn(&Tensor, &Tensor) -> Tensor,
+    f: fn(&Tensor, f64) -> Tensor,
+    i: fn(&Tensor, i64) -> Tensor,
+) -> R<Tensor> {
+    let x = c.x()?;
+    Ok(match other {
+        A::T(_) => t(&x, &c.t(other)?),
+        A::Int(v) => i(&x, *v),
+        A::Float(v) => f(&x, *v),
+        other => unsupported!("`other` = {other:?}"),
+    })
+}
+
+fn binary(op: &str, c: &Call) -> R<Option<Tensor>> {
+    type Ops = (fn(&Tensor, &Tensor) -> Tensor, fn(&Tensor, f64) -> Tensor, fn(&Tensor, i64) -> Tensor);
+    let ops: Ops = match op {
+        "add" => (|a, b| a + b, |a, b| a + b, |a, b| a + b),
+        "sub" => (|a, b| a - b, |a, b| a - b, |a, b| a - b),
+        "mul" => (|a, b| a * b, |a, b| a * b, |a, b| a * b),
+        "div|no_rounding_mode" => (|a, b| a / b, |a, b| a / b, |a, b| a / b),
+        "pow" => (Tensor::pow, Tensor::powf, |a, b| a.powf(b as f64)),
+        "maximum" | "max|binary" => (Tensor::maximum, |_, _| unreachable!(), |_, _| unreachable!()),
+        "minimum" | "min|binary" => (Tensor::minimum, |_, _| unreachable!(), |_, _| unreachable!()),
+        "eq" => (Tensor::eq, |a, b| a.eq_scalar(b), |a, b| a.eq_scalar(b)),
+        "ne" => (Tensor::ne, |a, b| a.ne_scalar(b), |a, b| a.ne_scalar(b)),
+        "lt" => (Tensor::lt, |a, b| a.lt_scalar(b), |a, b| a.lt_scalar(b)),
+        "le" => (Tensor::le, |a, b| a.le_scalar(b), |a, b| a.le_scalar(b)),
+        "gt" => (Tensor::gt, |a, b| a.gt_scalar(b), |a, b| a.gt_scalar(b)),
+        "ge" => (Tensor::ge, |a, b| a.ge_scalar(b), |a, b| a.ge_scalar(b)),
+        "where" => {
+            let (cond, other) = (c.tensor_arg(0, "condition")?, c.tensor_arg(1, "other")?);
+            return Ok(Some(Tensor::where_cond(&cond, &c.x()?, &other)));
+        }
+        "masked_fill" => {
+            let mask = c.tensor_arg(0, "mask")?;
+            let value = match c.get(1, "value") {
+                Some(A::T(_)) => unsupported!("a tensor `value`"),
+                Some(v) => float(v)?,
+                None => unsupported!("no `value`"),
+            };
+            return Ok(Some(c.x()?.masked_fill(&mask, value)));
+        }
+        "clamp" | "clamp_min" | "clamp_max" => return clamp(op, c).map(Some),
+        _ => return Ok(None),
+    };
+    let Some(other) = c.get(0, "other") else { unsupported!("no `other`") };
+    if matches!(op, "maximum" | "max|binary" | "minimum" | "min|binary") && !matches!(other, A::T(_)) {
+        unsupported!("a number as `other`");
+    }
+    let alpha = c.opt(99, "alpha").map(float).transpose()?;
+    let other = other.clone();
+    match alpha {
+        Some(a) if op == "add" || op == "sub" => {
+            let b = match &other {
+                A::T(_) => &c.t(&other)? * a,
+                v => Tensor::full_dtype(&[], float(v)? * a, c.x()?.dtype()),
+            };
+            Ok(Some(if op == "add" { &c.x()? + &b } else { &c.x()? - &b }))
+        }
+        Some(_) => unsupported!("alpha"),
+        None => with_other(c, &other, ops.0, ops.1, ops.2).map(Some),
+    }
+}
+
+fn clamp(op: &str, c: &Call) -> R<Tensor> {
+    let x = c.x()?;
+    let (lo, hi) = match op {
+        "clamp" => (c.get(0, "min").cloned(), c.get(1, "max").cloned()),
+        "clamp_min" => (c.get(0, "min").cloned(), None),
+        _ => (None, c.get(0, "max").cloned()),
+    };
+    let is_t = |a: &Option<A>| matches!(a, Some(A::T(_)));
+    if is_t(&lo) || is_t(&hi) {
+        let lo = lo.filter(|a| !matches!(a, A::None)).map(|a| c.t(&a)).transpose()?;
+        let hi = hi.filter(|a| !matches!(a, A::None)).map(|a| c.t(&a)).transpose()?;
+        return Ok(x.clamp_tensor(lo.as_ref(), hi.as_ref()));
+    }
+    let bound = |a: Option<A>, d: f64| {
+        a.filter(|a| !matches!(a, A::None)).map(|a| float(&a)).transpose().map(|v| v.unwrap_or(d))
+    };
+    Ok(x.clamp(bound(lo, f64::NEG_INFINITY)?, bound(hi, f64::INFINITY)?))
+}
+
+/// `dim` as PyTorch passes it to a reduction: absent (every dim), one, or several.
+fn dims(c: &Call, i: usize) -> R<Option<Vec<i64>>> {
+    c.opt_ints(i, "dim")
+}
+
+fn reduction(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
+    let keep = |i| c.bool_or(i, "keepdim", false);
+    let y = match op {
+        "sum" | "mean" => {
+            if c.opt(99, "dtype").is_some() {
+                unsupported!("dtype=");
+            }
+            let (x, d, k) = (c.x()?, dims(c, 0)?, keep(1)?);
+            match (op, d) {
+                ("sum", None) => x.sum(),
+                (_, None) => x.mean(),
+                ("sum", Some(d)) => x.sum_dims(&d, k),
+                (_, Some(d)) => x.mean_dims(&d, k),
+            }
+        }
+        "max|reduction_no_dim" => c.x()?.max(),
+        "min|reduction_no_dim" => c.x()?.min(),
+        "max|reduction_with_dim" | "min|reduction_with_dim" => {
+            let (x, d, k) =
+                (c.x()?, int(c.get(0, "dim").ok_or_else(|| super::call::Unsupported("no dim".into()))?)?, keep(1)?);
+            let (v, i) = if op.starts_with("max") { x.max_dim(d, k) } else { x.min_dim(d, k) };
+            return Ok(Some(vec![v, i]));
+        }
+        "argmax" | "argmin" => {
+            let Some(d) = c.opt_int(0, "dim")? else { unsupported!("argmax/argmin without `dim`") };
+            let (x, k) = (c.x()?, keep(1)?);
+            if op == "argmax" {
+                x.argmax(d, k)
+            } else {
+                x.argmin(d, k)
+            }
+        }
+        "logsumexp" => {
+            let (d, k) = (c.opt_ints(0, "dim")?.unwrap_or_default(), keep(1)?);
+            match d.as_slice() {
+                [d] => c.x()?.logsumexp(*d, k),
+                _ => unsupported!("logsumexp over {} dims", d.len()),
+            }
+        }
+        "var" => {
+            if c.opt(99, "unbiased").is_some() || c.opt(0, "unbiased").is_some_and(|a| matches!(a, A::Bool(_))) {
+                unsupported!("unbiased=");
+            }
+            let x = c.x()?;
+            let d = match dims(c, 0)? {
+                Some(d) => d,
+                None => (0..x.rank() as i64).collect(),
+            };
+            let correction = match c.opt(99, "correction") {
+                None => 1,
+                Some(A::Int(i)) if *i >= 0 => *i as usize,
+                Some(other) => unsupported!("correction={other:?}"),
+            };
+            x.var_dims(&d, correction, keep(99)?)
+        }
+        "all" | "any" => {
+            let x = c.x()?;
+            match dims(c, 0)? {
+                None => {
+                    if op == "all" {
+                        x.all()
+                    } else {
+                        x.any()
+                    }
+                }
+                Some(d) if d.len() == 1 => {
+                    if op == "all" {
+                        x.all_dim(d[0], keep(1)?)
+                    } else {
+                        x.any_dim(d[0], keep(1)?)
+                    }
+                }
+                Some(d) => unsupported!("{op} over {} dims", d.len()),
+            }
+        }
+        "cumsum" | "cumprod" | "softmax" | "log_softmax" => {
+            if c.opt(99, "dtype").is_some() {
+                unsupported!("dtype=");
+            }
+            let (x, d) = (c.x()?, c.int_or(0, "dim", i64::MIN)?);
+            match op {
+                "cumsum" => x.cumsum(d),
+                "cumprod" => x.cumprod(d),
+                "softmax" => x.softmax(d),
+                _ => x.log_softmax(d),
+            }
+        }
+        "sort" | "argsort" => {
+            let (x, d, desc) = (c.x()?, c.int_or(0, "dim", -1)?, c.bool_or(1, "descending", false)?);
+            // nn's sort is stable: a stable order is one of the orders an unstable sort may give.
+            let _stable = c.bool_or(99, "stable", false)?;
+            let (v, i) = x.sort(d, desc);
+            return Ok(Some(if op == "sort" { vec![v, i] } else { vec![i] }));
+        }
+        "topk" => {
+            let k = usize::try_from(c.int_or(0, "k", 0)?).map_err(|_| super::call::Unsupported("negative k".into()))?;
+            let (d, largest, sorted) =
+                (c.int_or(1, "dim", -1)?, c.bool_or(2, "largest", true)?, c.bool_or(3, "sorted", true)?);
+            let (v, i) = c.x()?.topk(k, d, largest, sorted);
+            return Ok(Some(vec![v, i]));
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(vec![y]))
+}
+
+fn shape(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
+    let y = match op {
+        "reshape" | "view" => {
+            let s = c.varargs_ints(0, "shape")?;
+            if op == "view" {
+                c.x()?.view(s.as_slice())
+            } else {
+                c.x()?.reshape(s.as_slice())
+            }
+        }
+        "permute" => {
+            let x = c.x()?;
+            let p: Vec<usize> = c
+                .varargs_ints(0, "dims")?
+                .iter()
+                .map(|&d| if d < 0 { (d + x.rank() as i64) as usize } else { d as usize })
+                .collect();
+            x.permute(&p)
+        }
+        "transpose" => {
+            c.x()?.transpose(int(c.get(0, "dim0").unwrap_or(&A::None))?, int(c.get(1, "dim1").unwrap_or(&A::None))?)
+        }
+        "squeeze" => match c.opt(0, "dim") {
+            None => c.x()?.squeeze(),
+            Some(A::Int(d)) => c.x()?.squeeze_dim(*d),
+            Some(other) => unsupported!("squeeze over {other:?}"),
+        },
+        "unsqueeze" => c.x()?.unsqueeze(c.int_or(0, "dim", 0)?),
+        "flatten" => c.x()?.flatten(c.int_or(0, "start_dim", 0)?, c.int_or(1, "end_dim", -1)?),
+        "narrow" => {
+            let d = c.int_or(0, "dim", 0)?;
+            let start = match c.get(1, "start") {
+                Some(A::Int(s)) => *s,
+                Some(other) => unsupported!("narrow start {other:?}"),
+                None => unsupported!("no start"),
+            };
+            let len = sizes(&[c.int_or(2, "length", 0)?])?[0];
+            c.x()?.narrow(d, start, len)
+        }
+        "cat" | "stack" => {
+            let xs = c.xs()?;
+            let refs: Vec<&Tensor> = xs.iter().collect();
+            let d = c.int_or(0, "dim", 0)?;
+            if op == "cat" {
+                Tensor::cat(&refs, d)
+            } else {
+                Tensor::stack(&refs, d)
+            }
+        }
+        "flip" => c.x()?.flip(&c.varargs_ints(0, "dims")?),
+        "roll" => {
+            let shifts = ints(c.get(0, "shifts").unwrap_or(&A::None))?;
+            match c.opt_ints(1, "dims")? {
+                Some(d) => c.x()?.roll(&shifts, &d),
+                None => unsupported!("roll without `dims`"),
+            }
+        }
+        "expand" => c.x()?.expand(c.varargs_ints(0, "size")?.as_slice()),
+        "expand_as" => c.x()?.expand_as(&c.tensor_arg(0, "other")?),
+        "repeat" => c.x()?.repeat(&sizes(&c.varargs_ints(0, "repeats")?)?),
+        "repeat_interleave" => {
+            let Some(d) = c.opt_int(1, "dim")? else { unsupported!("repeat_interleave without `dim`") };
+            if c.opt(99, "output_size").is_some() {
+                unsupported!("output_size=");
+            }
+            match c.get(0, "repeats") {
+                Some(A::Int(r)) => c.x()?.repeat_interleave(sizes(&[*r])?[0], d),
+                Some(a @ A::T(_)) => c.x()?.repeat_interleave_tensor(&c.t(a)?, d),
+                other => unsupported!("repeats {other:?}"),
+            }
+        }
+        "tril" => c.x()?.tril(c.int_or(0, "diagonal", 0)?),
+        "triu" => c.x()?.triu(c.int_or(0, "diagonal", 0)?),
+        "chunk" => {
+            let n = sizes(&[c.int_or(0, "chunks", 0)?])?[0];
+            return Ok(Some(c.x()?.chunk(n, c.int_or(1, "dim", 0)?)));
+        }
+        "split" => match c.get(0, "split_size_or_sections") {
+            Some(A::Int(n)) => return Ok(Some(c.x()?.split(sizes(&[*n])?[0], c.int_or(1, "dim", 0)?))),
+            other => unsupported!("split by {other:?}"),
+        },
+        "index_select" => c.x()?.index_select(c.int_or(0, "dim", 0)?, &c.tensor_arg(1, "index")?),
+        "gather" => c.x()?.gather(c.int_or(0, "dim", 0)?, &c.tensor_arg(1, "index")?),
+        "scatter_add" => {
+            c.x()?.scatter_add(c.int_or(0, "dim", 0)?, &c.tensor_arg(1, "index")?, &c.tensor_arg(2, "src")?)
+        }
+        "index_add" => {
+            let (d, i, s) = (c.int_or(0, "dim", 0)?, c.tensor_arg(1, "index")?, c.tensor_arg(2, "source")?);
+            match c.float_or(99, "alpha", 1.0)? {
+                a if a == 1.0 => c.x()?.index_add(d, &i, &s),
+                a => c.x()?.index_add(d, &i, &(&s * a)),
+            }
+        }
+        "mm" | "bmm" | "matmul" => c.x()?.matmul(&c.tensor_arg(0, "mat2")?),
+        "outer" => c.x()?.outer(&c.tensor_arg(0, "vec2")?),
+        "addmm" => {
+            let (m1, m2) = (c.tensor_arg(0, "mat1")?, c.tensor_arg(1, "mat2")?);
+            c.x()?.addmm_with(&m1, &m2, c.float_or(99, "beta", 1.0)?, c.float_or(99, "alpha", 1.0)?)
+        }
+        "einsum" => {
+            let Some(A::Str(eq)) = c.get(0, "equation") else { unsupported!("einsum without an equation") };
+            let xs = c.xs()?;
+            F::einsum(eq, &xs.iter().collect::<Vec<_>>())
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(vec![y]))
+}
+
+/// An `int or tuple` argument as a pair.
+fn pair(c: &Call, i: usize, name: &str, default: (usize, usize)) -> R<(usize, usize)> {
+    Ok(match c.opt_ints(i, name)? {
+        None => default,
+        Some(v) => match sizes(&v)?.as_slice() {
+            [] => default,
+            [a] => (*a, *a),
+            [a, b] => (*a, *b),
+            other => unsupported!("`{name}` of {} values", other.len()),
+        },
+    })
+}
+
+fn one(c: &Call, i: usize, name: &str, default: usize) -> R<usize> {
+    Ok(match c.opt_ints(i, name)? {
+        None => default,
+        Some(v) => match sizes(&v)?.as_slice() {
+            [a] => *a,
+            other => unsupported!("`{name}` of {} values", other.len()),
+        },
+    })
+}
+
+fn reduction_arg(c: &Call, i: usize) -> R<Reduction> {
+    Ok(match c.str_or(i, "reduction", "mean")?.as_str() {
+        "mean" => Reduction::Mean,
+        "sum" => Reduction::Sum,
+        "none" => Reduction::None,
+        other => unsupported!("{UNREPRESENTABLE}reduction={other:?}"),
+    })
+}
+
+fn padding_numbers(c: &Call, i: usize) -> R<()> {
+    if matches!(c.get(i, "padding"), Some(A::Str(_))) {
+        unsupported!("padding given as a string (\"same\"/\"valid\")");
+    }
+    Ok(())
+}
+
+fn nn_functional(op: &str, c: &Call) -> R<Option<Tensor>> {
+    let Some(name) = op.strip_prefix("nn.functional.") else { return Ok(None) };
+    let (name, variant) = name.split_once('|').unwrap_or((name, ""));
+    let x = || c.x();
+    Ok(Some(match name {
+        "linear" => F::linear(&x()?, &c.tensor_arg(0, "weight")?, c.opt_tensor(1, "bias")?.as_ref()),
+        "bilinear" => F::bilinear(
+            &x()?,
+            &c.tensor_arg(0, "input2")?,
+            &c.tensor_arg(1, "weight")?,
+            c.opt_tensor(2, "bias")?.as_ref(),
+        ),
+        "layer_norm" => {
+            let shape = sizes(&c.opt_ints(0, "normalized_shape")?.unwrap_or_default())?;
+            let (w, b) = (c.opt_tensor(1, "weight")?, c.opt_tensor(2, "bias")?);
+            x()?.layer_norm(&shape, w.as_ref(), b.as_ref(), c.float_or(3, "eps", 1e-5)?)
+        }
+        "rms_norm" => {
+            let shape = sizes(&c.opt_ints(0, "normalized_shape")?.unwrap_or_default())?;
+            let w = c.opt_tensor(1, "weight")?;
+            let eps = c.opt(2, "eps").map(float).transpose()?;
+            x()?.rms_norm(&shape, w.as_ref(), eps)
+        }
+        "group_norm" => {
+            let g = sizes(&[c.int_or(0, "num_groups", 0)?])?[0];
+            let (w, b) = (c.opt_tensor(1, "weight")?, c.opt_tensor(2, "bias")?);
+            F::group_norm(&x()?, g, w.as_ref(), b.as_ref(), c.float_or(3, "eps", 1e-5)?)
+        }
+        "batch_norm" => {
+            let (m, v) = (c.opt_tensor(0, "running_mean")?, c.opt_tensor(1, "running_var")?);
+            let (w, b) = (c.opt_tensor(2, "weight")?, c.opt_tensor(3, "bias")?);
+            let training = c.bool_or(4, "training", false)?;
+            let (momentum, eps) = (c.float_or(5, "momentum", 0.1)?, c.float_or(6, "eps", 1e-5)?);
+            x()?.batch_norm(m.as_ref(), v.as_ref(), w.as_ref(), b.as_ref(), training, momentum, eps)
+        }
+        "conv1d" => {
+            padding_numbers(c, 3)?;
+            let (w, b) = (c.tensor_arg(0, "weight")?, c.opt_tensor(1, "bias")?);
+            let (s, p, d) = (one(c, 2, "stride", 1)?, one(c, 3, "padding", 0)?, one(c, 4, "dilation", 1)?);
+            x()?.conv1d(&w, b.as_ref(), s, p, d, one(c, 5, "groups", 1)?)
+        }
+        "conv2d" => {
+            padding_numbers(c, 3)?;
+            let (w, b) = (c.tensor_arg(0, "weight")?, c.opt_tensor(1, "bias")?);
+            let config = Conv2dConfig {
+                stride: pair(c, 2, "stride", (1, 1))?,
+                padding: pair(c, 3, "padding", (0, 0))?,
+                dilation: pair(c, 4, "dilation", (1, 1))?,
+                groups: one(c, 5, "groups", 1)?,
+            };
+            F::conv2d(&x()?, &w, b.as_ref(), config)
+        }
+        "conv_transpose1d" => {
+            let (w, b) = (c.tensor_arg(0, "weight")?, c.opt_tensor(1, "bias")?);
+            let config = ConvTranspose1dConfig {
+                stride: one(c, 2, "stride", 1)?,
+                padding: one(c, 3, "padding", 0)?,
+                output_padding: one(c, 4, "output_padding", 0)?,
+                groups: one(c, 5, "groups", 1)?,
+                dilation: one(c, 6, "dilation", 1)?,
+            };
+            x()?.conv_transpose1d(&w, b.as_ref(), config)
+        }
+        "conv_transpose2d" => {
+            let (w, b) = (c.tensor_arg(0, "weight")?, c.opt_tensor(1, "bias")?);
+            let config = ConvTranspose2dConfig {
+                stride: pair(c, 2, "stride", (1, 1))?,
+                padding: pair(c, 3, "padding", (0, 0))?,
+                output_padding: pair(c, 4, "output_padding", (0, 0))?,
+                groups: one(c, 5, "groups", 1)?,
+                dilation: pair(c, 6, "dilation", (1, 1))?,
+            };
+            x()?.conv_transpose2d(&w, b.as_ref(), config)
+        }
+        "max_pool2d" | "avg_pool2d" => {
+            let kernel = pair(c, 0, "kernel_size", (0, 0))?;
+            let config = Pool2dConfig {
+                kernel,
+                stride: pair(c, 1, "stride", kernel)?,
+                padding: pair(c, 2, "padding", (0, 0))?,
+                dilation: if name == "max_pool2d" { pair(c, 3, "dilation", (1, 1))? } else { (1, 1) },
+                ceil_mode: c.bool_or(if name == "max_pool2d" { 4 } else { 3 }, "ceil_mode", false)?,
+            };
+            if name == "avg_pool2d" {
+                if c.opt(5, "divisor_override").is_some() {
+                    unsupported!("divisor_override");
+                }
+                return Ok(Some(F::avg_pool2d(&x()?, config, c.bool_or(4, "count_include_pad", true)?)));
+            }
+            if c.bool_or(5, "return_indices", false)? {
+                unsupported!("return_indices=True (two outputs)");
+            }
+            F::max_pool2d(&x()?, config)
+        }
+        "adaptive_avg_pool2d" => {
+            let Some(v) = c.opt(0, "output_size") else { unsupported!("no output_size") };
+            if let A::List(l) = v {
+                if l.iter().any(|a| matches!(a, A::None)) {
+                    unsupported!("an output size of None");
+                }
+            }
+            let s = match sizes(&ints(v)?)?.as_slice() {
+                [a] => (*a, *a),
+                [a, b] => (*a, *b),
+                other => unsupported!("{UNREPRESENTABLE}an output size of {} values (nn takes a pair)", other.len()),
+            };
+            F::adaptive_avg_pool2d(&x()?, s)
+        }
+        "embedding" => {
+            for k in ["padding_idx", "max_norm", "scale_grad_by_freq", "sparse"] {
+                if c.opt(99, k).is_some_and(|a| !matches!(a, A::Bool(false))) {
+                    unsupported!("{k}=");
+                }
+            }
+            // OpInfo's entry takes the weight first: `embedding(weight, idx)`.
+            F::embedding(&c.tensor_arg(0, "idx")?, &x()?)
+        }
+        "cross_entropy" | "nll_loss" => {
+            let target = c.tensor_arg(0, "target")?;
+            if c.opt(1, "weight").is_some() {
+                unsupported!("class weight=");
+            }
+            if target.dtype().is_float() {
+                unsupported!("probability (soft) targets");
+            }
+            let config = ClassLossConfig {
+                reduction: reduction_arg(c, 99)?,
+                ignore_index: c.int_or(99, "ignore_index", -100)?,
+                label_smoothing: c.float_or(99, "label_smoothing", 0.0)?,
+            };
+            if name == "cross_entropy" {
+                F::cross_entropy_with(&x()?, &target, config)
+            } else {
+                F::nll_loss_with(&x()?, &target, config)
+            }
+        }
+        "mse_loss" => F::mse_loss(&x()?, &c.tensor_arg(0, "target")?, reduction_arg(c, 99)?),
+        "l1_loss" => F::l1_loss(&x()?, &c.tensor_arg(0, "target")?, reduction_arg(c, 99)?),
+        "binary_cross_entropy_with_logits" => {
+            if c.opt(1, "weight").is_some() {
+                unsupported!("weight=");
+            }
+            let pw = c.opt_tensor(99, "pos_weight")?;
+            F::binary_cross_entropy_with_logits(&x()?, &c.tensor_arg(0, "target")?, pw.as_ref(), reduction_arg(c, 99)?)
+        }
+        "pad" => {
+            let pads = c.opt_ints(0, "pad")?.unwrap_or_default();
+            let mode = match c.str_or(1, "mode", "constant")?.as_str() {
+                "constant" => PadMode::Constant,
+                "reflect" => PadMode::Reflect,
+                "replicate" => PadMode::Replicate,
+                "circular" => PadMode::Circular,
+                other => unsupported!("{UNREPRESENTABLE}pad mode {other:?}"),
+            };
+            F::pad(&x()?, &pads, mode, c.float_or(2, "value", 0.0)?)
+        }
+        "interpolate" => {
+            let mode = match c.str_or(99, "mode", variant)?.as_str() {
+                "nearest" => InterpolateMode::Nearest,
+                "linear" => InterpolateMode::Linear,
+                "bilinear" => InterpolateMode::Bilinear,
+                other @ ("bicubic" | "trilinear" | "area" | "nearest-exact") => {
+                    unsupported!("interpolate mode {other:?}")
+                }
+                other => unsupported!("{UNREPRESENTABLE}interpolate mode {other:?}"),
+            };
+            if c.bool_or(99, "recompute_scale_factor", false)? {
+                unsupported!("recompute_scale_factor=True");
+            }
+            let size = match (c.opt(0, "size"), c.opt(1, "scale_factor")) {
+                (Some(s), None) => InterpolateSize::Size(sizes(&ints(s)?)?),
+                (None, Some(A::List(f))) => InterpolateSize::ScaleFactor(f.iter().map(float).collect::<R<_>>()?),
+                (None, Some(f)) => InterpolateSize::ScaleFactor(vec![float(f)?]),
+                _ => unsupported!("interpolate with both or neither of size and scale_factor"),
+            };
+            let align = match c.opt(99, "align_corners") {
+                None => None,
+                Some(A::Bool(b)) => Some(*b),
+                Some(other) => unsupported!("align_corners={other:?}"),
+            };
+            F::interpolate(&x()?, size, mode, align)
+        }
+        _ => return Ok(None),
+    }))
+}
