@@ -366,7 +366,7 @@ fn shape(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
         "index_add" => {
             let (d, i, s) = (c.int_or(0, "dim", 0)?, c.tensor_arg(1, "index")?, c.tensor_arg(2, "source")?);
             match c.float_or(99, "alpha", 1.0)? {
-                a if a == 1.0 => c.x()?.index_add(d, &i, &s),
+                1.0 => c.x()?.index_add(d, &i, &s),
                 a => c.x()?.index_add(d, &i, &(&s * a)),
             }
         }
