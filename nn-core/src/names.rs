@@ -24,6 +24,10 @@ pub const ADDMM: &str = "addmm";
 pub const AFFINE: &str = "affine";
 /// `all`.
 pub const ALL: &str = "all";
+/// `amax`.
+pub const AMAX: &str = "amax";
+/// `amin`.
+pub const AMIN: &str = "amin";
 /// `any`.
 pub const ANY: &str = "any";
 /// `argmax`.
@@ -244,5 +248,7 @@ pub const TRIL: &str = "tril";
 pub const TRIU: &str = "triu";
 /// `var` (a composite: a mean, a difference and a sum of squares).
 pub const VAR: &str = "var";
+/// `std` (the square root of [`VAR`], with PyTorch's gradient where it is 0).
+pub const STD: &str = "std";
 /// `where`.
 pub const WHERE: &str = "where";

@@ -67,8 +67,11 @@ impl Upsample {
             ),
             (None, None) => panic!("Upsample: either size or scale_factor should be defined"),
         };
-        if config.mode == InterpolateMode::Nearest && config.align_corners.is_some() {
-            panic!("Upsample: align_corners option can only be set with the interpolating modes: linear | bilinear");
+        if !config.mode.takes_align_corners() && config.align_corners.is_some() {
+            panic!(
+                "Upsample: align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic (got mode {})",
+                config.mode
+            );
         }
         Upsample { base: ModuleBase::default(), size, mode: config.mode, align_corners: config.align_corners }
     }

@@ -1,9 +1,13 @@
-//! Resampling of the spatial dims (`torch.nn.functional.interpolate`): nearest, linear and
-//! bilinear.
+//! Resampling of the spatial dims (`torch.nn.functional.interpolate`): nearest,
+//! nearest-exact, linear, bilinear, bicubic and area.
 //!
-//! Both modes are separable, so each spatial dim is resampled on its own: nearest picks
-//! one source row per output row (one `index_select`), linear blends two
-//! (`w0 * x[i0] + w1 * x[i1]`, two `index_select`s and a weighted sum). The source indices
+//! Every mode is separable, so each spatial dim is resampled on its own: the nearest modes
+//! pick one source row per output row (one `index_select`), linear blends two
+//! (`w0 * x[i0] + w1 * x[i1]`, two `index_select`s and a weighted sum), bicubic four
+//! (PyTorch's cubic convolution, `A = -0.75`, with the border rows repeated), and area
+//! averages each output row's window (PyTorch's adaptive average pooling: the taps past a
+//! window's end are zeroed, not weighted by zero, so an infinity elsewhere in the row does
+//! not reach it). The source indices
 //! and weights follow PyTorch's CPU kernels step for step (their `float` arithmetic for
 //! `f32` inputs), so outputs match PyTorch's; the backward and every device come with the
 //! composed ops (the gradient of a gather is an `index_add`).
@@ -23,6 +27,16 @@ pub enum InterpolateMode {
     Linear,
     /// `'bilinear'`: bilinear interpolation of `[N, C, H, W]`.
     Bilinear,
+    /// `'nearest-exact'`: output position `o` copies input `floor((o + 0.5) * in / out)`
+    /// (the pixel whose centre is nearest, as PIL and scikit-image pick); any number of
+    /// spatial dims.
+    NearestExact,
+    /// `'bicubic'`: bicubic interpolation of `[N, C, H, W]` (cubic convolution with
+    /// `A = -0.75`, as PyTorch; values may overshoot the input's range).
+    Bicubic,
+    /// `'area'`: each output element is the mean of its window of the input (PyTorch's
+    /// adaptive average pooling to the output size); any number of spatial dims.
+    Area,
 }
 
 impl InterpolateMode {
@@ -32,15 +46,23 @@ impl InterpolateMode {
             InterpolateMode::Nearest => "nearest",
             InterpolateMode::Linear => "linear",
             InterpolateMode::Bilinear => "bilinear",
+            InterpolateMode::NearestExact => "nearest-exact",
+            InterpolateMode::Bicubic => "bicubic",
+            InterpolateMode::Area => "area",
         }
+    }
+
+    /// Whether `align_corners` applies: the interpolating modes (linear, bilinear, bicubic).
+    pub fn takes_align_corners(self) -> bool {
+        matches!(self, InterpolateMode::Linear | InterpolateMode::Bilinear | InterpolateMode::Bicubic)
     }
 
     /// The input rank the mode needs (`None`: any rank from 3).
     fn rank(self) -> Option<usize> {
         match self {
-            InterpolateMode::Nearest => None,
+            InterpolateMode::Nearest | InterpolateMode::NearestExact | InterpolateMode::Area => None,
             InterpolateMode::Linear => Some(3),
-            InterpolateMode::Bilinear => Some(4),
+            InterpolateMode::Bilinear | InterpolateMode::Bicubic => Some(4),
         }
     }
 }
@@ -115,8 +137,10 @@ pub fn interpolate(x: &Tensor, size: InterpolateSize, mode: InterpolateMode, ali
         }
         _ => {}
     }
-    if mode == InterpolateMode::Nearest && align_corners.is_some() {
-        panic!("{OP}: align_corners option can only be set with the interpolating modes: linear | bilinear");
+    if !mode.takes_align_corners() && align_corners.is_some() {
+        panic!(
+            "{OP}: align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic (got mode {mode})"
+        );
     }
     let align = align_corners.unwrap_or(false);
     let spatial = &x.shape()[2..];
@@ -161,15 +185,17 @@ pub fn interpolate(x: &Tensor, size: InterpolateSize, mode: InterpolateMode, ali
     let mut y = x.clone();
     for (d, &(m, scale)) in plan.iter().enumerate() {
         let (dim, n) = (d + 2, spatial[d]);
-        if n == m && mode == InterpolateMode::Nearest {
+        if n == m && matches!(mode, InterpolateMode::Nearest | InterpolateMode::NearestExact | InterpolateMode::Area) {
             continue;
         }
         y = match mode {
-            InterpolateMode::Nearest => {
-                let index = nearest_indices(n, m, scale);
+            InterpolateMode::Nearest | InterpolateMode::NearestExact => {
+                let index = nearest_indices(n, m, scale, mode == InterpolateMode::NearestExact);
                 y.index_select(dim, &Tensor::from_vec_i64(index, &[m]).to_device(x.device()))
             }
             InterpolateMode::Linear | InterpolateMode::Bilinear => linear_along(&y, dim, m, scale, align, f32_math),
+            InterpolateMode::Bicubic => cubic_along(&y, dim, m, scale, align, f32_math),
+            InterpolateMode::Area => area_along(&y, dim, m),
         };
     }
     y
@@ -183,12 +209,16 @@ fn scale_value(scale: Option<f64>, n: usize, m: usize) -> f64 {
     }
 }
 
-/// `min(floor(o * scale), n - 1)` in `f32` (PyTorch's `nearest_idx`).
-fn nearest_indices(n: usize, m: usize, scale: Option<f64>) -> Vec<i64> {
+/// `min(floor(o * scale), n - 1)` in `f32` (PyTorch's `nearest_idx`), or for
+/// nearest-exact `min(floor((o + 0.5) * scale), n - 1)`
+/// (`nearest_neighbor_exact_compute_source_index`).
+fn nearest_indices(n: usize, m: usize, scale: Option<f64>, exact: bool) -> Vec<i64> {
     let s = scale_value(scale, n, m) as f32;
     (0..m)
         .map(|o| {
-            if m == n {
+            if exact {
+                (((o as f32 + 0.5) * s).floor() as i64).min(n as i64 - 1)
+            } else if m == n {
                 o as i64
             } else if m == 2 * n {
                 (o >> 1) as i64
@@ -246,6 +276,71 @@ fn linear_along(x: &Tensor, dim: usize, m: usize, scale: Option<f64>, align: boo
     a * w0 + b * w1
 }
 
+/// Bicubic resampling of dim `dim` to `m` points (PyTorch's `upsample_bicubic2d`: source
+/// `scale * (o + 0.5) - 0.5`, unclamped, or `scale * o` with `align`; four taps at
+/// `floor(src) - 1 ..= floor(src) + 2`, clamped to the border, with the cubic convolution
+/// weights of `t = src - floor(src)`).
+fn cubic_along(x: &Tensor, dim: usize, m: usize, scale: Option<f64>, align: bool, f32_math: bool) -> Tensor {
+    const A: f64 = -0.75;
+    let n = x.shape()[dim];
+    let round = |v: f64| if f32_math { v as f32 as f64 } else { v };
+    let ratio = match (align, m > 1) {
+        (true, true) => round(round((n - 1) as f64) / round((m - 1) as f64)),
+        (true, false) => 0.0,
+        (false, _) => round(scale_value(scale, n, m)),
+    };
+    let near = |t: f64| round(round(round(round(A + 2.0) * t - round(A + 3.0)) * t) * t + 1.0);
+    let far = |t: f64| round(round(round(round(round(A * t) - 5.0 * A) * t) + 8.0 * A) * t - 4.0 * A);
+    let (mut index, mut weight) = ([vec![], vec![], vec![], vec![]], [vec![], vec![], vec![], vec![]]);
+    for o in 0..m {
+        let src = if align { round(ratio * o as f64) } else { round(round(ratio * round(o as f64 + 0.5)) - 0.5) };
+        let i = src.floor();
+        let t = round(src - i);
+        let w = [far(round(t + 1.0)), near(t), near(round(1.0 - t)), far(round(2.0 - t))];
+        for k in 0..4 {
+            index[k].push((i as i64 - 1 + k as i64).clamp(0, n as i64 - 1));
+            weight[k].push(w[k]);
+        }
+    }
+    let dev = x.device();
+    let mut wshape = vec![1; x.rank() - dim];
+    wshape[0] = m;
+    let taps = index.into_iter().zip(weight).map(|(i, w)| {
+        let w = Tensor::from_vec_f64(w, &wshape).to_dtype(x.dtype()).to_device(dev);
+        x.index_select(dim, &Tensor::from_vec_i64(i, &[m]).to_device(dev)) * w
+    });
+    taps.reduce(|a, b| a + b).expect("four taps")
+}
+
+/// Area resampling of dim `dim` to `m` points: output `o` is the mean of input rows
+/// `floor(o * n / m) .. ceil((o + 1) * n / m)` (PyTorch's `start_index`/`end_index` of
+/// adaptive average pooling).
+fn area_along(x: &Tensor, dim: usize, m: usize) -> Tensor {
+    let n = x.shape()[dim];
+    let windows: Vec<(usize, usize)> = (0..m).map(|o| (o * n / m, ((o + 1) * n).div_ceil(m))).collect();
+    let widest = windows.iter().map(|(s, e)| e - s).max().unwrap_or(0);
+    let dev = x.device();
+    let mut wshape = vec![1; x.rank() - dim];
+    wshape[0] = m;
+    let mut sum: Option<Tensor> = None;
+    for k in 0..widest {
+        let index: Vec<i64> = windows.iter().map(|&(s, e)| (s + k).min(e - 1) as i64).collect();
+        let tap = x.index_select(dim, &Tensor::from_vec_i64(index, &[m]).to_device(dev));
+        let outside: Vec<bool> = windows.iter().map(|&(s, e)| s + k >= e).collect();
+        let tap = if outside.iter().any(|&o| o) {
+            tap.masked_fill(&Tensor::from_vec_bool(outside, &wshape).to_device(dev), 0.0)
+        } else {
+            tap
+        };
+        sum = Some(match sum {
+            Some(s) => s + tap,
+            None => tap,
+        });
+    }
+    let count: Vec<f64> = windows.iter().map(|(s, e)| (e - s) as f64).collect();
+    sum.expect("a non-empty window") / Tensor::from_vec_f64(count, &wshape).to_dtype(x.dtype()).to_device(dev)
+}
+
 #[cfg(test)]
 mod tests {
     use super::interpolate;
@@ -262,6 +357,63 @@ mod tests {
 
     fn run(x: &Tensor, size: InterpolateSize, mode: InterpolateMode, align: Option<bool>) -> Vec<f64> {
         interpolate(x, size, mode, align).to_vec_f64()
+    }
+
+    /// Values from PyTorch 2.15's `F.interpolate` on these inputs (float64).
+    #[test]
+    fn area_nearest_exact_and_bicubic_match_torch() {
+        let x = t64(&[1.0, 4.0, 2.0, 8.0, -1.0], &[1, 1, 5]);
+        assert_close64(&run(&x, Size(vec![3]), Area, None), &[2.5, 4.666666666666667, 3.5], 1e-15);
+        assert_eq!(run(&x, Size(vec![7]), NearestExact, None), [1.0, 4.0, 4.0, 2.0, 8.0, 8.0, -1.0]);
+        assert_eq!(run(&x, Size(vec![3]), NearestExact, None), [1.0, 2.0, -1.0]);
+        // An infinity stays in its own window.
+        let z = t64(&[1.0, f64::INFINITY, 2.0, 3.0], &[1, 1, 4]);
+        assert_eq!(run(&z, Size(vec![2]), Area, None), [f64::INFINITY, 2.5]);
+        let y = t64(&[1.0, 4.0, 2.0, 8.0, -1.0, 0.5], &[1, 1, 2, 3]);
+        let torch = [
+            0.10226101345486284,
+            3.230712042914497,
+            4.04787360297309,
+            1.9648462931315107,
+            4.71533203125,
+            2.6085205078125004,
+            1.0803222656250004,
+            1.2320556640625002,
+            9.328403049045143,
+            1.9863289727105033,
+            -1.887229071723092,
+            0.49926503499348934,
+        ];
+        assert_close64(&run(&y, Size(vec![3, 4]), Bicubic, None), &torch, 1e-13);
+        let torch = [
+            1.0,
+            3.2777777777777777,
+            3.703703703703704,
+            2.0,
+            4.5,
+            2.4722222222222214,
+            1.087962962962963,
+            1.25,
+            8.0,
+            1.6666666666666654,
+            -1.5277777777777781,
+            0.5,
+        ];
+        assert_close64(&run(&y, Size(vec![3, 4]), Bicubic, Some(true)), &torch, 1e-13);
+    }
+
+    #[test]
+    fn area_nearest_exact_and_bicubic_gradcheck() {
+        let y = t64(&[1.0, 4.0, 2.0, 8.0, -1.0, 0.5, 0.3, -2.0, 1.5, 0.7, 2.2, -0.4], &[1, 2, 2, 3]);
+        for (mode, size, align) in [
+            (Area, Size(vec![1, 2]), None),
+            (Area, Size(vec![3, 5]), None),
+            (NearestExact, ScaleFactor(vec![1.5]), None),
+            (Bicubic, Size(vec![3, 4]), None),
+            (Bicubic, Size(vec![1, 2]), Some(true)),
+        ] {
+            gradcheck(|t| interpolate(&t[0], size.clone(), mode, align), &[y.clone()]).unwrap();
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - On the meta device, ops compute output shapes and dtypes without touching values.
 
 pub(crate) mod activation;
+pub(crate) mod amax;
 pub(crate) mod attention;
 pub(crate) mod binary;
 pub(crate) mod clamp;

@@ -12,7 +12,7 @@ use crate::tensor::Tensor;
 
 /// Resolves and deduplicates reduction dims; an empty list means "all dims" (PyTorch).
 #[track_caller]
-fn resolve_dims<D: Dim>(op: &str, dims: &[D], rank: usize) -> Vec<bool> {
+pub(super) fn resolve_dims<D: Dim>(op: &str, dims: &[D], rank: usize) -> Vec<bool> {
     let mut mask = vec![dims.is_empty(); rank];
     for &d in dims {
         let d = d.resolve(rank, op);
@@ -26,7 +26,7 @@ fn resolve_dims<D: Dim>(op: &str, dims: &[D], rank: usize) -> Vec<bool> {
     mask
 }
 
-fn out_shape(shape: &[usize], mask: &[bool], keepdim: bool) -> Dims {
+pub(super) fn out_shape(shape: &[usize], mask: &[bool], keepdim: bool) -> Dims {
     if keepdim {
         kept_shape(shape, mask)
     } else {

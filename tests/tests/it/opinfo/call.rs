@@ -68,7 +68,7 @@ impl A {
     }
 
     /// A short description for the reason of an unsupported case.
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             A::None => "None".into(),
             A::Bool(b) => b.to_string(),
@@ -152,6 +152,11 @@ impl Call {
             A::List(l) => l.iter().map(|a| self.t(a)).collect(),
             other => unsupported!("{} where nn takes a list of tensors", other.describe()),
         }
+    }
+
+    /// How many positional arguments the call has.
+    pub(crate) fn args_len(&self) -> usize {
+        self.args.len()
     }
 
     /// Positional argument `i`, or keyword `name` (either one marked used).

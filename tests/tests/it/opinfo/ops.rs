@@ -24,8 +24,8 @@ pub(crate) fn run(op: &str, c: &Call) -> R<Vec<Tensor>> {
     if let Some(ys) = shape(op, c)? {
         return Ok(ys);
     }
-    if let Some(y) = nn_functional(op, c)? {
-        return Ok(vec![y]);
+    if let Some(ys) = nn_functional(op, c)? {
+        return Ok(ys);
     }
     unsupported!("no nn form of `{op}` in the runner")
 }
@@ -210,21 +210,36 @@ fn reduction(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
                 _ => unsupported!("logsumexp over {} dims", d.len()),
             }
         }
-        "var" => {
-            if c.opt(99, "unbiased").is_some() || c.opt(0, "unbiased").is_some_and(|a| matches!(a, A::Bool(_))) {
-                unsupported!("unbiased=");
+        "amax" | "amin" => {
+            let (x, d, k) = (c.x()?, dims(c, 0)?.unwrap_or_default(), keep(1)?);
+            if op == "amax" {
+                x.amax(&d, k)
+            } else {
+                x.amin(&d, k)
             }
+        }
+        "var" | "std" | "var|unbiased" | "std|unbiased" => {
             let x = c.x()?;
-            let d = match dims(c, 0)? {
-                Some(d) => d,
-                None => (0..x.rank() as i64).collect(),
+            // PyTorch's legacy `unbiased` (positional in `var(x, True)`) is a correction of 1 or 0.
+            let unbiased = match c.args_len() {
+                1 if matches!(c.get(0, "unbiased"), Some(A::Bool(_))) => Some(c.bool_or(0, "unbiased", true)?),
+                _ => c.opt(99, "unbiased").map(|a| matches!(a, A::Bool(true))),
             };
-            let correction = match c.opt(99, "correction") {
-                None => 1,
-                Some(A::Int(i)) if *i >= 0 => *i as usize,
-                Some(other) => unsupported!("correction={other:?}"),
+            let d = match unbiased.is_some() && c.args_len() == 1 {
+                true => (0..x.rank() as i64).collect(),
+                false => dims(c, 0)?.unwrap_or_else(|| (0..x.rank() as i64).collect()),
             };
-            x.var_dims(&d, correction, keep(99)?)
+            let correction = match (c.opt(99, "correction"), unbiased) {
+                (None, None) => 1,
+                (None, Some(u)) => usize::from(u),
+                (Some(A::Int(i)), _) if *i >= 0 => *i as usize,
+                (Some(other), _) => unsupported!("correction={}", other.describe()),
+            };
+            if op.starts_with("var") {
+                x.var_dims(&d, correction, keep(99)?)
+            } else {
+                x.std_dims(&d, correction, keep(99)?)
+            }
         }
         "all" | "any" => {
             let x = c.x()?;
@@ -329,10 +344,8 @@ fn shape(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
         "flip" => c.x()?.flip(&c.varargs_ints(0, "dims")?),
         "roll" => {
             let shifts = ints(c.get(0, "shifts").unwrap_or(&A::None))?;
-            match c.opt_ints(1, "dims")? {
-                Some(d) => c.x()?.roll(&shifts, &d),
-                None => unsupported!("roll without `dims`"),
-            }
+            // No `dims`: nn's `roll` with an empty list rolls the flattened tensor, as PyTorch.
+            c.x()?.roll(&shifts, &c.opt_ints(1, "dims")?.unwrap_or_default())
         }
         "expand" => c.x()?.expand(c.varargs_ints(0, "size")?.as_slice()),
         "expand_as" => c.x()?.expand_as(&c.tensor_arg(0, "other")?),
@@ -425,11 +438,11 @@ fn padding_numbers(c: &Call, i: usize) -> R<()> {
     Ok(())
 }
 
-fn nn_functional(op: &str, c: &Call) -> R<Option<Tensor>> {
+fn nn_functional(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
     let Some(name) = op.strip_prefix("nn.functional.") else { return Ok(None) };
     let (name, variant) = name.split_once('|').unwrap_or((name, ""));
     let x = || c.x();
-    Ok(Some(match name {
+    Ok(Some(vec![match name {
         "linear" => F::linear(&x()?, &c.tensor_arg(0, "weight")?, c.opt_tensor(1, "bias")?.as_ref()),
         "bilinear" => F::bilinear(
             &x()?,
@@ -512,10 +525,11 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Tensor>> {
                 if c.opt(5, "divisor_override").is_some() {
                     unsupported!("divisor_override");
                 }
-                return Ok(Some(F::avg_pool2d(&x()?, config, c.bool_or(4, "count_include_pad", true)?)));
+                return Ok(Some(vec![F::avg_pool2d(&x()?, config, c.bool_or(4, "count_include_pad", true)?)]));
             }
             if c.bool_or(5, "return_indices", false)? {
-                unsupported!("return_indices=True (two outputs)");
+                let (v, i) = x()?.max_pool2d_with_indices(config);
+                return Ok(Some(vec![v, i]));
             }
             F::max_pool2d(&x()?, config)
         }
@@ -586,9 +600,10 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Tensor>> {
                 "nearest" => InterpolateMode::Nearest,
                 "linear" => InterpolateMode::Linear,
                 "bilinear" => InterpolateMode::Bilinear,
-                other @ ("bicubic" | "trilinear" | "area" | "nearest-exact") => {
-                    unsupported!("interpolate mode {other:?}")
-                }
+                "bicubic" => InterpolateMode::Bicubic,
+                "area" => InterpolateMode::Area,
+                "nearest-exact" => InterpolateMode::NearestExact,
+                "trilinear" => unsupported!("interpolate mode \"trilinear\""),
                 other => unsupported!("{UNREPRESENTABLE}interpolate mode {other:?}"),
             };
             if c.bool_or(99, "recompute_scale_factor", false)? {
@@ -608,5 +623,5 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Tensor>> {
             F::interpolate(&x()?, size, mode, align)
         }
         _ => return Ok(None),
-    }))
+    }]))
 }
