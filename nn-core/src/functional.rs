@@ -2,8 +2,8 @@
 //! forwards to the [`Tensor`] method of the same name.
 
 pub use crate::loss::{
-    binary_cross_entropy_with_logits, cross_entropy, cross_entropy_with, l1_loss, mse_loss, nll_loss, nll_loss_with,
-    ClassLossConfig, Reduction,
+    binary_cross_entropy_with_logits, binary_cross_entropy_with_logits_weighted, cross_entropy, cross_entropy_weighted,
+    cross_entropy_with, l1_loss, mse_loss, nll_loss, nll_loss_weighted, nll_loss_with, ClassLossConfig, Reduction,
 };
 pub use crate::ops::einsum::einsum;
 pub use crate::ops::interpolate::interpolate;

@@ -3,6 +3,9 @@
 use crate::dtype::DType;
 use crate::tensor::Tensor;
 
+mod weighted;
+pub use weighted::{binary_cross_entropy_with_logits_weighted, cross_entropy_weighted, nll_loss_weighted};
+
 /// How a loss reduces its per-element values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Reduction {

@@ -558,31 +558,24 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
         }
         "cross_entropy" | "nll_loss" => {
             let target = c.tensor_arg(0, "target")?;
-            if c.opt(1, "weight").is_some() {
-                unsupported!("class weight=");
-            }
-            if target.dtype().is_float() {
-                unsupported!("probability (soft) targets");
-            }
+            let weight = c.opt_tensor(1, "weight")?;
             let config = ClassLossConfig {
                 reduction: reduction_arg(c, 99)?,
                 ignore_index: c.int_or(99, "ignore_index", -100)?,
                 label_smoothing: c.float_or(99, "label_smoothing", 0.0)?,
             };
             if name == "cross_entropy" {
-                F::cross_entropy_with(&x()?, &target, config)
+                F::cross_entropy_weighted(&x()?, &target, weight.as_ref(), config)
             } else {
-                F::nll_loss_with(&x()?, &target, config)
+                F::nll_loss_weighted(&x()?, &target, weight.as_ref(), config)
             }
         }
         "mse_loss" => F::mse_loss(&x()?, &c.tensor_arg(0, "target")?, reduction_arg(c, 99)?),
         "l1_loss" => F::l1_loss(&x()?, &c.tensor_arg(0, "target")?, reduction_arg(c, 99)?),
         "binary_cross_entropy_with_logits" => {
-            if c.opt(1, "weight").is_some() {
-                unsupported!("weight=");
-            }
-            let pw = c.opt_tensor(99, "pos_weight")?;
-            F::binary_cross_entropy_with_logits(&x()?, &c.tensor_arg(0, "target")?, pw.as_ref(), reduction_arg(c, 99)?)
+            let (w, pw) = (c.opt_tensor(1, "weight")?, c.opt_tensor(99, "pos_weight")?);
+            let t = c.tensor_arg(0, "target")?;
+            F::binary_cross_entropy_with_logits_weighted(&x()?, &t, w.as_ref(), pw.as_ref(), reduction_arg(c, 99)?)
         }
         "pad" => {
             let pads = c.opt_ints(0, "pad")?.unwrap_or_default();
@@ -606,10 +599,20 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
                 "trilinear" => unsupported!("interpolate mode \"trilinear\""),
                 other => unsupported!("{UNREPRESENTABLE}interpolate mode {other:?}"),
             };
-            if c.bool_or(99, "recompute_scale_factor", false)? {
-                unsupported!("recompute_scale_factor=True");
-            }
+            let recompute = c.bool_or(99, "recompute_scale_factor", false)?;
             let size = match (c.opt(0, "size"), c.opt(1, "scale_factor")) {
+                // PyTorch's recompute_scale_factor=True: the output size floor(n * s), then
+                // the kernels' scale from the sizes, which is nn's `Size`.
+                (None, Some(f)) if recompute => {
+                    let x = x()?;
+                    let f: Vec<f64> = match f {
+                        A::List(l) => l.iter().map(float).collect::<R<_>>()?,
+                        f => vec![float(f)?; x.rank().saturating_sub(2)],
+                    };
+                    InterpolateSize::Size(
+                        x.shape()[2..].iter().zip(&f).map(|(&n, s)| (n as f64 * s).floor() as usize).collect(),
+                    )
+                }
                 (Some(s), None) => InterpolateSize::Size(sizes(&ints(s)?)?),
                 (None, Some(A::List(f))) => InterpolateSize::ScaleFactor(f.iter().map(float).collect::<R<_>>()?),
                 (None, Some(f)) => InterpolateSize::ScaleFactor(vec![float(f)?]),
