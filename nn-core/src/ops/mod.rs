@@ -30,6 +30,7 @@ pub(crate) mod predicates;
 pub mod promotion;
 pub(crate) mod quantile;
 pub(crate) mod reduce;
+pub(crate) mod reduce_dims;
 pub(crate) mod repeat;
 pub(crate) mod scalar_compare;
 pub(crate) mod shift;

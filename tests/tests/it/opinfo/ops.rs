@@ -119,7 +119,7 @@ fn binary(op: &str, c: &Call) -> R<Option<Tensor>> {
         "masked_fill" => {
             let mask = c.tensor_arg(0, "mask")?;
             let value = match c.get(1, "value") {
-                Some(A::T(_)) => unsupported!("a tensor `value`"),
+                Some(v @ A::T(_)) => return Ok(Some(c.x()?.masked_fill_tensor(&mask, &c.t(v)?))),
                 Some(v) => float(v)?,
                 None => unsupported!("no `value`"),
             };
@@ -195,7 +195,12 @@ fn reduction(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
             return Ok(Some(vec![v, i]));
         }
         "argmax" | "argmin" => {
-            let Some(d) = c.opt_int(0, "dim")? else { unsupported!("argmax/argmin without `dim`") };
+            let Some(d) = c.opt_int(0, "dim")? else {
+                if keep(1)? {
+                    unsupported!("argmax/argmin without `dim` with keepdim=True");
+                }
+                return Ok(Some(vec![if op == "argmax" { c.x()?.argmax_flat() } else { c.x()?.argmin_flat() }]));
+            };
             let (x, k) = (c.x()?, keep(1)?);
             if op == "argmax" {
                 x.argmax(d, k)
@@ -205,10 +210,7 @@ fn reduction(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
         }
         "logsumexp" => {
             let (d, k) = (c.opt_ints(0, "dim")?.unwrap_or_default(), keep(1)?);
-            match d.as_slice() {
-                [d] => c.x()?.logsumexp(*d, k),
-                _ => unsupported!("logsumexp over {} dims", d.len()),
-            }
+            c.x()?.logsumexp_dims(&d, k)
         }
         "amax" | "amin" => {
             let (x, d, k) = (c.x()?, dims(c, 0)?.unwrap_or_default(), keep(1)?);
@@ -258,7 +260,13 @@ fn reduction(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
                         x.any_dim(d[0], keep(1)?)
                     }
                 }
-                Some(d) => unsupported!("{op} over {} dims", d.len()),
+                Some(d) => {
+                    if op == "all" {
+                        x.all_dims(&d, keep(1)?)
+                    } else {
+                        x.any_dims(&d, keep(1)?)
+                    }
+                }
             }
         }
         "cumsum" | "cumprod" | "softmax" | "log_softmax" => {
@@ -535,17 +543,25 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
         }
         "adaptive_avg_pool2d" => {
             let Some(v) = c.opt(0, "output_size") else { unsupported!("no output_size") };
-            if let A::List(l) = v {
-                if l.iter().any(|a| matches!(a, A::None)) {
-                    unsupported!("an output size of None");
+            // PyTorch's `None` in an output size keeps that dim's input size.
+            let x = x()?;
+            let v = match v {
+                A::List(l) => {
+                    let spatial = &x.shape()[x.rank().saturating_sub(2)..];
+                    let keep = |(i, a): (usize, &A)| match a {
+                        A::None => A::Int(spatial.get(i).copied().unwrap_or(0) as i64),
+                        a => a.clone(),
+                    };
+                    A::List(l.iter().enumerate().map(keep).collect())
                 }
-            }
-            let s = match sizes(&ints(v)?)?.as_slice() {
+                v => v.clone(),
+            };
+            let s = match sizes(&ints(&v)?)?.as_slice() {
                 [a] => (*a, *a),
                 [a, b] => (*a, *b),
                 other => unsupported!("{UNREPRESENTABLE}an output size of {} values (nn takes a pair)", other.len()),
             };
-            F::adaptive_avg_pool2d(&x()?, s)
+            F::adaptive_avg_pool2d(&x, s)
         }
         "embedding" => {
             for k in ["padding_idx", "max_norm", "scale_grad_by_freq", "sparse"] {
