@@ -25,6 +25,7 @@ pub(crate) mod multinomial;
 pub(crate) mod norm;
 pub(crate) mod outer;
 pub(crate) mod pad;
+pub(crate) mod padding_modes;
 pub(crate) mod pool;
 pub(crate) mod predicates;
 pub mod promotion;

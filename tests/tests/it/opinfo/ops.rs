@@ -166,6 +166,22 @@ fn clamp(op: &str, c: &Call) -> R<Tensor> {
     Ok(x.clamp(bound(lo, f64::NEG_INFINITY)?, bound(hi, f64::INFINITY)?))
 }
 
+/// The input, converted to the `dtype=` argument where there is one (PyTorch casts the
+/// input before the op, as `x.to_dtype(d)` does).
+fn cast_input(c: &Call) -> R<Tensor> {
+    let x = c.x()?;
+    Ok(match c.opt(99, "dtype") {
+        None => x,
+        Some(A::DType(d)) => match d.as_str() {
+            "float64" => x.to_dtype(nn_core::DType::F64),
+            "float32" => x.to_dtype(nn_core::DType::F32),
+            "int64" => x.to_dtype(nn_core::DType::I64),
+            other => unsupported!("dtype={other}"),
+        },
+        Some(other) => unsupported!("dtype={}", other.describe()),
+    })
+}
+
 /// `dim` as PyTorch passes it to a reduction: absent (every dim), one, or several.
 fn dims(c: &Call, i: usize) -> R<Option<Vec<i64>>> {
     c.opt_ints(i, "dim")
@@ -175,10 +191,7 @@ fn reduction(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
     let keep = |i| c.bool_or(i, "keepdim", false);
     let y = match op {
         "sum" | "mean" => {
-            if c.opt(99, "dtype").is_some() {
-                unsupported!("dtype=");
-            }
-            let (x, d, k) = (c.x()?, dims(c, 0)?, keep(1)?);
+            let (x, d, k) = (cast_input(c)?, dims(c, 0)?, keep(1)?);
             match (op, d) {
                 ("sum", None) => x.sum(),
                 (_, None) => x.mean(),
@@ -232,15 +245,15 @@ fn reduction(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
                 false => dims(c, 0)?.unwrap_or_else(|| (0..x.rank() as i64).collect()),
             };
             let correction = match (c.opt(99, "correction"), unbiased) {
-                (None, None) => 1,
-                (None, Some(u)) => usize::from(u),
-                (Some(A::Int(i)), _) if *i >= 0 => *i as usize,
-                (Some(other), _) => unsupported!("correction={}", other.describe()),
+                (None, None) => 1.0,
+                (None, Some(u)) => f64::from(u8::from(u)),
+                (Some(a), _) => float(a)?,
             };
-            if op.starts_with("var") {
-                x.var_dims(&d, correction, keep(99)?)
-            } else {
-                x.std_dims(&d, correction, keep(99)?)
+            match (op.starts_with("var"), correction) {
+                (true, c) if c >= 0.0 && c.fract() == 0.0 => x.var_dims(&d, c as usize, keep(99)?),
+                (false, c) if c >= 0.0 && c.fract() == 0.0 => x.std_dims(&d, c as usize, keep(99)?),
+                (true, c) => x.var_correction(&d, c, keep(99)?),
+                (false, c) => x.std_correction(&d, c, keep(99)?),
             }
         }
         "all" | "any" => {
@@ -270,10 +283,7 @@ fn reduction(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
             }
         }
         "cumsum" | "cumprod" | "softmax" | "log_softmax" => {
-            if c.opt(99, "dtype").is_some() {
-                unsupported!("dtype=");
-            }
-            let (x, d) = (c.x()?, c.int_or(0, "dim", i64::MIN)?);
+            let (x, d) = (cast_input(c)?, c.int_or(0, "dim", i64::MIN)?);
             match op {
                 "cumsum" => x.cumsum(d),
                 "cumprod" => x.cumprod(d),
@@ -359,13 +369,17 @@ fn shape(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
         "expand_as" => c.x()?.expand_as(&c.tensor_arg(0, "other")?),
         "repeat" => c.x()?.repeat(&sizes(&c.varargs_ints(0, "repeats")?)?),
         "repeat_interleave" => {
-            let Some(d) = c.opt_int(1, "dim")? else { unsupported!("repeat_interleave without `dim`") };
+            // Without `dim` PyTorch repeats the flattened tensor.
+            let (x, d) = match c.opt_int(1, "dim")? {
+                Some(d) => (c.x()?, d),
+                None => (c.x()?.flatten(0, -1), 0),
+            };
             if c.opt(99, "output_size").is_some() {
                 unsupported!("output_size=");
             }
             match c.get(0, "repeats") {
-                Some(A::Int(r)) => c.x()?.repeat_interleave(sizes(&[*r])?[0], d),
-                Some(a @ A::T(_)) => c.x()?.repeat_interleave_tensor(&c.t(a)?, d),
+                Some(A::Int(r)) => x.repeat_interleave(sizes(&[*r])?[0], d),
+                Some(a @ A::T(_)) => x.repeat_interleave_tensor(&c.t(a)?, d),
                 other => unsupported!("repeats {other:?}"),
             }
         }
@@ -481,6 +495,31 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
             let (momentum, eps) = (c.float_or(5, "momentum", 0.1)?, c.float_or(6, "eps", 1e-5)?);
             x()?.batch_norm(m.as_ref(), v.as_ref(), w.as_ref(), b.as_ref(), training, momentum, eps)
         }
+        "conv1d" | "conv2d" if matches!(c.get(3, "padding"), Some(A::Str(_))) => {
+            let (w, b) = (c.tensor_arg(0, "weight")?, c.opt_tensor(1, "bias")?);
+            let groups = one(c, 5, "groups", 1)?;
+            let Some(A::Str(mode)) = c.get(3, "padding").cloned() else { unreachable!() };
+            match (mode.as_str(), name) {
+                ("valid", "conv1d") => {
+                    x()?.conv1d(&w, b.as_ref(), one(c, 2, "stride", 1)?, 0, one(c, 4, "dilation", 1)?, groups)
+                }
+                ("valid", _) => {
+                    let config = Conv2dConfig {
+                        stride: pair(c, 2, "stride", (1, 1))?,
+                        padding: (0, 0),
+                        dilation: pair(c, 4, "dilation", (1, 1))?,
+                        groups,
+                    };
+                    F::conv2d(&x()?, &w, b.as_ref(), config)
+                }
+                ("same", _) if pair(c, 2, "stride", (1, 1))? != (1, 1) => {
+                    unsupported!("{UNREPRESENTABLE}padding=\"same\" with a stride (PyTorch refuses it too)")
+                }
+                ("same", "conv1d") => x()?.conv1d_same(&w, b.as_ref(), one(c, 4, "dilation", 1)?, groups),
+                ("same", _) => x()?.conv2d_same(&w, b.as_ref(), pair(c, 4, "dilation", (1, 1))?, groups),
+                (other, _) => unsupported!("{UNREPRESENTABLE}padding={other:?}"),
+            }
+        }
         "conv1d" => {
             padding_numbers(c, 3)?;
             let (w, b) = (c.tensor_arg(0, "weight")?, c.opt_tensor(1, "bias")?);
@@ -530,8 +569,10 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
                 ceil_mode: c.bool_or(if name == "max_pool2d" { 4 } else { 3 }, "ceil_mode", false)?,
             };
             if name == "avg_pool2d" {
-                if c.opt(5, "divisor_override").is_some() {
-                    unsupported!("divisor_override");
+                if let Some(d) = c.opt_int(5, "divisor_override")? {
+                    let d = usize::try_from(d)
+                        .map_err(|_| super::call::Unsupported(format!("{UNREPRESENTABLE}divisor {d}")))?;
+                    return Ok(Some(vec![x()?.avg_pool2d_divisor(config, d)]));
                 }
                 return Ok(Some(vec![F::avg_pool2d(&x()?, config, c.bool_or(4, "count_include_pad", true)?)]));
             }
