@@ -305,6 +305,8 @@ fn pytorch_opinfo_samples_pass_or_are_unsupported_for_a_listed_reason() {
     }
     assert!(failures.is_empty(), "{} OpInfo cases fail (listed above)", failures.len());
     if only.is_none() {
+        // Issue 52's target: at least 97% of the committed cases pass.
+        assert!(passed * 100 >= total * 97, "{passed} of {total} OpInfo cases pass, under 97%");
         assert!(none.is_empty(), "OpInfo entries with no passing case: {none:?}");
         assert!(gained.is_empty(), "entries of MISSING that pass cases now (take them off the list): {gained:?}");
     }

@@ -343,7 +343,15 @@ fn shape(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
             let d = c.int_or(0, "dim", 0)?;
             let start = match c.get(1, "start") {
                 Some(A::Int(s)) => *s,
-                Some(other) => unsupported!("narrow start {other:?}"),
+                // A 0-d integer tensor start: PyTorch reads its value (`start.item()`).
+                Some(a @ A::T(_)) => {
+                    let t = c.t(a)?;
+                    if t.rank() != 0 || t.dtype() != nn_core::DType::I64 {
+                        unsupported!("narrow start of shape {:?} and dtype {}", t.shape(), t.dtype());
+                    }
+                    t.to_vec_i64()[0]
+                }
+                Some(other) => unsupported!("narrow start {}", other.describe()),
                 None => unsupported!("no start"),
             };
             let len = sizes(&[c.int_or(2, "length", 0)?])?[0];
@@ -569,12 +577,15 @@ fn nn_functional(op: &str, c: &Call) -> R<Option<Vec<Tensor>>> {
                 ceil_mode: c.bool_or(if name == "max_pool2d" { 4 } else { 3 }, "ceil_mode", false)?,
             };
             if name == "avg_pool2d" {
+                // With a divisor the padding's zeros are in the sum either way: count_include_pad
+                // changes nothing (PyTorch's kernel reads it only to pick the divisor).
+                let include_pad = c.bool_or(4, "count_include_pad", true)?;
                 if let Some(d) = c.opt_int(5, "divisor_override")? {
                     let d = usize::try_from(d)
                         .map_err(|_| super::call::Unsupported(format!("{UNREPRESENTABLE}divisor {d}")))?;
                     return Ok(Some(vec![x()?.avg_pool2d_divisor(config, d)]));
                 }
-                return Ok(Some(vec![F::avg_pool2d(&x()?, config, c.bool_or(4, "count_include_pad", true)?)]));
+                return Ok(Some(vec![F::avg_pool2d(&x()?, config, include_pad)]));
             }
             if c.bool_or(5, "return_indices", false)? {
                 let (v, i) = x()?.max_pool2d_with_indices(config);
