@@ -149,7 +149,7 @@ fn probability_targets(logits: &Tensor, target: &Tensor, weight: Option<&Tensor>
         check_class_weight(OP, w, c, logits);
         let mut shape = vec![1; logits.rank()];
         shape[class_dim] = c;
-        prod = prod * w.reshape(shape.as_slice());
+        prod *= w.reshape(shape.as_slice());
     }
     match opt.reduction {
         Reduction::Mean if logits.numel() == 0 => prod.sum() * f64::NAN,

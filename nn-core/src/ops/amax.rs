@@ -116,9 +116,9 @@ mod tests {
     #[test]
     fn amax_amin_and_std_gradcheck() {
         let x = t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4, 0.9, -0.1, 1.7, 0.25, -0.6, 1.4], &[2, 3, 2]);
-        gradcheck(|t| t[0].amax(&[0i64, 2], false), &[x.clone()]).unwrap();
-        gradcheck(|t| t[0].amin(&[-1i64], true), &[x.clone()]).unwrap();
-        gradcheck(|t| t[0].std_dims(&[1i64], 1, false), &[x.clone()]).unwrap();
+        gradcheck(|t| t[0].amax(&[0i64, 2], false), std::slice::from_ref(&x)).unwrap();
+        gradcheck(|t| t[0].amin(&[-1i64], true), std::slice::from_ref(&x)).unwrap();
+        gradcheck(|t| t[0].std_dims(&[1i64], 1, false), std::slice::from_ref(&x)).unwrap();
         gradcheck(|t| t[0].std_dims(&[0i64, 1, 2], 0, true), &[x]).unwrap();
     }
 

@@ -412,7 +412,7 @@ mod tests {
             (Bicubic, Size(vec![3, 4]), None),
             (Bicubic, Size(vec![1, 2]), Some(true)),
         ] {
-            gradcheck(|t| interpolate(&t[0], size.clone(), mode, align), &[y.clone()]).unwrap();
+            gradcheck(|t| interpolate(&t[0], size.clone(), mode, align), std::slice::from_ref(&y)).unwrap();
         }
     }
 

@@ -149,8 +149,8 @@ mod tests {
     #[test]
     fn real_corrections_and_divisors_gradcheck() {
         let x = t64(&[0.3, -1.2, 2.0, -0.7, 1.1, 0.4], &[2, 3]);
-        gradcheck(|t| t[0].var_correction(&[1], 1.5, false), &[x.clone()]).unwrap();
-        gradcheck(|t| t[0].std_correction(&[0, 1], -2.0, true), &[x.clone()]).unwrap();
+        gradcheck(|t| t[0].var_correction(&[1], 1.5, false), std::slice::from_ref(&x)).unwrap();
+        gradcheck(|t| t[0].std_correction(&[0, 1], -2.0, true), std::slice::from_ref(&x)).unwrap();
         let cfg = Pool2dConfig { kernel: (2, 2), stride: (1, 2), padding: (1, 1), dilation: (1, 1), ceil_mode: true };
         gradcheck(|t| t[0].reshape(&[1, 1, 2, 3]).avg_pool2d_divisor(cfg, 3), &[x]).unwrap();
     }
