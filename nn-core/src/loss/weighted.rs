@@ -144,13 +144,17 @@ fn probability_targets(logits: &Tensor, target: &Tensor, weight: Option<&Tensor>
     let logp = logits.log_softmax(class_dim);
     let ls = opt.label_smoothing;
     let p = if ls > 0.0 { target * (1.0 - ls) + ls / c as f64 } else { target.clone() };
-    let mut prod = &logp * &p;
-    if let Some(w) = weight {
-        check_class_weight(OP, w, c, logits);
-        let mut shape = vec![1; logits.rank()];
-        shape[class_dim] = c;
-        prod *= w.reshape(shape.as_slice());
-    }
+    let prod = &logp * &p;
+    let prod = match weight {
+        Some(w) => {
+            check_class_weight(OP, w, c, logits);
+            let mut shape = vec![1; logits.rank()];
+            shape[class_dim] = c;
+            // Out of place: `*=` would write into a tensor the backward of `logp * p` reads.
+            &prod * &w.reshape(shape.as_slice())
+        }
+        None => prod,
+    };
     match opt.reduction {
         Reduction::Mean if logits.numel() == 0 => prod.sum() * f64::NAN,
         Reduction::Mean => -prod.sum() / (logits.numel() / c.max(1)) as f64,
@@ -168,7 +172,7 @@ fn probability_targets(logits: &Tensor, target: &Tensor, weight: Option<&Tensor>
 /// let (x, t) = (Tensor::from_vec(vec![0.0, 0.0], &[2]), Tensor::from_vec(vec![1.0, 0.0], &[2]));
 /// let w = Tensor::from_vec(vec![2.0, 0.0], &[2]);
 /// let loss = bce(&x, &t, Some(&w), None, Reduction::Sum);
-/// assert!((loss.item() - 2.0 * 2f32.ln()).abs() < 1e-6);
+/// assert!((loss.item() - 2.0 * 2f64.ln()).abs() < 1e-6);
 /// ```
 ///
 /// # Panics
