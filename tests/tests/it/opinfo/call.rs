@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use nn_core::{StateDict, Tensor};
+use nn_core::{Device, StateDict, Tensor};
 use serde_json::Value;
 
 /// Why a case cannot be expressed in nn (an argument, a value or an op it lacks).
@@ -94,7 +94,13 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    pub(crate) fn new(case: &Value, index: usize, fixture: &StateDict, is_leaf: &dyn Fn(&str) -> bool) -> R<Call> {
+    pub(crate) fn new(
+        case: &Value,
+        index: usize,
+        fixture: &StateDict,
+        device: Device,
+        is_leaf: &dyn Fn(&str) -> bool,
+    ) -> R<Call> {
         let mut tensors = HashMap::new();
         let mut noncontiguous = BTreeSet::new();
         collect_nc(&case["input"], &mut noncontiguous);
@@ -116,7 +122,7 @@ impl Call {
         for k in 0.. {
             let name = format!("c{index}.{k}");
             let Some(t) = fixture.get(&name) else { break };
-            let mut t = t.detach().copy();
+            let mut t = t.detach().copy().to_device(device);
             if noncontiguous.contains(&name) && t.rank() >= 2 {
                 t = t.transpose(-1, -2).contiguous().transpose(-1, -2).detach();
             }
